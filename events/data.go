@@ -1,0 +1,207 @@
+package events
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Data is implemented by every event data struct: it ties the struct to its
+// type constant at compile time.
+type Data interface {
+	EventType() Type
+}
+
+// Intent data.
+
+// DeploymentRevisionCreated is the data of TypeDeploymentRevisionCreated. The
+// revision is identified by (UID, Generation); RevisionID is a short stable
+// name for it. Targets and Canaries are frozen: devices matched later are not
+// part of this revision. Score carries secret references, never values.
+type DeploymentRevisionCreated struct {
+	UID         string          `json:"uid"`
+	Generation  int64           `json:"generation"`
+	RevisionID  string          `json:"revisionId"`
+	ScoreDigest string          `json:"scoreDigest"`
+	Score       json.RawMessage `json:"score"`
+	Targets     []string        `json:"targets"`
+	Canaries    []string        `json:"canaries"`
+	// TargetChunks is the number of TypeDeploymentRevisionTargets events that
+	// carry the rest of the target list when it did not fit; 0 when Targets
+	// is complete. TargetsDigest covers the complete, sorted list.
+	TargetChunks  int    `json:"targetChunks,omitempty"`
+	TargetsDigest string `json:"targetsDigest,omitempty"`
+}
+
+// EventType implements Data.
+func (DeploymentRevisionCreated) EventType() Type { return TypeDeploymentRevisionCreated }
+
+// DeploymentRevisionTargets is the data of TypeDeploymentRevisionTargets.
+type DeploymentRevisionTargets struct {
+	UID        string   `json:"uid"`
+	Generation int64    `json:"generation"`
+	Chunk      int      `json:"chunk"`
+	Targets    []string `json:"targets"`
+	Canaries   []string `json:"canaries,omitempty"`
+}
+
+// EventType implements Data.
+func (DeploymentRevisionTargets) EventType() Type { return TypeDeploymentRevisionTargets }
+
+// DeploymentDeleted is the data of TypeDeploymentDeleted.
+type DeploymentDeleted struct {
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+}
+
+// EventType implements Data.
+func (DeploymentDeleted) EventType() Type { return TypeDeploymentDeleted }
+
+// TaskRunCreated is the data of TypeTaskRunCreated.
+type TaskRunCreated struct {
+	UID        string   `json:"uid"`
+	Generation int64    `json:"generation"`
+	Task       string   `json:"task"`
+	Targets    []string `json:"targets"`
+}
+
+// EventType implements Data.
+func (TaskRunCreated) EventType() Type { return TypeTaskRunCreated }
+
+// TaskRunDeleted is the data of TypeTaskRunDeleted.
+type TaskRunDeleted struct {
+	UID string `json:"uid"`
+}
+
+// EventType implements Data.
+func (TaskRunDeleted) EventType() Type { return TypeTaskRunDeleted }
+
+// Rollout data. Every transition carries the counts at the moment it was
+// decided.
+
+// RolloutCounts are the per-revision target counts.
+type RolloutCounts struct {
+	Total     int `json:"total"`
+	Succeeded int `json:"succeeded"`
+	Pending   int `json:"pending"`
+	Failed    int `json:"failed"`
+	Canaries  int `json:"canaries"`
+	// CanariesSucceeded and CanariesFailed count canaries only.
+	CanariesSucceeded int `json:"canariesSucceeded"`
+	CanariesFailed    int `json:"canariesFailed"`
+}
+
+// RolloutTransition is the data of every rollout transition type.
+type RolloutTransition struct {
+	UID        string        `json:"uid"`
+	Generation int64         `json:"generation"`
+	RevisionID string        `json:"revisionId"`
+	Counts     RolloutCounts `json:"counts"`
+	// Device and Error name the failure for canary-failed and failed.
+	Device string `json:"device,omitempty"`
+	Error  string `json:"error,omitempty"`
+	// Released lists the devices a release transition hands the revision to
+	// (canary stage: the canaries; released: the remaining targets).
+	Released []string `json:"released,omitempty"`
+
+	typ Type
+}
+
+// NewRolloutTransition returns transition data for one of the rollout types.
+func NewRolloutTransition(t Type, d RolloutTransition) RolloutTransition {
+	d.typ = t
+	return d
+}
+
+// EventType implements Data. The zero value has no type; build transitions
+// with NewRolloutTransition.
+func (d RolloutTransition) EventType() Type { return d.typ }
+
+// Report data.
+
+// DeviceHeartbeat is the data of TypeDeviceHeartbeat.
+type DeviceHeartbeat struct {
+	AgentVersion string `json:"agentVersion"`
+	// Uptime of the agent process.
+	Uptime time.Duration `json:"uptimeNs"`
+}
+
+// EventType implements Data.
+func (DeviceHeartbeat) EventType() Type { return TypeDeviceHeartbeat }
+
+// DeviceInventory is the data of TypeDeviceInventory. Labels are
+// self-reported placement data, never authorization data.
+type DeviceInventory struct {
+	OS           string            `json:"os"`
+	Arch         string            `json:"arch"`
+	Kernel       string            `json:"kernel"`
+	AgentVersion string            `json:"agentVersion"`
+	Labels       map[string]string `json:"labels,omitempty"`
+}
+
+// EventType implements Data.
+func (DeviceInventory) EventType() Type { return TypeDeviceInventory }
+
+// WorkloadPhase is the state of one Deployment revision on one device.
+type WorkloadPhase string
+
+// Workload phases.
+const (
+	WorkloadPending   WorkloadPhase = "Pending"
+	WorkloadApplying  WorkloadPhase = "Applying"
+	WorkloadConverged WorkloadPhase = "Converged"
+	WorkloadFailed    WorkloadPhase = "Failed"
+	WorkloadRemoved   WorkloadPhase = "Removed"
+)
+
+// WorkloadStatus is the data of TypeWorkloadStatus: one Deployment revision
+// on the reporting device.
+type WorkloadStatus struct {
+	Namespace  string        `json:"namespace"`
+	Deployment string        `json:"deployment"`
+	UID        string        `json:"uid"`
+	Generation int64         `json:"generation"`
+	RevisionID string        `json:"revisionId"`
+	Phase      WorkloadPhase `json:"phase"`
+	Error      string        `json:"error,omitempty"`
+	Since      time.Time     `json:"since"`
+}
+
+// EventType implements Data.
+func (WorkloadStatus) EventType() Type { return TypeWorkloadStatus }
+
+// TaskStatus is the data of TypeTaskStatus.
+type TaskStatus struct {
+	Namespace string    `json:"namespace"`
+	TaskRun   string    `json:"taskRun"`
+	UID       string    `json:"uid"`
+	Phase     string    `json:"phase"`
+	Error     string    `json:"error,omitempty"`
+	Since     time.Time `json:"since"`
+}
+
+// EventType implements Data.
+func (TaskStatus) EventType() Type { return TypeTaskStatus }
+
+// CommandResult is the data of TypeCommandResult.
+type CommandResult struct {
+	// CommandID is the id of the agent.command event answered.
+	CommandID string `json:"commandId"`
+	Command   string `json:"command"`
+	OK        bool   `json:"ok"`
+	Error     string `json:"error,omitempty"`
+}
+
+// EventType implements Data.
+func (CommandResult) EventType() Type { return TypeCommandResult }
+
+// AgentCommand is the data of TypeAgentCommand. Command is one of a fixed set
+// the agent knows (for example "reconcile-now", "report-inventory"); the
+// agent answers unknown commands with an error result.
+type AgentCommand struct {
+	Command string `json:"command"`
+	// RequestedBy names who asked (user or component), for the audit trail.
+	RequestedBy string `json:"requestedBy,omitempty"`
+}
+
+// EventType implements Data.
+func (AgentCommand) EventType() Type { return TypeAgentCommand }

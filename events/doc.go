@@ -1,0 +1,28 @@
+// Package events is the event contract of Harmony Fleet and its JetStream
+// store. Every other package speaks it; it imports nothing from this
+// repository.
+//
+// It owns:
+//
+//   - the envelope every event carries ([Event]): a ULID id that is also the
+//     JetStream Nats-Msg-Id, a [Type], a schema version, a time, the subject
+//     keys, an optional correlation (Deployment UID + generation) and JSON
+//     data;
+//   - the event type constants and their data structs. A type's name never
+//     changes once shipped; incompatible data changes bump its version. The
+//     catalogue is docs/events.md;
+//   - subject and KV-key builders and parsers that validate every token
+//     (namespace, name, device, identity subject);
+//   - idempotent provisioning of the streams and KV buckets ([Provision]);
+//   - appending ([Store.Append], [Store.AppendBatch]) with dedup by ULID and
+//     optimistic concurrency on the last subject sequence ([ErrConflict]);
+//   - reading: replay of a subject filter from the start, a sequence or a
+//     time, the last message per subject by direct get, and following live.
+//
+// Invariants: an event's subject is derived from its type and keys, never
+// chosen by the caller, so an event cannot land on another family's subject;
+// every subject family has a fixed token count and a kind token; no secret
+// value is ever part of an event (data carries references only).
+//
+// Anyone in the module may import this package.
+package events

@@ -1,0 +1,160 @@
+package events
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+)
+
+// Event is the immutable envelope every Fleet event carries. Its JSON form
+// is the message payload; its ID is also sent as the Nats-Msg-Id header, so a
+// retried append is stored once.
+type Event struct {
+	// ID is a ULID: unique, and sortable by creation time.
+	ID ulid.ULID `json:"id"`
+	// Type names the event; see the Type constants.
+	Type Type `json:"type"`
+	// Version is the schema version of Data for this Type.
+	Version int `json:"version"`
+	// Time is when the writer created the event (UTC).
+	Time time.Time `json:"time"`
+	// Keys are the subject keys; the subject is derived from Type and Keys.
+	Keys Keys `json:"keys"`
+	// Correlation ties the event to a Deployment revision, where it applies.
+	Correlation *Correlation `json:"correlation,omitempty"`
+	// Data is the type's data struct as a JSON object.
+	Data json.RawMessage `json:"data"`
+}
+
+// Correlation identifies the Deployment revision an event belongs to.
+type Correlation struct {
+	DeploymentUID string `json:"deploymentUid"`
+	Generation    int64  `json:"generation"`
+}
+
+// Option adjusts an event built by New.
+type Option func(*Event)
+
+// WithCorrelation sets the Deployment UID and generation the event belongs to.
+func WithCorrelation(uid string, generation int64) Option {
+	return func(e *Event) { e.Correlation = &Correlation{DeploymentUID: uid, Generation: generation} }
+}
+
+// WithTime sets the event time (default: now). Tests and importers use it.
+func WithTime(t time.Time) Option { return func(e *Event) { e.Time = t.UTC() } }
+
+// WithID sets the event id (default: a new ULID). A writer that retries an
+// append after a crash reuses the id it persisted, so the retry is deduped.
+func WithID(id ulid.ULID) Option { return func(e *Event) { e.ID = id } }
+
+// New builds an event of data's type with a fresh ULID and the current time,
+// and validates it: the keys must build a valid subject for the type.
+func New(keys Keys, data Data, opts ...Option) (Event, error) {
+	t := data.EventType()
+	info, ok := t.Info()
+	if !ok {
+		return Event{}, fmt.Errorf("%w %q: build rollout data with NewRolloutTransition", ErrUnknownType, t)
+	}
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return Event{}, fmt.Errorf("encode %s data: %w", t, err)
+	}
+	ev := Event{ID: ulid.Make(), Type: t, Version: info.Version, Time: time.Now().UTC(), Keys: keys, Data: raw}
+	for _, o := range opts {
+		o(&ev)
+	}
+	if err := ev.Validate(); err != nil {
+		return Event{}, err
+	}
+	return ev, nil
+}
+
+// Subject derives the event's subject from its type and keys.
+func (e Event) Subject() (string, error) {
+	info, ok := e.Type.Info()
+	if !ok {
+		return "", fmt.Errorf("%w %q", ErrUnknownType, e.Type)
+	}
+	return e.Keys.Subject(info.Family, info.Report)
+}
+
+// Validate checks the envelope: known type, non-zero id and time, keys that
+// build a valid subject, data that is a JSON object.
+func (e Event) Validate() error {
+	if e.ID == (ulid.ULID{}) {
+		return fmt.Errorf("%w: id is zero; build events with events.New", ErrInvalidEvent)
+	}
+	if e.Time.IsZero() {
+		return fmt.Errorf("%w %s: time is zero", ErrInvalidEvent, e.ID)
+	}
+	if e.Version < 1 {
+		return fmt.Errorf("%w %s: version %d, must be 1 or more", ErrInvalidEvent, e.ID, e.Version)
+	}
+	if _, err := e.Subject(); err != nil {
+		return fmt.Errorf("%w %s (%s): %w", ErrInvalidEvent, e.ID, e.Type, err)
+	}
+	if d := bytes.TrimSpace(e.Data); len(d) == 0 || d[0] != '{' {
+		return fmt.Errorf("%w %s (%s): data must be a JSON object", ErrInvalidEvent, e.ID, e.Type)
+	}
+	return nil
+}
+
+// Marshal encodes the envelope as the message payload.
+func (e Event) Marshal() ([]byte, error) { return json.Marshal(e) }
+
+// Unmarshal decodes a message payload into an envelope and validates it.
+func Unmarshal(payload []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(payload, &e); err != nil {
+		return Event{}, fmt.Errorf("%w: payload is not an event envelope: %w", ErrInvalidEvent, err)
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// typeAcceptor is implemented (on the pointer) by data structs shared by
+// several types, such as RolloutTransition.
+type typeAcceptor interface {
+	acceptType(Type) bool
+}
+
+func (d *RolloutTransition) acceptType(t Type) bool {
+	info, ok := t.Info()
+	if !ok || info.Family != FamilyDeploymentRollout {
+		return false
+	}
+	d.typ = t
+	return true
+}
+
+// Decode returns the event's data as T. It fails with ErrUnknownType when the
+// event is not of T's type and with ErrUnsupportedVersion when the event's
+// schema version is newer than this build knows. Unknown fields are ignored,
+// so data structs may grow.
+func Decode[T Data](e Event) (T, error) {
+	var v T
+	if a, ok := any(&v).(typeAcceptor); ok {
+		if !a.acceptType(e.Type) {
+			return v, fmt.Errorf("%w: event %s is %q, not a %T", ErrUnknownType, e.ID, e.Type, v)
+		}
+	} else if v.EventType() != e.Type {
+		return v, fmt.Errorf("%w: event %s is %q, not %q", ErrUnknownType, e.ID, e.Type, v.EventType())
+	}
+	info, _ := e.Type.Info()
+	if e.Version > info.Version {
+		return v, fmt.Errorf("%w: event %s is %s version %d; this build knows up to %d",
+			ErrUnsupportedVersion, e.ID, e.Type, e.Version, info.Version)
+	}
+	if err := json.Unmarshal(e.Data, &v); err != nil {
+		return v, fmt.Errorf("decode %s data of event %s: %w", e.Type, e.ID, err)
+	}
+	if a, ok := any(&v).(typeAcceptor); ok {
+		a.acceptType(e.Type) // Unmarshal does not touch the unexported type.
+	}
+	return v, nil
+}

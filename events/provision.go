@@ -1,0 +1,211 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ProvisionOptions are the parameters of the stream and bucket configuration.
+// Everything else is fixed by the contract (see docs/events.md, "Streams").
+type ProvisionOptions struct {
+	// Replicas of every stream and bucket: 1 on one server, 3 on a cluster.
+	// Default 1.
+	Replicas int
+	// DuplicateWindow is how long a Nats-Msg-Id is remembered for dedup: a
+	// retried append within it is stored once. Default 2 minutes.
+	DuplicateWindow time.Duration
+	// HistoryMaxBytes caps each history stream (intent, rollout, reports,
+	// commands). Default -1: unlimited. Intent and rollout refuse new writes
+	// when full (discard new) rather than drop history.
+	HistoryMaxBytes int64
+	// ReportsMaxAge bounds the reports and commands streams by age. Default 0:
+	// kept forever.
+	ReportsMaxAge time.Duration
+	// TelemetryPerSubject is how many heartbeats and inventories are kept per
+	// device. Default 5.
+	TelemetryPerSubject int64
+}
+
+// Defaults for ProvisionOptions.
+const (
+	DefaultDuplicateWindow     = 2 * time.Minute
+	DefaultTelemetryPerSubject = 5
+	// MaxEventSize is the largest event payload a stream accepts (the NATS
+	// default max_payload). A frozen target list that would exceed it is
+	// split into TypeDeploymentRevisionTargets chunks.
+	MaxEventSize = 1 << 20
+)
+
+func (o ProvisionOptions) withDefaults() ProvisionOptions {
+	if o.Replicas == 0 {
+		o.Replicas = 1
+	}
+	if o.DuplicateWindow == 0 {
+		o.DuplicateWindow = DefaultDuplicateWindow
+	}
+	if o.HistoryMaxBytes == 0 {
+		o.HistoryMaxBytes = -1
+	}
+	if o.TelemetryPerSubject == 0 {
+		o.TelemetryPerSubject = DefaultTelemetryPerSubject
+	}
+	return o
+}
+
+// Validate checks the options.
+func (o ProvisionOptions) Validate() error {
+	o = o.withDefaults()
+	var errs []error
+	if o.Replicas < 1 || o.Replicas > 5 {
+		errs = append(errs, fmt.Errorf("replicas is %d: use 1 (one server) to 5; 3 on a cluster", o.Replicas))
+	}
+	if o.DuplicateWindow < 0 {
+		errs = append(errs, fmt.Errorf("duplicate window is %s: must be positive", o.DuplicateWindow))
+	}
+	if o.ReportsMaxAge < 0 {
+		errs = append(errs, fmt.Errorf("reports max age is %s: use 0 (forever) or a positive duration", o.ReportsMaxAge))
+	}
+	if o.ReportsMaxAge > 0 && o.ReportsMaxAge < o.DuplicateWindow {
+		errs = append(errs, fmt.Errorf("reports max age %s is shorter than the duplicate window %s: raise it", o.ReportsMaxAge, o.DuplicateWindow))
+	}
+	if o.TelemetryPerSubject < 1 {
+		errs = append(errs, fmt.Errorf("telemetry per subject is %d: keep at least 1", o.TelemetryPerSubject))
+	}
+	return errors.Join(errs...)
+}
+
+// StreamConfigs returns the configuration of every Fleet stream.
+func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
+	o = o.withDefaults()
+	history := func(name, desc string, subjects []string, maxAge time.Duration, discard jetstream.DiscardPolicy) jetstream.StreamConfig {
+		return jetstream.StreamConfig{
+			Name:              name,
+			Description:       desc,
+			Subjects:          subjects,
+			Retention:         jetstream.LimitsPolicy,
+			MaxConsumers:      -1,
+			MaxMsgs:           -1,
+			MaxBytes:          o.HistoryMaxBytes,
+			MaxAge:            maxAge,
+			MaxMsgsPerSubject: -1,
+			MaxMsgSize:        MaxEventSize,
+			Discard:           discard,
+			Storage:           jetstream.FileStorage,
+			Replicas:          o.Replicas,
+			Duplicates:        o.DuplicateWindow,
+			DenyDelete:        true,
+			DenyPurge:         true,
+			AllowDirect:       true,
+		}
+	}
+	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
+		[]string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}, 0, jetstream.DiscardOld)
+	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject
+	telemetry.MaxBytes = -1
+	telemetry.DenyDelete, telemetry.DenyPurge = false, false
+	return []jetstream.StreamConfig{
+		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",
+			[]string{"fleet.intent.deployment.*.*", "fleet.intent.taskrun.*.*"}, 0, jetstream.DiscardNew),
+		history(StreamRollout, "Fleet rollout transitions per Deployment (append-only history)",
+			[]string{"fleet.rollout.deployment.*.*"}, 0, jetstream.DiscardNew),
+		history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
+			[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}, o.ReportsMaxAge, jetstream.DiscardOld),
+		telemetry,
+		history(StreamCommands, "Fleet agent commands (audit trail)",
+			[]string{"fleet.command.*"}, o.ReportsMaxAge, jetstream.DiscardOld),
+	}
+}
+
+// KeyValueConfigs returns the configuration of every Fleet KV bucket.
+func KeyValueConfigs(o ProvisionOptions) []jetstream.KeyValueConfig {
+	o = o.withDefaults()
+	return []jetstream.KeyValueConfig{
+		{
+			Bucket:       BucketIntent,
+			Description:  "Fleet per-device desired state (projection of FLEET_INTENT and FLEET_ROLLOUT); one key per device",
+			History:      1,
+			MaxValueSize: MaxEventSize,
+			Storage:      jetstream.FileStorage,
+			Replicas:     o.Replicas,
+		},
+		{
+			Bucket:       BucketIdentity,
+			Description:  "Fleet identity subject → device id and quarantine flag (projection of Device CRs)",
+			History:      1,
+			MaxValueSize: 4096,
+			Storage:      jetstream.FileStorage,
+			Replicas:     o.Replicas,
+		},
+	}
+}
+
+// Provision creates or updates every Fleet stream and KV bucket so that its
+// configuration is the contract's. It is idempotent. It never silently keeps
+// a wrong configuration: a field the server refuses to change (storage type,
+// for one) or clamps is an error naming the stream, the field and both
+// values.
+func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) error {
+	if err := o.Validate(); err != nil {
+		return fmt.Errorf("provision options: %w", err)
+	}
+	for _, want := range StreamConfigs(o) {
+		s, err := js.CreateOrUpdateStream(ctx, want)
+		if err != nil {
+			return fmt.Errorf("provision stream %s: %w", want.Name, err)
+		}
+		if err := compareStream(want, s.CachedInfo().Config); err != nil {
+			return err
+		}
+	}
+	for _, want := range KeyValueConfigs(o) {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, want); err != nil {
+			return fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)
+		}
+		s, err := js.Stream(ctx, "KV_"+want.Bucket)
+		if err != nil {
+			return fmt.Errorf("provision KV bucket %s: read back: %w", want.Bucket, err)
+		}
+		got := s.CachedInfo().Config
+		exp := got
+		exp.MaxMsgsPerSubject = int64(want.History)
+		exp.MaxMsgSize = want.MaxValueSize
+		exp.Storage = want.Storage
+		exp.Replicas = want.Replicas
+		exp.AllowDirect = true
+		if err := compareStream(exp, got); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// compareStream checks the fields the contract sets.
+func compareStream(want, got jetstream.StreamConfig) error {
+	var errs []error
+	check := func(field string, w, g any, equal bool) {
+		if !equal {
+			errs = append(errs, fmt.Errorf("%w: stream %s field %s is %v, the contract says %v; fix or recreate the stream",
+				ErrConfigMismatch, want.Name, field, g, w))
+		}
+	}
+	check("subjects", want.Subjects, got.Subjects, slices.Equal(want.Subjects, got.Subjects))
+	check("retention", want.Retention, got.Retention, want.Retention == got.Retention)
+	check("storage", want.Storage, got.Storage, want.Storage == got.Storage)
+	check("replicas", want.Replicas, got.Replicas, want.Replicas == got.Replicas)
+	check("max_msgs", want.MaxMsgs, got.MaxMsgs, want.MaxMsgs == got.MaxMsgs)
+	check("max_bytes", want.MaxBytes, got.MaxBytes, want.MaxBytes == got.MaxBytes)
+	check("max_age", want.MaxAge, got.MaxAge, want.MaxAge == got.MaxAge)
+	check("max_msgs_per_subject", want.MaxMsgsPerSubject, got.MaxMsgsPerSubject, want.MaxMsgsPerSubject == got.MaxMsgsPerSubject)
+	check("max_msg_size", want.MaxMsgSize, got.MaxMsgSize, want.MaxMsgSize == got.MaxMsgSize)
+	check("discard", want.Discard, got.Discard, want.Discard == got.Discard)
+	check("duplicate_window", want.Duplicates, got.Duplicates, want.Duplicates == got.Duplicates)
+	check("deny_delete", want.DenyDelete, got.DenyDelete, want.DenyDelete == got.DenyDelete)
+	check("deny_purge", want.DenyPurge, got.DenyPurge, want.DenyPurge == got.DenyPurge)
+	check("allow_direct", want.AllowDirect, got.AllowDirect, want.AllowDirect == got.AllowDirect)
+	return errors.Join(errs...)
+}

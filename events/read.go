@@ -1,0 +1,286 @@
+package events
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"iter"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Record is an event as stored: the envelope plus where and when the stream
+// stored it.
+type Record struct {
+	Event    Event
+	Subject  string
+	Stream   string
+	Sequence uint64
+	// Stored is the stream's timestamp of the message.
+	Stored time.Time
+}
+
+// Start says where a replay begins.
+type Start struct {
+	seq  uint64
+	time time.Time
+}
+
+// FromStart replays from the first stored event.
+func FromStart() Start { return Start{} }
+
+// FromSequence replays from stream sequence seq (inclusive).
+func FromSequence(seq uint64) Start { return Start{seq: seq} }
+
+// FromTime replays from the first event stored at or after t.
+func FromTime(t time.Time) Start { return Start{time: t} }
+
+func (s Start) apply(cfg *jetstream.OrderedConsumerConfig) {
+	switch {
+	case s.seq > 0:
+		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
+		cfg.OptStartSeq = s.seq
+	case !s.time.IsZero():
+		t := s.time
+		cfg.DeliverPolicy = jetstream.DeliverByStartTimePolicy
+		cfg.OptStartTime = &t
+	default:
+		cfg.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+}
+
+// Replay yields, in stream order, every event on subjects matching filter
+// from the given start, and ends once it has caught up with the stream as it
+// was when the replay began. It uses an ordered consumer (ephemeral, no
+// acks). The filter must select one stream (see StreamOf). A decode error
+// ends the replay with that error.
+func (s *Store) Replay(ctx context.Context, filter string, from Start) iter.Seq2[Record, error] {
+	return s.read(ctx, filter, from, false)
+}
+
+// Follow is Replay that does not stop at the end: it yields events as they
+// are stored, until ctx ends (then it ends without an error).
+func (s *Store) Follow(ctx context.Context, filter string, from Start) iter.Seq2[Record, error] {
+	return s.read(ctx, filter, from, true)
+}
+
+// ReplayBatchSize is how many messages a replay asks the server for at once.
+const ReplayBatchSize = 4096
+
+func (s *Store) read(ctx context.Context, filter string, from Start, live bool) iter.Seq2[Record, error] {
+	return func(yield func(Record, error) bool) {
+		stream, err := StreamOf(filter)
+		if err != nil {
+			yield(Record{}, err)
+			return
+		}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+		from.apply(&cfg)
+		cons, err := s.js.OrderedConsumer(ctx, stream, cfg)
+		if err != nil {
+			yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
+			return
+		}
+		msgs, err := cons.Messages(jetstream.PullMaxMessages(ReplayBatchSize))
+		if err != nil {
+			yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
+			return
+		}
+		defer msgs.Stop()
+		if !live {
+			if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+				return
+			}
+		}
+		for {
+			m, err := msgs.Next(jetstream.NextContext(ctx))
+			if err != nil {
+				if ctx.Err() != nil && live {
+					return
+				}
+				yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
+				return
+			}
+			md, err := m.Metadata()
+			if err != nil {
+				yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
+				return
+			}
+			ev, err := Unmarshal(m.Data())
+			if err != nil {
+				yield(Record{}, fmt.Errorf("replay %s: %s seq %d: %w", filter, md.Stream, md.Sequence.Stream, err))
+				return
+			}
+			rec := Record{Event: ev, Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
+			if !yield(rec, nil) {
+				return
+			}
+			if !live && md.NumPending == 0 {
+				return
+			}
+		}
+	}
+}
+
+// Last returns the last event stored on one subject (no wildcards) by a
+// direct get. ErrNotFound when the subject has none.
+func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
+	stream, err := StreamOf(subject)
+	if err != nil {
+		return Record{}, err
+	}
+	st, err := s.js.Stream(ctx, stream)
+	if err != nil {
+		return Record{}, fmt.Errorf("last on %s: %w", subject, err)
+	}
+	raw, err := st.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return Record{}, fmt.Errorf("%w on %s", ErrNotFound, subject)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("last on %s: %w", subject, err)
+	}
+	ev, err := Unmarshal(raw.Data)
+	if err != nil {
+		return Record{}, fmt.Errorf("last on %s: seq %d: %w", subject, raw.Sequence, err)
+	}
+	return Record{Event: ev, Subject: raw.Subject, Stream: stream, Sequence: raw.Sequence, Stored: raw.Time}, nil
+}
+
+// multiLastLimit is the server's cap on subjects one multi-last direct get
+// may match (nats-server answers 413 beyond it).
+const multiLastLimit = 1024
+
+// errTooManySubjects is returned by a direct multi-last get when the filter
+// matches more subjects than the server allows in one request; LastPerSubject
+// then falls back to a consumer.
+var errTooManySubjects = errors.New("too many subjects for one direct get")
+
+// LastPerSubject returns the last event of every subject matching filter, in
+// stream order. It uses the batched direct get (multi_last), pinned to one
+// stream sequence so the answer is a consistent cut; when the filter matches
+// more subjects than one direct get may return (1024), it falls back to an
+// ordered consumer with the last-per-subject deliver policy.
+func (s *Store) LastPerSubject(ctx context.Context, filter string) ([]Record, error) {
+	stream, err := StreamOf(filter)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.directMultiLast(ctx, stream, filter)
+	if errors.Is(err, errTooManySubjects) {
+		return s.consumerLastPerSubject(ctx, stream, filter)
+	}
+	return recs, err
+}
+
+// directMultiLast pages through a multi_last direct get.
+func (s *Store) directMultiLast(ctx context.Context, stream, filter string) ([]Record, error) {
+	type request struct {
+		MultiLast []string `json:"multi_last"`
+		Seq       uint64   `json:"seq,omitempty"`
+		UpToSeq   uint64   `json:"up_to_seq,omitempty"`
+		Batch     int      `json:"batch,omitempty"`
+	}
+	var out []Record
+	req := request{MultiLast: []string{filter}, Batch: multiLastLimit}
+	for {
+		body, _ := json.Marshal(req)
+		inbox := s.nc.NewRespInbox()
+		sub, err := s.nc.SubscribeSync(inbox)
+		if err != nil {
+			return nil, fmt.Errorf("last per subject %s: %w", filter, err)
+		}
+		err = s.nc.PublishMsg(&nats.Msg{Subject: "$JS.API.DIRECT.GET." + stream, Reply: inbox, Data: body})
+		if err != nil {
+			_ = sub.Unsubscribe()
+			return nil, fmt.Errorf("last per subject %s: %w", filter, err)
+		}
+		page, more, upTo, err := readMultiLast(ctx, sub, stream, filter)
+		_ = sub.Unsubscribe()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if !more || len(page) == 0 {
+			return out, nil
+		}
+		req.Seq = page[len(page)-1].Sequence + 1
+		req.UpToSeq = upTo
+	}
+}
+
+// readMultiLast reads one page of a multi_last answer up to its end-of-batch
+// marker.
+func readMultiLast(ctx context.Context, sub *nats.Subscription, stream, filter string) (recs []Record, more bool, upTo uint64, err error) {
+	for {
+		m, err := sub.NextMsgWithContext(ctx)
+		if err != nil {
+			return nil, false, 0, fmt.Errorf("last per subject %s: %w", filter, err)
+		}
+		switch status := m.Header.Get("Status"); status {
+		case "":
+		case "204": // end of batch
+			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+			upTo, _ = strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
+			return recs, pending > 0, upTo, nil
+		case "404":
+			return recs, false, 0, nil
+		case "413":
+			return nil, false, 0, errTooManySubjects
+		default:
+			return nil, false, 0, fmt.Errorf("last per subject %s: server answered %s %s", filter, status, m.Header.Get("Description"))
+		}
+		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
+		if err != nil {
+			return nil, false, 0, fmt.Errorf("last per subject %s: bad sequence header: %w", filter, err)
+		}
+		stored, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
+		ev, err := Unmarshal(m.Data)
+		if err != nil {
+			return nil, false, 0, fmt.Errorf("last per subject %s: seq %d: %w", filter, seq, err)
+		}
+		recs = append(recs, Record{Event: ev, Subject: m.Header.Get(jetstream.SubjectHeader), Stream: stream, Sequence: seq, Stored: stored})
+	}
+}
+
+// consumerLastPerSubject is the fallback for filters matching many subjects.
+func (s *Store) consumerLastPerSubject(ctx context.Context, stream, filter string) ([]Record, error) {
+	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{filter},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("last per subject %s: %w", filter, err)
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(ReplayBatchSize))
+	if err != nil {
+		return nil, fmt.Errorf("last per subject %s: %w", filter, err)
+	}
+	defer msgs.Stop()
+	var out []Record
+	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
+		return nil, nil
+	}
+	for {
+		m, err := msgs.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("last per subject %s: %w", filter, err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return nil, fmt.Errorf("last per subject %s: %w", filter, err)
+		}
+		ev, err := Unmarshal(m.Data())
+		if err != nil {
+			return nil, fmt.Errorf("last per subject %s: seq %d: %w", filter, md.Sequence.Stream, err)
+		}
+		out = append(out, Record{Event: ev, Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp})
+		if md.NumPending == 0 {
+			return out, nil
+		}
+	}
+}

@@ -1,0 +1,307 @@
+package events
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Stream and bucket names. They are part of the contract: the nats CLI
+// recipes in docs/ use them.
+const (
+	// StreamIntent holds Deployment and TaskRun intent: revisions and
+	// deletions. History, append-only.
+	StreamIntent = "FLEET_INTENT"
+	// StreamRollout holds rollout transitions per Deployment. History,
+	// append-only.
+	StreamRollout = "FLEET_ROLLOUT"
+	// StreamReports holds device reports that are history: workload status
+	// per revision, task status and command results.
+	StreamReports = "FLEET_REPORTS"
+	// StreamTelemetry holds device reports of which only the last few per
+	// subject matter: heartbeats and inventory.
+	StreamTelemetry = "FLEET_TELEMETRY"
+	// StreamCommands holds agent commands, an audit trail of what was asked
+	// of each device.
+	StreamCommands = "FLEET_COMMANDS"
+
+	// BucketIntent is the KV projection of per-device desired state: one key
+	// per device.
+	BucketIntent = "fleet-intent"
+	// BucketIdentity is the KV projection of Device CRs: identity subject →
+	// device id and quarantine flag.
+	BucketIdentity = "fleet-identity"
+)
+
+// Subject roots. Every family has a fixed token count and a kind token.
+const (
+	rootIntent  = "fleet.intent"
+	rootRollout = "fleet.rollout"
+	rootReport  = "fleet.report"
+	rootCommand = "fleet.command"
+
+	kindDeployment = "deployment"
+	kindTaskRun    = "taskrun"
+)
+
+// ReportKind is the last token of a device report subject.
+type ReportKind string
+
+// Report kinds.
+const (
+	ReportHeartbeat ReportKind = "heartbeat"
+	ReportInventory ReportKind = "inventory"
+	ReportWorkload  ReportKind = "workload"
+	ReportTask      ReportKind = "task"
+	ReportCommand   ReportKind = "command"
+)
+
+// reportKinds lists every report kind in catalogue order.
+var reportKinds = []ReportKind{ReportHeartbeat, ReportInventory, ReportWorkload, ReportTask, ReportCommand}
+
+// Valid reports whether k is a known report kind.
+func (k ReportKind) Valid() bool {
+	for _, v := range reportKinds {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Family names a subject family: a fixed shape of subject.
+type Family string
+
+// Subject families.
+const (
+	// FamilyDeploymentIntent: fleet.intent.deployment.<namespace>.<name>
+	FamilyDeploymentIntent Family = "deployment-intent"
+	// FamilyTaskRunIntent: fleet.intent.taskrun.<namespace>.<name>
+	FamilyTaskRunIntent Family = "taskrun-intent"
+	// FamilyDeploymentRollout: fleet.rollout.deployment.<namespace>.<name>
+	FamilyDeploymentRollout Family = "deployment-rollout"
+	// FamilyReport: fleet.report.<device>.<kind>
+	FamilyReport Family = "report"
+	// FamilyCommand: fleet.command.<device>
+	FamilyCommand Family = "command"
+)
+
+// Keys are the subject keys of an event: the tokens its subject is built
+// from. Which are required depends on the type's family.
+type Keys struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	Device    string `json:"device,omitempty"`
+}
+
+// Subject builds the subject of family f (and report kind k for
+// FamilyReport) from the keys, validating every token.
+func (k Keys) Subject(f Family, rk ReportKind) (string, error) {
+	switch f {
+	case FamilyDeploymentIntent:
+		return DeploymentIntentSubject(k.Namespace, k.Name)
+	case FamilyTaskRunIntent:
+		return TaskRunIntentSubject(k.Namespace, k.Name)
+	case FamilyDeploymentRollout:
+		return DeploymentRolloutSubject(k.Namespace, k.Name)
+	case FamilyReport:
+		return ReportSubject(k.Device, rk)
+	case FamilyCommand:
+		return CommandSubject(k.Device)
+	}
+	return "", fmt.Errorf("%w: unknown family %q", ErrInvalidSubject, f)
+}
+
+func nsName(root, kind, namespace, name string) (string, error) {
+	if err := ValidateToken(TokenNamespace, namespace); err != nil {
+		return "", err
+	}
+	if err := ValidateToken(TokenName, name); err != nil {
+		return "", err
+	}
+	return root + "." + kind + "." + namespace + "." + name, nil
+}
+
+// DeploymentIntentSubject is fleet.intent.deployment.<namespace>.<name>.
+func DeploymentIntentSubject(namespace, name string) (string, error) {
+	return nsName(rootIntent, kindDeployment, namespace, name)
+}
+
+// TaskRunIntentSubject is fleet.intent.taskrun.<namespace>.<name>.
+func TaskRunIntentSubject(namespace, name string) (string, error) {
+	return nsName(rootIntent, kindTaskRun, namespace, name)
+}
+
+// DeploymentRolloutSubject is fleet.rollout.deployment.<namespace>.<name>.
+func DeploymentRolloutSubject(namespace, name string) (string, error) {
+	return nsName(rootRollout, kindDeployment, namespace, name)
+}
+
+// ReportSubject is fleet.report.<device>.<kind>.
+func ReportSubject(device string, kind ReportKind) (string, error) {
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	if !kind.Valid() {
+		return "", fmt.Errorf("%w: report kind %q is not one of %v", ErrInvalidSubject, kind, reportKinds)
+	}
+	return rootReport + "." + device + "." + string(kind), nil
+}
+
+// DeviceReportsFilter is fleet.report.<device>.>: every report of one device,
+// across the reports and telemetry streams (use it with core NATS, or with one
+// stream at a time).
+func DeviceReportsFilter(device string) (string, error) {
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	return rootReport + "." + device + ".>", nil
+}
+
+// CommandSubject is fleet.command.<device>: agent commands for one device.
+func CommandSubject(device string) (string, error) {
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	return rootCommand + "." + device, nil
+}
+
+// IntentKey is the fleet-intent KV key of a device: the device id itself.
+func IntentKey(device string) (string, error) {
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	return device, nil
+}
+
+// IntentKVSubject is $KV.fleet-intent.<device>, the subject a device's intent
+// value is stored on; agents core-subscribe to it to follow changes.
+func IntentKVSubject(device string) (string, error) {
+	key, err := IntentKey(device)
+	if err != nil {
+		return "", err
+	}
+	return "$KV." + BucketIntent + "." + key, nil
+}
+
+// IntentDirectGetSubject is the subject-scoped direct get of a device's intent
+// value: $JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.<device>. The
+// auth callout permits exactly this subject to a device; the payload form of
+// direct get ($JS.API.DIRECT.GET.KV_fleet-intent) cannot be scoped and is
+// never permitted.
+func IntentDirectGetSubject(device string) (string, error) {
+	kv, err := IntentKVSubject(device)
+	if err != nil {
+		return "", err
+	}
+	return "$JS.API.DIRECT.GET.KV_" + BucketIntent + "." + kv, nil
+}
+
+// IdentityKey is the fleet-identity KV key of an OIDC identity subject (the
+// machine user's id).
+func IdentityKey(identitySubject string) (string, error) {
+	if err := ValidateToken(TokenIdentitySubject, identitySubject); err != nil {
+		return "", err
+	}
+	return identitySubject, nil
+}
+
+// Ref is a parsed Fleet subject.
+type Ref struct {
+	Family Family
+	Keys   Keys
+	// Report is the report kind, set for FamilyReport only.
+	Report ReportKind
+}
+
+// Subject rebuilds the subject the Ref was parsed from.
+func (r Ref) Subject() (string, error) { return r.Keys.Subject(r.Family, r.Report) }
+
+// ParseSubject parses any Fleet event subject, validating every token.
+func ParseSubject(subject string) (Ref, error) {
+	bad := func(why string) (Ref, error) {
+		return Ref{}, fmt.Errorf("%w %q: %s", ErrInvalidSubject, subject, why)
+	}
+	t := strings.Split(subject, ".")
+	if len(t) < 3 || t[0] != "fleet" {
+		return bad("must start with fleet.intent, fleet.rollout, fleet.report or fleet.command")
+	}
+	var ref Ref
+	switch t[1] {
+	case "intent", "rollout":
+		if len(t) != 5 {
+			return bad("must have 5 tokens: fleet." + t[1] + ".<kind>.<namespace>.<name>")
+		}
+		switch {
+		case t[1] == "intent" && t[2] == kindDeployment:
+			ref.Family = FamilyDeploymentIntent
+		case t[1] == "intent" && t[2] == kindTaskRun:
+			ref.Family = FamilyTaskRunIntent
+		case t[1] == "rollout" && t[2] == kindDeployment:
+			ref.Family = FamilyDeploymentRollout
+		default:
+			return bad("unknown kind token " + t[2])
+		}
+		ref.Keys = Keys{Namespace: t[3], Name: t[4]}
+		if err := ValidateToken(TokenNamespace, t[3]); err != nil {
+			return Ref{}, err
+		}
+		if err := ValidateToken(TokenName, t[4]); err != nil {
+			return Ref{}, err
+		}
+	case "report":
+		if len(t) != 4 {
+			return bad("must have 4 tokens: fleet.report.<device>.<kind>")
+		}
+		if err := ValidateToken(TokenDevice, t[2]); err != nil {
+			return Ref{}, err
+		}
+		if !ReportKind(t[3]).Valid() {
+			return bad("unknown report kind " + t[3])
+		}
+		ref = Ref{Family: FamilyReport, Keys: Keys{Device: t[2]}, Report: ReportKind(t[3])}
+	case "command":
+		if len(t) != 3 {
+			return bad("must have 3 tokens: fleet.command.<device>")
+		}
+		if err := ValidateToken(TokenDevice, t[2]); err != nil {
+			return Ref{}, err
+		}
+		ref = Ref{Family: FamilyCommand, Keys: Keys{Device: t[2]}}
+	default:
+		return bad("unknown root " + t[1])
+	}
+	return ref, nil
+}
+
+// StreamOf returns the stream that stores a subject or a subject filter
+// (wildcards allowed) of a Fleet family. Report filters that span both report
+// streams (fleet.report.<device>.>) have no single stream and return an
+// error.
+func StreamOf(subject string) (string, error) {
+	t := strings.Split(subject, ".")
+	if len(t) < 2 || t[0] != "fleet" {
+		return "", fmt.Errorf("%w %q: not a fleet subject", ErrInvalidSubject, subject)
+	}
+	switch t[1] {
+	case "intent":
+		return StreamIntent, nil
+	case "rollout":
+		return StreamRollout, nil
+	case "command":
+		return StreamCommands, nil
+	case "report":
+		if len(t) == 4 {
+			switch ReportKind(t[3]) {
+			case ReportHeartbeat, ReportInventory:
+				return StreamTelemetry, nil
+			case ReportWorkload, ReportTask, ReportCommand:
+				return StreamReports, nil
+			}
+		}
+		return "", fmt.Errorf("%w %q: a report filter must end in one report kind (heartbeat and inventory live in %s, the rest in %s)",
+			ErrInvalidSubject, subject, StreamTelemetry, StreamReports)
+	case ">":
+		return "", fmt.Errorf("%w %q: spans every stream; name a family", ErrInvalidSubject, subject)
+	}
+	return "", fmt.Errorf("%w %q: unknown root %s", ErrInvalidSubject, subject, t[1])
+}

@@ -1,0 +1,111 @@
+package events
+
+// Type is an event type name. Names are string constants, listed with their
+// fields and version history in docs/events.md; they are never derived from Go
+// type names and never change once shipped. An incompatible change to a
+// type's data bumps its schema version instead.
+type Type string
+
+// Intent events (stream FLEET_INTENT).
+const (
+	// TypeDeploymentRevisionCreated: a new revision of a Deployment (one per
+	// generation) with its frozen targets and canaries.
+	TypeDeploymentRevisionCreated Type = "deployment.revision.created"
+	// TypeDeploymentRevisionTargets: one chunk of a revision's frozen target
+	// list, when the list does not fit in the revision event.
+	TypeDeploymentRevisionTargets Type = "deployment.revision.targets"
+	// TypeDeploymentDeleted: the Deployment was deleted; every target removes
+	// its workloads.
+	TypeDeploymentDeleted Type = "deployment.deleted"
+	// TypeTaskRunCreated: a TaskRun's task intent for its frozen targets.
+	TypeTaskRunCreated Type = "taskrun.created"
+	// TypeTaskRunDeleted: the TaskRun was deleted.
+	TypeTaskRunDeleted Type = "taskrun.deleted"
+)
+
+// Rollout transitions (stream FLEET_ROLLOUT).
+const (
+	// TypeRolloutStarted: a revision's rollout began.
+	TypeRolloutStarted Type = "rollout.started"
+	// TypeRolloutCanaryStage: the revision was released to its canaries only.
+	TypeRolloutCanaryStage Type = "rollout.canary-stage"
+	// TypeRolloutCanariesConverged: every canary converged.
+	TypeRolloutCanariesConverged Type = "rollout.canaries-converged"
+	// TypeRolloutCanaryFailed: a canary failed; release is blocked.
+	TypeRolloutCanaryFailed Type = "rollout.canary-failed"
+	// TypeRolloutReleased: the revision was released to the remaining frozen
+	// targets.
+	TypeRolloutReleased Type = "rollout.released"
+	// TypeRolloutSucceeded: every frozen target converged.
+	TypeRolloutSucceeded Type = "rollout.succeeded"
+	// TypeRolloutFailed: the rollout failed.
+	TypeRolloutFailed Type = "rollout.failed"
+)
+
+// Device reports (streams FLEET_REPORTS and FLEET_TELEMETRY).
+const (
+	// TypeDeviceHeartbeat: the agent is alive.
+	TypeDeviceHeartbeat Type = "device.heartbeat"
+	// TypeDeviceInventory: what the device is and its self-reported labels.
+	TypeDeviceInventory Type = "device.inventory"
+	// TypeWorkloadStatus: the state of one Deployment revision on the device.
+	TypeWorkloadStatus Type = "device.workload.status"
+	// TypeTaskStatus: the state of one TaskRun on the device.
+	TypeTaskStatus Type = "device.task.status"
+	// TypeCommandResult: the agent's answer to an agent command.
+	TypeCommandResult Type = "device.command.result"
+)
+
+// Agent commands (stream FLEET_COMMANDS).
+const (
+	// TypeAgentCommand: an operation asked of one agent.
+	TypeAgentCommand Type = "agent.command"
+)
+
+// TypeInfo describes one event type for the catalogue.
+type TypeInfo struct {
+	Type Type
+	// Version is the current schema version of the type's data.
+	Version int
+	// Family is the subject family the type is stored under.
+	Family Family
+	// Report is the report kind of report types.
+	Report ReportKind
+}
+
+// catalogue lists every type this build knows, in docs/events.md order. It
+// is a literal, not a registry: adding a type means adding a line here, a
+// data struct, and a section in docs/events.md (a test checks all three).
+var catalogue = []TypeInfo{
+	{TypeDeploymentRevisionCreated, 1, FamilyDeploymentIntent, ""},
+	{TypeDeploymentRevisionTargets, 1, FamilyDeploymentIntent, ""},
+	{TypeDeploymentDeleted, 1, FamilyDeploymentIntent, ""},
+	{TypeTaskRunCreated, 1, FamilyTaskRunIntent, ""},
+	{TypeTaskRunDeleted, 1, FamilyTaskRunIntent, ""},
+	{TypeRolloutStarted, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutCanaryStage, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutCanariesConverged, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutCanaryFailed, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutReleased, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutSucceeded, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutFailed, 1, FamilyDeploymentRollout, ""},
+	{TypeDeviceHeartbeat, 1, FamilyReport, ReportHeartbeat},
+	{TypeDeviceInventory, 1, FamilyReport, ReportInventory},
+	{TypeWorkloadStatus, 1, FamilyReport, ReportWorkload},
+	{TypeTaskStatus, 1, FamilyReport, ReportTask},
+	{TypeCommandResult, 1, FamilyReport, ReportCommand},
+	{TypeAgentCommand, 1, FamilyCommand, ""},
+}
+
+// Catalogue returns every event type this build knows.
+func Catalogue() []TypeInfo { return append([]TypeInfo(nil), catalogue...) }
+
+// Info returns the catalogue entry of t.
+func (t Type) Info() (TypeInfo, bool) {
+	for _, ti := range catalogue {
+		if ti.Type == t {
+			return ti, true
+		}
+	}
+	return TypeInfo{}, false
+}

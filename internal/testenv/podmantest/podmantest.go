@@ -1,0 +1,160 @@
+// Package podmantest connects tests to the real Podman started by `task
+// setup:podman`: the Podman API service on .cache/run/podman.sock (reached
+// with the github.com/containers/podman/v5 bindings, built with CGO_ENABLED=0
+// and the tags `remote exclude_graphdriver_btrfs containers_image_openpgp`),
+// the base image localhost/fleet-base:latest and the TLS test registry on
+// 127.0.0.1:5000 with its credentials. It owns the test container labels and
+// the removal of labelled containers before and after each test, and
+// classifies registry authentication failures.
+//
+// Invariants: it only ever removes containers that carry LabelKey; a test
+// removes its own containers, and containers of test processes that no
+// longer run, never those of another running test process. When the Podman
+// service or the registry is missing it follows the testenv policy: fail with
+// CI=true, skip elsewhere, naming `go tool -modfile=tools/go.mod task
+// setup:podman`.
+//
+// Only tests import this package. It never imports k8s.io packages, so agent
+// tests may use it.
+package podmantest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/containers/podman/v5/pkg/bindings"
+	"github.com/containers/podman/v5/pkg/bindings/containers"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+)
+
+const (
+	// BaseImage is the image every test container starts from: busybox-static
+	// imported by `task setup:podman` (nothing can be pulled from the
+	// internet here).
+	BaseImage = "localhost/fleet-base:latest"
+
+	// LabelKey marks a container as made by a test; its value is the test's
+	// name. Only containers carrying it are ever removed by this package.
+	LabelKey = "io.nationtech.harmony-fleet.test"
+
+	// PIDLabelKey holds the PID of the test process that made the container,
+	// so leftovers of a dead test process can be told from containers of one
+	// still running in parallel.
+	PIDLabelKey = "io.nationtech.harmony-fleet.test.pid"
+
+	// SetupCommand installs and starts everything this package needs.
+	SetupCommand = "go tool -modfile=tools/go.mod task setup:podman"
+)
+
+// cleanupTimeout bounds the removal of a test's containers.
+const cleanupTimeout = time.Minute
+
+// Labels returns the labels that mark a container as made by tb in this
+// process. Put them on every container a test creates.
+func Labels(tb testing.TB) map[string]string {
+	return map[string]string{
+		LabelKey:    tb.Name(),
+		PIDLabelKey: strconv.Itoa(os.Getpid()),
+	}
+}
+
+// Connect returns a context carrying a connection to the Podman API service,
+// for the bindings' functions. The context ends with the test. Before it
+// returns it removes the containers of tb left by an earlier run of the same
+// process and those of test processes that no longer run; when the test
+// ends, it removes every container carrying Labels(tb).
+//
+// A missing socket or a service that does not answer applies the testenv
+// policy (fail in CI, skip elsewhere).
+func Connect(tb testing.TB) context.Context {
+	tb.Helper()
+	sock, err := SocketPath()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := os.Stat(sock); err != nil {
+		missing(tb, fmt.Errorf("podmantest: Podman socket: %w", err))
+	}
+	ctx, err := bindings.NewConnection(tb.Context(), "unix://"+sock)
+	if err != nil {
+		missing(tb, fmt.Errorf("podmantest: connect to %s: %w", sock, err))
+	}
+
+	self := strconv.Itoa(os.Getpid())
+	if err := RemoveContainers(ctx, func(labels map[string]string) bool {
+		pid, err := strconv.Atoi(labels[PIDLabelKey])
+		if err != nil || !processAlive(pid) {
+			return true // a leftover of a test process that is gone
+		}
+		return labels[PIDLabelKey] == self && labels[LabelKey] == tb.Name()
+	}); err != nil {
+		tb.Fatalf("remove leftover test containers: %v", err)
+	}
+
+	tb.Cleanup(func() {
+		// The test's context is already cancelled when cleanups run.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		if err := RemoveContainers(cctx, func(labels map[string]string) bool {
+			return labels[PIDLabelKey] == self && labels[LabelKey] == tb.Name()
+		}); err != nil {
+			tb.Errorf("remove the test's containers: %v", err)
+		}
+	})
+	return ctx
+}
+
+// missing applies the testenv policy for the Podman service.
+func missing(tb testing.TB, err error) {
+	tb.Helper()
+	testenv.Missing(tb, "Podman API service", SetupCommand, err)
+}
+
+// RemoveContainers force-removes (no stop grace period) every container that
+// carries LabelKey and for whose labels match returns true, with its
+// anonymous volumes. ctx must carry a bindings connection (see Connect).
+func RemoveContainers(ctx context.Context, match func(labels map[string]string) bool) error {
+	list, err := containers.List(ctx, new(containers.ListOptions).
+		WithAll(true).
+		WithFilters(map[string][]string{"label": {LabelKey}}))
+	if err != nil {
+		return fmt.Errorf("podmantest: list test containers: %w", err)
+	}
+	for _, c := range list {
+		if _, ok := c.Labels[LabelKey]; !ok || !match(c.Labels) {
+			continue
+		}
+		_, err := containers.Remove(ctx, c.ID, new(containers.RemoveOptions).
+			WithForce(true).WithVolumes(true).WithTimeout(0).WithIgnore(true))
+		if err != nil {
+			return fmt.Errorf("podmantest: remove container %s: %w", c.ID, err)
+		}
+	}
+	return nil
+}
+
+// processAlive reports whether pid names a running (non-zombie) process.
+func processAlive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	for i := len(data) - 1; i >= 0; i-- {
+		if data[i] == ')' {
+			rest := string(data[i+1:])
+			for len(rest) > 0 && rest[0] == ' ' {
+				rest = rest[1:]
+			}
+			return len(rest) == 0 || rest[0] != 'Z'
+		}
+	}
+	return true
+}
