@@ -1,0 +1,73 @@
+// Command fleet is the Fleet admin tool for a laptop. `fleet dev` runs the
+// control plane on one machine (see docs/fleet.md).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/nationtech/harmony-fleet/internal/devenv"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet:", err)
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: fleet <command> [flags]
+
+commands:
+  dev       run the Fleet control plane on this machine
+  history   (not implemented yet) a Deployment's or device's timeline from the streams
+`
+
+func run(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, usage)
+		return errors.New("no command given")
+	}
+	switch args[0] {
+	case "dev":
+		return runDev(args[1:])
+	case "history":
+		return errors.New("history: not implemented yet")
+	case "-h", "-help", "--help", "help":
+		fmt.Print(usage)
+		return nil
+	}
+	fmt.Fprint(os.Stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func runDev(args []string) error {
+	fs := flag.NewFlagSet("fleet dev", flag.ContinueOnError)
+	var o devenv.Options
+	defaultDir := ".fleet-dev"
+	if d, err := os.UserCacheDir(); err == nil {
+		defaultDir = filepath.Join(d, "fleet-dev")
+	}
+	fs.StringVar(&o.DataDir, "data-dir", defaultDir, "folder for state kept across runs")
+	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
+	verbose := fs.Bool("v", false, "log debug records")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	o.Out = os.Stdout
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return devenv.Run(ctx, o)
+}
