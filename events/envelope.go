@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -84,26 +85,86 @@ func (e Event) Subject() (string, error) {
 // Validate checks the envelope: known type, non-zero id and time, keys that
 // build a valid subject, data that is a JSON object.
 func (e Event) Validate() error {
-	if e.ID == (ulid.ULID{}) {
-		return fmt.Errorf("%w: id is zero; build events with events.New", ErrInvalidEvent)
-	}
-	if e.Time.IsZero() {
-		return fmt.Errorf("%w %s: time is zero", ErrInvalidEvent, e.ID)
-	}
-	if e.Version < 1 {
-		return fmt.Errorf("%w %s: version %d, must be 1 or more", ErrInvalidEvent, e.ID, e.Version)
-	}
-	if _, err := e.Subject(); err != nil {
-		return fmt.Errorf("%w %s (%s): %w", ErrInvalidEvent, e.ID, e.Type, err)
-	}
-	if d := bytes.TrimSpace(e.Data); len(d) == 0 || d[0] != '{' {
-		return fmt.Errorf("%w %s (%s): data must be a JSON object", ErrInvalidEvent, e.ID, e.Type)
-	}
-	return nil
+	_, err := e.validate(true)
+	return err
 }
 
-// Marshal encodes the envelope as the message payload.
-func (e Event) Marshal() ([]byte, error) { return json.Marshal(e) }
+// validate checks the envelope and returns its subject; fullData also checks
+// that Data is valid JSON (Marshal does that itself).
+func (e Event) validate(fullData bool) (string, error) {
+	if e.ID == (ulid.ULID{}) {
+		return "", fmt.Errorf("%w: id is zero; build events with events.New", ErrInvalidEvent)
+	}
+	if e.Time.IsZero() {
+		return "", fmt.Errorf("%w %s: time is zero", ErrInvalidEvent, e.ID)
+	}
+	if e.Version < 1 {
+		return "", fmt.Errorf("%w %s: version %d, must be 1 or more", ErrInvalidEvent, e.ID, e.Version)
+	}
+	subject, err := e.Subject()
+	if err != nil {
+		return "", fmt.Errorf("%w %s (%s): %w", ErrInvalidEvent, e.ID, e.Type, err)
+	}
+	if d := bytes.TrimSpace(e.Data); len(d) == 0 || d[0] != '{' || (fullData && !json.Valid(d)) {
+		return "", fmt.Errorf("%w %s (%s): data must be a JSON object", ErrInvalidEvent, e.ID, e.Type)
+	}
+	return subject, nil
+}
+
+// Marshal encodes the envelope as the message payload. It writes the JSON by
+// hand (the same bytes encoding/json would produce, without its reflection
+// and the re-compaction of Data): appending is on the hot path.
+func (e Event) Marshal() ([]byte, error) {
+	if !json.Valid(e.Data) {
+		return nil, fmt.Errorf("%w %s (%s): data is not valid JSON", ErrInvalidEvent, e.ID, e.Type)
+	}
+	b := make([]byte, 0, 192+len(e.Data))
+	b = append(b, `{"id":"`...)
+	b = append(b, e.ID.String()...)
+	b = append(b, `","type":`...)
+	b = appendString(b, string(e.Type))
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, int64(e.Version), 10)
+	b = append(b, `,"time":"`...)
+	b = e.Time.AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","keys":{`...)
+	sep := ""
+	for _, kv := range [3][2]string{{"namespace", e.Keys.Namespace}, {"name", e.Keys.Name}, {"device", e.Keys.Device}} {
+		if kv[1] == "" {
+			continue
+		}
+		b = append(b, sep...)
+		b = appendString(b, kv[0])
+		b = append(b, ':')
+		b = appendString(b, kv[1])
+		sep = ","
+	}
+	b = append(b, '}')
+	if c := e.Correlation; c != nil {
+		b = append(b, `,"correlation":{"deploymentUid":`...)
+		b = appendString(b, c.DeploymentUID)
+		b = append(b, `,"generation":`...)
+		b = strconv.AppendInt(b, c.Generation, 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"data":`...)
+	b = append(b, bytes.TrimSpace(e.Data)...)
+	return append(b, '}'), nil
+}
+
+// appendString appends s as a JSON string. Tokens and type names are plain
+// ASCII and take the fast path; anything else goes through encoding/json.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
 
 // Unmarshal decodes a message payload into an envelope and validates it.
 func Unmarshal(payload []byte) (Event, error) {

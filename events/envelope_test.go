@@ -153,3 +153,60 @@ func TestEveryCatalogueTypeHasAStructAndASubject(t *testing.T) {
 		})
 	}
 }
+
+func TestMarshalMatchesEncodingJSON(t *testing.T) {
+	type plain events.Event // no methods: encoding/json's own encoding
+	tests := []struct {
+		name string
+		ev   func() events.Event
+	}{
+		{"an event with a correlation", func() events.Event {
+			ev, _ := events.New(events.Keys{Namespace: "lab", Name: "api"},
+				events.NewRolloutTransition(events.TypeRolloutStarted, events.RolloutTransition{UID: "u", Generation: 2}), events.WithCorrelation("u", 2))
+			return ev
+		}},
+		{"a device event without a correlation", func() events.Event {
+			ev, _ := events.New(events.Keys{Device: "d-1"}, events.DeviceInventory{OS: "Debian \"12\" <bookworm> & ü", Labels: map[string]string{"role": "x"}})
+			return ev
+		}},
+		{"a correlation uid that needs escaping", func() events.Event {
+			ev, _ := events.New(events.Keys{Device: "d"}, events.WorkloadStatus{}, events.WithCorrelation("a\"b\\c\u2028<>&\n", -1),
+				events.WithTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)))
+			return ev
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := tc.ev()
+			got, err := ev.Marshal()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := json.Marshal(plain(ev))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("Marshal:\n got %s\nwant %s", got, want)
+			}
+		})
+	}
+	t.Run("invalid JSON data is refused", func(t *testing.T) {
+		ev := tc0(t)
+		ev.Data = json.RawMessage(`{"a":`)
+		if _, err := ev.Marshal(); !errors.Is(err, events.ErrInvalidEvent) {
+			t.Errorf("got %v", err)
+		}
+		if err := ev.Validate(); !errors.Is(err, events.ErrInvalidEvent) {
+			t.Errorf("Validate got %v", err)
+		}
+	})
+}
+
+func tc0(t *testing.T) events.Event {
+	ev, err := events.New(events.Keys{Device: "d"}, events.DeviceHeartbeat{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}

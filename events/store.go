@@ -91,11 +91,11 @@ func ExpectLastSubjectSequence(seq uint64) AppendOption {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }
 
-// message builds the NATS message of an event.
+// message validates an event and builds its NATS message.
 func message(ev Event) (*nats.Msg, error) {
-	subj, err := ev.Subject()
+	subj, err := ev.validate(false)
 	if err != nil {
-		return nil, fmt.Errorf("%w %s: %w", ErrInvalidEvent, ev.ID, err)
+		return nil, err
 	}
 	payload, err := ev.Marshal()
 	if err != nil {
@@ -133,9 +133,6 @@ func appendError(subject string, o appendOpts, err error) error {
 // ExpectLastSubjectSequence, a stale expectation returns a *ConflictError
 // (errors.Is ErrConflict) and writes nothing.
 func (s *Store) Append(ctx context.Context, ev Event, opts ...AppendOption) (Position, error) {
-	if err := ev.Validate(); err != nil {
-		return Position{}, err
-	}
 	var o appendOpts
 	for _, f := range opts {
 		f(&o)
@@ -191,9 +188,6 @@ type Result struct {
 func (s *Store) AppendBatch(ctx context.Context, b *Batch) ([]Result, error) {
 	msgs := make([]*nats.Msg, len(b.items))
 	for i, it := range b.items {
-		if err := it.ev.Validate(); err != nil {
-			return nil, fmt.Errorf("batch event %d: %w (nothing published)", i, err)
-		}
 		m, err := message(it.ev)
 		if err != nil {
 			return nil, fmt.Errorf("batch event %d: %w (nothing published)", i, err)
