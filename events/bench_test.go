@@ -28,7 +28,8 @@ var (
 		{"append sync vs raw publish (goal >= 0.8)", "BenchmarkAppend/sync/events", "BenchmarkAppend/sync/raw"},
 		{"append async batch vs raw async publish (goal >= 0.8)", "BenchmarkAppend/async/events", "BenchmarkAppend/async/raw"},
 		{"replay vs raw ordered consumer (goal >= 0.5)", "BenchmarkReplay/events", "BenchmarkReplay/raw-ordered"},
-		{"fsync always vs 2-minute interval (sync append)", "BenchmarkFsyncPolicy/always", "BenchmarkFsyncPolicy/interval-2m"},
+		{"durable stream, fsync always vs 2-minute interval", "BenchmarkFsyncPolicy/always/rollout", "BenchmarkFsyncPolicy/interval-2m/rollout"},
+		{"reports stream (async persist), fsync always vs interval", "BenchmarkFsyncPolicy/always/reports", "BenchmarkFsyncPolicy/interval-2m/reports"},
 	}
 )
 
@@ -250,30 +251,41 @@ func BenchmarkReplay(b *testing.B) {
 }
 
 // BenchmarkFsyncPolicy measures the durability trade-off of ADR 0002: sync
-// appends with fsync on every write against the server's default interval.
+// appends to a durable stream (rollout) and to an async-persist stream
+// (reports) with the server fsyncing always, against the server's default
+// 2-minute interval.
 func BenchmarkFsyncPolicy(b *testing.B) {
 	for _, p := range []struct {
 		name string
 		sync natsembed.SyncPolicy
 	}{{"always", natsembed.DefaultSync}, {"interval-2m", natsembed.FastSync}} {
-		b.Run(p.name, func(b *testing.B) {
-			ctx := context.Background()
-			s := natstest.StartWith(b, natsembed.Options{Sync: p.sync})
-			st, err := events.NewStore(natstest.Connect(b, s), events.StoreOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			evs := benchEvents(b, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				if _, err := st.Append(ctx, evs[i]); err != nil {
+		for _, kind := range []string{"rollout", "reports"} {
+			b.Run(p.name+"/"+kind, func(b *testing.B) {
+				ctx := context.Background()
+				s := natstest.StartWith(b, natsembed.Options{Sync: p.sync})
+				st, err := events.NewStore(natstest.Connect(b, s), events.StoreOptions{})
+				if err != nil {
 					b.Fatal(err)
 				}
-			}
-			record(b, b.N)
-		})
+				if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				evs := make([]events.Event, b.N)
+				for i := range evs {
+					if kind == "rollout" {
+						evs[i] = transition(b, events.TypeRolloutStarted, int64(i))
+					} else {
+						evs[i] = workload(b, "d1", i)
+					}
+				}
+				b.ResetTimer()
+				for i := range b.N {
+					if _, err := st.Append(ctx, evs[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				record(b, b.N)
+			})
+		}
 	}
 }

@@ -103,18 +103,26 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 			AllowDirect:       true,
 		}
 	}
+	// Device reports are acknowledged before they are flushed (async persist
+	// mode): agents re-report their current state on every reconnect, so a
+	// power loss costs at most the last moments of report history, never a
+	// decision. Intent, rollout and commands are fsynced before the ack when
+	// the server syncs always (ADR 0002).
+	reports := history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
+		[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}, o.ReportsMaxAge, jetstream.DiscardOld)
+	reports.PersistMode = jetstream.AsyncPersistMode
 	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
 		[]string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}, 0, jetstream.DiscardOld)
 	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject
 	telemetry.MaxBytes = -1
 	telemetry.DenyDelete, telemetry.DenyPurge = false, false
+	telemetry.PersistMode = jetstream.AsyncPersistMode
 	return []jetstream.StreamConfig{
 		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",
 			[]string{"fleet.intent.deployment.*.*", "fleet.intent.taskrun.*.*"}, 0, jetstream.DiscardNew),
 		history(StreamRollout, "Fleet rollout transitions per Deployment (append-only history)",
 			[]string{"fleet.rollout.deployment.*.*"}, 0, jetstream.DiscardNew),
-		history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
-			[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}, o.ReportsMaxAge, jetstream.DiscardOld),
+		reports,
 		telemetry,
 		history(StreamCommands, "Fleet agent commands (audit trail)",
 			[]string{"fleet.command.*"}, o.ReportsMaxAge, jetstream.DiscardOld),
@@ -206,6 +214,7 @@ func compareStream(want, got jetstream.StreamConfig) error {
 	check("duplicate_window", want.Duplicates, got.Duplicates, want.Duplicates == got.Duplicates)
 	check("deny_delete", want.DenyDelete, got.DenyDelete, want.DenyDelete == got.DenyDelete)
 	check("deny_purge", want.DenyPurge, got.DenyPurge, want.DenyPurge == got.DenyPurge)
+	check("persist_mode", want.PersistMode, got.PersistMode, want.PersistMode == got.PersistMode)
 	check("allow_direct", want.AllowDirect, got.AllowDirect, want.AllowDirect == got.AllowDirect)
 	return errors.Join(errs...)
 }
