@@ -1,0 +1,153 @@
+package docs
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+)
+
+// recipeRE matches a recipe marker and the sh block after it.
+var recipeRE = regexp.MustCompile("(?s)<!-- recipe( live)? expect=\"([^\"]*)\" -->\\s*```sh\\n(.*?)```")
+
+type recipe struct {
+	script string
+	expect []string
+	live   bool
+}
+
+func recipes(t *testing.T, doc string) []recipe {
+	t.Helper()
+	b, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []recipe
+	for _, m := range recipeRE.FindAllStringSubmatch(string(b), -1) {
+		out = append(out, recipe{script: strings.TrimSpace(m[3]), expect: strings.Split(m[2], "|"), live: m[1] != ""})
+	}
+	return out
+}
+
+// natsCLI finds the nats CLI built by `task setup:natscli`.
+func natsCLI(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv("FLEET_NATS_CLI")
+	if path == "" {
+		path = filepath.Join("..", ".cache", "tools", "natscli-v0.5.0", "nats")
+	}
+	abs, err := filepath.Abs(path)
+	if err == nil {
+		_, err = exec.LookPath(abs)
+	}
+	if err != nil {
+		testenv.Missing(t, "the nats CLI v0.5.0", "go tool -modfile=tools/go.mod task setup:natscli", err)
+	}
+	return abs
+}
+
+func mustEvent(t *testing.T, keys events.Keys, d events.Data, opts ...events.Option) events.Event {
+	t.Helper()
+	ev, err := events.New(keys, d, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// seed stores the example history the recipes read.
+func seed(t *testing.T, ctx context.Context, st *events.Store) {
+	t.Helper()
+	dep := events.Keys{Namespace: "lab", Name: "analysis-api"}
+	corr := events.WithCorrelation("9b0c6a1e-uid", 1)
+	var b events.Batch
+	b.Add(mustEvent(t, dep, events.DeploymentRevisionCreated{UID: "9b0c6a1e-uid", Generation: 1, RevisionID: "9b0c6a1e-1",
+		ScoreDigest: "sha256:00", Score: json.RawMessage(`{"type":"PodmanV0"}`),
+		Targets: []string{"rpi-042", "rpi-043"}, Canaries: []string{"rpi-042"}}, corr))
+	for _, typ := range []events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged,
+		events.TypeRolloutReleased, events.TypeRolloutSucceeded} {
+		b.Add(mustEvent(t, dep, events.NewRolloutTransition(typ, events.RolloutTransition{UID: "9b0c6a1e-uid", Generation: 1,
+			RevisionID: "9b0c6a1e-1", Counts: events.RolloutCounts{Total: 2, Canaries: 1}}), corr))
+	}
+	for _, dev := range []string{"rpi-042", "rpi-043"} {
+		b.Add(mustEvent(t, events.Keys{Device: dev}, events.WorkloadStatus{Namespace: "lab", Deployment: "analysis-api",
+			UID: "9b0c6a1e-uid", Generation: 1, RevisionID: "9b0c6a1e-1", Phase: events.WorkloadConverged, Since: time.Now().UTC()}, corr))
+		b.Add(mustEvent(t, events.Keys{Device: dev}, events.DeviceHeartbeat{AgentVersion: "0.1.0"}))
+	}
+	if _, err := st.AppendBatch(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Put(ctx, "rpi-042", []byte(`{"deployments":[{"namespace":"lab","name":"analysis-api","uid":"9b0c6a1e-uid","generation":1}]}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNATSRecipes(t *testing.T) {
+	nats := natsCLI(t)
+	rs := recipes(t, "debugging-with-nats.md")
+	if len(rs) < 10 {
+		t.Fatalf("found %d recipes in debugging-with-nats.md; the marker format changed?", len(rs))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv, st := natstest.Provisioned(t)
+	seed(t, ctx, st)
+	home := t.TempDir()
+
+	for _, r := range rs {
+		t.Run(r.script, func(t *testing.T) {
+			rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+			defer rcancel()
+			if r.live {
+				// Publish heartbeats until the command has what it waits for.
+				go func() {
+					for i := 0; rctx.Err() == nil; i++ {
+						ev := mustEvent(t, events.Keys{Device: "rpi-042"}, events.DeviceHeartbeat{AgentVersion: "0.1.0"})
+						if _, err := st.Append(rctx, ev); err != nil {
+							return
+						}
+						select {
+						case <-rctx.Done():
+						case <-time.After(50 * time.Millisecond):
+						}
+					}
+				}()
+			}
+			cmd := exec.CommandContext(rctx, "bash", "-euo", "pipefail", "-c", r.script)
+			cmd.Env = append(os.Environ(),
+				"NATS_URL="+srv.ClientURL(),
+				"PATH="+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"),
+				"HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+			)
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			err := cmd.Run()
+			if errors.Is(rctx.Err(), context.DeadlineExceeded) {
+				t.Fatalf("recipe did not finish in 30s:\n%s", out.String())
+			}
+			if err != nil {
+				t.Fatalf("recipe failed: %v\n%s", err, out.String())
+			}
+			for _, want := range r.expect {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
