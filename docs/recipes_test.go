@@ -117,7 +117,10 @@ func TestNATSRecipes(t *testing.T) {
 				// Publish heartbeats until the command has what it waits for.
 				go func() {
 					for i := 0; rctx.Err() == nil; i++ {
-						ev := mustEvent(t, events.Keys{Device: "rpi-042"}, events.DeviceHeartbeat{AgentVersion: "0.1.0"})
+						ev, err := events.New(events.Keys{Device: "rpi-042"}, events.DeviceHeartbeat{AgentVersion: "0.1.0"})
+						if err != nil {
+							return
+						}
 						if _, err := st.Append(rctx, ev); err != nil {
 							return
 						}
