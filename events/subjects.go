@@ -305,3 +305,17 @@ func StreamOf(subject string) (string, error) {
 	}
 	return "", fmt.Errorf("%w %q: unknown root %s", ErrInvalidSubject, subject, t[1])
 }
+
+// ParseIntentKVSubject returns the device of a fleet-intent KV subject
+// ($KV.fleet-intent.<device>), validating the token.
+func ParseIntentKVSubject(subject string) (string, error) {
+	prefix := "$KV." + BucketIntent + "."
+	device, ok := strings.CutPrefix(subject, prefix)
+	if !ok {
+		return "", fmt.Errorf("%w %q: a fleet-intent KV subject starts with %s", ErrInvalidSubject, subject, prefix)
+	}
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	return device, nil
+}

@@ -146,3 +146,25 @@ func TestStreamOf(t *testing.T) {
 		})
 	}
 }
+
+func TestParseIntentKVSubject(t *testing.T) {
+	tests := []struct {
+		name    string
+		subject string
+		want    string
+		wantErr error
+	}{
+		{"a device's KV subject gives the device", "$KV.fleet-intent.rpi-042", "rpi-042", nil},
+		{"another bucket's subject is refused", "$KV.fleet-identity.rpi-042", "", events.ErrInvalidSubject},
+		{"a wildcard device is refused", "$KV.fleet-intent.*", "", events.ErrInvalidToken},
+		{"a nested key is refused", "$KV.fleet-intent.a.b", "", events.ErrInvalidToken},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := events.ParseIntentKVSubject(tc.subject)
+			if !errors.Is(err, tc.wantErr) || got != tc.want {
+				t.Errorf("got %q, %v; want %q, %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
