@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# setup-podman.sh installs and starts what the Podman tests need on a Debian
+# 12 machine, without any pull from the internet:
+#
+#   1. the Debian packages (Podman 4.3, runc, netavark, buildah, skopeo,
+#      busybox-static, the distribution registry, ...);
+#   2. /etc/containers/containers.conf computed from this machine's limits
+#      (ulimits at or below the hard limits, runc, cgroupfs, file events);
+#   3. the base image localhost/fleet-base:latest, made from busybox-static
+#      with `podman import`;
+#   4. a TLS distribution registry with htpasswd (bcrypt) auth on
+#      127.0.0.1:5000, its self-signed CA trusted by Podman/buildah through
+#      /etc/containers/certs.d/127.0.0.1:5000/ca.crt;
+#   5. the Podman API service on unix://.cache/run/podman.sock.
+#
+# Everything it starts keeps its PID file and log in the run folder
+# .cache/run/ at the repository root; the registry's test credentials are in
+# .cache/run/registry.env (mode 0600, git-ignored). scripts/stop.sh stops the
+# services.
+#
+# Idempotent and safe to re-run: each step checks before it acts, so a warm
+# run only verifies. Uses sudo for system changes only when not root.
+set -euo pipefail
+
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+BASE_IMAGE="localhost/fleet-base:latest"
+REGISTRY_ADDR="127.0.0.1:5000"
+REGISTRY_USER="fleet-test"
+REG="$RUN/registry"
+SOCK="$RUN/podman.sock"
+CONF="/etc/containers/containers.conf"
+CONF_MARK="# Managed by harmony-fleet scripts/setup-podman.sh"
+PACKAGES=(podman runc conmon netavark aardvark-dns iptables catatonit uidmap
+	fuse-overlayfs buildah skopeo busybox-static docker-registry
+	apache2-utils openssl curl)
+
+log() { printf 'setup:podman: %s\n' "$*"; }
+
+step_start=0
+step() { step_start=$(now_ms); log "$1"; }
+step_done() { log "  done in $(( $(now_ms) - step_start )) ms"; }
+
+total_start=$(now_ms)
+
+if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
+	msg="this script sets Podman up on Debian (apt-get) only"
+	if [[ "${CI:-}" =~ ^(1|true|TRUE|True|t|T)$ ]]; then
+		echo "setup:podman: $msg; CI=true: failing" >&2
+		exit 1
+	fi
+	log "$msg; skipping: tests that need Podman will be skipped"
+	exit 0
+fi
+mkdir -p "$RUN" "$REG"
+
+# hash_of FILE...: a content hash used to notice that a running service was
+# started with different inputs than the current ones.
+hash_of() { cat "$@" 2>/dev/null | sha256sum | cut -d' ' -f1; }
+
+# write_if_changed DEST MODE [sudo]: write stdin to DEST only when it differs;
+# returns 0 when the file was (re)written, 1 when it was already up to date.
+write_if_changed() {
+	local dest="$1" mode="$2" use_sudo="${3:-}" tmp
+	tmp="$(mktemp)"
+	cat > "$tmp"
+	if [[ -f "$dest" ]] && cmp -s "$tmp" "$dest"; then
+		rm -f "$tmp"
+		return 1
+	fi
+	if [[ -n "$use_sudo" ]]; then
+		$SUDO install -D -m "$mode" "$tmp" "$dest"
+	else
+		install -D -m "$mode" "$tmp" "$dest"
+	fi
+	rm -f "$tmp"
+	return 0
+}
+
+# ---------------------------------------------------------------- packages
+step "packages: ${#PACKAGES[@]} Debian packages"
+missing=()
+installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${PACKAGES[@]}" 2>/dev/null \
+	| sed -n 's/=install ok installed$//p' | tr '\n' ' ') "
+for p in "${PACKAGES[@]}"; do
+	[[ "$installed" == *" $p "* ]] || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	log "  installing: ${missing[*]}"
+	# Keep package maintainer scripts from starting services (the Debian
+	# docker-registry service would take port 5000 on every interface).
+	policy=/usr/sbin/policy-rc.d
+	made_policy=""
+	if [[ ! -e "$policy" ]]; then
+		printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+		$SUDO chmod 0755 "$policy"
+		made_policy=1
+	fi
+	cleanup_policy() { if [[ -n "$made_policy" ]]; then $SUDO rm -f "$policy"; fi; }
+	trap cleanup_policy EXIT
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends "${missing[@]}" >/dev/null
+	cleanup_policy
+	trap - EXIT
+else
+	log "  all installed"
+fi
+step_done
+
+# -------------------------------------------------------- containers.conf
+step "containers.conf: limits and runtime for this machine"
+nofile="$(ulimit -Hn)"
+if [[ "$nofile" == "unlimited" ]]; then nofile=1048576; fi
+nproc="$(ulimit -Hu)"
+if [[ "$nproc" == "unlimited" ]] || (( nproc > 32768 )); then nproc=32768; fi
+if [[ -f "$CONF" ]] && ! grep -qF "$CONF_MARK" "$CONF" && [[ ! -f "$CONF.before-harmony-fleet" ]]; then
+	$SUDO cp -p "$CONF" "$CONF.before-harmony-fleet"
+	log "  kept the previous file as $CONF.before-harmony-fleet"
+fi
+if write_if_changed "$CONF" 0644 sudo <<EOF
+$CONF_MARK
+# from this machine's limits (ulimit -Hn, ulimit -Hu capped at 32768); the
+# defaults exceed the hard limits of small VMs and every container would fail.
+[containers]
+default_ulimits = ["nofile=$nofile:$nofile", "nproc=$nproc:$nproc"]
+
+[engine]
+# crun rejects the hybrid cgroup v1 layout of these VMs; there is no systemd.
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+
+[network]
+# Podman 4.3 would otherwise guess between CNI and netavark.
+network_backend = "netavark"
+EOF
+then
+	log "  wrote $CONF (nofile=$nofile, nproc=$nproc)"
+else
+	log "  up to date (nofile=$nofile, nproc=$nproc)"
+fi
+step_done
+
+# ------------------------------------------------------------- base image
+step "base image: $BASE_IMAGE from busybox-static"
+if $SUDO podman image exists "$BASE_IMAGE"; then
+	log "  present"
+else
+	tmp="$(mktemp -d)"
+	rootfs="$tmp/rootfs"
+	mkdir -p "$rootfs"/{bin,etc,tmp,root,proc,sys,dev,var,home,run}
+	chmod 1777 "$rootfs/tmp"
+	cp /bin/busybox "$rootfs/bin/busybox"
+	for app in $(/bin/busybox --list); do
+		[[ "$app" == busybox ]] || ln -sf busybox "$rootfs/bin/$app"
+	done
+	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$rootfs/etc/passwd"
+	printf 'root:x:0:\nnobody:x:65534:\n' > "$rootfs/etc/group"
+	tar --numeric-owner --owner=0 --group=0 -C "$rootfs" -cf "$tmp/rootfs.tar" .
+	$SUDO podman import \
+		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+		--change 'CMD ["/bin/sh"]' \
+		--message "harmony-fleet test base image from busybox-static" \
+		"$tmp/rootfs.tar" "$BASE_IMAGE" >/dev/null
+	rm -rf "$tmp"
+	log "  imported"
+fi
+step_done
+
+# --------------------------------------------------------------- registry
+step "registry: TLS + htpasswd on $REGISTRY_ADDR"
+creds="$RUN/registry.env"
+if [[ ! -s "$creds" ]]; then
+	( umask 077
+	  printf 'FLEET_TEST_REGISTRY=%s\nFLEET_TEST_REGISTRY_USER=%s\nFLEET_TEST_REGISTRY_PASSWORD=%s\n' \
+		"$REGISTRY_ADDR" "$REGISTRY_USER" "$(openssl rand -hex 16)" > "$creds" )
+	log "  generated test credentials in .cache/run/registry.env"
+fi
+password="$(sed -n 's/^FLEET_TEST_REGISTRY_PASSWORD=//p' "$creds")"
+
+# A small CA and a serving certificate for 127.0.0.1 and localhost, renewed
+# when missing or within 30 days of expiry.
+if ! openssl x509 -checkend 2592000 -noout -in "$REG/server.crt" >/dev/null 2>&1 \
+	|| ! openssl x509 -checkend 2592000 -noout -in "$REG/ca.crt" >/dev/null 2>&1; then
+	openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=harmony-fleet test registry CA" \
+		-keyout "$REG/ca.key" -out "$REG/ca.crt" >/dev/null 2>&1
+	openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
+		-keyout "$REG/server.key" -out "$REG/server.csr" >/dev/null 2>&1
+	printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' > "$REG/server.ext"
+	openssl x509 -req -in "$REG/server.csr" -CA "$REG/ca.crt" -CAkey "$REG/ca.key" \
+		-CAcreateserial -days 3650 -extfile "$REG/server.ext" -out "$REG/server.crt" >/dev/null 2>&1
+	chmod 0600 "$REG/ca.key" "$REG/server.key"
+	log "  made a CA and a serving certificate"
+fi
+if write_if_changed "/etc/containers/certs.d/$REGISTRY_ADDR/ca.crt" 0644 sudo < "$REG/ca.crt"; then
+	log "  trusted the CA in /etc/containers/certs.d/$REGISTRY_ADDR/ca.crt"
+fi
+
+# htpasswd with bcrypt; the password goes through stdin, never argv.
+if ! printf '%s' "$password" | htpasswd -iv "$REG/htpasswd" "$REGISTRY_USER" >/dev/null 2>&1; then
+	rm -f "$REG/htpasswd"
+	printf '%s' "$password" | htpasswd -ciB "$REG/htpasswd" "$REGISTRY_USER" >/dev/null 2>&1
+	chmod 0600 "$REG/htpasswd"
+	log "  wrote htpasswd (bcrypt)"
+fi
+
+write_if_changed "$REG/config.yml" 0644 <<EOF || true
+# Written by scripts/setup-podman.sh: the harmony-fleet test registry.
+version: 0.1
+log:
+  level: info
+storage:
+  filesystem:
+    rootdirectory: $REG/data
+  delete:
+    enabled: true
+http:
+  addr: $REGISTRY_ADDR
+  tls:
+    certificate: $REG/server.crt
+    key: $REG/server.key
+auth:
+  htpasswd:
+    realm: harmony-fleet-test
+    path: $REG/htpasswd
+EOF
+
+reg_hash="$(hash_of "$REG/config.yml" "$REG/htpasswd" "$REG/server.crt")"
+if pid_alive "$RUN/registry.pid" docker-registry && [[ "$(cat "$RUN/registry.hash" 2>/dev/null)" != "$reg_hash" ]]; then
+	log "  configuration changed: restarting"
+	stop_pidfile "$RUN/registry.pid" docker-registry 10
+fi
+registry_up() { curl -s -o /dev/null -w '%{http_code}' --cacert "$REG/ca.crt" "https://$REGISTRY_ADDR/v2/" | grep -q 401; }
+if pid_alive "$RUN/registry.pid" docker-registry; then
+	log "  running (pid $(cat "$RUN/registry.pid"))"
+else
+	if registry_up; then
+		echo "setup:podman: something else already serves $REGISTRY_ADDR; stop it (a Debian docker-registry service?) and re-run" >&2
+		exit 1
+	fi
+	nohup docker-registry serve "$REG/config.yml" >> "$RUN/registry.log" 2>&1 < /dev/null &
+	echo $! > "$RUN/registry.pid"
+	echo "$reg_hash" > "$RUN/registry.hash"
+	log "  started (pid $!, log .cache/run/registry.log)"
+fi
+wait_for 30 "the registry on $REGISTRY_ADDR" registry_up
+step_done
+
+# ---------------------------------------------------------- Podman service
+step "podman service: unix://.cache/run/podman.sock"
+conf_hash="$(hash_of "$CONF")"
+if pid_alive "$RUN/podman.pid" "system service" && [[ "$(cat "$RUN/podman.hash" 2>/dev/null)" != "$conf_hash" ]]; then
+	log "  containers.conf changed since the service started: restarting"
+	stop_pidfile "$RUN/podman.pid" "system service" 20
+fi
+podman_up() { curl -fsS --unix-socket "$SOCK" http://d/_ping | grep -q OK; }
+if pid_alive "$RUN/podman.pid" "system service"; then
+	log "  running (pid $(cat "$RUN/podman.pid"))"
+else
+	rm -f "$SOCK"
+	# The shell writes its own PID, then becomes the service (exec), so the PID
+	# file names the service even when sudo sits in between.
+	nohup $SUDO sh -c 'echo $$ > "$1"; exec podman system service --time=0 "unix://$2"' \
+		sh "$RUN/podman.pid" "$SOCK" >> "$RUN/podman.log" 2>&1 < /dev/null &
+	echo "$conf_hash" > "$RUN/podman.hash"
+	wait_for 10 "the Podman service PID file" test -s "$RUN/podman.pid"
+	log "  started (pid $(cat "$RUN/podman.pid"), log .cache/run/podman.log)"
+fi
+wait_for 30 "the Podman API on $SOCK" podman_up
+if [[ -n "$SUDO" ]]; then
+	# Rootful service, tests run as the invoking user.
+	$SUDO chown "$(id -u):$(id -g)" "$SOCK"
+fi
+step_done
+
+log "ready in $(( $(now_ms) - total_start )) ms: socket .cache/run/podman.sock, registry $REGISTRY_ADDR, credentials .cache/run/registry.env"
