@@ -21,6 +21,7 @@ func TestVersionsMatchTheToolsModulesAndTheSetupScript(t *testing.T) {
 		{"tools/etcd/go.mod", "go.etcd.io/etcd/server/v3 " + EtcdVersion},
 		{"scripts/setup-k8s.sh", "K8S_VERSION=" + KubernetesVersion},
 		{"scripts/setup-k8s.sh", "ETCD_VERSION=" + EtcdVersion},
+		{"Taskfile.yml", "k8s-" + KubernetesVersion},
 	}
 	for _, tt := range tests {
 		data, err := os.ReadFile(filepath.Join(root, tt.file))

@@ -14,8 +14,9 @@
 // CI=true, skip elsewhere, naming `go tool -modfile=tools/go.mod task
 // setup:podman`.
 //
-// Only tests import this package. It never imports k8s.io packages, so agent
-// tests may use it.
+// Only tests import this package. It links no Kubernetes code (only the
+// sigs.k8s.io/yaml library the Podman bindings use), so agent tests may use
+// it; a test checks.
 package podmantest
 
 import (
@@ -23,6 +24,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,7 +69,8 @@ func Labels(tb testing.TB) map[string]string {
 // for the bindings' functions. The context ends with the test. Before it
 // returns it removes the containers of tb left by an earlier run of the same
 // process and those of test processes that no longer run; when the test
-// ends, it removes every container carrying Labels(tb).
+// ends, it removes every container carrying Labels(tb) or the labels of one
+// of its subtests.
 //
 // A missing socket or a service that does not answer applies the testenv
 // policy (fail in CI, skip elsewhere).
@@ -91,7 +94,7 @@ func Connect(tb testing.TB) context.Context {
 		if err != nil || !processAlive(pid) {
 			return true // a leftover of a test process that is gone
 		}
-		return labels[PIDLabelKey] == self && labels[LabelKey] == tb.Name()
+		return labels[PIDLabelKey] == self && ownedBy(labels[LabelKey], tb.Name())
 	}); err != nil {
 		tb.Fatalf("remove leftover test containers: %v", err)
 	}
@@ -101,12 +104,18 @@ func Connect(tb testing.TB) context.Context {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
 		defer cancel()
 		if err := RemoveContainers(cctx, func(labels map[string]string) bool {
-			return labels[PIDLabelKey] == self && labels[LabelKey] == tb.Name()
+			return labels[PIDLabelKey] == self && ownedBy(labels[LabelKey], tb.Name())
 		}); err != nil {
 			tb.Errorf("remove the test's containers: %v", err)
 		}
 	})
 	return ctx
+}
+
+// ownedBy reports whether a container labelled with test name label belongs
+// to test: made by it or by one of its subtests.
+func ownedBy(label, test string) bool {
+	return label == test || strings.HasPrefix(label, test+"/")
 }
 
 // missing applies the testenv policy for the Podman service.
