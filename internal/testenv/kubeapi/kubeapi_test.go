@@ -161,9 +161,12 @@ func TestStatusWritesKeepTheGenerationAndSpecWritesBumpIt(t *testing.T) {
 		},
 	}
 	for _, step := range steps {
-		obj, err = step.change(obj)
+		written, err := step.change(obj)
 		if err != nil {
 			t.Fatalf("%s: %v", step.name, err)
+		}
+		if diff := cmp.Diff(step.want, observe(written)); diff != "" {
+			t.Errorf("%s: the write's response (-want +got):\n%s", step.name, diff)
 		}
 		// Read back what is stored, not just the write's response.
 		stored, err := client.Get(ctx, "generations", metav1.GetOptions{})
@@ -171,7 +174,7 @@ func TestStatusWritesKeepTheGenerationAndSpecWritesBumpIt(t *testing.T) {
 			t.Fatalf("%s: get: %v", step.name, err)
 		}
 		if diff := cmp.Diff(step.want, observe(stored)); diff != "" {
-			t.Errorf("%s (-want +got):\n%s", step.name, diff)
+			t.Errorf("%s: stored (-want +got):\n%s", step.name, diff)
 		}
 		obj = stored
 	}
