@@ -1,0 +1,264 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Deployment deploys a Podman workload to the devices its selector matches.
+// Each generation is one rollout revision, identified by (UID, generation):
+// its target and canary sets are frozen when the revision is created.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=fdeploy;fdeployment,categories=fleet
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Targets",type=integer,JSONPath=`.status.counts.total`
+// +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.counts.succeeded`
+// +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
+// +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision.id`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-', no dots): it is a NATS subject token"
+type Deployment struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DeploymentSpec   `json:"spec"`
+	Status DeploymentStatus `json:"status,omitempty"`
+}
+
+// DeploymentSpec is the desired workload and its placement.
+type DeploymentSpec struct {
+	// AllowedGroups restricts targets to members of these device groups. It is
+	// enforced only when the operator has a group source; without one, a
+	// Deployment that sets it matches no device (fail closed) and says so in
+	// the TargetsResolved condition.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	AllowedGroups []string `json:"allowedGroups,omitempty"`
+
+	// TargetSelector selects devices by their labels.
+	TargetSelector TargetSelector `json:"targetSelector"`
+
+	// Rollout says how a revision is released.
+	// +optional
+	Rollout RolloutSpec `json:"rollout,omitempty"`
+
+	// Score is the workload.
+	Score Score `json:"score"`
+}
+
+// TargetSelector selects devices by label equality.
+type TargetSelector struct {
+	// MatchLabels: every pair must be present on a device's labels.
+	// +optional
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+}
+
+// RolloutStrategy names how a revision is released.
+// +kubebuilder:validation:Enum=Immediate
+type RolloutStrategy string
+
+// RolloutImmediate starts the rollout without approval; devices labelled
+// canary=true converge first, then the rest of the frozen targets.
+const RolloutImmediate RolloutStrategy = "Immediate"
+
+// RolloutSpec configures the rollout. Immediate is the only strategy: there
+// is no percentage, batch size, concurrency, pause or approval setting.
+type RolloutSpec struct {
+	// Strategy of the rollout.
+	// +kubebuilder:default=Immediate
+	// +optional
+	Strategy RolloutStrategy `json:"strategy,omitempty"`
+}
+
+// ScoreType names the workload contract.
+// +kubebuilder:validation:Enum=PodmanV0
+type ScoreType string
+
+// ScorePodmanV0 is the only workload contract: one optional init container
+// followed by one or more long-running services.
+const ScorePodmanV0 ScoreType = "PodmanV0"
+
+// Score is a typed workload definition.
+type Score struct {
+	// Type of the score; only PodmanV0 is supported.
+	Type ScoreType `json:"type"`
+	// Data is the PodmanV0 definition.
+	Data PodmanV0 `json:"data"`
+}
+
+// PodmanV0 is one optional init container followed by services.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.init_container) || !has(self.init_container.ports) || size(self.init_container.ports) == 0",message="init_container.ports must be empty: an init container cannot publish host ports"
+// +kubebuilder:validation:XValidation:rule="self.services.all(s, self.services.exists_one(o, o.name == s.name))",message="services[].name must be unique"
+// +kubebuilder:validation:XValidation:rule="!has(self.init_container) || self.services.all(s, s.name != self.init_container.name)",message="init_container.name must differ from every services[].name"
+type PodmanV0 struct {
+	// InitContainer runs to completion before the services; its restart
+	// policy is always forced to "no" and its ports must be empty.
+	// +optional
+	InitContainer *PodmanService `json:"init_container,omitempty"`
+	// Services are the long-running containers.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=32
+	Services []PodmanService `json:"services"`
+}
+
+// RestartPolicy is a Podman restart policy.
+// +kubebuilder:validation:Enum=no;always;on-failure;unless-stopped
+type RestartPolicy string
+
+// PodmanService is one container.
+type PodmanService struct {
+	// Name of the container on the device.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
+	Name string `json:"name"`
+	// Image reference with a digest (repo@sha256:…) or an explicit tag
+	// (repo:tag).
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[^@\\\\s]+@sha256:[a-f0-9]{64}$') || self.matches('^[^@\\\\s]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?$')",message="image must name a digest (repo@sha256:<64 hex>) or an explicit tag (repo:tag)"
+	Image string `json:"image"`
+	// Ports published as "host:container", optionally with /tcp or /udp.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=17
+	// +kubebuilder:validation:items:Pattern=`^[0-9]{1,5}:[0-9]{1,5}(/(tcp|udp))?$`
+	// +kubebuilder:validation:XValidation:rule="self.all(p, int(p.split(':')[0]) >= 1 && int(p.split(':')[0]) <= 65535 && int(p.split(':')[1].split('/')[0]) >= 1 && int(p.split(':')[1].split('/')[0]) <= 65535)",message="ports must be host:container with both numbers in 1..65535"
+	Ports []string `json:"ports,omitempty"`
+	// Env sets plain environment variables.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	Env []EnvVar `json:"env,omitempty"`
+	// SecretEnv sets environment variables from secret references, resolved
+	// on the device; values never enter the Deployment, events or KV.
+	// +optional
+	// +kubebuilder:validation:MaxItems=128
+	SecretEnv []SecretEnvVar `json:"secret_env,omitempty"`
+	// Volumes bind host paths into the container.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Volumes []Volume `json:"volumes,omitempty"`
+	// RestartPolicy of the container; for init_container it is always
+	// overridden to "no".
+	// +optional
+	// +kubebuilder:default=unless-stopped
+	RestartPolicy RestartPolicy `json:"restart_policy,omitempty"`
+	// ImagePullSecret references the device pull credential
+	// (<device-prefix>/registry/device-pull/<reference>) read only when the
+	// image must be pulled.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
+	ImagePullSecret string `json:"image_pull_secret,omitempty"`
+}
+
+// EnvVar is a plain environment variable.
+type EnvVar struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// +kubebuilder:validation:MaxLength=4096
+	Value string `json:"value"`
+}
+
+// SecretEnvVar is an environment variable whose value comes from a secret.
+type SecretEnvVar struct {
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// Secret is the path of the secret in the secret store.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`
+	Secret string `json:"secret"`
+	// Key within the secret.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// Volume binds a host path into the container.
+type Volume struct {
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=4096
+	HostPath string `json:"host_path"`
+	// +kubebuilder:validation:Pattern=`^/`
+	// +kubebuilder:validation:MaxLength=4096
+	ContainerPath string `json:"container_path"`
+	// +optional
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+// DeploymentPhase summarises the current revision's rollout.
+type DeploymentPhase string
+
+// Deployment phases.
+const (
+	PhasePending     DeploymentPhase = "Pending"
+	PhaseCanary      DeploymentPhase = "Canary"
+	PhaseProgressing DeploymentPhase = "Progressing"
+	PhaseSucceeded   DeploymentPhase = "Succeeded"
+	PhaseFailed      DeploymentPhase = "Failed"
+)
+
+// DeploymentStatus describes exactly one revision: Revision says which.
+type DeploymentStatus struct {
+	// ObservedGeneration is the generation the operator has made a revision
+	// of.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Revision the rest of the status describes.
+	// +optional
+	Revision *RevisionRef `json:"revision,omitempty"`
+	// +optional
+	Phase DeploymentPhase `json:"phase,omitempty"`
+	// +optional
+	Counts RolloutCounts `json:"counts,omitempty"`
+	// LatestFailure is the most recent device failure of this revision.
+	// +optional
+	LatestFailure *DeviceFailure `json:"latestFailure,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// RevisionRef identifies a revision.
+type RevisionRef struct {
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+	ID         string `json:"id"`
+}
+
+// RolloutCounts are the revision's target counts.
+type RolloutCounts struct {
+	Total             int32 `json:"total"`
+	Succeeded         int32 `json:"succeeded"`
+	Pending           int32 `json:"pending"`
+	Failed            int32 `json:"failed"`
+	Canaries          int32 `json:"canaries"`
+	CanariesSucceeded int32 `json:"canariesSucceeded"`
+	CanariesFailed    int32 `json:"canariesFailed"`
+}
+
+// DeviceFailure is one device's error.
+type DeviceFailure struct {
+	Device string      `json:"device"`
+	Error  string      `json:"error"`
+	Time   metav1.Time `json:"time"`
+}
+
+// DeploymentList is a list of Deployments.
+//
+// +kubebuilder:object:root=true
+type DeploymentList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Deployment `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Deployment{}, &DeploymentList{})
+}

@@ -1,0 +1,98 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Reserved labels: owned by the control plane. A device's self-reported
+// labels can never add, change or remove them.
+const (
+	// LabelBlacklist quarantines a device: it is excluded from every new
+	// revision and the auth callout refuses its identity.
+	LabelBlacklist = "blacklist"
+	// LabelCanary marks a canary: canaries of a revision converge before it
+	// is released to the remaining targets.
+	LabelCanary = "canary"
+	// ReservedLabelPrefix: every label under this prefix is the control
+	// plane's.
+	ReservedLabelPrefix = "fleet.nationtech.io/"
+)
+
+// Device is one managed Linux device. Its name is the device id used in
+// subjects and KV keys.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=fdev,categories=fleet
+// +kubebuilder:printcolumn:name="Liveness",type=string,JSONPath=`.status.liveness`
+// +kubebuilder:printcolumn:name="Last-Heartbeat",type=date,JSONPath=`.status.lastHeartbeat`
+// +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.inventory.agentVersion`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is the device id: a DNS label (at most 63 lowercase letters, digits and '-', no dots)"
+type Device struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   DeviceSpec   `json:"spec"`
+	Status DeviceStatus `json:"status,omitempty"`
+}
+
+// DeviceSpec is the device's identity.
+type DeviceSpec struct {
+	// IdentitySubject is the OIDC subject (the machine user's id) the device
+	// authenticates as.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
+	IdentitySubject string `json:"identitySubject"`
+}
+
+// Liveness of a device.
+type Liveness string
+
+// Liveness values.
+const (
+	LivenessUnknown Liveness = "Unknown"
+	LivenessOnline  Liveness = "Online"
+	LivenessStale   Liveness = "Stale"
+)
+
+// DeviceStatus is what the device reported, changed on transitions only
+// (never per heartbeat).
+type DeviceStatus struct {
+	// +optional
+	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
+	// +optional
+	Liveness Liveness `json:"liveness,omitempty"`
+	// +optional
+	Inventory *DeviceInventory `json:"inventory,omitempty"`
+	// ReportedLabels are the labels the device last reported; the operator
+	// mirrors them onto metadata.labels, except reserved ones.
+	// +optional
+	ReportedLabels map[string]string `json:"reportedLabels,omitempty"`
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DeviceInventory is the device's self-description.
+type DeviceInventory struct {
+	OS           string `json:"os,omitempty"`
+	Arch         string `json:"arch,omitempty"`
+	Kernel       string `json:"kernel,omitempty"`
+	AgentVersion string `json:"agentVersion,omitempty"`
+}
+
+// DeviceList is a list of Devices.
+//
+// +kubebuilder:object:root=true
+type DeviceList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Device `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&Device{}, &DeviceList{})
+}

@@ -1,0 +1,187 @@
+package k8s_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+)
+
+func TestMain(m *testing.M) {
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"config/crd"}})
+}
+
+const digest = "@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+func newClient(t *testing.T) client.Client {
+	t.Helper()
+	srv := kubeapi.Shared(t)
+	s := runtime.NewScheme()
+	if err := fleetv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(srv.RESTConfig(), client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func validDeployment(name string) *fleetv1.Deployment {
+	return &fleetv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: fleetv1.DeploymentSpec{
+			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
+			Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
+			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{
+				InitContainer: &fleetv1.PodmanService{Name: "migrate", Image: "registry.example.com/migrate" + digest, RestartPolicy: "no"},
+				Services: []fleetv1.PodmanService{{
+					Name: "api", Image: "registry.example.com:5000/api:v1.2.3", Ports: []string{"8080:8080", "53:53/udp"},
+					Env:       []fleetv1.EnvVar{{Name: "MODE", Value: "prod"}},
+					SecretEnv: []fleetv1.SecretEnvVar{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
+					Volumes:   []fleetv1.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data"}},
+					RestartPolicy: "unless-stopped", ImagePullSecret: "hub-pull",
+				}},
+			}},
+		},
+	}
+}
+
+func TestAValidDeploymentIsAccepted(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := validDeployment("valid")
+	if err := c.Create(ctx, d); err != nil {
+		t.Fatalf("a valid Deployment was refused: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), d) })
+}
+
+func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
+	c := newClient(t)
+	tests := []struct {
+		name   string
+		mutate func(*fleetv1.Deployment)
+		want   []string // every string must be in the error
+	}{
+		{"an init container with ports is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.InitContainer.Ports = []string{"80:80"} },
+			[]string{"init_container.ports must be empty"}},
+		{"an unknown restart policy is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].RestartPolicy = "sometimes" },
+			[]string{"restart_policy", "sometimes", "unless-stopped"}},
+		{"a port without a host part is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Ports = []string{"8080"} },
+			[]string{"ports[0]", "should match"}},
+		{"a port of zero is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Ports = []string{"0:80"} },
+			[]string{"ports", "1..65535"}},
+		{"a port above 65535 is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Ports = []string{"8080:70000"} },
+			[]string{"ports", "1..65535"}},
+		{"a container name with a space is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Name = "my api" },
+			[]string{"services[0].name", "should match"}},
+		{"two services with the same name are refused", func(d *fleetv1.Deployment) {
+			d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, d.Spec.Score.Data.Services[0])
+		}, []string{"services[].name must be unique"}},
+		{"an init container named like a service is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.InitContainer.Name = "api" },
+			[]string{"init_container.name must differ"}},
+		{"a relative host path is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Volumes[0].HostPath = "var/lib" },
+			[]string{"volumes[0].host_path", "should match '^/'"}},
+		{"a relative container path is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Volumes[0].ContainerPath = "data" },
+			[]string{"volumes[0].container_path"}},
+		{"an env name starting with a digit is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Env[0].Name = "1MODE" },
+			[]string{"env[0].name"}},
+		{"a secret env without a key is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].SecretEnv[0].Key = "" },
+			[]string{"secret_env[0].key"}},
+		{"an image without a tag or digest is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com:5000/api" },
+			[]string{"image must name a digest"}},
+		{"an image with a short digest is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "api@sha256:abc" },
+			[]string{"image must name a digest"}},
+		{"a score type other than PodmanV0 is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Type = "Helm" },
+			[]string{"score.type", "Helm", "PodmanV0"}},
+		{"a rollout strategy other than Immediate is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.Strategy = "Canary" },
+			[]string{"rollout.strategy", "Immediate"}},
+		{"a score without services is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services = nil },
+			[]string{"services"}},
+		{"a name with a dot is refused", func(d *fleetv1.Deployment) { d.Name = "analysis.api" },
+			[]string{"metadata.name must be a DNS label"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			d := validDeployment("invalid")
+			tc.mutate(d)
+			err := c.Create(ctx, d)
+			if err == nil {
+				_ = c.Delete(ctx, d)
+				t.Fatal("the API server accepted it")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestKubectl(t *testing.T) {
+	srv := kubeapi.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := func(stdin string, args ...string) string {
+		t.Helper()
+		var in []byte
+		if stdin != "" {
+			in = []byte(stdin)
+		}
+		out, err := srv.Kubectl(ctx, in, args...)
+		if err != nil {
+			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	if _, err := srv.Kubectl(ctx, nil, "create", "namespace", "lab"); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the product description's example applies", func(t *testing.T) {
+		out := run("", "apply", "-n", "lab", "-f", "../examples/analysis-api.yaml")
+		if !strings.Contains(out, "deployment.fleet.nationtech.io/analysis-api created") {
+			t.Errorf("apply said: %s", out)
+		}
+	})
+	t.Run("the short name lists fleet Deployments with the printer columns", func(t *testing.T) {
+		out := run("", "get", "fdeploy", "-n", "lab")
+		for _, col := range []string{"PHASE", "TARGETS", "SUCCEEDED", "FAILED", "REVISION", "AGE", "analysis-api"} {
+			if !strings.Contains(out, col) {
+				t.Errorf("output lacks %q:\n%s", col, out)
+			}
+		}
+	})
+	t.Run("kubectl get deployments keeps meaning apps/v1", func(t *testing.T) {
+		out := run("", "get", "deployments", "-n", "lab", "-o", "name")
+		if strings.Contains(out, "analysis-api") {
+			t.Errorf("kubectl get deployments listed the fleet Deployment:\n%s", out)
+		}
+	})
+	t.Run("the fleet category lists every fleet resource", func(t *testing.T) {
+		if out := run("", "get", "fleet", "-n", "lab", "-o", "name"); !strings.Contains(out, "deployment.fleet.nationtech.io/analysis-api") {
+			t.Errorf("got %s", out)
+		}
+	})
+	t.Run("kubectl explain documents the fields", func(t *testing.T) {
+		out := run("", "explain", "fdeploy.spec.score.data.init_container.restart_policy")
+		if !strings.Contains(strings.Join(strings.Fields(out), " "), "always overridden") {
+			t.Errorf("explain said: %s", out)
+		}
+	})
+	t.Run("devices and taskruns have short names", func(t *testing.T) {
+		run("", "get", "fdev", "-n", "lab")
+		run("", "get", "ftr", "-n", "lab")
+	})
+}

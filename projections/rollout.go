@@ -1,0 +1,274 @@
+package projections
+
+import (
+	"slices"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// Stage is where a revision's rollout is.
+type Stage string
+
+// Rollout stages, in order. Succeeded and Failed are terminal.
+const (
+	StageNone              Stage = ""
+	StageStarted           Stage = "Started"
+	StageCanary            Stage = "Canary"
+	StageCanariesConverged Stage = "CanariesConverged"
+	StageReleased          Stage = "Released"
+	StageSucceeded         Stage = "Succeeded"
+	StageFailed            Stage = "Failed"
+)
+
+// DeviceResult is the latest report of one target for the current revision.
+type DeviceResult struct {
+	Phase events.WorkloadPhase
+	Error string
+	Since time.Time
+}
+
+// Rollout is the state of one Deployment's current revision, folded from its
+// intent events, its rollout transitions and its targets' workload reports.
+// The zero value is a Deployment without a revision. Rollout is a value: Apply
+// returns a new state and never changes the receiver's maps.
+type Rollout struct {
+	UID        string
+	Generation int64
+	RevisionID string
+	// Targets and Canaries are frozen, sorted.
+	Targets  []string
+	Canaries []string
+	Stage    Stage
+	// ReleasedAll is set once the revision was released to every target.
+	ReleasedAll bool
+	// Results holds the latest report per target.
+	Results map[string]DeviceResult
+	// LastFailure is the most recent failure report of a target.
+	LastFailure *events.RolloutTransition
+	LastFailAt  time.Time
+	// Deleted is true once the Deployment was deleted.
+	Deleted bool
+}
+
+// IsCanary reports whether device is a canary of the revision.
+func (r Rollout) IsCanary(device string) bool {
+	_, ok := slices.BinarySearch(r.Canaries, device)
+	return ok
+}
+
+// IsTarget reports whether device is a frozen target of the revision.
+func (r Rollout) IsTarget(device string) bool {
+	_, ok := slices.BinarySearch(r.Targets, device)
+	return ok
+}
+
+// Apply folds one event into the state. Events of other revisions (older
+// generations, other UIDs) and duplicates leave the state unchanged.
+func (r Rollout) Apply(ev events.Event) Rollout {
+	switch ev.Type {
+	case events.TypeDeploymentRevisionCreated:
+		d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+		if err != nil || !r.newer(d.UID, d.Generation) {
+			return r
+		}
+		targets := sortedCopy(d.Targets)
+		canaries := sortedCopy(d.Canaries)
+		return Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID,
+			Targets: targets, Canaries: canaries, Results: map[string]DeviceResult{}}
+	case events.TypeDeploymentDeleted:
+		n := r
+		n.Deleted = true
+		return n
+	case events.TypeWorkloadStatus:
+		d, err := events.Decode[events.WorkloadStatus](ev)
+		if err != nil || d.UID != r.UID || d.Generation != r.Generation {
+			return r
+		}
+		device := ev.Keys.Device
+		if !r.IsTarget(device) {
+			return r
+		}
+		prev, seen := r.Results[device]
+		if seen && d.Since.Before(prev.Since) {
+			return r // an older report arriving late
+		}
+		n := r
+		n.Results = maps(r.Results)
+		n.Results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+		if d.Phase == events.WorkloadFailed && !d.Since.Before(r.LastFailAt) {
+			n.LastFailure = &events.RolloutTransition{Device: device, Error: d.Error}
+			n.LastFailAt = d.Since
+		}
+		return n
+	}
+	if info, ok := ev.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
+		d, err := events.Decode[events.RolloutTransition](ev)
+		if err != nil || d.UID != r.UID || d.Generation != r.Generation {
+			return r
+		}
+		n := r
+		n.Stage = stageAfter(ev.Type, r.Stage)
+		if ev.Type == events.TypeRolloutReleased {
+			n.ReleasedAll = true
+		}
+		return n
+	}
+	return r
+}
+
+// newer reports whether (uid, generation) is a later revision than r's.
+func (r Rollout) newer(uid string, generation int64) bool {
+	if r.UID == "" {
+		return true
+	}
+	if uid != r.UID {
+		return true // the Deployment was recreated under the same name
+	}
+	return generation > r.Generation
+}
+
+func stageAfter(t events.Type, cur Stage) Stage {
+	next := map[events.Type]Stage{
+		events.TypeRolloutStarted:           StageStarted,
+		events.TypeRolloutCanaryStage:       StageCanary,
+		events.TypeRolloutCanariesConverged: StageCanariesConverged,
+		events.TypeRolloutReleased:          StageReleased,
+		events.TypeRolloutSucceeded:         StageSucceeded,
+		events.TypeRolloutFailed:            StageFailed,
+	}[t]
+	if next == "" || cur == StageSucceeded || cur == StageFailed {
+		return cur // canary-failed is followed by failed; terminal stays
+	}
+	return next
+}
+
+// Counts computes the revision's counts from the results.
+func (r Rollout) Counts() events.RolloutCounts {
+	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries)}
+	for _, d := range r.Targets {
+		switch r.Results[d].Phase {
+		case events.WorkloadConverged:
+			c.Succeeded++
+			if r.IsCanary(d) {
+				c.CanariesSucceeded++
+			}
+		case events.WorkloadFailed:
+			c.Failed++
+			if r.IsCanary(d) {
+				c.CanariesFailed++
+			}
+		default:
+			c.Pending++
+		}
+	}
+	return c
+}
+
+// Released lists the targets that have been handed the revision: nobody
+// before the rollout starts, the canaries from the canary stage on, every
+// target once released. A failed canary stage never releases the rest, and
+// nothing released is ever taken back (no rollback).
+func (r Rollout) Released() []string {
+	switch {
+	case r.ReleasedAll:
+		return r.Targets
+	case r.Stage == StageNone || r.Stage == StageStarted:
+		return nil
+	}
+	return r.Canaries
+}
+
+// Next returns the transitions to append, in order, given the state: the
+// decision half of the state machine. It is empty when nothing is to be
+// decided. Appending them and folding them back in with Apply reaches a
+// state whose Next is empty or the following decision.
+func (r Rollout) Next() []events.RolloutTransition {
+	if r.UID == "" || r.Deleted || r.Stage == StageSucceeded || r.Stage == StageFailed {
+		return nil
+	}
+	mk := func(t events.Type, released []string, fail *events.RolloutTransition) events.RolloutTransition {
+		d := events.RolloutTransition{UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID, Counts: r.Counts(), Released: released}
+		if fail != nil {
+			d.Device, d.Error = fail.Device, fail.Error
+		}
+		return events.NewRolloutTransition(t, d)
+	}
+	var out []events.RolloutTransition
+	stage := r.Stage
+	if stage == StageNone {
+		out = append(out, mk(events.TypeRolloutStarted, nil, nil))
+		stage = StageStarted
+	}
+	c := r.Counts()
+	if stage == StageStarted {
+		if len(r.Canaries) > 0 {
+			out = append(out, mk(events.TypeRolloutCanaryStage, r.Canaries, nil))
+			stage = StageCanary
+		} else {
+			out = append(out, mk(events.TypeRolloutReleased, r.Targets, nil))
+			stage = StageReleased
+		}
+	}
+	if stage == StageCanary {
+		if c.CanariesFailed > 0 {
+			f := r.failure(true)
+			return append(out, mk(events.TypeRolloutCanaryFailed, nil, f), mk(events.TypeRolloutFailed, nil, f))
+		}
+		if c.CanariesSucceeded == c.Canaries {
+			out = append(out, mk(events.TypeRolloutCanariesConverged, nil, nil))
+			stage = StageCanariesConverged
+		}
+	}
+	if stage == StageCanariesConverged {
+		rest := make([]string, 0, len(r.Targets)-len(r.Canaries))
+		for _, d := range r.Targets {
+			if !r.IsCanary(d) {
+				rest = append(rest, d)
+			}
+		}
+		out = append(out, mk(events.TypeRolloutReleased, rest, nil))
+		stage = StageReleased
+	}
+	if stage == StageReleased {
+		switch {
+		case c.Failed > 0:
+			out = append(out, mk(events.TypeRolloutFailed, nil, r.failure(false)))
+		case c.Succeeded == c.Total:
+			out = append(out, mk(events.TypeRolloutSucceeded, nil, nil))
+		}
+	}
+	return out
+}
+
+// failure returns the most recent failure, among canaries only if
+// canariesOnly.
+func (r Rollout) failure(canariesOnly bool) *events.RolloutTransition {
+	var best *events.RolloutTransition
+	var at time.Time
+	for _, d := range r.Targets {
+		res := r.Results[d]
+		if res.Phase != events.WorkloadFailed || (canariesOnly && !r.IsCanary(d)) {
+			continue
+		}
+		if best == nil || res.Since.After(at) {
+			best = &events.RolloutTransition{Device: d, Error: res.Error}
+			at = res.Since
+		}
+	}
+	return best
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func maps(m map[string]DeviceResult) map[string]DeviceResult {
+	out := make(map[string]DeviceResult, len(m)+1)
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,181 @@
+package projections_test
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+type step struct {
+	// exactly one of these
+	revision *events.DeploymentRevisionCreated
+	report   *report
+}
+
+type report struct {
+	device string
+	gen    int64
+	uid    string
+	phase  events.WorkloadPhase
+	err    string
+	at     int // seconds after t0
+}
+
+func rev(gen int64, targets, canaries []string) step {
+	return step{revision: &events.DeploymentRevisionCreated{UID: "u1", Generation: gen, RevisionID: "r", Score: json.RawMessage(`{}`),
+		Targets: targets, Canaries: canaries}}
+}
+
+func rep(device string, gen int64, phase events.WorkloadPhase, at int) step {
+	return step{report: &report{device: device, gen: gen, uid: "u1", phase: phase, at: at}}
+}
+
+func mustNew(t *testing.T, keys events.Keys, d events.Data) events.Event {
+	t.Helper()
+	ev, err := events.New(keys, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// drive folds the steps like the operator does: after every event it appends
+// the decided transitions (and folds them back in). It returns the final
+// state and the transition types in order.
+func drive(t *testing.T, steps []step) (projections.Rollout, []events.Type) {
+	t.Helper()
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	var r projections.Rollout
+	var log []events.Type
+	decide := func() {
+		for range 10 {
+			next := r.Next()
+			if len(next) == 0 {
+				return
+			}
+			for _, tr := range next {
+				r = r.Apply(mustNew(t, dep, tr))
+				log = append(log, tr.EventType())
+			}
+		}
+		t.Fatal("Next never settled")
+	}
+	for _, s := range steps {
+		switch {
+		case s.revision != nil:
+			r = r.Apply(mustNew(t, dep, *s.revision))
+		case s.report != nil:
+			p := s.report
+			r = r.Apply(mustNew(t, events.Keys{Device: p.device}, events.WorkloadStatus{Namespace: "lab", Deployment: "api",
+				UID: p.uid, Generation: p.gen, Phase: p.phase, Error: p.err, Since: t0.Add(time.Duration(p.at) * time.Second)}))
+		}
+		decide()
+	}
+	return r, log
+}
+
+func TestRolloutStateMachine(t *testing.T) {
+	C, F, A := events.WorkloadConverged, events.WorkloadFailed, events.WorkloadApplying
+	tests := []struct {
+		name         string
+		steps        []step
+		wantLog      []events.Type
+		wantStage    projections.Stage
+		wantReleased []string
+	}{
+		{"without canaries every target gets the revision at once and success follows the last convergence",
+			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, C, 1), rep("b", 1, C, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a", "b"}},
+		{"canaries converge before the rest is released",
+			[]step{rev(1, []string{"a", "b", "c"}, []string{"a"}), rep("a", 1, C, 1), rep("b", 1, C, 2), rep("c", 1, C, 3)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged,
+				events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a", "b", "c"}},
+		{"the rest waits while one of two canaries is still applying",
+			[]step{rev(1, []string{"a", "b", "c"}, []string{"a", "b"}), rep("a", 1, C, 1), rep("b", 1, A, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage},
+			projections.StageCanary, []string{"a", "b"}},
+		{"a failed canary fails the rollout and the rest never receives the revision",
+			[]step{rev(1, []string{"a", "b", "c"}, []string{"a", "b"}), rep("a", 1, C, 1), rep("b", 1, F, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanaryFailed, events.TypeRolloutFailed},
+			projections.StageFailed, []string{"a", "b"}},
+		{"a converged canary is not rolled back when another canary fails later",
+			[]step{rev(1, []string{"a", "b", "c"}, []string{"a", "b"}), rep("a", 1, C, 1), rep("b", 1, F, 2), rep("c", 1, C, 3)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanaryFailed, events.TypeRolloutFailed},
+			projections.StageFailed, []string{"a", "b"}},
+		{"a failure after release fails the rollout without taking anything back",
+			[]step{rev(1, []string{"a", "b"}, []string{"a"}), rep("a", 1, C, 1), rep("b", 1, F, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged,
+				events.TypeRolloutReleased, events.TypeRolloutFailed},
+			projections.StageFailed, []string{"a", "b"}},
+		{"duplicate reports decide nothing twice",
+			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, C, 1), rep("a", 1, C, 1), rep("b", 1, C, 2), rep("b", 1, C, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a", "b"}},
+		{"an older report arriving after a newer one is ignored",
+			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, C, 5), rep("a", 1, F, 1), rep("b", 1, C, 6)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a", "b"}},
+		{"reports for an older revision are ignored",
+			[]step{rev(1, []string{"a"}, nil), rev(2, []string{"a", "b"}, nil), rep("a", 1, F, 1), rep("a", 2, C, 2), rep("b", 1, C, 3)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutStarted, events.TypeRolloutReleased},
+			projections.StageReleased, []string{"a", "b"}},
+		{"reports from devices outside the frozen targets are ignored",
+			[]step{rev(1, []string{"a"}, nil), rep("z", 1, F, 1), rep("a", 1, C, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a"}},
+		{"a new revision starts over even after a failed one",
+			[]step{rev(1, []string{"a"}, []string{"a"}), rep("a", 1, F, 1), rev(2, []string{"a"}, []string{"a"}), rep("a", 2, C, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanaryFailed, events.TypeRolloutFailed,
+				events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a"}},
+		{"a revision without targets succeeds at once",
+			[]step{rev(1, nil, nil)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, log := drive(t, tc.steps)
+			if diff := cmp.Diff(tc.wantLog, log); diff != "" {
+				t.Errorf("transitions (-want +got):\n%s", diff)
+			}
+			if r.Stage != tc.wantStage {
+				t.Errorf("stage %q, want %q", r.Stage, tc.wantStage)
+			}
+			if got := r.Released(); !slices.Equal(got, tc.wantReleased) && !(len(got) == 0 && len(tc.wantReleased) == 0) {
+				t.Errorf("released %v, want %v", got, tc.wantReleased)
+			}
+		})
+	}
+}
+
+func TestRolloutCountsAndFailure(t *testing.T) {
+	r, _ := drive(t, []step{rev(1, []string{"a", "b", "c"}, []string{"a"}), rep("a", 1, events.WorkloadConverged, 1),
+		{report: &report{device: "b", gen: 1, uid: "u1", phase: events.WorkloadFailed, err: "exit 3", at: 2}}})
+	want := events.RolloutCounts{Total: 3, Succeeded: 1, Pending: 1, Failed: 1, Canaries: 1, CanariesSucceeded: 1}
+	if diff := cmp.Diff(want, r.Counts()); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	if r.LastFailure == nil || r.LastFailure.Device != "b" || r.LastFailure.Error != "exit 3" {
+		t.Errorf("last failure %+v", r.LastFailure)
+	}
+}
+
+func TestApplyNeverChangesItsInput(t *testing.T) {
+	r, _ := drive(t, []step{rev(1, []string{"a", "b"}, nil), rep("a", 1, events.WorkloadConverged, 1)})
+	before := r.Results["b"]
+	_ = r.Apply(mustNew(t, events.Keys{Device: "b"}, events.WorkloadStatus{UID: "u1", Generation: 1, Phase: events.WorkloadFailed, Since: t0}))
+	if r.Results["b"] != before {
+		t.Error("Apply changed the receiver's results")
+	}
+}
