@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
 func TestMain(m *testing.M) {
@@ -44,9 +44,9 @@ func validDeployment(name string) *fleetv1.Deployment {
 				InitContainer: &fleetv1.PodmanService{Name: "migrate", Image: "registry.example.com/migrate" + digest, RestartPolicy: "no"},
 				Services: []fleetv1.PodmanService{{
 					Name: "api", Image: "registry.example.com:5000/api:v1.2.3", Ports: []string{"8080:8080", "53:53/udp"},
-					Env:       []fleetv1.EnvVar{{Name: "MODE", Value: "prod"}},
-					SecretEnv: []fleetv1.SecretEnvVar{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
-					Volumes:   []fleetv1.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data"}},
+					Env:           []fleetv1.EnvVar{{Name: "MODE", Value: "prod"}},
+					SecretEnv:     []fleetv1.SecretEnvVar{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
+					Volumes:       []fleetv1.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data"}},
 					RestartPolicy: "unless-stopped", ImagePullSecret: "hub-pull",
 				}},
 			}},
