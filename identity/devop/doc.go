@@ -1,0 +1,15 @@
+// Package devop is Fleet's development OpenID Provider: an in-process
+// provider built on zitadel/oidc/v3 pkg/op that serves discovery, JWKS and
+// the OAuth 2.0 JWT-profile grant, and — as Zitadel does for machine users —
+// issues an id_token (created with op.CreateIDToken) when scope openid is
+// requested. It holds machine users with their keys and roles in memory,
+// revokes keys, rotates its signing key and has a configurable token
+// lifetime.
+//
+// It exists for tests and `fleet dev` only. It is NOT for production:
+// production uses Zitadel. Nothing here is a token shortcut: every token
+// comes out of the same grant a device performs against Zitadel.
+//
+// Tests, `fleet dev` and enrollment wiring may import it; the agent and the
+// auth callout must not (they talk to any provider over HTTP).
+package devop

@@ -1,0 +1,14 @@
+package devop
+
+import "errors"
+
+// ErrUnknownUser means no machine user has the given id.
+var ErrUnknownUser = errors.New("devop: unknown machine user")
+
+// ErrUnknownKey means the user has no key with the given id (never added,
+// removed, or expired).
+var ErrUnknownKey = errors.New("devop: unknown machine key")
+
+// ErrNotSupported answers every OpenID Provider flow this provider does not
+// implement (authorization code, refresh, client credentials, ...).
+var ErrNotSupported = errors.New("devop: not supported by the development provider")
