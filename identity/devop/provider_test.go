@@ -130,7 +130,7 @@ func TestGrantsAreRefused(t *testing.T) {
 	ctx := context.Background()
 	p := start(t, devop.Options{})
 	tests := []struct {
-		name  string
+		name   string
 		break_ func(t *testing.T, uid string, kf credential.KeyFile)
 	}{
 		{"a removed key is refused", func(t *testing.T, uid string, kf credential.KeyFile) {

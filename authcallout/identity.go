@@ -1,0 +1,68 @@
+package authcallout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// IdentityEntry is the value of a fleet-identity KV entry, keyed by
+// events.IdentityKey(identity subject). The operator writes it from Device
+// CRs (spec.identitySubject → metadata.name, blacklist label → Quarantined);
+// the callout only reads it. JSON: {"device":"<id>","quarantined":false}.
+type IdentityEntry struct {
+	// Device is the device id (the Device CR's name).
+	Device string `json:"device"`
+	// Quarantined is true while the Device carries the blacklist label.
+	Quarantined bool `json:"quarantined"`
+}
+
+// Identities maps an OIDC subject to its fleet-identity entry. Lookup
+// returns an error wrapping ErrUnknownIdentity when there is none.
+type Identities interface {
+	Lookup(ctx context.Context, subject string) (IdentityEntry, error)
+}
+
+// KVIdentities reads the fleet-identity bucket. Each lookup is one
+// subject-scoped direct get, so a change (quarantine) applies to the next
+// connect.
+type KVIdentities struct {
+	// KV is the fleet-identity bucket.
+	KV jetstream.KeyValue
+}
+
+// Lookup implements Identities.
+func (k KVIdentities) Lookup(ctx context.Context, subject string) (IdentityEntry, error) {
+	key, err := events.IdentityKey(subject)
+	if err != nil {
+		return IdentityEntry{}, fmt.Errorf("%w: subject is not a valid identity key: %w", ErrUnknownIdentity, err)
+	}
+	e, err := k.KV.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return IdentityEntry{}, fmt.Errorf("%w: %s", ErrUnknownIdentity, subject)
+	}
+	if err != nil {
+		return IdentityEntry{}, fmt.Errorf("authcallout: read %s/%s: %w", events.BucketIdentity, key, err)
+	}
+	return DecodeIdentityEntry(e.Value())
+}
+
+// DecodeIdentityEntry parses a fleet-identity value and checks the device id.
+func DecodeIdentityEntry(b []byte) (IdentityEntry, error) {
+	var v IdentityEntry
+	if err := json.Unmarshal(b, &v); err != nil {
+		return IdentityEntry{}, fmt.Errorf("%w: fleet-identity value is not JSON: %w", ErrUnknownIdentity, err)
+	}
+	if err := events.ValidateToken(events.TokenDevice, v.Device); err != nil {
+		return IdentityEntry{}, fmt.Errorf("%w: fleet-identity value: %w", ErrUnknownIdentity, err)
+	}
+	return v, nil
+}
+
+// Encode is the JSON the operator writes.
+func (e IdentityEntry) Encode() ([]byte, error) { return json.Marshal(e) }

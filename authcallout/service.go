@@ -1,0 +1,307 @@
+package authcallout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/jwt/v2"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+)
+
+// Subject is where nats-server sends authorization requests.
+const Subject = "$SYS.REQ.USER.AUTH"
+
+// DefaultQueueGroup is the queue group replicas share, so each request is
+// answered once.
+const DefaultQueueGroup = "fleet-authcallout"
+
+// xkeyHeader carries the server's public xkey on an encrypted request.
+const xkeyHeader = "Nats-Server-Xkey"
+
+// Options configure a Service.
+type Options struct {
+	// Conn is a connection as one of auth_callout.auth_users (in the callout
+	// account). Required. The Service does not close it.
+	Conn *nats.Conn
+	// Issuer is the account key pair (seed starting SA) whose public key is
+	// auth_callout.issuer; it signs user JWTs and responses. Required.
+	Issuer nkeys.KeyPair
+	// XKey is the curve key pair (seed starting SX) whose public key is
+	// auth_callout.xkey. Optional: without it requests must be plain, with
+	// it they must be encrypted.
+	XKey nkeys.KeyPair
+	// Account is the account users are placed in (the user JWT's aud in
+	// config mode), e.g. "FLEET". Required.
+	Account string
+	// Verifier checks id_tokens. Required.
+	Verifier *Verifier
+	// Identities maps token subjects to devices. Required.
+	Identities Identities
+	// QueueGroup is the subscription's queue group. Default
+	// DefaultQueueGroup.
+	QueueGroup string
+	// Workers is how many requests are processed at once. Default
+	// 4×GOMAXPROCS.
+	Workers int
+	// Timeout bounds the processing of one request (key fetch, KV read).
+	// Default 5s; keep it below the server's authorization timeout.
+	Timeout time.Duration
+	// Logger receives one record per decision (subject, device, reason;
+	// never a token). Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	var errs []error
+	if o.Conn == nil {
+		errs = append(errs, errors.New("authcallout: Conn is nil: connect as an auth_callout auth_users member"))
+	}
+	if o.Issuer == nil {
+		errs = append(errs, errors.New("authcallout: Issuer is nil: give the issuer account key pair"))
+	} else if pub, err := o.Issuer.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
+		errs = append(errs, errors.New("authcallout: Issuer is not an account key pair (seed must start with SA)"))
+	}
+	if o.XKey != nil {
+		if pub, err := o.XKey.PublicKey(); err != nil || !nkeys.IsValidPublicCurveKey(pub) {
+			errs = append(errs, errors.New("authcallout: XKey is not a curve key pair (seed must start with SX)"))
+		}
+	}
+	if o.Account == "" {
+		errs = append(errs, errors.New("authcallout: Account is empty: name the account users are placed in"))
+	}
+	if o.Verifier == nil {
+		errs = append(errs, errors.New("authcallout: Verifier is nil"))
+	}
+	if o.Identities == nil {
+		errs = append(errs, errors.New("authcallout: Identities is nil"))
+	}
+	if o.Workers < 0 || o.Timeout < 0 {
+		errs = append(errs, errors.New("authcallout: Workers and Timeout must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Service answers authorization requests.
+type Service struct {
+	o         Options
+	log       *slog.Logger
+	issuer    string // public account key
+	ready     chan struct{}
+	readyOnce sync.Once
+}
+
+// New creates a Service; Run serves it.
+func New(o Options) (*Service, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.QueueGroup == "" {
+		o.QueueGroup = DefaultQueueGroup
+	}
+	if o.Workers == 0 {
+		o.Workers = 4 * runtime.GOMAXPROCS(0)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
+	}
+	s := &Service{o: o, log: o.Logger, ready: make(chan struct{})}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.issuer, _ = o.Issuer.PublicKey()
+	return s, nil
+}
+
+// Run subscribes to Subject in the queue group and answers requests until
+// ctx ends; it then unsubscribes, waits for the requests in progress and
+// returns nil.
+func (s *Service) Run(ctx context.Context) error {
+	ch := make(chan *nats.Msg, 8*s.o.Workers)
+	sub, err := s.o.Conn.ChanQueueSubscribe(Subject, s.o.QueueGroup, ch)
+	if err != nil {
+		return fmt.Errorf("authcallout: subscribe %s: %w", Subject, err)
+	}
+	if err := s.o.Conn.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return fmt.Errorf("authcallout: subscribe %s: %w", Subject, err)
+	}
+	s.readyOnce.Do(func() { close(s.ready) })
+	s.log.Info("auth callout serving", "subject", Subject, "queue", s.o.QueueGroup, "account", s.o.Account, "issuer", s.issuer, "encrypted", s.o.XKey != nil)
+	var wg sync.WaitGroup
+	for range s.o.Workers {
+		wg.Go(func() {
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case m := <-ch:
+					s.serve(ctx, m)
+				}
+			}
+		})
+	}
+	<-ctx.Done()
+	err = sub.Unsubscribe()
+	wg.Wait()
+	if err != nil && !errors.Is(err, nats.ErrConnectionClosed) && !errors.Is(err, nats.ErrBadSubscription) {
+		return fmt.Errorf("authcallout: unsubscribe: %w", err)
+	}
+	return nil
+}
+
+// Ready is closed once Run's subscription is registered with the server.
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+func (s *Service) serve(ctx context.Context, m *nats.Msg) {
+	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
+	defer cancel()
+	resp := s.Respond(ctx, m.Data, m.Header.Get(xkeyHeader))
+	if m.Reply == "" {
+		return
+	}
+	if err := m.Respond(resp); err != nil {
+		s.log.Warn("auth callout response not sent", "err", err)
+	}
+}
+
+// Respond computes the answer to one authorization request: data is the
+// message payload (the request JWT, sealed to our xkey when serverXKey is
+// set). The answer is a response JWT (sealed to serverXKey when set) holding
+// either a user JWT or the refusal reason; an undecodable request gets an
+// empty answer, which the server treats as a refusal.
+func (s *Service) Respond(ctx context.Context, data []byte, serverXKey string) []byte {
+	req, err := s.decodeRequest(data, serverXKey)
+	if err != nil {
+		s.log.Warn("auth callout request refused", "reason", err.Error())
+		return nil
+	}
+	rc := jwt.NewAuthorizationResponseClaims(req.UserNkey)
+	rc.Audience = req.Server.ID
+	user, who, err := s.Authorize(ctx, req)
+	if err != nil {
+		rc.Error = refusal(err)
+		s.log.Info("connect refused", "subject", who.Subject, "device", who.Device, "host", req.ClientInformation.Host, "reason", err.Error())
+	} else {
+		rc.Jwt = user
+		s.log.Debug("connect authorised", "subject", who.Subject, "device", who.Device, "role", who.Role, "host", req.ClientInformation.Host)
+	}
+	out, err := rc.Encode(s.o.Issuer)
+	if err != nil {
+		s.log.Error("auth callout response not encoded", "err", err)
+		return nil
+	}
+	if serverXKey == "" {
+		return []byte(out)
+	}
+	sealed, err := s.o.XKey.Seal([]byte(out), serverXKey)
+	if err != nil {
+		s.log.Error("auth callout response not sealed", "err", err)
+		return nil
+	}
+	return sealed
+}
+
+// refusal is the reason the server logs for a refused connect: the sentinel
+// text only (claims are not echoed).
+func refusal(err error) string {
+	for _, e := range []error{ErrNoToken, ErrMalformedToken, ErrAlgorithm, ErrUnknownKey, ErrInvalidToken, ErrUnknownIdentity, ErrQuarantined, ErrJWKS} {
+		if errors.Is(err, e) {
+			return e.Error()
+		}
+	}
+	return "authcallout: not authorized"
+}
+
+func (s *Service) decodeRequest(data []byte, serverXKey string) (*jwt.AuthorizationRequestClaims, error) {
+	if len(data) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrBadRequest)
+	}
+	switch {
+	case s.o.XKey != nil && serverXKey == "":
+		return nil, fmt.Errorf("%w: plain request but the callout requires encryption (xkey)", ErrBadRequest)
+	case s.o.XKey == nil && serverXKey != "":
+		return nil, fmt.Errorf("%w: encrypted request but the callout has no xkey", ErrBadRequest)
+	case s.o.XKey != nil:
+		opened, err := s.o.XKey.Open(data, serverXKey)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cannot decrypt: %w", ErrBadRequest, err)
+		}
+		data = opened
+	}
+	req, err := jwt.DecodeAuthorizationRequestClaims(string(data))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadRequest, err)
+	}
+	vr := jwt.CreateValidationResults()
+	req.Validate(vr)
+	if vr.IsBlocking(true) {
+		return nil, fmt.Errorf("%w: %v", ErrBadRequest, vr.Errors())
+	}
+	if !nkeys.IsValidPublicServerKey(req.Issuer) {
+		return nil, fmt.Errorf("%w: not signed by a server key", ErrBadRequest)
+	}
+	if !nkeys.IsValidPublicUserKey(req.UserNkey) || req.Server.ID == "" {
+		return nil, fmt.Errorf("%w: missing user nkey or server id", ErrBadRequest)
+	}
+	return req, nil
+}
+
+// Who describes the identity behind a request, for logs.
+type Who struct {
+	Subject, Device, Role string
+}
+
+// Authorize decides one request: it verifies the presented token, finds
+// the identity and returns the signed user JWT for req.UserNkey.
+func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestClaims) (string, Who, error) {
+	var who Who
+	token := req.ConnectOptions.Token
+	claims, err := s.o.Verifier.Verify(ctx, token)
+	if err != nil {
+		return "", who, err
+	}
+	who.Subject = claims.Subject
+	var perms jwt.Permissions
+	name := claims.Subject
+	switch {
+	case slices.Contains(claims.Roles, RoleOperator):
+		who.Role = RoleOperator
+		perms = OperatorPermissions(claims.Subject)
+	case slices.Contains(claims.Roles, RoleShipper):
+		who.Role = RoleShipper
+		if perms, err = ShipperPermissions(claims.Subject); err != nil {
+			return "", who, fmt.Errorf("%w: %w", ErrUnknownIdentity, err)
+		}
+	default:
+		id, err := s.o.Identities.Lookup(ctx, claims.Subject)
+		if err != nil {
+			return "", who, err
+		}
+		who.Device = id.Device
+		if id.Quarantined {
+			return "", who, fmt.Errorf("%w: %s", ErrQuarantined, id.Device)
+		}
+		if perms, err = DevicePermissions(id.Device); err != nil {
+			return "", who, fmt.Errorf("%w: %w", ErrUnknownIdentity, err)
+		}
+		name = id.Device
+	}
+	uc := jwt.NewUserClaims(req.UserNkey)
+	uc.Name = name
+	uc.Audience = s.o.Account
+	uc.Expires = claims.Expiry.Unix()
+	uc.Permissions = perms
+	out, err := uc.Encode(s.o.Issuer)
+	if err != nil {
+		return "", who, fmt.Errorf("authcallout: encode user JWT: %w", err)
+	}
+	return out, who, nil
+}
