@@ -6,6 +6,7 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"strings"
@@ -67,6 +68,41 @@ type env struct {
 	identity jetstream.KeyValue
 	intent   jetstream.KeyValue
 	verifier *authcallout.Verifier
+	refusals *refusalLog
+}
+
+// refusalLog records the reason of every refusal the callout logs.
+type refusalLog struct {
+	mu      sync.Mutex // guards reasons
+	reasons []string
+}
+
+func (l *refusalLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *refusalLog) WithAttrs([]slog.Attr) slog.Handler        { return l }
+func (l *refusalLog) WithGroup(string) slog.Handler             { return l }
+func (l *refusalLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "connect refused" && r.Message != "auth callout request refused" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "reason" {
+			l.mu.Lock()
+			l.reasons = append(l.reasons, a.Value.String())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// last returns the latest refusal reason.
+func (l *refusalLog) last() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.reasons) == 0 {
+		return ""
+	}
+	return l.reasons[len(l.reasons)-1]
 }
 
 func newEnv(tb testing.TB, o envOptions) *env {
@@ -75,7 +111,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	var wg sync.WaitGroup
 	tb.Cleanup(func() { cancel(); wg.Wait() })
 
-	e := &env{}
+	e := &env{refusals: &refusalLog{}}
 	var err error
 	if e.issuer, err = nkeys.CreateAccount(); err != nil {
 		tb.Fatal(err)
@@ -127,7 +163,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		nc := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-authcallout", "callout-secret"))
 		svcs[i], err = authcallout.New(authcallout.Options{
 			Conn: nc, Issuer: e.issuer, XKey: e.xkey, Account: "FLEET", Verifier: e.verifier,
-			Identities: lazyKV{js: rjs},
+			Identities: lazyKV{js: rjs}, Logger: slog.New(e.refusals),
 		})
 		if err != nil {
 			tb.Fatal(err)
@@ -265,14 +301,19 @@ func (e *env) connect(device string, src *credential.Source, token string, opts 
 	return c, nil
 }
 
-// waitViolation waits for a permissions violation naming subject.
+// waitViolation waits for a permissions violation naming subject (a quoted
+// prefix of it when subject ends in "*").
 func (c *conn) waitViolation(tb testing.TB, subject string) {
 	tb.Helper()
+	want := `"` + subject + `"`
+	if p, ok := strings.CutSuffix(subject, "*"); ok {
+		want = `"` + p
+	}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case err := <-c.errs:
-			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), `"`+subject+`"`) {
+			if errors.Is(err, nats.ErrPermissionViolation) && strings.Contains(err.Error(), want) {
 				return
 			}
 		case <-deadline:
