@@ -78,7 +78,7 @@ func (s *Store) read(ctx context.Context, filter string, from Start, live bool) 
 			yield(Record{}, err)
 			return
 		}
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: consumerInactiveThreshold}
 		from.apply(&cfg)
 		cons, err := s.js.OrderedConsumer(ctx, stream, cfg)
 		if err != nil {
@@ -90,7 +90,7 @@ func (s *Store) read(ctx context.Context, filter string, from Start, live bool) 
 			yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
 			return
 		}
-		defer msgs.Stop()
+		defer s.stopOrdered(stream, cons, msgs)
 		if !live {
 			if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 				return
@@ -250,8 +250,9 @@ func readMultiLast(ctx context.Context, sub *nats.Subscription, stream, filter s
 // consumerLastPerSubject is the fallback for filters matching many subjects.
 func (s *Store) consumerLastPerSubject(ctx context.Context, stream, filter string) ([]Record, error) {
 	cons, err := s.js.OrderedConsumer(ctx, stream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{filter},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		FilterSubjects:    []string{filter},
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: consumerInactiveThreshold,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("last per subject %s: %w", filter, err)
@@ -260,7 +261,7 @@ func (s *Store) consumerLastPerSubject(ctx context.Context, stream, filter strin
 	if err != nil {
 		return nil, fmt.Errorf("last per subject %s: %w", filter, err)
 	}
-	defer msgs.Stop()
+	defer s.stopOrdered(stream, cons, msgs)
 	var out []Record
 	if info := cons.CachedInfo(); info != nil && info.NumPending == 0 {
 		return nil, nil
@@ -282,5 +283,25 @@ func (s *Store) consumerLastPerSubject(ctx context.Context, stream, filter strin
 		if md.NumPending == 0 {
 			return out, nil
 		}
+	}
+}
+
+// consumerInactiveThreshold is how long the server keeps a read's ordered
+// consumer after its client vanished without deleting it.
+const consumerInactiveThreshold = 30 * time.Second
+
+// stopOrdered stops a read and deletes its server-side consumer at once, so
+// frequent reads leave nothing behind (an ordered consumer otherwise lingers
+// until its inactive threshold).
+func (s *Store) stopOrdered(stream string, cons jetstream.Consumer, msgs jetstream.MessagesContext) {
+	msgs.Stop()
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		s.log.Debug("delete read consumer", "stream", stream, "consumer", info.Name, "error", err)
 	}
 }

@@ -498,3 +498,25 @@ func TestProvision(t *testing.T) {
 		}
 	})
 }
+
+func TestReadsLeaveNoConsumerBehind(t *testing.T) {
+	ctx := testContext(t)
+	_, st := natstest.Provisioned(t)
+	if _, err := st.Append(ctx, heartbeat(t, "d1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		collect(t, st.Replay(ctx, "fleet.report.d1.heartbeat", events.FromStart()))
+	}
+	s, err := st.JetStream().Stream(ctx, events.StreamTelemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 0 {
+		t.Errorf("%d consumers left on the stream after 20 replays, want 0", info.State.Consumers)
+	}
+}

@@ -1,7 +1,12 @@
-// Package operator will hold the controllers for the namespaced Deployment,
-// Device and TaskRun resources: target resolution, frozen revisions with the
-// canary gate, intent and rollout events, and the projections it runs.
+// Package operator holds the Fleet controllers for the namespaced
+// Deployment, Device and TaskRun resources of group fleet.nationtech.io:
 //
-// Not implemented yet: the package holds no code. It may import k8s, events
-// and projections; only cmd/ imports it.
+//   - the Deployment controller resolves targets (selector ∩ not quarantined
+//     ∩ allowedGroups membership from a GroupSource, failing closed without
+//     one), freezes targets and canaries, and appends exactly one
+//     deployment.revision.created event per generation (optimistic
+//     concurrency on the Deployment's intent subject, so also across
+//     restarts); deletion appends deployment.deleted behind a finalizer.
+//
+// It may import k8s, events and projections; only cmd/ imports it.
 package operator

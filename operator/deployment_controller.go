@@ -1,0 +1,202 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// EventStore is what the controllers need of the event store.
+type EventStore interface {
+	Append(ctx context.Context, ev events.Event, opts ...events.AppendOption) (events.Position, error)
+	Last(ctx context.Context, subject string) (events.Record, error)
+}
+
+// FieldOwnerRevisions is the server-side-apply field manager of the status
+// fields the Deployment controller owns (observedGeneration, revision,
+// TargetsResolved). Rollout counts and phase belong to the status projection.
+const FieldOwnerRevisions = "fleet-operator-revisions"
+
+// DeploymentReconciler turns each Deployment generation into one revision
+// event, and a deletion into one deletion event.
+type DeploymentReconciler struct {
+	Client client.Client
+	Store  EventStore
+	// Groups is the group source; nil means none is configured.
+	Groups GroupSource
+	Log    *slog.Logger
+}
+
+// SetupWithManager registers the controller.
+func (r *DeploymentReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fleetv1.Deployment{}).
+		Named("fleet-deployment").
+		Complete(r)
+}
+
+// Reconcile does one action per call and requeues: add the finalizer, append
+// the revision of the current generation, or append the deletion and drop the
+// finalizer.
+func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var d fleetv1.Deployment
+	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	subject, err := events.DeploymentIntentSubject(d.Namespace, d.Name)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err) // CRD validation prevents this
+	}
+	last, lastSeq, err := r.last(ctx, subject)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	if !d.DeletionTimestamp.IsZero() {
+		return r.delete(ctx, &d, subject, last, lastSeq)
+	}
+	if !controllerutil.ContainsFinalizer(&d, fleetv1.FinalizerDeployment) {
+		controllerutil.AddFinalizer(&d, fleetv1.FinalizerDeployment)
+		return ctrl.Result{}, r.Client.Update(ctx, &d)
+	}
+
+	rev, appended := alreadyAppended(last, &d)
+	res := Resolution{}
+	if !appended {
+		var devices fleetv1.DeviceList
+		if err := r.Client.List(ctx, &devices, client.InNamespace(d.Namespace)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list devices of %s: %w", d.Namespace, err)
+		}
+		res, err = ResolveTargets(ctx, &d, devices.Items, r.Groups)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		ev, err := revisionEvent(&d, res)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(lastSeq))
+		if errors.Is(err, events.ErrConflict) {
+			// Another writer appended first: re-read and re-decide.
+			r.Log.InfoContext(ctx, "revision append conflict, re-reading", "deployment", req.String())
+			return ctrl.Result{Requeue: true}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("append revision of %s: %w", req, err)
+		}
+		rev, _ = events.Decode[events.DeploymentRevisionCreated](ev)
+		r.Log.InfoContext(ctx, "revision created", "deployment", req.String(), "generation", d.Generation,
+			"revision", rev.RevisionID, "targets", len(rev.Targets), "canaries", len(rev.Canaries))
+	} else {
+		res = resolutionOf(rev)
+	}
+	return ctrl.Result{}, r.patchStatus(ctx, &d, rev, res)
+}
+
+// last reads the last intent event of the Deployment's subject (seq 0: none).
+func (r *DeploymentReconciler) last(ctx context.Context, subject string) (*events.Record, uint64, error) {
+	rec, err := r.Store.Last(ctx, subject)
+	if errors.Is(err, events.ErrNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("read intent of %s: %w", subject, err)
+	}
+	return &rec, rec.Sequence, nil
+}
+
+// alreadyAppended reports whether the last intent event is the revision of
+// this Deployment's current (or a later) generation.
+func alreadyAppended(last *events.Record, d *fleetv1.Deployment) (events.DeploymentRevisionCreated, bool) {
+	if last == nil || last.Event.Type != events.TypeDeploymentRevisionCreated {
+		return events.DeploymentRevisionCreated{}, false
+	}
+	rev, err := events.Decode[events.DeploymentRevisionCreated](last.Event)
+	if err != nil || rev.UID != string(d.UID) || rev.Generation < d.Generation {
+		return events.DeploymentRevisionCreated{}, false
+	}
+	return rev, true
+}
+
+// resolutionOf rebuilds the condition of an existing revision.
+func resolutionOf(rev events.DeploymentRevisionCreated) Resolution {
+	r := Resolution{Targets: rev.Targets, Canaries: rev.Canaries, Reason: fleetv1.ReasonResolved,
+		Message: fmt.Sprintf("%d targets, %d canaries", len(rev.Targets), len(rev.Canaries))}
+	if len(rev.Targets) == 0 {
+		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the revision was created"
+	}
+	return r
+}
+
+func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, subject string, last *events.Record, lastSeq uint64) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(d, fleetv1.FinalizerDeployment) {
+		return ctrl.Result{}, nil
+	}
+	done := false
+	if last != nil && last.Event.Type == events.TypeDeploymentDeleted {
+		if del, err := events.Decode[events.DeploymentDeleted](last.Event); err == nil && del.UID == string(d.UID) {
+			done = true
+		}
+	}
+	if !done {
+		ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
+			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation}, events.WithCorrelation(string(d.UID), d.Generation))
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(lastSeq))
+		if errors.Is(err, events.ErrConflict) {
+			return ctrl.Result{Requeue: true}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("append deletion of %s: %w", subject, err)
+		}
+		r.Log.InfoContext(ctx, "deployment deleted", "subject", subject, "uid", d.UID)
+	}
+	controllerutil.RemoveFinalizer(d, fleetv1.FinalizerDeployment)
+	if err := r.Client.Update(ctx, d); err != nil && !apierrors.IsNotFound(err) {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// patchStatus applies the fields this controller owns.
+func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deployment, rev events.DeploymentRevisionCreated, res Resolution) error {
+	status := metav1.ConditionTrue
+	if res.Reason != fleetv1.ReasonResolved {
+		status = metav1.ConditionFalse
+	}
+	if d.Status.ObservedGeneration == rev.Generation && d.Status.Revision != nil && d.Status.Revision.ID == rev.RevisionID {
+		if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved); c != nil && c.Reason == res.Reason {
+			return nil // nothing to change
+		}
+	}
+	patch := &fleetv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace},
+		Status: fleetv1.DeploymentStatus{
+			ObservedGeneration: rev.Generation,
+			Revision:           &fleetv1.RevisionRef{UID: rev.UID, Generation: rev.Generation, ID: rev.RevisionID},
+			Conditions: []metav1.Condition{{
+				Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
+				ObservedGeneration: rev.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
+			}},
+		},
+	}
+	if err := r.Client.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldOwnerRevisions), client.ForceOwnership); err != nil {
+		return fmt.Errorf("patch status of %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,339 @@
+package operator_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+)
+
+func TestMain(m *testing.M) {
+	ctrllog.SetLogger(logr.Discard())
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
+}
+
+// env is one test's world: a namespace on the shared API server, an
+// embedded JetStream and a way to start operators.
+type env struct {
+	t      *testing.T
+	ctx    context.Context
+	srv    *kubeapi.Server
+	c      client.Client
+	store  *events.Store
+	ns     string
+	groups operator.GroupSource
+}
+
+var nsCounter int
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	srv := kubeapi.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(srv.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nsCounter++
+	ns := fmt.Sprintf("op-%d", nsCounter)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	_, st := natstest.Provisioned(t)
+	return &env{t: t, ctx: ctx, srv: srv, c: c, store: st, ns: ns}
+}
+
+// startOperator runs an operator until the returned stop is called (or the
+// test ends).
+func (e *env) startOperator() (stop func()) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Groups: e.groups, Logger: logger,
+			SeveralPerProcess: true})
+	}()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("operator.Run: %v", err)
+		}
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) device(name string, labels map[string]string) *fleetv1.Device {
+	e.t.Helper()
+	d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: labels},
+		Spec: fleetv1.DeviceSpec{IdentitySubject: "sub-" + name}}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+func (e *env) deployment(name string, selector map[string]string, groups ...string) *fleetv1.Deployment {
+	e.t.Helper()
+	d := &fleetv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: fleetv1.DeploymentSpec{
+			AllowedGroups:  groups,
+			TargetSelector: fleetv1.TargetSelector{MatchLabels: selector},
+			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+				Name: "api", Image: "registry.example.com/api:v1", Ports: []string{"8080:8080"}}}}},
+		},
+	}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+// revisions returns every revision event of the Deployment, in order.
+func (e *env) intent(name string) []events.Record {
+	e.t.Helper()
+	subj, _ := events.DeploymentIntentSubject(e.ns, name)
+	var out []events.Record
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s", what)
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatal(e.ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// revisionOf waits for the revision of generation gen and returns it.
+func (e *env) revisionOf(name string, gen int64) events.DeploymentRevisionCreated {
+	e.t.Helper()
+	var rev events.DeploymentRevisionCreated
+	e.waitFor(fmt.Sprintf("revision %d of %s", gen, name), func() bool {
+		for _, r := range e.intent(name) {
+			if d, err := events.Decode[events.DeploymentRevisionCreated](r.Event); err == nil && d.Generation == gen {
+				rev = d
+				return true
+			}
+		}
+		return false
+	})
+	return rev
+}
+
+func (e *env) get(name string) *fleetv1.Deployment {
+	e.t.Helper()
+	var d fleetv1.Deployment
+	if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: name}, &d); err != nil {
+		e.t.Fatal(err)
+	}
+	return &d
+}
+
+func TestRevisionFreezesTargetsAndCanaries(t *testing.T) {
+	e := newEnv(t)
+	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	e.device("rpi-3", map[string]string{"role": "analyzer", "blacklist": "true"})
+	e.device("rpi-4", map[string]string{"role": "other"})
+	e.startOperator()
+	d := e.deployment("api", map[string]string{"role": "analyzer"})
+
+	rev := e.revisionOf("api", 1)
+	if diff := cmp.Diff([]string{"rpi-1", "rpi-2"}, rev.Targets); diff != "" {
+		t.Errorf("targets (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"rpi-1"}, rev.Canaries); diff != "" {
+		t.Errorf("canaries (-want +got):\n%s", diff)
+	}
+	if rev.UID != string(d.UID) || rev.ScoreDigest == "" || rev.RevisionID == "" {
+		t.Errorf("revision %+v", rev)
+	}
+
+	e.waitFor("status naming the revision", func() bool {
+		s := e.get("api").Status
+		return s.ObservedGeneration == 1 && s.Revision != nil && s.Revision.ID == rev.RevisionID
+	})
+	c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != fleetv1.ReasonResolved {
+		t.Errorf("TargetsResolved condition %+v", c)
+	}
+
+	t.Run("a device labelled after the revision is not in it, and a spec change makes a revision that includes it", func(t *testing.T) {
+		e.device("rpi-5", map[string]string{"role": "analyzer"})
+		cur := e.get("api")
+		cur.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2"
+		if err := e.c.Update(e.ctx, cur); err != nil {
+			t.Fatal(err)
+		}
+		rev2 := e.revisionOf("api", 2)
+		if diff := cmp.Diff([]string{"rpi-1", "rpi-2", "rpi-5"}, rev2.Targets); diff != "" {
+			t.Errorf("generation 2 targets (-want +got):\n%s", diff)
+		}
+		if rev2.ScoreDigest == rev.ScoreDigest {
+			t.Error("the score changed but the digest did not")
+		}
+		first := e.intent("api")[0]
+		d1, _ := events.Decode[events.DeploymentRevisionCreated](first.Event)
+		if slices.Contains(d1.Targets, "rpi-5") {
+			t.Error("the first revision grew a target after it was frozen")
+		}
+		e.waitFor("status following generation 2", func() bool { return e.get("api").Status.ObservedGeneration == 2 })
+	})
+}
+
+func TestAllowedGroupsWithoutAGroupSourceMatchesNoDevice(t *testing.T) {
+	e := newEnv(t)
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"}, "lab")
+
+	rev := e.revisionOf("api", 1)
+	if len(rev.Targets) != 0 {
+		t.Errorf("targets %v, want none (fail closed)", rev.Targets)
+	}
+	e.waitFor("the condition saying why", func() bool {
+		c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1.ReasonNoGroupSource
+	})
+}
+
+func TestAllowedGroupsWithAGroupSource(t *testing.T) {
+	e := newEnv(t)
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	e.groups = operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lab": {"rpi-2"}, "other": {"rpi-1"}}})
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"}, "lab")
+	if rev := e.revisionOf("api", 1); !slices.Equal(rev.Targets, []string{"rpi-2"}) {
+		t.Errorf("targets %v, want only the lab member", rev.Targets)
+	}
+}
+
+func TestExactlyOneRevisionPerGenerationAcrossRestartsAndRacingOperators(t *testing.T) {
+	e := newEnv(t)
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	// Two operators race for every generation.
+	stopA := e.startOperator()
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+
+	stopA() // one operator goes away mid-life
+	cur := e.get("api")
+	cur.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2"
+	if err := e.c.Update(e.ctx, cur); err != nil {
+		t.Fatal(err)
+	}
+	e.revisionOf("api", 2)
+	e.startOperator() // and a fresh one starts
+	e.waitFor("status of generation 2", func() bool { return e.get("api").Status.ObservedGeneration == 2 })
+
+	perGen := map[int64]int{}
+	for _, r := range e.intent("api") {
+		if d, err := events.Decode[events.DeploymentRevisionCreated](r.Event); err == nil {
+			perGen[d.Generation]++
+		}
+	}
+	if diff := cmp.Diff(map[int64]int{1: 1, 2: 1}, perGen); diff != "" {
+		t.Errorf("revision events per generation (-want +got):\n%s", diff)
+	}
+}
+
+func TestDeletionAppendsTheRemovalIntent(t *testing.T) {
+	e := newEnv(t)
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.startOperator()
+	d := e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	e.waitFor("the finalizer", func() bool { return slices.Contains(e.get("api").Finalizers, fleetv1.FinalizerDeployment) })
+	if err := e.c.Delete(e.ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the Deployment to go", func() bool {
+		var got fleetv1.Deployment
+		err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: "api"}, &got)
+		return client.IgnoreNotFound(err) == nil && err != nil
+	})
+	recs := e.intent("api")
+	last := recs[len(recs)-1]
+	del, err := events.Decode[events.DeploymentDeleted](last.Event)
+	if err != nil || del.UID != string(d.UID) {
+		t.Errorf("last intent event %s (%v), want deployment.deleted of %s", last.Event.Type, err, d.UID)
+	}
+	deletions := 0
+	for _, r := range recs {
+		if r.Event.Type == events.TypeDeploymentDeleted {
+			deletions++
+		}
+	}
+	if deletions != 1 {
+		t.Errorf("%d deletion events, want 1", deletions)
+	}
+}
+
+func TestResolveTargetsIsPure(t *testing.T) {
+	// A unit check of one step: the same inputs always give the same sorted
+	// answer, whatever the list order.
+	devs := []fleetv1.Device{
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Labels: map[string]string{"r": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", Labels: map[string]string{"r": "x", "canary": "true"}}},
+	}
+	d := &fleetv1.Deployment{Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"r": "x"}}}}
+	r1, err := operator.ResolveTargets(context.Background(), d, devs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(devs)
+	r2, _ := operator.ResolveTargets(context.Background(), d, devs, nil)
+	if diff := cmp.Diff(r1, r2); diff != "" || !slices.Equal(r1.Targets, []string{"a", "b"}) {
+		t.Errorf("%+v vs %+v", r1, r2)
+	}
+}

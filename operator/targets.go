@@ -1,0 +1,76 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Resolution is the frozen target set of a revision and why it is what it is.
+type Resolution struct {
+	// Targets and Canaries are sorted device ids; Canaries ⊆ Targets.
+	Targets  []string
+	Canaries []string
+	// Reason and Message explain the result for the TargetsResolved
+	// condition.
+	Reason  string
+	Message string
+}
+
+// ResolveTargets applies the rollout semantics: targets are the devices whose
+// labels match the selector, minus quarantined ones (label blacklist), and,
+// when allowedGroups is set, only members of one of those groups according to
+// groups. When allowedGroups is set and groups is nil, no device matches
+// (fail closed). Canaries are the targets labelled canary=true.
+func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
+	if len(d.Spec.AllowedGroups) > 0 && groups == nil {
+		return Resolution{Reason: fleetv1.ReasonNoGroupSource,
+			Message: "allowedGroups is set but the operator has no group source, so no device matches (fail closed); configure a group source or remove allowedGroups"}, nil
+	}
+	var r Resolution
+	quarantined := 0
+	for i := range devices {
+		dev := &devices[i]
+		if !dev.DeletionTimestamp.IsZero() || !matches(d.Spec.TargetSelector.MatchLabels, dev.Labels) {
+			continue
+		}
+		if _, q := dev.Labels[fleetv1.LabelBlacklist]; q {
+			quarantined++
+			continue
+		}
+		if len(d.Spec.AllowedGroups) > 0 {
+			gs, err := groups.Groups(ctx, dev.Namespace, dev.Name)
+			if err != nil {
+				return Resolution{}, fmt.Errorf("groups of device %s/%s: %w", dev.Namespace, dev.Name, err)
+			}
+			if !slices.ContainsFunc(gs, func(g string) bool { return slices.Contains(d.Spec.AllowedGroups, g) }) {
+				continue
+			}
+		}
+		r.Targets = append(r.Targets, dev.Name)
+		if dev.Labels[fleetv1.LabelCanary] == "true" {
+			r.Canaries = append(r.Canaries, dev.Name)
+		}
+	}
+	slices.Sort(r.Targets)
+	slices.Sort(r.Canaries)
+	if len(r.Targets) == 0 {
+		r.Reason = fleetv1.ReasonNoMatchingDevices
+		r.Message = fmt.Sprintf("no eligible device matches the selector (%d quarantined)", quarantined)
+		return r, nil
+	}
+	r.Reason = fleetv1.ReasonResolved
+	r.Message = fmt.Sprintf("%d targets, %d canaries, %d quarantined excluded", len(r.Targets), len(r.Canaries), quarantined)
+	return r, nil
+}
+
+func matches(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if got, ok := labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
