@@ -42,6 +42,9 @@ type Rollout struct {
 	Stage    Stage
 	// ReleasedAll is set once the revision was released to every target.
 	ReleasedAll bool
+	// StageAt is the time of the event that entered the current stage (the
+	// revision event for StageNone).
+	StageAt time.Time
 	// Results holds the latest report per target.
 	Results map[string]DeviceResult
 	// LastFailure is the most recent failure report of a target.
@@ -49,6 +52,22 @@ type Rollout struct {
 	LastFailAt  time.Time
 	// Deleted is true once the Deployment was deleted.
 	Deleted bool
+	// early holds reports and transitions of revisions this fold has not seen
+	// yet: streams are read separately, so a report or transition may be
+	// folded before its revision event. They are merged when it arrives.
+	early map[revKey]*earlyFacts
+}
+
+type revKey struct {
+	uid string
+	gen int64
+}
+
+type earlyFacts struct {
+	results     map[string]DeviceResult
+	stage       Stage
+	stageAt     time.Time
+	releasedAll bool
 }
 
 // IsCanary reports whether device is a canary of the revision.
@@ -72,20 +91,50 @@ func (r Rollout) Apply(ev events.Event) Rollout {
 		if err != nil || !r.newer(d.UID, d.Generation) {
 			return r
 		}
-		targets := sortedCopy(d.Targets)
-		canaries := sortedCopy(d.Canaries)
-		return Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID,
-			Targets: targets, Canaries: canaries, Results: map[string]DeviceResult{}}
+		n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
+			Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}}
+		key := revKey{d.UID, d.Generation}
+		if f := r.early[key]; f != nil {
+			for dev, res := range f.results {
+				if n.IsTarget(dev) {
+					n.Results[dev] = res
+					n.noteFailure(dev, res)
+				}
+			}
+			if f.stage != StageNone {
+				n.Stage, n.ReleasedAll, n.StageAt = f.stage, f.releasedAll, f.stageAt
+			}
+		}
+		// Keep only facts of revisions that may still come (later ones).
+		for k, f := range r.early {
+			if k != key && (k.uid != d.UID || k.gen > d.Generation) {
+				if n.early == nil {
+					n.early = map[revKey]*earlyFacts{}
+				}
+				n.early[k] = f
+			}
+		}
+		return n
 	case events.TypeDeploymentDeleted:
 		n := r
 		n.Deleted = true
 		return n
 	case events.TypeWorkloadStatus:
 		d, err := events.Decode[events.WorkloadStatus](ev)
-		if err != nil || d.UID != r.UID || d.Generation != r.Generation {
+		if err != nil {
 			return r
 		}
 		device := ev.Keys.Device
+		if d.UID != r.UID || d.Generation != r.Generation {
+			if !r.newer(d.UID, d.Generation) {
+				return r // a report of an older revision
+			}
+			return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
+				if prev, ok := f.results[device]; !ok || !d.Since.Before(prev.Since) {
+					f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+				}
+			})
+		}
 		if !r.IsTarget(device) {
 			return r
 		}
@@ -95,26 +144,67 @@ func (r Rollout) Apply(ev events.Event) Rollout {
 		}
 		n := r
 		n.Results = maps(r.Results)
-		n.Results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
-		if d.Phase == events.WorkloadFailed && !d.Since.Before(r.LastFailAt) {
-			n.LastFailure = &events.RolloutTransition{Device: device, Error: d.Error}
-			n.LastFailAt = d.Since
-		}
+		res := DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+		n.Results[device] = res
+		n.noteFailure(device, res)
 		return n
 	}
 	if info, ok := ev.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
 		d, err := events.Decode[events.RolloutTransition](ev)
-		if err != nil || d.UID != r.UID || d.Generation != r.Generation {
+		if err != nil {
 			return r
 		}
+		if d.UID != r.UID || d.Generation != r.Generation {
+			if !r.newer(d.UID, d.Generation) {
+				return r
+			}
+			return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
+				if st := stageAfter(ev.Type, f.stage); st != f.stage {
+					f.stage, f.stageAt = st, ev.Time
+				}
+				f.releasedAll = f.releasedAll || ev.Type == events.TypeRolloutReleased
+			})
+		}
 		n := r
-		n.Stage = stageAfter(ev.Type, r.Stage)
+		if st := stageAfter(ev.Type, r.Stage); st != r.Stage {
+			n.Stage, n.StageAt = st, ev.Time
+		}
 		if ev.Type == events.TypeRolloutReleased {
 			n.ReleasedAll = true
 		}
 		return n
 	}
 	return r
+}
+
+// withEarly returns a copy of r with fn applied to the early facts of
+// (uid, gen).
+func (r Rollout) withEarly(uid string, gen int64, fn func(*earlyFacts)) Rollout {
+	n := r
+	n.early = make(map[revKey]*earlyFacts, len(r.early)+1)
+	for k, f := range r.early {
+		n.early[k] = f
+	}
+	key := revKey{uid, gen}
+	old := n.early[key]
+	f := &earlyFacts{results: map[string]DeviceResult{}}
+	if old != nil {
+		f.stage, f.stageAt, f.releasedAll = old.stage, old.stageAt, old.releasedAll
+		for k, v := range old.results {
+			f.results[k] = v
+		}
+	}
+	fn(f)
+	n.early[key] = f
+	return n
+}
+
+// noteFailure records res as the latest failure when it is one.
+func (r *Rollout) noteFailure(device string, res DeviceResult) {
+	if res.Phase == events.WorkloadFailed && !res.Since.Before(r.LastFailAt) {
+		r.LastFailure = &events.RolloutTransition{Device: device, Error: res.Error}
+		r.LastFailAt = res.Since
+	}
 }
 
 // newer reports whether (uid, generation) is a later revision than r's.

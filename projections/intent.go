@@ -1,0 +1,226 @@
+package projections
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// DeviceIntent is the value of a device's fleet-intent key: everything the
+// device must run, one entry per (namespace, Deployment), sorted. Secret
+// values are never part of it: the score carries references only.
+type DeviceIntent struct {
+	Device      string        `json:"device"`
+	Deployments []IntentEntry `json:"deployments"`
+}
+
+// IntentEntry is one Deployment revision a device must run.
+type IntentEntry struct {
+	Namespace   string          `json:"namespace"`
+	Name        string          `json:"name"`
+	UID         string          `json:"uid"`
+	Generation  int64           `json:"generation"`
+	RevisionID  string          `json:"revisionId"`
+	ScoreDigest string          `json:"scoreDigest"`
+	Score       json.RawMessage `json:"score"`
+}
+
+type depKey struct{ ns, name string }
+
+// intentRev is what the fold knows of one revision.
+type intentRev struct {
+	known    bool // the revision event was folded
+	order    int  // position of the revision event among this Deployment's
+	entry    IntentEntry
+	targets  map[string]bool
+	released map[string]bool
+	deleted  bool // the Deployment (this UID) was deleted
+}
+
+// Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
+// desired state. A device holds a Deployment's newest revision that was
+// released to it, unless a newer revision no longer targets it or the
+// Deployment was deleted. The answer depends only on the facts, not on how
+// the two streams interleave, so a live projection and a rebuild from zero
+// give byte-identical values.
+//
+// Intent is mutable (Apply changes it) for speed at fleet scale; it does no
+// I/O. It is not safe for concurrent use.
+type Intent struct {
+	deps  map[depKey]map[revKey]*intentRev
+	order map[depKey]int
+	// devices: device → deployment → entry; the materialised values.
+	devices map[string]map[depKey]IntentEntry
+	// byDep: deployment → devices that appear in any of its revisions.
+	byDep map[depKey]map[string]bool
+}
+
+// NewIntent returns an empty fold.
+func NewIntent() *Intent {
+	return &Intent{deps: map[depKey]map[revKey]*intentRev{}, order: map[depKey]int{},
+		devices: map[string]map[depKey]IntentEntry{}, byDep: map[depKey]map[string]bool{}}
+}
+
+func (s *Intent) rev(k depKey, rk revKey) *intentRev {
+	revs := s.deps[k]
+	if revs == nil {
+		revs = map[revKey]*intentRev{}
+		s.deps[k] = revs
+	}
+	r := revs[rk]
+	if r == nil {
+		r = &intentRev{targets: map[string]bool{}, released: map[string]bool{}}
+		revs[rk] = r
+	}
+	return r
+}
+
+func (s *Intent) touch(k depKey, devices ...string) {
+	m := s.byDep[k]
+	if m == nil {
+		m = map[string]bool{}
+		s.byDep[k] = m
+	}
+	for _, d := range devices {
+		m[d] = true
+	}
+}
+
+// Apply folds one event and returns the devices whose value may have
+// changed. Events of other families are ignored.
+func (s *Intent) Apply(ev events.Event) []string {
+	k := depKey{ev.Keys.Namespace, ev.Keys.Name}
+	switch ev.Type {
+	case events.TypeDeploymentRevisionCreated:
+		d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+		if err != nil {
+			return nil
+		}
+		r := s.rev(k, revKey{d.UID, d.Generation})
+		if r.known {
+			return nil // duplicate
+		}
+		s.order[k]++
+		r.known, r.order = true, s.order[k]
+		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
+			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score}
+		for _, t := range d.Targets {
+			r.targets[t] = true
+		}
+		s.touch(k, d.Targets...)
+		return s.recompute(k)
+	case events.TypeDeploymentDeleted:
+		d, err := events.Decode[events.DeploymentDeleted](ev)
+		if err != nil {
+			return nil
+		}
+		for rk, r := range s.deps[k] {
+			if rk.uid == d.UID {
+				r.deleted = true
+			}
+		}
+		s.rev(k, revKey{d.UID, d.Generation}).deleted = true
+		return s.recompute(k)
+	case events.TypeRolloutCanaryStage, events.TypeRolloutReleased:
+		d, err := events.Decode[events.RolloutTransition](ev)
+		if err != nil {
+			return nil
+		}
+		r := s.rev(k, revKey{d.UID, d.Generation})
+		for _, dev := range d.Released {
+			r.released[dev] = true
+		}
+		s.touch(k, d.Released...)
+		return s.recompute(k)
+	}
+	return nil
+}
+
+// recompute rebuilds the entries of every device of one Deployment and
+// returns those that changed.
+func (s *Intent) recompute(k depKey) []string {
+	// Known revisions, newest first. A revision of a UID whose deletion was
+	// seen never counts.
+	var revs []*intentRev
+	for _, r := range s.deps[k] {
+		if r.known {
+			revs = append(revs, r)
+		}
+	}
+	slices.SortFunc(revs, func(a, b *intentRev) int { return b.order - a.order })
+	deletedUID := map[string]bool{}
+	for rk, r := range s.deps[k] {
+		if r.deleted {
+			deletedUID[rk.uid] = true
+		}
+	}
+	var changed []string
+	for dev := range s.byDep[k] {
+		var want *IntentEntry
+		for _, r := range revs {
+			if deletedUID[r.entry.UID] {
+				continue
+			}
+			if r.released[dev] && r.targets[dev] {
+				want = &r.entry
+				break
+			}
+			if !r.targets[dev] {
+				break // a newer revision no longer targets the device
+			}
+		}
+		cur, has := s.devices[dev][k]
+		switch {
+		case want == nil && has:
+			delete(s.devices[dev], k)
+			if len(s.devices[dev]) == 0 {
+				delete(s.devices, dev)
+			}
+			changed = append(changed, dev)
+		case want != nil && (!has || cur.UID != want.UID || cur.Generation != want.Generation):
+			if s.devices[dev] == nil {
+				s.devices[dev] = map[depKey]IntentEntry{}
+			}
+			s.devices[dev][k] = *want
+			changed = append(changed, dev)
+		}
+	}
+	slices.Sort(changed)
+	return changed
+}
+
+// Devices lists every device with a value, sorted.
+func (s *Intent) Devices() []string {
+	out := make([]string, 0, len(s.devices))
+	for d := range s.devices {
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Value returns the canonical JSON of a device's intent, or false when the
+// device has nothing to run (its key must not exist).
+func (s *Intent) Value(device string) ([]byte, bool) {
+	entries := s.devices[device]
+	if len(entries) == 0 {
+		return nil, false
+	}
+	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries))}
+	for _, e := range entries {
+		v.Deployments = append(v.Deployments, e)
+	}
+	slices.SortFunc(v.Deployments, func(a, b IntentEntry) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, false // cannot happen: plain strings and raw JSON from a decoded event
+	}
+	return b, true
+}

@@ -1,0 +1,56 @@
+package projections
+
+import (
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Status returns the Deployment status fields the rollout projection owns:
+// the revision it describes, phase, counts, latest failure and the Ready
+// condition. Every time in it comes from events, so a rebuild from zero gives
+// the same status as the live projection. The zero Rollout has no status.
+func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
+	if r.UID == "" {
+		return fleetv1.DeploymentStatus{}, false
+	}
+	c := r.Counts()
+	st := fleetv1.DeploymentStatus{
+		Revision: &fleetv1.RevisionRef{UID: r.UID, Generation: r.Generation, ID: r.RevisionID},
+		Counts: fleetv1.RolloutCounts{Total: int32(c.Total), Succeeded: int32(c.Succeeded), Pending: int32(c.Pending), Failed: int32(c.Failed),
+			Canaries: int32(c.Canaries), CanariesSucceeded: int32(c.CanariesSucceeded), CanariesFailed: int32(c.CanariesFailed)},
+	}
+	ready := metav1.Condition{Type: fleetv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: r.Generation,
+		LastTransitionTime: metav1.NewTime(r.StageAt), Reason: fleetv1.ReasonRolloutInProgress}
+	switch r.Stage {
+	case StageNone, StageStarted:
+		st.Phase = fleetv1.PhasePending
+		ready.Message = fmt.Sprintf("revision %s: rollout starting", r.RevisionID)
+	case StageCanary, StageCanariesConverged:
+		st.Phase = fleetv1.PhaseCanary
+		ready.Message = fmt.Sprintf("revision %s: %d of %d canaries converged", r.RevisionID, c.CanariesSucceeded, c.Canaries)
+	case StageReleased:
+		st.Phase = fleetv1.PhaseProgressing
+		ready.Message = fmt.Sprintf("revision %s: %d of %d targets converged", r.RevisionID, c.Succeeded, c.Total)
+	case StageSucceeded:
+		st.Phase = fleetv1.PhaseSucceeded
+		ready.Status, ready.Reason = metav1.ConditionTrue, fleetv1.ReasonRolloutSucceeded
+		ready.Message = fmt.Sprintf("revision %s: all %d targets converged", r.RevisionID, c.Total)
+	case StageFailed:
+		st.Phase = fleetv1.PhaseFailed
+		ready.Reason = fleetv1.ReasonRolloutFailed
+		if c.CanariesFailed > 0 && !r.ReleasedAll {
+			ready.Reason = fleetv1.ReasonCanaryFailed
+		}
+		ready.Message = fmt.Sprintf("revision %s: %d failed, %d succeeded, %d pending of %d", r.RevisionID, c.Failed, c.Succeeded, c.Pending, c.Total)
+	}
+	if r.LastFailure != nil {
+		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: r.LastFailure.Error, Time: metav1.NewTime(r.LastFailAt)}
+	}
+	meta.SetStatusCondition(&st.Conditions, ready)
+	st.Conditions[0].LastTransitionTime = metav1.NewTime(r.StageAt) // SetStatusCondition stamps now when zero
+	return st, true
+}
