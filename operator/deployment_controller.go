@@ -25,8 +25,9 @@ type EventStore interface {
 }
 
 // FieldOwnerRevisions is the server-side-apply field manager of the status
-// fields the Deployment controller owns (observedGeneration, revision,
-// TargetsResolved). Rollout counts and phase belong to the status projection.
+// fields the Deployment controller owns (observedGeneration and the
+// TargetsResolved condition). The revision, counts and phase belong to the
+// rollout runner, so they always describe the same revision.
 const FieldOwnerRevisions = "fleet-operator-revisions"
 
 // DeploymentReconciler turns each Deployment generation into one revision
@@ -178,7 +179,7 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 	if res.Reason != fleetv1.ReasonResolved {
 		status = metav1.ConditionFalse
 	}
-	if d.Status.ObservedGeneration == rev.Generation && d.Status.Revision != nil && d.Status.Revision.ID == rev.RevisionID {
+	if d.Status.ObservedGeneration == rev.Generation {
 		if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved); c != nil && c.Reason == res.Reason {
 			return nil // nothing to change
 		}
@@ -188,7 +189,6 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace},
 		Status: fleetv1.DeploymentStatus{
 			ObservedGeneration: rev.Generation,
-			Revision:           &fleetv1.RevisionRef{UID: rev.UID, Generation: rev.Generation, ID: rev.RevisionID},
 			Conditions: []metav1.Condition{{
 				Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
 				ObservedGeneration: rev.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go/jetstream"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -22,6 +25,13 @@ type Options struct {
 	RESTConfig *rest.Config
 	// Store is the event store (events.Store).
 	Store EventStore
+	// Reader reads events (events.Store).
+	Reader EventReader
+	// IntentKV is the fleet-intent bucket the rollout runner writes.
+	IntentKV jetstream.KeyValue
+	// StatusInterval is the least time between two status patches of one
+	// Deployment by the rollout runner. Default 2s.
+	StatusInterval time.Duration
 	// Groups is the device group source; nil: none (allowedGroups fails
 	// closed).
 	Groups GroupSource
@@ -43,8 +53,8 @@ func (o Options) Validate() error {
 	if o.RESTConfig == nil {
 		errs = append(errs, errors.New("operator: no Kubernetes configuration: pass --kubeconfig or run in a cluster"))
 	}
-	if o.Store == nil {
-		errs = append(errs, errors.New("operator: no event store: pass --nats-url"))
+	if o.Store == nil || o.Reader == nil || o.IntentKV == nil {
+		errs = append(errs, errors.New("operator: no event store, reader or fleet-intent bucket: pass --nats-url"))
 	}
 	return errors.Join(errs...)
 }
@@ -88,6 +98,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Groups: o.Groups, Log: o.Logger.With("controller", "deployment")}
 	if err := dr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Client: mgr.GetClient(),
+		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval}
+	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	o.Logger.Info("operator starting")

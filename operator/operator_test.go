@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -40,6 +41,7 @@ type env struct {
 	store  *events.Store
 	ns     string
 	groups operator.GroupSource
+	kv     jetstream.KeyValue
 }
 
 var nsCounter int
@@ -66,7 +68,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	_, st := natstest.Provisioned(t)
-	return &env{t: t, ctx: ctx, srv: srv, c: c, store: st, ns: ns}
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: ctx, srv: srv, c: c, store: st, ns: ns, kv: kv}
 }
 
 // startOperator runs an operator until the returned stop is called (or the
@@ -77,8 +83,8 @@ func (e *env) startOperator() (stop func()) {
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Groups: e.groups, Logger: logger,
-			SeveralPerProcess: true})
+		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv,
+			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond})
 	}()
 	stopped := false
 	stop = func() {

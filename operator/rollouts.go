@@ -1,0 +1,326 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// FieldOwnerRollouts is the server-side-apply field manager of the status
+// fields the rollout runner owns: revision, phase, counts, latestFailure and
+// the Ready condition.
+const FieldOwnerRollouts = "fleet-operator-rollouts"
+
+// Filters the rollout runner reads.
+const (
+	filterDeploymentIntent = "fleet.intent.deployment.*.*"
+	filterRollouts         = "fleet.rollout.deployment.*.*"
+	filterWorkload         = "fleet.report.*.workload"
+)
+
+// EventReader is what the rollout runner needs to read events.
+type EventReader interface {
+	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+	Follow(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+}
+
+// RolloutRunner folds Deployment intent, rollout transitions and workload
+// reports; appends the rollout state machine's decisions (optimistic
+// concurrency on each Deployment's rollout subject, so several runners never
+// duplicate a transition); writes every device's fleet-intent KV value; and
+// patches Deployment status, coalesced per Deployment.
+//
+// On start it rebuilds its state from the first event (three ordered
+// consumers, no server-side state), then follows live.
+type RolloutRunner struct {
+	Store  EventStore
+	Reader EventReader
+	// KV is the fleet-intent bucket.
+	KV     jetstream.KeyValue
+	Client client.Client
+	Log    *slog.Logger
+	// StatusInterval is the least time between two status patches of one
+	// Deployment. Default 2s.
+	StatusInterval time.Duration
+}
+
+type depKey struct{ ns, name string }
+
+type sourced struct {
+	rec    events.Record
+	source int
+	caught bool // a marker: source has caught up with its history
+	err    error
+}
+
+// runnerState is owned by the Run goroutine.
+type runnerState struct {
+	rollouts   map[depKey]projections.Rollout
+	intent     *projections.Intent
+	rolloutSeq map[depKey]uint64
+	dirtyKV    map[string]bool
+	dirtyStat  map[depKey]bool
+	written    map[string]string // device → value last put ("" = none)
+}
+
+// Run runs until ctx ends.
+func (r *RolloutRunner) Run(ctx context.Context) error {
+	if r.StatusInterval == 0 {
+		r.StatusInterval = 2 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan sourced, 1024)
+	var wg sync.WaitGroup
+	for i, filter := range []string{filterDeploymentIntent, filterRollouts, filterWorkload} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.read(ctx, i, filter, in)
+		}()
+	}
+	defer wg.Wait()
+
+	s := &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
+		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, written: map[string]string{}}
+	caught := 0
+	live := false
+	tick := time.NewTicker(r.StatusInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if live {
+				r.flushStatus(ctx, s)
+			}
+		case m := <-in:
+			switch {
+			case m.err != nil:
+				return fmt.Errorf("rollout runner: %w", m.err)
+			case m.caught:
+				if caught++; caught == 3 {
+					live = true
+					if err := r.syncKV(ctx, s); err != nil {
+						return err
+					}
+					keys := make([]depKey, 0, len(s.rollouts))
+					for k := range s.rollouts {
+						keys = append(keys, k)
+					}
+					slices.SortFunc(keys, func(a, b depKey) int { return cmpKey(a, b) })
+					for _, k := range keys {
+						r.decide(ctx, s, k)
+					}
+					r.flushStatus(ctx, s)
+					r.Log.InfoContext(ctx, "rollout runner caught up", "deployments", len(s.rollouts))
+				}
+			default:
+				k, ok := r.fold(s, m)
+				if ok && live {
+					r.decide(ctx, s, k)
+				}
+				if live {
+					r.flushKV(ctx, s)
+				}
+			}
+		}
+	}
+}
+
+func cmpKey(a, b depKey) int {
+	if a.ns != b.ns {
+		if a.ns < b.ns {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.name < b.name:
+		return -1
+	case a.name > b.name:
+		return 1
+	}
+	return 0
+}
+
+// read replays one filter to its end, marks the catch-up, then follows.
+func (r *RolloutRunner) read(ctx context.Context, source int, filter string, out chan<- sourced) {
+	send := func(m sourced) bool {
+		select {
+		case out <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var last uint64
+	for rec, err := range r.Reader.Replay(ctx, filter, events.FromStart()) {
+		if err != nil {
+			if ctx.Err() == nil {
+				send(sourced{err: err})
+			}
+			return
+		}
+		last = rec.Sequence
+		if !send(sourced{rec: rec, source: source}) {
+			return
+		}
+	}
+	if !send(sourced{source: source, caught: true}) {
+		return
+	}
+	for rec, err := range r.Reader.Follow(ctx, filter, events.FromSequence(last+1)) {
+		if err != nil {
+			if ctx.Err() == nil {
+				send(sourced{err: err})
+			}
+			return
+		}
+		if rec.Sequence <= last {
+			continue
+		}
+		if !send(sourced{rec: rec, source: source}) {
+			return
+		}
+	}
+}
+
+// fold applies one record and returns the Deployment it concerns.
+func (r *RolloutRunner) fold(s *runnerState, m sourced) (depKey, bool) {
+	ev := m.rec.Event
+	var k depKey
+	switch m.source {
+	case 0, 1:
+		k = depKey{ev.Keys.Namespace, ev.Keys.Name}
+		if m.source == 1 && m.rec.Sequence > s.rolloutSeq[k] {
+			s.rolloutSeq[k] = m.rec.Sequence
+		}
+		for _, d := range s.intent.Apply(ev) {
+			s.dirtyKV[d] = true
+		}
+	case 2:
+		d, err := events.Decode[events.WorkloadStatus](ev)
+		if err != nil {
+			r.Log.Warn("undecodable workload report", "id", ev.ID.String(), "error", err)
+			return depKey{}, false
+		}
+		k = depKey{d.Namespace, d.Deployment}
+	}
+	s.rollouts[k] = s.rollouts[k].Apply(ev)
+	s.dirtyStat[k] = true
+	return k, true
+}
+
+// decide appends the state machine's next transitions for one Deployment.
+func (r *RolloutRunner) decide(ctx context.Context, s *runnerState, k depKey) {
+	ro := s.rollouts[k]
+	for _, tr := range ro.Next() {
+		ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, events.WithCorrelation(ro.UID, ro.Generation))
+		if err != nil {
+			r.Log.Error("build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)
+			return
+		}
+		pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(s.rolloutSeq[k]))
+		if errors.Is(err, events.ErrConflict) {
+			// Another runner decided first; its events are on their way
+			// and the decision is re-taken when they are folded.
+			r.Log.DebugContext(ctx, "rollout transition conflict", "deployment", k.ns+"/"+k.name, "type", tr.EventType())
+			return
+		}
+		if err != nil {
+			r.Log.ErrorContext(ctx, "append rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(), "error", err)
+			return
+		}
+		s.rolloutSeq[k] = pos.Sequence
+		s.rollouts[k] = s.rollouts[k].Apply(ev)
+		for _, d := range s.intent.Apply(ev) {
+			s.dirtyKV[d] = true
+		}
+		s.dirtyStat[k] = true
+		r.Log.InfoContext(ctx, "rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(),
+			"revision", ro.RevisionID, "succeeded", tr.Counts.Succeeded, "failed", tr.Counts.Failed, "total", tr.Counts.Total)
+	}
+}
+
+// syncKV makes the bucket equal to the folded state once caught up: puts
+// values that differ and deletes keys of devices with nothing to run.
+func (r *RolloutRunner) syncKV(ctx context.Context, s *runnerState) error {
+	keys, err := r.KV.ListKeys(ctx)
+	if err != nil {
+		return fmt.Errorf("rollout runner: list fleet-intent keys: %w", err)
+	}
+	for k := range keys.Keys() {
+		e, err := r.KV.Get(ctx, k)
+		if err == nil {
+			s.written[k] = string(e.Value())
+		}
+		s.dirtyKV[k] = true
+	}
+	for _, d := range s.intent.Devices() {
+		s.dirtyKV[d] = true
+	}
+	r.flushKV(ctx, s)
+	return nil
+}
+
+// flushKV writes the changed devices' values.
+func (r *RolloutRunner) flushKV(ctx context.Context, s *runnerState) {
+	for dev := range s.dirtyKV {
+		val, ok := s.intent.Value(dev)
+		prev, had := s.written[dev]
+		switch {
+		case ok && (!had || prev != string(val)):
+			if _, err := r.KV.Put(ctx, dev, val); err != nil {
+				r.Log.ErrorContext(ctx, "put fleet-intent", "device", dev, "error", err)
+				continue
+			}
+			s.written[dev] = string(val)
+		case !ok && had:
+			if err := r.KV.Delete(ctx, dev); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				r.Log.ErrorContext(ctx, "delete fleet-intent", "device", dev, "error", err)
+				continue
+			}
+			delete(s.written, dev)
+		}
+		delete(s.dirtyKV, dev)
+	}
+}
+
+// flushStatus patches the status of every Deployment that changed.
+func (r *RolloutRunner) flushStatus(ctx context.Context, s *runnerState) {
+	for k := range s.dirtyStat {
+		ro := s.rollouts[k]
+		st, ok := ro.Status()
+		if !ok || ro.Deleted {
+			delete(s.dirtyStat, k)
+			continue
+		}
+		patch := &fleetv1.Deployment{
+			TypeMeta:   metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: "Deployment"},
+			ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.ns},
+			Status:     st,
+		}
+		err := r.Client.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldOwnerRollouts), client.ForceOwnership)
+		if err != nil && !apierrors.IsNotFound(err) {
+			r.Log.ErrorContext(ctx, "patch deployment status", "deployment", k.ns+"/"+k.name, "error", err)
+			continue // retried on the next tick
+		}
+		delete(s.dirtyStat, k)
+	}
+}
