@@ -111,7 +111,10 @@ func TestConnectsAreRefused(t *testing.T) {
 			return forge(t, claims(nil), jwa.RS256, signingKey(), "no-such-kid")
 		}, nil, authcallout.ErrUnknownKey},
 		{"an expired token is refused", func(*testing.T) string {
-			return good(func(c map[string]any) { c["iat"] = now.Add(-time.Hour).Unix(); c["exp"] = now.Add(-10 * time.Minute).Unix() })
+			return good(func(c map[string]any) {
+				c["iat"] = now.Add(-time.Hour).Unix()
+				c["exp"] = now.Add(-10 * time.Minute).Unix()
+			})
 		}, nil, authcallout.ErrInvalidToken},
 		{"a token not yet valid is refused", func(*testing.T) string {
 			return good(func(c map[string]any) { c["nbf"] = now.Add(10 * time.Minute).Unix() })

@@ -28,7 +28,8 @@ const xkeyHeader = "Nats-Server-Xkey"
 // Options configure a Service.
 type Options struct {
 	// Conn is a connection as one of auth_callout.auth_users (in the callout
-	// account). Required. The Service does not close it.
+	// account). Required by Run (Respond and Authorize do not use it). The
+	// Service does not close it.
 	Conn *nats.Conn
 	// Issuer is the account key pair (seed starting SA) whose public key is
 	// auth_callout.issuer; it signs user JWTs and responses. Required.
@@ -61,9 +62,6 @@ type Options struct {
 // Validate checks the options.
 func (o Options) Validate() error {
 	var errs []error
-	if o.Conn == nil {
-		errs = append(errs, errors.New("authcallout: Conn is nil: connect as an auth_callout auth_users member"))
-	}
 	if o.Issuer == nil {
 		errs = append(errs, errors.New("authcallout: Issuer is nil: give the issuer account key pair"))
 	} else if pub, err := o.Issuer.PublicKey(); err != nil || !nkeys.IsValidPublicAccountKey(pub) {
@@ -124,6 +122,9 @@ func New(o Options) (*Service, error) {
 // ctx ends; it then unsubscribes, waits for the requests in progress and
 // returns nil.
 func (s *Service) Run(ctx context.Context) error {
+	if s.o.Conn == nil {
+		return errors.New("authcallout: Options.Conn is nil: connect as an auth_callout auth_users member")
+	}
 	ch := make(chan *nats.Msg, 8*s.o.Workers)
 	sub, err := s.o.Conn.ChanQueueSubscribe(Subject, s.o.QueueGroup, ch)
 	if err != nil {
