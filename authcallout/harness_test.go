@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"regexp"
@@ -163,7 +162,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		nc := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-authcallout", "callout-secret"))
 		svcs[i], err = authcallout.New(authcallout.Options{
 			Conn: nc, Issuer: e.issuer, XKey: e.xkey, Account: "FLEET", Verifier: e.verifier,
-			Identities: lazyKV{js: rjs}, Logger: slog.New(e.refusals),
+			Identities: authcallout.NewKVIdentities(rjs), Logger: slog.New(e.refusals),
 		})
 		if err != nil {
 			tb.Fatal(err)
@@ -200,18 +199,6 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		tb.Fatal(err)
 	}
 	return e
-}
-
-// lazyKV opens the fleet-identity bucket on first use (the bucket is
-// provisioned after the callout starts, by the operator it authorises).
-type lazyKV struct{ js jetstream.JetStream }
-
-func (l lazyKV) Lookup(ctx context.Context, subject string) (authcallout.IdentityEntry, error) {
-	kv, err := l.js.KeyValue(ctx, events.BucketIdentity)
-	if err != nil {
-		return authcallout.IdentityEntry{}, fmt.Errorf("%w: %w", authcallout.ErrUnknownIdentity, err)
-	}
-	return authcallout.KVIdentities{KV: kv}.Lookup(ctx, subject)
 }
 
 // connectAs connects a control-plane identity with its token callback.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -30,19 +31,45 @@ type Identities interface {
 
 // KVIdentities reads the fleet-identity bucket. Each lookup is one
 // subject-scoped direct get, so a change (quarantine) applies to the next
-// connect.
+// connect. The bucket is opened on first use: the callout may start before
+// the operator provisions it (until then every device is unknown).
 type KVIdentities struct {
-	// KV is the fleet-identity bucket.
-	KV jetstream.KeyValue
+	js jetstream.JetStream
+	mu sync.Mutex // guards kv
+	kv jetstream.KeyValue
+}
+
+// NewKVIdentities reads fleet-identity through js.
+func NewKVIdentities(js jetstream.JetStream) *KVIdentities { return &KVIdentities{js: js} }
+
+func (k *KVIdentities) bucket(ctx context.Context) (jetstream.KeyValue, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.kv != nil {
+		return k.kv, nil
+	}
+	kv, err := k.js.KeyValue(ctx, events.BucketIdentity)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		return nil, fmt.Errorf("%w: bucket %s is not provisioned", ErrUnknownIdentity, events.BucketIdentity)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("authcallout: open %s: %w", events.BucketIdentity, err)
+	}
+	k.kv = kv
+	return kv, nil
 }
 
 // Lookup implements Identities.
-func (k KVIdentities) Lookup(ctx context.Context, subject string) (IdentityEntry, error) {
+func (k *KVIdentities) Lookup(ctx context.Context, subject string) (IdentityEntry, error) {
 	key, err := events.IdentityKey(subject)
 	if err != nil {
 		return IdentityEntry{}, fmt.Errorf("%w: subject is not a valid identity key: %w", ErrUnknownIdentity, err)
 	}
-	e, err := k.KV.Get(ctx, key)
+	kv, err := k.bucket(ctx)
+	if err != nil {
+		return IdentityEntry{}, err
+	}
+	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return IdentityEntry{}, fmt.Errorf("%w: %s", ErrUnknownIdentity, subject)
 	}

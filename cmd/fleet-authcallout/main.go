@@ -1,20 +1,170 @@
-// Command fleet-authcallout runs the NATS auth callout (issue: Identity and the NATS auth callout). It is not implemented in this build: it exits
-// with an error saying so rather than pretending to run.
+// Command fleet-authcallout runs Fleet's NATS auth callout (package
+// authcallout): it verifies device id_tokens and issues user JWTs limited to
+// the device's own subjects. Configuration: a JSON file (-config) with flags
+// over it; secrets are read from the files the configuration names. See
+// docs/security.md for the NATS server configuration it pairs with.
 package main
 
 import (
-	"errors"
+	"context"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/lestrrat-go/jwx/v2/jwa"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nkeys"
+
+	"github.com/nationtech/harmony-fleet/authcallout"
 )
 
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-authcallout:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	return errors.New("not implemented yet: this build does not include the NATS auth callout (issue: Identity and the NATS auth callout)")
+// run parses flags, wires the callout and runs it until ctx ends.
+func run(ctx context.Context, args []string, stderr io.Writer) error {
+	fs := flag.NewFlagSet("fleet-authcallout", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configPath := fs.String("config", "", "JSON configuration file (flags below override it)")
+	var over authcallout.Config
+	fs.StringVar(&over.NATSURL, "nats-url", "", "NATS server URL(s)")
+	fs.StringVar(&over.CalloutUser, "callout-user", "", "auth_callout auth_users member in the callout account")
+	fs.StringVar(&over.CalloutPasswordFile, "callout-password-file", "", "file holding the callout user's password")
+	fs.StringVar(&over.ReaderUser, "reader-user", "", "user reading the fleet-identity bucket")
+	fs.StringVar(&over.ReaderPasswordFile, "reader-password-file", "", "file holding the reader's password")
+	fs.StringVar(&over.IssuerSeedFile, "issuer-seed-file", "", "file holding the issuer account seed (SA...)")
+	fs.StringVar(&over.XKeySeedFile, "xkey-seed-file", "", "file holding the curve seed (SX...) for the encrypted callout")
+	fs.StringVar(&over.Account, "account", "", "account users are placed in (default FLEET)")
+	fs.StringVar(&over.OIDCIssuer, "oidc-issuer", "", "expected id_token issuer")
+	fs.StringVar(&over.Audience, "audience", "", "expected id_token audience (the Fleet project id)")
+	fs.StringVar(&over.JWKSURL, "jwks-url", "", "JWKS URL (default: from discovery)")
+	fs.StringVar(&over.LogFormat, "log-format", "", "json or text")
+	fs.StringVar(&over.LogLevel, "log-level", "", "info or debug")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var cfg authcallout.Config
+	if *configPath != "" {
+		var err error
+		if cfg, err = authcallout.LoadConfig(*configPath); err != nil {
+			return err
+		}
+	}
+	merge(&cfg, over)
+	if cfg.Account == "" {
+		cfg.Account = "FLEET"
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg)
+
+	calloutPw, err := authcallout.ReadSecretFile(cfg.CalloutPasswordFile, "callout password")
+	if err != nil {
+		return err
+	}
+	readerPw, err := authcallout.ReadSecretFile(cfg.ReaderPasswordFile, "reader password")
+	if err != nil {
+		return err
+	}
+	issuerSeed, err := authcallout.ReadSecretFile(cfg.IssuerSeedFile, "issuer seed")
+	if err != nil {
+		return err
+	}
+	issuer, err := nkeys.FromSeed([]byte(issuerSeed))
+	if err != nil {
+		return fmt.Errorf("issuer seed in %s is not an nkey seed", cfg.IssuerSeedFile)
+	}
+	var xkey nkeys.KeyPair
+	if cfg.XKeySeedFile != "" {
+		seed, err := authcallout.ReadSecretFile(cfg.XKeySeedFile, "xkey seed")
+		if err != nil {
+			return err
+		}
+		if xkey, err = nkeys.FromCurveSeed([]byte(seed)); err != nil {
+			return fmt.Errorf("xkey seed in %s is not a curve seed (SX...)", cfg.XKeySeedFile)
+		}
+	}
+	var algs []jwa.SignatureAlgorithm
+	for _, a := range cfg.Algorithms {
+		algs = append(algs, jwa.SignatureAlgorithm(a))
+	}
+	verifier, err := authcallout.NewVerifier(authcallout.VerifierOptions{
+		Issuer: cfg.OIDCIssuer, Audience: cfg.Audience, JWKSURL: cfg.JWKSURL,
+		Algorithms: algs, ClockSkew: time.Duration(cfg.ClockSkew),
+	})
+	if err != nil {
+		return err
+	}
+
+	common := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
+	callout, err := nats.Connect(cfg.NATSURL, append(common, nats.Name("fleet-authcallout"), nats.UserInfo(cfg.CalloutUser, calloutPw))...)
+	if err != nil {
+		return fmt.Errorf("connect as %s: %w", cfg.CalloutUser, err)
+	}
+	defer callout.Close()
+	reader, err := nats.Connect(cfg.NATSURL, append(common, nats.Name("fleet-authcallout-reader"), nats.UserInfo(cfg.ReaderUser, readerPw),
+		nats.CustomInboxPrefix(authcallout.InboxPrefix(cfg.ReaderUser)))...)
+	if err != nil {
+		return fmt.Errorf("connect as %s: %w", cfg.ReaderUser, err)
+	}
+	defer reader.Close()
+	js, err := jetstream.New(reader)
+	if err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	svc, err := authcallout.New(authcallout.Options{
+		Conn: callout, Issuer: issuer, XKey: xkey, Account: cfg.Account, Verifier: verifier,
+		Identities: authcallout.NewKVIdentities(js), QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	return svc.Run(ctx)
+}
+
+func merge(c *authcallout.Config, o authcallout.Config) {
+	set := func(dst *string, v string) {
+		if v != "" {
+			*dst = v
+		}
+	}
+	set(&c.NATSURL, o.NATSURL)
+	set(&c.CalloutUser, o.CalloutUser)
+	set(&c.CalloutPasswordFile, o.CalloutPasswordFile)
+	set(&c.ReaderUser, o.ReaderUser)
+	set(&c.ReaderPasswordFile, o.ReaderPasswordFile)
+	set(&c.IssuerSeedFile, o.IssuerSeedFile)
+	set(&c.XKeySeedFile, o.XKeySeedFile)
+	set(&c.Account, o.Account)
+	set(&c.OIDCIssuer, o.OIDCIssuer)
+	set(&c.Audience, o.Audience)
+	set(&c.JWKSURL, o.JWKSURL)
+	set(&c.LogFormat, o.LogFormat)
+	set(&c.LogLevel, o.LogLevel)
+}
+
+func newLogger(w io.Writer, c authcallout.Config) *slog.Logger {
+	level := slog.LevelInfo
+	if strings.EqualFold(c.LogLevel, "debug") {
+		level = slog.LevelDebug
+	}
+	ho := &slog.HandlerOptions{Level: level}
+	if c.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(w, ho))
+	}
+	return slog.New(slog.NewJSONHandler(w, ho))
 }

@@ -1,0 +1,126 @@
+package authcallout
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Config is the fleet-authcallout configuration file (JSON). Secrets are
+// never in it: it names files holding them. cmd/fleet-authcallout binds
+// flags over it.
+type Config struct {
+	// NATSURL is the server (or comma-separated cluster URLs).
+	NATSURL string `json:"nats_url"`
+	// CalloutUser is the auth_users member in the callout account;
+	// CalloutPasswordFile holds its password.
+	CalloutUser         string `json:"callout_user"`
+	CalloutPasswordFile string `json:"callout_password_file"`
+	// ReaderUser reads fleet-identity (in the users' account);
+	// ReaderPasswordFile holds its password.
+	ReaderUser         string `json:"reader_user"`
+	ReaderPasswordFile string `json:"reader_password_file"`
+	// IssuerSeedFile holds the issuer account seed (SA...).
+	IssuerSeedFile string `json:"issuer_seed_file"`
+	// XKeySeedFile holds the curve seed (SX...); empty: unencrypted.
+	XKeySeedFile string `json:"xkey_seed_file,omitempty"`
+	// Account users are placed in. Default FLEET.
+	Account string `json:"account"`
+	// OIDCIssuer is the expected iss; Audience the expected aud.
+	OIDCIssuer string `json:"oidc_issuer"`
+	Audience   string `json:"audience"`
+	// JWKSURL overrides discovery.
+	JWKSURL string `json:"jwks_url,omitempty"`
+	// Algorithms is the allow-list (default RS256).
+	Algorithms []string `json:"algorithms,omitempty"`
+	// ClockSkew (Go duration, default 30s).
+	ClockSkew Duration `json:"clock_skew,omitempty"`
+	// QueueGroup (default DefaultQueueGroup), Workers (default 4×CPUs).
+	QueueGroup string `json:"queue_group,omitempty"`
+	Workers    int    `json:"workers,omitempty"`
+	// LogFormat is "json" (default) or "text"; LogLevel "info" or "debug".
+	LogFormat string `json:"log_format,omitempty"`
+	LogLevel  string `json:"log_level,omitempty"`
+}
+
+// Duration is a time.Duration written as a Go duration string in JSON.
+type Duration time.Duration
+
+// UnmarshalJSON parses "30s".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: want a string such as \"30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration %q: %w", s, err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes "30s".
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// LoadConfig reads a JSON configuration file; unknown fields are errors.
+func LoadConfig(path string) (Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("authcallout: config: %w", err)
+	}
+	defer f.Close()
+	dec := json.NewDecoder(f)
+	dec.DisallowUnknownFields()
+	var c Config
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("authcallout: config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Validate names every missing field.
+func (c Config) Validate() error {
+	var errs []error
+	req := func(v, name string) {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("authcallout: config: %s is required", name))
+		}
+	}
+	req(c.NATSURL, "nats_url")
+	req(c.CalloutUser, "callout_user")
+	req(c.CalloutPasswordFile, "callout_password_file")
+	req(c.ReaderUser, "reader_user")
+	req(c.ReaderPasswordFile, "reader_password_file")
+	req(c.IssuerSeedFile, "issuer_seed_file")
+	req(c.OIDCIssuer, "oidc_issuer")
+	req(c.Audience, "audience")
+	switch c.LogFormat {
+	case "", "json", "text":
+	default:
+		errs = append(errs, fmt.Errorf("authcallout: config: log_format %q: use json or text", c.LogFormat))
+	}
+	switch c.LogLevel {
+	case "", "info", "debug":
+	default:
+		errs = append(errs, fmt.Errorf("authcallout: config: log_level %q: use info or debug", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// ReadSecretFile reads a secret (password, seed) from a file, trimming
+// surrounding white space. Errors name the file, never the content.
+func ReadSecretFile(path, what string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("authcallout: %s: %w", what, err)
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("authcallout: %s: %s is empty", what, path)
+	}
+	return s, nil
+}
