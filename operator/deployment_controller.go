@@ -101,7 +101,10 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		r.Log.InfoContext(ctx, "revision created", "deployment", req.String(), "generation", d.Generation,
 			"revision", rev.RevisionID, "targets", len(rev.Targets), "canaries", len(rev.Canaries))
 	} else {
-		res = resolutionOf(rev)
+		if d.Status.ObservedGeneration == rev.Generation && meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved) != nil {
+			return ctrl.Result{}, nil // revision and status are done
+		}
+		res = resolutionOf(rev, &d, r.Groups)
 	}
 	return ctrl.Result{}, r.patchStatus(ctx, &d, rev, res)
 }
@@ -131,11 +134,16 @@ func alreadyAppended(last *events.Record, d *fleetv1.Deployment) (events.Deploym
 	return rev, true
 }
 
-// resolutionOf rebuilds the condition of an existing revision.
-func resolutionOf(rev events.DeploymentRevisionCreated) Resolution {
+// resolutionOf rebuilds the condition of a revision appended earlier (the
+// operator stopped before it patched the status).
+func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, groups GroupSource) Resolution {
 	r := Resolution{Targets: rev.Targets, Canaries: rev.Canaries, Reason: fleetv1.ReasonResolved,
 		Message: fmt.Sprintf("%d targets, %d canaries", len(rev.Targets), len(rev.Canaries))}
-	if len(rev.Targets) == 0 {
+	switch {
+	case len(rev.Targets) > 0:
+	case len(d.Spec.AllowedGroups) > 0 && groups == nil:
+		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, noGroupSourceMessage
+	default:
 		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the revision was created"
 	}
 	return r
@@ -178,11 +186,6 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 	status := metav1.ConditionTrue
 	if res.Reason != fleetv1.ReasonResolved {
 		status = metav1.ConditionFalse
-	}
-	if d.Status.ObservedGeneration == rev.Generation {
-		if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved); c != nil && c.Reason == res.Reason {
-			return nil // nothing to change
-		}
 	}
 	patch := &fleetv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: "Deployment"},

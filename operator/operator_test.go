@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -174,6 +175,20 @@ func (e *env) revisionOf(name string, gen int64) events.DeploymentRevisionCreate
 	return rev
 }
 
+// update changes a Deployment's spec, retrying on conflicts with the
+// operator's own writes (finalizer, status).
+func (e *env) update(name string, change func(*fleetv1.Deployment)) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d := e.get(name)
+		change(d)
+		return e.c.Update(e.ctx, d)
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
 func (e *env) get(name string) *fleetv1.Deployment {
 	e.t.Helper()
 	var d fleetv1.Deployment
@@ -214,11 +229,7 @@ func TestRevisionFreezesTargetsAndCanaries(t *testing.T) {
 
 	t.Run("a device labelled after the revision is not in it, and a spec change makes a revision that includes it", func(t *testing.T) {
 		e.device("rpi-5", map[string]string{"role": "analyzer"})
-		cur := e.get("api")
-		cur.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2"
-		if err := e.c.Update(e.ctx, cur); err != nil {
-			t.Fatal(err)
-		}
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
 		rev2 := e.revisionOf("api", 2)
 		if diff := cmp.Diff([]string{"rpi-1", "rpi-2", "rpi-5"}, rev2.Targets); diff != "" {
 			t.Errorf("generation 2 targets (-want +got):\n%s", diff)
@@ -273,11 +284,7 @@ func TestExactlyOneRevisionPerGenerationAcrossRestartsAndRacingOperators(t *test
 	e.revisionOf("api", 1)
 
 	stopA() // one operator goes away mid-life
-	cur := e.get("api")
-	cur.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2"
-	if err := e.c.Update(e.ctx, cur); err != nil {
-		t.Fatal(err)
-	}
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
 	e.revisionOf("api", 2)
 	e.startOperator() // and a fresh one starts
 	e.waitFor("status of generation 2", func() bool { return e.get("api").Status.ObservedGeneration == 2 })

@@ -19,6 +19,8 @@ type Resolution struct {
 	Message string
 }
 
+const noGroupSourceMessage = "allowedGroups is set but the operator has no group source, so no device matches (fail closed); configure a group source or remove allowedGroups"
+
 // ResolveTargets applies the rollout semantics: targets are the devices whose
 // labels match the selector, minus quarantined ones (label blacklist), and,
 // when allowedGroups is set, only members of one of those groups according to
@@ -26,8 +28,7 @@ type Resolution struct {
 // (fail closed). Canaries are the targets labelled canary=true.
 func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
 	if len(d.Spec.AllowedGroups) > 0 && groups == nil {
-		return Resolution{Reason: fleetv1.ReasonNoGroupSource,
-			Message: "allowedGroups is set but the operator has no group source, so no device matches (fail closed); configure a group source or remove allowedGroups"}, nil
+		return Resolution{Reason: fleetv1.ReasonNoGroupSource, Message: noGroupSourceMessage}, nil
 	}
 	var r Resolution
 	quarantined := 0

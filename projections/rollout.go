@@ -218,6 +218,12 @@ func (r Rollout) newer(uid string, generation int64) bool {
 	return generation > r.Generation
 }
 
+// stageRank orders the stages; a fold only ever moves forward, so a
+// transition folded again (a runner's own append read back, a duplicate) or
+// late never moves a rollout back.
+var stageRank = map[Stage]int{StageNone: 0, StageStarted: 1, StageCanary: 2, StageCanariesConverged: 3,
+	StageReleased: 4, StageSucceeded: 5, StageFailed: 5}
+
 func stageAfter(t events.Type, cur Stage) Stage {
 	next := map[events.Type]Stage{
 		events.TypeRolloutStarted:           StageStarted,
@@ -227,7 +233,7 @@ func stageAfter(t events.Type, cur Stage) Stage {
 		events.TypeRolloutSucceeded:         StageSucceeded,
 		events.TypeRolloutFailed:            StageFailed,
 	}[t]
-	if next == "" || cur == StageSucceeded || cur == StageFailed {
+	if next == "" || stageRank[next] <= stageRank[cur] {
 		return cur // canary-failed is followed by failed; terminal stays
 	}
 	return next

@@ -179,3 +179,18 @@ func TestApplyNeverChangesItsInput(t *testing.T) {
 		t.Error("Apply changed the receiver's results")
 	}
 }
+
+func TestATransitionFoldedAgainNeverMovesTheRolloutBack(t *testing.T) {
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	var r projections.Rollout
+	r = r.Apply(mustNew(t, dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, Targets: []string{"a", "b"}, Canaries: []string{"a"}}))
+	started := mustNew(t, dep, events.NewRolloutTransition(events.TypeRolloutStarted, events.RolloutTransition{UID: "u1", Generation: 1}))
+	canary := mustNew(t, dep, events.NewRolloutTransition(events.TypeRolloutCanaryStage, events.RolloutTransition{UID: "u1", Generation: 1}))
+	r = r.Apply(started).Apply(canary).Apply(started) // the runner reads its own appends back
+	if r.Stage != projections.StageCanary {
+		t.Errorf("stage %q after re-reading started, want Canary", r.Stage)
+	}
+	if next := r.Next(); len(next) != 0 {
+		t.Errorf("decided %d transitions again", len(next))
+	}
+}
