@@ -58,6 +58,8 @@ type envOptions struct {
 // env is a NATS server running the documented configuration, a dev OpenID
 // Provider, the callout service(s) and an operator connection.
 type env struct {
+	conf     string // the server configuration text
+	storeDir string
 	ns       *natsembed.Server
 	op       *devop.Provider
 	issuer   nkeys.KeyPair
@@ -129,7 +131,8 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	tb.Setenv("FLEET_READER_PASSWORD", "reader-secret")
 	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
-	e.ns = natstest.StartWith(tb, natsembed.Options{Config: conf, Sync: natsembed.FastSync})
+	e.conf, e.storeDir = conf, tb.TempDir()
+	e.ns = natstest.StartWith(tb, natsembed.Options{Config: conf, StoreDir: e.storeDir, Sync: natsembed.FastSync})
 
 	e.op, err = devop.New(devop.Options{SigningKey: signingKey(), TokenLifetime: o.tokenLifetime})
 	if err != nil {

@@ -92,6 +92,8 @@ type Service struct {
 	o         Options
 	log       *slog.Logger
 	issuer    string // public account key
+	sign      *signer
+	box       *boxer // nil without XKey
 	ready     chan struct{}
 	readyOnce sync.Once
 }
@@ -115,6 +117,15 @@ func New(o Options) (*Service, error) {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	s.issuer, _ = o.Issuer.PublicKey()
+	var err error
+	if s.sign, err = newSigner(o.Issuer); err != nil {
+		return nil, err
+	}
+	if o.XKey != nil {
+		if s.box, err = newBoxer(o.XKey); err != nil {
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -125,9 +136,21 @@ func (s *Service) Run(ctx context.Context) error {
 	if s.o.Conn == nil {
 		return errors.New("authcallout: Options.Conn is nil: connect as an auth_callout auth_users member")
 	}
-	ch := make(chan *nats.Msg, 8*s.o.Workers)
-	sub, err := s.o.Conn.ChanQueueSubscribe(Subject, s.o.QueueGroup, ch)
+	// The subscription callback hands each request to a worker and blocks
+	// while all are busy: requests then wait in the subscription's pending
+	// buffer (limits raised below) instead of being dropped.
+	ch := make(chan *nats.Msg)
+	sub, err := s.o.Conn.QueueSubscribe(Subject, s.o.QueueGroup, func(m *nats.Msg) {
+		select {
+		case ch <- m:
+		case <-ctx.Done():
+		}
+	})
 	if err != nil {
+		return fmt.Errorf("authcallout: subscribe %s: %w", Subject, err)
+	}
+	if err := sub.SetPendingLimits(1<<20, 1<<30); err != nil {
+		_ = sub.Unsubscribe()
 		return fmt.Errorf("authcallout: subscribe %s: %w", Subject, err)
 	}
 	if err := s.o.Conn.Flush(); err != nil {
@@ -194,7 +217,7 @@ func (s *Service) Respond(ctx context.Context, data []byte, serverXKey string) [
 		rc.Jwt = user
 		s.log.Debug("connect authorised", "subject", who.Subject, "device", who.Device, "role", who.Role, "host", req.ClientInformation.Host)
 	}
-	out, err := rc.Encode(s.o.Issuer)
+	out, err := rc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
 	if err != nil {
 		s.log.Error("auth callout response not encoded", "err", err)
 		return nil
@@ -202,7 +225,7 @@ func (s *Service) Respond(ctx context.Context, data []byte, serverXKey string) [
 	if serverXKey == "" {
 		return []byte(out)
 	}
-	sealed, err := s.o.XKey.Seal([]byte(out), serverXKey)
+	sealed, err := s.box.seal([]byte(out), serverXKey)
 	if err != nil {
 		s.log.Error("auth callout response not sealed", "err", err)
 		return nil
@@ -231,9 +254,9 @@ func (s *Service) decodeRequest(data []byte, serverXKey string) (*jwt.Authorizat
 	case s.o.XKey == nil && serverXKey != "":
 		return nil, fmt.Errorf("%w: encrypted request but the callout has no xkey", ErrBadRequest)
 	case s.o.XKey != nil:
-		opened, err := s.o.XKey.Open(data, serverXKey)
+		opened, err := s.box.open(data, serverXKey)
 		if err != nil {
-			return nil, fmt.Errorf("%w: cannot decrypt: %w", ErrBadRequest, err)
+			return nil, err
 		}
 		data = opened
 	}
@@ -300,7 +323,7 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	uc.Audience = s.o.Account
 	uc.Expires = claims.Expiry.Unix()
 	uc.Permissions = perms
-	out, err := uc.Encode(s.o.Issuer)
+	out, err := uc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
 	if err != nil {
 		return "", who, fmt.Errorf("authcallout: encode user JWT: %w", err)
 	}
