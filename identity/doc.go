@@ -1,6 +1,7 @@
 // Package identity groups Fleet's OpenID Connect identity code: the device
 // credential (package credential, imported by the agent and so free of
 // Kubernetes), the development OpenID Provider (package devop, for tests and
-// `fleet dev`, never production). This package itself holds only this
+// `fleet dev`, never production) and the Zitadel management client used by
+// enrollment (package zitadel). This package itself holds only this
 // comment; nothing imports it.
 package identity

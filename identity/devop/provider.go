@@ -49,6 +49,10 @@ type Options struct {
 	// 2048-bit key. Tests pass their own to forge tokens the provider would
 	// never issue (expired, wrong audience) with a known key.
 	SigningKey *rsa.PrivateKey
+	// AdminToken enables the management API (/management/v1, the subset of
+	// Zitadel's that identity/zitadel uses) for bearers of this token.
+	// Empty: the management API refuses every request.
+	AdminToken string
 	// Logger receives request failures. Default: discard.
 	Logger *slog.Logger
 	// Now is the clock for key expiry. Default time.Now.
@@ -70,14 +74,15 @@ func (o Options) Validate() error {
 // Provider is a running development OpenID Provider. Create it with New,
 // serve it with Run.
 type Provider struct {
-	issuer   string
-	audience string
-	lifetime time.Duration
-	log      *slog.Logger
-	now      func() time.Time
-	ln       net.Listener
-	handler  http.Handler
-	op       *op.Provider
+	issuer     string
+	audience   string
+	lifetime   time.Duration
+	log        *slog.Logger
+	now        func() time.Time
+	ln         net.Listener
+	handler    http.Handler
+	adminToken string
+	op         *op.Provider
 
 	mu      sync.Mutex // guards the fields below
 	users   map[string]*machineUser
@@ -99,13 +104,14 @@ func New(o Options) (*Provider, error) {
 		return nil, fmt.Errorf("devop: listen: %w", err)
 	}
 	p := &Provider{
-		issuer:   o.Issuer,
-		audience: o.Audience,
-		lifetime: o.TokenLifetime,
-		log:      o.Logger,
-		now:      o.Now,
-		ln:       ln,
-		users:    map[string]*machineUser{},
+		issuer:     o.Issuer,
+		audience:   o.Audience,
+		lifetime:   o.TokenLifetime,
+		adminToken: o.AdminToken,
+		log:        o.Logger,
+		now:        o.Now,
+		ln:         ln,
+		users:      map[string]*machineUser{},
 	}
 	if p.issuer == "" {
 		p.issuer = "http://" + ln.Addr().String()
@@ -144,9 +150,12 @@ func New(o Options) (*Provider, error) {
 	}
 	p.op = prov
 	srv := &server{LegacyServer: op.NewLegacyServer(prov, *op.DefaultEndpoints), p: p}
-	p.handler = op.RegisterLegacyServer(srv, func(w http.ResponseWriter, _ *http.Request) {
+	mux := http.NewServeMux()
+	mux.Handle("/management/v1/", p.managementHandler())
+	mux.Handle("/", op.RegisterLegacyServer(srv, func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "interactive login is not supported by the development provider", http.StatusNotImplemented)
-	})
+	}))
+	p.handler = mux
 	return p, nil
 }
 
@@ -162,7 +171,8 @@ func (p *Provider) Audience() string { return p.audience }
 // TokenLifetime is the lifetime of issued tokens.
 func (p *Provider) TokenLifetime() time.Duration { return p.lifetime }
 
-// Handler is the provider's HTTP handler (discovery, JWKS, token, ...).
+// Handler is the provider's HTTP handler (discovery, JWKS, token, the
+// management API).
 func (p *Provider) Handler() http.Handler { return p.handler }
 
 // Run serves the provider until ctx ends, then shuts the HTTP server down
