@@ -64,7 +64,9 @@ type revKey struct {
 }
 
 type earlyFacts struct {
-	results     map[string]DeviceResult
+	results map[string]DeviceResult
+	// failures holds each device's latest failure report.
+	failures map[string]DeviceResult
 	stage       Stage
 	stageAt     time.Time
 	releasedAll bool
@@ -98,6 +100,10 @@ func (r Rollout) Apply(ev events.Event) Rollout {
 			for dev, res := range f.results {
 				if n.IsTarget(dev) {
 					n.Results[dev] = res
+				}
+			}
+			for dev, res := range f.failures {
+				if n.IsTarget(dev) {
 					n.noteFailure(dev, res)
 				}
 			}
@@ -132,6 +138,9 @@ func (r Rollout) Apply(ev events.Event) Rollout {
 			return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
 				if prev, ok := f.results[device]; !ok || !d.Since.Before(prev.Since) {
 					f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+					if d.Phase == events.WorkloadFailed {
+						f.failures[device] = f.results[device]
+					}
 				}
 			})
 		}
@@ -187,9 +196,12 @@ func (r Rollout) withEarly(uid string, gen int64, fn func(*earlyFacts)) Rollout 
 	}
 	key := revKey{uid, gen}
 	old := n.early[key]
-	f := &earlyFacts{results: map[string]DeviceResult{}}
+	f := &earlyFacts{results: map[string]DeviceResult{}, failures: map[string]DeviceResult{}}
 	if old != nil {
 		f.stage, f.stageAt, f.releasedAll = old.stage, old.stageAt, old.releasedAll
+		for k, v := range old.failures {
+			f.failures[k] = v
+		}
 		for k, v := range old.results {
 			f.results[k] = v
 		}
@@ -199,9 +211,14 @@ func (r Rollout) withEarly(uid string, gen int64, fn func(*earlyFacts)) Rollout 
 	return n
 }
 
-// noteFailure records res as the latest failure when it is one.
+// noteFailure records res as the latest failure when it is one. Ties in
+// time go to the greater device id, so the answer never depends on the order
+// reports were folded in.
 func (r *Rollout) noteFailure(device string, res DeviceResult) {
-	if res.Phase == events.WorkloadFailed && !res.Since.Before(r.LastFailAt) {
+	if res.Phase != events.WorkloadFailed {
+		return
+	}
+	if r.LastFailure == nil || res.Since.After(r.LastFailAt) || (res.Since.Equal(r.LastFailAt) && device >= r.LastFailure.Device) {
 		r.LastFailure = &events.RolloutTransition{Device: device, Error: res.Error}
 		r.LastFailAt = res.Since
 	}
