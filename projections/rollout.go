@@ -66,7 +66,7 @@ type revKey struct {
 type earlyFacts struct {
 	results map[string]DeviceResult
 	// failures holds each device's latest failure report.
-	failures map[string]DeviceResult
+	failures    map[string]DeviceResult
 	stage       Stage
 	stageAt     time.Time
 	releasedAll bool
