@@ -38,6 +38,8 @@ func run(args []string) error {
 	switch args[0] {
 	case "dev":
 		return runDev(args[1:])
+	case "enroll":
+		return runEnroll(args[1:])
 	case "history":
 		return errors.New("history: not implemented yet")
 	case "-h", "-help", "--help", "help":

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/identity/zitadel"
 	"github.com/nationtech/harmony-fleet/internal/enroll"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -218,5 +219,47 @@ func TestReenrollReplacesTheKeyAndRevokeQuarantines(t *testing.T) {
 	}
 	if _, err := f.en.Revoke(ctx, "never-enrolled"); !errors.Is(err, enroll.ErrNotEnrolled) {
 		t.Fatalf("revoking an unknown device: %v, want ErrNotEnrolled", err)
+	}
+}
+
+// TestEnrollThroughTheManagementAPI enrolls through the Zitadel management
+// client (what `fleet enroll` uses) against the development provider's
+// management endpoints.
+func TestEnrollThroughTheManagementAPI(t *testing.T) {
+	f := setup(t)
+	ctx := context.Background()
+	op, err := devop.New(devop.Options{AdminToken: "pat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- op.Run(rctx) }()
+	defer func() { cancel(); <-done }()
+	zc, err := zitadel.New(zitadel.Options{BaseURL: op.Issuer(), Token: "pat"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	en, err := enroll.New(enroll.Options{Client: f.c, Provider: zc, Namespace: f.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(f.dir, "api.json")
+	res, err := en.Enroll(ctx, enroll.Request{Device: "edge-api", KeyFile: path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := f.device(t, "edge-api").Spec.IdentitySubject; got != res.Subject {
+		t.Fatalf("identitySubject %q, want %q", got, res.Subject)
+	}
+	f.op = op
+	if err := f.grant(t, path); err != nil {
+		t.Fatalf("the minted key cannot get a token: %v", err)
+	}
+	if _, err := en.Revoke(ctx, "edge-api"); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.grant(t, path); !errors.Is(err, credential.ErrGrant) {
+		t.Fatalf("grant after revocation: %v, want ErrGrant", err)
 	}
 }
