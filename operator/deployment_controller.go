@@ -69,8 +69,12 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return r.delete(ctx, &d, subject, last, lastSeq)
 	}
 	if !controllerutil.ContainsFinalizer(&d, fleetv1.FinalizerDeployment) {
+		// A patch of the finalizers only: an update would re-encode the
+		// spec from the Go types and could drop fields the user wrote
+		// (empty lists), bumping the generation.
+		orig := d.DeepCopy()
 		controllerutil.AddFinalizer(&d, fleetv1.FinalizerDeployment)
-		return ctrl.Result{}, r.Client.Update(ctx, &d)
+		return ctrl.Result{}, r.Client.Patch(ctx, &d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	}
 
 	rev, appended := alreadyAppended(last, &d)
@@ -174,8 +178,9 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 		}
 		r.Log.InfoContext(ctx, "deployment deleted", "subject", subject, "uid", d.UID)
 	}
+	orig := d.DeepCopy()
 	controllerutil.RemoveFinalizer(d, fleetv1.FinalizerDeployment)
-	if err := r.Client.Update(ctx, d); err != nil && !apierrors.IsNotFound(err) {
+	if err := r.Client.Patch(ctx, d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, nil

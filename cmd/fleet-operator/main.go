@@ -1,20 +1,117 @@
-// Command fleet-operator runs the operator (issue: Operator). It is not implemented in this build: it exits
-// with an error saying so rather than pretending to run.
+// Command fleet-operator runs the Fleet operator: the Deployment controller
+// and the rollout runner, against a Kubernetes API server and a NATS
+// JetStream server. See docs/operator.md.
 package main
 
 import (
+	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/operator"
 )
 
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-operator:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	return errors.New("not implemented yet: this build does not include the operator (issue: Operator)")
+func run(ctx context.Context, args []string, logOut io.Writer) error {
+	fs := flag.NewFlagSet("fleet-operator", flag.ContinueOnError)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
+	natsCreds := fs.String("nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file of the operator identity ($NATS_CREDS)")
+	provision := fs.Bool("provision", true, "create or update the Fleet streams and KV buckets on start")
+	replicas := fs.Int("replicas", 1, "stream replicas when provisioning (3 on a cluster)")
+	groupFile := fs.String("group-file", "", "static device group file (JSON); without one, allowedGroups fails closed")
+	statusInterval := fs.Duration("status-interval", 2*time.Second, "least time between two status patches of one Deployment")
+	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint (0: off)")
+	healthAddr := fs.String("health-addr", "0", "address of /healthz and /readyz (0: off)")
+	logFormat := fs.String("log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var handler slog.Handler
+	switch *logFormat {
+	case "json":
+		handler = slog.NewJSONHandler(logOut, nil)
+	case "text":
+		handler = slog.NewTextHandler(logOut, nil)
+	default:
+		return fmt.Errorf("--log-format %q: use json or text", *logFormat)
+	}
+	logger := slog.New(handler)
+
+	var cfgErr error
+	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr}
+	if *kubeconfig != "" {
+		o.RESTConfig, cfgErr = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		o.RESTConfig, cfgErr = ctrl.GetConfig()
+	}
+	if cfgErr != nil {
+		return fmt.Errorf("kubernetes configuration: %w", cfgErr)
+	}
+	if *groupFile != "" {
+		g, err := operator.LoadGroupFile(*groupFile)
+		if err != nil {
+			return err
+		}
+		o.Groups = g
+	}
+
+	nopts := []nats.Option{nats.Name("fleet-operator"), nats.MaxReconnects(-1)}
+	if *natsCreds != "" {
+		nopts = append(nopts, nats.UserCredentials(*natsCreds))
+	}
+	nc, err := nats.Connect(*natsURL, nopts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	st, err := events.NewStore(nc, events.StoreOptions{Logger: logger})
+	if err != nil {
+		return err
+	}
+	if *provision {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		err := events.Provision(pctx, st.JetStream(), events.ProvisionOptions{Replicas: *replicas})
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		return fmt.Errorf("open the %s bucket (provision the streams, or pass --provision): %w", events.BucketIntent, err)
+	}
+	o.Store, o.Reader, o.IntentKV = st, st, kv
+	err = operator.Run(ctx, o)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+)
+
+func TestMain(m *testing.M) {
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}})
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
+	srv := kubeapi.Shared(t)
+	nsrv := natstest.Start(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- run(runCtx, []string{"--kubeconfig", srv.KubeconfigPath(), "--nats-url", nsrv.ClientURL(), "--log-format", "text"}, &logs)
+	}()
+
+	if out, err := srv.Kubectl(ctx, nil, "create", "namespace", "lab"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if out, err := srv.Kubectl(ctx, nil, "apply", "-n", "lab", "-f", "../../examples/analysis-api.yaml"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	st, err := events.NewStore(natstest.Connect(t, nsrv), events.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The binary provisioned the streams and appended the revision; the
+	// example sets allowedGroups and no group file is given: zero targets.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		rec, err := st.Last(ctx, "fleet.intent.deployment.lab.analysis-api")
+		if err == nil {
+			d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
+			if err != nil || d.Generation != 1 || len(d.Targets) != 0 {
+				t.Fatalf("revision %+v, %v", d, err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no revision event: %v\nlogs:\n%s", err, logs.b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("run returned %v", err)
+	}
+	if !strings.Contains(logs.b.String(), "operator starting") {
+		t.Errorf("logs lack the start record:\n%s", logs.b.String())
+	}
+}
+
+func TestBadFlagsAreRefused(t *testing.T) {
+	err := run(context.Background(), []string{"--log-format", "xml"}, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--log-format") {
+		t.Errorf("got %v", err)
+	}
+}
