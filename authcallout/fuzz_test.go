@@ -50,6 +50,14 @@ func FuzzRespond(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
+	xkey, _ := nkeys.CreateCurveKeys()
+	xpub, _ := xkey.PublicKey()
+	svcX, err := authcallout.New(authcallout.Options{Issuer: issuer, XKey: xkey, Account: "FLEET", Verifier: v, Identities: ids})
+	if err != nil {
+		f.Fatal(err)
+	}
+	serverX, _ := nkeys.CreateCurveKeys()
+	serverXPub, _ := serverX.PublicKey()
 	serverKP, _ := nkeys.CreateServer()
 	userKP, _ := nkeys.CreateUser()
 	userPub, _ := userKP.PublicKey()
@@ -59,18 +67,22 @@ func FuzzRespond(f *testing.F) {
 		return map[string]any{"iss": op.Issuer(), "sub": sub, "aud": []string{op.Audience()}, "iat": now.Unix(), "exp": exp.Unix()}
 	}
 	kid := op.SigningKeyID()
-	f.Add([]byte(nil), forge(f, claims("sub-a", now.Add(time.Hour)), jwa.RS256, signingKey(), kid))
-	f.Add([]byte(nil), forge(f, claims("sub-q", now.Add(time.Hour)), jwa.RS256, signingKey(), kid))
-	f.Add([]byte(nil), forge(f, claims("sub-a", now.Add(-time.Hour)), jwa.RS256, signingKey(), kid))
-	f.Add([]byte(nil), unsigned(f, claims("sub-a", now.Add(time.Hour)), kid))
-	f.Add([]byte(nil), "")
-	f.Add([]byte(nil), "a.b.c")
-	f.Add([]byte("eyJhbGciOiJub25lIn0.e30."), "")
-	f.Add([]byte("not a jwt"), "x")
-	f.Add([]byte{0xff, 0x00}, "")
+	f.Add([]byte(nil), forge(f, claims("sub-a", now.Add(time.Hour)), jwa.RS256, signingKey(), kid), false)
+	f.Add([]byte(nil), forge(f, claims("sub-q", now.Add(time.Hour)), jwa.RS256, signingKey(), kid), false)
+	f.Add([]byte(nil), forge(f, claims("sub-a", now.Add(-time.Hour)), jwa.RS256, signingKey(), kid), false)
+	f.Add([]byte(nil), unsigned(f, claims("sub-a", now.Add(time.Hour)), kid), false)
+	f.Add([]byte(nil), "", false)
+	f.Add([]byte(nil), "a.b.c", false)
+	f.Add([]byte("eyJhbGciOiJub25lIn0.e30."), "", false)
+	f.Add([]byte("not a jwt"), "x", false)
+	f.Add([]byte{0xff, 0x00}, "", false)
 
-	f.Fuzz(func(t *testing.T, raw []byte, token string) {
+	f.Add([]byte(nil), forge(f, claims("sub-a", now.Add(time.Hour)), jwa.RS256, signingKey(), kid), true)
+	f.Add([]byte("xkv1 but not sealed by anyone"), "", true)
+
+	f.Fuzz(func(t *testing.T, raw []byte, token string, encrypted bool) {
 		data := raw
+		var err error
 		if len(raw) == 0 {
 			rc := jwt.NewAuthorizationRequestClaims(userPub)
 			rc.UserNkey = userPub
@@ -82,7 +94,22 @@ func FuzzRespond(f *testing.F) {
 			}
 			data = []byte(enc)
 		}
-		out := svc.Respond(context.Background(), data, "")
+		var out []byte
+		if encrypted {
+			if len(raw) == 0 {
+				if data, err = serverX.Seal(data, xpub); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out = svcX.Respond(context.Background(), data, serverXPub)
+			if len(out) != 0 {
+				if out, err = serverX.Open(out, xpub); err != nil {
+					t.Fatalf("the encrypted answer does not open: %v", err)
+				}
+			}
+		} else {
+			out = svc.Respond(context.Background(), data, "")
+		}
 		if len(out) == 0 {
 			if len(raw) == 0 {
 				t.Fatal("a well-formed request got no answer")

@@ -63,7 +63,7 @@ func DevicePermissions(device string) (jwt.Permissions, error) {
 
 // OperatorPermissions: the operator is the control plane and may use every
 // subject of the FLEET account (streams, KV, JetStream API).
-func OperatorPermissions(subject string) jwt.Permissions {
+func OperatorPermissions() jwt.Permissions {
 	var p jwt.Permissions
 	p.Pub.Allow.Add(">")
 	p.Sub.Allow.Add(">")

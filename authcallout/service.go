@@ -298,7 +298,7 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	switch {
 	case slices.Contains(claims.Roles, RoleOperator):
 		who.Role = RoleOperator
-		perms = OperatorPermissions(claims.Subject)
+		perms = OperatorPermissions()
 	case slices.Contains(claims.Roles, RoleShipper):
 		who.Role = RoleShipper
 		if perms, err = ShipperPermissions(claims.Subject); err != nil {
