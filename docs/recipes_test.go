@@ -19,15 +19,16 @@ import (
 )
 
 // recipeRE matches a recipe marker and the sh block after it.
-var recipeRE = regexp.MustCompile("(?s)<!-- recipe( live)? expect=\"([^\"]*)\" -->\\s*```sh\\n(.*?)```")
+var recipeRE = regexp.MustCompile("(?s)<!-- (recipe|kubectl-recipe)( live)? expect=\"([^\"]*)\" -->\\s*```sh\\n(.*?)```")
 
 type recipe struct {
+	kind   string // "recipe" (nats) or "kubectl-recipe"
 	script string
 	expect []string
 	live   bool
 }
 
-func recipes(t *testing.T, doc string) []recipe {
+func recipes(t *testing.T, doc, kind string) []recipe {
 	t.Helper()
 	b, err := os.ReadFile(doc)
 	if err != nil {
@@ -35,7 +36,9 @@ func recipes(t *testing.T, doc string) []recipe {
 	}
 	var out []recipe
 	for _, m := range recipeRE.FindAllStringSubmatch(string(b), -1) {
-		out = append(out, recipe{script: strings.TrimSpace(m[3]), expect: strings.Split(m[2], "|"), live: m[1] != ""})
+		if m[1] == kind {
+			out = append(out, recipe{kind: m[1], script: strings.TrimSpace(m[4]), expect: strings.Split(m[3], "|"), live: m[2] != ""})
+		}
 	}
 	return out
 }
@@ -99,7 +102,7 @@ func seed(t *testing.T, ctx context.Context, st *events.Store) {
 
 func TestNATSRecipes(t *testing.T) {
 	nats := natsCLI(t)
-	rs := recipes(t, "debugging-with-nats.md")
+	rs := recipes(t, "debugging-with-nats.md", "recipe")
 	if len(rs) < 10 {
 		t.Fatalf("found %d recipes in debugging-with-nats.md; the marker format changed?", len(rs))
 	}
