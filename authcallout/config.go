@@ -15,13 +15,13 @@ import (
 type Config struct {
 	// NATSURL is the server (or comma-separated cluster URLs).
 	NATSURL string `json:"nats_url"`
-	// CalloutUser is the auth_users member in the callout account;
-	// CalloutPasswordFile holds its password.
-	CalloutUser         string `json:"callout_user"`
+	// CalloutUser is the auth_users member in the callout account.
+	CalloutUser string `json:"callout_user"`
+	// CalloutPasswordFile holds CalloutUser's password.
 	CalloutPasswordFile string `json:"callout_password_file"`
-	// ReaderUser reads fleet-identity (in the users' account);
-	// ReaderPasswordFile holds its password.
-	ReaderUser         string `json:"reader_user"`
+	// ReaderUser reads fleet-identity (in the users' account).
+	ReaderUser string `json:"reader_user"`
+	// ReaderPasswordFile holds ReaderUser's password.
 	ReaderPasswordFile string `json:"reader_password_file"`
 	// IssuerSeedFile holds the issuer account seed (SA...).
 	IssuerSeedFile string `json:"issuer_seed_file"`
@@ -29,21 +29,24 @@ type Config struct {
 	XKeySeedFile string `json:"xkey_seed_file,omitempty"`
 	// Account users are placed in. Default FLEET.
 	Account string `json:"account"`
-	// OIDCIssuer is the expected iss; Audience the expected aud.
+	// OIDCIssuer is the expected iss.
 	OIDCIssuer string `json:"oidc_issuer"`
-	Audience   string `json:"audience"`
+	// Audience is the expected aud (the Fleet project id).
+	Audience string `json:"audience"`
 	// JWKSURL overrides discovery.
 	JWKSURL string `json:"jwks_url,omitempty"`
 	// Algorithms is the allow-list (default RS256).
 	Algorithms []string `json:"algorithms,omitempty"`
 	// ClockSkew (Go duration, default 30s).
 	ClockSkew Duration `json:"clock_skew,omitempty"`
-	// QueueGroup (default DefaultQueueGroup), Workers (default 4×CPUs).
+	// QueueGroup (default DefaultQueueGroup).
 	QueueGroup string `json:"queue_group,omitempty"`
-	Workers    int    `json:"workers,omitempty"`
-	// LogFormat is "json" (default) or "text"; LogLevel "info" or "debug".
+	// Workers processing requests at once (default 4×CPUs).
+	Workers int `json:"workers,omitempty"`
+	// LogFormat is "json" (default) or "text".
 	LogFormat string `json:"log_format,omitempty"`
-	LogLevel  string `json:"log_level,omitempty"`
+	// LogLevel is "info" (default) or "debug".
+	LogLevel string `json:"log_level,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string in JSON.

@@ -280,7 +280,12 @@ func (s *Service) decodeRequest(data []byte, serverXKey string) (*jwt.Authorizat
 
 // Who describes the identity behind a request, for logs.
 type Who struct {
-	Subject, Device, Role string
+	// Subject is the token's sub ("" when the token did not verify).
+	Subject string
+	// Device is the device id found in fleet-identity, if any.
+	Device string
+	// Role is the control-plane role that authorised it, if any.
+	Role string
 }
 
 // Authorize decides one request: it verifies the presented token, finds

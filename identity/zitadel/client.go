@@ -125,6 +125,7 @@ type StatusError struct {
 	err error
 }
 
+// Error describes the failed call (status and the API's message).
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%v: %s: HTTP %d: %s", e.err, e.Op, e.Status, e.Message)
 }
