@@ -23,6 +23,12 @@ type Config struct {
 	ReaderUser string `json:"reader_user"`
 	// ReaderPasswordFile holds ReaderUser's password.
 	ReaderPasswordFile string `json:"reader_password_file"`
+	// SystemUser, a system-account user allowed $SYS.REQ.SERVER.*.KICK,
+	// enables live revocation (with the reader following fleet-identity).
+	// Optional.
+	SystemUser string `json:"system_user,omitempty"`
+	// SystemPasswordFile holds SystemUser's password.
+	SystemPasswordFile string `json:"system_password_file,omitempty"`
 	// IssuerSeedFile holds the issuer account seed (SA...).
 	IssuerSeedFile string `json:"issuer_seed_file"`
 	// XKeySeedFile holds the curve seed (SX...); empty: unencrypted.
@@ -100,6 +106,9 @@ func (c Config) Validate() error {
 	req(c.ReaderPasswordFile, "reader_password_file")
 	req(c.IssuerSeedFile, "issuer_seed_file")
 	req(c.OIDCIssuer, "oidc_issuer")
+	if (c.SystemUser == "") != (c.SystemPasswordFile == "") {
+		errs = append(errs, errors.New("authcallout: config: system_user and system_password_file go together"))
+	}
 	req(c.Audience, "audience")
 	switch c.LogFormat {
 	case "", "json", "text":

@@ -129,6 +129,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	}
 	tb.Setenv("FLEET_CALLOUT_PASSWORD", "callout-secret")
 	tb.Setenv("FLEET_READER_PASSWORD", "reader-secret")
+	tb.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "sys-secret")
 	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
 	e.conf, e.storeDir = conf, tb.TempDir()
@@ -152,6 +153,8 @@ func newEnv(tb testing.TB, o envOptions) *env {
 
 	reader := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-identity-reader", "reader-secret"),
 		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"))
+	sys := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-authcallout-sys", "sys-secret"),
+		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"))
 	rjs, err := jetstream.New(reader)
 	if err != nil {
 		tb.Fatal(err)
@@ -166,6 +169,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 		svcs[i], err = authcallout.New(authcallout.Options{
 			Conn: nc, Issuer: e.issuer, XKey: e.xkey, Account: "FLEET", Verifier: e.verifier,
 			Identities: authcallout.NewKVIdentities(rjs), Logger: slog.New(e.refusals),
+			Watch: reader, System: sys,
 		})
 		if err != nil {
 			tb.Fatal(err)

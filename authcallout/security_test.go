@@ -365,3 +365,42 @@ func TestEveryReconnectPresentsAFreshToken(t *testing.T) {
 		t.Fatalf("reconnected connection: %v", err)
 	}
 }
+
+// TestQuarantiningAConnectedDeviceDisconnectsIt: the callout follows
+// fleet-identity and kicks the live connection of a device that becomes
+// quarantined; its reconnect is refused.
+func TestQuarantiningAConnectedDeviceDisconnectsIt(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(t *testing.T, e *env, subject string)
+	}{
+		{"quarantine disconnects", func(t *testing.T, e *env, subject string) { e.register(t, subject, "dev-live", true) }},
+		{"removing the identity disconnects", func(t *testing.T, e *env, subject string) {
+			if err := e.identity.Delete(context.Background(), subject); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, envOptions{})
+			src := e.device(t, "dev-live", false)
+			closed := make(chan struct{})
+			c, err := e.connect("dev-live", src, "", nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.noViolation(t)
+			tc.change(t, e, src.Subject())
+			select {
+			case <-closed:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the connection is still open 10s after the change")
+			}
+			if _, err := e.connect("dev-live", src, ""); !errors.Is(err, nats.ErrAuthorization) {
+				t.Fatalf("reconnect: %v, want an authorization violation", err)
+			}
+		})
+	}
+}

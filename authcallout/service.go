@@ -45,6 +45,14 @@ type Options struct {
 	Verifier *Verifier
 	// Identities maps token subjects to devices. Required.
 	Identities Identities
+	// Watch, with System, enables live revocation: a connection allowed to
+	// subscribe $KV.fleet-identity.> (in the users' account). When an
+	// identity becomes quarantined or is removed, the connections this
+	// replica authorised for it are disconnected. Optional.
+	Watch *nats.Conn
+	// System is a connection in the system account allowed to request
+	// $SYS.REQ.SERVER.*.KICK. Required with Watch.
+	System *nats.Conn
 	// QueueGroup is the subscription's queue group. Default
 	// DefaultQueueGroup.
 	QueueGroup string
@@ -81,6 +89,9 @@ func (o Options) Validate() error {
 	if o.Identities == nil {
 		errs = append(errs, errors.New("authcallout: Identities is nil"))
 	}
+	if (o.Watch == nil) != (o.System == nil) {
+		errs = append(errs, errors.New("authcallout: Watch and System go together: both enable live revocation"))
+	}
 	if o.Workers < 0 || o.Timeout < 0 {
 		errs = append(errs, errors.New("authcallout: Workers and Timeout must not be negative"))
 	}
@@ -96,6 +107,7 @@ type Service struct {
 	box       *boxer // nil without XKey
 	ready     chan struct{}
 	readyOnce sync.Once
+	live      live
 }
 
 // New creates a Service; Run serves it.
@@ -157,8 +169,16 @@ func (s *Service) Run(ctx context.Context) error {
 		_ = sub.Unsubscribe()
 		return fmt.Errorf("authcallout: subscribe %s: %w", Subject, err)
 	}
+	if s.o.Watch != nil {
+		wsub, err := s.watchIdentities(ctx)
+		if err != nil {
+			_ = sub.Unsubscribe()
+			return err
+		}
+		defer func() { _ = wsub.Unsubscribe() }()
+	}
 	s.readyOnce.Do(func() { close(s.ready) })
-	s.log.Info("auth callout serving", "subject", Subject, "queue", s.o.QueueGroup, "account", s.o.Account, "issuer", s.issuer, "encrypted", s.o.XKey != nil)
+	s.log.Info("auth callout serving", "subject", Subject, "queue", s.o.QueueGroup, "account", s.o.Account, "issuer", s.issuer, "encrypted", s.o.XKey != nil, "liveRevocation", s.o.Watch != nil)
 	var wg sync.WaitGroup
 	for range s.o.Workers {
 		wg.Go(func() {
@@ -215,6 +235,9 @@ func (s *Service) Respond(ctx context.Context, data []byte, serverXKey string) [
 		s.log.Info("connect refused", "subject", who.Subject, "device", who.Device, "host", req.ClientInformation.Host, "reason", err.Error())
 	} else {
 		rc.Jwt = user
+		if who.Device != "" {
+			s.live.add(who.Subject, liveConn{server: req.Server.ID, cid: req.ClientInformation.ID, until: who.Until}, time.Now())
+		}
 		s.log.Debug("connect authorised", "subject", who.Subject, "device", who.Device, "role", who.Role, "host", req.ClientInformation.Host)
 	}
 	out, err := rc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
@@ -286,6 +309,8 @@ type Who struct {
 	Device string
 	// Role is the control-plane role that authorised it, if any.
 	Role string
+	// Until is when the issued user JWT expires.
+	Until time.Time
 }
 
 // Authorize decides one request: it verifies the presented token, finds
@@ -327,6 +352,7 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	uc.Name = name
 	uc.Audience = s.o.Account
 	uc.Expires = claims.Expiry.Unix()
+	who.Until = claims.Expiry
 	uc.Permissions = perms
 	out, err := uc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
 	if err != nil {

@@ -45,6 +45,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&over.CalloutPasswordFile, "callout-password-file", "", "file holding the callout user's password")
 	fs.StringVar(&over.ReaderUser, "reader-user", "", "user reading the fleet-identity bucket")
 	fs.StringVar(&over.ReaderPasswordFile, "reader-password-file", "", "file holding the reader's password")
+	fs.StringVar(&over.SystemUser, "system-user", "", "system-account user that may kick connections (live revocation; optional)")
+	fs.StringVar(&over.SystemPasswordFile, "system-password-file", "", "file holding the system user's password")
 	fs.StringVar(&over.IssuerSeedFile, "issuer-seed-file", "", "file holding the issuer account seed (SA...)")
 	fs.StringVar(&over.XKeySeedFile, "xkey-seed-file", "", "file holding the curve seed (SX...) for the encrypted callout")
 	fs.StringVar(&over.Account, "account", "", "account users are placed in (default FLEET)")
@@ -122,13 +124,27 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("connect as %s: %w", cfg.ReaderUser, err)
 	}
 	defer reader.Close()
+	var system, watch *nats.Conn
+	if cfg.SystemUser != "" {
+		pw, err := authcallout.ReadSecretFile(cfg.SystemPasswordFile, "system password")
+		if err != nil {
+			return err
+		}
+		system, err = nats.Connect(cfg.NATSURL, append(common, nats.Name("fleet-authcallout-sys"), nats.UserInfo(cfg.SystemUser, pw),
+			nats.CustomInboxPrefix(authcallout.InboxPrefix(cfg.SystemUser)))...)
+		if err != nil {
+			return fmt.Errorf("connect as %s: %w", cfg.SystemUser, err)
+		}
+		defer system.Close()
+		watch = reader
+	}
 	js, err := jetstream.New(reader)
 	if err != nil {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	svc, err := authcallout.New(authcallout.Options{
 		Conn: callout, Issuer: issuer, XKey: xkey, Account: cfg.Account, Verifier: verifier,
-		Identities: authcallout.NewKVIdentities(js), QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
+		Identities: authcallout.NewKVIdentities(js), Watch: watch, System: system, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
 	})
 	if err != nil {
 		return err
@@ -147,6 +163,8 @@ func merge(c *authcallout.Config, o authcallout.Config) {
 	set(&c.CalloutPasswordFile, o.CalloutPasswordFile)
 	set(&c.ReaderUser, o.ReaderUser)
 	set(&c.ReaderPasswordFile, o.ReaderPasswordFile)
+	set(&c.SystemUser, o.SystemUser)
+	set(&c.SystemPasswordFile, o.SystemPasswordFile)
 	set(&c.IssuerSeedFile, o.IssuerSeedFile)
 	set(&c.XKeySeedFile, o.XKeySeedFile)
 	set(&c.Account, o.Account)

@@ -62,6 +62,7 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 	xseed, _ := xkey.Seed()
 	t.Setenv("FLEET_CALLOUT_PASSWORD", "pw-callout")
 	t.Setenv("FLEET_READER_PASSWORD", "pw-reader")
+	t.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "pw-sys")
 	t.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	t.Setenv("FLEET_CALLOUT_XKEY", xpub)
 	ns := natstest.StartWith(t, natsembed.Options{Config: string(m[1]), Sync: natsembed.FastSync})
@@ -88,6 +89,7 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 	cfg := authcallout.Config{
 		NATSURL: ns.ClientURL(), CalloutUser: "fleet-authcallout", CalloutPasswordFile: write("callout.pw", "pw-callout\n"),
 		ReaderUser: "fleet-identity-reader", ReaderPasswordFile: write("reader.pw", "pw-reader"),
+		SystemUser: "fleet-authcallout-sys", SystemPasswordFile: write("sys.pw", "pw-sys"),
 		IssuerSeedFile: write("issuer.seed", string(issuerSeed)), XKeySeedFile: write("x.seed", string(xseed)),
 		OIDCIssuer: op.Issuer(), Audience: op.Audience(), LogFormat: "text", LogLevel: "debug",
 	}
@@ -150,7 +152,19 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 	if _, err := djs.Publish(ctx, subj, []byte(`{}`)); err != nil {
 		t.Fatalf("device report: %v", err)
 	}
-	for _, secret := range []string{"pw-callout", "pw-reader", string(issuerSeed), string(xseed)} {
+	// Quarantine: the live connection is disconnected.
+	closed := make(chan struct{})
+	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
+	q, _ := authcallout.IdentityEntry{Device: "d1", Quarantined: true}.Encode()
+	if _, err := idkv.Put(ctx, dev.Subject(), q); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("quarantined device still connected after 10s\nlogs:\n%s", logs.String())
+	}
+	for _, secret := range []string{"pw-callout", "pw-reader", "pw-sys", string(issuerSeed), string(xseed)} {
 		if strings.Contains(logs.String(), secret) {
 			t.Fatal("the log contains a secret")
 		}

@@ -1,0 +1,103 @@
+package authcallout
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// liveConn is a connection the callout authorised for a device.
+type liveConn struct {
+	server string // server id
+	cid    uint64
+	until  time.Time // the user JWT's expiry: the connection cannot outlive it
+}
+
+// live remembers the device connections this replica authorised, by
+// identity subject, so they can be disconnected when the identity is
+// quarantined or removed.
+type live struct {
+	mu    sync.Mutex // guards conns
+	conns map[string][]liveConn
+}
+
+func (l *live) add(subject string, c liveConn, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.conns == nil {
+		l.conns = map[string][]liveConn{}
+	}
+	keep := l.conns[subject][:0]
+	for _, x := range l.conns[subject] {
+		if x.until.After(now) {
+			keep = append(keep, x)
+		}
+	}
+	l.conns[subject] = append(keep, c)
+}
+
+func (l *live) take(subject string) []liveConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := l.conns[subject]
+	delete(l.conns, subject)
+	return c
+}
+
+// kickSubject is the system request that disconnects a client by id.
+func kickSubject(serverID string) string { return "$SYS.REQ.SERVER." + serverID + ".KICK" }
+
+// watchIdentities core-subscribes to every fleet-identity change and
+// disconnects the live connections of identities that become quarantined
+// or are removed. The caller unsubscribes.
+func (s *Service) watchIdentities(ctx context.Context) (*nats.Subscription, error) {
+	prefix := "$KV." + events.BucketIdentity + "."
+	sub, err := s.o.Watch.Subscribe(prefix+">", func(m *nats.Msg) {
+		subject := strings.TrimPrefix(m.Subject, prefix)
+		switch m.Header.Get("KV-Operation") {
+		case "DEL", "PURGE":
+			s.kick(ctx, subject, "identity removed")
+			return
+		}
+		e, err := DecodeIdentityEntry(m.Data)
+		if err != nil {
+			s.kick(ctx, subject, "identity entry invalid")
+			return
+		}
+		if e.Quarantined {
+			s.kick(ctx, subject, "device quarantined")
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("authcallout: watch %s: %w", events.BucketIdentity, err)
+	}
+	if err := s.o.Watch.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("authcallout: watch %s: %w", events.BucketIdentity, err)
+	}
+	return sub, nil
+}
+
+func (s *Service) kick(ctx context.Context, subject, why string) {
+	for _, c := range s.live.take(subject) {
+		if !c.until.After(time.Now()) {
+			continue
+		}
+		req, _ := json.Marshal(map[string]uint64{"cid": c.cid})
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := s.o.System.RequestWithContext(rctx, kickSubject(c.server), req)
+		cancel()
+		if err != nil {
+			s.log.Warn("live connection not disconnected", "subject", subject, "server", c.server, "cid", c.cid, "reason", why, "err", err)
+			continue
+		}
+		s.log.Info("live connection disconnected", "subject", subject, "server", c.server, "cid", c.cid, "reason", why)
+	}
+}
