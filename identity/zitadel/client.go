@@ -134,13 +134,15 @@ func (e *StatusError) Error() string {
 func (e *StatusError) Unwrap() error { return e.err }
 
 // CreateMachineUser creates a machine user named name (or finds the existing
-// one) and grants it roles in Options.ProjectID; it returns the user id.
+// one) and grants it roles in Options.ProjectID; it returns the user id. The
+// user gets opaque (bearer) access tokens, so an access token can never pass
+// the auth callout's id_token verification.
 func (c *Client) CreateMachineUser(ctx context.Context, name string, roles ...string) (string, error) {
 	var created struct {
 		UserID string `json:"userId"`
 	}
 	err := c.do(ctx, http.MethodPost, "/management/v1/users/machine", map[string]any{
-		"userName": name, "name": name, "description": "Harmony Fleet machine user", "accessTokenType": "ACCESS_TOKEN_TYPE_JWT",
+		"userName": name, "name": name, "description": "Harmony Fleet machine user", "accessTokenType": "ACCESS_TOKEN_TYPE_BEARER",
 	}, &created)
 	var se *StatusError
 	switch {
