@@ -92,7 +92,3 @@ type DeviceList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Device `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Device{}, &DeviceList{})
-}

@@ -11,15 +11,26 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
 // GroupVersion is the API group and version of every type here.
 var GroupVersion = schema.GroupVersion{Group: "fleet.nationtech.io", Version: "v1alpha1"}
 
 // SchemeBuilder registers the types with a runtime.Scheme.
-var SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
+var SchemeBuilder = runtime.NewSchemeBuilder(addKnownTypes)
 
 // AddToScheme adds the types to a scheme.
 var AddToScheme = SchemeBuilder.AddToScheme
+
+func addKnownTypes(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&Deployment{}, &DeploymentList{},
+		&Device{}, &DeviceList{},
+		&TaskRun{}, &TaskRunList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -58,7 +58,3 @@ type TaskRunList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []TaskRun `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&TaskRun{}, &TaskRunList{})
-}
