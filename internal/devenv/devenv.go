@@ -75,9 +75,13 @@ func Run(ctx context.Context, o Options) error {
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return fmt.Errorf("fleet dev: data folder: %w", err)
 	}
+	natsLevel := slog.LevelWarn
+	if o.Logger.Enabled(ctx, slog.LevelDebug) {
+		natsLevel = slog.LevelDebug
+	}
 	srv, err := natsembed.Start(natsembed.Options{
 		StoreDir: store, Port: o.NATSPort, ServerName: "fleet-dev",
-		Logger: o.Logger.With("component", "nats"),
+		Logger: slog.New(minLevel{o.Logger.With("component", "nats").Handler(), natsLevel}),
 	})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
@@ -125,4 +129,15 @@ See docs/debugging-with-nats.md for more recipes.
 	for _, c := range NotYetWired {
 		fmt.Fprintln(w, "  -", c)
 	}
+}
+
+// minLevel drops records below a level: the embedded server's start-up
+// banner is noise in `fleet dev` (run with -v to see it).
+type minLevel struct {
+	slog.Handler
+	min slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && h.Handler.Enabled(ctx, l)
 }
