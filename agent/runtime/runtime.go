@@ -1,0 +1,124 @@
+// Package runtime is the agent's seam to a container engine: the Runtime
+// interface the reconciler drives, its value types and its typed errors.
+// Implementations: runtime/podman (the Podman API through the
+// containers/podman/v5 bindings) and runtime/sim (an in-memory engine for
+// scale tests and `fleet dev` without Podman); both pass the shared
+// conformance suite in runtime/runtimetest.
+//
+// Invariants: a Runtime never logs or returns a registry password or an
+// environment value; errors name the container or image, never the secret.
+// It may be imported by agent packages only; it never links Kubernetes.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// State of a container.
+type State string
+
+// Container states.
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StateExited  State = "exited"
+	StateOther   State = "other" // paused, stopping, unknown…
+)
+
+// Restart policies, as Podman names them.
+const (
+	RestartNo            = "no"
+	RestartAlways        = "always"
+	RestartOnFailure     = "on-failure"
+	RestartUnlessStopped = "unless-stopped"
+)
+
+// PortBinding publishes a container port on the host.
+type PortBinding struct {
+	HostPort      uint16
+	ContainerPort uint16
+	// Protocol is "tcp" (default) or "udp".
+	Protocol string
+}
+
+// Mount binds a host path into the container.
+type Mount struct {
+	HostPath      string
+	ContainerPath string
+	ReadOnly      bool
+}
+
+// ContainerSpec is everything needed to create a container.
+type ContainerSpec struct {
+	Name  string
+	Image string
+	// Env holds resolved values, secret values included: never log it.
+	Env           map[string]string
+	Ports         []PortBinding
+	Mounts        []Mount
+	RestartPolicy string
+	Labels        map[string]string
+}
+
+// Container is a container as the engine reports it.
+type Container struct {
+	ID       string
+	Name     string
+	Image    string
+	Labels   map[string]string
+	State    State
+	ExitCode int
+	Ports    []PortBinding
+}
+
+// RegistryAuth is a pull credential, passed per call and never stored,
+// logged or written to a file.
+type RegistryAuth struct {
+	Username string
+	Password string
+}
+
+// String hides the password.
+func (a RegistryAuth) String() string { return "RegistryAuth{" + a.Username + ", ***}" }
+
+// GoString hides the password.
+func (a RegistryAuth) GoString() string { return a.String() }
+
+// Runtime is what the agent needs of a container engine.
+type Runtime interface {
+	// List returns every container of the engine, the agent's and foreign
+	// ones (preflight checks names and ports against all of them).
+	List(ctx context.Context) ([]Container, error)
+	// Inspect returns one container; ErrNotFound when it does not exist.
+	Inspect(ctx context.Context, idOrName string) (Container, error)
+	// ImageExists reports whether the image is present locally.
+	ImageExists(ctx context.Context, ref string) (bool, error)
+	// Pull fetches an image; auth may be nil. A refused credential is
+	// ErrAuth; a missing image is ErrImageNotFound.
+	Pull(ctx context.Context, ref string, auth *RegistryAuth) error
+	// Create creates (does not start) a container; ErrNameInUse when the
+	// name is taken.
+	Create(ctx context.Context, spec ContainerSpec) (id string, err error)
+	// Start starts a created or exited container.
+	Start(ctx context.Context, id string) error
+	// Wait blocks until the container exits and returns its exit code.
+	Wait(ctx context.Context, id string) (exitCode int, err error)
+	// Stop asks the container to stop and kills it after timeout.
+	Stop(ctx context.Context, id string, timeout time.Duration) error
+	// Remove removes a container; force removes a running one.
+	Remove(ctx context.Context, id string, force bool) error
+}
+
+// ErrNotFound: no such container.
+var ErrNotFound = errors.New("container not found")
+
+// ErrNameInUse: a container of that name exists.
+var ErrNameInUse = errors.New("container name in use")
+
+// ErrAuth: the registry refused the credentials (or anonymous access).
+var ErrAuth = errors.New("registry authentication failed")
+
+// ErrImageNotFound: the registry has no such image.
+var ErrImageNotFound = errors.New("image not found")
