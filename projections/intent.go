@@ -8,24 +8,12 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 )
 
-// DeviceIntent is the value of a device's fleet-intent key: everything the
-// device must run, one entry per (namespace, Deployment), sorted. Secret
-// values are never part of it: the score carries references only.
-type DeviceIntent struct {
-	Device      string        `json:"device"`
-	Deployments []IntentEntry `json:"deployments"`
-}
-
-// IntentEntry is one Deployment revision a device must run.
-type IntentEntry struct {
-	Namespace   string          `json:"namespace"`
-	Name        string          `json:"name"`
-	UID         string          `json:"uid"`
-	Generation  int64           `json:"generation"`
-	RevisionID  string          `json:"revisionId"`
-	ScoreDigest string          `json:"scoreDigest"`
-	Score       json.RawMessage `json:"score"`
-}
+// DeviceIntent and IntentEntry are the fleet-intent value format, defined
+// by the event contract.
+type (
+	DeviceIntent = events.DeviceIntent
+	IntentEntry  = events.IntentEntry
+)
 
 type depKey struct{ ns, name string }
 
