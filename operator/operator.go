@@ -45,6 +45,12 @@ type Options struct {
 	// that race operators); controller-runtime otherwise refuses duplicate
 	// controller names because they would share metrics.
 	SeveralPerProcess bool
+	// Devices gives the Device controller device reports and the
+	// fleet-identity bucket (an *events.Store); nil: it does not run.
+	Devices DeviceStore
+	// StaleAfter is how long a device stays Online after its last
+	// heartbeat; 0: DefaultStaleAfter (90s).
+	StaleAfter time.Duration
 }
 
 // Validate checks the options.
@@ -104,6 +110,12 @@ func Run(ctx context.Context, o Options) error {
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval}
 	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
+	}
+	if o.Devices != nil {
+		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device")}
+		if err := dev.SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
 	}
 	o.Logger.Info("operator starting")
 	return mgr.Start(ctx)

@@ -1,0 +1,521 @@
+package operator_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+)
+
+// devEnv is one Device test's world: a namespace on the shared API server,
+// an embedded JetStream, and operators running the Device controller.
+type devEnv struct {
+	t        *testing.T
+	ctx      context.Context
+	srv      *kubeapi.Server
+	c        client.WithWatch
+	store    *events.Store
+	identity jetstream.KeyValue
+	intent   jetstream.KeyValue
+	ns       string
+}
+
+var devNSCounter int
+
+func newDevEnv(t *testing.T) *devEnv {
+	t.Helper()
+	srv := kubeapi.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewWithWatch(srv.RESTConfig(), client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	devNSCounter++
+	ns := fmt.Sprintf("devices-%d", devNSCounter)
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	_, st := natstest.Provisioned(t)
+	identity, err := st.JetStream().KeyValue(ctx, events.BucketIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intent, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &devEnv{t: t, ctx: ctx, srv: srv, c: c, store: st, identity: identity, intent: intent, ns: ns}
+}
+
+// start runs an operator with the Device controller until the test ends.
+func (e *devEnv) start(staleAfter time.Duration) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	go func() {
+		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.intent,
+			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true})
+	}()
+	e.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("operator.Run: %v", err)
+		}
+	})
+}
+
+// id makes a device id unique on the shared API server (ids are unique
+// across namespaces).
+func (e *devEnv) id(name string) string { return e.ns + "-" + name }
+
+func (e *devEnv) create(id string, labels map[string]string) *fleetv1.Device {
+	e.t.Helper()
+	d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: e.ns, Labels: labels},
+		Spec: fleetv1.DeviceSpec{IdentitySubject: "sub-" + id}}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		e.t.Fatal(err)
+	}
+	return d
+}
+
+func (e *devEnv) get(id string) *fleetv1.Device {
+	e.t.Helper()
+	var d fleetv1.Device
+	if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: id}, &d); err != nil {
+		e.t.Fatal(err)
+	}
+	return &d
+}
+
+// report appends a device report as the agent would.
+func (e *devEnv) report(id string, data events.Data) {
+	e.t.Helper()
+	ev, err := events.New(events.Keys{Device: id}, data)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.store.Append(e.ctx, ev); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *devEnv) heartbeat(id string) { e.report(id, events.DeviceHeartbeat{AgentVersion: "1.0.0"}) }
+
+// label sets (value non-empty) or removes an admin label, as kubectl label
+// does.
+func (e *devEnv) label(id, key, value string) {
+	e.t.Helper()
+	var v any = value
+	if value == "" {
+		v = nil
+	}
+	patch := fmt.Appendf(nil, `{"metadata":{"labels":{%q:%s}}}`, key, jsonValue(v))
+	d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: e.ns}}
+	if err := e.c.Patch(e.ctx, d, client.RawPatch(types.MergePatchType, patch)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func jsonValue(v any) string {
+	if v == nil {
+		return "null"
+	}
+	return fmt.Sprintf("%q", v)
+}
+
+// waitDevice polls the Device until cond holds or the deadline passes.
+func (e *devEnv) waitDevice(id, what string, cond func(*fleetv1.Device) bool) *fleetv1.Device {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		d := e.get(id)
+		if cond(d) {
+			return d
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s of Device %s; status %+v labels %v", what, id, d.Status, d.Labels)
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatal(e.ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// identityOf reads the fleet-identity value of an identity subject the way
+// the auth callout does; ok is false when there is no key.
+func (e *devEnv) identityOf(subject string) (authcallout.IdentityEntry, bool) {
+	e.t.Helper()
+	en, err := e.identity.Get(e.ctx, subject)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return authcallout.IdentityEntry{}, false
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	v, err := authcallout.DecodeIdentityEntry(en.Value())
+	if err != nil {
+		e.t.Fatalf("identity value %s: %v", en.Value(), err)
+	}
+	return v, true
+}
+
+func (e *devEnv) waitIdentity(what, subject string, want *authcallout.IdentityEntry) {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		got, ok := e.identityOf(subject)
+		if (want == nil && !ok) || (want != nil && ok && got == *want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s: identity %s is %+v (present %v), want %+v", what, subject, got, ok, want)
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatal(e.ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func online(d *fleetv1.Device) *metav1.Condition {
+	return meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionOnline)
+}
+
+func TestDeviceStatusAndLabelsFollowReports(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, map[string]string{"role": "analyzer"})
+	e.start(time.Minute)
+
+	d := e.waitDevice(id, "Unknown liveness", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessUnknown })
+	if c := online(d); c == nil || c.Status != metav1.ConditionUnknown || c.Reason != operator.ReasonNoHeartbeat {
+		t.Errorf("Online condition before any heartbeat: %+v", c)
+	}
+
+	e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.0",
+		Labels: map[string]string{"zone": "lab-a", "canary": "true", "role": "other"}})
+	d = e.waitDevice(id, "the inventory", func(d *fleetv1.Device) bool {
+		return d.Status.Inventory != nil && d.Labels["zone"] == "lab-a" && len(d.Status.ReportedLabels) == 2
+	})
+	if diff := cmp.Diff(&fleetv1.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.0"}, d.Status.Inventory); diff != "" {
+		t.Errorf("inventory (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"zone": "lab-a", "canary": "true"}, d.Status.ReportedLabels); diff != "" {
+		t.Errorf("reportedLabels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"zone": "lab-a", "canary": "true", "role": "analyzer"}, d.Labels); diff != "" {
+		t.Errorf("labels: reported ones mirrored, the admin's role untouched (-want +got):\n%s", diff)
+	}
+
+	e.heartbeat(id)
+	d = e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+	if c := online(d); c == nil || c.Status != metav1.ConditionTrue || c.Reason != operator.ReasonHeartbeating {
+		t.Errorf("Online condition: %+v", c)
+	}
+	if d.Status.LastHeartbeat == nil {
+		t.Error("lastHeartbeat not set by the transition to Online")
+	}
+
+	t.Run("a label no longer reported is removed, and the admin's label stays", func(t *testing.T) {
+		e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.0",
+			Labels: map[string]string{"canary": "true"}})
+		d := e.waitDevice(id, "zone removed", func(d *fleetv1.Device) bool {
+			_, zone := d.Labels["zone"]
+			return !zone && len(d.Status.ReportedLabels) == 1
+		})
+		if diff := cmp.Diff(map[string]string{"canary": "true", "role": "analyzer"}, d.Labels); diff != "" {
+			t.Errorf("labels (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestReportsNeverTouchReservedLabels(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, map[string]string{"blacklist": "true"})
+	e.start(time.Minute)
+	e.waitIdentity("the quarantined identity", "sub-"+id, &authcallout.IdentityEntry{Device: id, Quarantined: true})
+
+	// The device tries to clear its quarantine and claim control-plane labels.
+	e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "amd64", Kernel: "6.1.0", AgentVersion: "1.0.0",
+		Labels: map[string]string{"blacklist": "false", "fleet.nationtech.io/owner": "me", "zone": "b"}})
+	d := e.waitDevice(id, "the inventory", func(d *fleetv1.Device) bool { return d.Labels["zone"] == "b" })
+	if diff := cmp.Diff(map[string]string{"blacklist": "true", "zone": "b"}, d.Labels); diff != "" {
+		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]string{"zone": "b"}, d.Status.ReportedLabels); diff != "" {
+		t.Errorf("reportedLabels (-want +got):\n%s", diff)
+	}
+	// A later report without blacklist cannot remove the admin's label.
+	e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "amd64", Kernel: "6.1.1", AgentVersion: "1.0.0"})
+	d = e.waitDevice(id, "the second inventory", func(d *fleetv1.Device) bool {
+		return d.Status.Inventory != nil && d.Status.Inventory.Kernel == "6.1.1" && d.Labels["zone"] == ""
+	})
+	if diff := cmp.Diff(map[string]string{"blacklist": "true"}, d.Labels); diff != "" {
+		t.Errorf("labels after the device stopped reporting (-want +got):\n%s", diff)
+	}
+	if v, ok := e.identityOf("sub-" + id); !ok || !v.Quarantined {
+		t.Errorf("identity %+v (present %v): the device must stay quarantined", v, ok)
+	}
+
+	t.Run("a device reporting blacklist on an unquarantined Device is ignored", func(t *testing.T) {
+		id2 := e.id("rpi-2")
+		e.create(id2, nil)
+		e.report(id2, events.DeviceInventory{OS: "debian-12", Arch: "amd64", Kernel: "6.1.0", AgentVersion: "1.0.0",
+			Labels: map[string]string{"blacklist": "true", "canary": "true"}})
+		d := e.waitDevice(id2, "the inventory", func(d *fleetv1.Device) bool { return d.Labels["canary"] == "true" })
+		if _, q := d.Labels["blacklist"]; q {
+			t.Errorf("labels %v: a report added blacklist", d.Labels)
+		}
+		e.waitIdentity("the identity", "sub-"+id2, &authcallout.IdentityEntry{Device: id2})
+	})
+}
+
+func TestDeviceGoesStaleWithoutHeartbeatsAndBackOnline(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, nil)
+	e.start(2 * time.Second)
+	e.heartbeat(id)
+	e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+	d := e.waitDevice(id, "Stale", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessStale })
+	if c := online(d); c == nil || c.Status != metav1.ConditionFalse || c.Reason != operator.ReasonHeartbeatMissed {
+		t.Errorf("Online condition when stale: %+v", c)
+	}
+	e.heartbeat(id)
+	e.waitDevice(id, "Online again", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+}
+
+func TestHeartbeatsDoNotWriteTheDevice(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, nil)
+	e.start(time.Minute)
+	inv := events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.0", Labels: map[string]string{"zone": "a"}}
+	e.report(id, inv)
+	e.heartbeat(id)
+	d := e.waitDevice(id, "Online with labels", func(d *fleetv1.Device) bool {
+		return d.Status.Liveness == fleetv1.LivenessOnline && maps(d.Status.ReportedLabels)["zone"] == "a" && d.Labels["zone"] == "a"
+	})
+
+	w, err := e.c.Watch(e.ctx, &fleetv1.DeviceList{}, client.InNamespace(e.ns),
+		&client.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", id), Raw: &metav1.ListOptions{ResourceVersion: d.ResourceVersion}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	// Heartbeats paced over more than two seconds, so a controller that
+	// wrote lastHeartbeat (second resolution) per heartbeat would be seen.
+	const heartbeats = 45
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for range heartbeats {
+		e.heartbeat(id)
+		<-tick.C
+	}
+	// The inventory is stored after every heartbeat, and the operator reads
+	// the stream in order: once its status change is seen, every heartbeat
+	// before it was handled.
+	inv.Kernel = "6.1.1"
+	e.report(id, inv)
+	writes := 0
+	for {
+		select {
+		case ev := <-w.ResultChan():
+			if ev.Type != watch.Modified {
+				t.Fatalf("watch event %s: %+v", ev.Type, ev.Object)
+			}
+			writes++
+			got := ev.Object.(*fleetv1.Device)
+			if got.Status.Inventory != nil && got.Status.Inventory.Kernel == "6.1.1" {
+				if writes != 1 {
+					t.Errorf("%d writes of the Device for %d heartbeats and one inventory change, want 1", writes, heartbeats)
+				}
+				return
+			}
+		case <-e.ctx.Done():
+			t.Fatal(e.ctx.Err())
+		}
+	}
+}
+
+func maps(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
+
+func TestIdentityKVFollowsDevices(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, nil)
+	e.start(time.Minute)
+	sub := "sub-" + id
+	e.waitIdentity("registration", sub, &authcallout.IdentityEntry{Device: id})
+
+	raw, err := e.identity.Get(e.ctx, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(fmt.Sprintf(`{"device":%q,"quarantined":false}`, id), string(raw.Value())); diff != "" {
+		t.Errorf("value format (-want +got):\n%s", diff)
+	}
+
+	e.label(id, "blacklist", "true")
+	e.waitIdentity("quarantine", sub, &authcallout.IdentityEntry{Device: id, Quarantined: true})
+	e.label(id, "blacklist", "")
+	e.waitIdentity("quarantine lifted", sub, &authcallout.IdentityEntry{Device: id})
+
+	t.Run("a second Device claiming the same identity subject does not take it", func(t *testing.T) {
+		other := e.id("rpi-9")
+		d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: other, Namespace: e.ns}, Spec: fleetv1.DeviceSpec{IdentitySubject: sub}}
+		if err := e.c.Create(e.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		e.waitDevice(other, "the registration attempt", func(d *fleetv1.Device) bool {
+			return d.Annotations[operator.AnnotationRegisteredIdentity] == sub
+		})
+		if got, _ := e.identityOf(sub); got.Device != id {
+			t.Errorf("identity %s names %s, want the first Device %s", sub, got.Device, id)
+		}
+		if err := e.c.Delete(e.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		e.waitGone(other)
+		if got, ok := e.identityOf(sub); !ok || got.Device != id {
+			t.Errorf("deleting the claimant removed or changed the owner's key: %+v %v", got, ok)
+		}
+	})
+
+	t.Run("changing the identity subject moves the key", func(t *testing.T) {
+		d := e.get(id)
+		d.Spec.IdentitySubject = "sub2-" + id
+		if err := e.c.Update(e.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		e.waitIdentity("the new key", "sub2-"+id, &authcallout.IdentityEntry{Device: id})
+		e.waitIdentity("the old key to go", sub, nil)
+	})
+
+	t.Run("deleting the Device deletes its key", func(t *testing.T) {
+		if err := e.c.Delete(e.ctx, e.get(id)); err != nil {
+			t.Fatal(err)
+		}
+		e.waitGone(id)
+		if v, ok := e.identityOf("sub2-" + id); ok {
+			t.Errorf("key left behind: %+v", v)
+		}
+	})
+}
+
+func (e *devEnv) waitGone(id string) {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		var d fleetv1.Device
+		err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: id}, &d)
+		if client.IgnoreNotFound(err) != nil {
+			e.t.Fatal(err)
+		}
+		if err != nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for Device %s to go; finalizers %v", id, d.Finalizers)
+		}
+		select {
+		case <-e.ctx.Done():
+			e.t.Fatal(e.ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func TestMergeReportedLabels(t *testing.T) {
+	tests := []struct {
+		name                string
+		labels, owned, rep  map[string]string
+		wantLabels, wantOwn map[string]string
+	}{
+		{"a first report adds its labels and owns them",
+			nil, nil, map[string]string{"zone": "a"},
+			map[string]string{"zone": "a"}, map[string]string{"zone": "a"}},
+		{"a changed report value changes the label",
+			map[string]string{"zone": "a"}, map[string]string{"zone": "a"}, map[string]string{"zone": "b"},
+			map[string]string{"zone": "b"}, map[string]string{"zone": "b"}},
+		{"a label no longer reported is removed",
+			map[string]string{"zone": "a", "rack": "1"}, map[string]string{"zone": "a", "rack": "1"}, map[string]string{"zone": "a"},
+			map[string]string{"zone": "a"}, map[string]string{"zone": "a"}},
+		{"an admin label never reported is never touched",
+			map[string]string{"role": "x"}, nil, nil,
+			map[string]string{"role": "x"}, map[string]string{}},
+		{"a report of a key an admin set does not override it",
+			map[string]string{"role": "x"}, nil, map[string]string{"role": "y"},
+			map[string]string{"role": "x"}, map[string]string{}},
+		{"canary is placement data and may be reported",
+			nil, nil, map[string]string{"canary": "true"},
+			map[string]string{"canary": "true"}, map[string]string{"canary": "true"}},
+		{"a report cannot add blacklist",
+			nil, nil, map[string]string{"blacklist": "true"},
+			map[string]string{}, map[string]string{}},
+		{"a report cannot change an admin's blacklist",
+			map[string]string{"blacklist": "true"}, nil, map[string]string{"blacklist": "false"},
+			map[string]string{"blacklist": "true"}, map[string]string{}},
+		{"a report cannot remove an admin's blacklist, even one wrongly recorded as reported",
+			map[string]string{"blacklist": "true"}, map[string]string{"blacklist": "true"}, nil,
+			map[string]string{"blacklist": "true"}, map[string]string{}},
+		{"labels under fleet.nationtech.io/ are never reported",
+			map[string]string{"fleet.nationtech.io/x": "1"}, nil, map[string]string{"fleet.nationtech.io/x": "2", "fleet.nationtech.io/y": "3"},
+			map[string]string{"fleet.nationtech.io/x": "1"}, map[string]string{}},
+		{"an invalid label is ignored",
+			nil, nil, map[string]string{"bad key!": "v", "k": "bad value!"},
+			map[string]string{}, map[string]string{}},
+		{"an admin edit of a reported label is reverted to the report",
+			map[string]string{"zone": "manual"}, map[string]string{"zone": "a"}, map[string]string{"zone": "a"},
+			map[string]string{"zone": "a"}, map[string]string{"zone": "a"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			gotLabels, gotOwned := operator.MergeReportedLabels(tc.labels, tc.owned, tc.rep)
+			if diff := cmp.Diff(tc.wantLabels, gotLabels); diff != "" {
+				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantOwn, gotOwned); diff != "" {
+				t.Errorf("owned (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

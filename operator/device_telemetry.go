@@ -1,0 +1,236 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// telemetry is the operator's in-memory view of device telemetry: the last
+// heartbeat time and the last inventory of each device, fed by one ordered
+// consumer on FLEET_TELEMETRY, and the liveness the Device controller last
+// decided for each device. Liveness lives here and in the stream, not in
+// etcd: the controller writes the Device status on transitions only.
+type telemetry struct {
+	mu sync.Mutex
+	// devices, by device id, is guarded by mu.
+	devices map[string]*deviceTelemetry
+}
+
+type deviceTelemetry struct {
+	heartbeat time.Time // stream time of the last heartbeat; zero: none seen
+	invSeq    uint64    // stream sequence of inventory; 0: none seen
+	inventory events.DeviceInventory
+	// decided is the liveness the controller last decided; a heartbeat wakes
+	// the controller only when it was not Online.
+	decided fleetv1.Liveness
+}
+
+func newTelemetry() *telemetry { return &telemetry{devices: map[string]*deviceTelemetry{}} }
+
+func (t *telemetry) entry(device string) *deviceTelemetry {
+	d := t.devices[device]
+	if d == nil {
+		d = &deviceTelemetry{}
+		t.devices[device] = d
+	}
+	return d
+}
+
+// heartbeat records a heartbeat stored at at and reports whether the
+// controller must look at the device: when it has not decided it Online.
+func (t *telemetry) heartbeat(device string, at time.Time) (wake bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.entry(device)
+	if at.After(d.heartbeat) {
+		d.heartbeat = at
+	}
+	return d.decided != fleetv1.LivenessOnline
+}
+
+// inventory records an inventory stored at stream sequence seq (older ones
+// are ignored) and reports whether it is new.
+func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInventory) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.entry(device)
+	if seq <= d.invSeq {
+		return false
+	}
+	d.invSeq, d.inventory = seq, inv
+	return true
+}
+
+// snapshot returns what is known of a device.
+func (t *telemetry) snapshot(device string) (heartbeat time.Time, inv events.DeviceInventory, invSeq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.devices[device]
+	if d == nil {
+		return time.Time{}, events.DeviceInventory{}, 0
+	}
+	return d.heartbeat, d.inventory, d.invSeq
+}
+
+// decide computes the liveness of a device at now from the last heartbeat
+// known and records it, under one lock with heartbeat(), so a heartbeat that
+// arrives while the controller decides Stale always wakes it again.
+func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duration) (fleetv1.Liveness, time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.entry(device)
+	l := livenessAt(d.heartbeat, now, staleAfter)
+	d.decided = l
+	return l, d.heartbeat
+}
+
+// forget drops what the controller decided (the Device is gone or not
+// served), so the next heartbeat wakes it.
+func (t *telemetry) forget(device string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if d := t.devices[device]; d != nil {
+		d.decided = ""
+	}
+}
+
+// livenessAt is Unknown before any heartbeat, Online while the last one is
+// younger than staleAfter, Stale after.
+func livenessAt(heartbeat, now time.Time, staleAfter time.Duration) fleetv1.Liveness {
+	switch {
+	case heartbeat.IsZero():
+		return fleetv1.LivenessUnknown
+	case now.Sub(heartbeat) < staleAfter:
+		return fleetv1.LivenessOnline
+	default:
+		return fleetv1.LivenessStale
+	}
+}
+
+// telemetryFilters are the subjects the Device controller follows: every
+// device's heartbeats and inventories, in one consumer.
+var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbeat), "fleet.report.*." + string(events.ReportInventory)}
+
+// followTelemetry feeds the telemetry view from one ordered consumer on
+// FLEET_TELEMETRY for all devices (never one per device) and wakes the
+// Device controller through wake, one generic event per Device named by a
+// report that may change its status. It starts from the last report per
+// subject, which is the whole current state, so a restart loses nothing; the
+// ordered consumer resumes by itself after a reconnect. It returns when ctx
+// ends.
+func (r *DeviceReconciler) followTelemetry(ctx context.Context, wake chan<- event.GenericEvent) error {
+	backoff := time.Second
+	for {
+		err := r.followOnce(ctx, wake)
+		if ctx.Err() != nil {
+			return nil
+		}
+		r.Log.WarnContext(ctx, "telemetry consumer stopped, restarting", "error", err, "in", backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff + rand.N(backoff/2)):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+}
+
+func (r *DeviceReconciler) followOnce(ctx context.Context, wake chan<- event.GenericEvent) error {
+	js := r.Store.JetStream()
+	cons, err := js.OrderedConsumer(ctx, events.StreamTelemetry, jetstream.OrderedConsumerConfig{
+		FilterSubjects:    telemetryFilters,
+		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
+		InactiveThreshold: 30 * time.Second,
+	})
+	if err != nil {
+		return fmt.Errorf("telemetry consumer: %w", err)
+	}
+	msgs, err := cons.Messages(jetstream.PullMaxMessages(events.ReplayBatchSize))
+	if err != nil {
+		return fmt.Errorf("telemetry consumer: %w", err)
+	}
+	defer func() {
+		msgs.Stop()
+		if info := cons.CachedInfo(); info != nil {
+			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if err := js.DeleteConsumer(dctx, events.StreamTelemetry, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.Log.Debug("delete telemetry consumer", "error", err)
+			}
+		}
+	}()
+	for {
+		m, err := msgs.Next(jetstream.NextContext(ctx))
+		if err != nil {
+			return fmt.Errorf("telemetry consumer: %w", err)
+		}
+		if err := r.observe(ctx, m, wake); err != nil {
+			// One bad report must not stop the others.
+			r.Log.WarnContext(ctx, "telemetry report ignored", "subject", m.Subject(), "error", err)
+		}
+	}
+}
+
+// observe records one telemetry message and wakes the Devices it concerns
+// when it may change their status.
+func (r *DeviceReconciler) observe(ctx context.Context, m jetstream.Msg, wake chan<- event.GenericEvent) error {
+	ref, err := events.ParseSubject(m.Subject())
+	if err != nil {
+		return err
+	}
+	md, err := m.Metadata()
+	if err != nil {
+		return err
+	}
+	device := ref.Keys.Device
+	switch ref.Report {
+	case events.ReportHeartbeat:
+		if !r.telemetry.heartbeat(device, md.Timestamp) {
+			return nil
+		}
+	case events.ReportInventory:
+		ev, err := events.Unmarshal(m.Data())
+		if err != nil {
+			return err
+		}
+		inv, err := events.Decode[events.DeviceInventory](ev)
+		if err != nil {
+			return err
+		}
+		if !r.telemetry.inventory(device, md.Sequence.Stream, inv) {
+			return nil
+		}
+	default:
+		return nil
+	}
+	return r.wakeDevice(ctx, device, wake)
+}
+
+// wakeDevice enqueues every Device named device (normally one; namesakes in
+// other namespaces are reconciled too so they can say why they are not
+// served), found through the device-id field index of the cache.
+func (r *DeviceReconciler) wakeDevice(ctx context.Context, device string, wake chan<- event.GenericEvent) error {
+	var list fleetv1.DeviceList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexDeviceID: device}); err != nil {
+		return fmt.Errorf("find Device %s: %w", device, err)
+	}
+	for i := range list.Items {
+		select {
+		case wake <- event.GenericEvent{Object: &list.Items[i]}:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
+}
