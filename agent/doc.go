@@ -1,8 +1,11 @@
-// Package agent will hold the device agent: it reads its own fleet-intent key
-// by subject-scoped direct get, follows it on a core subscription, reconciles
-// Podman with the PodmanV0 semantics, and reports status, heartbeats and
-// inventory.
+// Package agent is the device agent: it reads its own fleet-intent key and
+// reconciles Podman with the exact PodmanV0 semantics of the product
+// description (preflight, init container as a durable completion marker,
+// services, replacement and removal with a 30 s stop timeout, ownership
+// labels), reporting status per Deployment revision.
 //
-// Not implemented yet: the package holds no code. It may import events; it
-// must never link k8s.io/*, sigs.k8s.io/* or the operator (a test checks).
+// This package holds the reconciler; the container engine is behind
+// agent/runtime. It may import events; it never links k8s.io/*,
+// sigs.k8s.io/* (except the YAML library the Podman bindings use) or the
+// operator (a test checks).
 package agent

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// PullCredential is a device pull secret: JSON with the three required
+// string fields registry, username and password. The registry is an
+// authority (host, and port when the registry uses one).
+type PullCredential struct {
+	Registry string `json:"registry"`
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// String hides the password.
+func (c PullCredential) String() string {
+	return fmt.Sprintf("PullCredential{registry: %s, username: %s, password: ***}", c.Registry, c.Username)
+}
+
+// GoString hides the password.
+func (c PullCredential) GoString() string { return c.String() }
+
+// ErrBadCredential is wrapped by every pull-credential validation error.
+var ErrBadCredential = errors.New("invalid pull credential")
+
+// ParsePullCredential decodes and validates a pull secret. Errors name the
+// field, never a value.
+func ParsePullCredential(raw []byte) (PullCredential, error) {
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return PullCredential{}, fmt.Errorf("%w: not a JSON object with registry, username and password", ErrBadCredential)
+	}
+	var c PullCredential
+	var errs []error
+	for _, f := range []struct {
+		name string
+		into *string
+	}{{"registry", &c.Registry}, {"username", &c.Username}, {"password", &c.Password}} {
+		v, ok := m[f.name]
+		s, isString := v.(string)
+		switch {
+		case !ok:
+			errs = append(errs, fmt.Errorf("%w: field %q is missing", ErrBadCredential, f.name))
+		case !isString:
+			errs = append(errs, fmt.Errorf("%w: field %q must be a string", ErrBadCredential, f.name))
+		case s == "":
+			errs = append(errs, fmt.Errorf("%w: field %q is empty", ErrBadCredential, f.name))
+		default:
+			*f.into = s
+		}
+	}
+	if len(errs) > 0 {
+		return PullCredential{}, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// ImageAuthority returns the normalised registry authority of an image
+// reference: the host in lower case with its port, "docker.io" for images
+// without a registry host (and for Docker Hub's aliases).
+func ImageAuthority(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		return "docker.io"
+	}
+	return NormaliseAuthority(first)
+}
+
+// NormaliseAuthority lower-cases a registry authority and maps Docker Hub's
+// aliases to docker.io. The port is kept: hub.example:5000 and hub.example
+// are different authorities.
+func NormaliseAuthority(a string) string {
+	a = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"), "/"))
+	switch a {
+	case "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com":
+		return "docker.io"
+	}
+	return a
+}

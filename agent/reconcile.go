@@ -1,0 +1,382 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// Labels every container the agent creates carries. The agent never touches
+// a container without LabelOwner = OwnerValue.
+const (
+	LabelOwner      = "fleet.nationtech.io/owner"
+	OwnerValue      = "fleet-agent"
+	LabelNamespace  = "fleet.nationtech.io/namespace"
+	LabelDeployment = "fleet.nationtech.io/deployment"
+	LabelUID        = "fleet.nationtech.io/uid"
+	LabelGeneration = "fleet.nationtech.io/generation"
+	// LabelRevision holds the hash of the resolved score (never a value).
+	LabelRevision = "fleet.nationtech.io/revision"
+	// LabelRole is "init" or "service".
+	LabelRole = "fleet.nationtech.io/role"
+)
+
+// DefaultStopTimeout is how long a container gets to stop before it is
+// killed, on replacement and removal.
+const DefaultStopTimeout = 30 * time.Second
+
+// PullCredentials reads device pull secrets by reference.
+type PullCredentials interface {
+	// PullCredential returns the raw JSON of the pull secret of reference
+	// (<device-prefix>/registry/device-pull/<reference>).
+	PullCredential(ctx context.Context, reference string) ([]byte, error)
+}
+
+// Reconciler applies one Deployment's desired state to the runtime with the
+// PodmanV0 semantics. It keeps no state: everything it needs is in the
+// runtime's labels, so a restart rebuilds it.
+type Reconciler struct {
+	Runtime runtime.Runtime
+	// Secrets resolves secret_env references; nil: none configured.
+	Secrets Secrets
+	// Credentials reads pull secrets; nil: none configured.
+	Credentials PullCredentials
+	Log         *slog.Logger
+	// StopTimeout defaults to DefaultStopTimeout.
+	StopTimeout time.Duration
+}
+
+// PreflightError: the desired state cannot be applied; nothing was changed.
+type PreflightError struct{ Reason string }
+
+func (e *PreflightError) Error() string { return "preflight: " + e.Reason }
+
+// InitFailedError: the init container exited non-zero; services were left
+// untouched. The next pass retries.
+type InitFailedError struct {
+	Name     string
+	ExitCode int
+}
+
+func (e *InitFailedError) Error() string {
+	return fmt.Sprintf("init container %s exited with code %d", e.Name, e.ExitCode)
+}
+
+func (r *Reconciler) stopTimeout() time.Duration {
+	if r.StopTimeout > 0 {
+		return r.StopTimeout
+	}
+	return DefaultStopTimeout
+}
+
+func (r *Reconciler) log() *slog.Logger {
+	if r.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return r.Log
+}
+
+// owns reports whether c belongs to the Deployment (namespace, name).
+func owns(c runtime.Container, namespace, name string) bool {
+	return c.Labels[LabelOwner] == OwnerValue && c.Labels[LabelNamespace] == namespace && c.Labels[LabelDeployment] == name
+}
+
+// Apply converges the runtime on one intent entry: preflight (names, ports,
+// ownership, images) before any change, then the init container, then the
+// services, then removal of the Deployment's containers the score no longer
+// has. It returns a *PreflightError when nothing could be done, an
+// *InitFailedError when the init container failed (services untouched).
+func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
+	score, err := ParseScore(e.Score)
+	if err != nil {
+		return &PreflightError{Reason: err.Error()}
+	}
+	res, err := resolve(ctx, score, r.Secrets)
+	if err != nil {
+		return &PreflightError{Reason: err.Error()}
+	}
+	all, err := r.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	mine := map[string]runtime.Container{}
+	for _, c := range all {
+		if owns(c, e.Namespace, e.Name) {
+			mine[c.Name] = c
+		}
+	}
+	if err := r.preflight(ctx, e, res, all, mine); err != nil {
+		return err
+	}
+	labels := func(role string) map[string]string {
+		return map[string]string{LabelOwner: OwnerValue, LabelNamespace: e.Namespace, LabelDeployment: e.Name,
+			LabelUID: e.UID, LabelGeneration: strconv.FormatInt(e.Generation, 10), LabelRevision: res.revision, LabelRole: role}
+	}
+
+	if ic := res.init; ic != nil {
+		cur, exists := mine[ic.Name]
+		done := exists && cur.Labels[LabelRevision] == res.revision && cur.State == runtime.StateExited && cur.ExitCode == 0
+		if !done {
+			if exists {
+				if err := r.stopRemove(ctx, cur); err != nil {
+					return err
+				}
+			}
+			spec := containerSpec(*ic, labels("init"))
+			spec.RestartPolicy = runtime.RestartNo // always, whatever the score says
+			spec.Ports = nil
+			id, err := r.Runtime.Create(ctx, spec)
+			if err != nil {
+				return fmt.Errorf("create init container %s: %w", ic.Name, err)
+			}
+			if err := r.Runtime.Start(ctx, id); err != nil {
+				return fmt.Errorf("start init container %s: %w", ic.Name, err)
+			}
+			code, err := r.Runtime.Wait(ctx, id)
+			if err != nil {
+				return fmt.Errorf("wait for init container %s: %w", ic.Name, err)
+			}
+			if code != 0 {
+				return &InitFailedError{Name: ic.Name, ExitCode: code}
+			}
+			r.log().InfoContext(ctx, "init container completed", "deployment", e.Namespace+"/"+e.Name, "container", ic.Name)
+		}
+	}
+
+	wanted := map[string]bool{}
+	if res.init != nil {
+		wanted[res.init.Name] = true
+	}
+	for _, svc := range res.services {
+		wanted[svc.Name] = true
+		cur, exists := mine[svc.Name]
+		if exists && cur.Labels[LabelRevision] == res.revision {
+			if cur.State == runtime.StateCreated { // created but never started (a crash mid-pass)
+				if err := r.Runtime.Start(ctx, cur.ID); err != nil {
+					return fmt.Errorf("start service %s: %w", svc.Name, err)
+				}
+			}
+			continue // running or stopped by its own restart policy: leave it
+		}
+		if exists {
+			if err := r.stopRemove(ctx, cur); err != nil {
+				return err
+			}
+		}
+		id, err := r.Runtime.Create(ctx, containerSpec(svc, labels("service")))
+		if err != nil {
+			return fmt.Errorf("create service %s: %w", svc.Name, err)
+		}
+		if err := r.Runtime.Start(ctx, id); err != nil {
+			return fmt.Errorf("start service %s: %w", svc.Name, err)
+		}
+		r.log().InfoContext(ctx, "service started", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name)
+	}
+	for name, c := range mine {
+		if !wanted[name] {
+			if err := r.stopRemove(ctx, c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// preflight checks names, ports, ownership and images before any change.
+func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res resolved, all []runtime.Container, mine map[string]runtime.Container) error {
+	var svcs []resolvedService
+	if res.init != nil {
+		svcs = append(svcs, *res.init)
+	}
+	svcs = append(svcs, res.services...)
+	byName := map[string]runtime.Container{}
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	var problems []string
+	hostPorts := map[string]string{} // "proto/port" → service
+	for _, s := range svcs {
+		if c, ok := byName[s.Name]; ok {
+			if _, ours := mine[s.Name]; !ours {
+				problems = append(problems, fmt.Sprintf("container name %q is taken by a container this Deployment does not own (%s)", s.Name, owner(c)))
+			}
+		}
+		ports, err := parsePorts(s.Ports)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", s.Name, err))
+		}
+		for _, p := range ports {
+			k := p.Protocol + "/" + strconv.Itoa(int(p.HostPort))
+			if other, dup := hostPorts[k]; dup {
+				problems = append(problems, fmt.Sprintf("host port %s is published by both %s and %s", k, other, s.Name))
+			}
+			hostPorts[k] = s.Name
+		}
+	}
+	for _, c := range all {
+		if _, ours := mine[c.Name]; ours || c.State == runtime.StateExited {
+			continue
+		}
+		for _, p := range c.Ports {
+			proto := p.Protocol
+			if proto == "" {
+				proto = "tcp"
+			}
+			k := proto + "/" + strconv.Itoa(int(p.HostPort))
+			if svc, clash := hostPorts[k]; clash {
+				problems = append(problems, fmt.Sprintf("host port %s wanted by %s is used by container %q (%s)", k, svc, c.Name, owner(c)))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &PreflightError{Reason: strings.Join(problems, "; ")}
+	}
+	seen := map[string]bool{}
+	for _, s := range svcs {
+		if seen[s.Image] {
+			continue
+		}
+		seen[s.Image] = true
+		if err := r.ensureImage(ctx, s.Service); err != nil {
+			return &PreflightError{Reason: err.Error()}
+		}
+	}
+	return nil
+}
+
+func owner(c runtime.Container) string {
+	if c.Labels[LabelOwner] == OwnerValue {
+		return "Fleet Deployment " + c.Labels[LabelNamespace] + "/" + c.Labels[LabelDeployment]
+	}
+	return "not managed by Fleet"
+}
+
+// ensureImage pulls a missing image; credentials only when a pull is needed,
+// only through the per-call registry auth, only for the matching authority.
+func (r *Reconciler) ensureImage(ctx context.Context, s Service) error {
+	ok, err := r.Runtime.ImageExists(ctx, s.Image)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", s.Image, err)
+	}
+	if ok {
+		return nil
+	}
+	var auth *runtime.RegistryAuth
+	if s.ImagePullSecret != "" {
+		if r.Credentials == nil {
+			return fmt.Errorf("image %s needs pull secret %s but no secret source is configured", s.Image, s.ImagePullSecret)
+		}
+		raw, err := r.Credentials.PullCredential(ctx, s.ImagePullSecret)
+		if err != nil {
+			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, err)
+		}
+		cred, err := ParsePullCredential(raw)
+		if err != nil {
+			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, err)
+		}
+		if got, want := ImageAuthority(s.Image), NormaliseAuthority(cred.Registry); got != want {
+			return fmt.Errorf("pull secret %s is for registry %s, but image %s is on %s: refusing to send the credential", s.ImagePullSecret, want, s.Image, got)
+		}
+		auth = &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}
+	}
+	if err := r.Runtime.Pull(ctx, s.Image, auth); err != nil {
+		return fmt.Errorf("pull %s: %w", s.Image, err)
+	}
+	return nil
+}
+
+// stopRemove stops a container with the stop timeout, then force-removes
+// it.
+func (r *Reconciler) stopRemove(ctx context.Context, c runtime.Container) error {
+	if c.State == runtime.StateRunning {
+		if err := r.Runtime.Stop(ctx, c.ID, r.stopTimeout()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			r.log().WarnContext(ctx, "stop failed, removing by force", "container", c.Name, "error", err)
+		}
+	}
+	if err := r.Runtime.Remove(ctx, c.ID, true); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		return fmt.Errorf("remove %s: %w", c.Name, err)
+	}
+	return nil
+}
+
+// Remove deletes every container of the Deployment (init container and
+// services), and nothing else.
+func (r *Reconciler) Remove(ctx context.Context, namespace, name string) error {
+	all, err := r.Runtime.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	var errs []error
+	for _, c := range all {
+		if owns(c, namespace, name) {
+			errs = append(errs, r.stopRemove(ctx, c))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Deployments lists the (namespace, name) pairs that have containers on
+// this device, from the ownership labels: after a restart the agent knows
+// what to remove without any local state.
+func (r *Reconciler) Deployments(ctx context.Context) ([][2]string, error) {
+	all, err := r.Runtime.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	seen := map[[2]string]bool{}
+	var out [][2]string
+	for _, c := range all {
+		if c.Labels[LabelOwner] != OwnerValue {
+			continue
+		}
+		k := [2]string{c.Labels[LabelNamespace], c.Labels[LabelDeployment]}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+func containerSpec(s resolvedService, labels map[string]string) runtime.ContainerSpec {
+	env := make(map[string]string, len(s.env))
+	for _, e := range s.env {
+		env[e.Name] = e.Value
+	}
+	ports, _ := parsePorts(s.Ports) // checked in preflight
+	spec := runtime.ContainerSpec{Name: s.Name, Image: s.Image, Env: env, Ports: ports, Labels: labels,
+		RestartPolicy: s.RestartPolicy}
+	if spec.RestartPolicy == "" {
+		spec.RestartPolicy = runtime.RestartUnlessStopped
+	}
+	for _, v := range s.Volumes {
+		spec.Mounts = append(spec.Mounts, runtime.Mount{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})
+	}
+	return spec
+}
+
+// parsePorts parses "host:container[/proto]".
+func parsePorts(ports []string) ([]runtime.PortBinding, error) {
+	var out []runtime.PortBinding
+	for _, p := range ports {
+		spec, proto, _ := strings.Cut(p, "/")
+		if proto == "" {
+			proto = "tcp"
+		}
+		h, c, ok := strings.Cut(spec, ":")
+		hp, err1 := strconv.ParseUint(h, 10, 16)
+		cp, err2 := strconv.ParseUint(c, 10, 16)
+		if !ok || err1 != nil || err2 != nil || hp == 0 || cp == 0 || (proto != "tcp" && proto != "udp") {
+			return nil, fmt.Errorf("port %q: use host:container with numbers in 1..65535, optionally /tcp or /udp", p)
+		}
+		out = append(out, runtime.PortBinding{HostPort: uint16(hp), ContainerPort: uint16(cp), Protocol: proto})
+	}
+	return out, nil
+}
