@@ -323,6 +323,11 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 		return "", who, err
 	}
 	who.Subject = claims.Subject
+	// Skew lets a just-expired token verify, but the user JWT never outlives
+	// the id_token: an expired token gets a refusal, not a dead JWT.
+	if !claims.Expiry.After(time.Now()) {
+		return "", who, fmt.Errorf("%w: expired", ErrInvalidToken)
+	}
 	var perms jwt.Permissions
 	name := claims.Subject
 	switch {
