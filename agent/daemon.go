@@ -1,0 +1,322 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	goruntime "runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// Commands the agent knows on its command subject.
+const (
+	CommandReconcileNow    = "reconcile-now"
+	CommandReportInventory = "report-inventory"
+)
+
+// Options configure the agent daemon.
+type Options struct {
+	// Device is this device's id.
+	Device string
+	// Conn is the NATS connection (device credential, custom inbox prefix
+	// _INBOX_<device>); the caller owns it.
+	Conn *nats.Conn
+	// Reconciler applies desired state to the runtime.
+	Reconciler *Reconciler
+	// Labels are self-reported placement labels sent with the inventory.
+	Labels map[string]string
+	// AgentVersion is reported in heartbeats and inventory.
+	AgentVersion string
+	// HeartbeatInterval defaults to 30s.
+	HeartbeatInterval time.Duration
+	// ResyncInterval re-reads the intent and reconciles even without a
+	// change notification (repairs drift). Default 5 minutes.
+	ResyncInterval time.Duration
+	Logger         *slog.Logger
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	var errs []error
+	if err := events.ValidateToken(events.TokenDevice, o.Device); err != nil {
+		errs = append(errs, fmt.Errorf("agent: device id: %w", err))
+	}
+	if o.Conn == nil {
+		errs = append(errs, errors.New("agent: no NATS connection"))
+	}
+	if o.Reconciler == nil || o.Reconciler.Runtime == nil {
+		errs = append(errs, errors.New("agent: no container runtime"))
+	}
+	return errors.Join(errs...)
+}
+
+// daemon is one running agent.
+type daemon struct {
+	o       Options
+	log     *slog.Logger
+	started time.Time
+
+	mu       sync.Mutex // guards the fields below
+	lastSeq  uint64
+	reported map[[2]string]events.WorkloadStatus
+}
+
+// Run reads this device's intent and keeps Podman converged on it until ctx
+// ends: a core subscription to its fleet-intent key's subject triggers a
+// subject-scoped direct get (never a JetStream consumer), and every
+// reconnect re-reads it. It reports workload status per revision, a
+// heartbeat every interval and the inventory, and answers agent commands.
+func Run(ctx context.Context, o Options) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = 30 * time.Second
+	}
+	if o.ResyncInterval == 0 {
+		o.ResyncInterval = 5 * time.Minute
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
+
+	kvSubj, _ := events.IntentKVSubject(o.Device)
+	cmdSubj, _ := events.CommandSubject(o.Device)
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	kvSub, err := o.Conn.Subscribe(kvSubj, func(*nats.Msg) { poke() })
+	if err != nil {
+		return fmt.Errorf("agent: subscribe %s: %w", kvSubj, err)
+	}
+	defer func() { _ = kvSub.Unsubscribe() }()
+	cmds := make(chan *nats.Msg, 16)
+	cmdSub, err := o.Conn.ChanSubscribe(cmdSubj, cmds)
+	if err != nil {
+		return fmt.Errorf("agent: subscribe %s: %w", cmdSubj, err)
+	}
+	defer func() { _ = cmdSub.Unsubscribe() }()
+
+	// Re-read after every reconnect, and re-report current state then.
+	reconnected := make(chan struct{}, 1)
+	o.Conn.SetReconnectHandler(func(*nats.Conn) {
+		select {
+		case reconnected <- struct{}{}:
+		default:
+		}
+	})
+
+	d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
+	d.heartbeat(ctx)
+	poke()
+	hb := time.NewTicker(o.HeartbeatInterval)
+	defer hb.Stop()
+	resync := time.NewTicker(o.ResyncInterval)
+	defer resync.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hb.C:
+			d.heartbeat(ctx)
+		case <-resync.C:
+			poke()
+		case <-reconnected:
+			d.mu.Lock()
+			d.reported = map[[2]string]events.WorkloadStatus{}
+			d.mu.Unlock()
+			d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
+			poke()
+		case m := <-cmds:
+			d.command(ctx, m, poke)
+		case <-wake:
+			d.pass(ctx)
+		}
+	}
+}
+
+// readIntent fetches the device's intent value by the subject-scoped direct
+// get. A missing key or a delete marker is an empty intent.
+func (d *daemon) readIntent(ctx context.Context) (events.DeviceIntent, uint64, error) {
+	subj, _ := events.IntentDirectGetSubject(d.o.Device)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := d.o.Conn.RequestWithContext(rctx, subj, nil)
+	if err != nil {
+		return events.DeviceIntent{}, 0, fmt.Errorf("read intent: %w", err)
+	}
+	if st := m.Header.Get("Status"); st == "404" {
+		return events.DeviceIntent{Device: d.o.Device}, 0, nil
+	} else if st != "" {
+		return events.DeviceIntent{}, 0, fmt.Errorf("read intent: server answered %s %s", st, m.Header.Get("Description"))
+	}
+	seq, _ := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return events.DeviceIntent{Device: d.o.Device}, seq, nil
+	}
+	var v events.DeviceIntent
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		return events.DeviceIntent{}, 0, fmt.Errorf("read intent: value at sequence %d: %w", seq, err)
+	}
+	return v, seq, nil
+}
+
+// pass reads the intent and reconciles every Deployment on it; containers
+// of Deployments no longer on it are removed.
+func (d *daemon) pass(ctx context.Context) {
+	intent, seq, err := d.readIntent(ctx)
+	if err != nil {
+		d.log.WarnContext(ctx, "intent not read; will retry on the next change or reconnect", "error", err)
+		return
+	}
+	d.mu.Lock()
+	if seq < d.lastSeq {
+		d.mu.Unlock()
+		return // an older value than one already applied
+	}
+	d.lastSeq = seq
+	d.mu.Unlock()
+
+	want := map[[2]string]bool{}
+	for _, e := range intent.Deployments {
+		want[[2]string{e.Namespace, e.Name}] = true
+		d.status(ctx, e, events.WorkloadApplying, "")
+		err := d.o.Reconciler.Apply(ctx, e)
+		switch {
+		case err == nil:
+			d.status(ctx, e, events.WorkloadConverged, "")
+		default:
+			d.log.WarnContext(ctx, "deployment not converged", "deployment", e.Namespace+"/"+e.Name, "generation", e.Generation, "error", err)
+			d.status(ctx, e, events.WorkloadFailed, err.Error())
+		}
+	}
+	have, err := d.o.Reconciler.Deployments(ctx)
+	if err != nil {
+		d.log.WarnContext(ctx, "list owned containers", "error", err)
+		return
+	}
+	for _, k := range have {
+		if want[k] {
+			continue
+		}
+		if err := d.o.Reconciler.Remove(ctx, k[0], k[1]); err != nil {
+			d.log.WarnContext(ctx, "remove deployment", "deployment", k[0]+"/"+k[1], "error", err)
+			continue
+		}
+		d.mu.Lock()
+		last := d.reported[k]
+		d.mu.Unlock()
+		d.status(ctx, events.IntentEntry{Namespace: k[0], Name: k[1], UID: last.UID, Generation: last.Generation, RevisionID: last.RevisionID},
+			events.WorkloadRemoved, "")
+	}
+}
+
+// status reports a workload phase when it differs from the last report of
+// that Deployment.
+func (d *daemon) status(ctx context.Context, e events.IntentEntry, phase events.WorkloadPhase, errText string) {
+	k := [2]string{e.Namespace, e.Name}
+	ws := events.WorkloadStatus{Namespace: e.Namespace, Deployment: e.Name, UID: e.UID, Generation: e.Generation,
+		RevisionID: e.RevisionID, Phase: phase, Error: errText, Since: time.Now().UTC()}
+	d.mu.Lock()
+	last, ok := d.reported[k]
+	same := ok && last.UID == ws.UID && last.Generation == ws.Generation && last.Phase == ws.Phase && last.Error == ws.Error
+	if !same {
+		d.reported[k] = ws
+	}
+	d.mu.Unlock()
+	if same {
+		return
+	}
+	var opts []events.Option
+	if e.UID != "" {
+		opts = append(opts, events.WithCorrelation(e.UID, e.Generation))
+	}
+	d.report(ctx, events.Keys{Device: d.o.Device}, ws, opts...)
+}
+
+func (d *daemon) heartbeat(ctx context.Context) {
+	d.report(ctx, events.Keys{Device: d.o.Device}, events.DeviceHeartbeat{AgentVersion: d.o.AgentVersion, Uptime: time.Since(d.started)})
+}
+
+func (d *daemon) inventory() events.DeviceInventory {
+	inv := events.DeviceInventory{Arch: goruntime.GOARCH, AgentVersion: d.o.AgentVersion, Labels: d.o.Labels}
+	if b, err := os.ReadFile("/etc/os-release"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
+				inv.OS = strings.Trim(v, `"`)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		inv.Kernel = strings.TrimSpace(string(b))
+	}
+	return inv
+}
+
+// report publishes one report event on the device's own subject. Reports
+// are core publishes captured by the report streams: the agent never blocks
+// on the control plane.
+func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data, opts ...events.Option) {
+	ev, err := events.New(keys, data, opts...)
+	if err != nil {
+		d.log.ErrorContext(ctx, "build report", "type", data.EventType(), "error", err)
+		return
+	}
+	subj, _ := ev.Subject()
+	payload, err := ev.Marshal()
+	if err != nil {
+		d.log.ErrorContext(ctx, "encode report", "type", ev.Type, "error", err)
+		return
+	}
+	m := nats.NewMsg(subj)
+	m.Data = payload
+	m.Header.Set("Nats-Msg-Id", ev.ID.String())
+	m.Header.Set(events.HeaderType, string(ev.Type))
+	m.Header.Set(events.HeaderVersion, strconv.Itoa(ev.Version))
+	if err := d.o.Conn.PublishMsg(m); err != nil {
+		d.log.WarnContext(ctx, "report not sent", "type", ev.Type, "error", err)
+	}
+}
+
+// command answers one agent command with a command result report (and a
+// reply when the sender asked for one).
+func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
+	ev, err := events.Unmarshal(m.Data)
+	var cmd events.AgentCommand
+	if err == nil {
+		cmd, err = events.Decode[events.AgentCommand](ev)
+	}
+	res := events.CommandResult{CommandID: ev.ID.String(), Command: cmd.Command}
+	switch {
+	case err != nil:
+		res.Error = "not an agent.command event: " + err.Error()
+	case cmd.Command == CommandReconcileNow:
+		res.OK = true
+		poke()
+	case cmd.Command == CommandReportInventory:
+		res.OK = true
+		d.report(ctx, events.Keys{Device: d.o.Device}, d.inventory())
+	default:
+		res.Error = fmt.Sprintf("unknown command %q: this agent knows %s and %s", cmd.Command, CommandReconcileNow, CommandReportInventory)
+	}
+	d.report(ctx, events.Keys{Device: d.o.Device}, res)
+	if m.Reply != "" {
+		b, _ := json.Marshal(res)
+		_ = m.Respond(b)
+	}
+}
