@@ -10,6 +10,11 @@
 // production uses Zitadel. Nothing here is a token shortcut: every token
 // comes out of the same grant a device performs against Zitadel.
 //
+// Logging: devop's own records go to Options.Logger; zitadel/oidc's op
+// package logs route registration and request errors through slog.Default
+// and offers no per-provider logger (its WithLogger option is a no-op), so
+// those records follow the process default.
+//
 // Tests, `fleet dev` and enrollment wiring may import it; the agent and the
 // auth callout must not (they talk to any provider over HTTP).
 package devop
