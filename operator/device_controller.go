@@ -159,12 +159,12 @@ func (r *DeviceReconciler) namesakes(ctx context.Context, o client.Object) []rec
 	return out
 }
 
-// Reconcile does one action per call: serve only the oldest Device of a
+// reconcile does one action per call: serve only the oldest Device of a
 // name, add the finalizer, register the identity subject, write the
 // fleet-identity value, write status, mirror labels; on deletion, delete the
 // identity key and drop the finalizer. While the device is Online it asks to
 // be called again when its last heartbeat would turn stale.
-func (r *DeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Device
 	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -190,6 +190,20 @@ func (r *DeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	res, err := r.syncReports(ctx, &d)
 	if retry > 0 && (res.RequeueAfter == 0 || retry < res.RequeueAfter) {
 		res.RequeueAfter = retry
+	}
+	return res, err
+}
+
+// Reconcile wraps reconcile: a write that lost an optimistic-concurrency race
+// (another writer changed the Device first) is retried soon with the fresh
+// object, without an error log.
+func (r *DeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return ctrl.Result{}, nil // stopping
+	case apierrors.IsConflict(err):
+		return ctrl.Result{RequeueAfter: 50*time.Millisecond + rand.N(100*time.Millisecond)}, nil
 	}
 	return res, err
 }
@@ -318,6 +332,18 @@ func (r *DeviceReconciler) unregister(ctx context.Context, subject, device strin
 	return nil
 }
 
+// kvRaceRetry is how soon a Device looks again after another writer changed
+// its identity key between the read and the write.
+const kvRaceRetry = 100 * time.Millisecond
+
+// kvRace reports whether a conditional KV write failed because another writer
+// changed the key first.
+func kvRace(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
+}
+
 func decodeIdentity(b []byte) (DeviceIdentity, error) {
 	var v DeviceIdentity
 	if err := json.Unmarshal(b, &v); err != nil {
@@ -363,7 +389,11 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 	}
 	switch {
 	case e == nil:
-		if _, err := kv.Create(ctx, key, want); err != nil {
+		_, err := kv.Create(ctx, key, want)
+		if kvRace(err) {
+			return false, kvRaceRetry, nil
+		}
+		if err != nil {
 			return false, 0, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
 		}
 	case string(e.Value()) == string(want):
@@ -374,7 +404,11 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 				"device", d.Name, "namespace", d.Namespace, "key", key, "registeredTo", cur.Device)
 			return false, identityConflictRetry, nil
 		}
-		if _, err := kv.Update(ctx, key, want, e.Revision()); err != nil {
+		_, err := kv.Update(ctx, key, want, e.Revision())
+		if kvRace(err) {
+			return false, kvRaceRetry, nil
+		}
+		if err != nil {
 			return false, 0, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
 		}
 	}

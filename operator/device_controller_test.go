@@ -519,3 +519,83 @@ func TestMergeReportedLabels(t *testing.T) {
 		})
 	}
 }
+
+func TestReportsStoredBeforeTheOperatorStartsAreApplied(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, nil)
+	e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.2.3",
+		Labels: map[string]string{"zone": "a"}})
+	e.heartbeat(id)
+	// Two operators at once: each reads every report with its own consumer.
+	e.start(time.Minute)
+	e.start(time.Minute)
+	d := e.waitDevice(id, "Online with the inventory", func(d *fleetv1.Device) bool {
+		return d.Status.Liveness == fleetv1.LivenessOnline && d.Status.Inventory != nil && d.Labels["zone"] == "a"
+	})
+	if d.Status.Inventory.AgentVersion != "1.2.3" {
+		t.Errorf("inventory %+v", d.Status.Inventory)
+	}
+}
+
+func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, nil)
+	e.start(time.Minute)
+	e.waitIdentity("the first Device's identity", "sub-"+id, &authcallout.IdentityEntry{Device: id})
+
+	other := e.ns + "-b"
+	if err := e.c.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
+		t.Fatal(err)
+	}
+	namesake := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: other},
+		Spec: fleetv1.DeviceSpec{IdentitySubject: "subb-" + id}}
+	if err := e.c.Create(e.ctx, namesake); err != nil {
+		t.Fatal(err)
+	}
+	getNamesake := func() *fleetv1.Device {
+		var d fleetv1.Device
+		if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: other, Name: id}, &d); err != nil {
+			t.Fatal(err)
+		}
+		return &d
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		c := online(getNamesake())
+		if c != nil && c.Reason == operator.ReasonDuplicateDeviceID {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the younger namesake has no DuplicateDeviceID condition: %+v", c)
+		}
+		select {
+		case <-e.ctx.Done():
+			t.Fatal(e.ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	if got := getNamesake(); len(got.Finalizers) != 0 {
+		t.Errorf("the unserved namesake has finalizers %v", got.Finalizers)
+	}
+	if v, ok := e.identityOf("subb-" + id); ok {
+		t.Errorf("the unserved namesake registered its identity: %+v", v)
+	}
+	// Reports of the id go to the served Device only.
+	e.heartbeat(id)
+	e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+	if l := getNamesake().Status.Liveness; l != fleetv1.LivenessUnknown {
+		t.Errorf("the unserved namesake's liveness is %s, want Unknown", l)
+	}
+
+	// When the older Device goes, the namesake is the device.
+	if err := e.c.Delete(e.ctx, e.get(id)); err != nil {
+		t.Fatal(err)
+	}
+	e.waitGone(id)
+	e.waitIdentity("the namesake's identity", "subb-"+id, &authcallout.IdentityEntry{Device: id})
+	if v, ok := e.identityOf("sub-" + id); ok {
+		t.Errorf("the deleted Device's key is left: %+v", v)
+	}
+}

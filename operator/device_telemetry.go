@@ -95,14 +95,12 @@ func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duratio
 	return l, d.heartbeat
 }
 
-// forget drops what the controller decided (the Device is gone or not
-// served), so the next heartbeat wakes it.
+// forget drops what is known of a device whose Device is gone; a later
+// Device of that id reads its reports from the stream again.
 func (t *telemetry) forget(device string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if d := t.devices[device]; d != nil {
-		d.decided = ""
-	}
+	delete(t.devices, device)
 }
 
 // livenessAt is Unknown before any heartbeat, Online while the last one is
