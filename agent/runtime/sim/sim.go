@@ -1,0 +1,466 @@
+// Package sim owns an in-memory runtime.Runtime: containers with states and
+// exit codes, a local image store, and a registry map whose images may
+// require a pull credential. It stands in for Podman in scale tests (one
+// Runtime per simulated device, thousands per process) and in `fleet dev`.
+//
+// Invariants: it is deterministic (IDs count up per Runtime, no clocks, no
+// randomness, no goroutines), safe for concurrent use, and it behaves like
+// Podman wherever the runtime/runtimetest conformance suite says how Podman
+// behaves; it never puts a password or an environment value into an error.
+// What it does not simulate: restart policies (stored, never acted on),
+// mounts (stored, never checked), host ports held by non-container
+// processes, and the time a stop takes.
+//
+// It may be imported by agent packages and their tests, and by cmd/fleet;
+// it links no Kubernetes code.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+)
+
+// Exit codes a stopped container reports, as Podman does: 128 + the signal.
+const (
+	ExitCodeSIGTERM = 143
+	ExitCodeSIGKILL = 137
+)
+
+// Behaviour is what a container's process does once started.
+type Behaviour struct {
+	// Exits makes the container exit right after it starts, with ExitCode.
+	// Otherwise it runs until stopped, killed or Exit is called.
+	Exits    bool
+	ExitCode int
+	// IgnoresTerm makes Stop end the container by SIGKILL (exit code 137)
+	// instead of SIGTERM (143).
+	IgnoresTerm bool
+}
+
+// RegistryImage is an image the simulated registry serves.
+type RegistryImage struct {
+	// Auth, when set, is the only credential the registry accepts for the
+	// image; a pull without it, or with another, is runtime.ErrAuth.
+	Auth *runtime.RegistryAuth
+}
+
+// Options configures a Runtime. The zero value is an engine with no images.
+type Options struct {
+	// LocalImages are present locally from the start.
+	LocalImages []string
+	// Registry maps image references to the images a Pull can fetch. A
+	// reference absent from it is runtime.ErrImageNotFound.
+	Registry map[string]RegistryImage
+	// Behave decides what a container does when started; nil means
+	// DefaultBehaviour. It must be deterministic and safe for concurrent use.
+	Behave func(spec runtime.ContainerSpec) Behaviour
+}
+
+var exitPattern = regexp.MustCompile(`exit-(\d+)`)
+
+// DefaultBehaviour scripts containers by image name: a name containing
+// "exit-<n>" exits with n right after it starts; one containing
+// "ignore-term" runs until killed and ignores SIGTERM; any other runs until
+// stopped.
+func DefaultBehaviour(spec runtime.ContainerSpec) Behaviour {
+	if m := exitPattern.FindStringSubmatch(spec.Image); m != nil {
+		if n, err := strconv.Atoi(m[1]); err == nil {
+			return Behaviour{Exits: true, ExitCode: n}
+		}
+	}
+	return Behaviour{IgnoresTerm: strings.Contains(spec.Image, "ignore-term")}
+}
+
+// Runtime is an in-memory container engine. Create it with New.
+type Runtime struct {
+	behave func(spec runtime.ContainerSpec) Behaviour
+
+	mu       sync.Mutex // guards the fields below
+	nextID   uint64
+	images   map[string]bool
+	registry map[string]RegistryImage
+	byID     map[string]*container
+	byName   map[string]*container
+}
+
+// container is one simulated container; its fields are guarded by
+// Runtime.mu.
+type container struct {
+	id        string
+	spec      runtime.ContainerSpec
+	behaviour Behaviour
+	state     runtime.State
+	exitCode  int
+	// exited is closed when the container exits or is removed; a start
+	// after an exit makes a new one.
+	exited  chan struct{}
+	removed bool
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns a Runtime configured by opts. It copies what it keeps.
+func New(opts Options) *Runtime {
+	r := &Runtime{
+		behave:   opts.Behave,
+		images:   make(map[string]bool, len(opts.LocalImages)),
+		registry: maps.Clone(opts.Registry),
+		byID:     make(map[string]*container),
+		byName:   make(map[string]*container),
+	}
+	if r.behave == nil {
+		r.behave = DefaultBehaviour
+	}
+	if r.registry == nil {
+		r.registry = make(map[string]RegistryImage)
+	}
+	for _, ref := range opts.LocalImages {
+		r.images[ref] = true
+	}
+	return r
+}
+
+// AddImage makes ref present locally, as if it had been built or pulled.
+func (r *Runtime) AddImage(ref string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.images[ref] = true
+}
+
+// RemoveImage makes ref absent locally.
+func (r *Runtime) RemoveImage(ref string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.images, ref)
+}
+
+// Publish makes the registry serve ref, with auth required when not nil.
+func (r *Runtime) Publish(ref string, auth *runtime.RegistryAuth) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img := RegistryImage{}
+	if auth != nil {
+		a := *auth
+		img.Auth = &a
+	}
+	r.registry[ref] = img
+}
+
+// RestartPolicy returns the restart policy stored for a container ("no" when
+// the spec left it empty); runtime.ErrNotFound when it does not exist.
+func (r *Runtime) RestartPolicy(idOrName string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(idOrName)
+	if err != nil {
+		return "", err
+	}
+	return c.spec.RestartPolicy, nil
+}
+
+// Exit makes a running container exit with code, as if its process ended
+// (a crash, an OOM kill). It is runtime.ErrNotFound when the container does
+// not exist and does nothing when it is not running.
+func (r *Runtime) Exit(idOrName string, code int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(idOrName)
+	if err != nil {
+		return err
+	}
+	if c.state == runtime.StateRunning {
+		c.exit(code)
+	}
+	return nil
+}
+
+// lookup finds a container by name, full ID or unique ID prefix, as Podman
+// does. The caller holds r.mu.
+func (r *Runtime) lookup(idOrName string) (*container, error) {
+	if c, ok := r.byName[idOrName]; ok {
+		return c, nil
+	}
+	if c, ok := r.byID[idOrName]; ok {
+		return c, nil
+	}
+	var found *container
+	if idOrName != "" {
+		for id, c := range r.byID {
+			if strings.HasPrefix(id, idOrName) {
+				if found != nil {
+					return nil, fmt.Errorf("sim: %q names more than one container", idOrName)
+				}
+				found = c
+			}
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("sim: container %q: %w", idOrName, runtime.ErrNotFound)
+	}
+	return found, nil
+}
+
+func (c *container) exit(code int) {
+	c.state = runtime.StateExited
+	c.exitCode = code
+	close(c.exited)
+}
+
+func (c *container) view() runtime.Container {
+	return runtime.Container{
+		ID:       c.id,
+		Name:     c.spec.Name,
+		Image:    c.spec.Image,
+		Labels:   maps.Clone(c.spec.Labels),
+		State:    c.state,
+		ExitCode: c.exitCode,
+		Ports:    slices.Clone(c.spec.Ports),
+	}
+}
+
+// List returns every container, sorted by ID (creation order).
+func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sim: list: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.Container, 0, len(r.byID))
+	for _, c := range r.byID {
+		out = append(out, c.view())
+	}
+	slices.SortFunc(out, func(a, b runtime.Container) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Inspect returns one container; runtime.ErrNotFound when it does not exist.
+func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Container, error) {
+	if err := ctx.Err(); err != nil {
+		return runtime.Container{}, fmt.Errorf("sim: inspect %s: %w", idOrName, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(idOrName)
+	if err != nil {
+		return runtime.Container{}, err
+	}
+	return c.view(), nil
+}
+
+// ImageExists reports whether ref is present locally.
+func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, fmt.Errorf("sim: image exists %s: %w", ref, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.images[ref], nil
+}
+
+// Pull makes ref present locally when the registry serves it and accepts
+// auth: runtime.ErrImageNotFound when it does not serve it, runtime.ErrAuth
+// when the image requires a credential other than auth. Like a registry, it
+// checks the image before the credential only when the credential is right
+// or not required.
+func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim: pull %s: %w", ref, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	img, ok := r.registry[ref]
+	if !ok {
+		return fmt.Errorf("sim: pull %s: %w", ref, runtime.ErrImageNotFound)
+	}
+	if img.Auth != nil && (auth == nil || *auth != *img.Auth) {
+		return fmt.Errorf("sim: pull %s: %w", ref, runtime.ErrAuth)
+	}
+	r.images[ref] = true
+	return nil
+}
+
+// Create creates a container in the created state: runtime.ErrNameInUse when
+// the name is taken, runtime.ErrImageNotFound when the image is not present
+// locally. An empty name gets a generated one.
+func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("sim: create %s: %w", spec.Name, err)
+	}
+	behaviour := r.behave(spec)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if spec.Image == "" {
+		return "", fmt.Errorf("sim: create %s: no image", spec.Name)
+	}
+	if !r.images[spec.Image] {
+		return "", fmt.Errorf("sim: create %s: image %s is not present locally: %w", spec.Name, spec.Image, runtime.ErrImageNotFound)
+	}
+	switch spec.RestartPolicy {
+	case "":
+		spec.RestartPolicy = runtime.RestartNo
+	case runtime.RestartNo, runtime.RestartAlways, runtime.RestartOnFailure, runtime.RestartUnlessStopped:
+	default:
+		return "", fmt.Errorf("sim: create %s: unknown restart policy %q (want no, always, on-failure or unless-stopped)", spec.Name, spec.RestartPolicy)
+	}
+	r.nextID++
+	id := fmt.Sprintf("%064x", r.nextID)
+	if spec.Name == "" {
+		spec.Name = "sim-" + id[len(id)-12:]
+	}
+	if _, taken := r.byName[spec.Name]; taken {
+		r.nextID--
+		return "", fmt.Errorf("sim: create %s: %w", spec.Name, runtime.ErrNameInUse)
+	}
+	spec.Env = maps.Clone(spec.Env)
+	spec.Labels = maps.Clone(spec.Labels)
+	spec.Ports = slices.Clone(spec.Ports)
+	for i := range spec.Ports {
+		if spec.Ports[i].Protocol == "" {
+			spec.Ports[i].Protocol = "tcp"
+		}
+	}
+	spec.Mounts = slices.Clone(spec.Mounts)
+	c := &container{id: id, spec: spec, behaviour: behaviour, state: runtime.StateCreated, exited: make(chan struct{})}
+	r.byID[id] = c
+	r.byName[spec.Name] = c
+	return id, nil
+}
+
+// Start starts a created or exited container; starting a running one does
+// nothing. Like Podman, it fails when another running container holds one
+// of its host ports, and the container stays as it was.
+func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim: start %s: %w", id, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(id)
+	if err != nil {
+		return err
+	}
+	if c.state == runtime.StateRunning {
+		return nil
+	}
+	for _, p := range c.spec.Ports {
+		if holder := r.portHolder(p, c); holder != nil {
+			return fmt.Errorf("sim: start %s: cannot listen on the %s port %d: held by container %s: address already in use",
+				c.spec.Name, strings.ToUpper(p.Protocol), p.HostPort, holder.spec.Name)
+		}
+	}
+	if c.state == runtime.StateExited {
+		c.exited = make(chan struct{})
+	}
+	c.state = runtime.StateRunning
+	c.exitCode = 0
+	if c.behaviour.Exits {
+		c.exit(c.behaviour.ExitCode)
+	}
+	return nil
+}
+
+// portHolder returns the running container other than self publishing p's
+// host port and protocol. The caller holds r.mu.
+func (r *Runtime) portHolder(p runtime.PortBinding, self *container) *container {
+	for _, c := range r.byID {
+		if c == self || c.state != runtime.StateRunning {
+			continue
+		}
+		for _, q := range c.spec.Ports {
+			if q.HostPort == p.HostPort && q.Protocol == p.Protocol {
+				return c
+			}
+		}
+	}
+	return nil
+}
+
+// Wait blocks until the container is exited and returns its exit code; at
+// once when it already is. A created container is waited for like a running
+// one.
+func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
+	r.mu.Lock()
+	c, err := r.lookup(id)
+	if err != nil {
+		r.mu.Unlock()
+		return -1, err
+	}
+	for c.state != runtime.StateExited {
+		if c.removed {
+			r.mu.Unlock()
+			return -1, fmt.Errorf("sim: wait %s: removed: %w", id, runtime.ErrNotFound)
+		}
+		exited := c.exited
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return -1, fmt.Errorf("sim: wait %s: %w", id, ctx.Err())
+		case <-exited:
+		}
+		r.mu.Lock()
+	}
+	code := c.exitCode
+	r.mu.Unlock()
+	return code, nil
+}
+
+// Stop ends a running container at once: with exit code 143 (SIGTERM), or
+// 137 (SIGKILL after the timeout) when its behaviour ignores SIGTERM. The
+// timeout is not waited for. Stopping a container that does not run does
+// nothing.
+func (r *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim: stop %s: %w", id, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(id)
+	if err != nil {
+		return err
+	}
+	if c.state != runtime.StateRunning {
+		return nil
+	}
+	code := ExitCodeSIGTERM
+	if c.behaviour.IgnoresTerm {
+		code = ExitCodeSIGKILL
+	}
+	c.exit(code)
+	return nil
+}
+
+// Remove removes a container. A running one is refused unless force, which
+// kills it first (exit code 137). Waiters of a removed container return.
+func (r *Runtime) Remove(ctx context.Context, id string, force bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim: remove %s: %w", id, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(id)
+	if err != nil {
+		return err
+	}
+	if c.state == runtime.StateRunning {
+		if !force {
+			return fmt.Errorf("sim: remove %s: the container is running: stop it first or force", c.spec.Name)
+		}
+		c.exit(ExitCodeSIGKILL)
+	}
+	if c.state != runtime.StateExited {
+		close(c.exited) // wakes waiters of a created container
+	}
+	c.removed = true
+	delete(r.byID, c.id)
+	delete(r.byName, c.spec.Name)
+	return nil
+}

@@ -1,0 +1,226 @@
+package sim_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/runtimetest"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+)
+
+// Images of the conformance fixture, scripted by sim.DefaultBehaviour and
+// the env check in behave.
+const (
+	imgRunning     = "localhost/conformance/running:1"
+	imgIgnoresTerm = "localhost/conformance/ignore-term:1"
+	imgExit3       = "localhost/conformance/exit-3:1"
+	imgEnvCheck    = "localhost/conformance/envcheck:1"
+	imgPrivate     = "registry.test:5000/conformance/private@sha256:0123"
+	imgMissing     = "registry.test:5000/conformance/missing:1"
+)
+
+// behave adds the env check to the default behaviour.
+func behave(spec runtime.ContainerSpec) sim.Behaviour {
+	if spec.Image == imgEnvCheck {
+		code := 1
+		if spec.Env[runtimetest.EnvCheckVar] == runtimetest.EnvCheckValue {
+			code = 0
+		}
+		return sim.Behaviour{Exits: true, ExitCode: code}
+	}
+	return sim.DefaultBehaviour(spec)
+}
+
+func TestConformance(t *testing.T) {
+	auth := runtime.RegistryAuth{Username: "device-pull", Password: "sim-password-41c7"}
+	runtimetest.Run(t, func(t *testing.T) (runtime.Runtime, runtimetest.Fixture) {
+		rt := sim.New(sim.Options{
+			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck},
+			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
+			Behave:      behave,
+		})
+		var port uint16 = 30000
+		return rt, runtimetest.Fixture{
+			Labels:      map[string]string{"io.nationtech.harmony-fleet.test": t.Name()},
+			Running:     imgRunning,
+			IgnoresTerm: imgIgnoresTerm,
+			Exit3:       imgExit3,
+			EnvCheck:    imgEnvCheck,
+			HostPort:    func(*testing.T) uint16 { port++; return port },
+			Registry: func(*testing.T) runtimetest.Registry {
+				return runtimetest.Registry{Private: imgPrivate, Auth: auth, Missing: imgMissing}
+			},
+			CreateForeign: func(t *testing.T) string {
+				id, err := rt.Create(t.Context(), runtime.ContainerSpec{Name: "foreign", Image: imgRunning})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := rt.Start(t.Context(), id); err != nil {
+					t.Fatal(err)
+				}
+				return "foreign"
+			},
+			RestartPolicy: func(t *testing.T, id string) string {
+				p, err := rt.RestartPolicy(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			},
+		}
+	})
+}
+
+func TestDefaultBehaviourScriptsContainersByImageName(t *testing.T) {
+	tests := []struct {
+		name  string
+		image string
+		want  sim.Behaviour
+	}{
+		{"an exit-0 image exits with 0", "reg/app-exit-0:1", sim.Behaviour{Exits: true, ExitCode: 0}},
+		{"an exit-42 image exits with 42", "reg/migrate-exit-42@sha256:ab", sim.Behaviour{Exits: true, ExitCode: 42}},
+		{"an ignore-term image runs and ignores SIGTERM", "reg/ignore-term:1", sim.Behaviour{IgnoresTerm: true}},
+		{"any other image runs until stopped", "reg/api:1", sim.Behaviour{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := sim.DefaultBehaviour(runtime.ContainerSpec{Image: tt.image}); got != tt.want {
+				t.Errorf("DefaultBehaviour(%s) = %+v, want %+v", tt.image, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestExitEndsARunningContainerAndWakesItsWaiters(t *testing.T) {
+	ctx := t.Context()
+	rt := sim.New(sim.Options{LocalImages: []string{imgRunning}})
+	id, err := rt.Create(ctx, runtime.ContainerSpec{Name: "crash", Image: imgRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	codes := make(chan int, 1)
+	go func() {
+		code, _ := rt.Wait(ctx, id)
+		codes <- code
+	}()
+	if err := rt.Start(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Exit(id, 139); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-codes; got != 139 {
+		t.Errorf("Wait = %d, want 139", got)
+	}
+}
+
+func TestWaitOnARemovedCreatedContainerIsErrNotFound(t *testing.T) {
+	ctx := t.Context()
+	rt := sim.New(sim.Options{LocalImages: []string{imgRunning}})
+	id, err := rt.Create(ctx, runtime.ContainerSpec{Name: "never-started", Image: imgRunning})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 1)
+	go func() {
+		_, err := rt.Wait(ctx, id)
+		errs <- err
+	}()
+	if err := rt.Remove(ctx, id, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errs; !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("Wait = %v, want ErrNotFound", err)
+	}
+}
+
+func TestIDsAreDeterministic(t *testing.T) {
+	ids := func() []string {
+		rt := sim.New(sim.Options{LocalImages: []string{imgRunning}})
+		var out []string
+		for i := range 3 {
+			id, err := rt.Create(t.Context(), runtime.ContainerSpec{Name: fmt.Sprint("c", i), Image: imgRunning})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, id)
+		}
+		return out
+	}
+	a, b := ids(), ids()
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("run 1 IDs %v, run 2 IDs %v", a, b)
+		}
+	}
+}
+
+func TestConcurrentUseIsSafe(t *testing.T) {
+	ctx := t.Context()
+	rt := sim.New(sim.Options{LocalImages: []string{imgRunning, imgExit3}})
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			for i := range 50 {
+				img := imgRunning
+				if i%2 == 0 {
+					img = imgExit3
+				}
+				id, err := rt.Create(ctx, runtime.ContainerSpec{Name: fmt.Sprintf("w%d-%d", w, i), Image: img,
+					Ports: []runtime.PortBinding{{HostPort: uint16(20000 + i), ContainerPort: 80}}})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				_ = rt.Start(ctx, id) // port conflicts between workers are expected
+				if _, err := rt.List(ctx); err != nil {
+					t.Error(err)
+				}
+				if err := rt.Remove(ctx, id, true); err != nil {
+					t.Error(err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if l, _ := rt.List(ctx); len(l) != 0 {
+		t.Errorf("%d containers left", len(l))
+	}
+}
+
+// BenchmarkDeviceReconcile measures what one simulated device costs: a fresh
+// Runtime, an init container run to completion and two services started.
+func BenchmarkDeviceReconcile(b *testing.B) {
+	ctx := context.Background()
+	images := []string{"reg/migrate-exit-0:1", "reg/api:1", "reg/worker:1"}
+	for b.Loop() {
+		rt := sim.New(sim.Options{LocalImages: images})
+		id, err := rt.Create(ctx, runtime.ContainerSpec{Name: "init", Image: images[0], RestartPolicy: runtime.RestartNo})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := rt.Start(ctx, id); err != nil {
+			b.Fatal(err)
+		}
+		if code, err := rt.Wait(ctx, id); err != nil || code != 0 {
+			b.Fatal(code, err)
+		}
+		for i, img := range images[1:] {
+			id, err := rt.Create(ctx, runtime.ContainerSpec{Name: fmt.Sprint("svc", i), Image: img,
+				Ports: []runtime.PortBinding{{HostPort: uint16(8080 + i), ContainerPort: 8080}}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := rt.Start(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if l, err := rt.List(ctx); err != nil || len(l) != 3 {
+			b.Fatal(len(l), err)
+		}
+	}
+}
