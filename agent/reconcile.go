@@ -54,9 +54,17 @@ type Reconciler struct {
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
-type PreflightError struct{ Reason string }
+type PreflightError struct {
+	Reason string
+	// Err is the cause when there is one (runtime.ErrAuth for a refused
+	// pull, for example).
+	Err error
+}
 
 func (e *PreflightError) Error() string { return "preflight: " + e.Reason }
+
+// Unwrap returns the cause.
+func (e *PreflightError) Unwrap() error { return e.Err }
 
 // InitFailedError: the init container exited non-zero; services were left
 // untouched. The next pass retries.
@@ -100,7 +108,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	}
 	res, err := resolve(ctx, score, r.Secrets)
 	if err != nil {
-		return &PreflightError{Reason: err.Error()}
+		return &PreflightError{Reason: err.Error(), Err: err}
 	}
 	all, err := r.Runtime.List(ctx)
 	if err != nil {
@@ -245,7 +253,7 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 		}
 		seen[s.Image] = true
 		if err := r.ensureImage(ctx, s.Service); err != nil {
-			return &PreflightError{Reason: err.Error()}
+			return &PreflightError{Reason: err.Error(), Err: err}
 		}
 	}
 	return nil
