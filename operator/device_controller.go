@@ -424,7 +424,16 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device) (
 		return ctrl.Result{}, err
 	}
 	_, inv, invSeq := r.telemetry.snapshot(d.Name)
-	liveness, hb := r.telemetry.decide(d.Name, time.Now(), r.StaleAfter)
+	now := time.Now()
+	liveness, hb := r.telemetry.decide(d.Name, now, r.StaleAfter)
+	// While Online, look again when the last heartbeat would turn stale, on
+	// every path (a write's own watch event may be the no-op of a racing
+	// writer); a little jitter spreads devices that came online together.
+	var next ctrl.Result
+	if liveness == fleetv1.LivenessOnline {
+		in := hb.Add(r.StaleAfter).Sub(now) + rand.N(r.StaleAfter/50+time.Millisecond)
+		next.RequeueAfter = max(in, time.Millisecond)
+	}
 
 	owned := d.Status.ReportedLabels
 	newLabels, newOwned := d.Labels, owned
@@ -452,7 +461,7 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device) (
 	if !statusEqual(want, d.Status) {
 		// Writing anyway: refresh lastHeartbeat for free.
 		want.LastHeartbeat = heartbeatTime(hb)
-		return ctrl.Result{}, r.applyStatus(ctx, d, want)
+		return next, r.applyStatus(ctx, d, want)
 	}
 	if labelsChange {
 		orig := d.DeepCopy()
@@ -461,15 +470,8 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device) (
 			return ctrl.Result{}, fmt.Errorf("mirror reported labels of Device %s/%s: %w", d.Namespace, d.Name, err)
 		}
 		r.Log.InfoContext(ctx, "reported labels mirrored", "device", d.Name, "namespace", d.Namespace)
-		return ctrl.Result{}, nil
 	}
-	if liveness == fleetv1.LivenessOnline {
-		// Look again when the last heartbeat would turn stale; a little
-		// jitter spreads devices that came online together.
-		in := time.Until(hb.Add(r.StaleAfter)) + rand.N(r.StaleAfter/50+time.Millisecond)
-		return ctrl.Result{RequeueAfter: max(in, time.Millisecond)}, nil
-	}
-	return ctrl.Result{}, nil
+	return next, nil
 }
 
 // loadReports fills the telemetry view from the stream for a device the
