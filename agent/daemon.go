@@ -293,8 +293,9 @@ func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data,
 	}
 }
 
-// command answers one agent command with a command result report (and a
-// reply when the sender asked for one).
+// command answers one agent command with a device.command.result report.
+// Commands are appended to FLEET_COMMANDS, so the message's reply subject is
+// the sender's JetStream acknowledgement inbox: the agent never replies to it.
 func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 	ev, err := events.Unmarshal(m.Data)
 	var cmd events.AgentCommand
@@ -315,8 +316,4 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 		res.Error = fmt.Sprintf("unknown command %q: this agent knows %s and %s", cmd.Command, CommandReconcileNow, CommandReportInventory)
 	}
 	d.report(ctx, events.Keys{Device: d.o.Device}, res)
-	if m.Reply != "" {
-		b, _ := json.Marshal(res)
-		_ = m.Respond(b)
-	}
 }

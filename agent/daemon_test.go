@@ -1,0 +1,198 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+)
+
+type agentEnv struct {
+	*world
+	st   *events.Store
+	kv   jetstream.KeyValue
+	nc   *nats.Conn
+	stop func()
+}
+
+func startAgent(t *testing.T) *agentEnv {
+	w := newWorld(t)
+	srv, st := natstest.Provisioned(t)
+	kv, err := st.JetStream().KeyValue(w.ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, AgentVersion: "test",
+			Labels: map[string]string{"role": "analyzer"}, HeartbeatInterval: time.Hour})
+	}()
+	e := &agentEnv{world: w, st: st, kv: kv, nc: nc}
+	e.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent.Run: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		select {
+		case <-ctx.Done():
+		default:
+			e.stop()
+		}
+	})
+	return e
+}
+
+func (e *agentEnv) put(entries ...events.IntentEntry) {
+	e.t.Helper()
+	b, err := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: entries})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.kv.Put(e.ctx, "d1", b); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// statuses returns every workload status the device reported.
+func (e *agentEnv) statuses() []events.WorkloadStatus {
+	e.t.Helper()
+	var out []events.WorkloadStatus
+	for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.workload", events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ws, err := events.Decode[events.WorkloadStatus](r.Event)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, ws)
+	}
+	return out
+}
+
+func (e *agentEnv) waitStatus(gen int64, phase events.WorkloadPhase) events.WorkloadStatus {
+	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		for _, s := range e.statuses() {
+			if s.Generation == gen && s.Phase == phase {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no %s report for generation %d; got %+v", phase, gen, e.statuses())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestTheAgentConvergesOnItsIntentAndReports(t *testing.T) {
+	e := startAgent(t)
+	e.put(entry(t, 1, baseScore()))
+	e.waitStatus(1, events.WorkloadConverged)
+	if c := e.containers()["api"]; c.Labels[agent.LabelGeneration] != "1" {
+		t.Errorf("api labels %v", c.Labels)
+	}
+
+	t.Run("a new revision on the key is applied and reported", func(t *testing.T) {
+		s := baseScore()
+		s.Data.Services[1].Image = "reg.example/api:v2"
+		e.put(entry(t, 2, s))
+		e.waitStatus(2, events.WorkloadConverged)
+	})
+	t.Run("a failing init container is reported as failed with its error", func(t *testing.T) {
+		s := baseScore()
+		s.Data.InitContainer.Image = "reg.example/migrate-exit-3:v1"
+		e.put(entry(t, 3, s))
+		st := e.waitStatus(3, events.WorkloadFailed)
+		if !strings.Contains(st.Error, "exited with code 3") {
+			t.Errorf("error %q", st.Error)
+		}
+	})
+	t.Run("deleting the key removes the Deployment's containers", func(t *testing.T) {
+		if err := e.kv.Delete(e.ctx, "d1"); err != nil {
+			t.Fatal(err)
+		}
+		e.waitStatus(3, events.WorkloadRemoved)
+		if n := len(e.containers()); n != 0 {
+			t.Errorf("%d containers left", n)
+		}
+	})
+	t.Run("heartbeat and inventory were reported", func(t *testing.T) {
+		if _, err := e.st.Last(e.ctx, "fleet.report.d1.heartbeat"); err != nil {
+			t.Error(err)
+		}
+		rec, err := e.st.Last(e.ctx, "fleet.report.d1.inventory")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv, _ := events.Decode[events.DeviceInventory](rec.Event)
+		if inv.Labels["role"] != "analyzer" || inv.AgentVersion != "test" || inv.Arch == "" {
+			t.Errorf("inventory %+v", inv)
+		}
+	})
+	t.Run("no report carries a secret value", func(t *testing.T) {
+		for _, filter := range []string{"fleet.report.d1.workload", "fleet.report.d1.heartbeat", "fleet.report.d1.inventory"} {
+			for r, err := range e.st.Replay(e.ctx, filter, events.FromStart()) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b, _ := r.Event.Marshal(); strings.Contains(string(b), secretValue) {
+					t.Errorf("%s carries the secret", r.Subject)
+				}
+			}
+		}
+	})
+}
+
+func TestAgentCommands(t *testing.T) {
+	e := startAgent(t)
+	// A command is appended to FLEET_COMMANDS (the audit trail); the agent
+	// answers with a device.command.result report naming the command's id.
+	ask := func(command string) events.CommandResult {
+		t.Helper()
+		ev, err := events.New(events.Keys{Device: "d1"}, events.AgentCommand{Command: command, RequestedBy: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.Append(e.ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.command", events.FromStart()) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res, err := events.Decode[events.CommandResult](r.Event); err == nil && res.CommandID == ev.ID.String() {
+					return res
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no result for %s", command)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if res := ask(agent.CommandReconcileNow); !res.OK {
+		t.Errorf("reconcile-now: %+v", res)
+	}
+	if res := ask(agent.CommandReportInventory); !res.OK {
+		t.Errorf("report-inventory: %+v", res)
+	}
+	if res := ask("format-disk"); res.OK || !strings.Contains(res.Error, `unknown command "format-disk"`) {
+		t.Errorf("unknown command: %+v", res)
+	}
+}
