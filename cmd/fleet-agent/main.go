@@ -1,20 +1,118 @@
-// Command fleet-agent runs the device agent (issue: Agent). It is not implemented in this build: it exits
-// with an error saying so rather than pretending to run.
+// Command fleet-agent is the device agent: it connects to NATS with the
+// device's machine key (id_token through the auth callout), reads its own
+// intent and reconciles the container runtime. See docs/agent.md.
 package main
 
 import (
+	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/identity/credential"
 )
 
+// version is stamped at build time (-ldflags -X main.version=…).
+var version = "dev"
+
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-agent:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	return errors.New("not implemented yet: this build does not include the device agent (issue: Agent)")
+type labelFlag map[string]string
+
+func (l labelFlag) String() string { return fmt.Sprint(map[string]string(l)) }
+
+func (l labelFlag) Set(v string) error {
+	k, val, ok := strings.Cut(v, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("--label %q: use key=value", v)
+	}
+	l[k] = val
+	return nil
+}
+
+func run(ctx context.Context, args []string, logOut io.Writer) error {
+	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
+	device := fs.String("device", os.Getenv("FLEET_DEVICE"), "this device's id ($FLEET_DEVICE)")
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
+	keyFile := fs.String("key-file", os.Getenv("FLEET_KEY_FILE"), "machine key file (Zitadel key JSON) ($FLEET_KEY_FILE)")
+	issuer := fs.String("issuer", os.Getenv("FLEET_ISSUER"), "OpenID Provider issuer URL ($FLEET_ISSUER)")
+	audience := fs.String("audience", os.Getenv("FLEET_AUDIENCE"), "id_token audience (project) to request")
+	noAuth := fs.Bool("insecure-no-auth", false, "connect without a machine key (development servers without the auth callout only)")
+	rt := fs.String("runtime", "podman", "container runtime: podman or sim (simulated, for scale tests and fleet dev)")
+	socket := fs.String("podman-socket", "unix:///run/podman/podman.sock", "Podman API socket URL")
+	heartbeat := fs.Duration("heartbeat", 30*time.Second, "heartbeat interval")
+	labels := labelFlag{}
+	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	logger := slog.New(slog.NewJSONHandler(logOut, nil))
+
+	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
+	switch {
+	case *keyFile != "":
+		if *issuer == "" {
+			return errors.New("--issuer is empty: give the OpenID Provider's issuer URL with --key-file")
+		}
+		key, err := credential.ReadKeyFile(*keyFile)
+		if err != nil {
+			return err
+		}
+		src, err := credential.New(ctx, credential.Options{Issuer: *issuer, Key: key, Audience: *audience, Logger: logger})
+		if err != nil {
+			return err
+		}
+		opts = append(opts, src.NATSOptions(*device)...)
+	case !*noAuth:
+		return errors.New("no --key-file: a device authenticates with its machine key (or pass --insecure-no-auth for a development server)")
+	}
+
+	var r runtime.Runtime
+	switch *rt {
+	case "sim":
+		r = sim.New(sim.Options{})
+	case "podman":
+		var err error
+		if r, err = podmanRuntime(ctx, *socket); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("--runtime %q: use podman or sim", *rt)
+	}
+
+	nc, err := nats.Connect(*natsURL, opts...)
+	if err != nil {
+		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	return agent.Run(ctx, agent.Options{
+		Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
+		Reconciler: &agent.Reconciler{Runtime: r, Log: logger},
+	})
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+)
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
+	srv, st := natstest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The simulated runtime has no images: the score names one the
+	// simulated registry cannot serve, so the device reports a failure
+	// naming it. That proves the whole chain: flags, connection, intent,
+	// reconcile, report.
+	score := json.RawMessage(`{"type":"PodmanV0","data":{"services":[{"name":"api","image":"reg.example/api:v1"}]}}`)
+	val, _ := json.Marshal(events.DeviceIntent{Device: "rpi-9", Deployments: []events.IntentEntry{{Namespace: "lab", Name: "api", UID: "u", Generation: 1, Score: score}}})
+	if _, err := kv.Put(ctx, "rpi-9", val); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- run(runCtx, []string{"--device", "rpi-9", "--nats-url", srv.ClientURL(), "--insecure-no-auth", "--runtime", "sim", "--label", "role=analyzer"}, &logs)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rec, err := st.Last(ctx, "fleet.report.rpi-9.workload")
+		if err == nil {
+			ws, _ := events.Decode[events.WorkloadStatus](rec.Event)
+			if ws.Phase == events.WorkloadFailed {
+				if !strings.Contains(ws.Error, "reg.example/api:v1") {
+					t.Errorf("error %q does not name the image", ws.Error)
+				}
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failed report; logs:\n%s", logs.b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFlagErrorsNameTheFix(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"without a key file the agent refuses to connect", []string{"--device", "d"}, "--key-file"},
+		{"a key file needs an issuer", []string{"--device", "d", "--key-file", "k.json"}, "--issuer"},
+		{"an unknown runtime is refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "docker"}, "--runtime"},
+		{"a label without a value is refused", []string{"--label", "role"}, "key=value"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), tc.args, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}
