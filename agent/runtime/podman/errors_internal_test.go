@@ -1,0 +1,141 @@
+package podman
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/containers/podman/v5/pkg/errorhandling"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+)
+
+// The messages below are verbatim what Podman 4.3.1 answered in the probes
+// that fixed this mapping (distribution registry 2.8 behind it).
+func TestPullErrorsAreClassified(t *testing.T) {
+	tests := []struct {
+		name         string
+		err          error
+		auth, absent bool
+	}{
+		{"an anonymous pull refused by the registry is an auth failure",
+			errors.New("initializing source docker://127.0.0.1:5000/smoke@sha256:ab55: reading manifest sha256:ab55 in 127.0.0.1:5000/smoke: unauthorized: authentication required"), true, false},
+		{"a refusal wrapped by the caller still is",
+			fmt.Errorf("pull: %w", errors.New("reading manifest: unauthorized: authentication required")), true, false},
+		{"wrong credentials are an auth failure",
+			errors.New("unable to retrieve auth token: invalid username/password: unauthorized: authentication required"), true, false},
+		{"an HTTP 401 error model is an auth failure",
+			&errorhandling.ErrorModel{Message: "login failed", ResponseCode: 401}, true, false},
+		{"a denied repository is an auth failure",
+			errors.New("reading manifest latest in docker.io/acme/x: requested access to the resource is denied"), true, false},
+		{"a missing repository is an absent image",
+			errors.New("initializing source docker://127.0.0.1:5000/nothere/x:latest: reading manifest latest in 127.0.0.1:5000/nothere/x: manifest unknown: manifest unknown"), false, true},
+		{"a missing digest is an absent image",
+			errors.New("reading manifest sha256:0000 in 127.0.0.1:5000/podmantest/smoke: manifest unknown: manifest unknown"), false, true},
+		{"an unknown repository name is an absent image",
+			errors.New("reading manifest v1 in reg/x: name unknown: repository name not known to registry"), false, true},
+		{"a refused connection is neither",
+			errors.New("pinging container registry 127.0.0.1:5999: dial tcp 127.0.0.1:5999: connect: connection refused"), false, false},
+		{"an untrusted certificate is neither",
+			errors.New("x509: certificate signed by unknown authority"), false, false},
+		{"an invalid reference is neither", errors.New("invalid reference format"), false, false},
+		{"no error is neither", nil, false, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := isAuthFailure(tt.err); got != tt.auth {
+				t.Errorf("isAuthFailure = %v, want %v", got, tt.auth)
+			}
+			if got := isImageNotFound(tt.err); got != tt.absent {
+				t.Errorf("isImageNotFound = %v, want %v", got, tt.absent)
+			}
+		})
+	}
+}
+
+func TestContainerErrorsAreClassified(t *testing.T) {
+	noSuch := &errorhandling.ErrorModel{Because: "no such container",
+		Message: `no container with name or ID "x" found: no such container`, ResponseCode: 404}
+	inUse := &errorhandling.ErrorModel{Because: "that name is already in use", ResponseCode: 500,
+		Message: `creating container storage: the container name "a" is already in use by c441. You have to remove that container to be able to reuse that name: that name is already in use`}
+	noImage := &errorhandling.ErrorModel{Because: "image not known", Message: "localhost/nope:latest: image not known", ResponseCode: 500}
+	improper := &errorhandling.ErrorModel{Because: "container state improper", ResponseCode: 500,
+		Message: "cannot remove container c441 as it is running - running or paused containers cannot be removed without force: container state improper"}
+	tests := []struct {
+		name  string
+		err   error
+		cause string
+		want  bool
+	}{
+		{"a missing container has its cause", noSuch, causeNoSuchContainer, true},
+		{"a taken name has its cause", inUse, causeNameInUse, true},
+		{"an absent image has its cause", noImage, causeImageNotKnown, true},
+		{"a running container is not a missing one", improper, causeNoSuchContainer, false},
+		{"a plain error has no cause", errors.New("that name is already in use"), causeNameInUse, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := hasCause(tt.err, tt.cause); got != tt.want {
+				t.Errorf("hasCause(%q) = %v, want %v", tt.cause, got, tt.want)
+			}
+		})
+	}
+	if !isNoSuchContainer(noSuch) || isNoSuchContainer(improper) {
+		t.Error("isNoSuchContainer does not tell a missing container from a running one")
+	}
+}
+
+func TestRedactRemovesSecretsAndKeepsTheSentinel(t *testing.T) {
+	const secret = "hunter2-secret"
+	tests := []struct {
+		name     string
+		err      error
+		sentinel error
+		secrets  []string
+		same     bool
+	}{
+		{"an error without secrets is returned unchanged", errors.New("pull x: connection refused"), nil, []string{secret}, true},
+		{"a secret in the text is removed", fmt.Errorf("pull x: %w: bad "+secret, runtime.ErrAuth), runtime.ErrAuth, []string{secret}, false},
+		{"a raw response body is elided", errors.New(`unmarshalling into &define.X{}, data "{\"Env\":[\"X=` + secret + `\"]}": bad`), nil, nil, false},
+		{"short values are left alone", errors.New("exit 1 of no"), nil, []string{"no", "1"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := redact(tt.err, tt.sentinel, tt.secrets...)
+			if (got == tt.err) != tt.same {
+				t.Errorf("redact returned %v; same error = %v, want %v", got, got == tt.err, tt.same)
+			}
+			if strings.Contains(got.Error(), secret) {
+				t.Error("the redacted text still holds the secret")
+			}
+			if tt.sentinel != nil && !errors.Is(got, tt.sentinel) {
+				t.Errorf("redacted error %v does not match its sentinel", got)
+			}
+		})
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		uri  string
+		ok   bool
+	}{
+		{"a unix socket is valid", "unix:///run/podman/podman.sock", true},
+		{"an empty URI is not", "", false},
+		{"a TCP URI is not", "tcp://127.0.0.1:8080", false},
+		{"a unix URI without a path is not", "unix://", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := Options{URI: tt.uri}.Validate()
+			if (err == nil) != tt.ok {
+				t.Fatalf("Validate(%q) = %v, want ok=%v", tt.uri, err, tt.ok)
+			}
+			if err != nil && !errors.Is(err, ErrOptions) {
+				t.Errorf("Validate error %v is not ErrOptions", err)
+			}
+		})
+	}
+}
