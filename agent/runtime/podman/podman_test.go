@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -31,7 +32,10 @@ var (
 	runningFile     = "CMD [\"sh\", \"-c\", \"trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
 	ignoresTermFile = "CMD [\"sleep\", \"3600\"]\n"
 	exit3File       = "CMD [\"sh\", \"-c\", \"exit 3\"]\n"
-	envCheckFile    = "CMD [\"sh\", \"-c\", \"test \\\"$" + runtimetest.EnvCheckVar + "\\\" = " + runtimetest.EnvCheckValue + "\"]\n"
+	mountCheckFile  = "CMD [\"sh\", \"-c\", \"test \\\"$(cat " + runtimetest.MountPath + "/" + runtimetest.MountMarker + ")\\\" = " +
+		runtimetest.MountMarkerContent + " || exit " + strconv.Itoa(runtimetest.MountCheckMissing) +
+		"; touch " + runtimetest.MountPath + "/written 2>/dev/null || exit " + strconv.Itoa(runtimetest.MountCheckReadOnly) + "\"]\n"
+	envCheckFile = "CMD [\"sh\", \"-c\", \"test \\\"$" + runtimetest.EnvCheckVar + "\\\" = " + runtimetest.EnvCheckValue + "\"]\n"
 )
 
 // newRuntime connects podmantest (cleanup by label, the testenv policy for a
@@ -60,6 +64,7 @@ func TestConformance(t *testing.T) {
 			IgnoresTerm: localImage(t, "ignore-term", ignoresTermFile),
 			Exit3:       localImage(t, "exit-3", exit3File),
 			EnvCheck:    localImage(t, "envcheck", envCheckFile),
+			MountCheck:  localImage(t, "mountcheck", mountCheckFile),
 			HostPort:    freePort,
 			Registry: func(t *testing.T) runtimetest.Registry {
 				return privateRegistry(ctx, t)

@@ -19,6 +19,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -34,6 +36,22 @@ import (
 const (
 	EnvCheckVar   = "FLEET_CONFORMANCE_CHECK"
 	EnvCheckValue = "conformance-env-value-5b8e1d"
+)
+
+// The mount check: Fixture.MountCheck's containers read MountMarker in the
+// folder mounted at MountPath and try to write next to it. They exit 0 when
+// the file reads MountMarkerContent and the write works, 20 when the write
+// fails (a read-only mount) and 10 when the file is missing or different.
+const (
+	MountPath          = "/fleet-conformance-mount"
+	MountMarker        = "marker"
+	MountMarkerContent = "mounted"
+)
+
+// Exit codes of the mount check.
+const (
+	MountCheckMissing  = 10
+	MountCheckReadOnly = 20
 )
 
 // Fixture is what the suite needs of one engine. Images named here must be
@@ -54,6 +72,9 @@ type Fixture struct {
 	// EnvCheck is an image whose containers exit 0 when EnvCheckVar holds
 	// EnvCheckValue and 1 otherwise.
 	EnvCheck string
+	// MountCheck is an image whose containers run the mount check (see
+	// MountPath).
+	MountCheck string
 	// HostPort returns a host port free for publishing.
 	HostPort func(t *testing.T) uint16
 	// Registry returns images in a registry that requires credentials; nil
@@ -101,6 +122,8 @@ type testCase struct {
 var cases = []testCase{
 	{"a created and started container is inspected running with its labels, ports and env", testCreateStartInspect},
 	{"an environment value reaches the container's process", testEnvApplied},
+	{"a host folder is mounted, read-only when the spec says so", testMounts},
+	{"Wait returns when its context ends before the container exits", testWaitContext},
 	{"creating a second container with a taken name is ErrNameInUse", testNameInUse},
 	{"creating from an image that is not present locally is ErrImageNotFound", testCreateMissingImage},
 	{"Wait returns the exit code of a container that exits with 3", testWaitExitCode},
@@ -307,6 +330,43 @@ func testEnvApplied(s *suite) {
 			// is never printed.
 			s.t.Errorf("with %s the env check exited %d, want %d", tt.name, got, tt.want)
 		}
+	}
+}
+
+func testMounts(s *suite) {
+	dir := s.t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, MountMarker), []byte(MountMarkerContent), 0o644); err != nil {
+		s.t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		mounts []runtime.Mount
+		want   int
+	}{
+		{"a read-write mount", []runtime.Mount{{HostPath: dir, ContainerPath: MountPath}}, 0},
+		{"a read-only mount", []runtime.Mount{{HostPath: dir, ContainerPath: MountPath, ReadOnly: true}}, MountCheckReadOnly},
+		{"no mount", nil, MountCheckMissing},
+	}
+	for _, tt := range tests {
+		spec := s.spec("mount", s.fx.MountCheck)
+		spec.Mounts = tt.mounts
+		id := s.run(spec)
+		if got := s.wait(id); got != tt.want {
+			s.t.Errorf("with %s the mount check exited %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func testWaitContext(s *suite) {
+	id := s.run(s.spec("waitctx", s.fx.Running))
+	ctx, cancel := context.WithTimeout(s.t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err := s.rt.Wait(ctx, id)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		s.t.Errorf("Wait past its deadline: %v, want context.DeadlineExceeded", err)
+	}
+	if c := s.inspect(id); c.State != runtime.StateRunning {
+		s.t.Errorf("after the abandoned Wait the state is %s, want running", c.State)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -19,6 +21,7 @@ const (
 	imgIgnoresTerm = "localhost/conformance/ignore-term:1"
 	imgExit3       = "localhost/conformance/exit-3:1"
 	imgEnvCheck    = "localhost/conformance/envcheck:1"
+	imgMountCheck  = "localhost/conformance/mountcheck:1"
 	imgPrivate     = "registry.test:5000/conformance/private@sha256:0123"
 	imgMissing     = "registry.test:5000/conformance/missing:1"
 )
@@ -32,14 +35,36 @@ func behave(spec runtime.ContainerSpec) sim.Behaviour {
 		}
 		return sim.Behaviour{Exits: true, ExitCode: code}
 	}
+	if spec.Image == imgMountCheck {
+		return sim.Behaviour{Exits: true, ExitCode: mountCheck(spec.Mounts)}
+	}
 	return sim.DefaultBehaviour(spec)
+}
+
+// mountCheck does what the conformance mount-check image does, reading the
+// host folder itself.
+func mountCheck(mounts []runtime.Mount) int {
+	for _, m := range mounts {
+		if m.ContainerPath != runtimetest.MountPath {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(m.HostPath, runtimetest.MountMarker))
+		if err != nil || string(data) != runtimetest.MountMarkerContent {
+			return runtimetest.MountCheckMissing
+		}
+		if m.ReadOnly {
+			return runtimetest.MountCheckReadOnly
+		}
+		return 0
+	}
+	return runtimetest.MountCheckMissing
 }
 
 func TestConformance(t *testing.T) {
 	auth := runtime.RegistryAuth{Username: "device-pull", Password: "sim-password-41c7"}
 	runtimetest.Run(t, func(t *testing.T) (runtime.Runtime, runtimetest.Fixture) {
 		rt := sim.New(sim.Options{
-			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck},
+			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck},
 			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
 			Behave:      behave,
 		})
@@ -50,6 +75,7 @@ func TestConformance(t *testing.T) {
 			IgnoresTerm: imgIgnoresTerm,
 			Exit3:       imgExit3,
 			EnvCheck:    imgEnvCheck,
+			MountCheck:  imgMountCheck,
 			HostPort:    func(*testing.T) uint16 { port++; return port },
 			Registry: func(*testing.T) runtimetest.Registry {
 				return runtimetest.Registry{Private: imgPrivate, Auth: auth, Missing: imgMissing}
