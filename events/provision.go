@@ -170,6 +170,14 @@ func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) 
 			return err
 		}
 	}
+	if _, err := js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      BucketOperatorState,
+		Description: "Fleet operator state (rollout runner checkpoint); derived, rebuildable from the streams",
+		Storage:     jetstream.FileStorage,
+		Replicas:    o.withDefaults().Replicas,
+	}); err != nil {
+		return fmt.Errorf("provision object store %s: %w", BucketOperatorState, err)
+	}
 	for _, want := range KeyValueConfigs(o) {
 		if _, err := js.CreateOrUpdateKeyValue(ctx, want); err != nil {
 			return fmt.Errorf("provision KV bucket %s: %w", want.Bucket, err)

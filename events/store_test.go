@@ -450,7 +450,7 @@ func TestProvision(t *testing.T) {
 		for n := range js.StreamNames(ctx).Name() {
 			names[n] = true
 		}
-		for _, want := range []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, "KV_fleet-intent", "KV_fleet-identity"} {
+		for _, want := range []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, "KV_fleet-intent", "KV_fleet-identity", "OBJ_fleet-operator-state"} {
 			if !names[want] {
 				t.Errorf("stream %s missing; have %v", want, names)
 			}

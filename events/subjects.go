@@ -30,6 +30,11 @@ const (
 	// BucketIdentity is the KV projection of Device CRs: identity subject →
 	// device id and quarantine flag.
 	BucketIdentity = "fleet-identity"
+	// BucketOperatorState is an object store for the operator's own state:
+	// the rollout runner's checkpoint (its folds and the stream positions
+	// they cover). Losing it costs a rebuild from the first event, nothing
+	// else.
+	BucketOperatorState = "fleet-operator-state"
 )
 
 // Subject roots. Every family has a fixed token count and a kind token.

@@ -29,6 +29,10 @@ type Options struct {
 	Reader EventReader
 	// IntentKV is the fleet-intent bucket the rollout runner writes.
 	IntentKV jetstream.KeyValue
+	// Checkpoints, when set, holds the rollout runner's snapshot so a
+	// restart resumes instead of folding every event again (bucket
+	// events.BucketOperatorState). Nil: rebuild from zero at each start.
+	Checkpoints jetstream.ObjectStore
 	// StatusInterval is the least time between two status patches of one
 	// Deployment by the rollout runner. Default 2s.
 	StatusInterval time.Duration
@@ -107,7 +111,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Client: mgr.GetClient(),
-		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval}
+		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints}
 	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

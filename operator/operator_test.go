@@ -43,6 +43,7 @@ type env struct {
 	ns     string
 	groups operator.GroupSource
 	kv     jetstream.KeyValue
+	obj    jetstream.ObjectStore
 }
 
 var nsCounter int
@@ -73,7 +74,11 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ctx: ctx, srv: srv, c: c, store: st, ns: ns, kv: kv}
+	obj, err := st.JetStream().ObjectStore(ctx, events.BucketOperatorState)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, ctx: ctx, srv: srv, c: c, store: st, ns: ns, kv: kv, obj: obj}
 }
 
 // startOperator runs an operator until the returned stop is called (or the
@@ -84,7 +89,7 @@ func (e *env) startOperator() (stop func()) {
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
-		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv,
+		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond})
 	}()
 	stopped := false

@@ -2,11 +2,13 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,6 +58,27 @@ type RolloutRunner struct {
 	// StatusInterval is the least time between two status patches of one
 	// Deployment. Default 2s.
 	StatusInterval time.Duration
+	// Checkpoints, when set, is where the runner keeps a snapshot of its
+	// folds and the stream positions they cover (object CheckpointObject):
+	// a restart resumes from it instead of folding every event again. Nil:
+	// rebuild from zero on every start.
+	Checkpoints jetstream.ObjectStore
+	// CheckpointInterval is how often a changed state is written. Default
+	// 30s; the state is also written when the runner stops.
+	CheckpointInterval time.Duration
+}
+
+// CheckpointObject is the name of the runner's snapshot in Checkpoints.
+const CheckpointObject = "rollout-runner"
+
+// checkpoint is the snapshot the runner writes: its folds and the last
+// sequence it folded of each stream it reads.
+type checkpoint struct {
+	Version    int                            `json:"version"`
+	Seqs       [3]uint64                      `json:"seqs"`
+	Rollouts   map[string]projections.Rollout `json:"rollouts"`
+	Intent     *projections.Intent            `json:"intent"`
+	RolloutSeq map[string]uint64              `json:"rolloutSeq"`
 }
 
 type depKey struct{ ns, name string }
@@ -69,6 +92,9 @@ type sourced struct {
 
 // runnerState is owned by the Run goroutine.
 type runnerState struct {
+	// seqs is the last folded sequence of each source stream.
+	seqs       [3]uint64
+	changed    bool // since the last checkpoint
 	rollouts   map[depKey]projections.Rollout
 	intent     *projections.Intent
 	rolloutSeq map[depKey]uint64
@@ -82,21 +108,30 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 	if r.StatusInterval == 0 {
 		r.StatusInterval = 2 * time.Second
 	}
+	if r.CheckpointInterval == 0 {
+		r.CheckpointInterval = 30 * time.Second
+	}
+	s := &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
+		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, written: map[string]string{}}
+	r.restore(ctx, s)
+	defer r.saveCheckpoint(s)
+
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	in := make(chan sourced, 1024)
 	var wg sync.WaitGroup
+	defer func() {
+		cancel() // readers stop on it; then wait for them
+		wg.Wait()
+	}()
 	for i, filter := range []string{filterDeploymentIntent, filterRollouts, filterWorkload} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.read(ctx, i, filter, in)
+			r.read(ctx, i, filter, s.seqs[i], in)
 		}()
 	}
-	defer wg.Wait()
-
-	s := &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
-		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, written: map[string]string{}}
+	ckpt := time.NewTicker(r.CheckpointInterval)
+	defer ckpt.Stop()
 	caught := 0
 	live := false
 	tick := time.NewTicker(r.StatusInterval)
@@ -108,6 +143,10 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 		case <-tick.C:
 			if live {
 				r.flushStatus(ctx, s)
+			}
+		case <-ckpt.C:
+			if live && s.changed {
+				r.saveCheckpoint(s)
 			}
 		case m := <-in:
 			switch {
@@ -159,8 +198,9 @@ func cmpKey(a, b depKey) int {
 	return 0
 }
 
-// read replays one filter to its end, marks the catch-up, then follows.
-func (r *RolloutRunner) read(ctx context.Context, source int, filter string, out chan<- sourced) {
+// read replays one filter from after sequence after to its end, marks the
+// catch-up, then follows.
+func (r *RolloutRunner) read(ctx context.Context, source int, filter string, after uint64, out chan<- sourced) {
 	send := func(m sourced) bool {
 		select {
 		case out <- m:
@@ -169,8 +209,8 @@ func (r *RolloutRunner) read(ctx context.Context, source int, filter string, out
 			return false
 		}
 	}
-	var last uint64
-	for rec, err := range r.Reader.Replay(ctx, filter, events.FromStart()) {
+	last := after
+	for rec, err := range r.Reader.Replay(ctx, filter, events.FromSequence(after+1)) {
 		if err != nil {
 			if ctx.Err() == nil {
 				send(sourced{err: err})
@@ -204,6 +244,11 @@ func (r *RolloutRunner) read(ctx context.Context, source int, filter string, out
 // fold applies one record and returns the Deployment it concerns.
 func (r *RolloutRunner) fold(s *runnerState, m sourced) (depKey, bool) {
 	ev := m.rec.Event
+	if m.rec.Sequence <= s.seqs[m.source] {
+		return depKey{}, false // already folded (covered by the checkpoint)
+	}
+	s.seqs[m.source] = m.rec.Sequence
+	s.changed = true
 	var k depKey
 	switch m.source {
 	case 0, 1:
@@ -323,4 +368,67 @@ func (r *RolloutRunner) flushStatus(ctx context.Context, s *runnerState) {
 		}
 		delete(s.dirtyStat, k)
 	}
+}
+
+// restore loads the checkpoint, if any, into s. A checkpoint that cannot be
+// read is ignored: the runner then rebuilds from zero, which is always
+// correct, only slower.
+func (r *RolloutRunner) restore(ctx context.Context, s *runnerState) {
+	if r.Checkpoints == nil {
+		return
+	}
+	b, err := r.Checkpoints.GetBytes(ctx, CheckpointObject)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return
+	}
+	var c checkpoint
+	if err == nil {
+		err = json.Unmarshal(b, &c)
+	}
+	if err != nil || c.Version != 1 || c.Intent == nil {
+		r.Log.WarnContext(ctx, "checkpoint unusable, rebuilding from the first event", "error", err)
+		return
+	}
+	for k, ro := range c.Rollouts {
+		ns, name, _ := strings.Cut(k, "/")
+		s.rollouts[depKey{ns, name}] = ro
+	}
+	for k, seq := range c.RolloutSeq {
+		ns, name, _ := strings.Cut(k, "/")
+		s.rolloutSeq[depKey{ns, name}] = seq
+	}
+	s.intent = c.Intent
+	s.seqs = c.Seqs
+	for k := range s.rollouts {
+		s.dirtyStat[k] = true
+	}
+	r.Log.InfoContext(ctx, "resuming from checkpoint", "deployments", len(s.rollouts),
+		"intentSeq", c.Seqs[0], "rolloutSeq", c.Seqs[1], "reportSeq", c.Seqs[2])
+}
+
+// saveCheckpoint writes the state. It runs on the Run goroutine (also when
+// it returns), so the state is consistent with the sequences.
+func (r *RolloutRunner) saveCheckpoint(s *runnerState) {
+	if r.Checkpoints == nil || !s.changed {
+		return
+	}
+	c := checkpoint{Version: 1, Seqs: s.seqs, Rollouts: map[string]projections.Rollout{}, Intent: s.intent, RolloutSeq: map[string]uint64{}}
+	for k, ro := range s.rollouts {
+		c.Rollouts[k.ns+"/"+k.name] = ro
+	}
+	for k, seq := range s.rolloutSeq {
+		c.RolloutSeq[k.ns+"/"+k.name] = seq
+	}
+	b, err := json.Marshal(c)
+	if err != nil {
+		r.Log.Error("encode checkpoint", "error", err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := r.Checkpoints.PutBytes(ctx, CheckpointObject, b); err != nil {
+		r.Log.Error("write checkpoint", "error", err)
+		return
+	}
+	s.changed = false
 }

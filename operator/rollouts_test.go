@@ -12,6 +12,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
@@ -171,8 +172,12 @@ func TestAnOperatorKilledMidRolloutLosesAndDuplicatesNothing(t *testing.T) {
 	rev := e.revisionOf("api", 1)
 	e.waitPhase("api", fleetv1.PhaseCanary)
 	stop()
+	if _, err := e.obj.GetBytes(e.ctx, operator.CheckpointObject); err != nil {
+		t.Fatalf("the stopped operator left no checkpoint: %v", err)
+	}
 
-	// While no operator runs, the canary converges.
+	// While no operator runs, the canary converges; the next operators
+	// resume from the checkpoint.
 	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
 	e.startOperator()
 	e.startOperator() // and two come back at once

@@ -101,7 +101,11 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open the %s bucket (provision the streams, or pass --provision): %w", events.BucketIntent, err)
 	}
-	o.Store, o.Reader, o.IntentKV = st, st, kv
+	obj, err := st.JetStream().ObjectStore(ctx, events.BucketOperatorState)
+	if err != nil {
+		return fmt.Errorf("open the %s object store (provision the streams, or pass --provision): %w", events.BucketOperatorState, err)
+	}
+	o.Store, o.Reader, o.IntentKV, o.Checkpoints = st, st, kv, obj
 	err = operator.Run(ctx, o)
 	if errors.Is(err, context.Canceled) {
 		return nil
