@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"sync"
 	"testing"
 
@@ -248,5 +249,38 @@ func BenchmarkDeviceReconcile(b *testing.B) {
 		if l, err := rt.List(ctx); err != nil || len(l) != 3 {
 			b.Fatal(len(l), err)
 		}
+	}
+}
+
+// BenchmarkTenThousandDevices holds 10,000 simulated devices, each with a
+// completed init container and two running services, and reports the heap
+// each device keeps.
+func BenchmarkTenThousandDevices(b *testing.B) {
+	const devices = 10_000
+	ctx := context.Background()
+	images := []string{"reg/migrate-exit-0:1", "reg/api:1", "reg/worker:1"}
+	for b.Loop() {
+		var before, after goruntime.MemStats
+		goruntime.GC()
+		goruntime.ReadMemStats(&before)
+		fleet := make([]*sim.Runtime, devices)
+		for d := range fleet {
+			rt := sim.New(sim.Options{LocalImages: images})
+			for i, img := range images {
+				id, err := rt.Create(ctx, runtime.ContainerSpec{Name: fmt.Sprint("c", i), Image: img,
+					Labels: map[string]string{"io.nationtech.harmony-fleet.deployment": "analysis-api"}})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := rt.Start(ctx, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+			fleet[d] = rt
+		}
+		goruntime.GC()
+		goruntime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/devices, "heap-B/device")
+		goruntime.KeepAlive(fleet)
 	}
 }
