@@ -122,7 +122,7 @@ type testCase struct {
 var cases = []testCase{
 	{"a created and started container is inspected running with its labels, ports and env", testCreateStartInspect},
 	{"an environment value reaches the container's process", testEnvApplied},
-	{"a host folder is mounted, read-only when the spec says so", testMounts},
+	{"a host folder is mounted, read-only when the spec says so, and a missing one fails Create", testMounts},
 	{"Wait returns when its context ends before the container exits", testWaitContext},
 	{"creating a second container with a taken name is ErrNameInUse", testNameInUse},
 	{"creating from an image that is not present locally is ErrImageNotFound", testCreateMissingImage},
@@ -347,6 +347,7 @@ func testMounts(s *suite) {
 		{"a read-only mount", []runtime.Mount{{HostPath: dir, ContainerPath: MountPath, ReadOnly: true}}, MountCheckReadOnly},
 		{"no mount", nil, MountCheckMissing},
 	}
+	missing := filepath.Join(dir, "absent")
 	for _, tt := range tests {
 		spec := s.spec("mount", s.fx.MountCheck)
 		spec.Mounts = tt.mounts
@@ -354,6 +355,12 @@ func testMounts(s *suite) {
 		if got := s.wait(id); got != tt.want {
 			s.t.Errorf("with %s the mount check exited %d, want %d", tt.name, got, tt.want)
 		}
+	}
+	// Podman does not create a missing host folder: Create fails.
+	spec := s.spec("mount", s.fx.MountCheck)
+	spec.Mounts = []runtime.Mount{{HostPath: missing, ContainerPath: MountPath}}
+	if _, err := s.rt.Create(s.ctx(), spec); err == nil {
+		s.t.Error("Create with a mount of a missing host folder succeeded")
 	}
 }
 
@@ -549,9 +556,19 @@ func testPullWithCredentials(s *suite) {
 	if ok, err := s.rt.ImageExists(s.ctx(), reg.Private); err != nil || !ok {
 		s.t.Fatalf("after the pull ImageExists = %v, %v; want true", ok, err)
 	}
-	// The pulled image runs.
+	// The pulled image runs, and the container reports the reference it was
+	// created from (a digest reference stays one).
 	id := s.run(s.spec("pulled", reg.Private))
-	s.waitState(id, runtime.StateRunning)
+	if c := s.waitState(id, runtime.StateRunning); c.Image != reg.Private {
+		s.t.Errorf("Inspect Image = %q, want %q", c.Image, reg.Private)
+	}
+	list, err := s.rt.List(s.ctx())
+	if err != nil {
+		s.t.Fatalf("List: %v", err)
+	}
+	if i := slices.IndexFunc(list, func(c runtime.Container) bool { return c.ID == id }); i < 0 || list[i].Image != reg.Private {
+		s.t.Errorf("List does not report %s with image %s", short(id), reg.Private)
+	}
 }
 
 func testPullRefused(s *suite) {

@@ -8,7 +8,8 @@
 // Podman wherever the runtime/runtimetest conformance suite says how Podman
 // behaves; it never puts a password or an environment value into an error.
 // What it does not simulate: restart policies (stored, never acted on),
-// mounts (stored, never checked), host ports held by non-container
+// mount contents (a mount's host path is checked only when
+// Options.HostPathExists is set), host ports held by non-container
 // processes, and the time a stop takes.
 //
 // It may be imported by agent packages and their tests, and by cmd/fleet;
@@ -60,6 +61,10 @@ type Options struct {
 	// Registry maps image references to the images a Pull can fetch. A
 	// reference absent from it is runtime.ErrImageNotFound.
 	Registry map[string]RegistryImage
+	// HostPathExists reports whether a mount's host path exists; Create
+	// fails for a missing one, as Podman's does. Nil means every path
+	// exists (the file system is never touched).
+	HostPathExists func(path string) bool
 	// Behave decides what a container does when started; nil means
 	// DefaultBehaviour. It must be deterministic and safe for concurrent use.
 	Behave func(spec runtime.ContainerSpec) Behaviour
@@ -82,7 +87,8 @@ func DefaultBehaviour(spec runtime.ContainerSpec) Behaviour {
 
 // Runtime is an in-memory container engine. Create it with New.
 type Runtime struct {
-	behave func(spec runtime.ContainerSpec) Behaviour
+	behave   func(spec runtime.ContainerSpec) Behaviour
+	hostPath func(path string) bool
 
 	mu       sync.Mutex // guards the fields below
 	nextID   uint64
@@ -112,6 +118,7 @@ var _ runtime.Runtime = (*Runtime)(nil)
 func New(opts Options) *Runtime {
 	r := &Runtime{
 		behave:   opts.Behave,
+		hostPath: opts.HostPathExists,
 		images:   make(map[string]bool, len(opts.LocalImages)),
 		registry: maps.Clone(opts.Registry),
 		byID:     make(map[string]*container),
@@ -296,6 +303,13 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (strin
 		return "", fmt.Errorf("sim: create %s: %w", spec.Name, err)
 	}
 	behaviour := r.behave(spec)
+	if r.hostPath != nil {
+		for _, m := range spec.Mounts {
+			if !r.hostPath(m.HostPath) {
+				return "", fmt.Errorf("sim: create %s: mount %s: host path %s does not exist", spec.Name, m.ContainerPath, m.HostPath)
+			}
+		}
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if spec.Image == "" {

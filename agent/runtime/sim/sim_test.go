@@ -68,6 +68,10 @@ func TestConformance(t *testing.T) {
 			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck},
 			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
 			Behave:      behave,
+			HostPathExists: func(path string) bool {
+				_, err := os.Stat(path)
+				return err == nil
+			},
 		})
 		var port uint16 = 30000
 		return rt, runtimetest.Fixture{
