@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"net"
 	"os"
 	"os/exec"
@@ -193,4 +194,15 @@ func randomSuffix(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return hex.EncodeToString(b)
+}
+
+func TestNewFailsWhenNoServiceAnswers(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "podman.sock")
+	_, err := podman.New(t.Context(), podman.Options{URI: "unix://" + sock})
+	if err == nil {
+		t.Fatal("New succeeded without a service on the socket")
+	}
+	if _, err := podman.New(t.Context(), podman.Options{URI: "tcp://127.0.0.1:1"}); !errors.Is(err, podman.ErrOptions) {
+		t.Errorf("New with a TCP URI: %v, want ErrOptions", err)
+	}
 }

@@ -276,6 +276,7 @@ func testCreateStartInspect(s *suite) {
 		s.t.Errorf("after Create the state is %s, want %s", c.State, runtime.StateCreated)
 	}
 	s.start(id)
+	s.start(id) // starting a running container does nothing
 	c = s.inspect(id)
 	if c.State != runtime.StateRunning {
 		s.t.Fatalf("after Start the state is %s, want %s", c.State, runtime.StateRunning)
