@@ -206,3 +206,29 @@ func TestNewFailsWhenNoServiceAnswers(t *testing.T) {
 		t.Errorf("New with a TCP URI: %v, want ErrOptions", err)
 	}
 }
+
+func TestTheRuntimeOutlivesTheContextNewWasGiven(t *testing.T) {
+	podmantest.Connect(t)
+	sock, err := podmantest.SocketPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	rt, err := podman.New(ctx, podman.Options{URI: "unix://" + sock})
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	cancel()
+	if _, err := rt.List(t.Context()); err != nil {
+		t.Errorf("List after New's context ended: %v", err)
+	}
+	if err := rt.Close(); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	if err := rt.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if _, err := rt.ImageExists(t.Context(), podmantest.BaseImage); err != nil {
+		t.Errorf("ImageExists after Close: %v", err)
+	}
+}
