@@ -13,6 +13,9 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"github.com/go-logr/logr"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
 	"github.com/nationtech/harmony-fleet/internal/devenv"
 )
 
@@ -59,6 +62,10 @@ func runDev(args []string) error {
 	}
 	fs.StringVar(&o.DataDir, "data-dir", defaultDir, "folder for state kept across runs")
 	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
+	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none)")
+	fs.StringVar(&o.Namespace, "namespace", "lab", "namespace of the Device resources and the examples")
+	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+devenv.KubernetesVersion+", built by `"+devenv.SetupK8sCommand+"`)")
+	fs.StringVar(&o.CRDDir, "crd-dir", "", "folder with the Fleet CRDs (default: <repository>/k8s/config/crd)")
 	verbose := fs.Bool("v", false, "log debug records")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -68,6 +75,13 @@ func runDev(args []string) error {
 		level = slog.LevelDebug
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// controller-runtime (envtest) and zitadel/oidc log through globals;
+	// zitadel/oidc's route registration records are noise below -v.
+	ctrllog.SetLogger(logr.FromSlogHandler(o.Logger.Handler()))
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: max(level, slog.LevelWarn)})))
+	if *verbose {
+		slog.SetDefault(o.Logger)
+	}
 	o.Out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

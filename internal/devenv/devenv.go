@@ -1,8 +1,19 @@
-// Package devenv runs the Fleet control plane on one machine for `fleet dev`:
-// today the embedded NATS JetStream server with the Fleet streams and KV
-// buckets provisioned on a persistent data folder. It owns the wiring and the
-// lifecycle of the parts it starts; the parts themselves live in their own
-// packages. Only cmd/fleet imports it.
+// Package devenv runs the whole Fleet control plane on one machine for
+// `fleet dev`: the embedded NATS JetStream server with the documented auth
+// callout configuration (accounts AUTH, FLEET, SYS) and the Fleet streams and
+// KV buckets, the development OpenID Provider, the auth callout service,
+// etcd + kube-apiserver with the Fleet CRDs, the operator (connected through
+// the callout with the fleet-operator role), and N simulated devices, each
+// enrolled through internal/enroll and connecting with its machine key
+// through the callout exactly like a real device.
+//
+// It owns the wiring and the lifecycle of the parts it starts; the parts
+// themselves live in their own packages. State under the data folder (the
+// JetStream store, etcd's data, the NATS secrets, the device key files)
+// survives a restart; the development provider keeps its users in memory,
+// so devices get new machine users and keys on every run.
+//
+// Only cmd/fleet and its tests import it.
 package devenv
 
 import (
@@ -13,27 +24,70 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/enroll"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
+	"github.com/nationtech/harmony-fleet/operator"
 )
 
 // Options configure `fleet dev`.
 type Options struct {
-	// DataDir holds everything that must survive a restart (the JetStream
-	// store). The next run on the same folder resumes the same state.
+	// DataDir holds everything that must survive a restart: the JetStream
+	// store, etcd's data, the NATS secrets, the kubeconfig and the device
+	// key files. The next run on the same folder resumes the same state.
 	DataDir string
-	// NATSPort is the client port of the embedded server. Default 4222.
+	// NATSPort is the client port of the embedded server. Default 4222;
+	// -1 picks a free port.
 	NATSPort int
+	// Devices is how many simulated devices run (0: none).
+	Devices int
+	// Namespace holds the Device resources and is the namespace of the
+	// printed examples. Default "lab".
+	Namespace string
+	// KubeBinDir holds kube-apiserver, etcd and kubectl. Default
+	// <repository>/.cache/k8s-<KubernetesVersion> (DefaultKubeBinDir).
+	KubeBinDir string
+	// CRDDir holds the Fleet CRDs. Default <repository>/k8s/config/crd.
+	CRDDir string
 	// Logger receives the components' logs.
 	Logger *slog.Logger
 	// Out receives the usage instructions printed once everything is up.
 	Out io.Writer
-	// Ready, if set, is called with the NATS URL once everything is up.
-	Ready func(natsURL string)
+	// Ready, if set, is called once everything is up.
+	Ready func(Info)
+}
+
+// Info is what a running fleet dev offers (no secret: the admin password is
+// in a file).
+type Info struct {
+	// NATSURL is the embedded server's client URL.
+	NATSURL string
+	// AdminUser is a static FLEET user for the nats CLI (whole account).
+	AdminUser string
+	// AdminPasswordFile holds its password.
+	AdminPasswordFile string
+	// Kubeconfig is the admin kubeconfig file (in the data folder).
+	Kubeconfig string
+	// Kubectl is the kubectl binary matching the API server.
+	Kubectl string
+	// Issuer is the development OpenID Provider's issuer URL.
+	Issuer string
+	// Namespace holds the Device resources.
+	Namespace string
+	// Devices are the ids of the simulated devices.
+	Devices []string
+	// StartupTime is how long the start took.
+	StartupTime time.Duration
 }
 
 // Validate checks the options.
@@ -45,23 +99,13 @@ func (o Options) Validate() error {
 	if o.NATSPort < -1 || o.NATSPort > 65535 {
 		errs = append(errs, fmt.Errorf("fleet dev: --nats-port %d: use 1..65535 (or -1 for any free port)", o.NATSPort))
 	}
+	if o.Devices < 0 || o.Devices > 1000 {
+		errs = append(errs, fmt.Errorf("fleet dev: --devices %d: use 0..1000", o.Devices))
+	}
 	return errors.Join(errs...)
 }
 
-// NotYetWired lists the components of the full `fleet dev` that this build
-// does not start yet, so the printed summary never pretends they run.
-var NotYetWired = []string{
-	"kube-apiserver + etcd and the operator",
-	"auth callout and dev OpenID Provider",
-	"device agents",
-}
-
-// Run starts the embedded control plane, prints how to use it, and blocks
-// until ctx ends; then it stops everything and returns.
-func Run(ctx context.Context, o Options) error {
-	if err := o.Validate(); err != nil {
-		return err
-	}
+func (o *Options) defaults() error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -71,64 +115,328 @@ func Run(ctx context.Context, o Options) error {
 	if o.NATSPort == 0 {
 		o.NATSPort = 4222
 	}
+	if o.Namespace == "" {
+		o.Namespace = "lab"
+	}
+	var err error
+	if o.KubeBinDir == "" {
+		if o.KubeBinDir, err = DefaultKubeBinDir(); err != nil {
+			return fmt.Errorf("%w: pass --kube-bin-dir", err)
+		}
+	}
+	if o.CRDDir == "" {
+		if o.CRDDir, err = DefaultCRDDir(); err != nil {
+			return fmt.Errorf("%w: pass --crd-dir", err)
+		}
+	}
+	return nil
+}
+
+// group runs the long-running components: the first error cancels the
+// others; wait joins them all.
+type group struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	mu     sync.Mutex // guards errs
+	errs   []error
+}
+
+func (g *group) run(ctx context.Context, name string, fn func(context.Context) error) {
+	g.wg.Go(func() {
+		if err := fn(ctx); err != nil && ctx.Err() == nil {
+			g.mu.Lock()
+			g.errs = append(g.errs, fmt.Errorf("%s: %w", name, err))
+			g.mu.Unlock()
+			g.cancel()
+		}
+	})
+}
+
+// wait cancels the components and joins them; later calls return nil so
+// an error is reported once.
+func (g *group) wait() error {
+	var err error
+	g.once.Do(func() {
+		g.cancel()
+		g.wg.Wait()
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		err = errors.Join(g.errs...)
+	})
+	return err
+}
+
+// Run starts the control plane, prints how to use it, and blocks until ctx
+// ends or a component fails; then it stops everything (every goroutine
+// joined, etcd and kube-apiserver stopped, NATS shut down) and returns.
+func Run(ctx context.Context, o Options) (err error) {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	began := time.Now()
+	log := o.Logger
+	// Fail before starting anything when the kube binaries are missing.
+	if err := checkKubeBinaries(o.KubeBinDir); err != nil {
+		return err
+	}
+	sec, err := loadSecrets(filepath.Join(o.DataDir, "secrets"))
+	if err != nil {
+		return err
+	}
+	conf, err := serverConfig(sec)
+	if err != nil {
+		return err
+	}
 	store := filepath.Join(o.DataDir, "jetstream")
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return fmt.Errorf("fleet dev: data folder: %w", err)
 	}
 	natsLevel := slog.LevelWarn
-	if o.Logger.Enabled(ctx, slog.LevelDebug) {
+	if log.Enabled(ctx, slog.LevelDebug) {
 		natsLevel = slog.LevelDebug
 	}
 	srv, err := natsembed.Start(natsembed.Options{
-		StoreDir: store, Port: o.NATSPort, ServerName: "fleet-dev",
-		Logger: slog.New(minLevel{o.Logger.With("component", "nats").Handler(), natsLevel}),
+		Config: conf, StoreDir: store, Port: o.NATSPort, ServerName: "fleet-dev",
+		Logger: slog.New(minLevel{log.With("component", "nats").Handler(), natsLevel}),
 	})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
 	defer srv.Shutdown()
+	url := srv.ClientURL()
 
-	nc, err := nats.Connect(srv.ClientURL(), nats.Name("fleet-dev"))
-	if err != nil {
-		return fmt.Errorf("fleet dev: connect to embedded NATS: %w", err)
-	}
-	defer nc.Close()
-	st, err := events.NewStore(nc, events.StoreOptions{Logger: o.Logger})
+	ctx, cancel := context.WithCancel(ctx)
+	g := &group{cancel: cancel}
+	defer func() {
+		if werr := g.wait(); werr != nil {
+			err = errors.Join(err, werr)
+		}
+	}()
+
+	// The development OpenID Provider.
+	op, err := devop.New(devop.Options{Logger: log.With("component", "oidc")})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
-	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	g.run(ctx, "oidc", op.Run)
+
+	// The auth callout, wired as in docs/security.md.
+	conns := &connSet{}
+	defer conns.close()
+	calloutNC, err := conns.connect(url, nats.UserInfo("fleet-authcallout", sec.calloutPassword), nats.Name("fleet-authcallout"))
+	if err != nil {
+		return err
+	}
+	readerNC, err := conns.connect(url, nats.UserInfo("fleet-identity-reader", sec.readerPassword),
+		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"), nats.Name("fleet-identity-reader"))
+	if err != nil {
+		return err
+	}
+	sysNC, err := conns.connect(url, nats.UserInfo("fleet-authcallout-sys", sec.sysPassword),
+		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"), nats.Name("fleet-authcallout-sys"))
+	if err != nil {
+		return err
+	}
+	rjs, err := jetstream.New(readerNC)
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	verifier, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: op.Issuer(), Audience: op.Audience()})
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	svc, err := authcallout.New(authcallout.Options{
+		Conn: calloutNC, Issuer: sec.issuer, XKey: sec.xkey, Account: "FLEET", Verifier: verifier,
+		Identities: authcallout.NewKVIdentities(rjs), Watch: readerNC, System: sysNC,
+		Logger: log.With("component", "authcallout"),
+	})
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	g.run(ctx, "authcallout", svc.Run)
+	select {
+	case <-svc.Ready():
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return errors.New("fleet dev: the auth callout did not subscribe within 30s")
+	}
+
+	// The operator's NATS identity: a machine user with the fleet-operator
+	// role, through the callout like every client.
+	opNC, err := controlPlaneConn(ctx, conns, op, url, "fleet-operator", authcallout.RoleOperator)
+	if err != nil {
+		return err
+	}
+	st, err := events.NewStore(opNC, events.StoreOptions{Logger: log})
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
 	err = events.Provision(pctx, st.JetStream(), events.ProvisionOptions{})
-	cancel()
+	pcancel()
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
-	printUsage(o.Out, srv.ClientURL(), o.DataDir)
-	if o.Ready != nil {
-		o.Ready(srv.ClientURL())
+	intentKV, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
 	}
-	o.Logger.Info("fleet dev running", "nats", srv.ClientURL(), "data", o.DataDir)
+	identityKV, err := st.JetStream().KeyValue(ctx, events.BucketIdentity)
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+
+	// etcd + kube-apiserver with the CRDs.
+	log.Info("starting etcd and kube-apiserver", "bin", o.KubeBinDir)
+	k, err := startKube(o)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// After the group: the operator must have stopped first.
+		if werr := g.wait(); werr != nil {
+			err = errors.Join(err, werr)
+		}
+		if serr := k.stop(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}()
+	scheme, err := operator.Scheme()
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	if err := addCoreScheme(scheme); err != nil {
+		return err
+	}
+	kc, err := client.New(k.cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("fleet dev: kubernetes client: %w", err)
+	}
+	if err := ensureNamespace(ctx, kc, o.Namespace); err != nil {
+		return err
+	}
+
+	devices := make([]string, o.Devices)
+	for i := range devices {
+		devices[i] = DeviceName(i + 1)
+	}
+	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {"lab": devices}})
+	g.run(ctx, "operator", func(ctx context.Context) error {
+		return operator.Run(ctx, operator.Options{
+			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: intentKV, Devices: st, Groups: groups,
+			Logger: log.With("component", "operator"),
+			// Run may be called again in the same process (a restart in a
+			// test); metrics are off, so the controllers share nothing.
+			SeveralPerProcess: true,
+		})
+	})
+
+	// The devices: enrolled like `fleet enroll`, connected like fleet-agent.
+	en, err := enroll.New(enroll.Options{Client: kc, Provider: op, Namespace: o.Namespace, Logger: log.With("component", "enroll")})
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	keyDir := filepath.Join(o.DataDir, "devices")
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
+		return fmt.Errorf("fleet dev: device key folder: %w", err)
+	}
+	for i := 1; i <= o.Devices; i++ {
+		res, err := enrollDevice(ctx, en, kc, op, o.Namespace, keyDir, i)
+		if err != nil {
+			return fmt.Errorf("fleet dev: enroll %s: %w", DeviceName(i), err)
+		}
+		if err := waitIdentity(ctx, identityKV, res.Subject, res.Device); err != nil {
+			return err
+		}
+		g.run(ctx, "device "+res.Device, func(ctx context.Context) error {
+			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), i, res.KeyFile)
+		})
+	}
+
+	info := Info{
+		NATSURL: url, AdminUser: devAdminUser, AdminPasswordFile: sec.adminPasswordFile(),
+		Kubeconfig: k.kubeconfig, Kubectl: k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
+		Devices: devices, StartupTime: time.Since(began),
+	}
+	printUsage(o.Out, o.DataDir, info)
+	if o.Ready != nil {
+		o.Ready(info)
+	}
+	log.Info("fleet dev running", "nats", url, "kubeconfig", k.kubeconfig, "devices", len(devices),
+		"startup", info.StartupTime.Round(time.Millisecond))
 	<-ctx.Done()
-	o.Logger.Info("fleet dev stopping")
+	log.Info("fleet dev stopping")
 	return nil
 }
 
-func printUsage(w io.Writer, url, dataDir string) {
+// controlPlaneConn creates a machine user with a role and connects it
+// through the callout with its token callback.
+func controlPlaneConn(ctx context.Context, conns *connSet, op *devop.Provider, url, name, role string) (*nats.Conn, error) {
+	uid, err := op.CreateMachineUser(ctx, name, role)
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: machine user %s: %w", name, err)
+	}
+	kf, err := op.AddMachineKey(ctx, uid, time.Time{})
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: machine key of %s: %w", name, err)
+	}
+	src, err := credential.New(ctx, credential.Options{Issuer: op.Issuer(), Key: kf, Audience: op.Audience()})
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: %s: %w", name, err)
+	}
+	return conns.connect(url, nats.TokenHandler(src.TokenHandler(0)),
+		nats.CustomInboxPrefix(authcallout.InboxPrefix(src.Subject())), nats.Name(name))
+}
+
+// connSet closes the connections it made, in reverse order.
+type connSet struct{ conns []*nats.Conn }
+
+func (c *connSet) connect(url string, opts ...nats.Option) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1), nats.Timeout(5*time.Second))...)
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: connect to embedded NATS: %w", err)
+	}
+	c.conns = append(c.conns, nc)
+	return nc, nil
+}
+
+func (c *connSet) close() {
+	for i := len(c.conns) - 1; i >= 0; i-- {
+		c.conns[i].Close()
+	}
+}
+
+func printUsage(w io.Writer, dataDir string, in Info) {
 	fmt.Fprintf(w, `fleet dev is running (Ctrl-C stops it; the next run resumes from %s)
 
-  NATS JetStream   %s   (Fleet streams and KV buckets provisioned)
+  NATS JetStream     %s   (auth callout; Fleet streams and KV buckets provisioned)
+  OpenID Provider    %s   (development provider, in memory)
+  kube-apiserver     kubeconfig %s
+  operator           Deployment, rollout and Device controllers
+  devices            %d simulated in namespace %s, group "lab", role=analyzer (the first of every three canary=true)
 
-Point the nats CLI at it:
-  export NATS_URL=%s
-  nats stream ls
-  nats sub --stream FLEET_ROLLOUT --all 'fleet.rollout.deployment.*.*'
+Point kubectl at it:
+  export KUBECONFIG=%s
+  # kubectl of the same version: %s
 
-See docs/debugging-with-nats.md for more recipes.
-`, dataDir, url, url)
-	fmt.Fprintln(w, "\nNot started by this build yet:")
-	for _, c := range NotYetWired {
-		fmt.Fprintln(w, "  -", c)
-	}
+Point the nats CLI at it (%s: the whole FLEET account, bypasses the callout):
+  export NATS_URL=%s NATS_USER=%s NATS_PASSWORD="$(cat %s)"
+
+Next steps:
+  1. kubectl apply -n %s -f examples/analysis-api.yaml
+  2. kubectl get fdeploy -n %s -w
+  3. nats sub --stream FLEET_ROLLOUT --all -T 'fleet.rollout.deployment.%s.analysis-api'
+
+See docs/fleet.md and docs/debugging-with-nats.md for more.
+`, dataDir, in.NATSURL, in.Issuer, in.Kubeconfig, len(in.Devices), in.Namespace,
+		in.Kubeconfig, in.Kubectl,
+		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
+		in.Namespace, in.Namespace, in.Namespace)
 }
 
 // minLevel drops records below a level: the embedded server's start-up

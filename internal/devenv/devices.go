@@ -1,0 +1,139 @@
+package devenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/enroll"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// DeviceName is the id of the i-th simulated device (1-based).
+func DeviceName(i int) string { return "sim-" + strconv.Itoa(i) }
+
+// deviceLabels are the labels of the i-th device: all role=analyzer, the
+// first of every three canary=true.
+func deviceLabels(i int) map[string]string {
+	l := map[string]string{"role": "analyzer"}
+	if i%3 == 1 {
+		l["canary"] = "true"
+	}
+	return l
+}
+
+// enrollDevice enrolls a device through internal/enroll as `fleet enroll`
+// does: a machine user and key at the provider, the Device resource, the key
+// file. The development provider keeps no state across runs, so a Device
+// left by a previous run gets a new machine user (its spec.identitySubject
+// is updated) and a new key.
+func enrollDevice(ctx context.Context, en *enroll.Enroller, c client.Client, op *devop.Provider, ns, dir string, i int) (enroll.Result, error) {
+	dev := DeviceName(i)
+	req := enroll.Request{Device: dev, KeyFile: filepath.Join(dir, dev+".key.json"), Overwrite: true, Labels: deviceLabels(i)}
+	res, err := en.Enroll(ctx, req)
+	if !errors.Is(err, enroll.ErrAlreadyEnrolled) {
+		return res, err
+	}
+	uid, err := op.CreateMachineUser(ctx, enroll.UserName(dev))
+	if err != nil {
+		return res, fmt.Errorf("fleet dev: machine user of %s: %w", dev, err)
+	}
+	var d fleetv1.Device
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dev}, &d); err != nil {
+		return res, fmt.Errorf("fleet dev: device %s: %w", dev, err)
+	}
+	if d.Spec.IdentitySubject != uid {
+		patch := client.MergeFrom(d.DeepCopy())
+		d.Spec.IdentitySubject = uid
+		if err := c.Patch(ctx, &d, patch); err != nil {
+			return res, fmt.Errorf("fleet dev: device %s: set the new identity subject: %w", dev, err)
+		}
+	}
+	return en.Reenroll(ctx, req)
+}
+
+// waitIdentity waits until the operator projected the device's identity
+// into fleet-identity (the callout refuses the device until then).
+func waitIdentity(ctx context.Context, kv jetstream.KeyValue, subject, device string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	key, err := events.IdentityKey(subject)
+	if err != nil {
+		return fmt.Errorf("fleet dev: device %s: %w", device, err)
+	}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		e, err := kv.Get(ctx, key)
+		if err == nil && len(e.Value()) > 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fleet dev: the operator did not register device %s in %s within a minute: %w", device, events.BucketIdentity, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// runDevice connects one enrolled device with its machine key through the
+// auth callout, like a real device, and runs the agent on a simulated
+// runtime until ctx ends.
+func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string, i int, keyFile string) error {
+	dev := DeviceName(i)
+	log := o.Logger.With("device", dev)
+	key, err := credential.ReadKeyFile(keyFile)
+	if err != nil {
+		return fmt.Errorf("fleet dev: device %s: %w", dev, err)
+	}
+	src, err := credential.New(ctx, credential.Options{Issuer: issuer, Key: key, Audience: audience, Logger: log})
+	if err != nil {
+		return fmt.Errorf("fleet dev: device %s: %w", dev, err)
+	}
+	nc, err := nats.Connect(natsURL, append(src.NATSOptions(dev),
+		nats.Name("fleet-agent "+dev), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
+	if err != nil {
+		return fmt.Errorf("fleet dev: device %s: connect: %w", dev, err)
+	}
+	defer nc.Close()
+	return agent.Run(ctx, agent.Options{
+		Device: dev, Conn: nc, Labels: deviceLabels(i), AgentVersion: "fleet-dev",
+		Reconciler: &agent.Reconciler{Runtime: openRegistry{sim.New(sim.Options{Behave: behave})}, Log: log},
+		Logger:     log,
+	})
+}
+
+// behave is sim.DefaultBehaviour, except that an init container exits 0
+// right after it starts (unless its image says exit-<n>): a simulated
+// migration completes.
+func behave(spec runtime.ContainerSpec) sim.Behaviour {
+	b := sim.DefaultBehaviour(spec)
+	if spec.Labels[agent.LabelRole] == "init" && !b.Exits {
+		b = sim.Behaviour{Exits: true}
+	}
+	return b
+}
+
+// openRegistry is a simulated runtime whose registry serves every image
+// without a credential, so any example pulls on a simulated device.
+type openRegistry struct{ *sim.Runtime }
+
+func (r openRegistry) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
+	if ok, err := r.ImageExists(ctx, ref); err == nil && !ok {
+		r.Publish(ref, nil)
+	}
+	return r.Runtime.Pull(ctx, ref, auth)
+}
