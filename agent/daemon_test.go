@@ -38,6 +38,18 @@ func startAgent(t *testing.T) *agentEnv {
 			Labels: map[string]string{"role": "analyzer"}, HeartbeatInterval: time.Hour})
 	}()
 	e := &agentEnv{world: w, st: st, kv: kv, nc: nc}
+	// The agent subscribes before its first report: once the inventory is
+	// there, commands and intent changes reach it.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, err := st.Last(w.ctx, "fleet.report.d1.inventory"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the agent never reported its inventory")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	e.stop = func() {
 		cancel()
 		if err := <-done; err != nil {

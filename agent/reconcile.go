@@ -51,6 +51,10 @@ type Reconciler struct {
 	Log         *slog.Logger
 	// StopTimeout defaults to DefaultStopTimeout.
 	StopTimeout time.Duration
+	// EnsureHostPath, when set, is called in preflight for every volume's
+	// host path (Podman refuses a bind mount whose source does not exist;
+	// the agent's command creates the folder). Nil: not checked.
+	EnsureHostPath func(path string) error
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
@@ -245,6 +249,15 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 	}
 	if len(problems) > 0 {
 		return &PreflightError{Reason: strings.Join(problems, "; ")}
+	}
+	if r.EnsureHostPath != nil {
+		for _, s := range svcs {
+			for _, v := range s.Volumes {
+				if err := r.EnsureHostPath(v.HostPath); err != nil {
+					return &PreflightError{Reason: fmt.Sprintf("%s: volume host_path %s: %v", s.Name, v.HostPath, err), Err: err}
+				}
+			}
+		}
 	}
 	seen := map[string]bool{}
 	for _, s := range svcs {

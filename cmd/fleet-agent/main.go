@@ -87,6 +87,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 
 	var r runtime.Runtime
+	var ensure func(string) error
 	switch *rt {
 	case "sim":
 		r = sim.New(sim.Options{})
@@ -95,6 +96,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		if r, err = podmanRuntime(ctx, *socket); err != nil {
 			return err
 		}
+		ensure = func(p string) error { return os.MkdirAll(p, 0o755) }
 	default:
 		return fmt.Errorf("--runtime %q: use podman or sim", *rt)
 	}
@@ -106,7 +108,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	defer nc.Close()
 	return agent.Run(ctx, agent.Options{
 		Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
-		Reconciler: &agent.Reconciler{Runtime: r, Log: logger},
+		Reconciler: &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure},
 	})
 }
 

@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/podman"
 )
 
-// podmanRuntime connects the Podman runtime. Not wired in this build yet.
-func podmanRuntime(context.Context, string) (runtime.Runtime, error) {
-	return nil, errors.New("--runtime podman: not implemented in this build yet; use --runtime sim")
+// podmanRuntime connects to the Podman API socket.
+func podmanRuntime(ctx context.Context, socket string) (runtime.Runtime, error) {
+	return podman.New(ctx, podman.Options{URI: socket})
 }
