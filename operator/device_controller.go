@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"time"
 
@@ -61,8 +60,18 @@ const AnnotationRegisteredIdentity = "fleet.nationtech.io/registered-identity"
 // (metadata.name) across namespaces: a report names a device id only.
 const IndexDeviceID = "fleet.device.id"
 
-// Reasons of the Online condition of a Device.
+// ConditionIdentityRegistered says whether the Device's identity subject is
+// registered to it in the fleet-identity KV.
+const ConditionIdentityRegistered = "IdentityRegistered"
+
+// Reasons of the Online and IdentityRegistered conditions of a Device.
 const (
+	// ReasonRegistered: the fleet-identity key of spec.identitySubject names
+	// this device.
+	ReasonRegistered = "Registered"
+	// ReasonIdentityInUse: spec.identitySubject is registered to another
+	// device; this Device's identity is not registered until it is fixed.
+	ReasonIdentityInUse = "IdentityInUse"
 	// ReasonHeartbeating: heartbeats arrive within StaleAfter.
 	ReasonHeartbeating = "Heartbeating"
 	// ReasonHeartbeatMissed: no heartbeat for StaleAfter.
@@ -94,11 +103,13 @@ type DeviceIdentity struct {
 type DeviceReconciler struct {
 	// Client should read from the manager's cache (it uses IndexDeviceID).
 	Client client.Client
-	Store  DeviceStore
+	// Store gives the reports and the fleet-identity bucket.
+	Store DeviceStore
 	// StaleAfter: a device is Stale once its last heartbeat is this old.
 	// Default DefaultStaleAfter.
 	StaleAfter time.Duration
-	Log        *slog.Logger
+	// Log receives the controller's records; nil: discard.
+	Log *slog.Logger
 
 	telemetry *telemetry
 
@@ -183,11 +194,11 @@ func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctr
 		controllerutil.AddFinalizer(&d, FinalizerDeviceIdentity)
 		return ctrl.Result{}, r.Client.Update(ctx, &d)
 	}
-	acted, retry, err := r.syncIdentity(ctx, &d)
+	acted, idc, retry, err := r.syncIdentity(ctx, &d)
 	if err != nil || acted {
-		return ctrl.Result{}, err
+		return ctrl.Result{RequeueAfter: retry}, err
 	}
-	res, err := r.syncReports(ctx, &d)
+	res, err := r.syncReports(ctx, &d, idc)
 	if retry > 0 && (res.RequeueAfter == 0 || retry < res.RequeueAfter) {
 		res.RequeueAfter = retry
 	}
@@ -243,7 +254,7 @@ func older(a, b *fleetv1.Device) bool {
 func duplicateStatus(d, owner *fleetv1.Device) fleetv1.DeviceStatus {
 	return fleetv1.DeviceStatus{
 		Liveness: fleetv1.LivenessUnknown,
-		Conditions: []metav1.Condition{condition(d, metav1.ConditionFalse, ReasonDuplicateDeviceID,
+		Conditions: []metav1.Condition{condition(d, fleetv1.ConditionOnline, metav1.ConditionFalse, ReasonDuplicateDeviceID,
 			fmt.Sprintf("device id %s is already the Device %s/%s (created earlier); device ids are unique across namespaces: rename or delete one of them",
 				d.Name, owner.Namespace, owner.Name))},
 	}
@@ -355,13 +366,15 @@ func decodeIdentity(b []byte) (DeviceIdentity, error) {
 // syncIdentity registers the Device's identity subject: it moves the
 // registration annotation (deleting the old key first) or writes the
 // fleet-identity value. acted says it changed the Device (the watch calls
-// again); retry > 0 when the key belongs to another device.
-func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (acted bool, retry time.Duration, err error) {
+// again) or lost a race (retry says when to look again); otherwise idc is the
+// IdentityRegistered condition, and retry > 0 when the key belongs to another
+// device.
+func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (acted bool, idc metav1.Condition, retry time.Duration, err error) {
 	reg := d.Annotations[AnnotationRegisteredIdentity]
 	if reg != d.Spec.IdentitySubject {
 		if reg != "" {
 			if err := r.unregister(ctx, reg, d.Name); err != nil {
-				return false, 0, err
+				return false, idc, 0, err
 			}
 		}
 		orig := d.DeepCopy()
@@ -370,56 +383,60 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 		}
 		d.Annotations[AnnotationRegisteredIdentity] = d.Spec.IdentitySubject
 		if err := r.Client.Patch(ctx, d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
-			return false, 0, fmt.Errorf("record identity of Device %s/%s: %w", d.Namespace, d.Name, err)
+			return false, idc, 0, fmt.Errorf("record identity of Device %s/%s: %w", d.Namespace, d.Name, err)
 		}
-		return true, 0, nil
+		return true, idc, 0, nil
 	}
 	_, quarantined := d.Labels[fleetv1.LabelBlacklist]
 	want, err := json.Marshal(DeviceIdentity{Device: d.Name, Quarantined: quarantined})
 	if err != nil {
-		return false, 0, err
+		return false, idc, 0, err
 	}
 	e, key, err := r.readIdentity(ctx, d.Spec.IdentitySubject)
 	if err != nil {
-		return false, 0, err
+		return false, idc, 0, err
 	}
 	kv, err := r.identityKV(ctx)
 	if err != nil {
-		return false, 0, err
+		return false, idc, 0, err
 	}
+	registered := condition(d, ConditionIdentityRegistered, metav1.ConditionTrue, ReasonRegistered,
+		fmt.Sprintf("the fleet-identity key %s names this device", key))
 	switch {
 	case e == nil:
 		_, err := kv.Create(ctx, key, want)
 		if kvRace(err) {
-			return false, kvRaceRetry, nil
+			return true, idc, kvRaceRetry, nil
 		}
 		if err != nil {
-			return false, 0, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
+			return false, idc, 0, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
 		}
 	case string(e.Value()) == string(want):
-		return false, 0, nil
+		return false, registered, 0, nil
 	default:
 		if cur, err := decodeIdentity(e.Value()); err == nil && cur.Device != d.Name {
 			r.Log.WarnContext(ctx, "identity subject already registered to another device; fix spec.identitySubject",
 				"device", d.Name, "namespace", d.Namespace, "key", key, "registeredTo", cur.Device)
-			return false, identityConflictRetry, nil
+			inUse := condition(d, ConditionIdentityRegistered, metav1.ConditionFalse, ReasonIdentityInUse,
+				fmt.Sprintf("identity subject %s is registered to device %s: give this Device its own spec.identitySubject", key, cur.Device))
+			return false, inUse, identityConflictRetry, nil
 		}
 		_, err := kv.Update(ctx, key, want, e.Revision())
 		if kvRace(err) {
-			return false, kvRaceRetry, nil
+			return true, idc, kvRaceRetry, nil
 		}
 		if err != nil {
-			return false, 0, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
+			return false, idc, 0, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
 		}
 	}
 	r.Log.InfoContext(ctx, "identity registered", "device", d.Name, "key", key, "quarantined", quarantined)
-	return false, 0, nil
+	return false, registered, 0, nil
 }
 
 // syncReports brings status and labels to what the device last reported:
 // first the status (claiming new report-owned label keys), then the labels,
 // then the status again to release keys no longer reported.
-func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device) (ctrl.Result, error) {
+func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, idc metav1.Condition) (ctrl.Result, error) {
 	if err := r.loadReports(ctx, d.Name); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -453,7 +470,7 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device) (
 		LastHeartbeat:  d.Status.LastHeartbeat,
 		Inventory:      inventory,
 		ReportedLabels: statusOwned,
-		Conditions:     []metav1.Condition{r.onlineCondition(d, liveness, hb)},
+		Conditions:     []metav1.Condition{r.onlineCondition(d, liveness, hb), idc},
 	}
 	if liveness != d.Status.Liveness {
 		want.LastHeartbeat = heartbeatTime(hb)
@@ -529,27 +546,28 @@ func heartbeatTime(hb time.Time) *metav1.Time {
 func (r *DeviceReconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time) metav1.Condition {
 	switch l {
 	case fleetv1.LivenessOnline:
-		return condition(d, metav1.ConditionTrue, ReasonHeartbeating, fmt.Sprintf("heartbeats arrive within %s", r.StaleAfter))
+		return condition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, ReasonHeartbeating, fmt.Sprintf("heartbeats arrive within %s", r.StaleAfter))
 	case fleetv1.LivenessStale:
-		return condition(d, metav1.ConditionFalse, ReasonHeartbeatMissed,
+		return condition(d, fleetv1.ConditionOnline, metav1.ConditionFalse, ReasonHeartbeatMissed,
 			fmt.Sprintf("no heartbeat for %s since %s", r.StaleAfter, hb.UTC().Truncate(time.Second).Format(time.RFC3339)))
 	default:
-		return condition(d, metav1.ConditionUnknown, ReasonNoHeartbeat, "no heartbeat received yet")
+		return condition(d, fleetv1.ConditionOnline, metav1.ConditionUnknown, ReasonNoHeartbeat, "no heartbeat received yet")
 	}
 }
 
-// condition builds the Online condition, keeping the transition time of the
-// current one when its status is unchanged.
-func condition(d *fleetv1.Device, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
-	c := metav1.Condition{Type: fleetv1.ConditionOnline, Status: s, Reason: reason, Message: msg,
+// condition builds a condition, keeping the transition time of the current
+// one when its status is unchanged.
+func condition(d *fleetv1.Device, typ string, s metav1.ConditionStatus, reason, msg string) metav1.Condition {
+	c := metav1.Condition{Type: typ, Status: s, Reason: reason, Message: msg,
 		ObservedGeneration: d.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second))}
-	if cur := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionOnline); cur != nil && cur.Status == s {
+	if cur := meta.FindStatusCondition(d.Status.Conditions, typ); cur != nil && cur.Status == s {
 		c.LastTransitionTime = cur.LastTransitionTime
 	}
 	return c
 }
 
-// statusEqual compares the fields the controller owns.
+// statusEqual compares the fields the controller owns: a is the wanted
+// status, b the current one.
 func statusEqual(a, b fleetv1.DeviceStatus) bool {
 	if a.Liveness != b.Liveness || !maps.Equal(a.ReportedLabels, b.ReportedLabels) {
 		return false
@@ -560,11 +578,14 @@ func statusEqual(a, b fleetv1.DeviceStatus) bool {
 	if (a.Inventory == nil) != (b.Inventory == nil) || (a.Inventory != nil && *a.Inventory != *b.Inventory) {
 		return false
 	}
-	same := func(x, y metav1.Condition) bool {
-		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message &&
-			x.ObservedGeneration == y.ObservedGeneration
+	// Conditions of other owners in b, if any, are not ours to compare.
+	for _, x := range a.Conditions {
+		y := meta.FindStatusCondition(b.Conditions, x.Type)
+		if y == nil || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
 	}
-	return slices.EqualFunc(a.Conditions, b.Conditions, same)
+	return true
 }
 
 // applyStatus writes want when it differs from the current status.

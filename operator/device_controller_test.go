@@ -385,6 +385,10 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 	e.start(time.Minute)
 	sub := "sub-" + id
 	e.waitIdentity("registration", sub, &authcallout.IdentityEntry{Device: id})
+	e.waitDevice(id, "the IdentityRegistered condition", func(d *fleetv1.Device) bool {
+		c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == operator.ReasonRegistered
+	})
 
 	raw, err := e.identity.Get(e.ctx, sub)
 	if err != nil {
@@ -405,8 +409,9 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 		if err := e.c.Create(e.ctx, d); err != nil {
 			t.Fatal(err)
 		}
-		e.waitDevice(other, "the registration attempt", func(d *fleetv1.Device) bool {
-			return d.Annotations[operator.AnnotationRegisteredIdentity] == sub
+		e.waitDevice(other, "the IdentityInUse condition", func(d *fleetv1.Device) bool {
+			c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == operator.ReasonIdentityInUse
 		})
 		if got, _ := e.identityOf(sub); got.Device != id {
 			t.Errorf("identity %s names %s, want the first Device %s", sub, got.Device, id)
