@@ -604,3 +604,31 @@ func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
 		t.Errorf("the deleted Device's key is left: %+v", v)
 	}
 }
+
+func TestOneTelemetryConsumerServesEveryDevice(t *testing.T) {
+	e := newDevEnv(t)
+	const devices = 20
+	ids := make([]string, devices)
+	for i := range ids {
+		ids[i] = e.id(fmt.Sprintf("rpi-%d", i))
+		e.create(ids[i], nil)
+	}
+	e.start(time.Minute)
+	for _, id := range ids {
+		e.heartbeat(id)
+	}
+	for _, id := range ids {
+		e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+	}
+	s, err := e.store.JetStream().Stream(e.ctx, events.StreamTelemetry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Consumers != 1 {
+		t.Errorf("%d consumers on %s for %d devices, want 1", info.State.Consumers, events.StreamTelemetry, devices)
+	}
+}
