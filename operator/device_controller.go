@@ -512,7 +512,9 @@ func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error
 		if rec != nil {
 			inv, err := events.Decode[events.DeviceInventory](rec.Event)
 			if err != nil {
-				return fmt.Errorf("inventory of %s seq %d: %w", device, rec.Sequence, err)
+				// A bad report must not stall the Device: keep what is known.
+				r.Log.WarnContext(ctx, "inventory report ignored", "device", device, "seq", rec.Sequence, "error", err)
+				return nil
 			}
 			r.telemetry.inventory(device, rec.Sequence, inv)
 		}
