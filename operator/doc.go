@@ -6,7 +6,13 @@
 //     one), freezes targets and canaries, and appends exactly one
 //     deployment.revision.created event per generation (optimistic
 //     concurrency on the Deployment's intent subject, so also across
-//     restarts); deletion appends deployment.deleted behind a finalizer.
+//     restarts); deletion appends deployment.deleted behind a finalizer;
+//   - the rollout runner folds intent, rollout transitions and workload
+//     reports, appends the state machine's transitions, writes the
+//     fleet-intent KV and patches Deployment status, checkpointing its folds;
+//   - the Device controller projects heartbeats and inventory onto Device
+//     status on transitions only, mirrors self-reported labels (never the
+//     reserved ones) and keeps the fleet-identity KV in sync.
 //
 // It may import k8s, events and projections; only cmd/ imports it.
 package operator

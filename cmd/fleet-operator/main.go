@@ -41,6 +41,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	replicas := fs.Int("replicas", 1, "stream replicas when provisioning (3 on a cluster)")
 	groupFile := fs.String("group-file", "", "static device group file (JSON); without one, allowedGroups fails closed")
 	statusInterval := fs.Duration("status-interval", 2*time.Second, "least time between two status patches of one Deployment")
+	staleAfter := fs.Duration("stale-after", 90*time.Second, "how long a device stays Online after its last heartbeat")
 	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint (0: off)")
 	healthAddr := fs.String("health-addr", "0", "address of /healthz and /readyz (0: off)")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
@@ -59,7 +60,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	logger := slog.New(handler)
 
 	var cfgErr error
-	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr}
+	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr}
 	if *kubeconfig != "" {
 		o.RESTConfig, cfgErr = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {
@@ -105,7 +106,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open the %s object store (provision the streams, or pass --provision): %w", events.BucketOperatorState, err)
 	}
-	o.Store, o.Reader, o.IntentKV, o.Checkpoints = st, st, kv, obj
+	o.Store, o.Reader, o.IntentKV, o.Checkpoints, o.Devices = st, st, kv, obj, st
 	err = operator.Run(ctx, o)
 	if errors.Is(err, context.Canceled) {
 		return nil
