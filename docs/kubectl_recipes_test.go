@@ -25,17 +25,21 @@ func TestMain(m *testing.M) {
 	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
 }
 
-// TestKubectlRecipes runs the kubectl recipes of operator.md, in order, with
-// the real kubectl against a real API server and a running operator.
+// TestKubectlRecipes runs the kubectl recipes of operator.md and then of
+// devices.md, in order, with the real kubectl and nats CLIs against a real
+// API server, the operator, and a device reporting heartbeats and inventory.
 func TestKubectlRecipes(t *testing.T) {
 	srv := kubeapi.Shared(t)
+	nats := natsCLI(t)
 	rs := recipes(t, "operator.md", "kubectl-recipe")
-	if len(rs) < 5 {
-		t.Fatalf("found %d kubectl recipes in operator.md; the marker format changed?", len(rs))
+	devRecipes := recipes(t, "devices.md", "kubectl-recipe")
+	if len(rs) < 5 || len(devRecipes) < 8 {
+		t.Fatalf("found %d kubectl recipes in operator.md and %d in devices.md; the marker format changed?", len(rs), len(devRecipes))
 	}
+	rs = append(rs, devRecipes...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	_, st := natstest.Provisioned(t)
+	nsrv, st := natstest.Provisioned(t)
 	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +47,33 @@ func TestKubectlRecipes(t *testing.T) {
 	opCtx, stopOp := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
-		done <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: st, Reader: st, IntentKV: kv,
+		done <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: st, Reader: st, IntentKV: kv, Devices: st,
 			Logger: slog.New(slog.DiscardHandler), StatusInterval: 100 * time.Millisecond})
+	}()
+	// Device rpi-1 reports like an agent: its inventory once, heartbeats
+	// until the test ends.
+	inv, err := events.New(events.Keys{Device: "rpi-1"}, events.DeviceInventory{OS: "Debian GNU/Linux 12", Arch: "arm64",
+		Kernel: "6.1.0", AgentVersion: "0.1.0", Labels: map[string]string{"zone": "lab-a", "role": "analyzer"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Append(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for opCtx.Err() == nil {
+			hb, err := events.New(events.Keys{Device: "rpi-1"}, events.DeviceHeartbeat{AgentVersion: "0.1.0"})
+			if err != nil {
+				return
+			}
+			if _, err := st.Append(opCtx, hb); err != nil {
+				return
+			}
+			select {
+			case <-opCtx.Done():
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
 	}()
 	defer func() {
 		stopOp()
@@ -53,14 +82,16 @@ func TestKubectlRecipes(t *testing.T) {
 		}
 	}()
 
+	home := t.TempDir()
 	for _, r := range rs {
 		t.Run(r.script, func(t *testing.T) {
 			rctx, rcancel := context.WithTimeout(ctx, 90*time.Second)
 			defer rcancel()
 			cmd := exec.CommandContext(rctx, "bash", "-euo", "pipefail", "-c", r.script)
 			cmd.Dir = ".."
-			cmd.Env = append(os.Environ(), "KUBECONFIG="+srv.KubeconfigPath(),
-				"PATH="+filepath.Dir(srv.KubectlPath())+string(os.PathListSeparator)+os.Getenv("PATH"))
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+srv.KubeconfigPath(), "NATS_URL="+nsrv.ClientURL(),
+				"HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+				"PATH="+filepath.Dir(srv.KubectlPath())+string(os.PathListSeparator)+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Run(); err != nil {
