@@ -24,6 +24,9 @@ type EventStore interface {
 	Last(ctx context.Context, subject string) (events.Record, error)
 }
 
+// conflictRetry is how soon a reconcile that lost an append race re-reads.
+const conflictRetry = 50 * time.Millisecond
+
 // FieldOwnerRevisions is the server-side-apply field manager of the status
 // fields the Deployment controller owns (observedGeneration and the
 // TargetsResolved condition). The revision, counts and phase belong to the
@@ -96,7 +99,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if errors.Is(err, events.ErrConflict) {
 			// Another writer appended first: re-read and re-decide.
 			r.Log.InfoContext(ctx, "revision append conflict, re-reading", "deployment", req.String())
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("append revision of %s: %w", req, err)
@@ -171,7 +174,7 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 		}
 		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(lastSeq))
 		if errors.Is(err, events.ErrConflict) {
-			return ctrl.Result{Requeue: true}, nil
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("append deletion of %s: %w", subject, err)
@@ -192,19 +195,18 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 	if res.Reason != fleetv1.ReasonResolved {
 		status = metav1.ConditionFalse
 	}
-	patch := &fleetv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace},
-		Status: fleetv1.DeploymentStatus{
-			ObservedGeneration: rev.Generation,
-			Conditions: []metav1.Condition{{
-				Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
-				ObservedGeneration: rev.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
-			}},
-		},
+	// Only the fields this controller owns: a DeploymentStatus would also
+	// carry zero counts and take them from the rollout runner.
+	type revisionStatus struct {
+		ObservedGeneration int64              `json:"observedGeneration"`
+		Conditions         []metav1.Condition `json:"conditions"`
 	}
-	if err := r.Client.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldOwnerRevisions), client.ForceOwnership); err != nil {
-		return fmt.Errorf("patch status of %s/%s: %w", d.Namespace, d.Name, err)
+	st := revisionStatus{
+		ObservedGeneration: rev.Generation,
+		Conditions: []metav1.Condition{{
+			Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
+			ObservedGeneration: rev.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
+		}},
 	}
-	return nil
+	return applyStatus(ctx, r.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerRevisions)
 }

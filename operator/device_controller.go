@@ -15,8 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -595,21 +593,8 @@ func (r *DeviceReconciler) applyStatus(ctx context.Context, d *fleetv1.Device, w
 	if statusEqual(want, d.Status) {
 		return nil
 	}
-	patch := &fleetv1.Device{
-		TypeMeta:   metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: "Device"},
-		ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: d.Namespace},
-		Status:     want,
-	}
-	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(patch)
-	if err != nil {
-		return fmt.Errorf("status of Device %s/%s: %w", d.Namespace, d.Name, err)
-	}
-	// Apply only what this controller owns: no spec, no empty metadata.
-	delete(obj, "spec")
-	obj["metadata"] = map[string]any{"name": d.Name, "namespace": d.Namespace}
-	ac := client.ApplyConfigurationFromUnstructured(&unstructured.Unstructured{Object: obj})
-	if err := r.Client.Status().Apply(ctx, ac, client.FieldOwner(FieldOwnerDevices), client.ForceOwnership); err != nil {
-		return fmt.Errorf("patch status of Device %s/%s: %w", d.Namespace, d.Name, err)
+	if err := applyStatus(ctx, r.Client, "Device", d.Namespace, d.Name, &want, FieldOwnerDevices); err != nil {
+		return err
 	}
 	r.Log.InfoContext(ctx, "device status", "device", d.Name, "namespace", d.Namespace, "liveness", want.Liveness,
 		"reason", want.Conditions[0].Reason)

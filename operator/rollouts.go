@@ -14,11 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
@@ -356,12 +354,7 @@ func (r *RolloutRunner) flushStatus(ctx context.Context, s *runnerState) {
 			delete(s.dirtyStat, k)
 			continue
 		}
-		patch := &fleetv1.Deployment{
-			TypeMeta:   metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: "Deployment"},
-			ObjectMeta: metav1.ObjectMeta{Name: k.name, Namespace: k.ns},
-			Status:     st,
-		}
-		err := r.Client.Status().Patch(ctx, patch, client.Apply, client.FieldOwner(FieldOwnerRollouts), client.ForceOwnership)
+		err := applyStatus(ctx, r.Client, "Deployment", k.ns, k.name, &st, FieldOwnerRollouts)
 		if err != nil && !apierrors.IsNotFound(err) {
 			r.Log.ErrorContext(ctx, "patch deployment status", "deployment", k.ns+"/"+k.name, "error", err)
 			continue // retried on the next tick

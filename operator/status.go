@@ -1,0 +1,33 @@
+package operator
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// applyStatus server-side-applies status (a pointer to a status struct) to
+// the status subresource of a Fleet object, as field manager owner: only
+// the fields set in status are claimed, so several controllers can own
+// different parts of one status.
+func applyStatus(ctx context.Context, c client.Client, kind, namespace, name string, status any, owner string) error {
+	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(status)
+	if err != nil {
+		return fmt.Errorf("status of %s %s/%s: %w", kind, namespace, name, err)
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": fleetv1.GroupVersion.String(),
+		"kind":       kind,
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"status":     st,
+	}}
+	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership); err != nil {
+		return fmt.Errorf("patch status of %s %s/%s: %w", kind, namespace, name, err)
+	}
+	return nil
+}
