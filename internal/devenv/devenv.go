@@ -183,6 +183,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := checkKubeBinaries(o.KubeBinDir); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("fleet dev: --data-dir: %w", err)
+	}
+	release, err := claimDataDir(o.DataDir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	sec, err := loadSecrets(filepath.Join(o.DataDir, "secrets"))
 	if err != nil {
 		return err
@@ -297,6 +305,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
+	recordKube(o.DataDir)
 	defer func() {
 		// After the group: the operator must have stopped first.
 		if werr := g.wait(); werr != nil {

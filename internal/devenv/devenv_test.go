@@ -68,7 +68,7 @@ func start(t *testing.T, dir string, devices int, out *bytes.Buffer) (devenv.Inf
 	go func() {
 		done <- devenv.Run(ctx, devenv.Options{
 			DataDir: dir, NATSPort: -1, Devices: devices, Out: out,
-			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 			Ready:  func(in devenv.Info) { ready <- in },
 		})
 	}()
@@ -127,6 +127,39 @@ func documentedReplay(t *testing.T) string {
 	return string(m)
 }
 
+// natsRun runs a documented nats CLI recipe as fleet dev's printed export
+// line sets it up, and returns its output.
+func natsRun(ctx context.Context, natsBin string, in devenv.Info, script string) (string, error) {
+	pw, err := os.ReadFile(in.AdminPasswordFile)
+	if err != nil {
+		return "", err
+	}
+	home, err := os.MkdirTemp("", "fleet-dev-nats-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(home)
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, "bash", "-euo", "pipefail", "-c", script)
+	cmd.Env = append(os.Environ(), "NATS_URL="+in.NATSURL, "NATS_USER="+in.AdminUser, "NATS_PASSWORD="+strings.TrimSpace(string(pw)),
+		"PATH="+filepath.Dir(natsBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	return out.String(), err
+}
+
+// natsOut is natsRun's output with its error, for failure messages.
+func natsOut(ctx context.Context, natsBin string, in devenv.Info, script string) string {
+	out, err := natsRun(ctx, natsBin, in, script)
+	if err != nil {
+		out += "\n" + err.Error()
+	}
+	return out
+}
+
 func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testing.T) {
 	needKube(t)
 	natsBin := natsCLI(t)
@@ -149,8 +182,9 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 	deadline := time.Now().Add(2 * time.Minute)
 	for phase := ""; phase != "Succeeded"; {
 		if time.Now().After(deadline) {
-			t.Fatalf("phase %q after 2 minutes, want Succeeded:\n%s", phase,
-				kubectl(t, ctx, in, "get", "fdeploy,fdev", "-n", "lab", "-o", "yaml"))
+			t.Fatalf("phase %q after 2 minutes, want Succeeded:\n%s\nreports and rollout:\n%s", phase,
+				kubectl(t, ctx, in, "get", "fdeploy,fdev", "-n", "lab", "-o", "yaml"),
+				natsOut(ctx, natsBin, in, "nats sub --stream FLEET_REPORTS --all -T 'fleet.report.*.workload'; "+replay))
 		}
 		phase = kubectl(t, ctx, in, "get", "fdeploy", "-n", "lab", "analysis-api", "-o", "jsonpath={.status.phase}")
 		select {
@@ -160,28 +194,20 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 		}
 	}
 
+	rout, err := natsRun(ctx, natsBin, in, replay)
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", replay, err, rout)
+	}
+	for _, want := range []string{"rollout.started", "rollout.canary-stage", "rollout.succeeded"} {
+		if !strings.Contains(rout, want) {
+			t.Errorf("the replay lacks %s:\n%s", want, rout)
+		}
+	}
+	stop()
 	pw, err := os.ReadFile(in.AdminPasswordFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	home := t.TempDir()
-	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer rcancel()
-	cmd := exec.CommandContext(rctx, "bash", "-euo", "pipefail", "-c", replay)
-	cmd.Env = append(os.Environ(), "NATS_URL="+in.NATSURL, "NATS_USER="+in.AdminUser, "NATS_PASSWORD="+strings.TrimSpace(string(pw)),
-		"PATH="+filepath.Dir(natsBin)+string(os.PathListSeparator)+os.Getenv("PATH"),
-		"HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
-	var rout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &rout, &rout
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s", replay, err, rout.String())
-	}
-	for _, want := range []string{"rollout.started", "rollout.canary-stage", "rollout.succeeded"} {
-		if !strings.Contains(rout.String(), want) {
-			t.Errorf("the replay lacks %s:\n%s", want, rout.String())
-		}
-	}
-	stop()
 
 	// The next run resumes: same JetStream store, same etcd data.
 	in, stop = start(t, dir, 3, &bytes.Buffer{})

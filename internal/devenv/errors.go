@@ -11,3 +11,6 @@ var ErrKubeBinariesMissing = errors.New("fleet dev: kube-apiserver, etcd or kube
 // repository, so the default binary and CRD folders are unknown: run from the
 // repository or pass --kube-bin-dir and --crd-dir.
 var ErrNoRepoRoot = errors.New("fleet dev: not inside the harmony-fleet repository")
+
+// ErrDataDirInUse means another live fleet dev runs on the same data folder.
+var ErrDataDirInUse = errors.New("fleet dev: the data folder is in use")
