@@ -1,11 +1,13 @@
 package kubeapi
 
 import (
-	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 // Versions of the binaries the harness runs. They must match tools/k8s/go.mod,
@@ -17,9 +19,6 @@ const (
 	// EtcdVersion is the version of etcd in the same folder.
 	EtcdVersion = "v3.7.3"
 )
-
-// modulePath is the product module; RepoRoot stops at the go.mod declaring it.
-const modulePath = "github.com/nationtech/harmony-fleet"
 
 // Binary names inside BinDir.
 const (
@@ -34,40 +33,14 @@ const SetupCommand = "go tool -modfile=tools/go.mod task setup:k8s"
 // component names what is missing in testenv.Missing messages.
 const component = "kube-apiserver/etcd/kubectl"
 
-// RepoRoot returns the repository root: the nearest enclosing directory of
-// the working directory whose go.mod declares the product module. Tests run
-// in their package folder, so this works from any package.
+// RepoRoot returns the repository root (see testenv.RepoRoot); its error
+// wraps ErrNoRepoRoot.
 func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("kubeapi: working directory: %w", err)
+	root, err := testenv.RepoRoot()
+	if errors.Is(err, testenv.ErrNoRepoRoot) {
+		return "", fmt.Errorf("%w: %w", ErrNoRepoRoot, err)
 	}
-	for {
-		if isProductModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w: no go.mod declaring %s above the working directory", ErrNoRepoRoot, modulePath)
-		}
-		dir = parent
-	}
-}
-
-func isProductModule(gomod string) bool {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if rest, ok := strings.CutPrefix(line, "module "); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`) == modulePath
-		}
-	}
-	return false
+	return root, err
 }
 
 // BinDir returns the folder that `task setup:k8s` fills with kube-apiserver,

@@ -1,55 +1,25 @@
 package podmantest
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 // ErrNoRepoRoot reports that no enclosing directory holds the product's
 // go.mod, so the run folder cannot be derived.
 var ErrNoRepoRoot = errors.New("podmantest: repository root not found")
 
-// modulePath is the product module; RepoRoot stops at the go.mod declaring it.
-const modulePath = "github.com/nationtech/harmony-fleet"
-
-// RepoRoot returns the repository root: the nearest enclosing directory of
-// the working directory whose go.mod declares the product module. Tests run
-// in their package folder, so this works from any package.
+// RepoRoot returns the repository root (see testenv.RepoRoot); its error
+// wraps ErrNoRepoRoot.
 func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", fmt.Errorf("podmantest: working directory: %w", err)
+	root, err := testenv.RepoRoot()
+	if errors.Is(err, testenv.ErrNoRepoRoot) {
+		return "", fmt.Errorf("%w: %w", ErrNoRepoRoot, err)
 	}
-	for {
-		if isProductModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("%w: no go.mod declaring %s above the working directory", ErrNoRepoRoot, modulePath)
-		}
-		dir = parent
-	}
-}
-
-func isProductModule(gomod string) bool {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := strings.TrimSpace(sc.Text())
-		if rest, ok := strings.CutPrefix(line, "module "); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`) == modulePath
-		}
-	}
-	return false
+	return root, err
 }
 
 // RunDir returns the run folder .cache/run/ at the repository root, where
