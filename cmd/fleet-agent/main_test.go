@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
 
@@ -88,5 +89,58 @@ func TestFlagErrorsNameTheFix(t *testing.T) {
 				t.Errorf("got %v, want an error naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL runs the binary's main
+// path through the production authentication chain: machine key → id_token
+// from the OpenID Provider → NATS auth callout → device-scoped permissions.
+// The agent reads its intent by direct get and reports; nothing else is
+// configured.
+func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
+	env := callouttest.Start(t)
+	keyFile := env.EnrollDevice(t, "rpi-7")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	score := json.RawMessage(`{"type":"PodmanV0","data":{"services":[{"name":"api","image":"reg.example/api:v1"}]}}`)
+	val, _ := json.Marshal(events.DeviceIntent{Device: "rpi-7", Deployments: []events.IntentEntry{{Namespace: "lab", Name: "api", UID: "u", Generation: 1, Score: score}}})
+	if _, err := env.Intent.Put(ctx, "rpi-7", val); err != nil {
+		t.Fatal(err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var logs syncBuffer
+	go func() {
+		done <- run(runCtx, []string{"--device", "rpi-7", "--nats-url", env.NATS.ClientURL(), "--key-file", keyFile,
+			"--issuer", env.Provider.Issuer(), "--audience", env.Provider.Audience(), "--runtime", "sim"}, &logs)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		rec, err := env.Store.Last(ctx, "fleet.report.rpi-7.workload")
+		if err == nil {
+			if ws, _ := events.Decode[events.WorkloadStatus](rec.Event); ws.Phase == events.WorkloadFailed {
+				break // the intent was read (direct get) and the report published
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.b.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no workload report through the callout; logs:\n%s", logs.b.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := env.Store.Last(ctx, "fleet.report.rpi-7.inventory"); err != nil {
+		t.Errorf("inventory: %v", err)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(logs.b.String(), `"key"`) {
+		t.Error("the logs mention the key")
 	}
 }
