@@ -54,8 +54,8 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	device := fs.String("device", os.Getenv("FLEET_DEVICE"), "this device's id ($FLEET_DEVICE)")
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
 	keyFile := fs.String("key-file", os.Getenv("FLEET_KEY_FILE"), "machine key file (Zitadel key JSON) ($FLEET_KEY_FILE)")
-	issuer := fs.String("issuer", os.Getenv("FLEET_ISSUER"), "OpenID Provider issuer URL ($FLEET_ISSUER)")
-	audience := fs.String("audience", os.Getenv("FLEET_AUDIENCE"), "id_token audience (project) to request")
+	issuer := fs.String("issuer", os.Getenv("FLEET_ISSUER"), "OpenID Provider issuer URL ($FLEET_ISSUER; default: the key file's)")
+	audience := fs.String("audience", os.Getenv("FLEET_AUDIENCE"), "id_token audience (project) to request (default: the key file's)")
 	noAuth := fs.Bool("insecure-no-auth", false, "connect without a machine key (development servers without the auth callout only)")
 	rt := fs.String("runtime", "podman", "container runtime: podman or sim (simulated, for scale tests and fleet dev)")
 	socket := fs.String("podman-socket", "unix:///run/podman/podman.sock", "Podman API socket URL")
@@ -70,12 +70,18 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
 	switch {
 	case *keyFile != "":
-		if *issuer == "" {
-			return errors.New("--issuer is empty: give the OpenID Provider's issuer URL with --key-file")
-		}
 		key, err := credential.ReadKeyFile(*keyFile)
 		if err != nil {
 			return err
+		}
+		if *issuer == "" {
+			*issuer = key.Issuer
+		}
+		if *audience == "" {
+			*audience = key.Audience
+		}
+		if *issuer == "" {
+			return errors.New("--issuer is empty and the key file names no issuer: give the OpenID Provider's issuer URL")
 		}
 		src, err := credential.New(ctx, credential.Options{Issuer: *issuer, Key: key, Audience: *audience, Logger: logger})
 		if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -51,6 +52,8 @@ func runEnroll(args []string) error {
 	idpTokenFile := fs.String("idp-token-file", os.Getenv("FLEET_IDP_TOKEN_FILE"), "file holding a personal access token allowed to manage machine users (env FLEET_IDP_TOKEN_FILE)")
 	orgID := fs.String("org-id", "", "Zitadel organisation id (x-zitadel-orgid)")
 	keyExpiry := fs.Duration("key-expiry", 0, "key lifetime (0: no expiry)")
+	issuer := fs.String("issuer", "", "OpenID issuer written into the key file for the device (default: -idp-url)")
+	audience := fs.String("audience", "", "id_token audience written into the key file for the device")
 	verbose := fs.Bool("v", false, "log each step")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -96,7 +99,7 @@ func runEnroll(args []string) error {
 		level = slog.LevelInfo
 	}
 	en, err := enroll.New(enroll.Options{
-		Client: kc, Provider: idp, Namespace: *namespace, KeyExpiry: *keyExpiry,
+		Client: kc, Provider: idp, Namespace: *namespace, KeyExpiry: *keyExpiry, Issuer: cmp.Or(*issuer, *idpURL), Audience: *audience,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {

@@ -21,6 +21,13 @@ type KeyFile struct {
 	Key string `json:"key"`
 	// UserID is the machine user's id: the OIDC subject of its tokens.
 	UserID string `json:"userId"`
+	// Issuer and Audience are Fleet's optional additions, written by
+	// enrollment so that a device needs only its key file and the NATS URL:
+	// the OpenID Provider to exchange the key at and the audience to ask
+	// for. Zitadel's own key files do not carry them; pass them as flags
+	// then. Not secret.
+	Issuer   string `json:"issuer,omitempty"`
+	Audience string `json:"audience,omitempty"`
 }
 
 // String describes the key file without its private key.
@@ -70,6 +77,16 @@ func ParseKeyFile(data []byte) (KeyFile, error) {
 			return KeyFile{}, fmt.Errorf("%w: field %q is not a string", ErrKeyFile, f.name)
 		}
 	}
+	for _, f := range []struct {
+		name string
+		dst  *string
+	}{{"issuer", &k.Issuer}, {"audience", &k.Audience}} {
+		if v, ok := raw[f.name]; ok {
+			if err := json.Unmarshal(v, f.dst); err != nil {
+				return KeyFile{}, fmt.Errorf("%w: field %q is not a string", ErrKeyFile, f.name)
+			}
+		}
+	}
 	if err := k.Validate(); err != nil {
 		return KeyFile{}, err
 	}
@@ -92,13 +109,16 @@ func ReadKeyFile(path string) (KeyFile, error) {
 	return k, nil
 }
 
-// Marshal encodes the key file as Zitadel writes it.
+// Marshal encodes the key file as Zitadel writes it, plus Fleet's optional
+// issuer and audience when set.
 func (k KeyFile) Marshal() ([]byte, error) {
 	return json.Marshal(struct {
-		Type   string `json:"type"`
-		KeyID  string `json:"keyId"`
-		Key    string `json:"key"`
-		UserID string `json:"userId"`
+		Type     string `json:"type"`
+		KeyID    string `json:"keyId"`
+		Key      string `json:"key"`
+		UserID   string `json:"userId"`
+		Issuer   string `json:"issuer,omitempty"`
+		Audience string `json:"audience,omitempty"`
 	}(k))
 }
 

@@ -175,7 +175,8 @@ func (e *Env) machine(tb testing.TB, name string, roles ...string) *credential.S
 
 // EnrollDevice creates a machine user and key for device, registers the
 // identity in fleet-identity as the operator does, writes the key file
-// (mode 0600) into a temporary folder and returns its path.
+// (mode 0600, with the issuer and audience as enrollment writes them) into a
+// temporary folder and returns its path.
 func (e *Env) EnrollDevice(tb testing.TB, device string) string {
 	tb.Helper()
 	ctx := context.Background()
@@ -194,6 +195,7 @@ func (e *Env) EnrollDevice(tb testing.TB, device string) string {
 	if _, err := e.Identity.Put(ctx, uid, v); err != nil {
 		tb.Fatal(err)
 	}
+	kf.Issuer, kf.Audience = e.Provider.Issuer(), e.Provider.Audience()
 	path := filepath.Join(tb.TempDir(), device+".json")
 	if err := credential.WriteKeyFile(path, kf); err != nil {
 		tb.Fatal(err)

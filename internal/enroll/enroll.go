@@ -47,6 +47,10 @@ type Options struct {
 	Namespace string
 	// KeyExpiry, when positive, makes keys expire that long after minting.
 	KeyExpiry time.Duration
+	// Issuer and Audience, when set, are written into the key file so the
+	// device needs only the file and the NATS URL (credential.KeyFile).
+	Issuer   string
+	Audience string
 	// Logger receives one record per step (ids only). Default: discard.
 	Logger *slog.Logger
 }
@@ -172,6 +176,7 @@ func (e *Enroller) Enroll(ctx context.Context, r Request) (Result, error) {
 	if err := e.o.Client.Create(ctx, dev); err != nil {
 		return Result{}, undo(fmt.Errorf("enroll: create Device %s/%s: %w", e.o.Namespace, r.Device, err))
 	}
+	kf.Issuer, kf.Audience = e.o.Issuer, e.o.Audience
 	if err := credential.WriteKeyFile(r.KeyFile, kf); err != nil {
 		return Result{}, undo(err)
 	}
@@ -210,6 +215,7 @@ func (e *Enroller) Reenroll(ctx context.Context, r Request) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("enroll: add machine key: %w", err)
 	}
+	kf.Issuer, kf.Audience = e.o.Issuer, e.o.Audience
 	if err := credential.WriteKeyFile(r.KeyFile, kf); err != nil {
 		if rerr := e.o.Provider.RemoveMachineKey(context.WithoutCancel(ctx), uid, kf.KeyID); rerr != nil {
 			err = errors.Join(err, rerr)
