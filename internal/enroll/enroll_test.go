@@ -73,7 +73,8 @@ func setup(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	logs := &bytes.Buffer{}
-	en, err := enroll.New(enroll.Options{Client: c, Provider: op, Namespace: ns, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+	en, err := enroll.New(enroll.Options{Client: c, Provider: op, Namespace: ns, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
+		Issuer: op.Issuer(), Audience: op.Audience()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,10 @@ func (f *fixture) grant(t *testing.T, path string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src, err := credential.New(context.Background(), credential.Options{Issuer: f.op.Issuer(), Key: kf})
+	if kf.Issuer != f.op.Issuer() || kf.Audience != f.op.Audience() {
+		t.Errorf("the key file names issuer %q and audience %q, want the provider's", kf.Issuer, kf.Audience)
+	}
+	src, err := credential.New(context.Background(), credential.Options{Issuer: kf.Issuer, Key: kf})
 	if err != nil {
 		t.Fatal(err)
 	}
