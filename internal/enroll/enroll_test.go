@@ -244,7 +244,7 @@ func TestEnrollThroughTheManagementAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	en, err := enroll.New(enroll.Options{Client: f.c, Provider: zc, Namespace: f.ns})
+	en, err := enroll.New(enroll.Options{Client: f.c, Provider: zc, Namespace: f.ns, Issuer: op.Issuer(), Audience: op.Audience()})
 	if err != nil {
 		t.Fatal(err)
 	}
