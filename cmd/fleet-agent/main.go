@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -51,7 +52,7 @@ func (l labelFlag) Set(v string) error {
 
 func run(ctx context.Context, args []string, logOut io.Writer) error {
 	fs := flag.NewFlagSet("fleet-agent", flag.ContinueOnError)
-	device := fs.String("device", os.Getenv("FLEET_DEVICE"), "this device's id ($FLEET_DEVICE)")
+	device := fs.String("device", os.Getenv("FLEET_DEVICE"), "this device's id ($FLEET_DEVICE; default: the key file's)")
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
 	keyFile := fs.String("key-file", os.Getenv("FLEET_KEY_FILE"), "machine key file (Zitadel key JSON) ($FLEET_KEY_FILE)")
 	issuer := fs.String("issuer", os.Getenv("FLEET_ISSUER"), "OpenID Provider issuer URL ($FLEET_ISSUER; default: the key file's)")
@@ -67,23 +68,27 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil))
 
-	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
-	switch {
-	case *keyFile != "":
-		key, err := credential.ReadKeyFile(*keyFile)
+	var key *credential.KeyFile
+	if *keyFile != "" {
+		k, err := credential.ReadKeyFile(*keyFile)
 		if err != nil {
 			return err
 		}
-		if *issuer == "" {
-			*issuer = key.Issuer
-		}
-		if *audience == "" {
-			*audience = key.Audience
-		}
+		key = &k
+		*issuer = cmp.Or(*issuer, k.Issuer)
+		*audience = cmp.Or(*audience, k.Audience)
+		*device = cmp.Or(*device, k.Device)
+	}
+	if *device == "" {
+		return errors.New("--device is empty and no key file names one: give this device's id")
+	}
+	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
+	switch {
+	case key != nil:
 		if *issuer == "" {
 			return errors.New("--issuer is empty and the key file names no issuer: give the OpenID Provider's issuer URL")
 		}
-		src, err := credential.New(ctx, credential.Options{Issuer: *issuer, Key: key, Audience: *audience, Logger: logger})
+		src, err := credential.New(ctx, credential.Options{Issuer: *issuer, Key: *key, Audience: *audience, Logger: logger})
 		if err != nil {
 			return err
 		}

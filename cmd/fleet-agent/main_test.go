@@ -78,6 +78,7 @@ func TestFlagErrorsNameTheFix(t *testing.T) {
 		want string
 	}{
 		{"without a key file the agent refuses to connect", []string{"--device", "d"}, "--key-file"},
+		{"without a key file or a device id the agent names the flag", []string{}, "--device"},
 		{"a key file that cannot be read is named", []string{"--device", "d", "--key-file", "missing-key.json"}, "missing-key.json"},
 		{"an unknown runtime is refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "docker"}, "--runtime"},
 		{"a label without a value is refused", []string{"--label", "role"}, "key=value"},
@@ -112,7 +113,7 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 	done := make(chan error, 1)
 	var logs syncBuffer
 	go func() {
-		done <- run(runCtx, []string{"--device", "rpi-7", "--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "sim"}, &logs)
+		done <- run(runCtx, []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "sim"}, &logs)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for {

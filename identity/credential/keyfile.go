@@ -28,6 +28,9 @@ type KeyFile struct {
 	// then. Not secret.
 	Issuer   string `json:"issuer,omitempty"`
 	Audience string `json:"audience,omitempty"`
+	// Device is Fleet's optional addition naming the device id the key was
+	// enrolled for. Not secret.
+	Device string `json:"device,omitempty"`
 }
 
 // String describes the key file without its private key.
@@ -80,7 +83,7 @@ func ParseKeyFile(data []byte) (KeyFile, error) {
 	for _, f := range []struct {
 		name string
 		dst  *string
-	}{{"issuer", &k.Issuer}, {"audience", &k.Audience}} {
+	}{{"issuer", &k.Issuer}, {"audience", &k.Audience}, {"device", &k.Device}} {
 		if v, ok := raw[f.name]; ok {
 			if err := json.Unmarshal(v, f.dst); err != nil {
 				return KeyFile{}, fmt.Errorf("%w: field %q is not a string", ErrKeyFile, f.name)
@@ -110,7 +113,7 @@ func ReadKeyFile(path string) (KeyFile, error) {
 }
 
 // Marshal encodes the key file as Zitadel writes it, plus Fleet's optional
-// issuer and audience when set.
+// issuer, audience and device when set.
 func (k KeyFile) Marshal() ([]byte, error) {
 	return json.Marshal(struct {
 		Type     string `json:"type"`
@@ -119,6 +122,7 @@ func (k KeyFile) Marshal() ([]byte, error) {
 		UserID   string `json:"userId"`
 		Issuer   string `json:"issuer,omitempty"`
 		Audience string `json:"audience,omitempty"`
+		Device   string `json:"device,omitempty"`
 	}(k))
 }
 

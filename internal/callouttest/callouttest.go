@@ -195,7 +195,7 @@ func (e *Env) EnrollDevice(tb testing.TB, device string) string {
 	if _, err := e.Identity.Put(ctx, uid, v); err != nil {
 		tb.Fatal(err)
 	}
-	kf.Issuer, kf.Audience = e.Provider.Issuer(), e.Provider.Audience()
+	kf.Issuer, kf.Audience, kf.Device = e.Provider.Issuer(), e.Provider.Audience(), device
 	path := filepath.Join(tb.TempDir(), device+".json")
 	if err := credential.WriteKeyFile(path, kf); err != nil {
 		tb.Fatal(err)

@@ -176,7 +176,7 @@ func (e *Enroller) Enroll(ctx context.Context, r Request) (Result, error) {
 	if err := e.o.Client.Create(ctx, dev); err != nil {
 		return Result{}, undo(fmt.Errorf("enroll: create Device %s/%s: %w", e.o.Namespace, r.Device, err))
 	}
-	kf.Issuer, kf.Audience = e.o.Issuer, e.o.Audience
+	kf.Issuer, kf.Audience, kf.Device = e.o.Issuer, e.o.Audience, r.Device
 	if err := credential.WriteKeyFile(r.KeyFile, kf); err != nil {
 		return Result{}, undo(err)
 	}
@@ -215,7 +215,7 @@ func (e *Enroller) Reenroll(ctx context.Context, r Request) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("enroll: add machine key: %w", err)
 	}
-	kf.Issuer, kf.Audience = e.o.Issuer, e.o.Audience
+	kf.Issuer, kf.Audience, kf.Device = e.o.Issuer, e.o.Audience, r.Device
 	if err := credential.WriteKeyFile(r.KeyFile, kf); err != nil {
 		if rerr := e.o.Provider.RemoveMachineKey(context.WithoutCancel(ctx), uid, kf.KeyID); rerr != nil {
 			err = errors.Join(err, rerr)
