@@ -26,7 +26,7 @@ const (
 )
 
 type podmanWorld struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	rt     *podman.Runtime
 	r      *agent.Reconciler
@@ -34,7 +34,10 @@ type podmanWorld struct {
 	suffix string
 }
 
-func newPodmanWorld(t *testing.T) *podmanWorld {
+func newPodmanWorld(t *testing.T) *podmanWorld { return newPodmanWorldB(t) }
+
+// newPodmanWorldB is newPodmanWorld for tests and benchmarks.
+func newPodmanWorldB(t testing.TB) *podmanWorld {
 	podmantest.Connect(t) // applies the CI policy when Podman is missing
 	sock, err := podmantest.SocketPath()
 	if err != nil {
@@ -58,8 +61,10 @@ func newPodmanWorld(t *testing.T) *podmanWorld {
 
 func (w *podmanWorld) name(n string) string { return n + "-" + w.suffix }
 
-func (w *podmanWorld) entry(gen int64, s agent.Score) events.IntentEntry {
-	return events.IntentEntry{Namespace: w.ns, Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: score(w.t, s)}
+func (w *podmanWorld) entry(gen int64, s agent.Score) events.IntentEntry { return w.entryB(w.t, gen, s) }
+
+func (w *podmanWorld) entryB(tb testing.TB, gen int64, s agent.Score) events.IntentEntry {
+	return events.IntentEntry{Namespace: w.ns, Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: score(tb, s)}
 }
 
 func (w *podmanWorld) byName() map[string]runtime.Container {

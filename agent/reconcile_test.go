@@ -36,7 +36,7 @@ func (c creds) PullCredential(_ context.Context, ref string) ([]byte, error) {
 	return []byte(v), nil
 }
 
-func score(t *testing.T, s agent.Score) json.RawMessage {
+func score(t testing.TB, s agent.Score) json.RawMessage {
 	t.Helper()
 	s.Type = "PodmanV0"
 	b, err := json.Marshal(s)
