@@ -61,7 +61,9 @@ func newPodmanWorldB(t testing.TB) *podmanWorld {
 
 func (w *podmanWorld) name(n string) string { return n + "-" + w.suffix }
 
-func (w *podmanWorld) entry(gen int64, s agent.Score) events.IntentEntry { return w.entryB(w.t, gen, s) }
+func (w *podmanWorld) entry(gen int64, s agent.Score) events.IntentEntry {
+	return w.entryB(w.t, gen, s)
+}
 
 func (w *podmanWorld) entryB(tb testing.TB, gen int64, s agent.Score) events.IntentEntry {
 	return events.IntentEntry{Namespace: w.ns, Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: score(tb, s)}
