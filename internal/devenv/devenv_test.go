@@ -184,7 +184,8 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 		if time.Now().After(deadline) {
 			t.Fatalf("phase %q after 2 minutes, want Succeeded:\n%s\nreports and rollout:\n%s", phase,
 				kubectl(t, ctx, in, "get", "fdeploy,fdev", "-n", "lab", "-o", "yaml"),
-				natsOut(ctx, natsBin, in, "nats sub --stream FLEET_REPORTS --all -T 'fleet.report.*.workload'; "+replay))
+				natsOut(ctx, natsBin, in, "nats sub --stream FLEET_REPORTS --all -T 'fleet.report.*.workload'; "+replay+
+					"; for d in sim-1 sim-2 sim-3; do echo \"intent of $d:\"; nats kv get fleet-intent $d --raw | head -c 400 || true; echo; done"))
 		}
 		phase = kubectl(t, ctx, in, "get", "fdeploy", "-n", "lab", "analysis-api", "-o", "jsonpath={.status.phase}")
 		select {

@@ -111,8 +111,11 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 	defer nc.Close()
 	return agent.Run(ctx, agent.Options{
 		Device: dev, Conn: nc, Labels: deviceLabels(i), AgentVersion: "fleet-dev",
-		Reconciler: &agent.Reconciler{Runtime: openRegistry{sim.New(sim.Options{Behave: behave})}, Log: log},
-		Logger:     log,
+		// Re-read the intent every 30 s rather than every 5 minutes: a
+		// simulated device repairs a missed change quickly.
+		ResyncInterval: devResync,
+		Reconciler:     &agent.Reconciler{Runtime: openRegistry{sim.New(sim.Options{Behave: behave})}, Log: log},
+		Logger:         log,
 	})
 }
 
@@ -126,6 +129,9 @@ func behave(spec runtime.ContainerSpec) sim.Behaviour {
 	}
 	return b
 }
+
+// devResync is the simulated agents' resync interval.
+const devResync = 30 * time.Second
 
 // openRegistry is a simulated runtime whose registry serves every image
 // without a credential, so any example pulls on a simulated device.
