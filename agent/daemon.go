@@ -69,7 +69,17 @@ type daemon struct {
 	mu       sync.Mutex // guards the fields below
 	lastSeq  uint64
 	reported map[[2]string]events.WorkloadStatus
+	// offline holds reports made while disconnected, coalesced: one per
+	// key (the last heartbeat, the last inventory, the last status of each
+	// Deployment; command results each), at most MaxOfflineReports.
+	offline     map[string]*nats.Msg
+	offlineKeys []string // insertion order
 }
+
+// MaxOfflineReports bounds the reports kept while the agent is
+// disconnected; past it the oldest are dropped (current state is re-reported
+// after every reconnect anyway).
+const MaxOfflineReports = 1024
 
 // Run reads this device's intent and keeps Podman converged on it until ctx
 // ends: a core subscription to its fleet-intent key's subject triggers a
@@ -137,6 +147,7 @@ func Run(ctx context.Context, o Options) error {
 		case <-resync.C:
 			poke()
 		case <-reconnected:
+			d.flushOffline(ctx)
 			d.mu.Lock()
 			d.reported = map[[2]string]events.WorkloadStatus{}
 			d.mu.Unlock()
@@ -288,8 +299,54 @@ func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data,
 	m.Header.Set("Nats-Msg-Id", ev.ID.String())
 	m.Header.Set(events.HeaderType, string(ev.Type))
 	m.Header.Set(events.HeaderVersion, strconv.Itoa(ev.Version))
+	if !d.o.Conn.IsConnected() {
+		d.hold(offlineKey(ev, data), m)
+		return
+	}
 	if err := d.o.Conn.PublishMsg(m); err != nil {
 		d.log.WarnContext(ctx, "report not sent", "type", ev.Type, "error", err)
+	}
+}
+
+// offlineKey is what a report coalesces on while offline.
+func offlineKey(ev events.Event, data events.Data) string {
+	switch d := data.(type) {
+	case events.WorkloadStatus:
+		return "workload/" + d.Namespace + "/" + d.Deployment
+	case events.CommandResult:
+		return "command/" + d.CommandID
+	}
+	return string(ev.Type)
+}
+
+// hold keeps a report for the reconnect, replacing an older one of the same
+// key and dropping the oldest past MaxOfflineReports.
+func (d *daemon) hold(key string, m *nats.Msg) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.offline == nil {
+		d.offline = map[string]*nats.Msg{}
+	}
+	if _, ok := d.offline[key]; !ok {
+		d.offlineKeys = append(d.offlineKeys, key)
+	}
+	d.offline[key] = m
+	for len(d.offlineKeys) > MaxOfflineReports {
+		delete(d.offline, d.offlineKeys[0])
+		d.offlineKeys = d.offlineKeys[1:]
+	}
+}
+
+// flushOffline sends the held reports, oldest first.
+func (d *daemon) flushOffline(ctx context.Context) {
+	d.mu.Lock()
+	keys, held := d.offlineKeys, d.offline
+	d.offlineKeys, d.offline = nil, nil
+	d.mu.Unlock()
+	for _, k := range keys {
+		if err := d.o.Conn.PublishMsg(held[k]); err != nil {
+			d.log.WarnContext(ctx, "held report not sent", "key", k, "error", err)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
 
@@ -207,4 +210,60 @@ func TestAgentCommands(t *testing.T) {
 	if res := ask("format-disk"); res.OK || !strings.Contains(res.Error, `unknown command "format-disk"`) {
 		t.Errorf("unknown command: %+v", res)
 	}
+}
+
+func TestReportsMadeWhileDisconnectedAreSentOnReconnect(t *testing.T) {
+	w := newWorld(t)
+	store := t.TempDir()
+	srv := natstest.StartWith(t, natsembed.Options{StoreDir: store, Sync: natsembed.FastSync})
+	u, _ := url.Parse(srv.ClientURL())
+	port, _ := strconv.Atoi(u.Port())
+	admin := natstest.Connect(t, srv, nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	st, err := events.NewStore(admin, events.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Provision(w.ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, HeartbeatInterval: 150 * time.Millisecond})
+	}()
+	defer func() { cancel(); <-done }()
+	poll := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	poll("the first heartbeat", func() bool { _, err := st.Last(w.ctx, "fleet.report.d1.heartbeat"); return err == nil })
+
+	srv.Shutdown()
+	down := time.Now()
+	poll("the agent to notice", func() bool { return !nc.IsConnected() })
+	// Let a few heartbeats fall due while the server is away (the telemetry
+	// stream keeps 5 per device, so the interval is long enough for the
+	// held one to still be there when the test looks).
+	poll("heartbeats to fall due", func() bool { return time.Since(down) > 500*time.Millisecond })
+	up := time.Now()
+	natstest.StartWith(t, natsembed.Options{StoreDir: store, Port: port, Sync: natsembed.FastSync})
+	poll("the reconnect", func() bool { return nc.IsConnected() && admin.IsConnected() })
+	poll("a heartbeat made during the outage to arrive", func() bool {
+		for r, err := range st.Replay(w.ctx, "fleet.report.d1.heartbeat", events.FromStart()) {
+			if err != nil {
+				return false
+			}
+			if r.Event.Time.After(down) && r.Event.Time.Before(up) {
+				return true
+			}
+		}
+		return false
+	})
 }
