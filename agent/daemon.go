@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -74,6 +75,19 @@ type daemon struct {
 	// Deployment; command results each), at most MaxOfflineReports.
 	offline     map[string]*nats.Msg
 	offlineKeys []string // insertion order
+	// notified is the value of the latest change notification not yet seen
+	// by a direct get (nil: none pending).
+	notified []byte
+}
+
+// deletedValue stands for a delete or purge notification.
+var deletedValue = []byte{}
+
+func notifiedValue(m *nats.Msg) []byte {
+	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return deletedValue
+	}
+	return append([]byte(nil), m.Data...)
 }
 
 // MaxOfflineReports bounds the reports kept while the agent is
@@ -99,6 +113,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Reconciler.Device == "" {
+		o.Reconciler.Device = o.Device
+	}
+	if o.Reconciler.Device != o.Device {
+		return fmt.Errorf("agent: the reconciler acts for device %q, the agent is %q", o.Reconciler.Device, o.Device)
+	}
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
 
 	kvSubj, _ := events.IntentKVSubject(o.Device)
@@ -110,7 +130,15 @@ func Run(ctx context.Context, o Options) error {
 		default:
 		}
 	}
-	kvSub, err := o.Conn.Subscribe(kvSubj, func(*nats.Msg) { poke() })
+	// A change notification arrives on the core subscription; it may
+	// overtake the store, so the pass that follows waits until the direct
+	// get shows at least that value (see pass).
+	kvSub, err := o.Conn.Subscribe(kvSubj, func(m *nats.Msg) {
+		d.mu.Lock()
+		d.notified = notifiedValue(m)
+		d.mu.Unlock()
+		poke()
+	})
 	if err != nil {
 		return fmt.Errorf("agent: subscribe %s: %w", kvSubj, err)
 	}
@@ -162,29 +190,54 @@ func Run(ctx context.Context, o Options) error {
 }
 
 // readIntent fetches the device's intent value by the subject-scoped direct
-// get. A missing key or a delete marker is an empty intent.
+// get. A missing key or a delete marker is an empty intent. When a change
+// notification is pending, it re-reads (for up to 5 s) until the stored
+// value is the notified one: a core notification can arrive before
+// JetStream has stored the message, and reading the older value then would
+// leave the device behind until the next change.
 func (d *daemon) readIntent(ctx context.Context) (events.DeviceIntent, uint64, error) {
+	d.mu.Lock()
+	want := d.notified
+	d.notified = nil
+	d.mu.Unlock()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		v, seq, raw, err := d.directGet(ctx)
+		if err != nil || want == nil || bytes.Equal(raw, want) || time.Now().After(deadline) {
+			return v, seq, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, seq, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// directGet is one subject-scoped direct get; raw is the stored value
+// (deletedValue for a delete marker or a missing key).
+func (d *daemon) directGet(ctx context.Context) (events.DeviceIntent, uint64, []byte, error) {
 	subj, _ := events.IntentDirectGetSubject(d.o.Device)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	m, err := d.o.Conn.RequestWithContext(rctx, subj, nil)
 	if err != nil {
-		return events.DeviceIntent{}, 0, fmt.Errorf("read intent: %w", err)
+		return events.DeviceIntent{}, 0, nil, fmt.Errorf("read intent: %w", err)
 	}
 	if st := m.Header.Get("Status"); st == "404" {
-		return events.DeviceIntent{Device: d.o.Device}, 0, nil
+		return events.DeviceIntent{Device: d.o.Device}, 0, deletedValue, nil
 	} else if st != "" {
-		return events.DeviceIntent{}, 0, fmt.Errorf("read intent: server answered %s %s", st, m.Header.Get("Description"))
+		return events.DeviceIntent{}, 0, nil, fmt.Errorf("read intent: server answered %s %s", st, m.Header.Get("Description"))
 	}
 	seq, _ := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
-		return events.DeviceIntent{Device: d.o.Device}, seq, nil
+		return events.DeviceIntent{Device: d.o.Device}, seq, deletedValue, nil
 	}
 	var v events.DeviceIntent
 	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return events.DeviceIntent{}, 0, fmt.Errorf("read intent: value at sequence %d: %w", seq, err)
+		return events.DeviceIntent{}, 0, nil, fmt.Errorf("read intent: value at sequence %d: %w", seq, err)
 	}
-	return v, seq, nil
+	return v, seq, m.Data, nil
 }
 
 // pass reads the intent and reconciles every Deployment on it; containers

@@ -16,8 +16,12 @@ import (
 // Labels every container the agent creates carries. The agent never touches
 // a container without LabelOwner = OwnerValue.
 const (
-	LabelOwner      = "fleet.nationtech.io/owner"
-	OwnerValue      = "fleet-agent"
+	LabelOwner = "fleet.nationtech.io/owner"
+	OwnerValue = "fleet-agent"
+	// LabelDevice names the device whose agent owns the container: agents
+	// of several devices may share one engine (fleet dev, tests), and none
+	// touches another's containers.
+	LabelDevice     = "fleet.nationtech.io/device"
 	LabelNamespace  = "fleet.nationtech.io/namespace"
 	LabelDeployment = "fleet.nationtech.io/deployment"
 	LabelUID        = "fleet.nationtech.io/uid"
@@ -44,6 +48,9 @@ type PullCredentials interface {
 // runtime's labels, so a restart rebuilds it.
 type Reconciler struct {
 	Runtime runtime.Runtime
+	// Device is the id of the device this reconciler acts for; it is part
+	// of ownership (LabelDevice).
+	Device string
 	// Secrets resolves secret_env references; nil: none configured.
 	Secrets Secrets
 	// Credentials reads pull secrets; nil: none configured.
@@ -95,9 +102,15 @@ func (r *Reconciler) log() *slog.Logger {
 	return r.Log
 }
 
-// owns reports whether c belongs to the Deployment (namespace, name).
-func owns(c runtime.Container, namespace, name string) bool {
-	return c.Labels[LabelOwner] == OwnerValue && c.Labels[LabelNamespace] == namespace && c.Labels[LabelDeployment] == name
+// owns reports whether c belongs to this device's Deployment (namespace,
+// name).
+func (r *Reconciler) owns(c runtime.Container, namespace, name string) bool {
+	return r.ownsAny(c) && c.Labels[LabelNamespace] == namespace && c.Labels[LabelDeployment] == name
+}
+
+// ownsAny reports whether c was created by this device's agent.
+func (r *Reconciler) ownsAny(c runtime.Container) bool {
+	return c.Labels[LabelOwner] == OwnerValue && c.Labels[LabelDevice] == r.Device
 }
 
 // Apply converges the runtime on one intent entry: preflight (names, ports,
@@ -120,7 +133,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	}
 	mine := map[string]runtime.Container{}
 	for _, c := range all {
-		if owns(c, e.Namespace, e.Name) {
+		if r.owns(c, e.Namespace, e.Name) {
 			mine[c.Name] = c
 		}
 	}
@@ -128,7 +141,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 		return err
 	}
 	labels := func(role string) map[string]string {
-		return map[string]string{LabelOwner: OwnerValue, LabelNamespace: e.Namespace, LabelDeployment: e.Name,
+		return map[string]string{LabelOwner: OwnerValue, LabelDevice: r.Device, LabelNamespace: e.Namespace, LabelDeployment: e.Name,
 			LabelUID: e.UID, LabelGeneration: strconv.FormatInt(e.Generation, 10), LabelRevision: res.revision, LabelRole: role}
 	}
 
@@ -274,7 +287,7 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 
 func owner(c runtime.Container) string {
 	if c.Labels[LabelOwner] == OwnerValue {
-		return "Fleet Deployment " + c.Labels[LabelNamespace] + "/" + c.Labels[LabelDeployment]
+		return "Fleet Deployment " + c.Labels[LabelNamespace] + "/" + c.Labels[LabelDeployment] + " of device " + c.Labels[LabelDevice]
 	}
 	return "not managed by Fleet"
 }
@@ -336,7 +349,7 @@ func (r *Reconciler) Remove(ctx context.Context, namespace, name string) error {
 	}
 	var errs []error
 	for _, c := range all {
-		if owns(c, namespace, name) {
+		if r.owns(c, namespace, name) {
 			errs = append(errs, r.stopRemove(ctx, c))
 		}
 	}
@@ -354,7 +367,7 @@ func (r *Reconciler) Deployments(ctx context.Context) ([][2]string, error) {
 	seen := map[[2]string]bool{}
 	var out [][2]string
 	for _, c := range all {
-		if c.Labels[LabelOwner] != OwnerValue {
+		if !r.ownsAny(c) {
 			continue
 		}
 		k := [2]string{c.Labels[LabelNamespace], c.Labels[LabelDeployment]}

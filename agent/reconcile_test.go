@@ -349,3 +349,23 @@ func TestNoSecretValueInLabelsOrErrors(t *testing.T) {
 		t.Errorf("error %v", err)
 	}
 }
+
+func TestAgentsOfTwoDevicesOnOneEngineNeverTouchEachOther(t *testing.T) {
+	w := newWorld(t)
+	a := &agent.Reconciler{Runtime: w.rt, Secrets: w.sec, Device: "dev-a", StopTimeout: time.Second}
+	b := &agent.Reconciler{Runtime: w.rt, Secrets: w.sec, Device: "dev-b", StopTimeout: time.Second}
+	s := agent.Score{Data: agent.PodmanV0{Services: []agent.Service{{Name: "only-a", Image: "reg.example/worker:v1"}}}}
+	if err := a.Apply(w.ctx, entry(t, 1, s)); err != nil {
+		t.Fatal(err)
+	}
+	deps, err := b.Deployments(w.ctx)
+	if err != nil || len(deps) != 0 {
+		t.Errorf("device b sees deployments %v (%v), want none of a's", deps, err)
+	}
+	if err := b.Remove(w.ctx, "lab", "analysis"); err != nil {
+		t.Fatal(err)
+	}
+	if c := w.containers()["only-a"]; c.State != runtime.StateRunning || c.Labels[agent.LabelDevice] != "dev-a" {
+		t.Errorf("device b's removal touched device a's container: %+v", c)
+	}
+}
