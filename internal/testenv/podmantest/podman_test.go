@@ -68,15 +68,12 @@ func TestAContainerIsCreatedStartedInspectedStoppedAndRemoved(t *testing.T) {
 		t.Errorf("label %s = %q, want %q", podmantest.LabelKey, got, t.Name())
 	}
 
-	// With a 10 s timeout, a stop that returns well before it proves the
-	// container ended on SIGTERM rather than on the SIGKILL after the timeout.
+	// The exit code, not the time the stop took, tells whether the
+	// container ended on SIGTERM (the init process forwards it) or on the
+	// SIGKILL after the timeout (137): timing depends on machine load.
 	const stopTimeout = 10
-	began := time.Now()
 	if err := containers.Stop(ctx, id, new(containers.StopOptions).WithTimeout(stopTimeout)); err != nil {
 		t.Fatalf("stop: %v", err)
-	}
-	if took := time.Since(began); took >= stopTimeout*time.Second/2 {
-		t.Errorf("stop took %v: SIGTERM was not honoured (no init process?)", took)
 	}
 	data, err = containers.Inspect(ctx, id, nil)
 	if err != nil {
@@ -84,6 +81,9 @@ func TestAContainerIsCreatedStartedInspectedStoppedAndRemoved(t *testing.T) {
 	}
 	if data.State.Running {
 		t.Fatalf("after stop the container is %q, want exited", data.State.Status)
+	}
+	if data.State.ExitCode == 137 {
+		t.Errorf("the container was killed after the stop timeout (exit 137): SIGTERM was not honoured (no init process?)")
 	}
 
 	if _, err := containers.Remove(ctx, id, nil); err != nil {
