@@ -40,29 +40,9 @@ type devEnv struct {
 	ns       string
 }
 
-var devNSCounter int
-
 func newDevEnv(t *testing.T) *devEnv {
 	t.Helper()
-	srv := kubeapi.Shared(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	t.Cleanup(cancel)
-	scheme, err := operator.Scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := corev1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.NewWithWatch(srv.RESTConfig(), client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	devNSCounter++
-	ns := fmt.Sprintf("devices-%d", devNSCounter)
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, srv, c, ns := cluster(t, "devices")
 	_, st := natstest.Provisioned(t)
 	identity, err := st.JetStream().KeyValue(ctx, events.BucketIdentity)
 	if err != nil {

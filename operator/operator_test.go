@@ -48,7 +48,9 @@ type env struct {
 
 var nsCounter int
 
-func newEnv(t *testing.T) *env {
+// cluster gives a test the shared API server, a client that can watch, a
+// fresh namespace named prefix-N, and a context bounded to two minutes.
+func cluster(t *testing.T, prefix string) (context.Context, *kubeapi.Server, client.WithWatch, string) {
 	t.Helper()
 	srv := kubeapi.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -60,15 +62,21 @@ func newEnv(t *testing.T) *env {
 	if err := corev1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(srv.RESTConfig(), client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(srv.RESTConfig(), client.Options{Scheme: scheme})
 	if err != nil {
 		t.Fatal(err)
 	}
 	nsCounter++
-	ns := fmt.Sprintf("op-%d", nsCounter)
+	ns := fmt.Sprintf("%s-%d", prefix, nsCounter)
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatal(err)
 	}
+	return ctx, srv, c, ns
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	ctx, srv, c, ns := cluster(t, "op")
 	_, st := natstest.Provisioned(t)
 	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
 	if err != nil {
