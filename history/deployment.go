@@ -1,0 +1,272 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// DeploymentTimeline is a Deployment's history: its revisions with their
+// frozen sets and per-device results, and every intent event, rollout
+// transition and workload report, in stored order.
+type DeploymentTimeline struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Revisions in the order they were created.
+	Revisions []Revision `json:"revisions"`
+	// Entries is the timeline.
+	Entries []Entry `json:"entries"`
+	// State is the rollout state after the last event; nil when no revision
+	// was ever created.
+	State *RolloutState `json:"state,omitempty"`
+}
+
+// Revision is one revision of a Deployment.
+type Revision struct {
+	UID         string `json:"uid"`
+	Generation  int64  `json:"generation"`
+	RevisionID  string `json:"revisionId"`
+	ScoreDigest string `json:"scoreDigest"`
+	// Targets and Canaries are the frozen sets, sorted.
+	Targets  []string `json:"targets"`
+	Canaries []string `json:"canaries"`
+	// Created is when the revision event was stored; ID is its id.
+	Created time.Time `json:"created"`
+	ID      string    `json:"id"`
+	// Results has one row per target: its latest report of this revision.
+	Results []DeviceResult `json:"results"`
+}
+
+// DeviceResult is a target's latest report of one revision (the one with
+// the latest since time, as the rollout projection keeps it).
+type DeviceResult struct {
+	Device string `json:"device"`
+	Canary bool   `json:"canary,omitempty"`
+	// Phase is empty when the device never reported this revision.
+	Phase    events.WorkloadPhase `json:"phase,omitempty"`
+	Error    string               `json:"error,omitempty"`
+	Since    time.Time            `json:"since,omitzero"`
+	ReportID string               `json:"reportId,omitempty"`
+	// Reports counts the device's reports of this revision.
+	Reports int `json:"reports"`
+}
+
+// Deployment returns the timeline of Deployment namespace/name. It reads the
+// Deployment's intent and rollout subjects and the workload reports stored
+// since its first intent event (the reports stream is shared by every
+// Deployment, so that part is a scan). ErrNoEvents when the Deployment has
+// no intent event.
+func (h *History) Deployment(ctx context.Context, namespace, name string) (*DeploymentTimeline, error) {
+	intentSubj, err := events.DeploymentIntentSubject(namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("history of Deployment: %w", err)
+	}
+	rolloutSubj, err := events.DeploymentRolloutSubject(namespace, name)
+	if err != nil {
+		return nil, fmt.Errorf("history of Deployment: %w", err)
+	}
+	intent, err := h.collect(ctx, time.Time{}, read{filter: intentSubj, from: events.FromStart()})
+	if err != nil {
+		return nil, err
+	}
+	if len(intent) == 0 {
+		return nil, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
+			ErrNoEvents, namespace, name, intentSubj, events.StreamIntent)
+	}
+	rest, err := h.collect(ctx, time.Time{},
+		read{filter: rolloutSubj, from: events.FromStart()},
+		read{filter: filterWorkload, from: events.FromTime(intent[0].Stored), keep: func(rec events.Record) bool {
+			k, _, ok := workloadKey(rec)
+			return ok && k.Namespace == namespace && k.Name == name
+		}})
+	if err != nil {
+		return nil, err
+	}
+	recs := mergeSorted(intent, rest)
+
+	tl := &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}
+	revs := map[[2]string]*Revision{} // uid, generation → revision
+	revKey := func(uid string, gen int64) [2]string { return [2]string{uid, fmt.Sprint(gen)} }
+	// Reports seen before their revision event (streams are stored
+	// independently) are kept until it comes.
+	pending := map[[2]string][]events.Record{}
+	addResult := func(rv *Revision, rec events.Record, d events.WorkloadStatus) {
+		i := slices.IndexFunc(rv.Results, func(r DeviceResult) bool { return r.Device == rec.Event.Keys.Device })
+		if i < 0 {
+			return // not a frozen target
+		}
+		r := &rv.Results[i]
+		r.Reports++
+		if r.Phase == "" || !d.Since.Before(r.Since) {
+			r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
+		}
+	}
+	var ro projections.Rollout
+	for _, rec := range recs {
+		e := entryOf(rec)
+		e.Deployment = namespace + "/" + name
+		before := ro
+		ro = ro.Apply(rec.Event)
+		switch rec.Event.Type {
+		case events.TypeDeploymentRevisionCreated:
+			d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
+			if err != nil {
+				return nil, fmt.Errorf("history of Deployment %s/%s: %w", namespace, name, err)
+			}
+			e.Generation, e.RevisionID = d.Generation, d.RevisionID
+			rv := &Revision{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest,
+				Targets: sortedSet(d.Targets), Canaries: sortedSet(d.Canaries), Created: rec.Stored.UTC(), ID: rec.Event.ID.String()}
+			for _, t := range rv.Targets {
+				rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: slices.Contains(rv.Canaries, t)})
+			}
+			e.Summary = fmt.Sprintf("revision %s created (generation %d, uid %s): %d targets %s, %d canaries %s",
+				d.RevisionID, d.Generation, d.UID, len(rv.Targets), list(rv.Targets), len(rv.Canaries), list(rv.Canaries))
+			if d.TargetChunks > 0 {
+				e.Summary += fmt.Sprintf(" (+%d target chunk events)", d.TargetChunks)
+			}
+			k := revKey(d.UID, d.Generation)
+			if revs[k] == nil {
+				revs[k] = rv
+				tl.Revisions = append(tl.Revisions, *rv)
+				for _, p := range pending[k] {
+					_, pd, _ := workloadKey(p)
+					addResult(revs[k], p, pd)
+				}
+				delete(pending, k)
+			} else {
+				e.Summary += " (duplicate)"
+			}
+		case events.TypeDeploymentRevisionTargets:
+			d, err := events.Decode[events.DeploymentRevisionTargets](rec.Event)
+			if err == nil {
+				e.Generation = d.Generation
+				e.Summary = fmt.Sprintf("target chunk %d of generation %d: %d targets", d.Chunk, d.Generation, len(d.Targets))
+			}
+		case events.TypeDeploymentDeleted:
+			d, err := events.Decode[events.DeploymentDeleted](rec.Event)
+			if err == nil {
+				e.Generation = d.Generation
+				e.Summary = fmt.Sprintf("Deployment deleted (uid %s, generation %d): every target removes its workloads", d.UID, d.Generation)
+			}
+		case events.TypeWorkloadStatus:
+			_, d, ok := workloadKey(rec)
+			if !ok {
+				continue
+			}
+			e.Generation, e.RevisionID = d.Generation, d.RevisionID
+			e.Summary = fmt.Sprintf("%s reports %s of generation %d", rec.Event.Keys.Device, d.Phase, d.Generation)
+			if d.Error != "" {
+				e.Summary += ": " + d.Error
+			}
+			e.Ignored = ignoredReport(before, ro, rec.Event.Keys.Device, d)
+			k := revKey(d.UID, d.Generation)
+			if rv := revs[k]; rv != nil {
+				addResult(rv, rec, d)
+			} else {
+				pending[k] = append(pending[k], rec)
+			}
+		default:
+			if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
+				d, err := events.Decode[events.RolloutTransition](rec.Event)
+				if err != nil {
+					return nil, fmt.Errorf("history of Deployment %s/%s: %w", namespace, name, err)
+				}
+				e.Generation, e.RevisionID = d.Generation, d.RevisionID
+				e.Summary = transitionSummary(rec.Event.Type, d)
+			}
+		}
+		if e.Summary == "" {
+			e.Summary = string(rec.Event.Type)
+		}
+		e.Stage = ro.Stage
+		tl.Entries = append(tl.Entries, e)
+	}
+	// Copy the results gathered on the map's revisions into the list.
+	for i := range tl.Revisions {
+		tl.Revisions[i].Results = revs[revKey(tl.Revisions[i].UID, tl.Revisions[i].Generation)].Results
+	}
+	if st, ok := stateOf(namespace, name, ro); ok {
+		tl.State = &st
+	}
+	return tl, nil
+}
+
+// ignoredReport says why the rollout fold ignored a report ("" when it
+// counted), comparing the fold before and after it.
+func ignoredReport(before, after projections.Rollout, device string, d events.WorkloadStatus) string {
+	switch {
+	case after.UID == d.UID && after.Generation == d.Generation:
+		if !after.IsTarget(device) {
+			return "device is not a frozen target of this revision"
+		}
+		if res, ok := after.Results[device]; !ok || res.Phase != d.Phase || !res.Since.Equal(d.Since) || res.Error != d.Error {
+			return "older than a report already folded"
+		}
+		return ""
+	case before.UID == d.UID && d.Generation < before.Generation:
+		return fmt.Sprintf("report of an older revision (current: generation %d)", before.Generation)
+	}
+	return "" // kept for a revision not folded yet
+}
+
+func transitionSummary(t events.Type, d events.RolloutTransition) string {
+	c := d.Counts
+	var s string
+	switch t {
+	case events.TypeRolloutStarted:
+		s = fmt.Sprintf("rollout of %s started", d.RevisionID)
+	case events.TypeRolloutCanaryStage:
+		s = fmt.Sprintf("canary stage: released to %s", list(d.Released))
+	case events.TypeRolloutCanariesConverged:
+		s = fmt.Sprintf("all %d canaries converged", c.Canaries)
+	case events.TypeRolloutCanaryFailed:
+		s = fmt.Sprintf("canary %s failed: %s; release blocked", d.Device, d.Error)
+	case events.TypeRolloutReleased:
+		s = fmt.Sprintf("released to %s", list(d.Released))
+	case events.TypeRolloutSucceeded:
+		s = fmt.Sprintf("rollout succeeded: all %d targets converged", c.Total)
+	case events.TypeRolloutFailed:
+		s = "rollout failed"
+		if d.Device != "" {
+			s += fmt.Sprintf(": %s: %s", d.Device, d.Error)
+		}
+	default:
+		s = string(t)
+	}
+	return s + fmt.Sprintf(" [%d/%d succeeded, %d failed, %d pending]", c.Succeeded, c.Total, c.Failed, c.Pending)
+}
+
+func list(s []string) string {
+	if len(s) == 0 {
+		return "[]"
+	}
+	const max = 10
+	if len(s) > max {
+		return "[" + strings.Join(s[:max], " ") + fmt.Sprintf(" …+%d]", len(s)-max)
+	}
+	return "[" + strings.Join(s, " ") + "]"
+}
+
+func sortedSet(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	if out == nil {
+		out = []string{}
+	}
+	return out
+}
+
+// mergeSorted merges two record lists already in stored order.
+func mergeSorted(a, b []events.Record) []events.Record {
+	out := make([]events.Record, 0, len(a)+len(b))
+	out = append(out, a...)
+	out = append(out, b...)
+	slices.SortStableFunc(out, compareRecords)
+	return out
+}

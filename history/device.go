@@ -1,0 +1,266 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// DeviceTimeline is a device's history: the intent it was given (every
+// change of its fleet-intent value, and the revisions and TaskRuns that
+// targeted it), its workload and task reports, inventory changes, commands
+// and their results, in stored order. Heartbeats are summarised.
+type DeviceTimeline struct {
+	Device string `json:"device"`
+	// Entries is the timeline.
+	Entries []Entry `json:"entries"`
+	// Intent is the device's desired state after the last event: its
+	// fleet-intent value as the intent projection folds it (empty: no key).
+	Intent []events.IntentEntry `json:"intent"`
+	// Heartbeats summarises the heartbeats the telemetry stream still holds.
+	Heartbeats HeartbeatSummary `json:"heartbeats"`
+	// Inventory is the latest inventory report, if any.
+	Inventory *events.DeviceInventory `json:"inventory,omitempty"`
+}
+
+// HeartbeatSummary summarises a device's heartbeats. The telemetry stream
+// keeps only the last few per device, so First is the oldest one kept, not
+// the device's first heartbeat ever.
+type HeartbeatSummary struct {
+	Count         int       `json:"count"`
+	First         time.Time `json:"first,omitzero"`
+	Last          time.Time `json:"last,omitzero"`
+	AgentVersions []string  `json:"agentVersions"`
+	// Uptime is the agent's uptime in the last heartbeat.
+	Uptime time.Duration `json:"uptimeNs,omitempty"`
+}
+
+// Entry types of a device timeline that are not event types: a change of the
+// device's fleet-intent value, as the intent projection derives it from the
+// event in the entry.
+const (
+	// EntryIntentChanged: the device's desired state changed because of
+	// the entry's event (a release, a newer revision, a deletion).
+	EntryIntentChanged events.Type = "history.intent-changed"
+)
+
+// Device returns the timeline of one device. It reads the whole intent and
+// rollout streams (a device's desired state is derived from every
+// Deployment's events), and the device's own report, telemetry and command
+// subjects. ErrNoEvents when nothing concerns the device.
+func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, error) {
+	if err := events.ValidateToken(events.TokenDevice, device); err != nil {
+		return nil, fmt.Errorf("history of device: %w", err)
+	}
+	var reads []read
+	reads = append(reads, read{filter: filterAllIntent, from: events.FromStart()}, read{filter: filterRollouts, from: events.FromStart()})
+	for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory} {
+		subj, err := events.ReportSubject(device, k)
+		if err != nil {
+			return nil, fmt.Errorf("history of device: %w", err)
+		}
+		reads = append(reads, read{filter: subj, from: events.FromStart()})
+	}
+	cmdSubj, err := events.CommandSubject(device)
+	if err != nil {
+		return nil, fmt.Errorf("history of device: %w", err)
+	}
+	reads = append(reads, read{filter: cmdSubj, from: events.FromStart()})
+	recs, err := h.collect(ctx, time.Time{}, reads...)
+	if err != nil {
+		return nil, err
+	}
+
+	tl := &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}}}
+	intent := projections.NewIntent()
+	current := map[string]events.IntentEntry{} // namespace/name → entry
+	relevant := false
+	for _, rec := range recs {
+		ev := rec.Event
+		e := entryOf(rec)
+		switch {
+		case ev.Type == events.TypeDeploymentRevisionCreated:
+			if changed := intent.Apply(ev); slices.Contains(changed, device) {
+				tl.Entries = append(tl.Entries, h.intentChange(rec, intent, device, current))
+			}
+			d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+			if err != nil || !slices.Contains(d.Targets, device) {
+				continue
+			}
+			role := "target"
+			if slices.Contains(d.Canaries, device) {
+				role = "canary"
+			}
+			e.Generation, e.RevisionID = d.Generation, d.RevisionID
+			e.Summary = fmt.Sprintf("%s revision %s (generation %d) freezes it as a %s", e.Deployment, d.RevisionID, d.Generation, role)
+		case rec.Stream == events.StreamIntent || rec.Stream == events.StreamRollout:
+			if changed := intent.Apply(ev); slices.Contains(changed, device) {
+				tl.Entries = append(tl.Entries, h.intentChange(rec, intent, device, current))
+			}
+			if ev.Type != events.TypeTaskRunCreated {
+				continue
+			}
+			d, err := events.Decode[events.TaskRunCreated](ev)
+			if err != nil || !slices.Contains(d.Targets, device) {
+				continue
+			}
+			e.Summary = fmt.Sprintf("TaskRun %s (generation %d) asks it to run %s", e.Deployment, d.Generation, d.Task)
+			e.Deployment = ""
+		case ev.Type == events.TypeDeviceHeartbeat:
+			relevant = true
+			d, err := events.Decode[events.DeviceHeartbeat](ev)
+			if err != nil {
+				continue
+			}
+			hb := &tl.Heartbeats
+			if hb.Count == 0 {
+				hb.First = rec.Stored.UTC()
+			}
+			hb.Count++
+			hb.Last, hb.Uptime = rec.Stored.UTC(), d.Uptime
+			if !slices.Contains(hb.AgentVersions, d.AgentVersion) {
+				hb.AgentVersions = append(hb.AgentVersions, d.AgentVersion)
+			}
+			continue
+		case ev.Type == events.TypeDeviceInventory:
+			relevant = true
+			d, err := events.Decode[events.DeviceInventory](ev)
+			if err != nil {
+				continue
+			}
+			prev := tl.Inventory
+			tl.Inventory = &d
+			if prev == nil {
+				e.Summary = "inventory: " + inventoryText(d)
+			} else if diff := inventoryDiff(*prev, d); diff != "" {
+				e.Summary = "inventory changed: " + diff
+			} else {
+				continue // unchanged: not a change
+			}
+		case ev.Type == events.TypeWorkloadStatus:
+			d, err := events.Decode[events.WorkloadStatus](ev)
+			if err != nil {
+				continue
+			}
+			e.Deployment, e.Generation, e.RevisionID = d.Namespace+"/"+d.Deployment, d.Generation, d.RevisionID
+			e.Summary = fmt.Sprintf("%s/%s generation %d: %s", d.Namespace, d.Deployment, d.Generation, d.Phase)
+			if d.Error != "" {
+				e.Summary += ": " + d.Error
+			}
+		case ev.Type == events.TypeTaskStatus:
+			d, err := events.Decode[events.TaskStatus](ev)
+			if err != nil {
+				continue
+			}
+			e.Summary = fmt.Sprintf("TaskRun %s/%s: %s", d.Namespace, d.TaskRun, d.Phase)
+			if d.Error != "" {
+				e.Summary += ": " + d.Error
+			}
+		case ev.Type == events.TypeAgentCommand:
+			d, err := events.Decode[events.AgentCommand](ev)
+			if err != nil {
+				continue
+			}
+			e.Summary = fmt.Sprintf("command %s", d.Command)
+			if d.RequestedBy != "" {
+				e.Summary += " requested by " + d.RequestedBy
+			}
+		case ev.Type == events.TypeCommandResult:
+			d, err := events.Decode[events.CommandResult](ev)
+			if err != nil {
+				continue
+			}
+			e.Summary = fmt.Sprintf("command %s (%s): ok", d.Command, d.CommandID)
+			if !d.OK {
+				e.Summary = fmt.Sprintf("command %s (%s) failed: %s", d.Command, d.CommandID, d.Error)
+			}
+		default:
+			e.Summary = string(ev.Type)
+		}
+		tl.Entries = append(tl.Entries, e)
+	}
+	if len(tl.Entries) == 0 && !relevant {
+		return nil, fmt.Errorf("%w for device %s: no intent targets it and it never reported (subjects fleet.report.%s.*, fleet.command.%s): check the device id",
+			ErrNoEvents, device, device, device)
+	}
+	if v, ok := intent.Value(device); ok {
+		var di events.DeviceIntent
+		if err := json.Unmarshal(v, &di); err != nil {
+			return nil, fmt.Errorf("history of device %s: decode intent: %w", device, err)
+		}
+		tl.Intent = di.Deployments
+	}
+	return tl, nil
+}
+
+// intentChange builds the entry for a change of the device's desired state
+// caused by rec, and updates current.
+func (h *History) intentChange(rec events.Record, intent *projections.Intent, device string, current map[string]events.IntentEntry) Entry {
+	e := entryOf(rec)
+	e.Type, e.Device = EntryIntentChanged, device
+	next := map[string]events.IntentEntry{}
+	if v, ok := intent.Value(device); ok {
+		var di events.DeviceIntent
+		if err := json.Unmarshal(v, &di); err == nil {
+			for _, en := range di.Deployments {
+				next[en.Namespace+"/"+en.Name] = en
+			}
+		}
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(next)) {
+		if old, ok := current[k]; !ok || old.UID != next[k].UID || old.Generation != next[k].Generation {
+			parts = append(parts, fmt.Sprintf("+%s generation %d (%s)", k, next[k].Generation, next[k].RevisionID))
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(current)) {
+		if _, ok := next[k]; !ok {
+			parts = append(parts, "-"+k)
+		}
+	}
+	e.Summary = fmt.Sprintf("intent changed by %s: %s", rec.Event.Type, strings.Join(parts, ", "))
+	if len(next) == 0 {
+		e.Summary += " (nothing left to run: key deleted)"
+	}
+	clear(current)
+	maps.Copy(current, next)
+	return e
+}
+
+func inventoryText(d events.DeviceInventory) string {
+	s := fmt.Sprintf("%s/%s kernel %s agent %s", d.OS, d.Arch, d.Kernel, d.AgentVersion)
+	if len(d.Labels) > 0 {
+		s += " labels " + labelsText(d.Labels)
+	}
+	return s
+}
+
+func labelsText(l map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(l)) {
+		parts = append(parts, k+"="+l[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func inventoryDiff(a, b events.DeviceInventory) string {
+	var parts []string
+	field := func(name, x, y string) {
+		if x != y {
+			parts = append(parts, fmt.Sprintf("%s %s → %s", name, x, y))
+		}
+	}
+	field("os", a.OS, b.OS)
+	field("arch", a.Arch, b.Arch)
+	field("kernel", a.Kernel, b.Kernel)
+	field("agent", a.AgentVersion, b.AgentVersion)
+	field("labels", labelsText(a.Labels), labelsText(b.Labels))
+	return strings.Join(parts, "; ")
+}

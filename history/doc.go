@@ -1,0 +1,16 @@
+// Package history answers questions about the past of a Fleet from its
+// JetStream streams alone: a Deployment's timeline (revisions, rollout
+// transitions, per-device results), a device's timeline (the intent it was
+// given, its reports, its commands) and the whole fleet as it was at a time T
+// (desired versus reported per device, every Deployment's rollout state).
+//
+// It never re-implements rollout logic: every derived answer (rollout stage,
+// counts, status, a device's desired state) is the projections package's
+// folds applied to the stored events, in the order the server stored them.
+// "As of T" means "every event the server had stored at T" (the stream
+// timestamp, not the writer's clock); a read stops at the first event stored
+// after T.
+//
+// It owns no goroutines and keeps no state between calls. It imports only
+// events and projections; cmd/fleet (`fleet history`) imports it.
+package history

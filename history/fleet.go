@@ -1,0 +1,147 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// FleetState is the fleet as it was at a time: every event the server had
+// stored at At, folded by the projections.
+type FleetState struct {
+	At time.Time `json:"at"`
+	// Positions is the last stream sequence folded, per stream (absent: no
+	// event of that stream yet).
+	Positions map[string]uint64 `json:"positions"`
+	// Devices: every device with a desired state, a workload report, or a
+	// place in a current revision's frozen targets; sorted.
+	Devices []DeviceState `json:"devices"`
+	// Deployments: every Deployment with a revision, sorted by namespace
+	// and name; deleted ones included (Deleted set).
+	Deployments []RolloutState `json:"deployments"`
+}
+
+// DeviceState is one device at a time: what it should run and what it
+// last said it runs.
+type DeviceState struct {
+	Device string `json:"device"`
+	// Desired is the device's fleet-intent value at the time as the intent
+	// projection folds it (empty: no key).
+	Desired []events.IntentEntry `json:"desired"`
+	// Reported is the device's latest workload report per Deployment, sorted
+	// by namespace and name.
+	Reported []Report `json:"reported"`
+}
+
+// Report is one workload report.
+type Report struct {
+	Namespace  string               `json:"namespace"`
+	Deployment string               `json:"deployment"`
+	UID        string               `json:"uid"`
+	Generation int64                `json:"generation"`
+	RevisionID string               `json:"revisionId"`
+	Phase      events.WorkloadPhase `json:"phase"`
+	Error      string               `json:"error,omitempty"`
+	Since      time.Time            `json:"since"`
+	// Stored is when the stream stored the report; ID is its event id.
+	Stored time.Time `json:"stored"`
+	ID     string    `json:"id"`
+}
+
+// FleetAt returns the fleet as it was at t: it replays the intent, rollout
+// and workload-report streams from their first event and stops each at its
+// first event stored after t, folding them with the projections (the
+// operator's rollout fold and intent fold). ErrNoEvents when nothing was
+// stored at or before t.
+func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error) {
+	if t.IsZero() {
+		return nil, fmt.Errorf("history of the fleet: the time is zero: give the instant to look at")
+	}
+	recs, err := h.collect(ctx, t,
+		read{filter: filterDeploymentIntent, from: events.FromStart()},
+		read{filter: filterRollouts, from: events.FromStart()},
+		read{filter: filterWorkload, from: events.FromStart()})
+	if err != nil {
+		return nil, err
+	}
+	if len(recs) == 0 {
+		return nil, fmt.Errorf("%w at or before %s: the Fleet streams were empty then; give a later --at",
+			ErrNoEvents, t.UTC().Format(time.RFC3339Nano))
+	}
+	fs := &FleetState{At: t.UTC(), Positions: map[string]uint64{}, Devices: []DeviceState{}, Deployments: []RolloutState{}}
+	intent := projections.NewIntent()
+	rollouts := map[events.Keys]projections.Rollout{}
+	reported := map[string]map[events.Keys]Report{}
+	for _, rec := range recs {
+		fs.Positions[rec.Stream] = max(fs.Positions[rec.Stream], rec.Sequence)
+		k := rec.Event.Keys
+		if rec.Event.Type == events.TypeWorkloadStatus {
+			var d events.WorkloadStatus
+			var ok bool
+			if k, d, ok = workloadKey(rec); !ok {
+				continue
+			}
+			dev := rec.Event.Keys.Device
+			if reported[dev] == nil {
+				reported[dev] = map[events.Keys]Report{}
+			}
+			// The latest by since time, as the rollout projection keeps it.
+			if prev, ok := reported[dev][k]; !ok || !d.Since.Before(prev.Since) {
+				reported[dev][k] = Report{Namespace: d.Namespace, Deployment: d.Deployment, UID: d.UID, Generation: d.Generation,
+					RevisionID: d.RevisionID, Phase: d.Phase, Error: d.Error, Since: d.Since.UTC(), Stored: rec.Stored.UTC(), ID: rec.Event.ID.String()}
+			}
+		} else {
+			intent.Apply(rec.Event)
+		}
+		rollouts[k] = rollouts[k].Apply(rec.Event)
+	}
+
+	devices := map[string]bool{}
+	for _, d := range intent.Devices() {
+		devices[d] = true
+	}
+	for d := range reported {
+		devices[d] = true
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(rollouts), compareKeys) {
+		st, ok := stateOf(k.Namespace, k.Name, rollouts[k])
+		if !ok {
+			continue
+		}
+		fs.Deployments = append(fs.Deployments, st)
+		if !st.Deleted {
+			for _, d := range st.Targets {
+				devices[d] = true
+			}
+		}
+	}
+	for _, dev := range slices.Sorted(maps.Keys(devices)) {
+		ds := DeviceState{Device: dev, Desired: []events.IntentEntry{}, Reported: []Report{}}
+		if v, ok := intent.Value(dev); ok {
+			var di events.DeviceIntent
+			if err := json.Unmarshal(v, &di); err != nil {
+				return nil, fmt.Errorf("history of the fleet: decode intent of %s: %w", dev, err)
+			}
+			ds.Desired = di.Deployments
+		}
+		for _, k := range slices.SortedFunc(maps.Keys(reported[dev]), compareKeys) {
+			ds.Reported = append(ds.Reported, reported[dev][k])
+		}
+		fs.Devices = append(fs.Devices, ds)
+	}
+	return fs, nil
+}
+
+func compareKeys(a, b events.Keys) int {
+	if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+		return c
+	}
+	return strings.Compare(a.Name, b.Name)
+}

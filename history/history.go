@@ -1,0 +1,224 @@
+package history
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// Reader is what history needs of the event store: a replay of one subject
+// filter that ends once caught up. *events.Store implements it.
+type Reader interface {
+	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+}
+
+// Options configure a History.
+type Options struct {
+	// Reader reads the streams. Required.
+	Reader Reader
+	// Logger receives debug records of the reads. Default: discard.
+	Logger *slog.Logger
+}
+
+// Validate checks the options.
+func (o Options) Validate() error {
+	if o.Reader == nil {
+		return fmt.Errorf("%w: Reader is nil: pass an *events.Store on a connected client", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// History answers questions about the past from the streams. It is safe for
+// concurrent use; every call reads the streams again.
+type History struct {
+	r   Reader
+	log *slog.Logger
+}
+
+// New returns a History.
+func New(o Options) (*History, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &History{r: o.Reader, log: o.Logger}, nil
+}
+
+// Entry is one event on a timeline.
+type Entry struct {
+	// Time is when the stream stored the event (the server's clock).
+	// Timelines are in this order.
+	Time time.Time `json:"time"`
+	// EventTime is when the writer created the event (the writer's clock).
+	EventTime time.Time `json:"eventTime"`
+	// ID is the event's ULID (also its Nats-Msg-Id).
+	ID string `json:"id"`
+	// Type is the event type.
+	Type events.Type `json:"type"`
+	// Stream, Sequence and Subject say where the event is stored.
+	Stream   string `json:"stream"`
+	Sequence uint64 `json:"sequence"`
+	Subject  string `json:"subject"`
+	// Deployment is namespace/name of the Deployment the event concerns, if
+	// any.
+	Deployment string `json:"deployment,omitempty"`
+	// Device is the device the event concerns, if one.
+	Device string `json:"device,omitempty"`
+	// Generation and RevisionID name the revision the event concerns, if
+	// any.
+	Generation int64  `json:"generation,omitempty"`
+	RevisionID string `json:"revisionId,omitempty"`
+	// Summary is a one-line human description.
+	Summary string `json:"summary"`
+	// Stage is the Deployment's rollout stage after the event, as the
+	// rollout projection folds it (Deployment timelines only).
+	Stage projections.Stage `json:"stage,omitempty"`
+	// Ignored says why the rollout projection ignored a workload report
+	// (an older revision, a device outside the frozen targets, a report
+	// older than one already folded); empty when it counted.
+	Ignored string `json:"ignored,omitempty"`
+	// Data is the event's data as stored.
+	Data json.RawMessage `json:"data"`
+}
+
+func entryOf(rec events.Record) Entry {
+	e := Entry{Time: rec.Stored.UTC(), EventTime: rec.Event.Time.UTC(), ID: rec.Event.ID.String(), Type: rec.Event.Type,
+		Stream: rec.Stream, Sequence: rec.Sequence, Subject: rec.Subject, Device: rec.Event.Keys.Device, Data: rec.Event.Data}
+	if rec.Event.Keys.Namespace != "" {
+		e.Deployment = rec.Event.Keys.Namespace + "/" + rec.Event.Keys.Name
+	}
+	if c := rec.Event.Correlation; c != nil {
+		e.Generation = c.Generation
+	}
+	return e
+}
+
+// streamRank orders records stored at the same instant in different
+// streams: intent before the rollout decisions it causes before the reports
+// that follow them.
+var streamRank = map[string]int{events.StreamIntent: 0, events.StreamRollout: 1, events.StreamReports: 2,
+	events.StreamTelemetry: 3, events.StreamCommands: 4}
+
+// read is one replay: a filter, where it starts, and an optional filter on
+// the decoded records.
+type read struct {
+	filter string
+	from   events.Start
+	keep   func(events.Record) bool
+}
+
+// collect replays every read up to (and including) the last event stored at
+// or before until (zero: to the end), and returns the records merged in
+// stored order.
+func (h *History) collect(ctx context.Context, until time.Time, reads ...read) ([]events.Record, error) {
+	var out []events.Record
+	for _, rd := range reads {
+		n := 0
+		for rec, err := range h.r.Replay(ctx, rd.filter, rd.from) {
+			if err != nil {
+				return nil, fmt.Errorf("history: read %s: %w", rd.filter, err)
+			}
+			if !until.IsZero() && rec.Stored.After(until) {
+				break // the first event after T: stop this stream here
+			}
+			if rd.keep == nil || rd.keep(rec) {
+				out = append(out, rec)
+				n++
+			}
+		}
+		h.log.DebugContext(ctx, "history read", "filter", rd.filter, "records", n)
+	}
+	slices.SortStableFunc(out, compareRecords)
+	return out, nil
+}
+
+// compareRecords orders records by stored time, then stream, then sequence.
+func compareRecords(a, b events.Record) int {
+	return cmp.Or(a.Stored.Compare(b.Stored), cmp.Compare(streamRank[a.Stream], streamRank[b.Stream]),
+		cmp.Compare(a.Sequence, b.Sequence))
+}
+
+// Filters of whole families.
+const (
+	filterDeploymentIntent = "fleet.intent.deployment.*.*"
+	filterAllIntent        = "fleet.intent.>"
+	filterRollouts         = "fleet.rollout.deployment.*.*"
+	filterWorkload         = "fleet.report.*.workload"
+)
+
+// RolloutState is one Deployment's rollout as the rollout projection folds
+// it: the fields of the Deployment status the operator patches, plus the
+// stage and whether the Deployment was deleted.
+type RolloutState struct {
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+	RevisionID string `json:"revisionId"`
+	// Stage is the projection's rollout stage.
+	Stage projections.Stage `json:"stage"`
+	// Phase is status.phase (Pending, Canary, Progressing, Succeeded,
+	// Failed).
+	Phase string `json:"phase"`
+	// Ready, Reason and Message are the Ready condition.
+	Ready   string `json:"ready"`
+	Reason  string `json:"reason"`
+	Message string `json:"message"`
+	// Since is when the current stage was entered.
+	Since  time.Time           `json:"since"`
+	Counts events.RolloutCounts `json:"counts"`
+	// Targets and Canaries are the revision's frozen sets.
+	Targets  []string `json:"targets"`
+	Canaries []string `json:"canaries"`
+	// LatestFailure is the most recent failure report of a target.
+	LatestFailure *Failure `json:"latestFailure,omitempty"`
+	// Deleted is true once the Deployment was deleted (the operator no
+	// longer patches its status).
+	Deleted bool `json:"deleted,omitempty"`
+}
+
+// Failure is one device's failure report.
+type Failure struct {
+	Device string    `json:"device"`
+	Error  string    `json:"error"`
+	Time   time.Time `json:"time"`
+}
+
+// stateOf turns a folded rollout into its RolloutState; false for a
+// Deployment without a revision.
+func stateOf(namespace, name string, r projections.Rollout) (RolloutState, bool) {
+	st, ok := r.Status()
+	if !ok {
+		return RolloutState{}, false
+	}
+	s := RolloutState{Namespace: namespace, Name: name, UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID,
+		Stage: r.Stage, Phase: string(st.Phase), Since: r.StageAt.UTC(), Counts: r.Counts(),
+		Targets: r.Targets, Canaries: r.Canaries, Deleted: r.Deleted}
+	if len(st.Conditions) > 0 {
+		c := st.Conditions[0]
+		s.Ready, s.Reason, s.Message = string(c.Status), c.Reason, c.Message
+	}
+	if f := st.LatestFailure; f != nil {
+		s.LatestFailure = &Failure{Device: f.Device, Error: f.Error, Time: f.Time.UTC()}
+	}
+	return s, true
+}
+
+// workloadKey returns the Deployment a workload report concerns.
+func workloadKey(rec events.Record) (events.Keys, events.WorkloadStatus, bool) {
+	d, err := events.Decode[events.WorkloadStatus](rec.Event)
+	if err != nil {
+		return events.Keys{}, d, false
+	}
+	return events.Keys{Namespace: d.Namespace, Name: d.Deployment}, d, true
+}
