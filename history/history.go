@@ -175,7 +175,7 @@ type RolloutState struct {
 	Reason  string `json:"reason"`
 	Message string `json:"message"`
 	// Since is when the current stage was entered.
-	Since  time.Time           `json:"since"`
+	Since  time.Time            `json:"since"`
 	Counts events.RolloutCounts `json:"counts"`
 	// Targets and Canaries are the revision's frozen sets.
 	Targets  []string `json:"targets"`

@@ -1,0 +1,228 @@
+package history_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+)
+
+// statusRecorder is the Kubernetes client the operator's rollout runner
+// patches Deployment status through: it records the last status applied per
+// Deployment. The runner uses nothing else of the client.
+type statusRecorder struct {
+	client.Client // nil: any other call panics, which would be a test bug
+
+	mu     sync.Mutex
+	status map[string]fleetv1.DeploymentStatus // namespace/name → last applied; guarded by mu
+}
+
+func (c *statusRecorder) Status() client.SubResourceWriter { return statusWriter{c: c} }
+
+func (c *statusRecorder) get(ns, name string) (fleetv1.DeploymentStatus, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.status[ns+"/"+name]
+	return st, ok
+}
+
+func (c *statusRecorder) all() map[string]fleetv1.DeploymentStatus {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]fleetv1.DeploymentStatus{}
+	for k, v := range c.status {
+		out[k] = *v.DeepCopy()
+	}
+	return out
+}
+
+type statusWriter struct {
+	client.SubResourceWriter // nil: only Apply is used
+	c                        *statusRecorder
+}
+
+func (w statusWriter) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
+	b, err := json.Marshal(obj)
+	if err != nil {
+		return err
+	}
+	var d fleetv1.Deployment
+	if err := json.Unmarshal(b, &d); err != nil {
+		return err
+	}
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	w.c.status[d.Namespace+"/"+d.Name] = d.Status
+	return nil
+}
+
+// fleetRun is a live fleet: an embedded server, the operator's real rollout
+// runner, and the test playing the Deployment controller (revisions,
+// deletions) and the agents (reports, heartbeats, inventory, commands).
+type fleetRun struct {
+	t        *testing.T
+	ctx      context.Context
+	store    *events.Store
+	kv       jetstream.KeyValue
+	statuses *statusRecorder
+	// reported is the latest workload report per device and Deployment, as
+	// the agents sent them.
+	reported map[string]map[string]history.Report
+}
+
+func startFleet(t *testing.T) *fleetRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	_, st := natstest.Provisioned(t)
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &statusRecorder{status: map[string]fleetv1.DeploymentStatus{}}
+	runner := &operator.RolloutRunner{Store: st, Reader: st, KV: kv, Client: rec, Log: slog.New(slog.DiscardHandler),
+		StatusInterval: 10 * time.Millisecond}
+	done := make(chan error, 1)
+	go func() { done <- runner.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("rollout runner: %v", err)
+		}
+	})
+	return &fleetRun{t: t, ctx: ctx, store: st, kv: kv, statuses: rec, reported: map[string]map[string]history.Report{}}
+}
+
+func (f *fleetRun) append(keys events.Keys, d events.Data, opts ...events.Option) events.Event {
+	f.t.Helper()
+	ev, err := events.New(keys, d, opts...)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if _, err := f.store.Append(f.ctx, ev); err != nil {
+		f.t.Fatal(err)
+	}
+	return ev
+}
+
+// revision appends a revision as the Deployment controller does.
+func (f *fleetRun) revision(name, uid string, gen int64, targets, canaries []string) events.DeploymentRevisionCreated {
+	f.t.Helper()
+	rev := events.DeploymentRevisionCreated{UID: uid, Generation: gen, RevisionID: fmt.Sprintf("%d-%s", gen, uid[:4]),
+		ScoreDigest: fmt.Sprintf("sha256:%s%d", name, gen), Score: json.RawMessage(fmt.Sprintf(`{"type":"PodmanV0","data":{"image":"%s:v%d"}}`, name, gen)),
+		Targets: targets, Canaries: canaries}
+	f.append(events.Keys{Namespace: "lab", Name: name}, rev, events.WithCorrelation(uid, gen))
+	return rev
+}
+
+// report appends a workload report as an agent does.
+func (f *fleetRun) report(device, name string, rev events.DeploymentRevisionCreated, phase events.WorkloadPhase, errText string, since time.Time) {
+	f.t.Helper()
+	d := events.WorkloadStatus{Namespace: "lab", Deployment: name, UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID,
+		Phase: phase, Error: errText, Since: since.UTC()}
+	ev := f.append(events.Keys{Device: device}, d, events.WithCorrelation(rev.UID, rev.Generation))
+	if f.reported[device] == nil {
+		f.reported[device] = map[string]history.Report{}
+	}
+	if prev, ok := f.reported[device][name]; ok && since.Before(prev.Since) {
+		return // the newer report stays the latest
+	}
+	f.reported[device][name] = history.Report{Namespace: "lab", Deployment: name, UID: rev.UID, Generation: rev.Generation,
+		RevisionID: rev.RevisionID, Phase: phase, Error: errText, Since: since.UTC(), ID: ev.ID.String()}
+}
+
+func (f *fleetRun) waitFor(what string, cond func() bool) {
+	f.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			f.t.Fatalf("timed out waiting for %s; statuses %+v", what, f.statuses.all())
+		}
+		select {
+		case <-f.ctx.Done():
+			f.t.Fatal(f.ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func (f *fleetRun) waitPhase(name string, gen int64, phase fleetv1.DeploymentPhase) {
+	f.t.Helper()
+	f.waitFor(fmt.Sprintf("%s generation %d %s", name, gen, phase), func() bool {
+		st, ok := f.statuses.get("lab", name)
+		return ok && st.Revision != nil && st.Revision.Generation == gen && st.Phase == phase
+	})
+}
+
+// intents reads the whole fleet-intent bucket.
+func (f *fleetRun) intents() map[string][]events.IntentEntry {
+	f.t.Helper()
+	out := map[string][]events.IntentEntry{}
+	keys, err := f.kv.ListKeys(f.ctx)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for k := range keys.Keys() {
+		e, err := f.kv.Get(f.ctx, k)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		var v events.DeviceIntent
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
+			f.t.Fatal(err)
+		}
+		out[k] = v.Deployments
+	}
+	return out
+}
+
+func (f *fleetRun) intentGen(device, name string) int64 {
+	for _, e := range f.intents()[device] {
+		if e.Name == name {
+			return e.Generation
+		}
+	}
+	return 0
+}
+
+// instant is what was live at one time T.
+type instant struct {
+	name     string
+	at       time.Time
+	intents  map[string][]events.IntentEntry
+	statuses map[string]fleetv1.DeploymentStatus
+	reported map[string][]history.Report
+}
+
+// record takes the live state once the runner has settled.
+func (f *fleetRun) record(name string) instant {
+	f.t.Helper()
+	in := instant{name: name, intents: f.intents(), statuses: f.statuses.all(), reported: map[string][]history.Report{}}
+	for dev, byDep := range f.reported {
+		for _, dep := range []string{"api", "web"} {
+			if r, ok := byDep[dep]; ok {
+				in.reported[dev] = append(in.reported[dev], r)
+			}
+		}
+	}
+	in.at = time.Now()
+	return in
+}
