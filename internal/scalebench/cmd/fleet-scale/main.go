@@ -1,0 +1,71 @@
+// Command fleet-scale runs the Harmony Fleet scale benchmark (`task
+// bench:scale`): see package scalebench and docs/performance.md.
+//
+//	fleet-scale [-n 1000,10000] [-per-process 5000] [-rate 250] ...
+//
+// It re-executes itself as "fleet-scale child <mode> ..." for the processes
+// that run the simulated devices.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/nationtech/harmony-fleet/internal/scalebench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "fleet-scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if len(os.Args) > 1 && os.Args[1] == "child" {
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+		return scalebench.RunChild(ctx, os.Args[2:], os.Stdin, os.Stdout, log)
+	}
+	var (
+		o       scalebench.Options
+		sizes   string
+		verbose bool
+	)
+	flag.StringVar(&sizes, "n", "1000,10000", "device counts to run, comma-separated, in order")
+	flag.IntVar(&o.PerProcess, "per-process", scalebench.DefaultPerProcess, fmt.Sprintf("most devices per agent process (1..%d)", scalebench.MaxPerProcess))
+	flag.Float64Var(&o.ConnectRate, "rate", scalebench.DefaultConnectRate, "device connects per second the ramp is sized for (jitter window = N / rate)")
+	flag.Float64Var(&o.FloorRate, "floor-rate", scalebench.DefaultFloorRate, "floor subscriber connects per second")
+	flag.DurationVar(&o.Timeout, "timeout", scalebench.DefaultTimeout, "bound of each phase after its ramp window")
+	flag.BoolVar(&o.FastSync, "fast-sync", false, "fsync every 2 minutes instead of on every write (the product default)")
+	flag.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
+	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
+	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-n %q: want comma-separated device counts such as 1000,10000", sizes)
+		}
+		o.Sizes = append(o.Sizes, n)
+	}
+	level := slog.LevelError
+	if verbose {
+		level = slog.LevelInfo
+	}
+	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	o.Out = os.Stdout
+	_, err := scalebench.Run(ctx, o)
+	if errors.Is(err, context.Canceled) {
+		return errors.New("interrupted")
+	}
+	return err
+}
