@@ -1,0 +1,89 @@
+// Command harmony is the reference deployment program of a two-service
+// application: it builds a frontend and a backend image and ships them to
+// Fleet together, as one Deployment and one rollout revision. A real
+// application keeps a program like this in its own repository (see
+// docs/ci.md); its binary is named harmony:
+//
+//	go build -o harmony ./examples/harmony_apply_deployment
+//	./harmony ship --context production --tag "$CI_COMMIT_SHA" --wait
+//
+// Run it from this folder: build contexts are relative to the working
+// directory.
+package main
+
+import "github.com/nationtech/harmony-fleet/harmony"
+
+// Coordinates of the "local" context (fleet dev and the end-to-end test).
+// They are compiled in like every context; the test sets them at link time
+// (-ldflags -X main.localOpenBao=… -X main.localZitadel=…) because its
+// servers listen on free ports.
+var (
+	localOpenBao = "http://127.0.0.1:8200"
+	localZitadel = "http://127.0.0.1:8080"
+)
+
+// app is the application's stable build and deployment policy.
+type app struct{}
+
+func (app) Images() []harmony.Image {
+	return []harmony.Image{
+		{Name: "frontend", Context: "frontend"},
+		{Name: "backend", Context: "backend"},
+	}
+}
+
+func (app) Contexts() []harmony.Context {
+	return []harmony.Context{
+		{
+			Name:       "production",
+			Namespace:  "example",
+			Registry:   "hub.nationtech.io",
+			Repository: "example",
+			OpenBao:    harmony.OpenBao{URL: "https://bao.nationtech.io", Role: "example-ci"},
+			Zitadel:    harmony.Zitadel{URL: "https://auth.nationtech.io", ProjectID: "harmony-fleet"},
+		},
+		{
+			Name:       "local",
+			Namespace:  "example",
+			Registry:   "127.0.0.1:5000",
+			Repository: "example",
+			OpenBao:    harmony.OpenBao{URL: localOpenBao, Role: "example-ci"},
+			Zitadel:    harmony.Zitadel{URL: localZitadel, ProjectID: "harmony-fleet"},
+		},
+	}
+}
+
+func (app) Deployment() harmony.Deployment {
+	return harmony.Deployment{
+		Name:          "example",
+		AllowedGroups: []string{"example-edge"},
+		Placement:     map[string]string{"app": "example"},
+		// The backend image migrates its data when asked to, then exits;
+		// every revision runs it once before the services start.
+		Init: &harmony.Service{
+			Name:            "example-migrate",
+			Image:           "backend",
+			Env:             []harmony.EnvVar{{Name: "EXAMPLE_ROLE", Value: "migrate"}},
+			ImagePullSecret: "example-pull",
+			Volumes:         []harmony.Volume{{HostPath: "/var/lib/harmony-example", ContainerPath: "/data"}},
+		},
+		Services: []harmony.Service{
+			{
+				Name:            "example-frontend",
+				Image:           "frontend",
+				Env:             []harmony.EnvVar{{Name: "BACKEND_URL", Value: "http://example-backend:9090"}},
+				ImagePullSecret: "example-pull",
+			},
+			{
+				Name:            "example-backend",
+				Image:           "backend",
+				Env:             []harmony.EnvVar{{Name: "EXAMPLE_ROLE", Value: "serve"}},
+				SecretEnv:       []harmony.SecretEnv{{Name: "API_TOKEN", Secret: "example/backend", Key: "api_token"}},
+				ImagePullSecret: "example-pull",
+				Volumes:         []harmony.Volume{{HostPath: "/var/lib/harmony-example", ContainerPath: "/data"}},
+			},
+		},
+	}
+}
+
+func main() { harmony.Main(app{}) }

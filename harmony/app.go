@@ -1,0 +1,140 @@
+package harmony
+
+// HarmonyApp is an application's stable build and deployment policy. An
+// application repository implements it once, in its deployment package, and
+// passes it to Main; a normal release changes nothing here and only supplies
+// a new --tag. Its methods must return the same values on every call.
+type HarmonyApp interface {
+	// Images are the container images the application builds.
+	Images() []Image
+	// Contexts are the compiled deployment contexts (production, staging,
+	// …): non-secret coordinates of the registry, cluster namespace,
+	// OpenBao and Zitadel.
+	Contexts() []Context
+	// Deployment is the one Fleet Deployment every context receives.
+	Deployment() Deployment
+}
+
+// Image is one image build.
+type Image struct {
+	// Name identifies the image in the manifest (Service.Image, --image)
+	// and is its last repository path element:
+	// <registry>/<repository>/<Name>.
+	Name string
+	// Context is the build context folder, relative to the directory
+	// harmony runs in (the repository root in CI).
+	Context string
+	// Dockerfile is the Dockerfile (Containerfile) path, relative to the
+	// directory harmony runs in. Default: <Context>/Dockerfile.
+	Dockerfile string
+}
+
+// Context is one compiled deployment context. Every field is a non-secret
+// coordinate; secrets come from OpenBao at run time (see docs/ci.md).
+type Context struct {
+	// Name selects the context: harmony ship --context <Name>.
+	Name string
+	// Namespace is the tenant namespace of the Fleet Deployment.
+	Namespace string
+	// Registry is the registry authority, host[:port]
+	// ("hub.nationtech.io", "127.0.0.1:5000").
+	Registry string
+	// Repository is the path under the registry holding the application's
+	// images ("example" gives hub.nationtech.io/example/<image>).
+	Repository string
+	// OpenBao says where the CI identity reads its credentials.
+	OpenBao OpenBao
+	// Zitadel is where the CI machine key is exchanged for an id_token.
+	Zitadel Zitadel
+}
+
+// OpenBao locates the tenant's OpenBao and the CI secrets in it.
+type OpenBao struct {
+	// URL of the OpenBao server ("https://bao.example.com").
+	URL string
+	// Role is the JWT auth role the CI identity logs in with.
+	Role string
+	// JWTMount is the JWT auth mount. Default "jwt".
+	JWTMount string
+	// KVMount is the KV version 2 mount. Default "secret".
+	KVMount string
+	// RegistryCredentials is the KV path (under KVMount) of the push
+	// robot: JSON fields registry, username, password. Default
+	// harmony/<Namespace>/<context Name>/RegistryCredentials.
+	RegistryCredentials string
+	// Kubeconfig is the KV path of the cluster access for Namespace: field
+	// kubeconfig holds a kubeconfig document. Default
+	// harmony/<Namespace>/<context Name>/kubeconfig.
+	Kubeconfig string
+}
+
+// Zitadel locates the identity provider.
+type Zitadel struct {
+	// URL is the issuer URL ("https://example.zitadel.cloud").
+	URL string
+	// ProjectID, when set, is requested as the id_token's audience (the
+	// OpenBao role's bound_audiences).
+	ProjectID string
+}
+
+// Deployment is the Fleet Deployment's stable policy.
+type Deployment struct {
+	// Name of the Fleet Deployment (a DNS label).
+	Name string
+	// AllowedGroups restricts targets to these device groups.
+	AllowedGroups []string
+	// Placement is the target selector: devices whose labels contain every
+	// pair.
+	Placement map[string]string
+	// Init, when set, runs to completion before the services on every
+	// device (restart policy always "no", no ports).
+	Init *Service
+	// Services are the long-running containers.
+	Services []Service
+}
+
+// Service is one container of the Deployment.
+type Service struct {
+	// Name of the container on the device.
+	Name string
+	// Image names one of the app's Images; ship and deploy pin it to a
+	// digest (or, for deploy, an explicit dev-* tag).
+	Image string
+	// Ports published as "host:container", optionally with /tcp or /udp.
+	Ports []string
+	// Env are plain environment variables.
+	Env []EnvVar
+	// SecretEnv are environment variables resolved on the device from
+	// application secrets in OpenBao.
+	SecretEnv []SecretEnv
+	// ImagePullSecret references the device pull credential
+	// (<device-prefix>/registry/device-pull/<reference>) for a private
+	// registry.
+	ImagePullSecret string
+	// Volumes bind host paths into the container.
+	Volumes []Volume
+	// RestartPolicy: no, always, on-failure or unless-stopped (the
+	// default). Ignored for Init.
+	RestartPolicy string
+}
+
+// EnvVar is a plain environment variable.
+type EnvVar struct {
+	Name  string
+	Value string
+}
+
+// SecretEnv is an environment variable from an application secret: the
+// value of Key in the secret at path Secret.
+type SecretEnv struct {
+	Name   string
+	Secret string
+	Key    string
+}
+
+// Volume binds a host path into the container.
+type Volume struct {
+	HostPath      string
+	ContainerPath string
+	ReadOnly      bool
+}

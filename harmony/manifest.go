@@ -1,0 +1,247 @@
+package harmony
+
+import (
+	"fmt"
+	"maps"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Labels and annotations harmony puts on the Deployment.
+const (
+	// LabelManagedBy marks Deployments applied by harmony.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	// AnnotationTag holds the --tag of the last ship or deploy. An
+	// annotation does not change the generation: the same digests under a
+	// new tag make no new revision.
+	AnnotationTag = "harmony.nationtech.io/tag"
+)
+
+var (
+	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	tagRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
+	digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+)
+
+// validateApp checks the parts of the manifest the API server cannot: that
+// every name harmony derives a reference or a container from is set, and
+// that services name declared images.
+func validateApp(app HarmonyApp) error {
+	images := map[string]bool{}
+	for i, im := range app.Images() {
+		switch {
+		case !dnsLabel.MatchString(im.Name):
+			return fmt.Errorf("%w: Images()[%d].Name %q must be a lowercase DNS label (it is the image's repository name)", ErrManifest, i, im.Name)
+		case images[im.Name]:
+			return fmt.Errorf("%w: Images()[%d].Name %q is declared twice", ErrManifest, i, im.Name)
+		case im.Context == "":
+			return fmt.Errorf("%w: Images()[%d] (%s): Context is empty: give the build context folder", ErrManifest, i, im.Name)
+		}
+		images[im.Name] = true
+	}
+	d := app.Deployment()
+	if !dnsLabel.MatchString(d.Name) {
+		return fmt.Errorf("%w: Deployment().Name %q must be a DNS label", ErrManifest, d.Name)
+	}
+	if len(d.Services) == 0 {
+		return fmt.Errorf("%w: Deployment().Services is empty: declare at least one service", ErrManifest)
+	}
+	check := func(field string, s Service) error {
+		if s.Name == "" {
+			return fmt.Errorf("%w: %s.Name is empty", ErrManifest, field)
+		}
+		if !images[s.Image] {
+			return fmt.Errorf("%w: %s (%s).Image %q is not one of Images(): %s", ErrManifest, field, s.Name, s.Image, strings.Join(slices.Sorted(maps.Keys(images)), ", "))
+		}
+		return nil
+	}
+	if d.Init != nil {
+		if err := check("Deployment().Init", *d.Init); err != nil {
+			return err
+		}
+	}
+	for i, s := range d.Services {
+		if err := check(fmt.Sprintf("Deployment().Services[%d]", i), s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// usedImages are the names of the images the Deployment's containers run,
+// sorted.
+func usedImages(d Deployment) []string {
+	set := map[string]bool{}
+	if d.Init != nil {
+		set[d.Init.Image] = true
+	}
+	for _, s := range d.Services {
+		set[s.Image] = true
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// selectContext returns the context named name.
+func selectContext(app HarmonyApp, name string) (Context, error) {
+	var names []string
+	for _, c := range app.Contexts() {
+		if c.Name == name {
+			return withDefaults(c), nil
+		}
+		names = append(names, c.Name)
+	}
+	if name == "" {
+		return Context{}, usageError("--context is required: one of %s", strings.Join(names, ", "))
+	}
+	return Context{}, usageError("--context %q is not compiled into this harmony: use one of %s", name, strings.Join(names, ", "))
+}
+
+// withDefaults fills the OpenBao defaults documented on OpenBao.
+func withDefaults(c Context) Context {
+	if c.OpenBao.JWTMount == "" {
+		c.OpenBao.JWTMount = "jwt"
+	}
+	if c.OpenBao.KVMount == "" {
+		c.OpenBao.KVMount = "secret"
+	}
+	if c.OpenBao.RegistryCredentials == "" {
+		c.OpenBao.RegistryCredentials = "harmony/" + c.Namespace + "/" + c.Name + "/RegistryCredentials"
+	}
+	if c.OpenBao.Kubeconfig == "" {
+		c.OpenBao.Kubeconfig = "harmony/" + c.Namespace + "/" + c.Name + "/kubeconfig"
+	}
+	return c
+}
+
+// validateContext checks the coordinates ship and deploy need.
+func validateContext(c Context, push bool) error {
+	field := func(name, v string) error {
+		if v == "" {
+			return fmt.Errorf("%w: context %q: %s is empty", ErrManifest, c.Name, name)
+		}
+		return nil
+	}
+	for _, f := range []struct{ name, v string }{
+		{"Namespace", c.Namespace}, {"OpenBao.URL", c.OpenBao.URL}, {"OpenBao.Role", c.OpenBao.Role}, {"Zitadel.URL", c.Zitadel.URL},
+	} {
+		if err := field(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if push {
+		if err := field("Registry", c.Registry); err != nil {
+			return err
+		}
+		if err := field("Repository", c.Repository); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// imageRepository is <registry>/<repository>/<image>.
+func imageRepository(c Context, image string) string {
+	return c.Registry + "/" + strings.Trim(c.Repository, "/") + "/" + image
+}
+
+// dockerfile is the image's Dockerfile path.
+func dockerfile(im Image) string {
+	if im.Dockerfile != "" {
+		return im.Dockerfile
+	}
+	return filepath.Join(im.Context, "Dockerfile")
+}
+
+// validateTag checks --tag: an explicit image tag, never latest.
+func validateTag(tag string) error {
+	switch {
+	case tag == "":
+		return usageError("--tag is required: pass the commit (for example --tag \"$CI_COMMIT_SHA\")")
+	case tag == "latest":
+		return usageError("--tag latest is mutable: pass the commit (for example --tag \"$CI_COMMIT_SHA\")")
+	case !tagRE.MatchString(tag):
+		return usageError("--tag %q is not an image tag (letters, digits, '_', '.', '-'; at most 128; not starting with '.' or '-')", tag)
+	}
+	return nil
+}
+
+// checkDeployRef accepts a registry digest (repo@sha256:…, optionally with
+// a tag before it) or an explicit dev-* tag, and refuses latest and every
+// other tag.
+func checkDeployRef(name, ref string) error {
+	fix := "pass the registry digest (repo@sha256:<64 hex>) or an explicit dev-* tag"
+	if repo, digest, ok := strings.Cut(ref, "@"); ok {
+		if repo == "" || !digestRE.MatchString(digest) {
+			return usageError("--image %s=%s: %q is not a sha256 digest: %s", name, ref, digest, fix)
+		}
+		return nil
+	}
+	slash := strings.LastIndex(ref, "/")
+	colon := strings.LastIndex(ref, ":")
+	if colon <= slash || colon == len(ref)-1 {
+		return fmt.Errorf("%w: --image %s=%s has no tag, so it means latest, which is mutable: %s", ErrMutableTag, name, ref, fix)
+	}
+	tag := ref[colon+1:]
+	switch {
+	case !tagRE.MatchString(tag):
+		return usageError("--image %s=%s: %q is not an image tag: %s", name, ref, tag, fix)
+	case tag == "latest":
+		return fmt.Errorf("%w: --image %s=%s: tag latest is mutable: %s", ErrMutableTag, name, ref, fix)
+	case !strings.HasPrefix(tag, "dev-"):
+		return fmt.Errorf("%w: --image %s=%s: tag %q can be moved to another image: %s", ErrMutableTag, name, ref, tag, fix)
+	}
+	return nil
+}
+
+// fleetDeployment is the Fleet Deployment of app in context c with each
+// image name resolved to refs[name].
+func fleetDeployment(app HarmonyApp, c Context, tag string, refs map[string]string) *fleetv1.Deployment {
+	d := app.Deployment()
+	out := &fleetv1.Deployment{
+		Spec: fleetv1.DeploymentSpec{
+			AllowedGroups:  slices.Clone(d.AllowedGroups),
+			TargetSelector: fleetv1.TargetSelector{MatchLabels: maps.Clone(d.Placement)},
+			Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
+			Score:          fleetv1.Score{Type: fleetv1.ScorePodmanV0},
+		},
+	}
+	out.Name, out.Namespace = d.Name, c.Namespace
+	out.Labels = map[string]string{LabelManagedBy: "harmony"}
+	out.Annotations = map[string]string{AnnotationTag: tag}
+	if d.Init != nil {
+		s := podmanService(*d.Init, refs)
+		s.RestartPolicy, s.Ports = "no", nil
+		out.Spec.Score.Data.InitContainer = &s
+	}
+	for _, s := range d.Services {
+		out.Spec.Score.Data.Services = append(out.Spec.Score.Data.Services, podmanService(s, refs))
+	}
+	return out
+}
+
+func podmanService(s Service, refs map[string]string) fleetv1.PodmanService {
+	p := fleetv1.PodmanService{
+		Name:            s.Name,
+		Image:           refs[s.Image],
+		Ports:           slices.Clone(s.Ports),
+		RestartPolicy:   fleetv1.RestartPolicy(s.RestartPolicy),
+		ImagePullSecret: s.ImagePullSecret,
+	}
+	if p.RestartPolicy == "" {
+		p.RestartPolicy = "unless-stopped"
+	}
+	for _, e := range s.Env {
+		p.Env = append(p.Env, fleetv1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	for _, e := range s.SecretEnv {
+		p.SecretEnv = append(p.SecretEnv, fleetv1.SecretEnvVar{Name: e.Name, Secret: e.Secret, Key: e.Key})
+	}
+	for _, v := range s.Volumes {
+		p.Volumes = append(p.Volumes, fleetv1.Volume{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})
+	}
+	return p
+}
