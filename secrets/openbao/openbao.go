@@ -1,0 +1,288 @@
+// Package openbao is Fleet's OpenBao client, on the real
+// github.com/openbao/openbao/api/v2: JWT login with an OIDC id_token, KV
+// version 2 reads and writes, and the few administration calls Fleet makes
+// (ACL policies, JWT roles). It also owns the device's view of OpenBao:
+// DeviceSecrets resolves secret_env references and reads device pull
+// credentials for the agent.
+//
+// The client never reads the environment (no BAO_ADDR, VAULT_TOKEN or
+// similar): everything comes from Config. Errors name paths, never values
+// or tokens.
+package openbao
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openbao/openbao/api/v2"
+)
+
+// Defaults for Config.
+const (
+	DefaultJWTMount = "jwt"
+	DefaultKVMount  = "secret"
+)
+
+// Config locates an OpenBao server and the engines Fleet uses.
+type Config struct {
+	// Address is the server URL, e.g. https://bao.example:8200.
+	Address string
+	// JWTMount is the path of the JWT auth method. Default "jwt".
+	JWTMount string
+	// Role is the JWT auth role to log in with.
+	Role string
+	// KVMount is the path of the KV version 2 engine. Default "secret".
+	KVMount string
+	// HTTPClient carries TLS settings; default a client with a 30 s timeout.
+	HTTPClient *http.Client
+}
+
+// Typed errors; every error of the package wraps one of them or a
+// transport error.
+var (
+	// ErrNotFound: no secret (or no live version of it) at the path.
+	ErrNotFound = errors.New("openbao: secret not found")
+	// ErrPermissionDenied: the token's policies do not allow the call, or
+	// the token is invalid or expired (OpenBao answers 403).
+	ErrPermissionDenied = errors.New("openbao: permission denied")
+	// ErrLogin: the login was refused (bad token, role or audience).
+	ErrLogin = errors.New("openbao: login refused")
+	// ErrConfig: the Config is unusable.
+	ErrConfig = errors.New("openbao: invalid configuration")
+)
+
+// Client is a logged-in (or token-holding) OpenBao client. Safe for
+// concurrent use.
+type Client struct {
+	cfg Config
+	api *api.Client
+
+	mu      sync.Mutex
+	expires time.Time // zero: no token, or one without expiry
+	hasTok  bool
+}
+
+// New returns a client without a token; call Login.
+func New(cfg Config) (*Client, error) {
+	if cfg.Address == "" {
+		return nil, fmt.Errorf("%w: the OpenBao address is empty: set it (e.g. https://bao.example:8200)", ErrConfig)
+	}
+	if cfg.JWTMount == "" {
+		cfg.JWTMount = DefaultJWTMount
+	}
+	if cfg.KVMount == "" {
+		cfg.KVMount = DefaultKVMount
+	}
+	cfg.JWTMount, cfg.KVMount = strings.Trim(cfg.JWTMount, "/"), strings.Trim(cfg.KVMount, "/")
+	hc := cfg.HTTPClient
+	if hc == nil {
+		hc = &http.Client{Timeout: 30 * time.Second}
+	}
+	c, err := api.NewClient(&api.Config{Address: cfg.Address, HttpClient: hc, DisableEnvironment: true, MaxRetries: 2, Timeout: hc.Timeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	c.ClearToken()
+	return &Client{cfg: cfg, api: c}, nil
+}
+
+// NewWithToken returns a client that uses token (an administrator's, or
+// one obtained elsewhere).
+func NewWithToken(cfg Config, token string) (*Client, error) {
+	c, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if token == "" {
+		return nil, fmt.Errorf("%w: the OpenBao token is empty", ErrConfig)
+	}
+	c.api.SetToken(token)
+	c.hasTok = true
+	return c, nil
+}
+
+// Config returns the client's configuration with defaults applied.
+func (c *Client) Config() Config { return c.cfg }
+
+// Login exchanges jwt (an OIDC id_token) for a token with the configured
+// role.
+func (c *Client) Login(ctx context.Context, jwt string) error {
+	if c.cfg.Role == "" {
+		return fmt.Errorf("%w: no JWT role configured: set the OpenBao role", ErrConfig)
+	}
+	// A login request carries no token.
+	lc, err := c.api.Clone()
+	if err != nil {
+		return fmt.Errorf("openbao: login: %w", err)
+	}
+	lc.ClearToken()
+	sec, err := lc.Logical().WriteWithContext(ctx, "auth/"+c.cfg.JWTMount+"/login", map[string]any{"role": c.cfg.Role, "jwt": jwt})
+	if err != nil {
+		var re *api.ResponseError
+		if errors.As(err, &re) && (re.StatusCode == http.StatusBadRequest || re.StatusCode == http.StatusForbidden) {
+			return fmt.Errorf("%w: role %q at auth/%s: %s", ErrLogin, c.cfg.Role, c.cfg.JWTMount, strings.Join(re.Errors, "; "))
+		}
+		return fmt.Errorf("openbao: login with role %q at auth/%s: %w", c.cfg.Role, c.cfg.JWTMount, err)
+	}
+	if sec == nil || sec.Auth == nil || sec.Auth.ClientToken == "" {
+		return fmt.Errorf("%w: role %q: the response holds no token", ErrLogin, c.cfg.Role)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.api.SetToken(sec.Auth.ClientToken)
+	c.hasTok = true
+	c.expires = time.Time{}
+	if sec.Auth.LeaseDuration > 0 {
+		c.expires = time.Now().Add(time.Duration(sec.Auth.LeaseDuration) * time.Second)
+	}
+	return nil
+}
+
+// LoggedIn reports whether the client holds a token that is not within
+// margin of its expiry.
+func (c *Client) LoggedIn(margin time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.hasTok && (c.expires.IsZero() || time.Until(c.expires) > margin)
+}
+
+// forget drops the token (after a 403 that may mean it was revoked).
+func (c *Client) forget() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hasTok = false
+	c.api.ClearToken()
+}
+
+// classify maps the client's errors to the package's typed errors.
+func classify(op, path string, err error) error {
+	var re *api.ResponseError
+	switch {
+	case errors.Is(err, api.ErrSecretNotFound):
+		return fmt.Errorf("%w: %s", ErrNotFound, path)
+	case errors.As(err, &re) && re.StatusCode == http.StatusForbidden:
+		return fmt.Errorf("%w: %s %s", ErrPermissionDenied, op, path)
+	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, path)
+	case errors.As(err, &re):
+		return fmt.Errorf("openbao: %s %s: status %d: %s", op, path, re.StatusCode, strings.Join(re.Errors, "; "))
+	}
+	return fmt.Errorf("openbao: %s %s: %w", op, path, err)
+}
+
+// Read returns the data of the latest version of the KV v2 secret at path
+// (relative to the KV mount).
+func (c *Client) Read(ctx context.Context, path string) (map[string]any, error) {
+	full := c.cfg.KVMount + "/data/" + path
+	s, err := c.api.KVv2(c.cfg.KVMount).Get(ctx, path)
+	if err != nil {
+		return nil, classify("read", full, err)
+	}
+	if s.Data == nil {
+		return nil, fmt.Errorf("%w: %s (its latest version is deleted)", ErrNotFound, full)
+	}
+	return s.Data, nil
+}
+
+// Write stores data as a new version of the KV v2 secret at path.
+func (c *Client) Write(ctx context.Context, path string, data map[string]any) error {
+	if _, err := c.api.KVv2(c.cfg.KVMount).Put(ctx, path, data); err != nil {
+		return classify("write", c.cfg.KVMount+"/data/"+path, err)
+	}
+	return nil
+}
+
+// WriteCAS stores data only when the secret's current version is version
+// (0: only when it does not exist yet).
+func (c *Client) WriteCAS(ctx context.Context, path string, data map[string]any, version int) error {
+	if _, err := c.api.KVv2(c.cfg.KVMount).Put(ctx, path, data, api.WithCheckAndSet(version)); err != nil {
+		return classify("write", c.cfg.KVMount+"/data/"+path, err)
+	}
+	return nil
+}
+
+// PutPolicy creates or replaces the ACL policy name (HCL).
+func (c *Client) PutPolicy(ctx context.Context, name, hcl string) error {
+	if err := c.api.Sys().PutPolicyWithContext(ctx, name, hcl); err != nil {
+		return classify("write", "sys/policies/acl/"+name, err)
+	}
+	return nil
+}
+
+// Policy returns the HCL of the ACL policy name.
+func (c *Client) Policy(ctx context.Context, name string) (string, error) {
+	s, err := c.api.Logical().ReadWithContext(ctx, "sys/policies/acl/"+name)
+	if err != nil {
+		return "", classify("read", "sys/policies/acl/"+name, err)
+	}
+	if s == nil || s.Data == nil {
+		return "", fmt.Errorf("%w: sys/policies/acl/%s", ErrNotFound, name)
+	}
+	p, _ := s.Data["policy"].(string)
+	return p, nil
+}
+
+// DeletePolicy removes the ACL policy name.
+func (c *Client) DeletePolicy(ctx context.Context, name string) error {
+	if err := c.api.Sys().DeletePolicyWithContext(ctx, name); err != nil {
+		return classify("delete", "sys/policies/acl/"+name, err)
+	}
+	return nil
+}
+
+// JWTRole is the part of a JWT auth role Fleet sets.
+type JWTRole struct {
+	// BoundAudiences: the id_token's aud must hold one of them.
+	BoundAudiences []string
+	// BoundSubject, when set: the id_token's sub must equal it.
+	BoundSubject string
+	// UserClaim names the claim that identifies the user. Default "sub".
+	UserClaim string
+	// Policies are the token policies of a login.
+	Policies []string
+	// TTL of a login's token; zero: the server's default.
+	TTL time.Duration
+}
+
+// PutJWTRole creates or updates a role of the JWT auth method.
+func (c *Client) PutJWTRole(ctx context.Context, name string, r JWTRole) error {
+	if r.UserClaim == "" {
+		r.UserClaim = "sub"
+	}
+	body := map[string]any{
+		"role_type": "jwt", "bound_audiences": r.BoundAudiences, "user_claim": r.UserClaim,
+		"token_policies": r.Policies, "bound_subject": r.BoundSubject,
+	}
+	if r.TTL > 0 {
+		body["token_ttl"] = int64(r.TTL.Seconds())
+	}
+	path := "auth/" + c.cfg.JWTMount + "/role/" + name
+	if _, err := c.api.Logical().WriteWithContext(ctx, path, body); err != nil {
+		return classify("write", path, err)
+	}
+	return nil
+}
+
+// ConfigureJWT enables (when not yet enabled) the JWT auth method and
+// points it at an OpenID Provider's discovery document. caPEM (optional)
+// is the CA that signs the provider's TLS certificate.
+func (c *Client) ConfigureJWT(ctx context.Context, discoveryURL, caPEM string) error {
+	err := c.api.Sys().EnableAuthWithOptionsWithContext(ctx, c.cfg.JWTMount, &api.EnableAuthOptions{Type: "jwt"})
+	if err != nil && !strings.Contains(err.Error(), "path is already in use") {
+		return classify("write", "sys/auth/"+c.cfg.JWTMount, err)
+	}
+	body := map[string]any{"oidc_discovery_url": discoveryURL}
+	if caPEM != "" {
+		body["oidc_discovery_ca_pem"] = caPEM
+	}
+	path := "auth/" + c.cfg.JWTMount + "/config"
+	if _, err := c.api.Logical().WriteWithContext(ctx, path, body); err != nil {
+		return classify("write", path, err)
+	}
+	return nil
+}
