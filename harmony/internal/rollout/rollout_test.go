@@ -1,0 +1,288 @@
+package rollout_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/nationtech/harmony-fleet/harmony/internal/rollout"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+func TestMain(m *testing.M) {
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../../../k8s/config/crd"}})
+}
+
+const digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+const digestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+type cluster struct {
+	t   *testing.T
+	ctx context.Context
+	dyn dynamic.Interface
+	ns  string
+}
+
+// newCluster gives the test its own namespace on the shared API server.
+func newCluster(t *testing.T) *cluster {
+	t.Helper()
+	srv := kubeapi.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	dyn, err := dynamic.NewForConfig(srv.RESTConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := fmt.Sprintf("r-%d", time.Now().UnixNano())
+	nsObj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": ns}}}
+	if _, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).Create(ctx, nsObj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, ctx: ctx, dyn: dyn, ns: ns}
+}
+
+func (c *cluster) deployment(digest string) *fleetv1.Deployment {
+	d := &fleetv1.Deployment{Spec: fleetv1.DeploymentSpec{
+		TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"app": "web"}},
+		Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
+		Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{
+			{Name: "web", Image: "reg.example/app/web@" + digest, RestartPolicy: "unless-stopped"},
+		}}},
+	}}
+	d.Name, d.Namespace = "web", c.ns
+	d.Annotations = map[string]string{"harmony.nationtech.io/tag": "t1"}
+	return d
+}
+
+func (c *cluster) apply(d *fleetv1.Deployment) rollout.Applied {
+	c.t.Helper()
+	a, err := rollout.Apply(c.ctx, c.dyn, d)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return a
+}
+
+// report writes the status the operator would write for a revision.
+func (c *cluster) report(a rollout.Applied, gen int64, phase fleetv1.DeploymentPhase, counts fleetv1.RolloutCounts, failure *fleetv1.DeviceFailure) {
+	c.t.Helper()
+	st := fleetv1.DeploymentStatus{ObservedGeneration: gen, Revision: &fleetv1.RevisionRef{UID: a.UID, Generation: gen, ID: fmt.Sprintf("r%d", gen)},
+		Phase: phase, Counts: counts, LatestFailure: failure}
+	c.patchStatus(a.Name, st)
+}
+
+func (c *cluster) patchStatus(name string, st fleetv1.DeploymentStatus) {
+	c.t.Helper()
+	b, err := json.Marshal(map[string]any{"status": st})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := c.dyn.Resource(rollout.Resource).Namespace(c.ns).Patch(c.ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status"); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func TestAnIdenticalApplyKeepsTheGenerationAndANewDigestMakesTheNext(t *testing.T) {
+	c := newCluster(t)
+	first := c.apply(c.deployment(digestA))
+	again := c.apply(c.deployment(digestA))
+	if diff := cmp.Diff(first, again); diff != "" {
+		t.Fatalf("re-applying the same Deployment changed the revision (-first +again):\n%s", diff)
+	}
+	retagged := c.deployment(digestA)
+	retagged.Annotations["harmony.nationtech.io/tag"] = "t2"
+	if got := c.apply(retagged); got.Generation != first.Generation {
+		t.Errorf("a new tag with the same digests made generation %d, want %d", got.Generation, first.Generation)
+	}
+	next := c.apply(c.deployment(digestB))
+	if next.UID != first.UID || next.Generation != first.Generation+1 {
+		t.Errorf("a new digest gave %+v, want uid %s generation %d", next, first.UID, first.Generation+1)
+	}
+	u, err := c.dyn.Resource(rollout.Resource).Namespace(c.ns).Get(c.ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	managers := map[string]string{}
+	for _, m := range u.GetManagedFields() {
+		managers[m.Manager] = string(m.Operation)
+	}
+	if managers[rollout.FieldManager] != string(metav1.ManagedFieldsOperationApply) {
+		t.Errorf("managed fields %v, want %q applying", managers, rollout.FieldManager)
+	}
+}
+
+func TestWait(t *testing.T) {
+	ok := fleetv1.RolloutCounts{Total: 2, Succeeded: 2, Canaries: 1, CanariesSucceeded: 1}
+	failure := &fleetv1.DeviceFailure{Device: "edge-2", Error: "init container migrate exited with code 3", Time: metav1.NewTime(time.Unix(1700000000, 0))}
+	tests := []struct {
+		name string
+		// setup applies and reports; it returns the revision to wait for.
+		setup func(c *cluster) rollout.Applied
+		// during runs after Wait started (nil: nothing).
+		during  func(c *cluster, a rollout.Applied)
+		timeout time.Duration
+		want    func(t *testing.T, st fleetv1.DeploymentStatus, err error)
+	}{
+		{
+			name: "the success of the applied revision completes the wait",
+			setup: func(c *cluster) rollout.Applied {
+				a := c.apply(c.deployment(digestA))
+				c.report(a, a.Generation, fleetv1.PhaseSucceeded, ok, nil)
+				return a
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, st fleetv1.DeploymentStatus, err error) {
+				if err != nil || st.Counts != ok {
+					t.Fatalf("got %+v, %v; want the succeeded counts and no error", st.Counts, err)
+				}
+			},
+		},
+		{
+			name: "the success of an older generation never completes a newer wait",
+			setup: func(c *cluster) rollout.Applied {
+				old := c.apply(c.deployment(digestA))
+				c.report(old, old.Generation, fleetv1.PhaseSucceeded, ok, nil)
+				return c.apply(c.deployment(digestB))
+			},
+			timeout: 3 * time.Second,
+			want: func(t *testing.T, st fleetv1.DeploymentStatus, err error) {
+				var te *rollout.TimeoutError
+				if !errors.As(err, &te) || st.Revision != nil {
+					t.Fatalf("got %+v, %v; want a timeout that saw no status of the new revision", st, err)
+				}
+			},
+		},
+		{
+			name: "a newer revision reported while waiting completes it only when it is the applied one",
+			setup: func(c *cluster) rollout.Applied {
+				old := c.apply(c.deployment(digestA))
+				c.report(old, old.Generation, fleetv1.PhaseSucceeded, ok, nil)
+				return c.apply(c.deployment(digestB))
+			},
+			during: func(c *cluster, a rollout.Applied) {
+				c.report(a, a.Generation, fleetv1.PhaseCanary, fleetv1.RolloutCounts{Total: 2, Pending: 2, Canaries: 1}, nil)
+				c.report(a, a.Generation, fleetv1.PhaseSucceeded, ok, nil)
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, st fleetv1.DeploymentStatus, err error) {
+				if err != nil || st.Revision == nil || st.Revision.Generation != 2 {
+					t.Fatalf("got %+v, %v; want success of generation 2", st, err)
+				}
+			},
+		},
+		{
+			name: "a failed revision fails the wait with the counts and the latest device error",
+			setup: func(c *cluster) rollout.Applied {
+				a := c.apply(c.deployment(digestA))
+				c.report(a, a.Generation, fleetv1.PhaseFailed, fleetv1.RolloutCounts{Total: 2, Failed: 1, Pending: 1, Canaries: 1, CanariesFailed: 1}, failure)
+				return a
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, _ fleetv1.DeploymentStatus, err error) {
+				var fe *rollout.FailedError
+				if !errors.As(err, &fe) {
+					t.Fatalf("got %v, want a FailedError", err)
+				}
+				for _, s := range []string{"1 failed", "of 2", "edge-2", "exited with code 3", "canaries 0/1"} {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not say %q", err, s)
+					}
+				}
+			},
+		},
+		{
+			name: "a newer apply supersedes the wait",
+			setup: func(c *cluster) rollout.Applied {
+				a := c.apply(c.deployment(digestA))
+				c.apply(c.deployment(digestB))
+				return a
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, _ fleetv1.DeploymentStatus, err error) {
+				if !errors.Is(err, rollout.ErrSuperseded) {
+					t.Fatalf("got %v, want ErrSuperseded", err)
+				}
+			},
+		},
+		{
+			name: "a Deployment deleted and recreated supersedes the wait",
+			setup: func(c *cluster) rollout.Applied {
+				a := c.apply(c.deployment(digestA))
+				if err := c.dyn.Resource(rollout.Resource).Namespace(c.ns).Delete(c.ctx, "web", metav1.DeleteOptions{}); err != nil {
+					c.t.Fatal(err)
+				}
+				c.apply(c.deployment(digestA))
+				return a
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, _ fleetv1.DeploymentStatus, err error) {
+				if !errors.Is(err, rollout.ErrSuperseded) {
+					t.Fatalf("got %v, want ErrSuperseded", err)
+				}
+			},
+		},
+		{
+			name: "a revision without targets fails the wait with the operator's reason",
+			setup: func(c *cluster) rollout.Applied {
+				a := c.apply(c.deployment(digestA))
+				c.patchStatus(a.Name, fleetv1.DeploymentStatus{ObservedGeneration: a.Generation, Conditions: []metav1.Condition{{
+					Type: fleetv1.ConditionTargetsResolved, Status: metav1.ConditionFalse, ObservedGeneration: a.Generation,
+					Reason: fleetv1.ReasonNoGroupSource, Message: "allowedGroups is set but no group source", LastTransitionTime: metav1.Now(),
+				}}})
+				return a
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, _ fleetv1.DeploymentStatus, err error) {
+				if !errors.Is(err, rollout.ErrNoTargets) || !strings.Contains(err.Error(), fleetv1.ReasonNoGroupSource) {
+					t.Fatalf("got %v, want ErrNoTargets naming NoGroupSource", err)
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCluster(t)
+			a := tc.setup(c)
+			ctx, cancel := context.WithTimeout(c.ctx, tc.timeout)
+			defer cancel()
+			seen := make(chan fleetv1.DeploymentStatus, 16)
+			type result struct {
+				st  fleetv1.DeploymentStatus
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				st, err := rollout.Wait(ctx, c.dyn, a, rollout.WaitOptions{Interval: 50 * time.Millisecond, Progress: func(st fleetv1.DeploymentStatus) {
+					select {
+					case seen <- st:
+					default:
+					}
+				}})
+				done <- result{st, err}
+			}()
+			if tc.during != nil {
+				tc.during(c, a)
+			}
+			r := <-done
+			tc.want(t, r.st, r.err)
+			close(seen)
+			for st := range seen {
+				if st.Revision.UID != a.UID || st.Revision.Generation != a.Generation {
+					t.Errorf("progress reported revision %+v, want only %s/%d", st.Revision, a.UID, a.Generation)
+				}
+			}
+		})
+	}
+}
