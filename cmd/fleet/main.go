@@ -30,7 +30,7 @@ const usage = `usage: fleet <command> [flags]
 
 commands:
   dev       run the Fleet control plane on this machine
-  history   (not implemented yet) a Deployment's or device's timeline from the streams
+  history   a Deployment's or device's timeline, or the fleet at a time, from the streams
 `
 
 func run(args []string) error {
@@ -44,7 +44,7 @@ func run(args []string) error {
 	case "enroll":
 		return runEnroll(args[1:])
 	case "history":
-		return errors.New("history: not implemented yet")
+		return runHistory(args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return nil

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
+)
+
+const historyUsage = `usage: fleet history <query> [flags]
+
+Answers from the JetStream streams alone (no Kubernetes API needed):
+
+  fleet history deployment <namespace>/<name>   revisions, rollout transitions, per-device results
+  fleet history device <device-id>              intents received, reports, inventory changes, commands
+  fleet history fleet --at <RFC 3339 time>      every device's desired vs reported state and every
+                                                Deployment's rollout state, as of that time
+
+Connect like the nats CLI: fleet dev prints
+  export NATS_URL=nats://127.0.0.1:4222 NATS_USER=fleet-dev-admin NATS_PASSWORD="$(cat …/admin.password)"
+and fleet history reads the same variables.
+
+flags (anywhere after the query):
+`
+
+// defaultNATSURL is where fleet dev's embedded server listens by default.
+const defaultNATSURL = "nats://127.0.0.1:4222"
+
+// runHistory is `fleet history`.
+func runHistory(args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return historyCmd(ctx, args, os.Stdout, os.Stderr, os.Getenv)
+}
+
+// historyOptions are the flags of `fleet history`.
+type historyOptions struct {
+	server, user, password, creds string
+	at, output                    string
+	timeout                       time.Duration
+	verbose                       bool
+}
+
+// historyCmd runs `fleet history` with its arguments, writing the answer to
+// out and usage and logs to errOut; getenv supplies the NATS_* defaults.
+func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) error {
+	fs := flag.NewFlagSet("fleet history", flag.ContinueOnError)
+	fs.SetOutput(errOut)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), historyUsage)
+		fs.PrintDefaults()
+	}
+	var o historyOptions
+	fs.StringVar(&o.server, "server", cmp.Or(getenv("NATS_URL"), defaultNATSURL), "NATS server URL (env NATS_URL)")
+	fs.StringVar(&o.user, "user", getenv("NATS_USER"), "NATS user (env NATS_USER; fleet dev: fleet-dev-admin)")
+	fs.StringVar(&o.password, "password", getenv("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD; fleet dev: <data>/secrets/admin.password)")
+	fs.StringVar(&o.creds, "creds", getenv("NATS_CREDS"), "NATS user credentials file, instead of --user/--password (env NATS_CREDS)")
+	fs.StringVar(&o.at, "at", "", "fleet only: the instant to look at, RFC 3339 (2026-01-02T15:04:05Z, fractions and offsets allowed)")
+	fs.StringVar(&o.output, "o", "text", "output format: text or json")
+	fs.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
+	fs.BoolVar(&o.verbose, "v", false, "log each stream read to stderr")
+
+	// Flags may come before or after the positional arguments.
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("history: %w", err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+	if len(pos) == 0 {
+		fs.Usage()
+		return errors.New("history: no query given: use deployment, device or fleet")
+	}
+	format, err := history.ParseFormat(o.output)
+	if err != nil {
+		return fmt.Errorf("history: -o: %w", err)
+	}
+	query := pos[0]
+	var at time.Time
+	switch query {
+	case "deployment", "device":
+		if len(pos) != 2 {
+			return fmt.Errorf("history %s: give exactly one %s", query, map[string]string{
+				"deployment": "<namespace>/<name>, e.g. fleet history deployment lab/analysis-api",
+				"device":     "<device-id>, e.g. fleet history device sim-1"}[query])
+		}
+		if o.at != "" {
+			return fmt.Errorf("history %s: --at applies to `fleet history fleet` only: a timeline always shows everything stored", query)
+		}
+	case "fleet":
+		if len(pos) != 1 {
+			return fmt.Errorf("history fleet: unexpected argument %q: the only input is --at", pos[1])
+		}
+		if o.at == "" {
+			return errors.New("history fleet: --at is required: give an RFC 3339 time such as " + time.Now().UTC().Truncate(time.Second).Format(time.RFC3339))
+		}
+		at, err = time.Parse(time.RFC3339Nano, o.at)
+		if err != nil {
+			return fmt.Errorf("history fleet: --at %q is not an RFC 3339 time: use e.g. 2026-01-02T15:04:05Z or 2026-01-02T16:04:05.5+01:00", o.at)
+		}
+	default:
+		fs.Usage()
+		return fmt.Errorf("history: unknown query %q: use deployment, device or fleet", query)
+	}
+	var namespace, name string
+	if query == "deployment" {
+		var ok bool
+		namespace, name, ok = strings.Cut(pos[1], "/")
+		if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
+			return fmt.Errorf("history deployment: %q is not <namespace>/<name>: give both, e.g. lab/analysis-api", pos[1])
+		}
+	}
+
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	nc, err := connectHistory(o)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	st, err := events.NewStore(nc, events.StoreOptions{Logger: log})
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	h, err := history.New(history.Options{Reader: st, Logger: log})
+	if err != nil {
+		return fmt.Errorf("history: %w", err)
+	}
+	var answer history.Answer
+	switch query {
+	case "deployment":
+		answer, err = h.Deployment(ctx, namespace, name)
+	case "device":
+		answer, err = h.Device(ctx, pos[1])
+	case "fleet":
+		answer, err = h.FleetAt(ctx, at)
+	}
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w (the Fleet streams are missing on %s: is --server a Fleet control plane with its streams provisioned?)", err, redact(o.server))
+	}
+	if err != nil {
+		return err
+	}
+	return history.Write(out, answer, format)
+}
+
+// connectHistory connects with the credentials the flags name.
+func connectHistory(o historyOptions) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name("fleet history"), nats.Timeout(5 * time.Second), nats.MaxReconnects(0)}
+	switch {
+	case o.creds != "" && (o.user != "" || o.password != ""):
+		return nil, errors.New("history: --creds and --user/--password exclude each other (check NATS_CREDS, NATS_USER, NATS_PASSWORD): give one")
+	case o.creds != "":
+		opts = append(opts, nats.UserCredentials(o.creds))
+	case o.password != "" && o.user == "":
+		return nil, errors.New("history: --password needs --user (fleet dev: --user fleet-dev-admin, or NATS_USER)")
+	case o.user != "":
+		opts = append(opts, nats.UserInfo(o.user, o.password))
+	}
+	nc, err := nats.Connect(o.server, opts...)
+	if errors.Is(err, nats.ErrAuthorization) || (err != nil && strings.Contains(strings.ToLower(err.Error()), "authorization")) {
+		return nil, fmt.Errorf("history: connect to NATS at %s: %w: check --user/--password or --creds (fleet dev prints the export line with NATS_USER and NATS_PASSWORD)", redact(o.server), err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("history: connect to NATS at %s: %w: set --server or NATS_URL to the control plane's NATS (fleet dev: %s)", redact(o.server), err, defaultNATSURL)
+	}
+	return nc, nil
+}
+
+// redact hides a password in a server URL (nats://user:pass@host).
+func redact(servers string) string {
+	parts := strings.Split(servers, ",")
+	for i, p := range parts {
+		if u, err := url.Parse(strings.TrimSpace(p)); err == nil && u.User != nil {
+			parts[i] = u.Redacted()
+		}
+	}
+	return strings.Join(parts, ",")
+}
