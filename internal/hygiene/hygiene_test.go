@@ -75,6 +75,8 @@ func TestImportRules(t *testing.T) {
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator"}, nil},
 		{"projections never import the operator or the agent", module + "/projections",
 			[]string{module + "/operator", module + "/agent", module + "/authcallout"}, nil},
+		{"history reads the streams through events and projections only", module + "/history",
+			[]string{module + "/", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"}, []string{module + "/events", module + "/projections", module + "/k8s/api/"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
