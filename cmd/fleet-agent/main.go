@@ -6,11 +6,14 @@ package main
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -23,6 +26,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
 	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 // version is stamped at build time (-ldflags -X main.version=…).
@@ -61,6 +65,12 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	rt := fs.String("runtime", "podman", "container runtime: podman or sim (simulated, for scale tests and fleet dev)")
 	socket := fs.String("podman-socket", "unix:///run/podman/podman.sock", "Podman API socket URL")
 	heartbeat := fs.Duration("heartbeat", 30*time.Second, "heartbeat interval")
+	baoURL := fs.String("openbao-url", os.Getenv("FLEET_OPENBAO_URL"), "OpenBao address for secret_env values and pull credentials ($FLEET_OPENBAO_URL; empty: none)")
+	baoRole := fs.String("openbao-role", envOr("FLEET_OPENBAO_ROLE", "fleet-device"), "OpenBao JWT auth role the device logs in with ($FLEET_OPENBAO_ROLE)")
+	baoJWT := fs.String("openbao-jwt-mount", openbao.DefaultJWTMount, "path of OpenBao's JWT auth method")
+	baoKV := fs.String("openbao-kv-mount", openbao.DefaultKVMount, "path of OpenBao's KV version 2 engine")
+	baoPrefix := fs.String("openbao-device-prefix", os.Getenv("FLEET_OPENBAO_DEVICE_PREFIX"), "KV path under which <prefix>/registry/device-pull/<reference> pull secrets live ($FLEET_OPENBAO_DEVICE_PREFIX)")
+	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -82,7 +92,11 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if *device == "" {
 		return errors.New("--device is empty and no key file names one: give this device's id")
 	}
+	if *baoURL != "" && *baoPrefix == "" {
+		return errors.New("--openbao-device-prefix is empty: give the KV path of this device's pull secrets (e.g. fleet/<tenant>)")
+	}
 	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
+	var idToken func(context.Context) (string, error)
 	switch {
 	case key != nil:
 		if *issuer == "" {
@@ -93,6 +107,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			return err
 		}
 		opts = append(opts, src.NATSOptions(*device)...)
+		idToken = src.IDToken
 	case !*noAuth:
 		return errors.New("no --key-file: a device authenticates with its machine key (or pass --insecure-no-auth for a development server)")
 	}
@@ -112,6 +127,18 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return fmt.Errorf("--runtime %q: use podman or sim", *rt)
 	}
 
+	rec := &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure}
+	if *baoURL != "" {
+		if idToken == nil {
+			return errors.New("--openbao-url needs --key-file: the device logs in to OpenBao with its id_token")
+		}
+		ds, err := deviceSecrets(openbao.Config{Address: *baoURL, Role: *baoRole, JWTMount: *baoJWT, KVMount: *baoKV}, *baoCA, idToken, *baoPrefix)
+		if err != nil {
+			return err
+		}
+		rec.Secrets, rec.Credentials = ds, ds
+	}
+
 	nc, err := nats.Connect(*natsURL, opts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
@@ -119,8 +146,33 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	defer nc.Close()
 	return agent.Run(ctx, agent.Options{
 		Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
-		Reconciler: &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure},
+		Reconciler: rec,
 	})
+}
+
+// deviceSecrets builds the OpenBao secret source; caFile (optional) is the
+// CA of OpenBao's TLS certificate.
+func deviceSecrets(cfg openbao.Config, caFile string, idToken func(context.Context) (string, error), prefix string) (*openbao.DeviceSecrets, error) {
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--openbao-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--openbao-ca-file %s holds no PEM certificate", caFile)
+		}
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	c, err := openbao.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("--openbao-url: %w", err)
+	}
+	ds, err := openbao.NewDeviceSecrets(c, idToken, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("--openbao-device-prefix: %w", err)
+	}
+	return ds, nil
 }
 
 func envOr(key, def string) string {
