@@ -133,7 +133,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 		if err == nil {
 			got = map[string]events.WorkloadStatus{}
 			rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
-			for rec, err := range env.Store.Replay(rctx, "fleet.report."+device+".workload", events.Start{}) {
+			for rec, err := range env.Store.Replay(rctx, "fleet.report."+device+".workload", events.FromStart()) {
 				if err != nil {
 					break
 				}
@@ -181,6 +181,43 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 		if strings.Contains(strings.Join(data.Config.Env, "\n"), reg.Password) {
 			t.Errorf("%s: the pull password reached the container's environment", c)
 		}
+	}
+
+	// Rotation: the agent does not watch OpenBao, so nothing changes until
+	// a reconcile; reconcile-now re-resolves, and the changed value is a new
+	// score revision: the init container reruns and the service is replaced.
+	inspectID := func(c string) (string, []string) {
+		data, err := containers.Inspect(pctx, c, nil)
+		if err != nil {
+			return "", nil // being replaced
+		}
+		return data.ID, data.Config.Env
+	}
+	apiBefore, _ := inspectID(name("api"))
+	initBefore, _ := inspectID(name("migrate"))
+	rotated := "app-secret-rotated-" + randomHex(t)
+	secrets = append(secrets, rotated)
+	if err := admin.Write(ctx, "apps/demo/db", map[string]any{"password": rotated}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, err := events.New(events.Keys{Device: device}, events.AgentCommand{Command: agent.CommandReconcileNow, RequestedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Store.Append(ctx, cmd); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		apiID, apiEnv := inspectID(name("api"))
+		initID, initEnv := inspectID(name("migrate"))
+		if apiID != "" && initID != "" && apiID != apiBefore && initID != initBefore && contains(apiEnv, "DB_PASSWORD="+rotated) && contains(initEnv, "DB_PASSWORD="+rotated) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the rotated secret was not applied after reconcile-now (service replaced: %v, init rerun: %v)\nlogs:\n%s",
+				apiID != apiBefore, initID != initBefore, logs.b.String())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 
 	stop()
