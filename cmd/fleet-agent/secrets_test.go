@@ -317,4 +317,3 @@ func contains(list []string, s string) bool {
 }
 
 func boolPtr(b bool) *bool { return &b }
-
