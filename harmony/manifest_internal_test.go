@@ -1,0 +1,169 @@
+package harmony
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+
+func TestDeployRefs(t *testing.T) {
+	tests := []struct {
+		name    string
+		ref     string
+		wantErr error  // nil: accepted
+		names   string // the error must say this
+	}{
+		{"a registry digest is accepted", "hub.example/app/web@" + digest, nil, ""},
+		{"a tag pinned by a digest is accepted", "hub.example/app/web:v1@" + digest, nil, ""},
+		{"a dev tag is accepted", "hub.example:5000/app/web:dev-1234", nil, ""},
+		{"latest is refused with the fix", "hub.example/app/web:latest", ErrMutableTag, "--image web=hub.example/app/web:latest"},
+		{"no tag means latest and is refused", "hub.example/app/web", ErrMutableTag, "dev-* tag"},
+		{"a registry port is not taken for a tag", "hub.example:5000/app/web", ErrMutableTag, "no tag"},
+		{"a release tag is mutable and refused", "hub.example/app/web:v1.2", ErrMutableTag, "registry digest"},
+		{"a short digest is refused", "hub.example/app/web@sha256:abc", ErrUsage, "not a sha256 digest"},
+		{"a digest without a repository is refused", "@" + digest, ErrUsage, "not a sha256 digest"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkDeployRef("web", tc.ref)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, tc.wantErr) || !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("got %v, want %v saying %q", err, tc.wantErr, tc.names)
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		names string // "" means the command line is valid
+	}{
+		{"ship with a context and a tag is valid", []string{"ship", "--context", "prod", "--tag", "abc123"}, ""},
+		{"deploy with images is valid", []string{"deploy", "--context", "prod", "--tag", "abc", "--image", "web=r/w@" + digest, "--wait"}, ""},
+		{"a missing tag names the flag", []string{"ship", "--context", "prod"}, "--tag is required"},
+		{"tag latest is refused", []string{"ship", "--context", "prod", "--tag", "latest"}, "--tag latest is mutable"},
+		{"a tag with a slash is refused", []string{"ship", "--tag", "a/b"}, "not an image tag"},
+		{"ship takes no --image", []string{"ship", "--tag", "a", "--image", "web=x"}, "-image"},
+		{"rollback does not exist", []string{"rollback"}, "there is no rollback"},
+		{"an image given twice is refused", []string{"deploy", "--tag", "a", "--image", "web=x:dev-1", "--image", "web=y:dev-2"}, "given twice"},
+		{"a negative wait timeout is refused", []string{"ship", "--tag", "a", "--wait-timeout", "-1s"}, "--wait-timeout"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr strings.Builder
+			_, err := parse(tc.args, &stderr)
+			if tc.names == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error()+stderr.String(), tc.names) {
+				t.Fatalf("got %v (stderr %q), want a usage error saying %q", err, stderr.String(), tc.names)
+			}
+		})
+	}
+}
+
+type manifest struct {
+	images []Image
+	d      Deployment
+}
+
+func (m manifest) Images() []Image       { return m.images }
+func (m manifest) Contexts() []Context   { return []Context{{Name: "prod", Namespace: "shop", Registry: "hub.example:5000", Repository: "shop"}} }
+func (m manifest) Deployment() Deployment { return m.d }
+
+func TestTheDeploymentCarriesThePolicyAndThePinnedImages(t *testing.T) {
+	app := manifest{
+		images: []Image{{Name: "web", Context: "web"}, {Name: "api", Context: "api", Dockerfile: "api/Containerfile"}},
+		d: Deployment{
+			Name: "shop", AllowedGroups: []string{"stores"}, Placement: map[string]string{"role": "till"},
+			Init: &Service{Name: "migrate", Image: "api", Ports: []string{"1:1"}, RestartPolicy: "always", Env: []EnvVar{{"ROLE", "migrate"}}},
+			Services: []Service{
+				{Name: "web", Image: "web", Ports: []string{"8080:80"}, Env: []EnvVar{{"API", "http://api"}}, ImagePullSecret: "shop-pull"},
+				{Name: "api", Image: "api", SecretEnv: []SecretEnv{{"DB_PASSWORD", "shop/db", "password"}},
+					Volumes: []Volume{{"/var/lib/shop", "/data", true}}, RestartPolicy: "on-failure"},
+			},
+		},
+	}
+	if err := validateApp(app); err != nil {
+		t.Fatal(err)
+	}
+	c, err := selectContext(app, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refs := map[string]string{"web": "hub.example:5000/shop/web@" + digest, "api": "hub.example:5000/shop/api@" + digest}
+	got := fleetDeployment(app, c, "abc", refs)
+	want := &fleetv1.Deployment{Spec: fleetv1.DeploymentSpec{
+		AllowedGroups:  []string{"stores"},
+		TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "till"}},
+		Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
+		Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{
+			InitContainer: &fleetv1.PodmanService{Name: "migrate", Image: refs["api"], RestartPolicy: "no", Env: []fleetv1.EnvVar{{Name: "ROLE", Value: "migrate"}}},
+			Services: []fleetv1.PodmanService{
+				{Name: "web", Image: refs["web"], Ports: []string{"8080:80"}, RestartPolicy: "unless-stopped",
+					Env: []fleetv1.EnvVar{{Name: "API", Value: "http://api"}}, ImagePullSecret: "shop-pull"},
+				{Name: "api", Image: refs["api"], RestartPolicy: "on-failure",
+					SecretEnv: []fleetv1.SecretEnvVar{{Name: "DB_PASSWORD", Secret: "shop/db", Key: "password"}},
+					Volumes:   []fleetv1.Volume{{HostPath: "/var/lib/shop", ContainerPath: "/data", ReadOnly: true}}},
+			},
+		}},
+	}}
+	want.Name, want.Namespace = "shop", "shop"
+	want.Labels = map[string]string{LabelManagedBy: "harmony"}
+	want.Annotations = map[string]string{AnnotationTag: "abc"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Fatalf("Deployment (-want +got):\n%s", diff)
+	}
+	if c.OpenBao.RegistryCredentials != "harmony/shop/prod/RegistryCredentials" || c.OpenBao.Kubeconfig != "harmony/shop/prod/kubeconfig" ||
+		c.OpenBao.JWTMount != "jwt" || c.OpenBao.KVMount != "secret" {
+		t.Errorf("context defaults %+v", c.OpenBao)
+	}
+	if got := dockerfile(app.images[0]); got != "web/Dockerfile" {
+		t.Errorf("default Dockerfile %q", got)
+	}
+}
+
+func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
+	good := func() manifest {
+		return manifest{images: []Image{{Name: "web", Context: "web"}}, d: Deployment{Name: "shop", Services: []Service{{Name: "web", Image: "web"}}}}
+	}
+	tests := []struct {
+		name   string
+		change func(*manifest)
+		names  string
+	}{
+		{"a service naming an undeclared image", func(m *manifest) { m.d.Services[0].Image = "api" }, `Services[0] (web).Image "api"`},
+		{"an init container naming an undeclared image", func(m *manifest) { m.d.Init = &Service{Name: "i", Image: "x"} }, "Deployment().Init"},
+		{"an image name that is not a DNS label", func(m *manifest) { m.images[0].Name = "Web" }, "Images()[0].Name"},
+		{"an image declared twice", func(m *manifest) { m.images = append(m.images, m.images[0]) }, "declared twice"},
+		{"an image without a context", func(m *manifest) { m.images[0].Context = "" }, "Context is empty"},
+		{"a Deployment without services", func(m *manifest) { m.d.Services = nil }, "Services is empty"},
+		{"a Deployment name that is not a DNS label", func(m *manifest) { m.d.Name = "Shop" }, "Deployment().Name"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := good()
+			tc.change(&m)
+			err := validateApp(m)
+			if !errors.Is(err, ErrManifest) || !strings.Contains(err.Error(), tc.names) {
+				t.Fatalf("got %v, want ErrManifest naming %q", err, tc.names)
+			}
+		})
+	}
+}
