@@ -55,7 +55,6 @@ type world struct {
 	ns       string
 	workDir  string
 	secrets  []string // values that must never leave memory
-	imageDir string
 }
 
 const ciRole = "shop-ci"

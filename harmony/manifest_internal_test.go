@@ -83,8 +83,10 @@ type manifest struct {
 	d      Deployment
 }
 
-func (m manifest) Images() []Image       { return m.images }
-func (m manifest) Contexts() []Context   { return []Context{{Name: "prod", Namespace: "shop", Registry: "hub.example:5000", Repository: "shop"}} }
+func (m manifest) Images() []Image { return m.images }
+func (m manifest) Contexts() []Context {
+	return []Context{{Name: "prod", Namespace: "shop", Registry: "hub.example:5000", Repository: "shop"}}
+}
 func (m manifest) Deployment() Deployment { return m.d }
 
 func TestTheDeploymentCarriesThePolicyAndThePinnedImages(t *testing.T) {
