@@ -41,20 +41,20 @@ var deployments = schema.GroupVersionResource{Group: "fleet.nationtech.io", Vers
 // tenant's CI machine user, OpenBao holding the registry robot and the
 // cluster access, the registry and the API server.
 type world struct {
-	t        *testing.T
-	ctx      context.Context
-	prov     *devop.Provider
-	bao      *baostandin.Server
-	admin    *openbao.Client
-	reg      podmantest.Registry
-	kube     dynamic.Interface
-	kubecfg  string
-	ciUser   string
-	keyJSON  string
-	keyPEM   string
-	ns       string
-	workDir  string
-	secrets  []string // values that must never leave memory
+	t       *testing.T
+	ctx     context.Context
+	prov    *devop.Provider
+	bao     *baostandin.Server
+	admin   *openbao.Client
+	reg     podmantest.Registry
+	kube    dynamic.Interface
+	kubecfg string
+	ciUser  string
+	keyJSON string
+	keyPEM  string
+	ns      string
+	workDir string
+	secrets []string // values that must never leave memory
 }
 
 const ciRole = "shop-ci"
