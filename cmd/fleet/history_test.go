@@ -195,6 +195,10 @@ func TestFleetHistoryRefusesBadInputNamingTheFix(t *testing.T) {
 			[]string{"--user/--password or --creds"}},
 		{"a password without a user names --user", []string{"deployment", "lab/api", "--server", url, "--password", historyPassword},
 			[]string{"--password needs --user"}},
+		{"an unreachable server names --server and NATS_URL", []string{"deployment", "lab/api", "--server", "nats://127.0.0.1:1"},
+			[]string{"nats://127.0.0.1:1", "--server or NATS_URL"}},
+		{"a password in the server URL is redacted", []string{"deployment", "lab/api", "--server", "nats://u:url-secret@127.0.0.1:1"},
+			[]string{"nats://u:xxxxx@127.0.0.1:1"}},
 		{"creds and a user together are refused", append([]string{"deployment", "lab/api", "--creds", "/nonexistent.creds"}, creds...),
 			[]string{"--creds and --user/--password exclude each other"}},
 	}
@@ -210,7 +214,7 @@ func TestFleetHistoryRefusesBadInputNamingTheFix(t *testing.T) {
 					t.Errorf("error %q lacks %q", err, w)
 				}
 			}
-			for _, secret := range []string{historyPassword, "wrong-pw"} {
+			for _, secret := range []string{historyPassword, "wrong-pw", "url-secret"} {
 				if strings.Contains(err.Error()+errOut.String(), secret) {
 					t.Errorf("a password was printed: %v", err)
 				}
