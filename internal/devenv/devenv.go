@@ -24,6 +24,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -51,6 +53,13 @@ type Options struct {
 	NATSPort int
 	// Devices is how many simulated devices run (0: none).
 	Devices int
+	// Runtime is RuntimeAuto (default), RuntimePodman or RuntimeSim. With
+	// Podman, one more device, PodmanDevice, drives the engine.
+	Runtime string
+	// PodmanSocket is the Podman API socket (a path or unix:// URI).
+	// Default: $XDG_RUNTIME_DIR/podman/podman.sock, then
+	// <repository>/.cache/run/podman.sock, the first that answers.
+	PodmanSocket string
 	// Namespace holds the Device resources and is the namespace of the
 	// printed examples. Default "lab".
 	Namespace string
@@ -84,8 +93,18 @@ type Info struct {
 	Issuer string
 	// Namespace holds the Device resources.
 	Namespace string
-	// Devices are the ids of the simulated devices.
+	// Devices are the ids of every device (the Podman device first).
 	Devices []string
+	// Runtime is what the devices run on: RuntimePodman (PodmanDevice on
+	// the engine, the others simulated) or RuntimeSim.
+	Runtime string
+	// PodmanSocket is the engine's socket URI with Podman; RuntimeNote
+	// says why Podman is not used otherwise.
+	PodmanSocket, RuntimeNote string
+	// OpenBaoAddr is the OpenBao stand-in's address.
+	OpenBaoAddr string
+	// OpenBaoTokenFile holds its root token (mode 0600).
+	OpenBaoTokenFile string
 	// StartupTime is how long the start took.
 	StartupTime time.Duration
 }
@@ -102,6 +121,11 @@ func (o Options) Validate() error {
 	if o.Devices < 0 || o.Devices > 1000 {
 		errs = append(errs, fmt.Errorf("fleet dev: --devices %d: use 0..1000", o.Devices))
 	}
+	switch o.Runtime {
+	case "", RuntimeAuto, RuntimePodman, RuntimeSim:
+	default:
+		errs = append(errs, fmt.Errorf("fleet dev: --runtime %q: use auto, podman or sim", o.Runtime))
+	}
 	return errors.Join(errs...)
 }
 
@@ -117,6 +141,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Namespace == "" {
 		o.Namespace = "lab"
+	}
+	if o.Runtime == "" {
+		o.Runtime = RuntimeAuto
 	}
 	var err error
 	if o.KubeBinDir == "" {
@@ -195,6 +222,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return err
 	}
+	eng, note, err := chooseRuntime(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer eng.close()
 	conf, err := serverConfig(sec)
 	if err != nil {
 		return err
@@ -231,6 +263,13 @@ func Run(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
 	g.run(ctx, "oidc", op.Run)
+
+	// The OpenBao stand-in, configured as docs/agent.md says for OpenBao.
+	bs, err := startBao(ctx, sec.dir, op.Issuer(), o.Namespace)
+	if err != nil {
+		return err
+	}
+	g.run(ctx, "openbao", bs.run)
 
 	// The auth callout, wired as in docs/security.md.
 	conns := &connSet{}
@@ -330,11 +369,12 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 
-	devices := make([]string, o.Devices)
-	for i := range devices {
-		devices[i] = DeviceName(i + 1)
+	devs := devices(o.Devices, eng != nil)
+	ids := make([]string, len(devs))
+	for i, d := range devs {
+		ids[i] = d.name
 	}
-	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {"lab": devices}})
+	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {"lab": ids}})
 	g.run(ctx, "operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
 			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: intentKV, Devices: st, Groups: groups,
@@ -354,29 +394,36 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		return fmt.Errorf("fleet dev: device key folder: %w", err)
 	}
-	for i := 1; i <= o.Devices; i++ {
-		res, err := enrollDevice(ctx, en, kc, op, o.Namespace, keyDir, i)
+	for _, d := range devs {
+		res, err := enrollDevice(ctx, en, kc, op, o.Namespace, keyDir, d)
 		if err != nil {
-			return fmt.Errorf("fleet dev: enroll %s: %w", DeviceName(i), err)
+			return fmt.Errorf("fleet dev: enroll %s: %w", d.name, err)
+		}
+		if err := bs.addDevice(ctx, d.name, op.Audience(), res.Subject); err != nil {
+			return err
 		}
 		if err := waitIdentity(ctx, identityKV, res.Subject, res.Device); err != nil {
 			return err
 		}
 		g.run(ctx, "device "+res.Device, func(ctx context.Context) error {
-			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), i, res.KeyFile)
+			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), d, res.KeyFile, bs, eng)
 		})
 	}
 
 	info := Info{
 		NATSURL: url, AdminUser: devAdminUser, AdminPasswordFile: sec.adminPasswordFile(),
 		Kubeconfig: k.kubeconfig, Kubectl: k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
-		Devices: devices, StartupTime: time.Since(began),
+		Devices: ids, Runtime: RuntimeSim, RuntimeNote: note, OpenBaoAddr: bs.addr, OpenBaoTokenFile: bs.tokenFile,
+		StartupTime: time.Since(began),
+	}
+	if eng != nil {
+		info.Runtime, info.PodmanSocket = RuntimePodman, eng.uri
 	}
 	printUsage(o.Out, o.DataDir, info)
 	if o.Ready != nil {
 		o.Ready(info)
 	}
-	log.Info("fleet dev running", "nats", url, "kubeconfig", k.kubeconfig, "devices", len(devices),
+	log.Info("fleet dev running", "nats", url, "kubeconfig", k.kubeconfig, "devices", len(ids), "runtime", info.Runtime,
 		"startup", info.StartupTime.Round(time.Millisecond))
 	<-ctx.Done()
 	log.Info("fleet dev stopping")
@@ -421,31 +468,66 @@ func (c *connSet) close() {
 }
 
 func printUsage(w io.Writer, dataDir string, in Info) {
+	nsim := len(in.Devices)
+	devices := fmt.Sprintf("%d simulated (sim-1 … sim-%d)", nsim, nsim)
+	runtime := "simulated (" + in.RuntimeNote + ")"
+	if in.Runtime == RuntimePodman {
+		nsim--
+		devices = fmt.Sprintf("%s on Podman + %d simulated", PodmanDevice, nsim)
+		runtime = "Podman at " + in.PodmanSocket + " for " + PodmanDevice + "; the others simulated"
+	}
+	if nsim == 0 && in.Runtime != RuntimePodman {
+		devices = "none"
+	}
 	fmt.Fprintf(w, `fleet dev is running (Ctrl-C stops it; the next run resumes from %s)
 
   NATS JetStream     %s   (auth callout; Fleet streams and KV buckets provisioned)
   OpenID Provider    %s   (development provider, in memory)
+  OpenBao stand-in   %s   (in memory, re-seeded every run; not OpenBao: see docs/fleet.md)
+                     root token in %s
   kube-apiserver     kubeconfig %s
   operator           Deployment, rollout and Device controllers
-  devices            %d simulated in namespace %s, group "lab", role=analyzer (the first of every three canary=true)
+  devices            %s in namespace %s, group "lab", role=analyzer
+                     (canary=true: %s)
+  runtime            %s
 
 Point kubectl at it:
   export KUBECONFIG=%s
   # kubectl of the same version: %s
 
-Point the nats CLI at it (%s: the whole FLEET account, bypasses the callout):
+Point the nats CLI and fleet history at it (%s: the whole FLEET account, bypasses the callout):
   export NATS_URL=%s NATS_USER=%s NATS_PASSWORD="$(cat %s)"
 
 Next steps:
   1. kubectl apply -n %s -f examples/analysis-api.yaml
   2. kubectl get fdeploy -n %s -w
   3. nats sub --stream FLEET_ROLLOUT --all -T 'fleet.rollout.deployment.%s.analysis-api'
+  4. fleet history deployment %s/analysis-api
 
 See docs/fleet.md and docs/debugging-with-nats.md for more.
-`, dataDir, in.NATSURL, in.Issuer, in.Kubeconfig, len(in.Devices), in.Namespace,
+`, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
+		canaries(in.Devices), runtime,
 		in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
-		in.Namespace, in.Namespace, in.Namespace)
+		in.Namespace, in.Namespace, in.Namespace, in.Namespace)
+}
+
+// canaries lists the canary devices among ids.
+func canaries(ids []string) string {
+	var out []string
+	for i, id := range ids {
+		if id == PodmanDevice {
+			out = append(out, id)
+			continue
+		}
+		if n, err := strconv.Atoi(strings.TrimPrefix(id, "sim-")); err == nil && deviceLabels(n)["canary"] == "true" {
+			out = append(out, ids[i])
+		}
+	}
+	if len(out) == 0 {
+		return "none"
+	}
+	return strings.Join(out, ", ")
 }
 
 // minLevel drops records below a level: the embedded server's start-up

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -25,8 +26,8 @@ import (
 // DeviceName is the id of the i-th simulated device (1-based).
 func DeviceName(i int) string { return "sim-" + strconv.Itoa(i) }
 
-// deviceLabels are the labels of the i-th device: all role=analyzer, the
-// first of every three canary=true.
+// deviceLabels are the labels of the i-th simulated device: all
+// role=analyzer, the first of every three canary=true.
 func deviceLabels(i int) map[string]string {
 	l := map[string]string{"role": "analyzer"}
 	if i%3 == 1 {
@@ -35,14 +36,37 @@ func deviceLabels(i int) map[string]string {
 	return l
 }
 
+// device is one dev device: its id, labels and container runtime.
+type device struct {
+	name   string
+	labels map[string]string
+	// podman: the device drives the Podman engine (else a simulated
+	// runtime of its own).
+	podman bool
+}
+
+// devices are the simulated devices sim-1 … sim-n and, with an engine, the
+// Podman device (role=analyzer, canary=true: the real engine is a canary, so
+// what fails on it blocks the release).
+func devices(n int, withPodman bool) []device {
+	var out []device
+	if withPodman {
+		out = append(out, device{name: PodmanDevice, labels: map[string]string{"role": "analyzer", "canary": "true"}, podman: true})
+	}
+	for i := 1; i <= n; i++ {
+		out = append(out, device{name: DeviceName(i), labels: deviceLabels(i)})
+	}
+	return out
+}
+
 // enrollDevice enrolls a device through internal/enroll as `fleet enroll`
 // does: a machine user and key at the provider, the Device resource, the key
 // file. The development provider keeps no state across runs, so a Device
 // left by a previous run gets a new machine user (its spec.identitySubject
 // is updated) and a new key.
-func enrollDevice(ctx context.Context, en *enroll.Enroller, c client.Client, op *devop.Provider, ns, dir string, i int) (enroll.Result, error) {
-	dev := DeviceName(i)
-	req := enroll.Request{Device: dev, KeyFile: filepath.Join(dir, dev+".key.json"), Overwrite: true, Labels: deviceLabels(i)}
+func enrollDevice(ctx context.Context, en *enroll.Enroller, c client.Client, op *devop.Provider, ns, dir string, d device) (enroll.Result, error) {
+	dev := d.name
+	req := enroll.Request{Device: dev, KeyFile: filepath.Join(dir, dev+".key.json"), Overwrite: true, Labels: d.labels}
 	res, err := en.Enroll(ctx, req)
 	if !errors.Is(err, enroll.ErrAlreadyEnrolled) {
 		return res, err
@@ -51,14 +75,14 @@ func enrollDevice(ctx context.Context, en *enroll.Enroller, c client.Client, op 
 	if err != nil {
 		return res, fmt.Errorf("fleet dev: machine user of %s: %w", dev, err)
 	}
-	var d fleetv1.Device
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dev}, &d); err != nil {
+	var obj fleetv1.Device
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dev}, &obj); err != nil {
 		return res, fmt.Errorf("fleet dev: device %s: %w", dev, err)
 	}
-	if d.Spec.IdentitySubject != uid {
-		patch := client.MergeFrom(d.DeepCopy())
-		d.Spec.IdentitySubject = uid
-		if err := c.Patch(ctx, &d, patch); err != nil {
+	if obj.Spec.IdentitySubject != uid {
+		patch := client.MergeFrom(obj.DeepCopy())
+		obj.Spec.IdentitySubject = uid
+		if err := c.Patch(ctx, &obj, patch); err != nil {
 			return res, fmt.Errorf("fleet dev: device %s: set the new identity subject: %w", dev, err)
 		}
 	}
@@ -90,10 +114,12 @@ func waitIdentity(ctx context.Context, kv jetstream.KeyValue, subject, device st
 }
 
 // runDevice connects one enrolled device with its machine key through the
-// auth callout, like a real device, and runs the agent on a simulated
-// runtime until ctx ends.
-func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string, i int, keyFile string) error {
-	dev := DeviceName(i)
+// auth callout, like a real device, and runs the agent until ctx ends: on
+// the Podman engine, or on a simulated runtime of its own. Its secrets and
+// pull credentials come from the OpenBao stand-in, logging in with its
+// id_token.
+func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string, d device, keyFile string, b *bao, eng *podmanEngine) error {
+	dev := d.name
 	log := o.Logger.With("device", dev)
 	key, err := credential.ReadKeyFile(keyFile)
 	if err != nil {
@@ -103,6 +129,17 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 	if err != nil {
 		return fmt.Errorf("fleet dev: device %s: %w", dev, err)
 	}
+	ds, err := b.deviceSecrets(dev, o.Namespace, src.IDToken)
+	if err != nil {
+		return err
+	}
+	rec := &agent.Reconciler{Device: dev, Secrets: ds, Credentials: ds, Log: log}
+	if d.podman {
+		rec.Runtime = eng.rt
+		rec.EnsureHostPath = func(p string) error { return os.MkdirAll(p, 0o755) }
+	} else {
+		rec.Runtime = openRegistry{sim.New(sim.Options{Behave: behave})}
+	}
 	nc, err := nats.Connect(natsURL, append(src.NATSOptions(dev),
 		nats.Name("fleet-agent "+dev), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
 	if err != nil {
@@ -110,11 +147,11 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 	}
 	defer nc.Close()
 	return agent.Run(ctx, agent.Options{
-		Device: dev, Conn: nc, Labels: deviceLabels(i), AgentVersion: "fleet-dev",
+		Device: dev, Conn: nc, Labels: d.labels, AgentVersion: "fleet-dev",
 		// Re-read the intent every 30 s rather than every 5 minutes: a
-		// simulated device repairs a missed change quickly.
+		// dev device repairs a missed change quickly.
 		ResyncInterval: devResync,
-		Reconciler:     &agent.Reconciler{Runtime: openRegistry{sim.New(sim.Options{Behave: behave})}, Log: log},
+		Reconciler:     rec,
 		Logger:         log,
 	})
 }

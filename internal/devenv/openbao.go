@@ -1,0 +1,152 @@
+package devenv
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
+)
+
+// OpenBao set-up of fleet dev, as docs/agent.md describes it for a real
+// OpenBao: the JWT auth method trusts the development OpenID Provider, one
+// policy lets devices read the demo secrets and their namespace's pull
+// credentials, and every device has its own role, bound to the provider's
+// audience and to the device's machine user (the id_token's subject).
+const (
+	// OpenBaoDevicePolicy is the ACL policy every dev device's role grants.
+	OpenBaoDevicePolicy = "fleet-dev-device"
+	// DemoSecretPath is the KV v2 secret (relative to the secret/ mount)
+	// examples/analysis-api.yaml reads: key password.
+	DemoSecretPath = "apps/analysis/db"
+	// DemoPullSecret is the device pull credential reference
+	// (image_pull_secret) examples/canary.yaml names; its registry is
+	// "localhost", the authority of the example images.
+	DemoPullSecret = "local"
+)
+
+// OpenBaoRole is the JWT auth role of a dev device.
+func OpenBaoRole(device string) string { return "fleet-device-" + device }
+
+// devicePrefix is the KV path of a namespace's device pull credentials.
+func devicePrefix(namespace string) string { return "fleet/" + namespace }
+
+// bao is the running OpenBao stand-in and its administrator client.
+type bao struct {
+	addr      string
+	tokenFile string
+	admin     *openbao.Client
+	srv       *http.Server
+}
+
+// startBao serves a new in-memory stand-in on a loopback port, writes its
+// root token to <secrets>/openbao.root-token (0600, replaced every run), and
+// configures it: JWT auth trusting issuer, the device policy, the demo
+// secrets (new random values every run, never printed). Serve it with run.
+func startBao(ctx context.Context, secretsDir, issuer, namespace string) (*bao, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: OpenBao stand-in: %w", err)
+	}
+	s := baostandin.New(baostandin.Options{})
+	b := &bao{
+		addr: "http://" + ln.Addr().String(), tokenFile: filepath.Join(secretsDir, "openbao.root-token"),
+		srv: &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second},
+	}
+	go func() { _ = b.srv.Serve(ln) }()
+	fail := func(err error) (*bao, error) {
+		_ = b.srv.Close()
+		return nil, fmt.Errorf("fleet dev: OpenBao stand-in: %w", err)
+	}
+	if err := writeSecretFile(b.tokenFile, s.RootToken()); err != nil {
+		return fail(err)
+	}
+	if b.admin, err = openbao.NewWithToken(openbao.Config{Address: b.addr}, s.RootToken()); err != nil {
+		return fail(err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := b.admin.ConfigureJWT(ctx, issuer, ""); err != nil {
+		return fail(err)
+	}
+	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\npath %q { capabilities = [\"read\"] }\n",
+		"secret/data/apps/*", "secret/data/"+openbao.PullSecretPath(devicePrefix(namespace), "*"))
+	if err := b.admin.PutPolicy(ctx, OpenBaoDevicePolicy, policy); err != nil {
+		return fail(err)
+	}
+	if err := b.admin.Write(ctx, DemoSecretPath, map[string]any{"password": randomHex(16)}); err != nil {
+		return fail(err)
+	}
+	if err := b.admin.Write(ctx, openbao.PullSecretPath(devicePrefix(namespace), DemoPullSecret), map[string]any{
+		"registry": "localhost", "username": "fleet-dev", "password": randomHex(16),
+	}); err != nil {
+		return fail(err)
+	}
+	return b, nil
+}
+
+// addDevice creates (or replaces) the device's role: bound to the
+// provider's audience and the device's machine user, granting the device
+// policy.
+func (b *bao) addDevice(ctx context.Context, device, audience, subject string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	err := b.admin.PutJWTRole(ctx, OpenBaoRole(device), openbao.JWTRole{
+		BoundAudiences: []string{audience}, BoundSubject: subject, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
+	})
+	if err != nil {
+		return fmt.Errorf("fleet dev: OpenBao role of %s: %w", device, err)
+	}
+	return nil
+}
+
+// deviceSecrets is a device's secret source: its own client, logging in
+// with the device's id_token through its role.
+func (b *bao) deviceSecrets(device, namespace string, idToken func(context.Context) (string, error)) (*openbao.DeviceSecrets, error) {
+	c, err := openbao.New(openbao.Config{Address: b.addr, Role: OpenBaoRole(device)})
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: device %s: %w", device, err)
+	}
+	ds, err := openbao.NewDeviceSecrets(c, idToken, devicePrefix(namespace))
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: device %s: %w", device, err)
+	}
+	return ds, nil
+}
+
+// run waits for ctx to end, then stops the server.
+func (b *bao) run(ctx context.Context) error {
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := b.srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("OpenBao stand-in: %w", err)
+	}
+	return nil
+}
+
+// writeSecretFile replaces path with value (0600, by an atomic rename).
+func writeSecretFile(path, value string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(value+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
