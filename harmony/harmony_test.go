@@ -199,20 +199,36 @@ func (w *world) noSecretIn(what, s string) {
 // noSecretUnder fails when a file under dir contains a secret value.
 func (w *world) noSecretUnder(dir string) {
 	w.t.Helper()
+	for _, path := range filesWithSecrets(w.t, dir, w.secrets) {
+		w.t.Errorf("%s contains a secret value", path)
+	}
+}
+
+// filesWithSecrets lists the regular files under dir that contain one of
+// secrets.
+func filesWithSecrets(t *testing.T, dir string, secrets []string) []string {
+	t.Helper()
+	var found []string
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !d.Type().IsRegular() {
+		if err != nil || !d.Type().IsRegular() {
 			return nil
 		}
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return nil
 		}
-		w.noSecretIn(path, string(b))
+		for _, v := range secrets {
+			if v != "" && bytes.Contains(b, []byte(v)) {
+				found = append(found, path)
+				break
+			}
+		}
 		return nil
 	})
 	if err != nil {
-		w.t.Fatal(err)
+		t.Fatal(err)
 	}
+	return found
 }
 
 func (w *world) deployment() *unstructured.Unstructured {
@@ -307,6 +323,17 @@ func TestShipPushesEveryImageAndAppliesTheirDigestsWithoutLeavingACredential(t *
 	})
 }
 
+// The scans above would see a credential: a planted one is found.
+func TestTheCredentialScanFindsAPlantedSecret(t *testing.T) {
+	dir := t.TempDir()
+	planted := filepath.Join(dir, "a", "b", "auth.json")
+	must(t, os.MkdirAll(filepath.Dir(planted), 0o755))
+	must(t, os.WriteFile(planted, []byte(`{"auths":{"x":{"password":"planted-4711"}}}`), 0o600))
+	if got := filesWithSecrets(t, dir, []string{"planted-4711"}); len(got) != 1 || got[0] != planted {
+		t.Fatalf("found %v, want %s", got, planted)
+	}
+}
+
 func TestDeployAppliesExistingDigestsAndRefusesMutableTags(t *testing.T) {
 	w := newWorld(t)
 	web := w.reg.Addr + "/harmony-test/shop/web@sha256:" + strings.Repeat("a", 64)
@@ -386,6 +413,15 @@ func TestTheOneSecretIsCheckedAndNothingElseIsTaken(t *testing.T) {
 		})
 	}
 
+	t.Run("a push robot for another registry is not used", func(t *testing.T) {
+		must(t, w.admin.Write(w.ctx, "harmony/"+w.ns+"/prod/RegistryCredentials", map[string]any{
+			"registry": "elsewhere.example:5000", "username": w.reg.Username, "password": w.reg.Password}))
+		r := w.run(w.ciEnv(), "ship", "--context", "prod", "--tag", "abc")
+		if r.code != harmony.ExitFailed || !strings.Contains(r.stderr, `field "registry" is "elsewhere.example:5000"`) || strings.Contains(r.stdout, "image ") {
+			t.Fatalf("exit %d, stdout %q, stderr %q; want a refusal naming the registry field before any build", r.code, r.stdout, r.stderr)
+		}
+		w.noSecretIn("stderr", r.stderr)
+	})
 	t.Run("a policy without the cluster access names the path", func(t *testing.T) {
 		must(t, w.admin.PutPolicy(w.ctx, ciRole, fmt.Sprintf(`path "secret/data/harmony/%s/prod/RegistryCredentials" { capabilities = ["read"] }`, w.ns)))
 		r := w.run(w.ciEnv(), deploy...)
