@@ -265,7 +265,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	g.run(ctx, "oidc", op.Run)
 
 	// The OpenBao stand-in, configured as docs/agent.md says for OpenBao.
-	bs, err := startBao(ctx, sec.dir, op.Issuer(), o.Namespace)
+	bs, err := startBao(ctx, sec.dir, op.Issuer(), op.Audience(), o.Namespace)
 	if err != nil {
 		return err
 	}
@@ -374,11 +374,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	for i, d := range devs {
 		ids[i] = d.name
 	}
-	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {"lab": ids}})
+	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {devGroup: ids}})
 	g.run(ctx, "operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
 			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: intentKV, Devices: st, Groups: groups,
-			Logger: log.With("component", "operator"),
+			// The operator keeps each Deployment's pull-secret policy on
+			// the devices' group role, in the OpenBao stand-in.
+			OpenBao: bs.admin,
+			Logger:  log.With("component", "operator"),
 			// Run may be called again in the same process (a restart in a
 			// test); metrics are off, so the controllers share nothing.
 			SeveralPerProcess: true,
@@ -398,9 +401,6 @@ func Run(ctx context.Context, o Options) (err error) {
 		res, err := enrollDevice(ctx, en, kc, op, o.Namespace, keyDir, d)
 		if err != nil {
 			return fmt.Errorf("fleet dev: enroll %s: %w", d.name, err)
-		}
-		if err := bs.addDevice(ctx, d.name, op.Audience(), res.Subject); err != nil {
-			return err
 		}
 		if err := waitIdentity(ctx, identityKV, res.Subject, res.Device); err != nil {
 			return err

@@ -13,14 +13,17 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
+	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 // OpenBao set-up of fleet dev, as docs/agent.md describes it for a real
-// OpenBao: the JWT auth method trusts the development OpenID Provider, one
-// policy lets devices read the demo secrets and their namespace's pull
-// credentials, and every device has its own role, bound to the provider's
-// audience and to the device's machine user (the id_token's subject).
+// OpenBao: the JWT auth method trusts the development OpenID Provider; one
+// role, OpenBaoRole (the role of device group "lab", the group of every dev
+// device), bound to the provider's audience, grants a policy that lets
+// devices read the demo secrets and their namespace's pull credentials. The
+// operator's policy sync adds each Deployment's pull-secret policy to the
+// same role, as in production.
 const (
 	// OpenBaoDevicePolicy is the ACL policy every dev device's role grants.
 	OpenBaoDevicePolicy = "fleet-dev-device"
@@ -33,8 +36,12 @@ const (
 	DemoPullSecret = "local"
 )
 
-// OpenBaoRole is the JWT auth role of a dev device.
-func OpenBaoRole(device string) string { return "fleet-device-" + device }
+// OpenBaoRole is the JWT auth role every dev device logs in with: the role
+// of group "lab" (operator.DefaultGroupRolePrefix + group).
+const OpenBaoRole = operator.DefaultGroupRolePrefix + devGroup
+
+// devGroup is the device group of every dev device.
+const devGroup = "lab"
 
 // devicePrefix is the KV path of a namespace's device pull credentials.
 func devicePrefix(namespace string) string { return "fleet/" + namespace }
@@ -49,9 +56,10 @@ type bao struct {
 
 // startBao serves a new in-memory stand-in on a loopback port, writes its
 // root token to <secrets>/openbao.root-token (0600, replaced every run), and
-// configures it: JWT auth trusting issuer, the device policy, the demo
-// secrets (new random values every run, never printed). Serve it with run.
-func startBao(ctx context.Context, secretsDir, issuer, namespace string) (*bao, error) {
+// configures it: JWT auth trusting issuer, the device policy, the role
+// bound to audience, the demo secrets (random values created on the first
+// run in the secrets folder, never printed). Serve it with run.
+func startBao(ctx context.Context, secretsDir, issuer, audience, namespace string) (*bao, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("fleet dev: OpenBao stand-in: %w", err)
@@ -82,36 +90,36 @@ func startBao(ctx context.Context, secretsDir, issuer, namespace string) (*bao, 
 	if err := b.admin.PutPolicy(ctx, OpenBaoDevicePolicy, policy); err != nil {
 		return fail(err)
 	}
-	if err := b.admin.Write(ctx, DemoSecretPath, map[string]any{"password": randomHex(16)}); err != nil {
+	if err := b.admin.PutJWTRole(ctx, OpenBaoRole, openbao.JWTRole{
+		BoundAudiences: []string{audience}, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
+	}); err != nil {
+		return fail(err)
+	}
+	// The demo values are random, kept in the secrets folder: the same
+	// values every run, so a resumed Podman device keeps its containers.
+	dbPassword, err := loadOrCreate(filepath.Join(secretsDir, "demo-db.password"), randomHex)
+	if err != nil {
+		return fail(err)
+	}
+	pullPassword, err := loadOrCreate(filepath.Join(secretsDir, "demo-pull.password"), randomHex)
+	if err != nil {
+		return fail(err)
+	}
+	if err := b.admin.Write(ctx, DemoSecretPath, map[string]any{"password": dbPassword}); err != nil {
 		return fail(err)
 	}
 	if err := b.admin.Write(ctx, openbao.PullSecretPath(devicePrefix(namespace), DemoPullSecret), map[string]any{
-		"registry": "localhost", "username": "fleet-dev", "password": randomHex(16),
+		"registry": "localhost", "username": "fleet-dev", "password": pullPassword,
 	}); err != nil {
 		return fail(err)
 	}
 	return b, nil
 }
 
-// addDevice creates (or replaces) the device's role: bound to the
-// provider's audience and the device's machine user, granting the device
-// policy.
-func (b *bao) addDevice(ctx context.Context, device, audience, subject string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	err := b.admin.PutJWTRole(ctx, OpenBaoRole(device), openbao.JWTRole{
-		BoundAudiences: []string{audience}, BoundSubject: subject, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
-	})
-	if err != nil {
-		return fmt.Errorf("fleet dev: OpenBao role of %s: %w", device, err)
-	}
-	return nil
-}
-
 // deviceSecrets is a device's secret source: its own client, logging in
-// with the device's id_token through its role.
+// with the device's id_token through OpenBaoRole.
 func (b *bao) deviceSecrets(device, namespace string, idToken func(context.Context) (string, error)) (*openbao.DeviceSecrets, error) {
-	c, err := openbao.New(openbao.Config{Address: b.addr, Role: OpenBaoRole(device)})
+	c, err := openbao.New(openbao.Config{Address: b.addr, Role: OpenBaoRole})
 	if err != nil {
 		return nil, fmt.Errorf("fleet dev: device %s: %w", device, err)
 	}
@@ -145,8 +153,10 @@ func writeSecretFile(path, value string) error {
 	return nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
+func randomHex() (string, error) {
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
 }
