@@ -45,6 +45,12 @@ type Options struct {
 	MetricsAddr string
 	// HealthAddr serves /healthz and /readyz; "0" (default) disables them.
 	HealthAddr string
+	// OpenBao, when set, is OpenBao with an administrator's token: the
+	// operator keeps each Deployment's pull-secret policy (PolicySync).
+	// Nil: the sync is disabled and says so in a condition.
+	OpenBao PolicyAdmin
+	// OpenBaoNames are the paths and role names of the policy sync.
+	OpenBaoNames PolicyNames
 	// SeveralPerProcess allows more than one operator in one process (tests
 	// that race operators); controller-runtime otherwise refuses duplicate
 	// controller names because they would share metrics.
@@ -108,6 +114,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Groups: o.Groups, Log: o.Logger.With("controller", "deployment")}
 	if err := dr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	ps := &PolicySync{Client: mgr.GetClient(), Admin: o.OpenBao, PolicyNames: o.OpenBaoNames, Log: o.Logger.With("controller", "openbao-policy")}
+	if err := ps.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Client: mgr.GetClient(),

@@ -44,6 +44,8 @@ type env struct {
 	groups operator.GroupSource
 	kv     jetstream.KeyValue
 	obj    jetstream.ObjectStore
+	// openbao, when set, enables the pull-secret policy sync.
+	openbao operator.PolicyAdmin
 }
 
 var nsCounter int
@@ -98,7 +100,7 @@ func (e *env) startOperator() (stop func()) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
-			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond})
+			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao})
 	}()
 	stopped := false
 	stop = func() {

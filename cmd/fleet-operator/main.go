@@ -5,13 +5,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -21,6 +25,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 func main() {
@@ -45,6 +50,15 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint (0: off)")
 	healthAddr := fs.String("health-addr", "0", "address of /healthz and /readyz (0: off)")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
+	baoURL := fs.String("openbao-url", os.Getenv("FLEET_OPENBAO_URL"), "OpenBao address for the pull-secret policy sync ($FLEET_OPENBAO_URL; empty: sync disabled)")
+	baoTokenFile := fs.String("openbao-token-file", os.Getenv("FLEET_OPENBAO_TOKEN_FILE"), "file holding an OpenBao token allowed to write sys/policies/acl/fleet-deploy.* and the group roles ($FLEET_OPENBAO_TOKEN_FILE)")
+	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
+	var ps operator.PolicyNames
+	baoJWT := fs.String("openbao-jwt-mount", openbao.DefaultJWTMount, "path of OpenBao's JWT auth method")
+	fs.StringVar(&ps.KVMount, "openbao-kv-mount", openbao.DefaultKVMount, "path of OpenBao's KV version 2 engine")
+	fs.StringVar(&ps.DevicePrefix, "openbao-device-prefix", operator.DefaultDevicePrefix, "KV path of the device pull secrets; {namespace} is the Deployment's namespace")
+	fs.StringVar(&ps.GroupRolePrefix, "openbao-group-role-prefix", operator.DefaultGroupRolePrefix, "JWT role of device group G is <prefix>G")
+	fs.StringVar(&ps.DefaultRole, "openbao-device-role", operator.DefaultDeviceRole, "JWT role of Deployments without allowedGroups")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +82,19 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	if cfgErr != nil {
 		return fmt.Errorf("kubernetes configuration: %w", cfgErr)
+	}
+	o.OpenBaoNames = ps
+	switch {
+	case *baoURL != "" && *baoTokenFile == "":
+		return errors.New("--openbao-url needs --openbao-token-file: the policy sync writes policies with an administrator's token")
+	case *baoURL == "" && *baoTokenFile != "":
+		return errors.New("--openbao-token-file needs --openbao-url")
+	case *baoURL != "":
+		admin, err := openbaoAdmin(*baoURL, *baoJWT, ps.KVMount, *baoTokenFile, *baoCA)
+		if err != nil {
+			return err
+		}
+		o.OpenBao = admin
 	}
 	if *groupFile != "" {
 		g, err := operator.LoadGroupFile(*groupFile)
@@ -112,6 +139,35 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return nil
 	}
 	return err
+}
+
+// openbaoAdmin returns the OpenBao client of the policy sync.
+func openbaoAdmin(url, jwtMount, kvMount, tokenFile, caFile string) (*openbao.Client, error) {
+	raw, err := os.ReadFile(tokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("--openbao-token-file: %w", err)
+	}
+	token := strings.TrimSpace(string(raw))
+	if token == "" {
+		return nil, fmt.Errorf("--openbao-token-file %s is empty", tokenFile)
+	}
+	cfg := openbao.Config{Address: url, JWTMount: jwtMount, KVMount: kvMount}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--openbao-ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--openbao-ca-file %s holds no PEM certificate", caFile)
+		}
+		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+	}
+	c, err := openbao.NewWithToken(cfg, token)
+	if err != nil {
+		return nil, fmt.Errorf("--openbao-url: %w", err)
+	}
+	return c, nil
 }
 
 func envOr(key, def string) string {

@@ -286,3 +286,67 @@ func (c *Client) ConfigureJWT(ctx context.Context, discoveryURL, caPEM string) e
 	}
 	return nil
 }
+
+// ErrNoRole: the JWT auth role does not exist.
+var ErrNoRole = errors.New("openbao: no such JWT role")
+
+// JWTRolePolicies returns the token policies of a JWT auth role.
+func (c *Client) JWTRolePolicies(ctx context.Context, name string) ([]string, error) {
+	path := "auth/" + c.cfg.JWTMount + "/role/" + name
+	s, err := c.api.Logical().ReadWithContext(ctx, path)
+	if err != nil {
+		if errors.Is(classify("read", path, err), ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s", ErrNoRole, path)
+		}
+		return nil, classify("read", path, err)
+	}
+	if s == nil || s.Data == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoRole, path)
+	}
+	var out []string
+	if list, ok := s.Data["token_policies"].([]any); ok {
+		for _, p := range list {
+			if p, ok := p.(string); ok {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// SetJWTRolePolicies replaces the token policies of an existing JWT auth
+// role and leaves its bindings (audiences, subject, claims) as they are.
+func (c *Client) SetJWTRolePolicies(ctx context.Context, name string, policies []string) error {
+	path := "auth/" + c.cfg.JWTMount + "/role/" + name
+	if policies == nil {
+		policies = []string{}
+	}
+	if _, err := c.api.Logical().WriteWithContext(ctx, path, map[string]any{"token_policies": policies}); err != nil {
+		return classify("write", path, err)
+	}
+	return nil
+}
+
+// JWTRoles lists the roles of the JWT auth method.
+func (c *Client) JWTRoles(ctx context.Context) ([]string, error) {
+	path := "auth/" + c.cfg.JWTMount + "/role"
+	s, err := c.api.Logical().ListWithContext(ctx, path)
+	if err != nil {
+		if errors.Is(classify("list", path, err), ErrNotFound) {
+			return nil, nil
+		}
+		return nil, classify("list", path, err)
+	}
+	if s == nil || s.Data == nil {
+		return nil, nil
+	}
+	var out []string
+	if keys, ok := s.Data["keys"].([]any); ok {
+		for _, k := range keys {
+			if k, ok := k.(string); ok {
+				out = append(out, k)
+			}
+		}
+	}
+	return out, nil
+}

@@ -496,6 +496,9 @@ func decodeRole(cur *jwtRole, body map[string]any) (*jwtRole, error) {
 	if r.UserClaim == "" {
 		return nil, errors.New("a user claim must be defined on the role")
 	}
+	if len(r.BoundAudiences) == 0 && r.BoundSubject == "" && len(r.BoundClaims) == 0 {
+		return nil, errors.New("must have at least one bound constraint when creating a role")
+	}
 	return r, nil
 }
 

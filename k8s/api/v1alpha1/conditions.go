@@ -9,6 +9,9 @@ const (
 	ConditionReady = "Ready"
 	// ConditionOnline is true while the device heartbeats.
 	ConditionOnline = "Online"
+	// ConditionPullSecretPolicy says whether the Deployment's pull-secret
+	// paths are in its OpenBao policy, bound to its device groups' roles.
+	ConditionPullSecretPolicy = "PullSecretPolicy"
 )
 
 // Condition reasons.
@@ -28,6 +31,20 @@ const (
 	ReasonCanaryFailed = "CanaryFailed"
 	// ReasonRolloutFailed: a target failed.
 	ReasonRolloutFailed = "RolloutFailed"
+	// ReasonPolicySynced: the OpenBao policy names exactly the referenced
+	// pull secrets and every group role carries it.
+	ReasonPolicySynced = "PolicySynced"
+	// ReasonNoPullSecrets: the score references no pull secret; the
+	// Deployment has no OpenBao policy.
+	ReasonNoPullSecrets = "NoPullSecrets"
+	// ReasonOpenBaoDisabled: the operator has no OpenBao admin token, so
+	// pull-secret paths are not added to OpenBao policies.
+	ReasonOpenBaoDisabled = "OpenBaoDisabled"
+	// ReasonOpenBaoRoleMissing: a device group's JWT role does not exist in
+	// OpenBao.
+	ReasonOpenBaoRoleMissing = "OpenBaoRoleMissing"
+	// ReasonPolicySyncFailed: OpenBao refused or could not be reached.
+	ReasonPolicySyncFailed = "PolicySyncFailed"
 )
 
 // FinalizerDeployment lets the operator append the removal intent before a

@@ -1,0 +1,295 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
+)
+
+// PolicyAdmin is what the policy sync needs of OpenBao: an
+// *openbao.Client holding an administrator's token.
+type PolicyAdmin interface {
+	PutPolicy(ctx context.Context, name, hcl string) error
+	DeletePolicy(ctx context.Context, name string) error
+	JWTRoles(ctx context.Context) ([]string, error)
+	JWTRolePolicies(ctx context.Context, name string) ([]string, error)
+	SetJWTRolePolicies(ctx context.Context, name string, policies []string) error
+}
+
+// Defaults of PolicySync.
+const (
+	DefaultDevicePrefix    = "fleet/{namespace}"
+	DefaultGroupRolePrefix = "fleet-group-"
+	DefaultDeviceRole      = "fleet-device"
+	// PolicyPrefix starts the name of every policy the operator manages:
+	// fleet-deploy.<namespace>.<name>. A namespace has no dot, so the name
+	// is unambiguous.
+	PolicyPrefix = "fleet-deploy."
+	// FieldOwnerPolicies is the field manager of the PullSecretPolicy
+	// condition.
+	FieldOwnerPolicies = "fleet-operator-policies"
+)
+
+// PolicyName is the OpenBao policy of a Deployment.
+func PolicyName(namespace, name string) string { return PolicyPrefix + namespace + "." + name }
+
+// PolicySync keeps, for each Deployment, an OpenBao ACL policy that grants
+// read on exactly the pull secrets its score references
+// (<kv-mount>/data/<device-prefix>/registry/device-pull/<reference>), and
+// binds it to the JWT roles of the Deployment's device groups: role
+// <GroupRolePrefix><group> for each allowedGroups entry, or DefaultRole
+// when the Deployment has no allowedGroups. Roles are created by an
+// administrator (their bindings say which devices are in the group); the
+// operator only edits their token policies, touching no policy outside
+// PolicyPrefix. Without Admin it is disabled and says so in the
+// PullSecretPolicy condition of Deployments that reference pull secrets.
+type PolicySync struct {
+	Client client.Client
+	// Admin is OpenBao with an administrator's token; nil: disabled.
+	Admin PolicyAdmin
+	PolicyNames
+	Log *slog.Logger
+
+	mu sync.Mutex // one sync at a time: role updates read, then write
+}
+
+// PolicyNames are the OpenBao paths and role names of the policy sync;
+// zero values take the defaults.
+type PolicyNames struct {
+	// KVMount is the KV v2 engine's path. Default "secret".
+	KVMount string
+	// DevicePrefix is the pull secrets' prefix; "{namespace}" is replaced
+	// by the Deployment's namespace. Default DefaultDevicePrefix.
+	DevicePrefix string
+	// GroupRolePrefix names a group's JWT role. Default DefaultGroupRolePrefix.
+	GroupRolePrefix string
+	// DefaultRole is the role of Deployments without allowedGroups.
+	// Default DefaultDeviceRole.
+	DefaultRole string
+}
+
+// SetupWithManager registers the controller.
+func (p *PolicySync) SetupWithManager(mgr ctrl.Manager) error {
+	if p.KVMount == "" {
+		p.KVMount = openbao.DefaultKVMount
+	}
+	if p.DevicePrefix == "" {
+		p.DevicePrefix = DefaultDevicePrefix
+	}
+	if p.GroupRolePrefix == "" {
+		p.GroupRolePrefix = DefaultGroupRolePrefix
+	}
+	if p.DefaultRole == "" {
+		p.DefaultRole = DefaultDeviceRole
+	}
+	if p.Log == nil {
+		p.Log = slog.New(slog.DiscardHandler)
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fleetv1.Deployment{}).
+		Named("fleet-openbao-policy").
+		Complete(p)
+}
+
+// pullSecrets returns the distinct pull-secret references of d, sorted.
+func pullSecrets(d *fleetv1.Deployment) []string {
+	var refs []string
+	svcs := d.Spec.Score.Data.Services
+	if ic := d.Spec.Score.Data.InitContainer; ic != nil {
+		svcs = append([]fleetv1.PodmanService{*ic}, svcs...)
+	}
+	for _, s := range svcs {
+		if s.ImagePullSecret != "" {
+			refs = append(refs, s.ImagePullSecret)
+		}
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs)
+}
+
+// roles are the JWT roles of d's device groups.
+func (p *PolicySync) roles(d *fleetv1.Deployment) []string {
+	if len(d.Spec.AllowedGroups) == 0 {
+		return []string{p.DefaultRole}
+	}
+	out := make([]string, 0, len(d.Spec.AllowedGroups))
+	for _, g := range d.Spec.AllowedGroups {
+		out = append(out, p.GroupRolePrefix+g)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// PolicyHCL is the policy of a Deployment in namespace with refs.
+func (p *PolicySync) PolicyHCL(namespace, name string, refs []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Managed by fleet-operator for Deployment %s/%s: its pull secrets, nothing else.\n", namespace, name)
+	prefix := strings.ReplaceAll(p.DevicePrefix, "{namespace}", namespace)
+	for _, r := range refs {
+		fmt.Fprintf(&b, "path %q {\n  capabilities = [\"read\"]\n}\n", p.KVMount+"/data/"+openbao.PullSecretPath(prefix, r))
+	}
+	return b.String()
+}
+
+// Reconcile writes (or deletes) the Deployment's policy, then recomputes
+// the token policies of every group role from all Deployments.
+func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var d fleetv1.Deployment
+	gone := false
+	if err := p.Client.Get(ctx, req.NamespacedName, &d); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, err
+		}
+		gone = true
+	}
+	gone = gone || !d.DeletionTimestamp.IsZero()
+	var refs []string
+	if !gone {
+		refs = pullSecrets(&d)
+	}
+	if p.Admin == nil {
+		if len(refs) > 0 {
+			return ctrl.Result{}, p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonOpenBaoDisabled,
+				"the operator has no OpenBao admin token (--openbao-token-file), so these pull-secret paths are not added to any OpenBao policy: grant them to the devices by hand or configure the token")
+		}
+		return ctrl.Result{}, nil
+	}
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name := PolicyName(req.Namespace, req.Name)
+	var err error
+	if len(refs) == 0 {
+		if err = p.Admin.DeletePolicy(ctx, name); errors.Is(err, openbao.ErrNotFound) {
+			err = nil
+		}
+	} else {
+		err = p.Admin.PutPolicy(ctx, name, p.PolicyHCL(req.Namespace, req.Name, refs))
+	}
+	var missing []string
+	if err == nil {
+		missing, err = p.syncRoles(ctx)
+	}
+	if gone {
+		return ctrl.Result{}, err
+	}
+	switch {
+	case err != nil:
+		_ = p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonPolicySyncFailed, err.Error())
+		return ctrl.Result{}, err
+	case len(refs) == 0:
+		return ctrl.Result{}, p.condition(ctx, &d, metav1.ConditionTrue, fleetv1.ReasonNoPullSecrets, "the score references no pull secret")
+	}
+	var own []string
+	for _, r := range p.roles(&d) {
+		if slices.Contains(missing, r) {
+			own = append(own, r)
+		}
+	}
+	if len(own) > 0 {
+		// Retry later: an administrator may create the role.
+		return ctrl.Result{RequeueAfter: time.Minute}, p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonOpenBaoRoleMissing,
+			fmt.Sprintf("OpenBao has no JWT role %s: create it, bound to the devices of the group, and the operator adds policy %s to it", strings.Join(own, ", "), name))
+	}
+	return ctrl.Result{}, p.condition(ctx, &d, metav1.ConditionTrue, fleetv1.ReasonPolicySynced,
+		fmt.Sprintf("policy %s grants read on %d pull secret(s) (%s) to role(s) %s", name, len(refs), strings.Join(refs, ", "), strings.Join(p.roles(&d), ", ")))
+}
+
+// syncRoles sets each group role's managed policies to those of the
+// Deployments that reference pull secrets and allow the group; policies
+// outside PolicyPrefix are kept. It returns the roles Deployments need
+// that do not exist.
+func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
+	var list fleetv1.DeploymentList
+	if err := p.Client.List(ctx, &list); err != nil {
+		return nil, err
+	}
+	want := map[string][]string{}
+	for i := range list.Items {
+		d := &list.Items[i]
+		if !d.DeletionTimestamp.IsZero() || len(pullSecrets(d)) == 0 {
+			continue
+		}
+		for _, r := range p.roles(d) {
+			want[r] = append(want[r], PolicyName(d.Namespace, d.Name))
+		}
+	}
+	existing, err := p.Admin.JWTRoles(ctx)
+	if err != nil {
+		return nil, err
+	}
+	roles := map[string]bool{}
+	for _, r := range existing {
+		if strings.HasPrefix(r, p.GroupRolePrefix) || r == p.DefaultRole {
+			roles[r] = true
+		}
+	}
+	var missing []string
+	for r := range want {
+		if !roles[r] {
+			missing = append(missing, r)
+		}
+	}
+	slices.Sort(missing)
+	for r := range roles {
+		cur, err := p.Admin.JWTRolePolicies(ctx, r)
+		if errors.Is(err, openbao.ErrNoRole) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		next := slices.DeleteFunc(slices.Clone(cur), func(s string) bool { return strings.HasPrefix(s, PolicyPrefix) })
+		next = append(next, want[r]...)
+		slices.Sort(next)
+		next = slices.Compact(next)
+		old := slices.Clone(cur)
+		slices.Sort(old)
+		if slices.Equal(old, next) {
+			continue
+		}
+		if err := p.Admin.SetJWTRolePolicies(ctx, r, next); err != nil {
+			return nil, err
+		}
+		p.Log.Info("openbao role policies updated", "role", r, "policies", next)
+	}
+	return missing, nil
+}
+
+// condition applies the PullSecretPolicy condition.
+func (p *PolicySync) condition(ctx context.Context, d *fleetv1.Deployment, status metav1.ConditionStatus, reason, msg string) error {
+	if cur := findCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy); cur != nil &&
+		cur.Status == status && cur.Reason == reason && cur.Message == msg && cur.ObservedGeneration == d.Generation {
+		return nil
+	}
+	type policyStatus struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}
+	st := policyStatus{Conditions: []metav1.Condition{{
+		Type: fleetv1.ConditionPullSecretPolicy, Status: status, Reason: reason, Message: msg,
+		ObservedGeneration: d.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
+	}}}
+	return applyStatus(ctx, p.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerPolicies)
+}
+
+func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
+	for i := range cs {
+		if cs[i].Type == typ {
+			return &cs[i]
+		}
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package operator_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
+)
+
+// pullSecretDeployment creates a Deployment whose init container and
+// service reference pull secrets.
+func (e *env) pullSecretDeployment(name string, refs []string, groups ...string) {
+	e.t.Helper()
+	d := &fleetv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: fleetv1.DeploymentSpec{
+			AllowedGroups:  groups,
+			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
+			Score:          fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{}},
+		},
+	}
+	for i, r := range refs {
+		svc := fleetv1.PodmanService{Name: "svc" + string(rune('a'+i)), Image: "hub.example:5000/app:v1", ImagePullSecret: r}
+		if i == 0 && len(refs) > 1 {
+			d.Spec.Score.Data.InitContainer = &svc
+			continue
+		}
+		d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, svc)
+	}
+	if len(d.Spec.Score.Data.Services) == 0 {
+		d.Spec.Score.Data.Services = []fleetv1.PodmanService{{Name: "plain", Image: "hub.example:5000/app:v1"}}
+	}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) policyCondition(name string) *metav1.Condition {
+	return meta.FindStatusCondition(e.get(name).Status.Conditions, fleetv1.ConditionPullSecretPolicy)
+}
+
+func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
+	e := newEnv(t)
+	bao := baostandin.Start(t)
+	admin, err := openbao.NewWithToken(openbao.Config{Address: bao.URL()}, bao.RootToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An administrator enabled JWT auth and created the roles, bound to
+	// the devices of each group; the lab role also carries a policy of its
+	// own that the operator must keep.
+	for _, err := range []error{
+		admin.ConfigureJWT(e.ctx, "http://127.0.0.1:1", ""),
+		admin.PutJWTRole(e.ctx, "fleet-group-lab", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}, Policies: []string{"app-lab"}}),
+		admin.PutJWTRole(e.ctx, "fleet-device", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}}),
+		admin.PutJWTRole(e.ctx, "unrelated", openbao.JWTRole{BoundAudiences: []string{"x"}, Policies: []string{"fleet-deploy.keep.me"}}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.openbao = admin
+	e.startOperator()
+	rolePolicies := func(role string) []string {
+		p, err := admin.JWTRolePolicies(e.ctx, role)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.Sort(p)
+		return p
+	}
+	policy := func(name string) string {
+		p, err := admin.Policy(e.ctx, operator.PolicyName(e.ns, name))
+		if errors.Is(err, openbao.ErrNotFound) {
+			return ""
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	path := func(ref string) string { return `"secret/data/fleet/` + e.ns + `/registry/device-pull/` + ref + `"` }
+	api := operator.PolicyName(e.ns, "api")
+
+	e.pullSecretDeployment("api", []string{"hub", "hub2"}, "lab")
+	e.waitFor("the api policy and the lab role", func() bool {
+		c := e.policyCondition("api")
+		return c != nil && c.Reason == fleetv1.ReasonPolicySynced && slices.Equal(rolePolicies("fleet-group-lab"), []string{"app-lab", api})
+	})
+	if p := policy("api"); !strings.Contains(p, path("hub")) || !strings.Contains(p, path("hub2")) || strings.Count(p, "path ") != 2 {
+		t.Fatalf("policy:\n%s\nwant exactly the two referenced pull secrets", p)
+	}
+
+	t.Run("a dropped reference leaves the policy", func(t *testing.T) {
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.InitContainer = nil })
+		// The init container held "hub"; the service keeps "hub2".
+		e.waitFor("hub out of the policy", func() bool { return !strings.Contains(policy("api"), path("hub")) })
+		if p := policy("api"); !strings.Contains(p, path("hub2")) {
+			t.Fatalf("policy lost hub2:\n%s", p)
+		}
+	})
+	t.Run("a group without a role is named in the condition", func(t *testing.T) {
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.AllowedGroups = []string{"lab", "edge"} })
+		e.waitFor("the missing role condition", func() bool {
+			c := e.policyCondition("api")
+			return c != nil && c.Reason == fleetv1.ReasonOpenBaoRoleMissing && strings.Contains(c.Message, "fleet-group-edge") && c.Status == metav1.ConditionFalse
+		})
+		if !slices.Contains(rolePolicies("fleet-group-lab"), api) {
+			t.Error("the lab role lost the policy")
+		}
+	})
+	t.Run("a Deployment without allowedGroups is bound to the device role", func(t *testing.T) {
+		e.pullSecretDeployment("open", []string{"hub"})
+		e.waitFor("the device role", func() bool {
+			return slices.Equal(rolePolicies("fleet-device"), []string{operator.PolicyName(e.ns, "open")})
+		})
+	})
+	t.Run("a Deployment without pull secrets has no policy", func(t *testing.T) {
+		e.pullSecretDeployment("plain", nil, "lab")
+		e.waitFor("the no-pull-secret condition", func() bool {
+			c := e.policyCondition("plain")
+			return c != nil && c.Reason == fleetv1.ReasonNoPullSecrets
+		})
+		if policy("plain") != "" {
+			t.Error("a policy was written")
+		}
+	})
+	t.Run("moving a Deployment out of a group unbinds it", func(t *testing.T) {
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.AllowedGroups = nil })
+		e.waitFor("lab without api", func() bool { return slices.Equal(rolePolicies("fleet-group-lab"), []string{"app-lab"}) })
+		e.waitFor("device role with api", func() bool { return slices.Contains(rolePolicies("fleet-device"), api) })
+	})
+	t.Run("deletion removes the policy and unbinds it", func(t *testing.T) {
+		if err := e.c.Delete(e.ctx, e.get("api")); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the api policy gone", func() bool { return policy("api") == "" && !slices.Contains(rolePolicies("fleet-device"), api) })
+	})
+	if got := rolePolicies("unrelated"); !slices.Equal(got, []string{"fleet-deploy.keep.me"}) {
+		t.Errorf("a role outside the group prefix was changed: %v", got)
+	}
+}
+
+func TestWithoutOpenBaoThePolicySyncSaysItIsDisabled(t *testing.T) {
+	e := newEnv(t)
+	e.startOperator()
+	e.pullSecretDeployment("api", []string{"hub"}, "lab")
+	e.waitFor("the disabled condition", func() bool {
+		c := e.policyCondition("api")
+		return c != nil && c.Reason == fleetv1.ReasonOpenBaoDisabled && c.Status == metav1.ConditionFalse &&
+			strings.Contains(c.Message, "--openbao-token-file")
+	})
+}
