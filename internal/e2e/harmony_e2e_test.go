@@ -247,6 +247,22 @@ path "secret/data/example/backend" { capabilities = ["read"] }
 		})
 	})
 
+	t.Run("deploy of the running digests makes no new generation and waits for it", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, bin, "deploy", "--context", "local", "--tag", "c3",
+			"--image", "frontend="+first["frontend"], "--image", "backend="+first["backend"], "--wait", "--wait-timeout", "1m")
+		cmd.Dir = work
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, exampleKeyVarName + "=" + f.ciKey}
+		out, err := cmd.CombinedOutput()
+		t.Logf("harmony deploy:\n%s", out)
+		if err != nil {
+			t.Fatalf("deploy: %v", err)
+		}
+		f.noSecretIn("deploy output", string(out))
+		if !strings.Contains(string(out), "generation 3 succeeded: 2 of 2") {
+			t.Errorf("deploy of the running digests did not complete on generation 3")
+		}
+	})
+
 	t.Run("no credential was left on disk", func(t *testing.T) {
 		for _, dir := range []string{home, tmp, work} {
 			f.noSecretUnder(dir)
