@@ -378,10 +378,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	g.run(ctx, "operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
 			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: intentKV, Devices: st, Groups: groups,
-			// The operator keeps each Deployment's pull-secret policy on
-			// the devices' group role, in the OpenBao stand-in.
-			OpenBao: bs.admin,
-			Logger:  log.With("component", "operator"),
+			Logger: log.With("component", "operator"),
 			// Run may be called again in the same process (a restart in a
 			// test); metrics are off, so the controllers share nothing.
 			SeveralPerProcess: true,

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
-	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
@@ -21,9 +20,7 @@ import (
 // OpenBao: the JWT auth method trusts the development OpenID Provider; one
 // role, OpenBaoRole (the role of device group "lab", the group of every dev
 // device), bound to the provider's audience, grants a policy that lets
-// devices read the demo secrets and their namespace's pull credentials. The
-// operator's policy sync adds each Deployment's pull-secret policy to the
-// same role, as in production.
+// devices read the demo secrets and their namespace's pull credentials.
 const (
 	// OpenBaoDevicePolicy is the ACL policy every dev device's role grants.
 	OpenBaoDevicePolicy = "fleet-dev-device"
@@ -37,8 +34,8 @@ const (
 )
 
 // OpenBaoRole is the JWT auth role every dev device logs in with: the role
-// of group "lab" (operator.DefaultGroupRolePrefix + group).
-const OpenBaoRole = operator.DefaultGroupRolePrefix + devGroup
+// of device group "lab", named fleet-group-<group>.
+const OpenBaoRole = "fleet-group-" + devGroup
 
 // devGroup is the device group of every dev device.
 const devGroup = "lab"
