@@ -120,21 +120,29 @@ type Service struct {
 
 // EnvVar is a plain environment variable.
 type EnvVar struct {
-	Name  string
+	// Name of the variable.
+	Name string
+	// Value of the variable; not a secret (use SecretEnv for those).
 	Value string
 }
 
 // SecretEnv is an environment variable from an application secret: the
 // value of Key in the secret at path Secret.
 type SecretEnv struct {
-	Name   string
+	// Name of the variable.
+	Name string
+	// Secret is the secret's KV path in OpenBao.
 	Secret string
-	Key    string
+	// Key is the field of the secret holding the value.
+	Key string
 }
 
 // Volume binds a host path into the container.
 type Volume struct {
-	HostPath      string
+	// HostPath is an absolute path on the device.
+	HostPath string
+	// ContainerPath is an absolute path in the container.
 	ContainerPath string
-	ReadOnly      bool
+	// ReadOnly mounts it read-only.
+	ReadOnly bool
 }

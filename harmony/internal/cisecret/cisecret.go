@@ -128,6 +128,7 @@ type RegistryCredentials struct {
 	// Registry is the registry authority (host[:port]) the credential is
 	// for.
 	Registry string
+	// Username of the push robot.
 	Username string
 	// Password is secret.
 	Password string

@@ -50,8 +50,10 @@ var ErrNoTargets = errors.New("rollout: the revision has no targets")
 
 // Applied identifies the revision an apply made.
 type Applied struct {
-	Namespace  string
-	Name       string
+	// Namespace and Name of the Deployment.
+	Namespace string
+	Name      string
+	// UID and Generation the apply returned: the revision to wait for.
 	UID        string
 	Generation int64
 }
@@ -104,23 +106,29 @@ func applyObject(d *fleetv1.Deployment) (*unstructured.Unstructured, error) {
 // FailedError is a revision that failed: a target (or a canary) reported a
 // failure.
 type FailedError struct {
+	// Applied is the revision that failed.
 	Applied Applied
-	Status  fleetv1.DeploymentStatus
+	// Status is its status: counts and the latest device failure.
+	Status fleetv1.DeploymentStatus
 }
 
+// Error gives the counts and the latest device error.
 func (e *FailedError) Error() string {
 	return fmt.Sprintf("rollout of %s/%s generation %d failed: %s", e.Applied.Namespace, e.Applied.Name, e.Applied.Generation, Summary(e.Status))
 }
 
 // TimeoutError is a wait that ended before the revision finished.
 type TimeoutError struct {
+	// Applied is the revision waited for.
 	Applied Applied
 	// Status is the last status of the revision seen (zero when the
 	// operator never reported it).
 	Status fleetv1.DeploymentStatus
-	Err    error
+	// Err is the context's error.
+	Err error
 }
 
+// Error gives the last status seen.
 func (e *TimeoutError) Error() string {
 	if e.Status.Revision == nil {
 		return fmt.Sprintf("gave up waiting for %s/%s generation %d: the operator has not reported this revision yet: %v",
@@ -129,6 +137,7 @@ func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("gave up waiting for %s/%s generation %d: %s: %v", e.Applied.Namespace, e.Applied.Name, e.Applied.Generation, Summary(e.Status), e.Err)
 }
 
+// Unwrap returns the context's error.
 func (e *TimeoutError) Unwrap() error { return e.Err }
 
 // Summary is one line of a revision's status: phase, counts, canary stage
