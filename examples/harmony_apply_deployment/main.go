@@ -53,6 +53,9 @@ func (app) Contexts() []harmony.Context {
 	}
 }
 
+// Deployment publishes no host port: the end-to-end test runs two devices
+// on one machine, and host ports are machine-wide. A real frontend would
+// add Ports: []string{"8080:8080"}.
 func (app) Deployment() harmony.Deployment {
 	return harmony.Deployment{
 		Name:          "example",
