@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -28,7 +29,7 @@ func keyFile(dir string, i int) string { return filepath.Join(dir, DeviceName(i)
 // 0600, with the issuer, audience and device as `fleet enroll` writes them).
 // The provider generates one RSA key per device (its only way to add a
 // key), so the work runs on every core at once.
-func (cp *controlPlane) enroll(ctx context.Context, dir string, from, to int) error {
+func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string, from, to int) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -44,6 +45,9 @@ func (cp *controlPlane) enroll(ctx context.Context, dir string, from, to int) er
 				i := int(next.Add(1))
 				if i > to || ctx.Err() != nil {
 					return
+				}
+				if i%1000 == 0 {
+					log.Info("enrolling", "device", i, "of", to)
 				}
 				if err := cp.enrollOne(ctx, dir, i); err != nil {
 					mu.Lock()

@@ -23,7 +23,7 @@ import (
 const (
 	DefaultPerProcess  = 5000
 	MaxPerProcess      = 8000
-	DefaultConnectRate = 250
+	DefaultConnectRate = 100
 	DefaultFloorRate   = 2000
 	DefaultTimeout     = 5 * time.Minute
 )
@@ -44,7 +44,9 @@ type Options struct {
 	PerProcess int
 	// ConnectRate sizes the connection ramp: devices connect at uniformly
 	// random moments over Sizes[i] / ConnectRate seconds, so that the
-	// callout is not overloaded (docs/security.md). Default 250 per second.
+	// callout is not overloaded (docs/security.md). Default 100 per second
+	// (250 per second overloaded the callout on the 2-core machine of
+	// docs/performance.md).
 	ConnectRate float64
 	// FloorRate is the same for the floor's plain subscribers. Default 2000.
 	FloorRate float64
@@ -149,6 +151,9 @@ type Result struct {
 	// MemBefore and MemAfter are the server process's memory before the
 	// devices connected and once they all had.
 	MemBefore, MemAfter memory
+	// AgentRSS is the agent processes' resident memory once every device
+	// had connected, summed.
+	AgentRSS uint64
 	// Consumers counts the server's JetStream consumers: before the devices
 	// connected, once they had, once they converged, after the floor.
 	Consumers [4]int
@@ -212,7 +217,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	}
 	defer cp.stop()
 	began := time.Now()
-	if err := cp.enroll(ctx, keys, 0, largest); err != nil {
+	if err := cp.enroll(ctx, log, keys, 0, largest); err != nil {
 		return nil, err
 	}
 	enrolled := time.Since(began)
@@ -233,7 +238,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 			}
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("N=%d: %w", n, err))
+			errs = append(errs, fmt.Errorf("scalebench: %d devices: %w", n, err))
 			break
 		}
 		if err := cp.failure(); err != nil {
@@ -293,7 +298,7 @@ func (b *bench) size(ctx context.Context, n int, generation int64) (Result, erro
 	}
 	res.Children = len(agents)
 	defer stopChildren(agents)
-	lat, retries, err := awaitReady(ctx, agents, res.RampWindow+o.Timeout)
+	lat, retries, rss, err := awaitReady(ctx, agents, res.RampWindow+o.Timeout)
 	if err != nil {
 		return res, fmt.Errorf("ramp: %w", err)
 	}
@@ -304,7 +309,7 @@ func (b *bench) size(ctx context.Context, n int, generation int64) (Result, erro
 	res.Ramp = last.Sub(began)
 	res.ConnectP50, res.ConnectP99, res.ConnectMax = time.Duration(percentile(lat, 50))*time.Microsecond,
 		time.Duration(percentile(lat, 99))*time.Microsecond, time.Duration(percentile(lat, 100))*time.Microsecond
-	res.ConnectRetries = retries
+	res.ConnectRetries, res.AgentRSS = retries, rss
 	res.MemAfter = measureMemory()
 	if res.Consumers[1], err = consumers(cp.srv.NATS()); err != nil {
 		return res, err
@@ -450,7 +455,7 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 		return err
 	}
 	defer stopChildren(subs)
-	if _, _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
+	if _, _, _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
 		return err
 	}
 	for round, into := range []*time.Duration{&res.FloorAsync, &res.FloorSync} {
@@ -551,35 +556,37 @@ func stopChildren(cs []*child) error {
 }
 
 // awaitReady waits for every child's ready line and returns the sorted
-// connect latencies (µs) and the retries.
-func awaitReady(ctx context.Context, cs []*child, timeout time.Duration) ([]int64, int, error) {
+// connect latencies (µs), the retries and the children's summed RSS.
+func awaitReady(ctx context.Context, cs []*child, timeout time.Duration) ([]int64, int, uint64, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
 	var lat []int64
 	retries := 0
+	var rss uint64
 	for _, c := range cs {
 		for ready := false; !ready; {
 			select {
 			case m, ok := <-c.msgs:
 				switch {
 				case !ok:
-					return nil, 0, fmt.Errorf("%w: pid %d exited before all its devices connected", ErrChild, c.cmd.Process.Pid)
+					return nil, 0, 0, fmt.Errorf("%w: pid %d exited before all its devices connected", ErrChild, c.cmd.Process.Pid)
 				case m.Kind == "error":
-					return nil, 0, fmt.Errorf("%w: %s", ErrChild, m.Error)
+					return nil, 0, 0, fmt.Errorf("%w: %s", ErrChild, m.Error)
 				case m.Kind == "ready":
 					lat = append(lat, m.Latencies...)
 					retries += m.Retries
+					rss += m.RSS
 					ready = true
 				}
 			case <-deadline.C:
-				return nil, 0, fmt.Errorf("%w: devices not connected after %s", ErrIncomplete, timeout)
+				return nil, 0, 0, fmt.Errorf("%w: devices not connected after %s", ErrIncomplete, timeout)
 			case <-ctx.Done():
-				return nil, 0, ctx.Err()
+				return nil, 0, 0, ctx.Err()
 			}
 		}
 	}
 	slices.Sort(lat)
-	return lat, retries, nil
+	return lat, retries, rss, nil
 }
 
 // await waits until c reached its target.
@@ -658,6 +665,8 @@ func printResult(w io.Writer, r Result) {
 	}
 	fmt.Fprintf(w, "  memory      %.1f KB RSS, %.1f KB Go heap per connected device in the server process (RSS %d → %d MB, heap %d → %d MB)\n",
 		float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
+	fmt.Fprintf(w, "  agents      %.1f KB RSS per device in the agent processes (%d MB in all: agent daemon, simulated runtime, client connection)\n",
+		float64(r.AgentRSS)/1024/float64(r.N), r.AgentRSS>>20)
 	fmt.Fprintf(w, "  consumers   %d before, %d connected, %d converged, %d after the floor (must not grow: %s)\n",
 		r.Consumers[0], r.Consumers[1], r.Consumers[2], r.Consumers[3], met(!r.ConsumersGrew()))
 }

@@ -1,7 +1,7 @@
 // Command fleet-scale runs the Harmony Fleet scale benchmark (`task
 // bench:scale`): see package scalebench and docs/performance.md.
 //
-//	fleet-scale [-n 1000,10000] [-per-process 5000] [-rate 250] ...
+//	fleet-scale [-n 1000,10000] [-per-process 5000] [-rate 100] ...
 //
 // It re-executes itself as "fleet-scale child <mode> ..." for the processes
 // that run the simulated devices.
@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,6 +41,7 @@ func run() error {
 		o       scalebench.Options
 		sizes   string
 		verbose bool
+		profile string
 	)
 	flag.StringVar(&sizes, "n", "1000,10000", "device counts to run, comma-separated, in order")
 	flag.IntVar(&o.PerProcess, "per-process", scalebench.DefaultPerProcess, fmt.Sprintf("most devices per agent process (1..%d)", scalebench.MaxPerProcess))
@@ -49,7 +51,19 @@ func run() error {
 	flag.BoolVar(&o.FastSync, "fast-sync", false, "fsync every 2 minutes instead of on every write (the product default)")
 	flag.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
+	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile to this file")
 	flag.Parse()
+	if profile != "" {
+		f, err := os.Create(profile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
