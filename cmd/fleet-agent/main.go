@@ -6,14 +6,11 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -154,15 +151,11 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 // CA of OpenBao's TLS certificate.
 func deviceSecrets(cfg openbao.Config, caFile string, idToken func(context.Context) (string, error), prefix string) (*openbao.DeviceSecrets, error) {
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		hc, err := openbao.HTTPClientWithCA(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--openbao-ca-file: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--openbao-ca-file %s holds no PEM certificate", caFile)
-		}
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		cfg.HTTPClient = hc
 	}
 	c, err := openbao.New(cfg)
 	if err != nil {

@@ -144,3 +144,22 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 		t.Error("the logs mention the key")
 	}
 }
+
+func TestOpenBaoFlagErrorsNameTheFix(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"OpenBao without a device prefix is refused", []string{"--device", "d", "--insecure-no-auth", "--openbao-url", "http://127.0.0.1:8200"}, "--openbao-device-prefix"},
+		{"OpenBao without a machine key is refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "sim", "--openbao-url", "http://127.0.0.1:8200", "--openbao-device-prefix", "fleet/lab"}, "--key-file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), tc.args, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
+	}
+}

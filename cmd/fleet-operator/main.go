@@ -5,14 +5,11 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -153,15 +150,11 @@ func openbaoAdmin(url, jwtMount, kvMount, tokenFile, caFile string) (*openbao.Cl
 	}
 	cfg := openbao.Config{Address: url, JWTMount: jwtMount, KVMount: kvMount}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		hc, err := openbao.HTTPClientWithCA(caFile)
 		if err != nil {
 			return nil, fmt.Errorf("--openbao-ca-file: %w", err)
 		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--openbao-ca-file %s holds no PEM certificate", caFile)
-		}
-		cfg.HTTPClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}
+		cfg.HTTPClient = hc
 	}
 	c, err := openbao.NewWithToken(cfg, token)
 	if err != nil {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -78,8 +80,30 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 }
 
 func TestBadFlagsAreRefused(t *testing.T) {
-	err := run(context.Background(), []string{"--log-format", "xml"}, &bytes.Buffer{})
-	if err == nil || !strings.Contains(err.Error(), "--log-format") {
-		t.Errorf("got %v", err)
+	srv := kubeapi.Shared(t)
+	kc := []string{"--kubeconfig", srv.KubeconfigPath()}
+	empty := filepath.Join(t.TempDir(), "empty-token")
+	token := filepath.Join(t.TempDir(), "token")
+	if os.WriteFile(empty, nil, 0o600) != nil || os.WriteFile(token, []byte("s.admin\n"), 0o600) != nil {
+		t.Fatal("cannot write the token files")
+	}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"an unknown log format is refused", []string{"--log-format", "xml"}, "--log-format"},
+		{"OpenBao without a token file is refused", append(kc, "--openbao-url", "http://127.0.0.1:8200"), "--openbao-token-file"},
+		{"a token file without OpenBao is refused", append(kc, "--openbao-token-file", empty), "--openbao-url"},
+		{"an empty token file is refused", append(kc, "--openbao-url", "http://127.0.0.1:8200", "--openbao-token-file", empty), "is empty"},
+		{"a missing CA file is named", append(kc, "--openbao-url", "https://127.0.0.1:8200", "--openbao-token-file", token, "--openbao-ca-file", "no-such-ca.pem"), "no-such-ca.pem"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), tc.args, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error naming %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -12,9 +12,12 @@ package openbao
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -349,4 +352,19 @@ func (c *Client) JWTRoles(ctx context.Context) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// HTTPClientWithCA returns an HTTP client that trusts the CA certificates
+// in the PEM file caFile (for an OpenBao with a private CA).
+func HTTPClientWithCA(caFile string) (*http.Client, error) {
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CA file: %w", ErrConfig, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrConfig, caFile)
+	}
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+		Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
 }
