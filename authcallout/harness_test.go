@@ -2,12 +2,9 @@ package authcallout_test
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/rsa"
 	"errors"
+	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"log/slog"
-	"os"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -18,36 +15,14 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
-	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
-	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
 
-// documentedConfig is the NATS configuration block of docs/security.md.
-func documentedConfig(tb testing.TB) string {
-	tb.Helper()
-	b, err := os.ReadFile("../docs/security.md")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```conf\n(# fleet-authcallout: NATS server configuration\n.*?)```").FindSubmatch(b)
-	if m == nil {
-		tb.Fatal("docs/security.md has no ```conf block starting with '# fleet-authcallout: NATS server configuration'")
-	}
-	return string(m[1])
-}
-
-// signingKey is shared by every test provider: generating RSA keys is slow,
-// and tests forge tokens with it.
-var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
-	k, err := rsa.GenerateKey(rand.Reader, 2048)
-	if err != nil {
-		panic(err)
-	}
-	return k
-})
+// signingKey is the key every test provider signs with; tests forge
+// tokens with it.
+var signingKey = callouttest.SigningKey
 
 type envOptions struct {
 	tokenLifetime time.Duration
@@ -70,6 +45,7 @@ type env struct {
 	intent   jetstream.KeyValue
 	verifier *authcallout.Verifier
 	refusals *refusalLog
+	chain    *callouttest.Env
 }
 
 // refusalLog records the reason of every refusal the callout logs.
@@ -108,136 +84,21 @@ func (l *refusalLog) last() string {
 
 func newEnv(tb testing.TB, o envOptions) *env {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	tb.Cleanup(func() { cancel(); wg.Wait() })
-
-	e := &env{refusals: &refusalLog{}}
-	var err error
-	if e.issuer, err = nkeys.CreateAccount(); err != nil {
-		tb.Fatal(err)
-	}
-	issuerPub, _ := e.issuer.PublicKey()
-	if e.xkey, err = nkeys.CreateCurveKeys(); err != nil {
-		tb.Fatal(err)
-	}
-	xpub, _ := e.xkey.PublicKey()
-	conf := documentedConfig(tb)
-	if o.plain {
-		conf = regexp.MustCompile(`(?m)^\s*xkey: .*$`).ReplaceAllString(conf, "")
-		e.xkey = nil
-	}
-	tb.Setenv("FLEET_CALLOUT_PASSWORD", "callout-secret")
-	tb.Setenv("FLEET_READER_PASSWORD", "reader-secret")
-	tb.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "sys-secret")
-	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
-	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
-	e.conf, e.storeDir = conf, tb.TempDir()
-	e.ns = natstest.StartWith(tb, natsembed.Options{Config: conf, StoreDir: e.storeDir, Sync: natsembed.FastSync})
-
-	e.op, err = devop.New(devop.Options{SigningKey: signingKey(), TokenLifetime: o.tokenLifetime})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	wg.Go(func() {
-		if err := e.op.Run(ctx); err != nil {
-			tb.Error(err)
-		}
+	refusals := &refusalLog{}
+	c := callouttest.StartWith(tb, callouttest.Options{
+		TokenLifetime: o.tokenLifetime, Plain: o.plain, Replicas: o.replicas,
+		Logger: slog.New(refusals), MinKeyRefresh: time.Millisecond,
 	})
-	e.verifier, err = authcallout.NewVerifier(authcallout.VerifierOptions{
-		Issuer: e.op.Issuer(), Audience: e.op.Audience(), MinRefreshInterval: time.Millisecond,
-	})
-	if err != nil {
-		tb.Fatal(err)
+	return &env{
+		conf: c.Conf, storeDir: c.StoreDir, ns: c.NATS, op: c.Provider, issuer: c.Issuer, xkey: c.XKey,
+		admin: c.Admin, js: c.Store.JetStream(), identity: c.Identity, intent: c.Intent, verifier: c.Verifier,
+		refusals: refusals, chain: c,
 	}
-
-	reader := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-identity-reader", "reader-secret"),
-		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"))
-	sys := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-authcallout-sys", "sys-secret"),
-		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"))
-	rjs, err := jetstream.New(reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-
-	// The operator: a machine user with the fleet-operator role, through
-	// the callout like everyone else.
-	replicas := max(o.replicas, 1)
-	svcs := make([]*authcallout.Service, replicas)
-	for i := range svcs {
-		nc := natstest.Connect(tb, e.ns, nats.UserInfo("fleet-authcallout", "callout-secret"))
-		svcs[i], err = authcallout.New(authcallout.Options{
-			Conn: nc, Issuer: e.issuer, XKey: e.xkey, Account: "FLEET", Verifier: e.verifier,
-			Identities: authcallout.NewKVIdentities(rjs), Logger: slog.New(e.refusals),
-			Watch: reader, System: sys,
-		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
-	for _, s := range svcs {
-		wg.Go(func() {
-			if err := s.Run(ctx); err != nil {
-				tb.Error(err)
-			}
-		})
-	}
-	for _, s := range svcs {
-		select {
-		case <-s.Ready():
-		case <-time.After(15 * time.Second):
-			tb.Fatal("auth callout not subscribed within 15s")
-		}
-	}
-	opSrc := e.machine(tb, "fleet-operator", authcallout.RoleOperator)
-	e.admin = connectAs(tb, e.ns, opSrc.Subject(), opSrc)
-	if e.js, err = jetstream.New(e.admin); err != nil {
-		tb.Fatal(err)
-	}
-	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer pcancel()
-	if err := events.Provision(pctx, e.js, events.ProvisionOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	if e.identity, err = e.js.KeyValue(pctx, events.BucketIdentity); err != nil {
-		tb.Fatal(err)
-	}
-	if e.intent, err = e.js.KeyValue(pctx, events.BucketIntent); err != nil {
-		tb.Fatal(err)
-	}
-	return e
-}
-
-// connectAs connects a control-plane identity with its token callback.
-func connectAs(tb testing.TB, ns *natsembed.Server, name string, src *credential.Source, opts ...nats.Option) *nats.Conn {
-	tb.Helper()
-	nc, err := nats.Connect(ns.ClientURL(), append([]nats.Option{
-		nats.TokenHandler(src.TokenHandler(0)), nats.CustomInboxPrefix(authcallout.InboxPrefix(name)), nats.Timeout(5 * time.Second),
-	}, opts...)...)
-	if err != nil {
-		tb.Fatalf("connect %s: %v", name, err)
-	}
-	tb.Cleanup(nc.Close)
-	return nc
 }
 
 // machine creates a machine user with a key and returns its token source.
 func (e *env) machine(tb testing.TB, name string, roles ...string) *credential.Source {
-	tb.Helper()
-	ctx := context.Background()
-	uid, err := e.op.CreateMachineUser(ctx, name, roles...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kf, err := e.op.AddMachineKey(ctx, uid, time.Time{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	src, err := credential.New(ctx, credential.Options{Issuer: e.op.Issuer(), Key: kf, Audience: e.op.Audience()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return src
+	return e.chain.Machine(tb, name, roles...)
 }
 
 // device creates a machine user for device, registers it in fleet-identity

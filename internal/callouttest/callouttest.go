@@ -41,6 +41,31 @@ type Env struct {
 	Store    *events.Store
 	Identity jetstream.KeyValue
 	Intent   jetstream.KeyValue
+
+	// Conf is the server configuration text and StoreDir its JetStream
+	// folder (tests that restart the server reuse both).
+	Conf     string
+	StoreDir string
+	// Issuer signs the callout's user JWTs; XKey encrypts its requests
+	// (nil with Options.Plain).
+	Issuer   nkeys.KeyPair
+	XKey     nkeys.KeyPair
+	Verifier *authcallout.Verifier
+}
+
+// Options vary the chain for tests of the callout itself.
+type Options struct {
+	// TokenLifetime of the provider's id_tokens; zero: devop's default.
+	TokenLifetime time.Duration
+	// Plain drops the xkey: the callout gets plain requests.
+	Plain bool
+	// Replicas is the number of callout services (a queue group); default 1.
+	Replicas int
+	// Logger receives the callout services' logs; default discarded.
+	Logger *slog.Logger
+	// MinKeyRefresh is the verifier's least time between two JWKS fetches;
+	// zero: the production default.
+	MinKeyRefresh time.Duration
 }
 
 var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
@@ -51,8 +76,12 @@ var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
 	return k
 })
 
-// documentedConfig is the NATS configuration block of docs/security.md.
-func documentedConfig(tb testing.TB) string {
+// SigningKey is the RSA key every test provider signs with (generating
+// one is slow); tests forge tokens with it.
+func SigningKey() *rsa.PrivateKey { return signingKey() }
+
+// DocumentedConfig is the NATS configuration block of docs/security.md.
+func DocumentedConfig(tb testing.TB) string {
 	tb.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -64,37 +93,48 @@ func documentedConfig(tb testing.TB) string {
 	}
 	m := regexp.MustCompile("(?s)```conf\n(# fleet-authcallout: NATS server configuration\n.*?)```").FindSubmatch(b)
 	if m == nil {
-		tb.Fatal("docs/security.md has no NATS server configuration block")
+		tb.Fatal("docs/security.md has no ```conf block starting with '# fleet-authcallout: NATS server configuration'")
 	}
 	return string(m[1])
 }
 
-// Start runs the chain until the test ends.
-func Start(tb testing.TB) *Env {
+// Start runs the chain as production configures it.
+func Start(tb testing.TB) *Env { return StartWith(tb, Options{}) }
+
+// StartWith runs the chain with o.
+func StartWith(tb testing.TB, o Options) *Env {
 	tb.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	tb.Cleanup(func() { cancel(); wg.Wait() })
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
 
-	issuer, err := nkeys.CreateAccount()
-	if err != nil {
+	e := &Env{}
+	var err error
+	if e.Issuer, err = nkeys.CreateAccount(); err != nil {
 		tb.Fatal(err)
 	}
-	issuerPub, _ := issuer.PublicKey()
-	xkey, err := nkeys.CreateCurveKeys()
-	if err != nil {
+	issuerPub, _ := e.Issuer.PublicKey()
+	if e.XKey, err = nkeys.CreateCurveKeys(); err != nil {
 		tb.Fatal(err)
 	}
-	xpub, _ := xkey.PublicKey()
+	xpub, _ := e.XKey.PublicKey()
+	e.Conf = DocumentedConfig(tb)
+	if o.Plain {
+		e.Conf = regexp.MustCompile(`(?m)^\s*xkey: .*$`).ReplaceAllString(e.Conf, "")
+		e.XKey = nil
+	}
 	tb.Setenv("FLEET_CALLOUT_PASSWORD", "callout-secret")
 	tb.Setenv("FLEET_READER_PASSWORD", "reader-secret")
 	tb.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "sys-secret")
 	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
-	e := &Env{}
-	e.NATS = natstest.StartWith(tb, natsembed.Options{Config: documentedConfig(tb), Sync: natsembed.FastSync})
+	e.StoreDir = tb.TempDir()
+	e.NATS = natstest.StartWith(tb, natsembed.Options{Config: e.Conf, StoreDir: e.StoreDir, Sync: natsembed.FastSync})
 
-	e.Provider, err = devop.New(devop.Options{SigningKey: signingKey()})
+	e.Provider, err = devop.New(devop.Options{SigningKey: signingKey(), TokenLifetime: o.TokenLifetime})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -103,41 +143,48 @@ func Start(tb testing.TB) *Env {
 			tb.Error(err)
 		}
 	})
-	verifier, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: e.Provider.Issuer(), Audience: e.Provider.Audience()})
+	e.Verifier, err = authcallout.NewVerifier(authcallout.VerifierOptions{
+		Issuer: e.Provider.Issuer(), Audience: e.Provider.Audience(), MinRefreshInterval: o.MinKeyRefresh,
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
 	reader := natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-identity-reader", "reader-secret"),
 		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"))
+	sys := natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-authcallout-sys", "sys-secret"),
+		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"))
 	rjs, err := jetstream.New(reader)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	svc, err := authcallout.New(authcallout.Options{
-		Conn: natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-authcallout", "callout-secret")), Issuer: issuer, XKey: xkey,
-		Account: "FLEET", Verifier: verifier, Identities: authcallout.NewKVIdentities(rjs), Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	wg.Go(func() {
-		if err := svc.Run(ctx); err != nil {
-			tb.Error(err)
+	svcs := make([]*authcallout.Service, max(o.Replicas, 1))
+	for i := range svcs {
+		svcs[i], err = authcallout.New(authcallout.Options{
+			Conn: natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-authcallout", "callout-secret")), Issuer: e.Issuer, XKey: e.XKey,
+			Account: "FLEET", Verifier: e.Verifier, Identities: authcallout.NewKVIdentities(rjs), Logger: o.Logger,
+			Watch: reader, System: sys,
+		})
+		if err != nil {
+			tb.Fatal(err)
 		}
-	})
-	select {
-	case <-svc.Ready():
-	case <-time.After(15 * time.Second):
-		tb.Fatal("auth callout not subscribed within 15s")
+	}
+	for _, s := range svcs {
+		wg.Go(func() {
+			if err := s.Run(ctx); err != nil {
+				tb.Error(err)
+			}
+		})
+	}
+	for _, s := range svcs {
+		select {
+		case <-s.Ready():
+		case <-time.After(15 * time.Second):
+			tb.Fatal("auth callout not subscribed within 15s")
+		}
 	}
 
-	op := e.machine(tb, "fleet-operator", authcallout.RoleOperator)
-	e.Admin, err = nats.Connect(e.NATS.ClientURL(), nats.TokenHandler(op.TokenHandler(0)),
-		nats.CustomInboxPrefix(authcallout.InboxPrefix(op.Subject())), nats.Timeout(5*time.Second))
-	if err != nil {
-		tb.Fatalf("operator connect: %v", err)
-	}
-	tb.Cleanup(e.Admin.Close)
+	op := e.Machine(tb, "fleet-operator", authcallout.RoleOperator)
+	e.Admin = ConnectAs(tb, e.NATS, op.Subject(), op)
 	if e.Store, err = events.NewStore(e.Admin, events.StoreOptions{}); err != nil {
 		tb.Fatal(err)
 	}
@@ -155,7 +202,23 @@ func Start(tb testing.TB) *Env {
 	return e
 }
 
-func (e *Env) machine(tb testing.TB, name string, roles ...string) *credential.Source {
+// ConnectAs connects a control-plane identity name with its token
+// callback, closed when the test ends.
+func ConnectAs(tb testing.TB, ns *natsembed.Server, name string, src *credential.Source, opts ...nats.Option) *nats.Conn {
+	tb.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), append([]nats.Option{
+		nats.TokenHandler(src.TokenHandler(0)), nats.CustomInboxPrefix(authcallout.InboxPrefix(name)), nats.Timeout(5 * time.Second),
+	}, opts...)...)
+	if err != nil {
+		tb.Fatalf("connect %s: %v", name, err)
+	}
+	tb.Cleanup(nc.Close)
+	return nc
+}
+
+// Machine creates a machine user with roles and a key, and returns its
+// token source.
+func (e *Env) Machine(tb testing.TB, name string, roles ...string) *credential.Source {
 	tb.Helper()
 	ctx := context.Background()
 	uid, err := e.Provider.CreateMachineUser(ctx, name, roles...)
