@@ -136,3 +136,15 @@ func TestKubernetesVersionIsTheHarnessVersion(t *testing.T) {
 			kubeapi.KubernetesVersion, kubeapi.SetupCommand)
 	}
 }
+
+func TestDevWithRuntimePodmanFailsNamingTheSocketFlagWhenNoSocketAnswers(t *testing.T) {
+	needKube(t)
+	var out bytes.Buffer
+	err := devenv.Run(context.Background(), devenv.Options{DataDir: t.TempDir(), NATSPort: -1, Out: &out,
+		Runtime: devenv.RuntimePodman, PodmanSocket: filepath.Join(t.TempDir(), "podman.sock")})
+	for _, want := range []string{"--runtime podman", "--podman-socket", devenv.SetupPodmanCommand} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("got %v, want an error naming %s", err, want)
+		}
+	}
+}

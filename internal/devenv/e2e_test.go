@@ -61,6 +61,16 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 			checkCanaryFirst(t, out, []string{"sim-1"}, []string{"sim-2", "sim-3"})
 		}
 	}
+	// docs/history.md's connecting recipe, after fleet dev's own export line
+	// (its documented export line has fleet dev's format).
+	hist, histExport := historyRecipe(t)
+	if !reNATS.MatchString(histExport) {
+		t.Errorf("docs/history.md's export line %q is not the one fleet dev prints", histExport)
+	}
+	if out, err := p.script(ctx, natsBin, hist); err != nil || !strings.Contains(out, "Deployment lab/analysis-api") ||
+		!strings.Contains(out, "rollout.succeeded") {
+		t.Errorf("docs/history.md's recipe %q: %v\n%s", hist, err, out)
+	}
 	rout, err := natsRun(ctx, natsBin, p.in, replay)
 	if err != nil {
 		t.Fatalf("%s: %v\n%s", replay, err, rout)
@@ -275,4 +285,32 @@ fleet history deployment lab/canary-demo`)
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// historyRecipe returns the commands of docs/history.md's connecting
+// recipe (the block that runs fleet history deployment lab/analysis-api)
+// without its export line, and that line.
+func historyRecipe(t *testing.T) (script, export string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "history.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, block := range strings.Split(string(b), "```sh\n")[1:] {
+		block, _, _ = strings.Cut(block, "```")
+		if !strings.Contains(block, "fleet history deployment lab/analysis-api") {
+			continue
+		}
+		var cmds []string
+		for _, l := range strings.Split(strings.TrimSpace(block), "\n") {
+			if strings.HasPrefix(l, "export ") {
+				export = l
+			} else {
+				cmds = append(cmds, l)
+			}
+		}
+		return strings.Join(cmds, "\n"), export
+	}
+	t.Fatal("docs/history.md lost its connecting recipe (fleet history deployment lab/analysis-api)")
+	return "", ""
 }
