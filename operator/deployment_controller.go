@@ -40,7 +40,26 @@ type DeploymentReconciler struct {
 	Store  EventStore
 	// Groups is the group source; nil means none is configured.
 	Groups GroupSource
-	Log    *slog.Logger
+	// WaitForPolicy holds a generation that references pull secrets until
+	// the policy sync has written its OpenBao policy (PullSecretPolicy
+	// condition of that generation), so no device is asked to pull before
+	// it may read the credential. Set when the sync is enabled.
+	WaitForPolicy bool
+	Log           *slog.Logger
+}
+
+// policyReady reports whether d's pull-secret policy is written for its
+// generation (or there is nothing to write, or a group role is missing —
+// waiting would not help; the condition says so).
+func policyReady(d *fleetv1.Deployment) bool {
+	if len(pullSecrets(d)) == 0 {
+		return true
+	}
+	c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy)
+	if c == nil || c.ObservedGeneration != d.Generation {
+		return false
+	}
+	return c.Reason == fleetv1.ReasonPolicySynced || c.Reason == fleetv1.ReasonOpenBaoRoleMissing
 }
 
 // SetupWithManager registers the controller.
@@ -82,6 +101,12 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 	rev, appended := alreadyAppended(last, &d)
 	res := Resolution{}
+	if !appended && r.WaitForPolicy && !policyReady(&d) {
+		// The policy sync's status update triggers the next reconcile;
+		// the requeue covers an OpenBao that is down.
+		r.Log.DebugContext(ctx, "revision waits for the pull-secret policy", "deployment", req.String(), "generation", d.Generation)
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
 	if !appended {
 		var devices fleetv1.DeviceList
 		if err := r.Client.List(ctx, &devices, client.InNamespace(d.Namespace)); err != nil {

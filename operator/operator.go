@@ -112,7 +112,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Groups: o.Groups, Log: o.Logger.With("controller", "deployment")}
+	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
+		Log: o.Logger.With("controller", "deployment")}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

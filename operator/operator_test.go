@@ -46,6 +46,8 @@ type env struct {
 	obj    jetstream.ObjectStore
 	// openbao, when set, enables the pull-secret policy sync.
 	openbao operator.PolicyAdmin
+	// logs, when set, receives the operator's records at every level.
+	logs slog.Handler
 }
 
 var nsCounter int
@@ -98,6 +100,9 @@ func (e *env) startOperator() (stop func()) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if e.logs != nil {
+		logger = slog.New(e.logs)
+	}
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao})

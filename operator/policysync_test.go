@@ -1,10 +1,14 @@
 package operator_test
 
 import (
+	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -158,4 +162,93 @@ func TestWithoutOpenBaoThePolicySyncSaysItIsDisabled(t *testing.T) {
 		return c != nil && c.Reason == fleetv1.ReasonOpenBaoDisabled && c.Status == metav1.ConditionFalse &&
 			strings.Contains(c.Message, "--openbao-token-file")
 	})
+}
+
+// gatedAdmin holds the first PutPolicy until released and records when
+// the first policy write completed.
+type gatedAdmin struct {
+	operator.PolicyAdmin
+	called, release chan struct{}
+	once            sync.Once
+
+	mu      sync.Mutex
+	putDone time.Time
+}
+
+func (g *gatedAdmin) PutPolicy(ctx context.Context, name, hcl string) error {
+	g.once.Do(func() { close(g.called) })
+	select {
+	case <-g.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	err := g.PolicyAdmin.PutPolicy(ctx, name, hcl)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if err == nil && g.putDone.IsZero() {
+		g.putDone = time.Now()
+	}
+	return err
+}
+
+func TestNoRevisionIsAppendedBeforeItsPullSecretPolicyIsWritten(t *testing.T) {
+	e := newEnv(t)
+	bao := baostandin.Start(t)
+	admin, err := openbao.NewWithToken(openbao.Config{Address: bao.URL()}, bao.RootToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(admin.ConfigureJWT(e.ctx, "http://127.0.0.1:1", ""),
+		admin.PutJWTRole(e.ctx, "fleet-group-lab", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}})); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedAdmin{PolicyAdmin: admin, called: make(chan struct{}), release: make(chan struct{})}
+	e.openbao = g
+	waits := &messages{}
+	e.logs = waits
+	e.groups = operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lab": {"rpi-1"}}})
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.pullSecretDeployment("api", []string{"hub"}, "lab")
+	select {
+	case <-g.called:
+	case <-e.ctx.Done():
+		t.Fatal("the policy sync never wrote a policy")
+	}
+	// Wait until the Deployment controller has decided: it either holds
+	// the revision (and says so) or, wrongly, appended it.
+	e.waitFor("the Deployment controller's decision", func() bool {
+		return waits.seen("revision waits for the pull-secret policy") || len(e.intent("api")) > 0
+	})
+	close(g.release)
+	e.revisionOf("api", 1)
+	recs := e.intent("api")
+	g.mu.Lock()
+	done := g.putDone
+	g.mu.Unlock()
+	if done.IsZero() || !recs[0].Stored.After(done) {
+		t.Fatalf("the revision was stored at %v, the policy written at %v: the revision must come after", recs[0].Stored, done)
+	}
+}
+
+// messages is a slog handler that records every message.
+type messages struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (m *messages) Enabled(context.Context, slog.Level) bool { return true }
+func (m *messages) WithAttrs([]slog.Attr) slog.Handler       { return m }
+func (m *messages) WithGroup(string) slog.Handler            { return m }
+func (m *messages) Handle(_ context.Context, r slog.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.msgs = append(m.msgs, r.Message)
+	return nil
+}
+
+func (m *messages) seen(msg string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Contains(m.msgs, msg)
 }
