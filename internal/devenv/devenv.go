@@ -1,17 +1,22 @@
 // Package devenv runs the whole Fleet control plane on one machine for
 // `fleet dev`: the embedded NATS JetStream server with the documented auth
 // callout configuration (accounts AUTH, FLEET, SYS) and the Fleet streams and
-// KV buckets, the development OpenID Provider, the auth callout service,
-// etcd + kube-apiserver with the Fleet CRDs, the operator (connected through
-// the callout with the fleet-operator role), and N simulated devices, each
-// enrolled through internal/enroll and connecting with its machine key
-// through the callout exactly like a real device.
+// KV buckets, the development OpenID Provider, the OpenBao stand-in
+// (internal/testenv/baostandin, configured through secrets/openbao as for
+// OpenBao), the auth callout service, etcd + kube-apiserver with the Fleet
+// CRDs, the operator (connected through the callout with the fleet-operator
+// role), and the devices: N simulated ones and, when a Podman API socket
+// answers, one (PodmanDevice) on real Podman, with the example images built
+// locally. Each device is enrolled through internal/enroll, connects with
+// its machine key through the callout exactly like a real device, and reads
+// its secrets from the stand-in with its id_token.
 //
 // It owns the wiring and the lifecycle of the parts it starts; the parts
 // themselves live in their own packages. State under the data folder (the
 // JetStream store, etcd's data, the NATS secrets, the device key files)
-// survives a restart; the development provider keeps its users in memory,
-// so devices get new machine users and keys on every run.
+// survives a restart; the development provider and the OpenBao stand-in keep
+// their state in memory, so devices get new machine users and keys, and the
+// stand-in is seeded again, on every run.
 //
 // Only cmd/fleet and its tests import it.
 package devenv
