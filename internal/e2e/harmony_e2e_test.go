@@ -42,6 +42,7 @@ const (
 	exampleGroup      = "example-edge"
 	exampleCIRole     = "example-ci"
 	exampleDevicePfx  = "fleet/example"
+	exampleDeviceRole = operator.DefaultGroupRolePrefix + exampleGroup
 	exampleKeyVarName = "HARMONY_ZITADEL_KEY_JSON"
 )
 
@@ -113,11 +114,11 @@ func TestHarmonyShipWaitsForTheRolloutOnRealPodmanAgents(t *testing.T) {
 	must(admin.ConfigureJWT(ctx, f.issuer, ""))
 	must(admin.PutPolicy(ctx, exampleCIRole, `path "secret/data/harmony/example/local/*" { capabilities = ["read"] }`))
 	must(admin.PutJWTRole(ctx, exampleCIRole, openbao.JWTRole{BoundAudiences: []string{env.Provider.Audience()}, BoundSubject: ciUser, Policies: []string{exampleCIRole}}))
-	must(admin.PutPolicy(ctx, "example-devices", `
-path "secret/data/fleet/example/registry/device-pull/example-pull" { capabilities = ["read"] }
-path "secret/data/example/backend" { capabilities = ["read"] }
-`))
-	must(admin.PutJWTRole(ctx, "fleet-device", openbao.JWTRole{BoundAudiences: []string{env.Provider.Audience()}, Policies: []string{"example-devices"}}))
+	// The tenant's own policy grants the application secret; the pull
+	// secret is granted by the operator's policy sync, which adds the
+	// Deployment's policy to the group's role.
+	must(admin.PutPolicy(ctx, "example-app-secrets", `path "secret/data/example/backend" { capabilities = ["read"] }`))
+	must(admin.PutJWTRole(ctx, exampleDeviceRole, openbao.JWTRole{BoundAudiences: []string{env.Provider.Audience()}, Policies: []string{"example-app-secrets"}}))
 	must(admin.Write(ctx, "harmony/example/local/RegistryCredentials", map[string]any{"registry": reg.Addr, "username": reg.Username, "password": reg.Password}))
 	must(admin.Write(ctx, "harmony/example/local/kubeconfig", map[string]any{"kubeconfig": string(kubeconfig)}))
 	// The test registry has one account: it is both the push robot and the
@@ -135,7 +136,7 @@ path "secret/data/example/backend" { capabilities = ["read"] }
 	opDone := make(chan error, 1)
 	go func() {
 		opDone <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: env.Store, Reader: env.Store, IntentKV: env.Intent,
-			Devices: env.Store, Logger: logger, StatusInterval: 200 * time.Millisecond, SeveralPerProcess: true,
+			Devices: env.Store, Logger: logger, StatusInterval: 200 * time.Millisecond, SeveralPerProcess: true, OpenBao: admin,
 			Groups: operator.NewStaticGroups(map[string]map[string][]string{exampleNamespace: {exampleGroup: {f.canary, f.other}}})})
 	}()
 	defer func() { stopOp(); <-opDone }()
@@ -199,6 +200,22 @@ path "secret/data/example/backend" { capabilities = ["read"] }
 		for device, rt := range f.devices {
 			f.runs(rt, device, map[string]string{"example-frontend": first["frontend"], "example-backend": first["backend"]}, runtime.StateRunning)
 			f.runs(rt, device, map[string]string{"example-migrate": first["backend"]}, runtime.StateExited)
+		}
+		// The devices read the pull secret through the policy the operator
+		// wrote for the Deployment and bound to the group's role.
+		d, err := f.kube.Resource(schema.GroupVersionResource{Group: "fleet.nationtech.io", Version: "v1alpha1", Resource: "deployments"}).
+			Namespace(exampleNamespace).Get(f.ctx, exampleName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		conds, _, _ := unstructured.NestedSlice(d.Object, "status", "conditions")
+		synced := false
+		for _, c := range conds {
+			c, _ := c.(map[string]any)
+			synced = synced || (c["type"] == "PullSecretPolicy" && c["reason"] == "PolicySynced")
+		}
+		if !synced {
+			t.Errorf("no PullSecretPolicy=PolicySynced condition: %v", conds)
 		}
 	})
 	if first == nil {
@@ -330,7 +347,7 @@ func (f *harmonyFleet) startAgent(env *callouttest.Env, logger *slog.Logger, dev
 	if err != nil {
 		t.Fatal(err)
 	}
-	bao, err := openbao.New(openbao.Config{Address: f.bao.URL(), Role: "fleet-device"})
+	bao, err := openbao.New(openbao.Config{Address: f.bao.URL(), Role: exampleDeviceRole})
 	if err != nil {
 		t.Fatal(err)
 	}
