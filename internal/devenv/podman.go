@@ -68,6 +68,12 @@ var ExampleImages = []ExampleImage{
 	{Ref: "localhost/fleet-examples/hello:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; echo \"hello from $HOSTNAME\"; sleep 2147483647 & wait"]` + "\n"},
 }
 
+// digest identifies the image's Containerfile (FROM line included).
+func (im ExampleImage) digest() string {
+	sum := sha256.Sum256([]byte("FROM " + BaseImage + "\n" + im.Containerfile))
+	return hex.EncodeToString(sum[:8])
+}
+
 // podmanCandidates are the sockets tried, in order: the flag's when set,
 // else the user's rootless socket ($XDG_RUNTIME_DIR/podman/podman.sock) and
 // the one `task setup:podman` serves (<repository>/.cache/run/podman.sock).
@@ -174,9 +180,12 @@ func openPodman(ctx context.Context, uri string) (*podmanEngine, error) {
 	return &podmanEngine{uri: uri, rt: rt, conn: conn}, nil
 }
 
-// buildImages builds the example images that are missing, FROM BaseImage,
-// without the network, printing progress to out. An image of the same
-// reference is kept as it is: remove it (podman rmi) to rebuild it.
+// labelExample holds the digest of an example image's Containerfile.
+const labelExample = "io.nationtech.harmony-fleet.example"
+
+// buildImages builds the example images FROM BaseImage, without the
+// network, printing progress to out: those that are missing, and those
+// built from another Containerfile (label labelExample).
 func (e *podmanEngine) buildImages(ctx context.Context, out io.Writer, imgs []ExampleImage) error {
 	for _, im := range imgs {
 		ok, err := images.Exists(e.conn, im.Ref, nil)
@@ -184,10 +193,16 @@ func (e *podmanEngine) buildImages(ctx context.Context, out io.Writer, imgs []Ex
 			return fmt.Errorf("fleet dev: podman: image %s: %w", im.Ref, err)
 		}
 		if ok {
-			continue
+			rep, err := images.GetImage(e.conn, im.Ref, nil)
+			if err != nil {
+				return fmt.Errorf("fleet dev: podman: image %s: %w", im.Ref, err)
+			}
+			if rep.ImageData != nil && rep.Labels[labelExample] == im.digest() {
+				continue
+			}
 		}
 		began := time.Now()
-		fmt.Fprintf(out, "podman: building %s FROM %s (first run only) ...\n", im.Ref, BaseImage)
+		fmt.Fprintf(out, "podman: building %s FROM %s (missing or its Containerfile changed; no network) ...\n", im.Ref, BaseImage)
 		if err := e.build(ctx, out, im); err != nil {
 			return fmt.Errorf("fleet dev: podman: build %s: %w", im.Ref, err)
 		}
@@ -207,12 +222,11 @@ func (e *podmanEngine) build(ctx context.Context, out io.Writer, im ExampleImage
 	if err := os.WriteFile(file, []byte(text), 0o644); err != nil {
 		return err
 	}
-	sum := sha256.Sum256([]byte(text))
 	var o types.BuildOptions
 	o.ContextDirectory = dir
 	o.Output = im.Ref
 	// PullPolicy stays PullIfMissing: BaseImage is local, nothing is pulled.
-	o.Labels = []string{"io.nationtech.harmony-fleet.example=" + hex.EncodeToString(sum[:8])}
+	o.Labels = []string{labelExample + "=" + im.digest()}
 	o.Out, o.Err, o.ReportWriter = indent{out}, indent{out}, indent{out}
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
