@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +259,23 @@ fleet history deployment lab/canary-demo`)
 		if !strings.Contains(got, want) {
 			t.Errorf("podman-1's containers are %q, want %s among them", got, want)
 		}
+	}
+	// The service has the stand-in's demo secret (fleet dev keeps the value
+	// in its data folder), which fleet dev never printed.
+	want, err := os.ReadFile(filepath.Join(p.dataDir, "secrets", "demo-db.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr, err := containers.Inspect(conn, "analysis-api", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctr.Config.Labels["fleet.nationtech.io/device"] != devenv.PodmanDevice ||
+		!slices.Contains(ctr.Config.Env, "DB_PASSWORD="+strings.TrimSpace(string(want))) {
+		t.Errorf("container analysis-api (device %q) lacks DB_PASSWORD from the OpenBao stand-in", ctr.Config.Labels["fleet.nationtech.io/device"])
+	}
+	if strings.Contains(p.out+p.stderr.String()+out, strings.TrimSpace(string(want))) {
+		t.Error("fleet dev or the recipe printed the demo secret's value")
 	}
 	// The init container exits 2 without DB_PASSWORD; the service serves
 	// the migration log it wrote.
