@@ -45,6 +45,7 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 	checkRootToken(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	checkBaoRecipe(t, ctx, p, natsBin)
 
 	for _, r := range recipes {
 		out, err := p.script(ctx, natsBin, r.script)
@@ -331,4 +332,30 @@ func historyRecipe(t *testing.T) (script, export string) {
 	}
 	t.Fatal("docs/history.md lost its connecting recipe (fleet history deployment lab/analysis-api)")
 	return "", ""
+}
+
+// checkBaoRecipe runs docs/fleet.md's recipe that adds a secret with the
+// stand-in's root token (its address and data folder put in), then reads
+// the secret back with the token.
+func checkBaoRecipe(t *testing.T, ctx context.Context, p *devProc, natsBin string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "fleet.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recipe string
+	for _, block := range strings.Split(string(b), "```sh\n")[1:] {
+		if block, _, _ = strings.Cut(block, "```"); strings.Contains(block, "openbao.root-token") {
+			recipe = block
+		}
+	}
+	if recipe == "" {
+		t.Fatal("docs/fleet.md lost its recipe adding a secret to the OpenBao stand-in")
+	}
+	recipe = strings.NewReplacer("http://127.0.0.1:<port>", p.in.OpenBaoAddr, "~/.cache/fleet-dev", p.dataDir, "…", "added-by-the-recipe").Replace(recipe)
+	out, err := p.script(ctx, natsBin, recipe+`
+curl -sf -H "X-Vault-Token: $(cat `+p.in.OpenBaoTokenFile+`)" `+p.in.OpenBaoAddr+`/v1/secret/data/apps/analysis/other`)
+	if err != nil || !strings.Contains(out, `"password":"added-by-the-recipe"`) {
+		t.Errorf("docs/fleet.md's OpenBao recipe:\n%s\n%v\n%s", recipe, err, out)
+	}
 }
