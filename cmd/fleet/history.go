@@ -66,10 +66,12 @@ func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, geten
 		fs.PrintDefaults()
 	}
 	var o historyOptions
-	fs.StringVar(&o.server, "server", cmp.Or(getenv("NATS_URL"), defaultNATSURL), "NATS server URL (env NATS_URL)")
-	fs.StringVar(&o.user, "user", getenv("NATS_USER"), "NATS user (env NATS_USER; fleet dev: fleet-dev-admin)")
-	fs.StringVar(&o.password, "password", getenv("NATS_PASSWORD"), "NATS password (env NATS_PASSWORD; fleet dev: <data>/secrets/admin.password)")
-	fs.StringVar(&o.creds, "creds", getenv("NATS_CREDS"), "NATS user credentials file, instead of --user/--password (env NATS_CREDS)")
+	// Defaults from the environment are applied after parsing, so that
+	// usage text never prints them (NATS_PASSWORD, or a URL with one).
+	fs.StringVar(&o.server, "server", "", "NATS server URL (default: env NATS_URL, then "+defaultNATSURL+")")
+	fs.StringVar(&o.user, "user", "", "NATS user (default: env NATS_USER; fleet dev: fleet-dev-admin)")
+	fs.StringVar(&o.password, "password", "", "NATS password (default: env NATS_PASSWORD; fleet dev: <data>/secrets/admin.password)")
+	fs.StringVar(&o.creds, "creds", "", "NATS user credentials file, instead of --user/--password (default: env NATS_CREDS)")
 	fs.StringVar(&o.at, "at", "", "fleet only: the instant to look at, RFC 3339 (2026-01-02T15:04:05Z, fractions and offsets allowed)")
 	fs.StringVar(&o.output, "o", "text", "output format: text or json")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
@@ -90,6 +92,10 @@ func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, geten
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
+	o.server = cmp.Or(o.server, getenv("NATS_URL"), defaultNATSURL)
+	o.user = cmp.Or(o.user, getenv("NATS_USER"))
+	o.password = cmp.Or(o.password, getenv("NATS_PASSWORD"))
+	o.creds = cmp.Or(o.creds, getenv("NATS_CREDS"))
 	if len(pos) == 0 {
 		fs.Usage()
 		return errors.New("history: no query given: use deployment, device or fleet")

@@ -222,3 +222,20 @@ func TestFleetHistoryRefusesBadInputNamingTheFix(t *testing.T) {
 		})
 	}
 }
+
+func TestFleetHistoryUsageNeverPrintsTheEnvironmentsPassword(t *testing.T) {
+	env := func(k string) string {
+		return map[string]string{"NATS_URL": "nats://u:url-secret-42@127.0.0.1:1", "NATS_USER": "admin", "NATS_PASSWORD": "env-secret-42"}[k]
+	}
+	for _, args := range [][]string{{"-h"}, nil, {"--no-such-flag"}, {"timeline"}} {
+		var out, errOut bytes.Buffer
+		err := historyCmd(context.Background(), args, &out, &errOut, env)
+		text := out.String() + errOut.String()
+		if err != nil {
+			text += err.Error()
+		}
+		if strings.Contains(text, "env-secret-42") || strings.Contains(text, "url-secret-42") {
+			t.Errorf("fleet history %v printed a password from the environment:\n%s", args, text)
+		}
+	}
+}
