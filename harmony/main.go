@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -243,9 +244,16 @@ func run(ctx context.Context, app HarmonyApp, o Options) error {
 	}
 	wctx, cancel := context.WithTimeout(ctx, c.waitTimeout)
 	defer cancel()
-	st, err := rollout.Wait(wctx, kube, applied, rollout.WaitOptions{Interval: o.waitInterval, Progress: func(st fleetv1.DeploymentStatus) {
-		fmt.Fprintf(o.Stdout, "rollout generation %d %s\n", applied.Generation, rollout.Summary(st))
-	}})
+	st, err := rollout.Wait(wctx, kube, applied, rollout.WaitOptions{
+		Interval: o.waitInterval,
+		Logger:   log,
+		Progress: func(st fleetv1.DeploymentStatus) {
+			fmt.Fprintf(o.Stdout, "rollout generation %d %s\n", applied.Generation, rollout.Summary(st))
+		},
+		PullSecretPolicy: func(c metav1.Condition) {
+			fmt.Fprintf(o.Stdout, "rollout generation %d %s\n", applied.Generation, rollout.PolicySummary(c))
+		},
+	})
 	if err != nil {
 		return err
 	}
@@ -277,9 +285,10 @@ func deployRefs(app HarmonyApp, given imageFlag) (map[string]string, error) {
 	return map[string]string(given), nil
 }
 
-// publish builds and pushes every image the Deployment uses and returns
-// name → <registry>/<repository>/<name>@<digest>. The registry credentials
-// live in a temporary directory removed before it returns.
+// publish builds and pushes every declared image (validateApp made sure the
+// Deployment uses each) and returns name →
+// <registry>/<repository>/<name>@<digest>. The registry credentials live in
+// a temporary directory removed before it returns.
 func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds cisecret.RegistryCredentials, epoch int64, log *slog.Logger) (map[string]string, error) {
 	auth, err := buildah.NewAuthDir(hc.Registry, creds.Username, creds.Password)
 	if err != nil {
@@ -287,13 +296,9 @@ func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds 
 	}
 	defer auth.Close()
 	tool := buildah.Tool{Auth: auth, Timestamp: epoch}
-	byName := map[string]Image{}
-	for _, im := range app.Images() {
-		byName[im.Name] = im
-	}
 	refs := map[string]string{}
-	for _, name := range usedImages(app.Deployment()) {
-		im := byName[name]
+	for _, im := range app.Images() {
+		name := im.Name
 		repo := imageRepository(hc, name)
 		ref := repo + ":" + tag
 		start := time.Now()

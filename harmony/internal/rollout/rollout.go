@@ -16,6 +16,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	"k8s.io/client-go/dynamic"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -124,17 +128,43 @@ type TimeoutError struct {
 	// Status is the last status of the revision seen (zero when the
 	// operator never reported it).
 	Status fleetv1.DeploymentStatus
+	// PullSecretPolicy, when set, is the last PullSecretPolicy condition
+	// seen that was False for the applied generation: why the operator
+	// holds the revision (or why devices may not read the pull secret).
+	PullSecretPolicy *metav1.Condition
+	// ReadErr, when set, is the error of the last status read, when it
+	// failed (reads are retried until the deadline).
+	ReadErr error
 	// Err is the context's error.
 	Err error
 }
 
-// Error gives the last status seen.
+// Error gives the last status seen, the pull-secret policy problem and
+// the last failed read, if any.
 func (e *TimeoutError) Error() string {
+	out := fmt.Sprintf("gave up waiting for %s/%s generation %d: ", e.Applied.Namespace, e.Applied.Name, e.Applied.Generation)
 	if e.Status.Revision == nil {
-		return fmt.Sprintf("gave up waiting for %s/%s generation %d: the operator has not reported this revision yet: %v",
-			e.Applied.Namespace, e.Applied.Name, e.Applied.Generation, e.Err)
+		out += "the operator has not reported this revision yet"
+	} else {
+		out += Summary(e.Status)
 	}
-	return fmt.Sprintf("gave up waiting for %s/%s generation %d: %s: %v", e.Applied.Namespace, e.Applied.Name, e.Applied.Generation, Summary(e.Status), e.Err)
+	if c := e.PullSecretPolicy; c != nil {
+		out += "; " + PolicySummary(*c)
+	}
+	if e.ReadErr != nil {
+		out += fmt.Sprintf("; the last status read failed: %v", e.ReadErr)
+	}
+	return fmt.Sprintf("%s: %v", out, e.Err)
+}
+
+// PolicySummary is one line of a PullSecretPolicy condition that is False:
+// its reason and message, and what the operator does meanwhile.
+func PolicySummary(c metav1.Condition) string {
+	what := "the operator holds the revision until it is written"
+	if c.Reason == fleetv1.ReasonOpenBaoRoleMissing {
+		what = "devices of that group cannot read the pull secret"
+	}
+	return fmt.Sprintf("OpenBao pull-secret policy not written (%s: %s): %s", c.Reason, c.Message, what)
 }
 
 // Unwrap returns the context's error.
@@ -161,28 +191,77 @@ type WaitOptions struct {
 	// Progress, when set, is called with the revision's status each time it
 	// changes.
 	Progress func(fleetv1.DeploymentStatus)
+	// PullSecretPolicy, when set, is called each time the PullSecretPolicy
+	// condition of the applied generation turns False or changes while
+	// False (see PolicySummary): the operator holds the revision until its
+	// OpenBao policy is written.
+	PullSecretPolicy func(metav1.Condition)
+	// Logger, when set, receives an info line for each status read that
+	// failed transiently and is retried. Default: nothing is logged.
+	Logger *slog.Logger
 }
 
 // Wait reads the Deployment's status until the revision a describes
 // succeeds (nil), fails (*FailedError), is superseded (ErrSuperseded), has
 // no targets (ErrNoTargets) or ctx ends (*TimeoutError). It returns the
 // last status of that revision.
+//
+// A read that fails transiently (the API server is overloaded, restarting
+// or unreachable for a moment; see transient) is retried at the next
+// interval until ctx ends; any other failed read ends the wait with its
+// error.
 func Wait(ctx context.Context, client dynamic.Interface, a Applied, o WaitOptions) (fleetv1.DeploymentStatus, error) {
 	interval := o.Interval
 	if interval <= 0 {
 		interval = time.Second
 	}
-	tick := time.NewTicker(interval)
-	defer tick.Stop()
-	var last fleetv1.DeploymentStatus
-	var lastJSON string
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	var (
+		last       fleetv1.DeploymentStatus
+		lastJSON   string
+		policy     *metav1.Condition
+		policyJSON string
+		readErr    error
+	)
+	timeout := func() error {
+		return &TimeoutError{Applied: a, Status: last, PullSecretPolicy: policy, ReadErr: readErr, Err: ctx.Err()}
+	}
 	for {
+		select {
+		case <-ctx.Done():
+			return last, timeout()
+		case <-timer.C:
+		}
+		next := interval
 		d, err := get(ctx, client, a)
 		switch {
 		case err != nil && ctx.Err() != nil:
-			return last, &TimeoutError{Applied: a, Status: last, Err: ctx.Err()}
+			return last, timeout()
+		case err != nil && transient(err):
+			readErr = err
+			if delay, ok := apierrors.SuggestsClientDelay(err); ok && time.Duration(delay)*time.Second > next {
+				next = time.Duration(delay) * time.Second
+			}
+			if o.Logger != nil {
+				o.Logger.InfoContext(ctx, "rollout status read failed, retrying", "deployment", a.Namespace+"/"+a.Name, "err", err, "retry_in", next)
+			}
+			timer.Reset(next)
+			continue
 		case err != nil:
 			return last, err
+		}
+		readErr = nil
+		if c := heldBy(a, d); c != nil {
+			policy = c
+			if b, _ := json.Marshal(c); string(b) != policyJSON {
+				policyJSON = string(b)
+				if o.PullSecretPolicy != nil {
+					o.PullSecretPolicy(*c)
+				}
+			}
+		} else {
+			policy, policyJSON = nil, ""
 		}
 		st, done, err := judge(a, d)
 		if st.Revision != nil {
@@ -195,13 +274,33 @@ func Wait(ctx context.Context, client dynamic.Interface, a Applied, o WaitOption
 		if done {
 			return last, err
 		}
-		select {
-		case <-ctx.Done():
-			return last, &TimeoutError{Applied: a, Status: last, Err: ctx.Err()}
-		case <-tick.C:
-		}
+		timer.Reset(next)
 	}
 }
+
+// transient reports whether a failed status read may succeed when repeated:
+// the API server was overloaded (429), unavailable (503), timed out, failed
+// internally (500), or the connection broke (a network error, a reset, an
+// unexpected EOF).
+func transient(err error) bool {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, errDecode), errors.Is(err, ErrSuperseded):
+		return false
+	case apierrors.IsServerTimeout(err), apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err),
+		apierrors.IsTimeout(err), apierrors.IsInternalError(err):
+		return true
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), utilnet.IsProbableEOF(err),
+		utilnet.IsConnectionReset(err), utilnet.IsConnectionRefused(err):
+		return true
+	case errors.As(err, &netErr):
+		return true
+	}
+	return false
+}
+
+// errDecode marks a Deployment that could not be decoded: never retried.
+var errDecode = errors.New("rollout: decode Deployment")
 
 func get(ctx context.Context, client dynamic.Interface, a Applied) (*fleetv1.Deployment, error) {
 	u, err := client.Resource(Resource).Namespace(a.Namespace).Get(ctx, a.Name, metav1.GetOptions{})
@@ -213,9 +312,26 @@ func get(ctx context.Context, client dynamic.Interface, a Applied) (*fleetv1.Dep
 	}
 	var d fleetv1.Deployment
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &d); err != nil {
-		return nil, fmt.Errorf("rollout: decode Deployment %s/%s: %w", a.Namespace, a.Name, err)
+		return nil, fmt.Errorf("%w %s/%s: %v", errDecode, a.Namespace, a.Name, err)
 	}
 	return &d, nil
+}
+
+// heldBy is the PullSecretPolicy condition of d when it is False for the
+// applied generation (PolicySyncFailed, OpenBaoDisabled,
+// OpenBaoRoleMissing), else nil. Before the operator holds a's revision
+// it reports why here.
+func heldBy(a Applied, d *fleetv1.Deployment) *metav1.Condition {
+	if string(d.UID) != a.UID {
+		return nil
+	}
+	c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy)
+	if c == nil || c.ObservedGeneration != a.Generation || c.Status != metav1.ConditionFalse {
+		return nil
+	}
+	out := *c
+	out.LastTransitionTime = metav1.Time{}
+	return &out
 }
 
 // judge decides from one read of the Deployment: the status of a's revision

@@ -5,11 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/url"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -282,6 +288,201 @@ func TestWait(t *testing.T) {
 				if st.Revision.UID != a.UID || st.Revision.Generation != a.Generation {
 					t.Errorf("progress reported revision %+v, want only %s/%d", st.Revision, a.UID, a.Generation)
 				}
+			}
+		})
+	}
+}
+
+// flaky is a client whose Gets of Deployments go through get: n counts the
+// Gets from 1, real is the API server's answer.
+type flaky struct {
+	dynamic.Interface
+	get   func(n int, real func() (*unstructured.Unstructured, error)) (*unstructured.Unstructured, error)
+	mu    sync.Mutex
+	calls int // guarded by mu
+}
+
+func (f *flaky) Resource(r schema.GroupVersionResource) dynamic.NamespaceableResourceInterface {
+	return flakyResource{f.Interface.Resource(r), f}
+}
+
+func (f *flaky) gets() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+type flakyResource struct {
+	dynamic.NamespaceableResourceInterface
+	f *flaky
+}
+
+func (r flakyResource) Namespace(ns string) dynamic.ResourceInterface {
+	return flakyNamespaced{r.NamespaceableResourceInterface.Namespace(ns), r.f}
+}
+
+type flakyNamespaced struct {
+	dynamic.ResourceInterface
+	f *flaky
+}
+
+func (r flakyNamespaced) Get(ctx context.Context, name string, o metav1.GetOptions, sub ...string) (*unstructured.Unstructured, error) {
+	r.f.mu.Lock()
+	r.f.calls++
+	n := r.f.calls
+	r.f.mu.Unlock()
+	return r.f.get(n, func() (*unstructured.Unstructured, error) { return r.ResourceInterface.Get(ctx, name, o, sub...) })
+}
+
+// failFirst fails the first n Gets with err.
+func failFirst(n int, err error) func(int, func() (*unstructured.Unstructured, error)) (*unstructured.Unstructured, error) {
+	return func(i int, real func() (*unstructured.Unstructured, error)) (*unstructured.Unstructured, error) {
+		if i <= n {
+			return nil, err
+		}
+		return real()
+	}
+}
+
+func TestWaitRetriesAStatusReadThatFailsTransiently(t *testing.T) {
+	gr := schema.GroupResource{Group: fleetv1.GroupVersion.Group, Resource: "deployments"}
+	reset := &url.Error{Op: "Get", URL: "https://api.example/apis", Err: &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}}
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"429 too many requests", apierrors.NewTooManyRequests("slow down", 0)},
+		{"503 service unavailable", apierrors.NewServiceUnavailable("restarting")},
+		{"504 server timeout", apierrors.NewServerTimeout(gr, "get", 0)},
+		{"a request timeout", apierrors.NewTimeoutError("request timed out", 0)},
+		{"500 internal error", apierrors.NewInternalError(errors.New("etcd leader changed"))},
+		{"a connection reset", reset},
+		{"an unexpected EOF", &url.Error{Op: "Get", URL: "https://api.example/apis", Err: io.ErrUnexpectedEOF}},
+		{"an EOF", io.EOF},
+	}
+	ok := fleetv1.RolloutCounts{Total: 1, Succeeded: 1}
+	c := newCluster(t)
+	a := c.apply(c.deployment(digestA))
+	c.report(a, a.Generation, fleetv1.PhaseSucceeded, ok, nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &flaky{Interface: c.dyn, get: failFirst(3, tc.err)}
+			var progress []fleetv1.DeploymentStatus
+			ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+			defer cancel()
+			st, err := rollout.Wait(ctx, cl, a, rollout.WaitOptions{Interval: 10 * time.Millisecond,
+				Progress: func(st fleetv1.DeploymentStatus) { progress = append(progress, st) }})
+			if err != nil || st.Counts != ok {
+				t.Fatalf("got %+v, %v; want success after the failed reads", st.Counts, err)
+			}
+			if n := cl.gets(); n != 4 {
+				t.Errorf("%d reads, want 3 failed and 1 good", n)
+			}
+			if len(progress) != 1 || progress[0].Phase != fleetv1.PhaseSucceeded {
+				t.Errorf("progress %+v, want only the succeeded status", progress)
+			}
+		})
+	}
+
+	t.Run("reads failing until the deadline end with a timeout naming the last failure", func(t *testing.T) {
+		cl := &flaky{Interface: c.dyn, get: failFirst(1<<30, apierrors.NewServiceUnavailable("etcd is down"))}
+		ctx, cancel := context.WithTimeout(c.ctx, 300*time.Millisecond)
+		defer cancel()
+		_, err := rollout.Wait(ctx, cl, a, rollout.WaitOptions{Interval: 10 * time.Millisecond})
+		var te *rollout.TimeoutError
+		if !errors.As(err, &te) || !strings.Contains(err.Error(), "the last status read failed") || !strings.Contains(err.Error(), "etcd is down") {
+			t.Fatalf("got %v, want a timeout naming the last failed read", err)
+		}
+		if n := cl.gets(); n < 2 {
+			t.Errorf("%d reads, want retries until the deadline", n)
+		}
+	})
+}
+
+func TestWaitEndsAtOnceOnAReadThatCannotSucceed(t *testing.T) {
+	c := newCluster(t)
+	a := c.apply(c.deployment(digestA))
+	tests := []struct {
+		name string
+		get  func(int, func() (*unstructured.Unstructured, error)) (*unstructured.Unstructured, error)
+		want func(error) bool
+	}{
+		{"a forbidden read", failFirst(1<<30, apierrors.NewForbidden(schema.GroupResource{Resource: "deployments"}, "web", errors.New("no get"))),
+			func(err error) bool { return apierrors.IsForbidden(err) }},
+		{"a deleted Deployment", failFirst(1<<30, apierrors.NewNotFound(schema.GroupResource{Resource: "deployments"}, "web")),
+			func(err error) bool { return errors.Is(err, rollout.ErrSuperseded) }},
+		{"a Deployment that cannot be decoded", func(int, func() (*unstructured.Unstructured, error)) (*unstructured.Unstructured, error) {
+			return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "web", "uid": a.UID}, "status": "garbled"}}, nil
+		}, func(err error) bool { return err != nil && strings.Contains(err.Error(), "decode") }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := &flaky{Interface: c.dyn, get: tc.get}
+			ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+			defer cancel()
+			_, err := rollout.Wait(ctx, cl, a, rollout.WaitOptions{Interval: 10 * time.Millisecond})
+			var te *rollout.TimeoutError
+			if errors.As(err, &te) || !tc.want(err) {
+				t.Fatalf("got %v", err)
+			}
+			if n := cl.gets(); n != 1 {
+				t.Errorf("%d reads, want 1", n)
+			}
+		})
+	}
+}
+
+func TestAHeldPullSecretPolicyIsReportedWithItsReason(t *testing.T) {
+	c := newCluster(t)
+	d := c.deployment(digestA)
+	d.Spec.Score.Data.Services[0].ImagePullSecret = "web-pull"
+	old := c.apply(d)
+	a := c.apply(c.deployment(digestB))
+	cond := func(gen int64, reason, msg string) metav1.Condition {
+		return metav1.Condition{Type: fleetv1.ConditionPullSecretPolicy, Status: metav1.ConditionFalse, ObservedGeneration: gen,
+			Reason: reason, Message: msg, LastTransitionTime: metav1.Now()}
+	}
+	wait := func() ([]metav1.Condition, error) {
+		var seen []metav1.Condition
+		ctx, cancel := context.WithTimeout(c.ctx, 500*time.Millisecond)
+		defer cancel()
+		_, err := rollout.Wait(ctx, c.dyn, a, rollout.WaitOptions{Interval: 10 * time.Millisecond,
+			PullSecretPolicy: func(c metav1.Condition) { seen = append(seen, c) }})
+		return seen, err
+	}
+
+	t.Run("a condition of an older generation is not reported", func(t *testing.T) {
+		c.patchStatus(a.Name, fleetv1.DeploymentStatus{ObservedGeneration: old.Generation,
+			Conditions: []metav1.Condition{cond(old.Generation, fleetv1.ReasonOpenBaoDisabled, "no admin token")}})
+		seen, err := wait()
+		var te *rollout.TimeoutError
+		if !errors.As(err, &te) || te.PullSecretPolicy != nil || strings.Contains(err.Error(), "OpenBao") || len(seen) != 0 {
+			t.Fatalf("got %v, reported %+v; want a plain timeout", err, seen)
+		}
+	})
+	for _, tc := range []struct{ reason, msg string }{
+		{fleetv1.ReasonPolicySyncFailed, "write policy fleet-deployment-web: permission denied"},
+		{fleetv1.ReasonOpenBaoDisabled, "the operator has no OpenBao admin token"},
+		{fleetv1.ReasonOpenBaoRoleMissing, "role fleet-group-stores does not exist"},
+	} {
+		t.Run(tc.reason+" of the applied generation is shown live and in the timeout", func(t *testing.T) {
+			c.patchStatus(a.Name, fleetv1.DeploymentStatus{ObservedGeneration: a.Generation,
+				Conditions: []metav1.Condition{cond(a.Generation, tc.reason, tc.msg)}})
+			seen, err := wait()
+			if len(seen) != 1 || seen[0].Reason != tc.reason || seen[0].Message != tc.msg {
+				t.Errorf("reported %+v, want the %s condition once", seen, tc.reason)
+			}
+			var te *rollout.TimeoutError
+			if !errors.As(err, &te) {
+				t.Fatalf("got %v, want a timeout", err)
+			}
+			for _, s := range []string{"pull-secret policy", tc.reason, tc.msg} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not say %q", err, s)
+				}
+			}
+			if line := rollout.PolicySummary(seen[0]); !strings.Contains(line, tc.reason) || !strings.Contains(line, tc.msg) {
+				t.Errorf("PolicySummary %q", line)
 			}
 		})
 	}
