@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -25,11 +26,18 @@ var (
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	tagRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 	digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+	// containerName and portRE are the Fleet Deployment schema's patterns
+	// of a container name and a port mapping.
+	containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+	portRE        = regexp.MustCompile(`^([0-9]{1,5}):([0-9]{1,5})(/(tcp|udp))?$`)
 )
 
-// validateApp checks the parts of the manifest the API server cannot: that
-// every name harmony derives a reference or a container from is set, and
-// that services name declared images.
+// validateApp checks the parts of the manifest harmony must know before it
+// builds anything: that every name harmony derives a reference or a
+// container from is set, that services name declared images and every
+// declared image is used, and what the Fleet Deployment's schema would
+// refuse only after every image was built and pushed (container names,
+// duplicate names, ports, an init container with ports).
 func validateApp(app HarmonyApp) error {
 	images := map[string]bool{}
 	for i, im := range app.Images() {
@@ -50,12 +58,23 @@ func validateApp(app HarmonyApp) error {
 	if len(d.Services) == 0 {
 		return fmt.Errorf("%w: Deployment().Services is empty: declare at least one service", ErrManifest)
 	}
+	names := map[string]string{} // container name → the field that declared it
 	check := func(field string, s Service) error {
-		if s.Name == "" {
+		switch {
+		case s.Name == "":
 			return fmt.Errorf("%w: %s.Name is empty", ErrManifest, field)
-		}
-		if !images[s.Image] {
+		case len(s.Name) > 63 || !containerName.MatchString(s.Name):
+			return fmt.Errorf("%w: %s.Name %q is not a container name (at most 63 letters, digits, '_', '.', '-', starting with a letter or digit)", ErrManifest, field, s.Name)
+		case names[s.Name] != "":
+			return fmt.Errorf("%w: %s.Name %q is also the name of %s: every container of the Deployment needs its own name", ErrManifest, field, s.Name, names[s.Name])
+		case !images[s.Image]:
 			return fmt.Errorf("%w: %s (%s).Image %q is not one of Images(): %s", ErrManifest, field, s.Name, s.Image, strings.Join(slices.Sorted(maps.Keys(images)), ", "))
+		}
+		names[s.Name] = field
+		for j, p := range s.Ports {
+			if !validPort(p) {
+				return fmt.Errorf("%w: %s (%s).Ports[%d] %q is not a port mapping: write \"host:container\" with both in 1..65535, optionally with /tcp or /udp (\"8080:80\")", ErrManifest, field, s.Name, j, p)
+			}
 		}
 		return nil
 	}
@@ -63,13 +82,38 @@ func validateApp(app HarmonyApp) error {
 		if err := check("Deployment().Init", *d.Init); err != nil {
 			return err
 		}
+		if len(d.Init.Ports) > 0 {
+			return fmt.Errorf("%w: Deployment().Init (%s).Ports must be empty: an init container runs to completion and publishes no port; publish ports on a service in Deployment().Services", ErrManifest, d.Init.Name)
+		}
 	}
 	for i, s := range d.Services {
 		if err := check(fmt.Sprintf("Deployment().Services[%d]", i), s); err != nil {
 			return err
 		}
 	}
+	used := usedImages(d)
+	for i, im := range app.Images() {
+		if !slices.Contains(used, im.Name) {
+			return fmt.Errorf("%w: Images()[%d] (%s) is used by no service: ship builds and pushes every declared image, so use it in Deployment().Services or Deployment().Init, or remove it from Images()", ErrManifest, i, im.Name)
+		}
+	}
 	return nil
+}
+
+// validPort reports whether p is "host:container" with both numbers in
+// 1..65535, optionally followed by /tcp or /udp (the Fleet Deployment's
+// ports schema).
+func validPort(p string) bool {
+	m := portRE.FindStringSubmatch(p)
+	if m == nil {
+		return false
+	}
+	for _, n := range m[1:3] {
+		if v, err := strconv.Atoi(n); err != nil || v < 1 || v > 65535 {
+			return false
+		}
+	}
+	return true
 }
 
 // usedImages are the names of the images the Deployment's containers run,

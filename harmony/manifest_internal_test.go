@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nationtech/harmony-fleet/harmony/internal/cisecret"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -94,7 +95,7 @@ func TestTheDeploymentCarriesThePolicyAndThePinnedImages(t *testing.T) {
 		images: []Image{{Name: "web", Context: "web"}, {Name: "api", Context: "api", Dockerfile: "api/Containerfile"}},
 		d: Deployment{
 			Name: "shop", AllowedGroups: []string{"stores"}, Placement: map[string]string{"role": "till"},
-			Init: &Service{Name: "migrate", Image: "api", Ports: []string{"1:1"}, RestartPolicy: "always", Env: []EnvVar{{"ROLE", "migrate"}}},
+			Init: &Service{Name: "migrate", Image: "api", RestartPolicy: "always", Env: []EnvVar{{"ROLE", "migrate"}}},
 			Services: []Service{
 				{Name: "web", Image: "web", Ports: []string{"8080:80"}, Env: []EnvVar{{"API", "http://api"}}, ImagePullSecret: "shop-pull"},
 				{Name: "api", Image: "api", SecretEnv: []SecretEnv{{"DB_PASSWORD", "shop/db", "password"}},
@@ -157,6 +158,19 @@ func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
 		{"an image without a context", func(m *manifest) { m.images[0].Context = "" }, "Context is empty"},
 		{"a Deployment without services", func(m *manifest) { m.d.Services = nil }, "Services is empty"},
 		{"a Deployment name that is not a DNS label", func(m *manifest) { m.d.Name = "Shop" }, "Deployment().Name"},
+		{"an image no service uses names it and the fix", func(m *manifest) { m.images = append(m.images, Image{Name: "worker", Context: "worker"}) },
+			"Images()[1] (worker) is used by no service: ship builds and pushes every declared image, so use it in Deployment().Services or Deployment().Init, or remove it from Images()"},
+		{"an init container with ports", func(m *manifest) { m.d.Init = &Service{Name: "migrate", Image: "web", Ports: []string{"8080:80"}} },
+			"Deployment().Init (migrate).Ports must be empty"},
+		{"two services with one name", func(m *manifest) { m.d.Services = append(m.d.Services, Service{Name: "web", Image: "web"}) },
+			`Deployment().Services[1].Name "web" is also the name of Deployment().Services[0]`},
+		{"an init container named like a service", func(m *manifest) { m.d.Init = &Service{Name: "web", Image: "web"} },
+			`Deployment().Services[0].Name "web" is also the name of Deployment().Init`},
+		{"a container name Podman refuses", func(m *manifest) { m.d.Services[0].Name = "web server" }, `Deployment().Services[0].Name "web server" is not a container name`},
+		{"a port without a host side", func(m *manifest) { m.d.Services[0].Ports = []string{"80"} }, `Deployment().Services[0] (web).Ports[0] "80" is not a port mapping`},
+		{"a port out of range", func(m *manifest) { m.d.Services[0].Ports = []string{"8080:80", "70000:80"} }, `Ports[1] "70000:80"`},
+		{"a port zero", func(m *manifest) { m.d.Services[0].Ports = []string{"0:80"} }, `Ports[0] "0:80"`},
+		{"a port with an unknown protocol", func(m *manifest) { m.d.Services[0].Ports = []string{"53:53/sctp"} }, `Ports[0] "53:53/sctp"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,5 +181,28 @@ func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
 				t.Fatalf("got %v, want ErrManifest naming %q", err, tc.names)
 			}
 		})
+	}
+}
+
+func TestValidPortsAreAccepted(t *testing.T) {
+	m := manifest{images: []Image{{Name: "web", Context: "web"}}, d: Deployment{Name: "shop", Services: []Service{
+		{Name: "web", Image: "web", Ports: []string{"1:1", "8080:80", "53:53/udp", "443:8443/tcp", "65535:65535"}}}}}
+	if err := validateApp(m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestShipRefusesAnUnusedImageBeforeAnyNetworkCallOrBuild(t *testing.T) {
+	m := manifest{images: []Image{{Name: "web", Context: "web"}, {Name: "worker", Context: "worker"}},
+		d: Deployment{Name: "shop", Services: []Service{{Name: "web", Image: "web"}}}}
+	var stdout, stderr strings.Builder
+	code := Run(t.Context(), m, Options{Args: []string{"ship", "--context", "prod", "--tag", "abc"}, Stdout: &stdout, Stderr: &stderr,
+		Getenv: func(string) string { t.Error("the environment was read"); return "" },
+		openStore: func(OpenBao) (cisecret.Store, error) {
+			t.Error("OpenBao was opened")
+			return nil, errors.New("no")
+		}})
+	if code != ExitUsage || !strings.Contains(stderr.String(), "Images()[1] (worker) is used by no service") || stdout.Len() != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q; want %d naming Images()[1] and nothing shipped", code, stdout.String(), stderr.String(), ExitUsage)
 	}
 }
