@@ -4,8 +4,9 @@
 // the registry returned (--digestfile), and registry credentials that live
 // only in a temporary auth file (AuthDir) removed afterwards.
 //
-// Invariants: credentials never reach a command line, an error or the
-// user's container configuration (no podman login, no
+// Invariants: credentials never reach a command line, an error, buildah's
+// environment (only the variables buildah needs are passed: never the CI
+// secret) or the user's container configuration (no podman login, no
 // ~/.config/containers/auth.json, no DOCKER_CONFIG). Only package harmony
 // imports it.
 package buildah
@@ -21,6 +22,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -158,23 +160,41 @@ func (t Tool) run(ctx context.Context, args ...string) ([]byte, error) {
 	return out.Bytes(), err
 }
 
-// env is the process environment without any registry configuration
-// variable, plus REGISTRY_AUTH_FILE naming the temporary auth file.
+// env is what buildah needs of the process environment (passEnv,
+// passPrefixes) plus REGISTRY_AUTH_FILE naming the temporary auth file.
+// Everything else stays out of buildah and the processes it starts: the CI
+// secret HARMONY_ZITADEL_KEY_JSON, the user's registry configuration
+// (REGISTRY_AUTH_FILE, DOCKER_CONFIG), tokens and kubeconfigs.
+// SOURCE_DATE_EPOCH stays out too: harmony passes it as --timestamp.
 func env(a *AuthDir) []string {
 	var e []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "REGISTRY_AUTH_FILE", "DOCKER_CONFIG":
-			continue
+		if passEnv[k] || slices.ContainsFunc(passPrefixes, func(p string) bool { return strings.HasPrefix(k, p) }) {
+			e = append(e, kv)
 		}
-		e = append(e, kv)
 	}
 	if a != nil {
 		e = append(e, "REGISTRY_AUTH_FILE="+a.File())
 	}
 	return e
 }
+
+// passEnv are the variables buildah reads: where its programs, home,
+// temporary files, rootless runtime directory and configuration are, the
+// locale, and the proxy and TLS trust of its registry connections.
+var passEnv = map[string]bool{
+	"PATH": true, "HOME": true, "TMPDIR": true, "USER": true, "LOGNAME": true, "LANG": true, "TZ": true,
+	"XDG_RUNTIME_DIR": true, "XDG_CONFIG_HOME": true, "XDG_DATA_HOME": true, "DBUS_SESSION_BUS_ADDRESS": true,
+	"STORAGE_DRIVER": true, "STORAGE_OPTS": true,
+	"HTTP_PROXY": true, "HTTPS_PROXY": true, "NO_PROXY": true, "http_proxy": true, "https_proxy": true, "no_proxy": true,
+	"SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
+}
+
+// passPrefixes are the variable families buildah and containers/* read
+// (CONTAINERS_CONF, CONTAINERS_STORAGE_CONF, BUILDAH_ISOLATION, …, and the
+// _CONTAINERS_* / _BUILDAH_* markers of a rootless re-exec) and the locale.
+var passPrefixes = []string{"CONTAINERS_", "_CONTAINERS_", "BUILDAH_", "_BUILDAH_", "LC_"}
 
 // tail keeps the last lines of buildah's output for an error message.
 func tail(out []byte) string {

@@ -163,3 +163,65 @@ func TestTheAuthDirectoryIsPrivateAndRemovedOnClose(t *testing.T) {
 		t.Errorf("a second Close: %v", err)
 	}
 }
+
+// buildah runs with only what it needs of the environment: never the CI
+// secret, tokens, kubeconfigs or the user's registry configuration.
+func TestBuildahGetsNoneOfTheCredentialsInTheEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	dump := filepath.Join(dir, "env")
+	fake := filepath.Join(dir, "buildah")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nenv > '"+dump+"'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostile := map[string]string{
+		"HARMONY_ZITADEL_KEY_JSON": `{"type":"serviceaccount","keyId":"k","key":"-----BEGIN RSA PRIVATE KEY-----","userId":"u"}`,
+		"DOCKER_CONFIG":            "/home/ci/.docker",
+		"REGISTRY_AUTH_FILE":       "/home/ci/auth.json",
+		"KUBECONFIG":               "/home/ci/.kube/config",
+		"VAULT_TOKEN":              "hvs.bogus",
+		"BAO_TOKEN":                "s.bogus",
+		"AWS_SECRET_ACCESS_KEY":    "bogus",
+		"SOURCE_DATE_EPOCH":        "1700000000",
+	}
+	for k, v := range hostile {
+		t.Setenv(k, v)
+	}
+	kept := map[string]string{"HOME": t.TempDir(), "TMPDIR": t.TempDir(), "CONTAINERS_STORAGE_CONF": "/etc/containers/storage.conf",
+		"BUILDAH_ISOLATION": "chroot", "HTTPS_PROXY": "http://proxy.example:3128"}
+	for k, v := range kept {
+		t.Setenv(k, v)
+	}
+	auth, err := buildah.NewAuthDir("reg.example:5000", "robot", "s3cret")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auth.Close()
+	if err := (buildah.Tool{Path: fake, Auth: auth}).Build(t.Context(), "reg.example:5000/app/web:t1", "Dockerfile", dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(dump)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			got[k] = v
+		}
+	}
+	for k := range hostile {
+		if k == "REGISTRY_AUTH_FILE" {
+			continue
+		}
+		if _, ok := got[k]; ok {
+			t.Errorf("buildah got %s", k)
+		}
+	}
+	kept["REGISTRY_AUTH_FILE"] = auth.File()
+	kept["PATH"] = os.Getenv("PATH")
+	for k, v := range kept {
+		if got[k] != v {
+			t.Errorf("buildah got %s=%q, want %q", k, got[k], v)
+		}
+	}
+}
