@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
+	"encoding/base64"
 	"fmt"
 	"io/fs"
 	"os"
@@ -109,7 +110,8 @@ func newWorld(t *testing.T) *world {
 	must(t, w.admin.Write(ctx, "harmony/"+w.ns+"/prod/RegistryCredentials", map[string]any{
 		"registry": w.reg.Addr, "username": w.reg.Username, "password": w.reg.Password}))
 	must(t, w.admin.Write(ctx, "harmony/"+w.ns+"/prod/kubeconfig", map[string]any{"kubeconfig": w.kubecfg}))
-	w.secrets = []string{w.reg.Password, w.keyPEM, w.bao.RootToken()}
+	// The registry password raw and as an auth.json holds it.
+	w.secrets = []string{w.reg.Password, base64.StdEncoding.EncodeToString([]byte(w.reg.Username + ":" + w.reg.Password)), w.keyPEM, w.bao.RootToken()}
 	if m := regexp.MustCompile(`client-key-data: (\S+)`).FindStringSubmatch(w.kubecfg); m != nil {
 		w.secrets = append(w.secrets, m[1])
 	}
@@ -323,7 +325,8 @@ func TestShipPushesEveryImageAndAppliesTheirDigestsWithoutLeavingACredential(t *
 	})
 }
 
-// The scans above would see a credential: a planted one is found.
+// The scans above would see a credential: a planted one is found, raw or
+// the way an auth.json holds it.
 func TestTheCredentialScanFindsAPlantedSecret(t *testing.T) {
 	dir := t.TempDir()
 	planted := filepath.Join(dir, "a", "b", "auth.json")
@@ -332,6 +335,98 @@ func TestTheCredentialScanFindsAPlantedSecret(t *testing.T) {
 	if got := filesWithSecrets(t, dir, []string{"planted-4711"}); len(got) != 1 || got[0] != planted {
 		t.Fatalf("found %v, want %s", got, planted)
 	}
+	encoded := filepath.Join(dir, "c", "auth.json")
+	must(t, os.MkdirAll(filepath.Dir(encoded), 0o755))
+	auth := base64.StdEncoding.EncodeToString([]byte("robot:planted-4712"))
+	must(t, os.WriteFile(encoded, []byte(`{"auths":{"x":{"auth":"`+auth+`"}}}`), 0o600))
+	if got := filesWithSecrets(t, filepath.Dir(encoded), []string{"planted-4712", auth}); len(got) != 1 || got[0] != encoded {
+		t.Fatalf("found %v, want %s", got, encoded)
+	}
+}
+
+// hostileEnvironment sets every variable a CI job might carry credentials
+// in (and HOME's usual files) to values that would fail harmony if it took
+// them: a kubeconfig for a server that is not there, registry
+// configurations with a wrong password for the test registry, OpenBao
+// tokens and addresses that are not the context's.
+func (w *world) hostileEnvironment(t *testing.T, baoToken string) {
+	t.Helper()
+	dir := t.TempDir()
+	wrongKube := "apiVersion: v1\nkind: Config\nclusters:\n- name: wrong\n  cluster:\n    server: https://127.0.0.1:1\n" +
+		"users:\n- name: wrong\n  user:\n    token: wrong-token\ncontexts:\n- name: wrong\n  context:\n    cluster: wrong\n    user: wrong\ncurrent-context: wrong\n"
+	wrongAuth := `{"auths":{"` + w.reg.Addr + `":{"auth":"` + base64.StdEncoding.EncodeToString([]byte(w.reg.Username+":wrong-password")) + `"}}}`
+	home := filepath.Join(dir, "home")
+	for path, content := range map[string]string{
+		"kubeconfig":                        wrongKube,
+		"docker/config.json":                wrongAuth,
+		"auth.json":                         wrongAuth,
+		"home/.kube/config":                 wrongKube,
+		"home/.docker/config.json":          wrongAuth,
+		"home/.config/containers/auth.json": wrongAuth,
+		"home/.vault-token":                 baoToken,
+	} {
+		p := filepath.Join(dir, path)
+		must(t, os.MkdirAll(filepath.Dir(p), 0o700))
+		must(t, os.WriteFile(p, []byte(content), 0o600))
+	}
+	for k, v := range map[string]string{
+		"HOME": home, "TMPDIR": t.TempDir(),
+		"KUBECONFIG": filepath.Join(dir, "kubeconfig"), "DOCKER_CONFIG": filepath.Join(dir, "docker"),
+		"REGISTRY_AUTH_FILE": filepath.Join(dir, "auth.json"),
+		"VAULT_TOKEN":        baoToken, "BAO_TOKEN": baoToken,
+		"VAULT_ADDR": "http://127.0.0.1:1", "BAO_ADDR": "http://127.0.0.1:1",
+		"VAULT_NAMESPACE": "wrong", "BAO_NAMESPACE": "wrong",
+	} {
+		t.Setenv(k, v)
+	}
+}
+
+// runEnv runs harmony with the process environment (os.Getenv), as Main
+// does.
+func (w *world) runEnv(args ...string) result {
+	w.t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := harmony.Run(w.ctx, shop{w}, harmony.Options{Args: args, Stdout: &stdout, Stderr: &stderr, Getenv: os.Getenv})
+	return result{code, stdout.String(), stderr.String()}
+}
+
+func TestCredentialsInTheUsualVariablesAreNotTaken(t *testing.T) {
+	podmantest.Connect(t) // before newWorld changes the working directory
+	w := newWorld(t)
+
+	t.Run("without the key a valid OpenBao token in VAULT_TOKEN does not replace it", func(t *testing.T) {
+		w.hostileEnvironment(t, w.bao.RootToken())
+		t.Setenv(harmony.KeyVariable, "")
+		r := w.runEnv("ship", "--context", "prod", "--tag", "nokey")
+		if r.code != harmony.ExitFailed || !strings.Contains(r.stderr, harmony.KeyVariable) || !strings.Contains(r.stderr, "not set") {
+			t.Fatalf("exit %d, stderr %q; want a failure naming %s", r.code, r.stderr, harmony.KeyVariable)
+		}
+		w.noSecretIn("stderr", r.stderr)
+	})
+	t.Run("with the key ship uses only what OpenBao holds", func(t *testing.T) {
+		w.hostileEnvironment(t, "hvs.bogus-token")
+		t.Setenv(harmony.KeyVariable, w.keyJSON)
+		tag := fmt.Sprintf("h%d", time.Now().UnixNano())
+		r := w.runEnv("ship", "--context", "prod", "--tag", tag)
+		if r.code != harmony.ExitOK {
+			t.Fatalf("ship exited %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		printed := map[string]string{}
+		for _, m := range digestLine.FindAllStringSubmatch(r.stdout, -1) {
+			printed[m[1]] = m[2]
+		}
+		d := w.deployment()
+		if got, want := images(d), []string{printed["web"], printed["api"]}; want[0] == "" || want[1] == "" || strings.Join(got, " ") != strings.Join(want, " ") {
+			t.Errorf("the Deployment runs %v, ship printed %v", got, want)
+		}
+		if d.GetAnnotations()[harmony.AnnotationTag] != tag {
+			t.Errorf("tag annotation %q, want %q: the apply did not reach the test API server", d.GetAnnotations()[harmony.AnnotationTag], tag)
+		}
+		w.noSecretIn("stdout", r.stdout)
+		w.noSecretIn("stderr", r.stderr)
+		w.noSecretUnder(os.Getenv("HOME"))
+		w.noSecretUnder(os.Getenv("TMPDIR"))
+	})
 }
 
 func TestDeployAppliesExistingDigestsAndRefusesMutableTags(t *testing.T) {
@@ -394,8 +489,6 @@ func TestTheOneSecretIsCheckedAndNothingElseIsTaken(t *testing.T) {
 		{"a key without its private key names the field", map[string]string{harmony.KeyVariable: `{"type":"serviceaccount","keyId":"k","userId":"u"}`},
 			[]string{harmony.KeyVariable, `"key"`}},
 		{"a key the role is not bound to is refused by OpenBao", map[string]string{harmony.KeyVariable: string(otherJSON)}, []string{"login", "OpenBao"}},
-		{"credentials in the usual variables are not taken", map[string]string{"KUBECONFIG": "/nonexistent", "DOCKER_CONFIG": "/nonexistent",
-			"REGISTRY_AUTH_FILE": "/nonexistent", "VAULT_TOKEN": w.bao.RootToken(), "BAO_TOKEN": w.bao.RootToken()}, []string{harmony.KeyVariable, "not set"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
