@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
@@ -23,6 +28,7 @@ import (
 // *openbao.Client holding an administrator's token.
 type PolicyAdmin interface {
 	PutPolicy(ctx context.Context, name, hcl string) error
+	Policy(ctx context.Context, name string) (string, error)
 	DeletePolicy(ctx context.Context, name string) error
 	JWTRoles(ctx context.Context) ([]string, error)
 	JWTRolePolicies(ctx context.Context, name string) ([]string, error)
@@ -32,8 +38,8 @@ type PolicyAdmin interface {
 // Defaults of PolicySync.
 const (
 	DefaultDevicePrefix    = "fleet/{namespace}"
-	DefaultGroupRolePrefix = "fleet-group-"
-	DefaultDeviceRole      = "fleet-device"
+	DefaultGroupRolePrefix = "fleet-group-{namespace}-"
+	DefaultDeviceRole      = "fleet-device-{namespace}"
 	// PolicyPrefix starts the name of every policy the operator manages:
 	// fleet-deploy.<namespace>.<name>. A namespace has no dot, so the name
 	// is unambiguous.
@@ -51,11 +57,17 @@ func PolicyName(namespace, name string) string { return PolicyPrefix + namespace
 // (<kv-mount>/data/<device-prefix>/registry/device-pull/<reference>), and
 // binds it to the JWT roles of the Deployment's device groups: role
 // <GroupRolePrefix><group> for each allowedGroups entry, or DefaultRole
-// when the Deployment has no allowedGroups. Roles are created by an
-// administrator (their bindings say which devices are in the group); the
+// when the Deployment has no allowedGroups ("{namespace}" in both is the
+// Deployment's namespace: groups are per namespace, and so are roles, so no
+// tenant's devices can read another's credentials). Roles are created by
+// an administrator (their bindings say which devices are in the group); the
 // operator only edits their token policies, touching no policy outside
-// PolicyPrefix. Without Admin it is disabled and says so in the
-// PullSecretPolicy condition of Deployments that reference pull secrets.
+// PolicyPrefix. While a rollout of the current generation has not
+// succeeded, the references of the previous policy stay granted too:
+// devices still running the previous revision (non-canaries, or all of
+// them after a failed canary) may need to pull it again. Without Admin it
+// is disabled and says so in the PullSecretPolicy condition of Deployments
+// that reference pull secrets.
 type PolicySync struct {
 	Client client.Client
 	// Admin is OpenBao with an administrator's token; nil: disabled.
@@ -98,11 +110,60 @@ func (p *PolicySync) SetupWithManager(mgr ctrl.Manager) error {
 	if p.Log == nil {
 		p.Log = slog.New(slog.DiscardHandler)
 	}
+	// Spec changes, the start of a deletion, and changes of the status's
+	// revision or phase (a success releases the previous revision's
+	// references); not every status patch.
+	changes := predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.Funcs{
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			o, ok1 := e.ObjectOld.(*fleetv1.Deployment)
+			n, ok2 := e.ObjectNew.(*fleetv1.Deployment)
+			return !ok1 || !ok2 || o.DeletionTimestamp.IsZero() != n.DeletionTimestamp.IsZero() ||
+				o.Status.Phase != n.Status.Phase || !equality.Semantic.DeepEqual(o.Status.Revision, n.Status.Revision)
+		},
+	})
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&fleetv1.Deployment{}).
+		For(&fleetv1.Deployment{}, builder.WithPredicates(changes)).
 		Named("fleet-openbao-policy").
 		Complete(p)
 }
+
+// role expands a role template for namespace.
+func role(template, namespace string) string {
+	return strings.ReplaceAll(template, "{namespace}", namespace)
+}
+
+// managed reports whether a role's token policies are the sync's to edit:
+// it is a group role or a default role of some namespace.
+func (p *PolicySync) managed(r string) bool {
+	groupStem, _, _ := strings.Cut(p.GroupRolePrefix, "{namespace}")
+	if strings.HasPrefix(r, groupStem) {
+		return true
+	}
+	devStem, _, hasNS := strings.Cut(p.DefaultRole, "{namespace}")
+	if hasNS {
+		return strings.HasPrefix(r, devStem)
+	}
+	return r == p.DefaultRole
+}
+
+// settled reports whether d's current generation rolled out successfully,
+// so the previous revision's references are no longer needed.
+func settled(d *fleetv1.Deployment) bool {
+	r := d.Status.Revision
+	return r != nil && r.Generation == d.Generation && r.UID == string(d.UID) && d.Status.Phase == fleetv1.PhaseSucceeded
+}
+
+// grantedRefs are the pull-secret references a policy (as PolicyHCL
+// writes it) grants.
+func grantedRefs(hcl string) []string {
+	var out []string
+	for _, m := range grantedPath.FindAllStringSubmatch(hcl, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+var grantedPath = regexp.MustCompile(`path "[^"]*/` + regexp.QuoteMeta(openbao.PullSecretFolder) + `/([^"]+)"`)
 
 // pullSecrets returns the distinct pull-secret references of d, sorted.
 func pullSecrets(d *fleetv1.Deployment) []string {
@@ -123,11 +184,11 @@ func pullSecrets(d *fleetv1.Deployment) []string {
 // roles are the JWT roles of d's device groups.
 func (p *PolicySync) roles(d *fleetv1.Deployment) []string {
 	if len(d.Spec.AllowedGroups) == 0 {
-		return []string{p.DefaultRole}
+		return []string{role(p.DefaultRole, d.Namespace)}
 	}
 	out := make([]string, 0, len(d.Spec.AllowedGroups))
 	for _, g := range d.Spec.AllowedGroups {
-		out = append(out, p.GroupRolePrefix+g)
+		out = append(out, role(p.GroupRolePrefix, d.Namespace)+g)
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
@@ -171,13 +232,27 @@ func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	name := PolicyName(req.Namespace, req.Name)
-	var err error
-	if len(refs) == 0 {
+	current, err := p.Admin.Policy(ctx, name)
+	if errors.Is(err, openbao.ErrNotFound) {
+		current, err = "", nil
+	}
+	if err == nil && !gone && !settled(&d) {
+		// Until the current generation succeeded, devices may still run
+		// the previous revision: keep what it granted.
+		refs = append(refs, grantedRefs(current)...)
+		slices.Sort(refs)
+		refs = slices.Compact(refs)
+	}
+	switch {
+	case err != nil:
+	case len(refs) == 0 && current != "":
 		if err = p.Admin.DeletePolicy(ctx, name); errors.Is(err, openbao.ErrNotFound) {
 			err = nil
 		}
-	} else {
-		err = p.Admin.PutPolicy(ctx, name, p.PolicyHCL(req.Namespace, req.Name, refs))
+	case len(refs) > 0:
+		if want := p.PolicyHCL(req.Namespace, req.Name, refs); want != current {
+			err = p.Admin.PutPolicy(ctx, name, want)
+		}
 	}
 	var missing []string
 	if err == nil {
@@ -190,7 +265,7 @@ func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case err != nil:
 		_ = p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonPolicySyncFailed, err.Error())
 		return ctrl.Result{}, err
-	case len(refs) == 0:
+	case len(pullSecrets(&d)) == 0 && len(refs) == 0:
 		return ctrl.Result{}, p.condition(ctx, &d, metav1.ConditionTrue, fleetv1.ReasonNoPullSecrets, "the score references no pull secret")
 	}
 	var own []string
@@ -220,8 +295,20 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 	want := map[string][]string{}
 	for i := range list.Items {
 		d := &list.Items[i]
-		if !d.DeletionTimestamp.IsZero() || len(pullSecrets(d)) == 0 {
+		if !d.DeletionTimestamp.IsZero() {
 			continue
+		}
+		if len(pullSecrets(d)) == 0 {
+			// Its policy may still hold the previous revision's
+			// references until the current one succeeded.
+			if settled(d) {
+				continue
+			}
+			if _, err := p.Admin.Policy(ctx, PolicyName(d.Namespace, d.Name)); errors.Is(err, openbao.ErrNotFound) {
+				continue
+			} else if err != nil {
+				return nil, err
+			}
 		}
 		for _, r := range p.roles(d) {
 			want[r] = append(want[r], PolicyName(d.Namespace, d.Name))
@@ -233,7 +320,7 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 	}
 	roles := map[string]bool{}
 	for _, r := range existing {
-		if strings.HasPrefix(r, p.GroupRolePrefix) || r == p.DefaultRole {
+		if p.managed(r) {
 			roles[r] = true
 		}
 	}

@@ -3,7 +3,12 @@ package operator_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"github.com/nationtech/harmony-fleet/events"
+	corev1 "k8s.io/api/core/v1"
 	"log/slog"
+	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -58,20 +63,40 @@ func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	labRole, deviceRole := "fleet-group-"+e.ns+"-lab", "fleet-device-"+e.ns
 	// An administrator enabled JWT auth and created the roles, bound to
 	// the devices of each group; the lab role also carries a policy of its
 	// own that the operator must keep.
-	for _, err := range []error{
+	if err := errors.Join(
 		admin.ConfigureJWT(e.ctx, "http://127.0.0.1:1", ""),
-		admin.PutJWTRole(e.ctx, "fleet-group-lab", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}, Policies: []string{"app-lab"}}),
-		admin.PutJWTRole(e.ctx, "fleet-device", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}}),
+		admin.PutJWTRole(e.ctx, labRole, openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}, Policies: []string{"app-lab"}}),
+		admin.PutJWTRole(e.ctx, deviceRole, openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}}),
 		admin.PutJWTRole(e.ctx, "unrelated", openbao.JWTRole{BoundAudiences: []string{"x"}, Policies: []string{"fleet-deploy.keep.me"}}),
-	} {
-		if err != nil {
-			t.Fatal(err)
-		}
+	); err != nil {
+		t.Fatal(err)
 	}
-	e.openbao = admin
+	// The operator runs with a token holding exactly the policy
+	// docs/operator.md documents, not root.
+	doc, err := os.ReadFile("../docs/operator.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)The operator's token needs exactly this policy.*?```hcl\n(.*?)```").FindSubmatch(doc)
+	if m == nil {
+		t.Fatal("docs/operator.md documents no policy for the operator's token")
+	}
+	if err := admin.PutPolicy(e.ctx, "fleet-operator", string(m[1])); err != nil {
+		t.Fatal(err)
+	}
+	opToken, err := admin.CreateToken(e.ctx, []string{"fleet-operator"}, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.openbao, err = openbao.NewWithToken(openbao.Config{Address: bao.URL()}, opToken); err != nil {
+		t.Fatal(err)
+	}
+	e.groups = operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lab": {"rpi-1"}}})
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
 	e.startOperator()
 	rolePolicies := func(role string) []string {
 		p, err := admin.JWTRolePolicies(e.ctx, role)
@@ -93,19 +118,32 @@ func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
 	}
 	path := func(ref string) string { return `"secret/data/fleet/` + e.ns + `/registry/device-pull/` + ref + `"` }
 	api := operator.PolicyName(e.ns, "api")
+	succeed := func(name string, gen int64) {
+		e.report("rpi-1", name, e.revisionOf(name, gen), events.WorkloadConverged, "")
+		e.waitFor(fmt.Sprintf("generation %d of %s succeeded", gen, name), func() bool {
+			d := e.get(name)
+			return d.Status.Revision != nil && d.Status.Revision.Generation == gen && d.Status.Phase == fleetv1.PhaseSucceeded
+		})
+	}
 
 	e.pullSecretDeployment("api", []string{"hub", "hub2"}, "lab")
 	e.waitFor("the api policy and the lab role", func() bool {
 		c := e.policyCondition("api")
-		return c != nil && c.Reason == fleetv1.ReasonPolicySynced && slices.Equal(rolePolicies("fleet-group-lab"), []string{"app-lab", api})
+		return c != nil && c.Reason == fleetv1.ReasonPolicySynced && slices.Equal(rolePolicies(labRole), []string{"app-lab", api})
 	})
 	if p := policy("api"); !strings.Contains(p, path("hub")) || !strings.Contains(p, path("hub2")) || strings.Count(p, "path ") != 2 {
 		t.Fatalf("policy:\n%s\nwant exactly the two referenced pull secrets", p)
 	}
+	succeed("api", 1)
 
-	t.Run("a dropped reference leaves the policy", func(t *testing.T) {
-		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.InitContainer = nil })
+	t.Run("a dropped reference stays granted until the new generation succeeded", func(t *testing.T) {
 		// The init container held "hub"; the service keeps "hub2".
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.InitContainer = nil })
+		e.revisionOf("api", 2)
+		if p := policy("api"); !strings.Contains(p, path("hub")) || !strings.Contains(p, path("hub2")) {
+			t.Fatalf("while generation 2 rolls out, the policy lost a reference of generation 1:\n%s", p)
+		}
+		succeed("api", 2)
 		e.waitFor("hub out of the policy", func() bool { return !strings.Contains(policy("api"), path("hub")) })
 		if p := policy("api"); !strings.Contains(p, path("hub2")) {
 			t.Fatalf("policy lost hub2:\n%s", p)
@@ -115,16 +153,16 @@ func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
 		e.update("api", func(d *fleetv1.Deployment) { d.Spec.AllowedGroups = []string{"lab", "edge"} })
 		e.waitFor("the missing role condition", func() bool {
 			c := e.policyCondition("api")
-			return c != nil && c.Reason == fleetv1.ReasonOpenBaoRoleMissing && strings.Contains(c.Message, "fleet-group-edge") && c.Status == metav1.ConditionFalse
+			return c != nil && c.Reason == fleetv1.ReasonOpenBaoRoleMissing && strings.Contains(c.Message, "fleet-group-"+e.ns+"-edge") && c.Status == metav1.ConditionFalse
 		})
-		if !slices.Contains(rolePolicies("fleet-group-lab"), api) {
+		if !slices.Contains(rolePolicies(labRole), api) {
 			t.Error("the lab role lost the policy")
 		}
 	})
-	t.Run("a Deployment without allowedGroups is bound to the device role", func(t *testing.T) {
+	t.Run("a Deployment without allowedGroups is bound to the namespace's device role", func(t *testing.T) {
 		e.pullSecretDeployment("open", []string{"hub"})
 		e.waitFor("the device role", func() bool {
-			return slices.Equal(rolePolicies("fleet-device"), []string{operator.PolicyName(e.ns, "open")})
+			return slices.Equal(rolePolicies(deviceRole), []string{operator.PolicyName(e.ns, "open")})
 		})
 	})
 	t.Run("a Deployment without pull secrets has no policy", func(t *testing.T) {
@@ -137,16 +175,38 @@ func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
 			t.Error("a policy was written")
 		}
 	})
+	t.Run("the same group name in another namespace is another role", func(t *testing.T) {
+		other := e.ns + "-other"
+		if err := e.c.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
+			t.Fatal(err)
+		}
+		d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: other}, Spec: fleetv1.DeploymentSpec{
+			AllowedGroups: []string{"lab"}, TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
+			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{
+				{Name: "svc", Image: "hub.example:5000/app:v1", ImagePullSecret: "hub"}}}}}}
+		if err := e.c.Create(e.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		e.waitFor("the other namespace's policy", func() bool {
+			_, err := admin.Policy(e.ctx, operator.PolicyName(other, "api"))
+			return err == nil
+		})
+		for _, r := range []string{labRole, deviceRole} {
+			if slices.Contains(rolePolicies(r), operator.PolicyName(other, "api")) {
+				t.Errorf("role %s of namespace %s got the policy of namespace %s", r, e.ns, other)
+			}
+		}
+	})
 	t.Run("moving a Deployment out of a group unbinds it", func(t *testing.T) {
 		e.update("api", func(d *fleetv1.Deployment) { d.Spec.AllowedGroups = nil })
-		e.waitFor("lab without api", func() bool { return slices.Equal(rolePolicies("fleet-group-lab"), []string{"app-lab"}) })
-		e.waitFor("device role with api", func() bool { return slices.Contains(rolePolicies("fleet-device"), api) })
+		e.waitFor("lab without api", func() bool { return slices.Equal(rolePolicies(labRole), []string{"app-lab"}) })
+		e.waitFor("device role with api", func() bool { return slices.Contains(rolePolicies(deviceRole), api) })
 	})
 	t.Run("deletion removes the policy and unbinds it", func(t *testing.T) {
 		if err := e.c.Delete(e.ctx, e.get("api")); err != nil {
 			t.Fatal(err)
 		}
-		e.waitFor("the api policy gone", func() bool { return policy("api") == "" && !slices.Contains(rolePolicies("fleet-device"), api) })
+		e.waitFor("the api policy gone", func() bool { return policy("api") == "" && !slices.Contains(rolePolicies(deviceRole), api) })
 	})
 	if got := rolePolicies("unrelated"); !slices.Equal(got, []string{"fleet-deploy.keep.me"}) {
 		t.Errorf("a role outside the group prefix was changed: %v", got)
@@ -199,7 +259,7 @@ func TestNoRevisionIsAppendedBeforeItsPullSecretPolicyIsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := errors.Join(admin.ConfigureJWT(e.ctx, "http://127.0.0.1:1", ""),
-		admin.PutJWTRole(e.ctx, "fleet-group-lab", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}})); err != nil {
+		admin.PutJWTRole(e.ctx, "fleet-group-"+e.ns+"-lab", openbao.JWTRole{BoundAudiences: []string{"harmony-fleet"}})); err != nil {
 		t.Fatal(err)
 	}
 	g := &gatedAdmin{PolicyAdmin: admin, called: make(chan struct{}), release: make(chan struct{})}

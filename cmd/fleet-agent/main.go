@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	socket := fs.String("podman-socket", "unix:///run/podman/podman.sock", "Podman API socket URL")
 	heartbeat := fs.Duration("heartbeat", 30*time.Second, "heartbeat interval")
 	baoURL := fs.String("openbao-url", os.Getenv("FLEET_OPENBAO_URL"), "OpenBao address for secret_env values and pull credentials ($FLEET_OPENBAO_URL; empty: none)")
-	baoRole := fs.String("openbao-role", envOr("FLEET_OPENBAO_ROLE", "fleet-device"), "OpenBao JWT auth role the device logs in with ($FLEET_OPENBAO_ROLE)")
+	baoRole := fs.String("openbao-role", os.Getenv("FLEET_OPENBAO_ROLE"), "OpenBao JWT auth role the device logs in with: its group's, fleet-group-<namespace>-<group>, or fleet-device-<namespace> ($FLEET_OPENBAO_ROLE)")
 	baoJWT := fs.String("openbao-jwt-mount", openbao.DefaultJWTMount, "path of OpenBao's JWT auth method")
 	baoKV := fs.String("openbao-kv-mount", openbao.DefaultKVMount, "path of OpenBao's KV version 2 engine")
 	baoPrefix := fs.String("openbao-device-prefix", os.Getenv("FLEET_OPENBAO_DEVICE_PREFIX"), "KV path under which <prefix>/registry/device-pull/<reference> pull secrets live ($FLEET_OPENBAO_DEVICE_PREFIX)")
@@ -90,7 +90,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return errors.New("--device is empty and no key file names one: give this device's id")
 	}
 	if *baoURL != "" && *baoPrefix == "" {
-		return errors.New("--openbao-device-prefix is empty: give the KV path of this device's pull secrets (e.g. fleet/<tenant>)")
+		return errors.New("--openbao-device-prefix is empty: give the KV path of this device's pull secrets (fleet/<namespace> by default on the operator)")
+	}
+	if *baoURL != "" && *baoRole == "" {
+		return errors.New("--openbao-role is empty: give the OpenBao JWT role of this device's group (fleet-group-<namespace>-<group>, or fleet-device-<namespace>)")
 	}
 	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
 	var idToken func(context.Context) (string, error)

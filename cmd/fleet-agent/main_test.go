@@ -152,7 +152,8 @@ func TestOpenBaoFlagErrorsNameTheFix(t *testing.T) {
 		want string
 	}{
 		{"OpenBao without a device prefix is refused", []string{"--device", "d", "--insecure-no-auth", "--openbao-url", "http://127.0.0.1:8200"}, "--openbao-device-prefix"},
-		{"OpenBao without a machine key is refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "sim", "--openbao-url", "http://127.0.0.1:8200", "--openbao-device-prefix", "fleet/lab"}, "--key-file"},
+		{"OpenBao without a role is refused", []string{"--device", "d", "--insecure-no-auth", "--openbao-url", "http://127.0.0.1:8200", "--openbao-device-prefix", "fleet/lab"}, "--openbao-role"},
+		{"OpenBao without a machine key is refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "sim", "--openbao-url", "http://127.0.0.1:8200", "--openbao-device-prefix", "fleet/lab", "--openbao-role", "fleet-device-lab"}, "--key-file"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,7 +121,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 	var logs syncBuffer
 	go func() {
 		done <- run(runCtx, []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "podman",
-			"--podman-socket", "unix://" + sock, "--openbao-url", bao.URL(), "--openbao-device-prefix", "fleet/lab"}, &logs)
+			"--podman-socket", "unix://" + sock, "--openbao-url", bao.URL(), "--openbao-device-prefix", "fleet/lab", "--openbao-role", "fleet-device"}, &logs)
 	}()
 
 	// Wait for the three outcomes.

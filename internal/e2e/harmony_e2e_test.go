@@ -42,7 +42,7 @@ const (
 	exampleGroup      = "example-edge"
 	exampleCIRole     = "example-ci"
 	exampleDevicePfx  = "fleet/example"
-	exampleDeviceRole = operator.DefaultGroupRolePrefix + exampleGroup
+	exampleDeviceRole = "fleet-group-" + exampleNamespace + "-" + exampleGroup // operator.DefaultGroupRolePrefix
 	exampleKeyVarName = "HARMONY_ZITADEL_KEY_JSON"
 )
 

@@ -293,8 +293,8 @@ func (c *Client) ConfigureJWT(ctx context.Context, discoveryURL, caPEM string) e
 // ErrNoRole: the JWT auth role does not exist.
 var ErrNoRole = errors.New("openbao: no such JWT role")
 
-// JWTRolePolicies returns the token policies of a JWT auth role.
-func (c *Client) JWTRolePolicies(ctx context.Context, name string) ([]string, error) {
+// readRole returns the data of a JWT auth role.
+func (c *Client) readRole(ctx context.Context, name string) (map[string]any, error) {
 	path := "auth/" + c.cfg.JWTMount + "/role/" + name
 	s, err := c.api.Logical().ReadWithContext(ctx, path)
 	if err != nil {
@@ -306,8 +306,17 @@ func (c *Client) JWTRolePolicies(ctx context.Context, name string) ([]string, er
 	if s == nil || s.Data == nil {
 		return nil, fmt.Errorf("%w: %s", ErrNoRole, path)
 	}
+	return s.Data, nil
+}
+
+// JWTRolePolicies returns the token policies of a JWT auth role.
+func (c *Client) JWTRolePolicies(ctx context.Context, name string) ([]string, error) {
+	data, err := c.readRole(ctx, name)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	if list, ok := s.Data["token_policies"].([]any); ok {
+	if list, ok := data["token_policies"].([]any); ok {
 		for _, p := range list {
 			if p, ok := p.(string); ok {
 				out = append(out, p)
@@ -319,12 +328,25 @@ func (c *Client) JWTRolePolicies(ctx context.Context, name string) ([]string, er
 
 // SetJWTRolePolicies replaces the token policies of an existing JWT auth
 // role and leaves its bindings (audiences, subject, claims) as they are.
+// OpenBao re-applies the defaults of role_type ("oidc") and
+// bound_claims_type ("string") on every write that omits them, so both are
+// read and sent back with the policies.
 func (c *Client) SetJWTRolePolicies(ctx context.Context, name string, policies []string) error {
-	path := "auth/" + c.cfg.JWTMount + "/role/" + name
+	data, err := c.readRole(ctx, name)
+	if err != nil {
+		return err
+	}
 	if policies == nil {
 		policies = []string{}
 	}
-	if _, err := c.api.Logical().WriteWithContext(ctx, path, map[string]any{"token_policies": policies}); err != nil {
+	body := map[string]any{"token_policies": policies}
+	for _, k := range []string{"role_type", "bound_claims_type"} {
+		if v, ok := data[k].(string); ok && v != "" {
+			body[k] = v
+		}
+	}
+	path := "auth/" + c.cfg.JWTMount + "/role/" + name
+	if _, err := c.api.Logical().WriteWithContext(ctx, path, body); err != nil {
 		return classify("write", path, err)
 	}
 	return nil
@@ -367,4 +389,17 @@ func HTTPClientWithCA(caFile string) (*http.Client, error) {
 	}
 	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		Proxy: http.ProxyFromEnvironment, TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}}, nil
+}
+
+// CreateToken creates a child token with policies and ttl (an
+// administrator's call, e.g. to hand a service exactly one policy).
+func (c *Client) CreateToken(ctx context.Context, policies []string, ttl time.Duration) (string, error) {
+	sec, err := c.api.Auth().Token().CreateWithContext(ctx, &api.TokenCreateRequest{Policies: policies, TTL: ttl.String()})
+	if err != nil {
+		return "", classify("write", "auth/token/create", err)
+	}
+	if sec == nil || sec.Auth == nil || sec.Auth.ClientToken == "" {
+		return "", errors.New("openbao: auth/token/create: the response holds no token")
+	}
+	return sec.Auth.ClientToken, nil
 }

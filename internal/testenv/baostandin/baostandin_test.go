@@ -23,6 +23,7 @@ path "secret/data/glob/*" { capabilities = ["read", "list"] }
 path "secret/data/glob/denied" { capabilities = ["deny"] }
 path "secret/data/+/plus" { capabilities = ["update"] }
 path "secret/data/pre*" { capabilities = ["read"] }
+path "secret/data/legacy" { policy = "write" }
 `)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +43,7 @@ path "secret/data/pre*" { capabilities = ["read"] }
 		{"a plus does not match two segments", "secret/data/x/y/plus", "update", false},
 		{"a glob matches a name prefix", "secret/data/prefix", "read", true},
 		{"an unmatched path is denied", "secret/data/other", "read", false},
+		{"the legacy policy string grants its capabilities", "secret/data/legacy", "update", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,9 +56,12 @@ path "secret/data/pre*" { capabilities = ["read"] }
 
 func TestPolicyParsingRefusesWhatOpenBaoRefuses(t *testing.T) {
 	for name, text := range map[string]string{
-		"an unknown capability": `path "a" { capabilities = ["reed"] }`,
-		"a star in the middle":  `path "a/*/b" { capabilities = ["read"] }`,
-		"broken HCL":            `path "a" { capabilities = [`,
+		"an unknown capability":   `path "a" { capabilities = ["reed"] }`,
+		"a star in the middle":    `path "a/*/b" { capabilities = ["read"] }`,
+		"broken HCL":              `path "a" { capabilities = [`,
+		"a key it does not model": `path "a" { capabilities = ["update"] allowed_parameters = { "x" = [] } }`,
+		"a top-level key":         `name = "p"`,
+		"an unknown legacy value": `path "a" { policy = "all" }`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := parsePolicy("p", text); err == nil {
@@ -149,5 +154,41 @@ func TestJWTLoginChecksSignatureExpiryAudienceAndIssuer(t *testing.T) {
 	now = now.Add(2 * time.Minute) // past the role's 1m TTL
 	if code, _ := call(t, s, http.MethodGet, "/v1/auth/token/lookup-self", tok, nil); code != http.StatusForbidden {
 		t.Fatalf("lookup-self with an expired token: %d, want 403", code)
+	}
+}
+
+func TestAnUpdateWithoutRoleTypeIsRefusedAsOpenBaoDoes(t *testing.T) {
+	s := New(Options{})
+	root := s.RootToken()
+	call(t, s, http.MethodPost, "/v1/sys/auth/jwt", root, map[string]any{"type": "jwt"})
+	if code, out := call(t, s, http.MethodPost, "/v1/auth/jwt/role/r", root, map[string]any{
+		"role_type": "jwt", "bound_audiences": "fleet", "user_claim": "sub", "bound_claims_type": "glob", "bound_claims": map[string]any{"g": "a*"}}); code != http.StatusNoContent {
+		t.Fatalf("create: %d %v", code, out)
+	}
+	if code, _ := call(t, s, http.MethodPost, "/v1/auth/jwt/role/r", root, map[string]any{"token_policies": []string{"p"}}); code != http.StatusBadRequest {
+		t.Fatalf("an update of token_policies alone: %d, want 400 (role_type falls back to oidc)", code)
+	}
+	if code, _ := call(t, s, http.MethodPost, "/v1/auth/jwt/role/r", root, map[string]any{"token_policies": []string{"p"}, "role_type": "jwt"}); code != http.StatusNoContent {
+		t.Fatalf("an update with role_type: %d", code)
+	}
+	_, out := call(t, s, http.MethodGet, "/v1/auth/jwt/role/r", root, nil)
+	if got := out["data"].(map[string]any)["bound_claims_type"]; got != "string" {
+		t.Fatalf("bound_claims_type after an update that omitted it = %v, want the default string", got)
+	}
+}
+
+func TestListIsCheckedOnThePathWithATrailingSlash(t *testing.T) {
+	s := New(Options{})
+	root := s.RootToken()
+	call(t, s, http.MethodPost, "/v1/secret/data/apps/a", root, map[string]any{"data": map[string]any{"k": "v"}})
+	p, err := parsePolicy("lister", `path "secret/metadata/apps/*" { capabilities = ["list"] }`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.policies["lister"] = p
+	tok := "s.lister"
+	s.tokens[tok] = &token{policies: []string{"lister"}}
+	if code, out := call(t, s, "LIST", "/v1/secret/metadata/apps", tok, nil); code != http.StatusOK {
+		t.Fatalf("LIST secret/metadata/apps with a policy on secret/metadata/apps/*: %d %v", code, out)
 	}
 }

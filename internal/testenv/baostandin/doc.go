@@ -11,7 +11,8 @@
 //     (role_type jwt, bound_audiences, bound_subject, bound_claims,
 //     bound_claims_type, user_claim, token_policies, token_ttl,
 //     token_no_default_policy) and POST /v1/auth/<mount>/login;
-//   - GET /v1/auth/token/lookup-self;
+//   - POST /v1/auth/token/create (policies, ttl, no_default_policy) and
+//     GET /v1/auth/token/lookup-self;
 //   - ACL policies in HCL: PUT|POST|GET|DELETE /v1/sys/policies/acl/<name>,
 //     enforced on every request with OpenBao's path matching (exact paths,
 //     a trailing `*` glob, `+` for one segment; the most specific matching

@@ -107,7 +107,7 @@ func (s *Server) kvOp(t *token, kv *kvMount, mount, rest, op string, body map[st
 	case "metadata":
 		switch op {
 		case "list":
-			if !s.can(t, full, "list") {
+			if !s.can(t, strings.TrimSuffix(full, "/")+"/", "list") { // OpenBao checks a LIST with a trailing slash
 				return reply{}, errDenied
 			}
 			prefix := path

@@ -1,11 +1,13 @@
 package baostandin
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl"
+	"github.com/hashicorp/hcl/hcl/ast"
 )
 
 // capabilities OpenBao's ACL policies know.
@@ -24,30 +26,76 @@ type policy struct {
 	rules []rule
 }
 
+// legacyCapabilities maps the old `policy = "…"` form to capabilities, as
+// OpenBao does.
+var legacyCapabilities = map[string][]string{
+	"deny":  {"deny"},
+	"read":  {"read", "list"},
+	"write": {"read", "list", "create", "update", "delete"},
+	"sudo":  {"read", "list", "create", "update", "delete", "sudo"},
+}
+
 // parsePolicy parses the HCL of an ACL policy: path blocks with a
-// capabilities list. Other keys are refused rather than ignored.
+// capabilities list (or the legacy policy string). Keys the stand-in does
+// not model (allowed_parameters, min_wrapping_ttl, …) are refused rather
+// than ignored, so a test never passes on a rule OpenBao would enforce.
 func parsePolicy(name, text string) (*policy, error) {
-	var doc struct {
-		Path map[string]struct {
-			Capabilities []string `hcl:"capabilities"`
-		} `hcl:"path"`
-	}
-	if err := hcl.Decode(&doc, text); err != nil {
+	file, err := hcl.Parse(text)
+	if err != nil {
 		return nil, fmt.Errorf("failed to parse policy: %w", err)
 	}
+	list, ok := file.Node.(*ast.ObjectList)
+	if !ok {
+		return nil, errors.New("failed to parse policy: does not contain a root object")
+	}
 	p := &policy{name: name, raw: text}
-	for pattern, body := range doc.Path {
+	for _, item := range list.Items {
+		if len(item.Keys) != 2 || keyText(item.Keys[0]) != "path" {
+			return nil, fmt.Errorf("failed to parse policy: invalid key %q: only path \"…\" { … } blocks", keyText(item.Keys[0]))
+		}
+		pattern := keyText(item.Keys[1])
 		if strings.Contains(strings.TrimSuffix(pattern, "*"), "*") {
 			return nil, fmt.Errorf("failed to parse policy: path %q: a * is only allowed at the end", pattern)
 		}
-		for _, c := range body.Capabilities {
+		body, ok := item.Val.(*ast.ObjectType)
+		if !ok {
+			return nil, fmt.Errorf("failed to parse policy: path %q: not a block", pattern)
+		}
+		var caps []string
+		for _, f := range body.List.Items {
+			switch key := keyText(f.Keys[0]); key {
+			case "capabilities":
+				var c []string
+				if err := hcl.DecodeObject(&c, f.Val); err != nil {
+					return nil, fmt.Errorf("failed to parse policy: path %q: capabilities: %w", pattern, err)
+				}
+				caps = append(caps, c...)
+			case "policy":
+				var legacy string
+				if err := hcl.DecodeObject(&legacy, f.Val); err != nil || legacyCapabilities[legacy] == nil {
+					return nil, fmt.Errorf("failed to parse policy: path %q: policy must be deny, read, write or sudo", pattern)
+				}
+				caps = append(caps, legacyCapabilities[legacy]...)
+			default:
+				return nil, fmt.Errorf("failed to parse policy: path %q: the OpenBao stand-in does not model %q", pattern, key)
+			}
+		}
+		for _, c := range caps {
 			if !slices.Contains(knownCapabilities, c) {
 				return nil, fmt.Errorf("failed to parse policy: path %q: unknown capability %q", pattern, c)
 			}
 		}
-		p.rules = append(p.rules, rule{pattern: strings.TrimPrefix(pattern, "/"), caps: body.Capabilities})
+		p.rules = append(p.rules, rule{pattern: strings.TrimPrefix(pattern, "/"), caps: caps})
 	}
 	return p, nil
+}
+
+// keyText is an object key's text, unquoted.
+func keyText(k *ast.ObjectKey) string {
+	if v, ok := k.Token.Value().(string); ok {
+		return v
+	}
+	return k.Token.Text
 }
 
 // match reports whether pattern matches path and, when it does, how

@@ -216,6 +216,8 @@ func (s *Server) serve(r *http.Request) (reply, error) {
 		return reply{}, err
 	}
 	switch {
+	case path == "auth/token/create" && op == "write":
+		return s.createToken(tok, body)
 	case path == "auth/token/lookup-self":
 		return s.lookupSelf(r, tok)
 	case strings.HasPrefix(path, "sys/policies/acl/"):
@@ -292,6 +294,39 @@ func (s *Server) lookupSelf(r *http.Request, t *token) (reply, error) {
 	}}, nil
 }
 
+// createToken is auth/token/create: a child token with the given policies
+// (a subset of the caller's unless the caller is root) and ttl.
+func (s *Server) createToken(t *token, body map[string]any) (reply, error) {
+	if !s.can(t, "auth/token/create", "update") {
+		return reply{}, errDenied
+	}
+	policies := stringList(body["policies"])
+	for _, p := range policies {
+		if !t.root && !slices.Contains(t.policies, p) {
+			return reply{}, fail(http.StatusBadRequest, "child policies must be subset of parent")
+		}
+	}
+	ttl := int64((768 * time.Hour).Seconds())
+	if v, ok := body["ttl"]; ok {
+		var err error
+		if ttl, err = seconds(v); err != nil {
+			return reply{}, fail(http.StatusBadRequest, err.Error())
+		}
+	}
+	if nd, _ := body["no_default_policy"].(bool); !nd && !slices.Contains(policies, "default") {
+		policies = append(policies, "default")
+	}
+	slices.Sort(policies)
+	now := s.now()
+	id := "s." + randomID(24)
+	nt := &token{accessor: randomID(12), policies: policies, displayName: "token", issued: now, expires: now.Add(time.Duration(ttl) * time.Second)}
+	s.tokens[id] = nt
+	return reply{auth: map[string]any{
+		"client_token": id, "accessor": nt.accessor, "policies": policies, "token_policies": policies,
+		"lease_duration": ttl, "renewable": true, "token_type": "service", "orphan": false,
+	}}, nil
+}
+
 func (s *Server) policyOp(t *token, path, op string, body map[string]any) (reply, error) {
 	name := strings.TrimPrefix(path, "sys/policies/acl/")
 	if name == "" || strings.Contains(name, "/") {
@@ -300,7 +335,8 @@ func (s *Server) policyOp(t *token, path, op string, body map[string]any) (reply
 	if name == "root" && op != "read" {
 		return reply{}, fail(http.StatusBadRequest, "cannot update \"root\" policy")
 	}
-	cap := map[string]string{"read": "read", "delete": "delete", "write": writeCap(s.policies[name] != nil)}[op]
+	// OpenBao has no existence check on this path: a write is "update".
+	cap := map[string]string{"read": "read", "delete": "delete", "write": "update"}[op]
 	if cap == "" || !s.can(t, path, cap) {
 		return reply{}, errDenied
 	}
@@ -329,7 +365,7 @@ func (s *Server) policyOp(t *token, path, op string, body map[string]any) (reply
 
 func (s *Server) mountOp(t *token, path, op string, body map[string]any) (reply, error) {
 	mount := strings.Trim(strings.TrimPrefix(path, "sys/mounts/"), "/")
-	if op != "write" || !s.can(t, path, writeCap(s.kv[mount] != nil)) || !s.can(t, path, "sudo") {
+	if op != "write" || !s.can(t, path, "update") || !s.can(t, path, "sudo") {
 		return reply{}, errDenied
 	}
 	if s.kv[mount] != nil || s.jwt[mount] != nil {
@@ -349,7 +385,7 @@ func (s *Server) mountOp(t *token, path, op string, body map[string]any) (reply,
 
 func (s *Server) authMountOp(t *token, path, op string, body map[string]any) (reply, error) {
 	mount := strings.Trim(strings.TrimPrefix(path, "sys/auth/"), "/")
-	if op != "write" || !s.can(t, path, writeCap(s.jwt[mount] != nil)) || !s.can(t, path, "sudo") {
+	if op != "write" || !s.can(t, path, "update") || !s.can(t, path, "sudo") {
 		return reply{}, errDenied
 	}
 	if s.jwt[mount] != nil {
@@ -387,7 +423,7 @@ func (s *Server) jwtOp(t *token, path, op string, body map[string]any) (reply, e
 			}
 			return reply{data: m.config}, nil
 		case "write":
-			if !s.can(t, path, writeCap(m.config != nil)) {
+			if !s.can(t, path, "update") { // no existence check in OpenBao
 				return reply{}, errDenied
 			}
 			var c jwtConfig
@@ -433,7 +469,7 @@ func (s *Server) jwtOp(t *token, path, op string, body map[string]any) (reply, e
 		m.roles[name] = role
 		return reply{noContent: true}, nil
 	case sub == "role" && op == "list":
-		if !s.can(t, path, "list") {
+		if !s.can(t, path+"/", "list") { // OpenBao checks a LIST on the path with a trailing slash
 			return reply{}, errDenied
 		}
 		keys := make([]string, 0, len(m.roles))
@@ -450,19 +486,24 @@ func (s *Server) jwtOp(t *token, path, op string, body map[string]any) (reply, e
 // nil), accepting OpenBao's flexible input: comma-separated strings for
 // lists and durations ("1h") or seconds for TTLs.
 func decodeRole(cur *jwtRole, body map[string]any) (*jwtRole, error) {
-	r := &jwtRole{RoleType: "jwt", UserClaim: "sub", BoundClaimsType: "string"}
+	r := &jwtRole{}
 	if cur != nil {
 		c := *cur
 		r = &c
+	}
+	// As OpenBao does, on every write (an update too): a missing role_type
+	// is "oidc" and a missing bound_claims_type is "string".
+	if _, ok := body["role_type"]; !ok {
+		r.RoleType = "oidc"
+	}
+	if _, ok := body["bound_claims_type"]; !ok {
+		r.BoundClaimsType = "string"
 	}
 	for k, v := range body {
 		var err error
 		switch k {
 		case "role_type":
 			r.RoleType, _ = v.(string)
-			if r.RoleType != "jwt" {
-				err = errors.New("the OpenBao stand-in supports only role_type \"jwt\"")
-			}
 		case "bound_audiences":
 			r.BoundAudiences = stringList(v)
 		case "bound_subject":
@@ -492,6 +533,13 @@ func decodeRole(cur *jwtRole, body map[string]any) (*jwtRole, error) {
 		if err != nil {
 			return nil, err
 		}
+	}
+	switch r.RoleType {
+	case "jwt":
+	case "oidc":
+		return nil, errors.New("'allowed_redirect_uris' must be set if 'role_type' is 'oidc' or unspecified")
+	default:
+		return nil, fmt.Errorf("invalid 'role_type': %s", r.RoleType)
 	}
 	if r.UserClaim == "" {
 		return nil, errors.New("a user claim must be defined on the role")
