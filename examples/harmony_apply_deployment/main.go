@@ -9,6 +9,13 @@
 //
 // Run it from this folder: build contexts are relative to the working
 // directory.
+//
+// The Dockerfiles start FROM localhost/fleet-base:latest, the offline test
+// base: busybox, loaded into local storage by `task setup:podman` so that
+// nothing is pulled from the internet. It exists only on test machines: a
+// real application starts from a public base image pinned by digest (FROM
+// docker.io/library/busybox:1.37@sha256:<digest>), so every runner builds
+// the same digests (see docs/ci.md, Limits).
 package main
 
 import "github.com/nationtech/harmony-fleet/harmony"
@@ -56,6 +63,14 @@ func (app) Contexts() []harmony.Context {
 // Deployment publishes no host port: the end-to-end test runs two devices
 // on one machine, and host ports are machine-wide. A real frontend would
 // add Ports: []string{"8080:8080"}.
+//
+// The services do not talk to each other. On a device each one is a
+// container on Podman's default network, which has no DNS: a container
+// name such as example-backend does not resolve in another container. A
+// real frontend that calls its backend publishes the backend on a host
+// port (Ports: []string{"9090:9090"} on example-backend) and reaches it
+// through the host, at http://host.containers.internal:9090 (Podman writes
+// that name into every container's /etc/hosts).
 func (app) Deployment() harmony.Deployment {
 	return harmony.Deployment{
 		Name:          "example",
@@ -74,7 +89,6 @@ func (app) Deployment() harmony.Deployment {
 			{
 				Name:            "example-frontend",
 				Image:           "frontend",
-				Env:             []harmony.EnvVar{{Name: "BACKEND_URL", Value: "http://example-backend:9090"}},
 				ImagePullSecret: "example-pull",
 			},
 			{
