@@ -175,10 +175,11 @@ func delay(ctx context.Context, window time.Duration) bool {
 	}
 }
 
-// retryPause waits 0.5–2.5 s before another connect attempt; false when ctx
-// ended.
+// retryPause waits 1–6 s (jittered, like the agent's reconnect jitter)
+// before another connect attempt, so that retries do not pile onto an
+// overloaded callout; false when ctx ended.
 func retryPause(ctx context.Context) bool {
-	t := time.NewTimer(500*time.Millisecond + rand.N(2*time.Second))
+	t := time.NewTimer(time.Second + rand.N(5*time.Second))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -224,9 +225,24 @@ func runAgent(ctx context.Context, f childFlags, i int, hc *http.Client, r *ramp
 	if err != nil {
 		return err
 	}
+	// The token source is made once (discovery) and keeps its id_token, so
+	// a retried connect costs the callout again, not the provider.
+	var src *credential.Source
+	for {
+		src, err = credential.New(ctx, credential.Options{Issuer: key.Issuer, Key: key, Audience: key.Audience, HTTPClient: hc, Logger: log})
+		if err == nil {
+			break
+		}
+		r.retries.Add(1)
+		log.Debug("token source failed; retrying", "device", dev, "error", err)
+		if !retryPause(ctx) {
+			return nil
+		}
+	}
 	var nc *nats.Conn
 	for {
-		nc, err = connectAgent(ctx, f.url, dev, key, hc, log)
+		nc, err = nats.Connect(f.url, append(src.NATSOptions(dev), nats.Name("fleet-agent "+dev), nats.Timeout(10*time.Second),
+			nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second))...)
 		if err == nil {
 			break
 		}
@@ -244,17 +260,6 @@ func runAgent(ctx context.Context, f childFlags, i int, hc *http.Client, r *ramp
 		Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: []string{benchImage}}), Log: dlog},
 		Logger:     dlog,
 	})
-}
-
-// connectAgent connects one device as fleet-agent does: the id_token from
-// its key file through the token callback, its own inbox prefix.
-func connectAgent(ctx context.Context, url, dev string, key credential.KeyFile, hc *http.Client, log *slog.Logger) (*nats.Conn, error) {
-	src, err := credential.New(ctx, credential.Options{Issuer: key.Issuer, Key: key, Audience: key.Audience, HTTPClient: hc, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	return nats.Connect(url, append(src.NATSOptions(dev), nats.Name("fleet-agent "+dev), nats.Timeout(10*time.Second),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second))...)
 }
 
 // Floor subjects: a floor subscriber of device d watches its key's subject

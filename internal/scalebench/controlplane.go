@@ -91,7 +91,7 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (cp *con
 	rctx, cancel := context.WithCancel(context.Background())
 	cp.cancel = cancel
 
-	if cp.provider, err = devop.New(devop.Options{Logger: o.Logger.With("component", "oidc")}); err != nil {
+	if cp.provider, err = devop.New(devop.Options{TokenLifetime: o.TokenLifetime, Logger: o.Logger.With("component", "oidc")}); err != nil {
 		return nil, fmt.Errorf("scalebench: %w", err)
 	}
 	cp.run(rctx, "oidc", cp.provider.Run)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -26,6 +27,8 @@ const (
 	DefaultConnectRate = 100
 	DefaultFloorRate   = 2000
 	DefaultTimeout     = 5 * time.Minute
+	// DefaultTokenLifetime is Options.TokenLifetime's default.
+	DefaultTokenLifetime = 2 * time.Hour
 )
 
 // Goals the figures are printed against (never asserted).
@@ -52,6 +55,14 @@ type Options struct {
 	FloorRate float64
 	// Timeout bounds each phase after its ramp window. Default 5 minutes.
 	Timeout time.Duration
+	// TokenLifetime is the development provider's id_token lifetime.
+	// Default DefaultTokenLifetime: longer than a run, so that no
+	// connection's user JWT expires in the middle of a measurement (expiry
+	// and the reconnects it causes are BenchmarkReconnectStorm's subject).
+	TokenLifetime time.Duration
+	// CPUProfile, when set, receives the control plane process's CPU
+	// profile of the measured phases (enrollment excluded).
+	CPUProfile io.Writer
 	// FastSync runs the server with the fsync interval policy instead of the
 	// product's default (fsync on every write).
 	FastSync bool
@@ -102,6 +113,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Timeout == 0 {
 		o.Timeout = DefaultTimeout
+	}
+	if o.TokenLifetime == 0 {
+		o.TokenLifetime = DefaultTokenLifetime
 	}
 	if o.Exe == "" {
 		exe, err := os.Executable()
@@ -225,6 +239,12 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		largest, enrolled.Round(time.Millisecond), float64(largest)/enrolled.Seconds())
 	log.Info("enrolled", "devices", largest, "took", enrolled)
 
+	if o.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
+			return nil, fmt.Errorf("scalebench: CPU profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
 	b := &bench{o: o, cp: cp, keys: keys, uid: randomToken()}
 	var results []Result
 	var errs []error

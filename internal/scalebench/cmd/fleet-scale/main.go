@@ -15,7 +15,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -51,7 +50,8 @@ func run() error {
 	flag.BoolVar(&o.FastSync, "fast-sync", false, "fsync every 2 minutes instead of on every write (the product default)")
 	flag.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
-	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile to this file")
+	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
+	flag.DurationVar(&o.TokenLifetime, "token-lifetime", scalebench.DefaultTokenLifetime, "id_token lifetime of the development provider (longer than the run)")
 	flag.Parse()
 	if profile != "" {
 		f, err := os.Create(profile)
@@ -59,10 +59,7 @@ func run() error {
 			return err
 		}
 		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+		o.CPUProfile = f
 	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
