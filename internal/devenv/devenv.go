@@ -383,6 +383,10 @@ func Run(ctx context.Context, o Options) (err error) {
 	g.run(ctx, "operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
 			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: intentKV, Devices: st, Groups: groups,
+			// The pull-secret policy sync, on the stand-in with its root
+			// token: each Deployment's pull secrets are granted to the
+			// devices' group role (OpenBaoRole).
+			OpenBao: bs.admin, OpenBaoNames: operator.PolicyNames{DevicePrefix: devicePrefix("{namespace}")},
 			Logger: log.With("component", "operator"),
 			// Run may be called again in the same process (a restart in a
 			// test); metrics are off, so the controllers share nothing.

@@ -10,17 +10,21 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
+	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
-// OpenBao set-up of fleet dev, as docs/agent.md describes it for a real
-// OpenBao: the JWT auth method trusts the development OpenID Provider; one
-// role, OpenBaoRole (the role of device group "lab", the group of every dev
-// device), bound to the provider's audience, grants a policy that lets
-// devices read the demo secrets and their namespace's pull credentials.
+// OpenBao set-up of fleet dev, as docs/agent.md and docs/operator.md
+// describe it for a real OpenBao: the JWT auth method trusts the development
+// OpenID Provider; one role, OpenBaoRole (the role of device group "lab",
+// the group of every dev device), bound to the provider's audience, grants a
+// policy that lets devices read the application secrets under apps/. Pull
+// credentials are granted per Deployment by the operator's policy sync,
+// which adds each Deployment's policy to the same role.
 const (
 	// OpenBaoDevicePolicy is the ACL policy every dev device's role grants.
 	OpenBaoDevicePolicy = "fleet-dev-device"
@@ -33,9 +37,13 @@ const (
 	DemoPullSecret = "local"
 )
 
-// OpenBaoRole is the JWT auth role every dev device logs in with: the role
-// of device group "lab", named fleet-group-<group>.
-const OpenBaoRole = "fleet-group-" + devGroup
+// OpenBaoRole is the JWT auth role every dev device of namespace logs in
+// with: the role of its device group "lab" as the operator's policy sync
+// names it (operator.DefaultGroupRolePrefix with the namespace, then the
+// group: fleet-group-lab-lab), whose token policies the sync maintains.
+func OpenBaoRole(namespace string) string {
+	return strings.ReplaceAll(operator.DefaultGroupRolePrefix, "{namespace}", namespace) + devGroup
+}
 
 // devGroup is the device group of every dev device.
 const devGroup = "lab"
@@ -82,12 +90,11 @@ func startBao(ctx context.Context, secretsDir, issuer, audience, namespace strin
 	if err := b.admin.ConfigureJWT(ctx, issuer, ""); err != nil {
 		return fail(err)
 	}
-	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\npath %q { capabilities = [\"read\"] }\n",
-		"secret/data/apps/*", "secret/data/"+openbao.PullSecretPath(devicePrefix(namespace), "*"))
+	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\n", "secret/data/apps/*")
 	if err := b.admin.PutPolicy(ctx, OpenBaoDevicePolicy, policy); err != nil {
 		return fail(err)
 	}
-	if err := b.admin.PutJWTRole(ctx, OpenBaoRole, openbao.JWTRole{
+	if err := b.admin.PutJWTRole(ctx, OpenBaoRole(namespace), openbao.JWTRole{
 		BoundAudiences: []string{audience}, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
 	}); err != nil {
 		return fail(err)
@@ -114,9 +121,9 @@ func startBao(ctx context.Context, secretsDir, issuer, audience, namespace strin
 }
 
 // deviceSecrets is a device's secret source: its own client, logging in
-// with the device's id_token through OpenBaoRole.
+// with the device's id_token through OpenBaoRole(namespace).
 func (b *bao) deviceSecrets(device, namespace string, idToken func(context.Context) (string, error)) (*openbao.DeviceSecrets, error) {
-	c, err := openbao.New(openbao.Config{Address: b.addr, Role: OpenBaoRole})
+	c, err := openbao.New(openbao.Config{Address: b.addr, Role: OpenBaoRole(namespace)})
 	if err != nil {
 		return nil, fmt.Errorf("fleet dev: device %s: %w", device, err)
 	}
