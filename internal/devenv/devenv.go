@@ -492,7 +492,7 @@ func printUsage(w io.Writer, dataDir string, in Info) {
   OpenBao stand-in   %s   (in memory, re-seeded every run; not OpenBao: see docs/fleet.md)
                      root token in %s
   kube-apiserver     kubeconfig %s
-  operator           Deployment, rollout and Device controllers
+  operator           Deployment, rollout, Device and OpenBao pull-secret policy controllers
   devices            %s in namespace %s, group "lab", role=analyzer
                      (canary=true: %s)
   runtime            %s
