@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
 )
 
@@ -78,7 +79,19 @@ type daemon struct {
 	// notified is the value of the latest change notification not yet seen
 	// by a direct get (nil: none pending).
 	notified []byte
+	// poke wakes the loop for a pass; retry is the pending retry of a pass
+	// that found the engine unavailable, backoff its delay.
+	poke    func()
+	retry   *time.Timer
+	backoff time.Duration
 }
+
+// Retry delays after the engine was found unavailable: doubling from the
+// first to the last.
+const (
+	firstEngineRetry = time.Second
+	lastEngineRetry  = time.Minute
+)
 
 // deletedValue stands for a delete or purge notification.
 var deletedValue = []byte{}
@@ -120,6 +133,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("agent: the reconciler acts for device %q, the agent is %q", o.Reconciler.Device, o.Device)
 	}
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
+	defer d.stopRetry()
 
 	kvSubj, _ := events.IntentKVSubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)
@@ -130,6 +144,7 @@ func Run(ctx context.Context, o Options) error {
 		default:
 		}
 	}
+	d.poke = poke
 	// A change notification arrives on the core subscription; it may
 	// overtake the store, so the pass that follows waits until the direct
 	// get shows at least that value (see pass).
@@ -257,6 +272,7 @@ func (d *daemon) pass(ctx context.Context) {
 	d.mu.Unlock()
 
 	want := map[[2]string]bool{}
+	unavailable := false
 	for _, e := range intent.Deployments {
 		want[[2]string{e.Namespace, e.Name}] = true
 		d.status(ctx, e, events.WorkloadApplying, "")
@@ -264,12 +280,22 @@ func (d *daemon) pass(ctx context.Context) {
 		switch {
 		case err == nil:
 			d.status(ctx, e, events.WorkloadConverged, "")
+		case runtime.IsUnavailable(err):
+			// Not the workload's failure: the engine is down (restarting,
+			// socket gone). Say so and retry; the rollout waits.
+			unavailable = true
+			d.log.WarnContext(ctx, "container engine unavailable; retrying", "deployment", e.Namespace+"/"+e.Name, "error", err)
+			d.status(ctx, e, events.WorkloadPending, "container engine unavailable, retrying: "+err.Error())
 		default:
 			d.log.WarnContext(ctx, "deployment not converged", "deployment", e.Namespace+"/"+e.Name, "generation", e.Generation, "error", err)
 			d.status(ctx, e, events.WorkloadFailed, err.Error())
 		}
 	}
 	have, err := d.o.Reconciler.Deployments(ctx)
+	if runtime.IsUnavailable(err) {
+		unavailable = true
+	}
+	d.scheduleRetry(unavailable)
 	if err != nil {
 		d.log.WarnContext(ctx, "list owned containers", "error", err)
 		return
@@ -287,6 +313,30 @@ func (d *daemon) pass(ctx context.Context) {
 		d.mu.Unlock()
 		d.status(ctx, events.IntentEntry{Namespace: k[0], Name: k[1], UID: last.UID, Generation: last.Generation, RevisionID: last.RevisionID},
 			events.WorkloadRemoved, "")
+	}
+}
+
+// scheduleRetry arranges another pass after a backoff when the engine was
+// unavailable, and resets the backoff when it was not.
+func (d *daemon) scheduleRetry(unavailable bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !unavailable {
+		d.backoff = 0
+		return
+	}
+	d.backoff = min(max(2*d.backoff, firstEngineRetry), lastEngineRetry)
+	if d.retry != nil {
+		d.retry.Stop()
+	}
+	d.retry = time.AfterFunc(d.backoff, d.poke)
+}
+
+func (d *daemon) stopRetry() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.retry != nil {
+		d.retry.Stop()
 	}
 }
 

@@ -274,3 +274,22 @@ func TestReportsMadeWhileDisconnectedAreSentOnReconnect(t *testing.T) {
 		t.Errorf("%d heartbeats made while disconnected were stored, want them coalesced into 1", n)
 	}
 }
+
+func TestAnUnavailableEngineIsRetriedNotReportedAsAFailure(t *testing.T) {
+	e := startAgent(t)
+	e.rt.SetUnavailable(true)
+	e.put(entry(t, 1, baseScore()))
+	st := e.waitStatus(1, events.WorkloadPending)
+	if !strings.Contains(st.Error, "container engine unavailable") {
+		t.Errorf("pending report error %q does not say the engine is unavailable", st.Error)
+	}
+	// The engine comes back: the agent retries on its own, with no new
+	// intent, and converges.
+	e.rt.SetUnavailable(false)
+	e.waitStatus(1, events.WorkloadConverged)
+	for _, s := range e.statuses() {
+		if s.Phase == events.WorkloadFailed {
+			t.Errorf("a failure was reported while the engine was unavailable: %+v", s)
+		}
+	}
+}

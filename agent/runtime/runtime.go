@@ -13,6 +13,9 @@ package runtime
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
+	"syscall"
 	"time"
 )
 
@@ -122,3 +125,22 @@ var ErrAuth = errors.New("registry authentication failed")
 
 // ErrImageNotFound: the registry has no such image.
 var ErrImageNotFound = errors.New("image not found")
+
+// ErrUnavailable: the container engine cannot be reached (its API socket
+// refuses or drops the connection). It says nothing about the workload: the
+// agent retries instead of reporting a failure.
+var ErrUnavailable = errors.New("container engine unavailable")
+
+// IsUnavailable reports whether err means the engine could not be reached
+// rather than that it refused the request: ErrUnavailable, or a transport
+// error (a failed dial, a refused or reset connection, a connection closed
+// mid-answer).
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	var op *net.OpError
+	return errors.Is(err, ErrUnavailable) || errors.As(err, &op) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.ErrUnexpectedEOF)
+}

@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
@@ -87,6 +88,9 @@ func DefaultBehaviour(spec runtime.ContainerSpec) Behaviour {
 
 // Runtime is an in-memory container engine. Create it with New.
 type Runtime struct {
+	// unavailable makes every engine call fail with runtime.ErrUnavailable.
+	unavailable atomic.Bool
+
 	behave   func(spec runtime.ContainerSpec) Behaviour
 	hostPath func(path string) bool
 
@@ -134,6 +138,19 @@ func New(opts Options) *Runtime {
 		r.images[ref] = true
 	}
 	return r
+}
+
+// SetUnavailable makes every engine call (List … Remove) fail with
+// runtime.ErrUnavailable while down is true, as an engine whose socket is
+// gone does.
+func (r *Runtime) SetUnavailable(down bool) { r.unavailable.Store(down) }
+
+// down is the error of a call while the engine is unavailable.
+func (r *Runtime) down(op string) error {
+	if r.unavailable.Load() {
+		return fmt.Errorf("sim: %s: %w", op, runtime.ErrUnavailable)
+	}
+	return nil
 }
 
 // AddImage makes ref present locally, as if it had been built or pulled.
@@ -236,6 +253,9 @@ func (c *container) view() runtime.Container {
 
 // List returns every container, sorted by ID (creation order).
 func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
+	if err := r.down("list"); err != nil {
+		return nil, err
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sim: list: %w", err)
 	}
@@ -251,6 +271,9 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
 
 // Inspect returns one container; runtime.ErrNotFound when it does not exist.
 func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Container, error) {
+	if err := r.down("inspect"); err != nil {
+		return runtime.Container{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return runtime.Container{}, fmt.Errorf("sim: inspect %s: %w", idOrName, err)
 	}
@@ -265,6 +288,9 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 
 // ImageExists reports whether ref is present locally.
 func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
+	if err := r.down("imageexists"); err != nil {
+		return false, err
+	}
 	if err := ctx.Err(); err != nil {
 		return false, fmt.Errorf("sim: image exists %s: %w", ref, err)
 	}
@@ -279,6 +305,9 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 // checks the image before the credential only when the credential is right
 // or not required.
 func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
+	if err := r.down("pull"); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: pull %s: %w", ref, err)
 	}
@@ -299,6 +328,9 @@ func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAu
 // the name is taken, runtime.ErrImageNotFound when the image is not present
 // locally. An empty name gets a generated one.
 func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (string, error) {
+	if err := r.down("create"); err != nil {
+		return "", err
+	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("sim: create %s: %w", spec.Name, err)
 	}
@@ -353,6 +385,9 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (strin
 // nothing. Like Podman, it fails when another running container holds one
 // of its host ports, and the container stays as it was.
 func (r *Runtime) Start(ctx context.Context, id string) error {
+	if err := r.down("start"); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: start %s: %w", id, err)
 	}
@@ -402,6 +437,9 @@ func (r *Runtime) portHolder(p runtime.PortBinding, self *container) *container 
 // once when it already is. A created container is waited for like a running
 // one.
 func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
+	if err := r.down("wait"); err != nil {
+		return 0, err
+	}
 	r.mu.Lock()
 	c, err := r.lookup(id)
 	if err != nil {
@@ -432,6 +470,9 @@ func (r *Runtime) Wait(ctx context.Context, id string) (int, error) {
 // timeout is not waited for. Stopping a container that does not run does
 // nothing.
 func (r *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	if err := r.down("stop"); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: stop %s: %w", id, err)
 	}
@@ -455,6 +496,9 @@ func (r *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) er
 // Remove removes a container. A running one is refused unless force, which
 // kills it first (exit code 137). Waiters of a removed container return.
 func (r *Runtime) Remove(ctx context.Context, id string, force bool) error {
+	if err := r.down("remove"); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: remove %s: %w", id, err)
 	}
