@@ -158,10 +158,12 @@ type Result struct {
 	// rollout.succeeded.
 	Projected, Converged, Succeeded time.Duration
 	// FloorAsync is the raw floor: N KV puts (published asynchronously) to
-	// N plain subscribers, until every subscriber's answer was seen;
-	// FloorSync the same with one synchronous put after the other, as the
-	// runner writes.
+	// N plain subscribers, until every subscriber's answer was seen (the
+	// better of two rounds, FloorAsyncRounds, one before and one after the
+	// synchronous round); FloorSync the same with one synchronous put after
+	// the other, as the runner writes.
 	FloorAsync, FloorSync time.Duration
+	FloorAsyncRounds      [2]time.Duration
 	// MemBefore and MemAfter are the server process's memory before the
 	// devices connected and once they all had.
 	MemBefore, MemAfter memory
@@ -459,9 +461,9 @@ func (b *bench) rollout(ctx context.Context, n int, generation int64, res *Resul
 // floor measures the raw floor: plain subscribers (no product code, floor
 // user, no callout) core-subscribed to their own key of a bucket configured
 // like fleet-intent; N puts of a value the size of a device's intent; each
-// subscriber answers; the time until every answer is seen. Once with
-// asynchronous puts (the floor), once with synchronous puts one after the
-// other (as the runner writes).
+// subscriber answers; the time until every answer is seen. Asynchronous
+// puts (the floor), then synchronous puts one after the other (as the
+// runner writes), then asynchronous puts again.
 func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	cp, o := b.cp, b.o
 	entry, err := cp.intent.Get(ctx, DeviceName(1))
@@ -478,7 +480,8 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	if _, _, _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
 		return err
 	}
-	for round, into := range []*time.Duration{&res.FloorAsync, &res.FloorSync} {
+	var second time.Duration
+	for round, into := range []*time.Duration{&res.FloorAsync, &res.FloorSync, &second} {
 		tag := fmt.Sprintf("r%d-%s", round, randomToken()[:8])
 		value := append([]byte(tag+"|"), padding...)
 		acks := newCounter(n)
@@ -497,10 +500,10 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 			return fmt.Errorf("scalebench: %w", err)
 		}
 		began := time.Now()
-		if round == 0 {
-			err = b.putAsync(ctx, n, value)
-		} else {
+		if round == 1 {
 			err = b.putSync(ctx, n, value)
+		} else {
+			err = b.putAsync(ctx, n, value)
 		}
 		if err == nil {
 			err = await(ctx, acks, o.Timeout, "floor answers")
@@ -512,6 +515,8 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 		_, last := acks.state()
 		*into = last.Sub(began)
 	}
+	res.FloorAsyncRounds = [2]time.Duration{res.FloorAsync, second}
+	res.FloorAsync = min(res.FloorAsync, second)
 	return stopChildren(subs)
 }
 
@@ -677,8 +682,9 @@ func printResult(w io.Writer, r Result) {
 	fmt.Fprintf(w, "  projected   %8s  (revision appended → runner wrote every device's fleet-intent value)\n", r.Projected.Round(time.Millisecond))
 	fmt.Fprintf(w, "  converged   %8s  (revision appended → every device reported Converged)\n", r.Converged.Round(time.Millisecond))
 	fmt.Fprintf(w, "  succeeded   %8s  (revision appended → runner appended rollout.succeeded)\n", r.Succeeded.Round(time.Millisecond))
-	fmt.Fprintf(w, "  floor       %8s  (N async KV puts → N plain subscribers answered); sync puts %s\n",
-		r.FloorAsync.Round(time.Millisecond), r.FloorSync.Round(time.Millisecond))
+	fmt.Fprintf(w, "  floor       %8s  (N async KV puts → N plain subscribers answered; better of %s and %s); sync puts %s\n",
+		r.FloorAsync.Round(time.Millisecond), r.FloorAsyncRounds[0].Round(time.Millisecond), r.FloorAsyncRounds[1].Round(time.Millisecond),
+		r.FloorSync.Round(time.Millisecond))
 	fmt.Fprintf(w, "  ratio       %8.1f× converged / floor (goal ≤ %.0f×: %s)\n", r.Ratio(), GoalFloorFactor, met(r.Ratio() <= GoalFloorFactor))
 	if r.N >= 10000 {
 		fmt.Fprintf(w, "  goal        converged ≤ %s at 10,000 devices: %s\n", GoalConverged, met(r.Converged <= GoalConverged))
