@@ -50,7 +50,11 @@ type RolloutRunner struct {
 	Store  EventStore
 	Reader EventReader
 	// KV is the fleet-intent bucket.
-	KV     jetstream.KeyValue
+	KV jetstream.KeyValue
+	// JS, when set, publishes the bucket's puts asynchronously (a window
+	// of acknowledgements in flight); nil: the Store's (an *events.Store),
+	// else one synchronous put per device.
+	JS     jetstream.JetStream
 	Client client.Client
 	Log    *slog.Logger
 	// StatusInterval is the least time between two status patches of one
@@ -108,6 +112,9 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 	}
 	if r.CheckpointInterval == 0 {
 		r.CheckpointInterval = 30 * time.Second
+	}
+	if js, ok := r.Store.(interface{ JetStream() jetstream.JetStream }); ok && r.JS == nil {
+		r.JS = js.JetStream()
 	}
 	s := &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
 		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, written: map[string]string{}}
@@ -265,7 +272,9 @@ func (r *RolloutRunner) fold(s *runnerState, m sourced) (depKey, bool) {
 		}
 		k = depKey{d.Namespace, d.Deployment}
 	}
-	s.rollouts[k] = s.rollouts[k].Apply(ev)
+	ro := s.rollouts[k]
+	ro.Fold(ev) // the runner's own state: in place, O(1) per report
+	s.rollouts[k] = ro
 	s.dirtyStat[k] = true
 	return k, true
 }
@@ -291,7 +300,9 @@ func (r *RolloutRunner) decide(ctx context.Context, s *runnerState, k depKey) {
 			return
 		}
 		s.rolloutSeq[k] = pos.Sequence
-		s.rollouts[k] = s.rollouts[k].Apply(ev)
+		folded := s.rollouts[k]
+		folded.Fold(ev)
+		s.rollouts[k] = folded
 		for _, d := range s.intent.Apply(ev) {
 			s.dirtyKV[d] = true
 		}
@@ -324,11 +335,44 @@ func (r *RolloutRunner) syncKV(ctx context.Context, s *runnerState) error {
 
 // flushKV writes the changed devices' values.
 func (r *RolloutRunner) flushKV(ctx context.Context, s *runnerState) {
+	// With JS the puts are asynchronous, at most kvWindow in flight: a
+	// release to N devices costs about one round trip per window instead of
+	// one per device. A put that fails stays dirty for the next flush.
+	type put struct {
+		dev, val string
+		fut      jetstream.PubAckFuture
+	}
+	var inflight []put
+	settle := func(p put) {
+		select {
+		case <-p.fut.Ok():
+			s.written[p.dev] = p.val
+			delete(s.dirtyKV, p.dev)
+		case err := <-p.fut.Err():
+			r.Log.ErrorContext(ctx, "put fleet-intent", "device", p.dev, "error", err)
+		case <-time.After(kvAckTimeout):
+			r.Log.ErrorContext(ctx, "put fleet-intent: no acknowledgement", "device", p.dev, "timeout", kvAckTimeout)
+		case <-ctx.Done():
+		}
+	}
 	for dev := range s.dirtyKV {
 		val, ok := s.intent.Value(dev)
 		prev, had := s.written[dev]
 		switch {
 		case ok && (!had || prev != string(val)):
+			if r.JS != nil {
+				fut, err := r.JS.PublishAsync("$KV."+r.KV.Bucket()+"."+dev, val)
+				if err != nil {
+					r.Log.ErrorContext(ctx, "put fleet-intent", "device", dev, "error", err)
+					continue
+				}
+				inflight = append(inflight, put{dev: dev, val: string(val), fut: fut})
+				if len(inflight) >= kvWindow {
+					settle(inflight[0])
+					inflight = inflight[1:]
+				}
+				continue
+			}
 			if _, err := r.KV.Put(ctx, dev, val); err != nil {
 				r.Log.ErrorContext(ctx, "put fleet-intent", "device", dev, "error", err)
 				continue
@@ -343,7 +387,17 @@ func (r *RolloutRunner) flushKV(ctx context.Context, s *runnerState) {
 		}
 		delete(s.dirtyKV, dev)
 	}
+	for _, p := range inflight {
+		settle(p)
+	}
 }
+
+// kvWindow is how many fleet-intent puts flushKV keeps in flight;
+// kvAckTimeout how long it waits for one acknowledgement.
+const (
+	kvWindow     = 256
+	kvAckTimeout = 30 * time.Second
+)
 
 // flushStatus patches the status of every Deployment that changed.
 func (r *RolloutRunner) flushStatus(ctx context.Context, s *runnerState) {

@@ -2,6 +2,8 @@ package projections_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -192,5 +194,76 @@ func TestATransitionFoldedAgainNeverMovesTheRolloutBack(t *testing.T) {
 	}
 	if next := r.Next(); len(next) != 0 {
 		t.Errorf("decided %d transitions again", len(next))
+	}
+}
+
+// TestFoldInPlaceEqualsApplyAndItsCountsStayExact drives 2,000 random
+// reports (late, repeated, flipping, from non-targets) through Apply and
+// through Fold, with a JSON round trip of the Fold state half way (as a
+// checkpoint restore does): both reach the same state, and the counts kept
+// report by report always equal counting the results from scratch.
+func TestFoldInPlaceEqualsApplyAndItsCountsStayExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var targets, canaries []string
+	for i := range 40 {
+		targets = append(targets, fmt.Sprintf("d%02d", i))
+		if i%7 == 0 {
+			canaries = append(canaries, fmt.Sprintf("d%02d", i))
+		}
+	}
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	revision := mustNew(t, dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r", Score: json.RawMessage(`{}`),
+		Targets: targets, Canaries: canaries})
+	byValue := projections.Rollout{}.Apply(revision)
+	var inPlace projections.Rollout
+	inPlace.Fold(revision)
+	phases := []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged, events.WorkloadFailed, events.WorkloadPending}
+	brute := func(r projections.Rollout) events.RolloutCounts {
+		c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries)}
+		for _, d := range r.Targets {
+			switch r.Results[d].Phase {
+			case events.WorkloadConverged:
+				c.Succeeded++
+				if r.IsCanary(d) {
+					c.CanariesSucceeded++
+				}
+			case events.WorkloadFailed:
+				c.Failed++
+				if r.IsCanary(d) {
+					c.CanariesFailed++
+				}
+			default:
+				c.Pending++
+			}
+		}
+		return c
+	}
+	for i := range 2000 {
+		device := fmt.Sprintf("d%02d", rng.IntN(45)) // some are not targets
+		ev := mustNew(t, events.Keys{Device: device}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1,
+			Phase: phases[rng.IntN(len(phases))], Since: t0.Add(time.Duration(rng.IntN(3000)) * time.Second)})
+		byValue = byValue.Apply(ev)
+		inPlace.Fold(ev)
+		if i == 1000 {
+			b, err := json.Marshal(inPlace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inPlace = projections.Rollout{}
+			if err := json.Unmarshal(b, &inPlace); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, want := inPlace.Counts(), brute(inPlace); got != want {
+			t.Fatalf("after report %d: counts %+v, from scratch %+v", i, got, want)
+		}
+		if got, want := byValue.Counts(), brute(byValue); got != want {
+			t.Fatalf("after report %d (Apply): counts %+v, from scratch %+v", i, got, want)
+		}
+	}
+	a, _ := json.Marshal(byValue)
+	b, _ := json.Marshal(inPlace)
+	if string(a) != string(b) {
+		t.Fatalf("Fold and Apply differ:\n%s\n%s", a, b)
 	}
 }
