@@ -1,25 +1,9 @@
 package devenv
 
 import (
-	"os"
-	"regexp"
 	"strings"
 	"testing"
 )
-
-func TestTheCalloutConfigIsTheDocumentedOne(t *testing.T) {
-	b, err := os.ReadFile("../../docs/security.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```conf\n(# fleet-authcallout: NATS server configuration\n.*?)```").FindSubmatch(b)
-	if m == nil {
-		t.Fatal("docs/security.md has no ```conf block starting with '# fleet-authcallout: NATS server configuration'")
-	}
-	if string(m[1]) != calloutConfig {
-		t.Error("calloutConfig differs from the block in docs/security.md: copy the block into natsconf.go")
-	}
-}
 
 func TestServerConfigAddsOnlyTheAdminUserAndNoSecretFromTheEnvironment(t *testing.T) {
 	s, err := loadSecrets(t.TempDir())

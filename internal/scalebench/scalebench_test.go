@@ -5,7 +5,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -23,20 +22,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
-}
-
-func TestTheCalloutConfigIsTheDocumentedOne(t *testing.T) {
-	b, err := os.ReadFile("../../docs/security.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := regexp.MustCompile("(?s)```conf\n(# fleet-authcallout: NATS server configuration\n.*?)```").FindSubmatch(b)
-	if m == nil {
-		t.Fatal("docs/security.md has no ```conf block starting with '# fleet-authcallout: NATS server configuration'")
-	}
-	if string(m[1]) != calloutConfig {
-		t.Error("calloutConfig differs from the block in docs/security.md: copy the block into natsconf.go")
-	}
 }
 
 func TestTwentyDevicesConvergeThroughTheCalloutAndTheConsumerCountDoesNotGrow(t *testing.T) {
