@@ -242,3 +242,20 @@ func TestConfigErrorsNameTheSetting(t *testing.T) {
 		t.Fatalf("bad prefix: %v", err)
 	}
 }
+
+func TestALoginAfterTheProviderRotatedItsKeyFetchesTheNewKey(t *testing.T) {
+	e := start(t)
+	ds := e.deviceSecrets(t, "fleet-device")
+	ctx := context.Background()
+	if _, err := ds.Resolve(ctx, "apps/analysis/db", "password"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.prov.RotateSigningKey(nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	e.device.Invalidate() // the next id_token is signed with the new key
+	e.bao.Revoke()        // and the next read must log in with it
+	if v, err := ds.Resolve(ctx, "apps/analysis/db", "password"); err != nil || v != "db-secret-value-1" {
+		t.Fatalf("after the key rotation: %q, %v", v, err)
+	}
+}

@@ -116,14 +116,23 @@ func (m *jwtMount) login(ctx context.Context, role *jwtRole, raw string, now tim
 	if m.config == nil {
 		return "", fmt.Errorf("%w: could not load configuration", errLogin)
 	}
-	set, err := m.keySet(ctx, now)
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", errLogin, err)
+	parse := func() (jwt.Token, error) {
+		set, err := m.keySet(ctx, now)
+		if err != nil {
+			return nil, err
+		}
+		return jwt.Parse([]byte(raw),
+			jwt.WithKeySet(set, jws.WithInferAlgorithmFromKey(true), jws.WithRequireKid(false)),
+			jwt.WithValidate(true), jwt.WithClock(jwt.ClockFunc(func() time.Time { return now })),
+			jwt.WithAcceptableSkew(150*time.Second))
 	}
-	tok, err := jwt.Parse([]byte(raw),
-		jwt.WithKeySet(set, jws.WithInferAlgorithmFromKey(true), jws.WithRequireKid(false)),
-		jwt.WithValidate(true), jwt.WithClock(jwt.ClockFunc(func() time.Time { return now })),
-		jwt.WithAcceptableSkew(150*time.Second))
+	tok, err := parse()
+	if err != nil && m.keys != nil && !m.fetched.Equal(now) {
+		// Keys may have rotated since they were cached: fetch them again
+		// once, as OpenBao does for an unknown key.
+		m.keys = nil
+		tok, err = parse()
+	}
 	if err != nil {
 		return "", fmt.Errorf("%w: error validating token: %w", errLogin, err)
 	}
