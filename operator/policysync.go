@@ -284,8 +284,9 @@ func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 }
 
 // syncRoles sets each group role's managed policies to those of the
-// Deployments that reference pull secrets and allow the group; policies
-// outside PolicyPrefix are kept. It returns the roles Deployments need
+// Deployments that reference pull secrets and allow the group, keeping
+// those of Deployments whose current generation has not succeeded yet;
+// policies outside PolicyPrefix are kept. It returns the roles Deployments need
 // that do not exist.
 func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 	var list fleetv1.DeploymentList
@@ -293,10 +294,18 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	want := map[string][]string{}
+	// unsettled are the policies of live Deployments whose current
+	// generation has not succeeded yet: a role that carries one keeps it,
+	// even if the Deployment left the role's group, because that group's
+	// devices may still run (and pull) the previous revision.
+	unsettled := map[string]bool{}
 	for i := range list.Items {
 		d := &list.Items[i]
 		if !d.DeletionTimestamp.IsZero() {
 			continue
+		}
+		if !settled(d) {
+			unsettled[PolicyName(d.Namespace, d.Name)] = true
 		}
 		if len(pullSecrets(d)) == 0 {
 			// Its policy may still hold the previous revision's
@@ -339,7 +348,7 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		next := slices.DeleteFunc(slices.Clone(cur), func(s string) bool { return strings.HasPrefix(s, PolicyPrefix) })
+		next := slices.DeleteFunc(slices.Clone(cur), func(s string) bool { return strings.HasPrefix(s, PolicyPrefix) && !unsettled[s] })
 		next = append(next, want[r]...)
 		slices.Sort(next)
 		next = slices.Compact(next)

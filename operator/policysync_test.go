@@ -197,10 +197,15 @@ func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
 			}
 		}
 	})
-	t.Run("moving a Deployment out of a group unbinds it", func(t *testing.T) {
+	t.Run("moving a Deployment out of a group unbinds it once the new generation succeeded", func(t *testing.T) {
 		e.update("api", func(d *fleetv1.Deployment) { d.Spec.AllowedGroups = nil })
-		e.waitFor("lab without api", func() bool { return slices.Equal(rolePolicies(labRole), []string{"app-lab"}) })
+		gen := e.get("api").Generation
 		e.waitFor("device role with api", func() bool { return slices.Contains(rolePolicies(deviceRole), api) })
+		if !slices.Contains(rolePolicies(labRole), api) {
+			t.Fatal("the lab role lost the policy while the new generation had not succeeded")
+		}
+		succeed("api", gen)
+		e.waitFor("lab without api", func() bool { return slices.Equal(rolePolicies(labRole), []string{"app-lab"}) })
 	})
 	t.Run("deletion removes the policy and unbinds it", func(t *testing.T) {
 		if err := e.c.Delete(e.ctx, e.get("api")); err != nil {
