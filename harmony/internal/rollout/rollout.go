@@ -19,6 +19,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -236,7 +237,7 @@ func Wait(ctx context.Context, client dynamic.Interface, a Applied, o WaitOption
 		next := interval
 		d, err := get(ctx, client, a)
 		switch {
-		case err != nil && ctx.Err() != nil:
+		case err != nil && (ctx.Err() != nil || pastDeadline(err)):
 			return last, timeout()
 		case err != nil && transient(err):
 			readErr = err
@@ -297,6 +298,15 @@ func transient(err error) bool {
 		return true
 	}
 	return false
+}
+
+// pastDeadline reports client-go's rate limiter refusing to wait because
+// the wait would end after the context's deadline
+// (golang.org/x/time/rate: "rate: Wait(n=1) would exceed context
+// deadline"): the wait's own timeout, reached a moment early. The limiter's
+// error wraps nothing, so its text is all there is.
+func pastDeadline(err error) bool {
+	return strings.Contains(err.Error(), "would exceed context deadline")
 }
 
 // errDecode marks a Deployment that could not be decoded: never retried.
