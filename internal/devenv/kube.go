@@ -1,8 +1,8 @@
 package devenv
 
 import (
-	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/nationtech/harmony-fleet/internal/repo"
 )
 
 // KubernetesVersion names the binary folder .cache/k8s-<version>/ that
@@ -26,40 +28,17 @@ const KubernetesVersion = "v1.37.2"
 // SetupK8sCommand builds kube-apiserver, etcd and kubectl.
 const SetupK8sCommand = "go tool -modfile=tools/go.mod task setup:k8s"
 
-const modulePath = "github.com/nationtech/harmony-fleet"
-
 // repoRoot returns the nearest enclosing folder of the working directory
 // whose go.mod declares the Fleet module.
 func repoRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := repo.Root()
+	if errors.Is(err, repo.ErrNoRoot) {
+		return "", fmt.Errorf("%w: %w", ErrNoRepoRoot, err)
+	}
 	if err != nil {
-		return "", fmt.Errorf("fleet dev: working directory: %w", err)
+		return "", fmt.Errorf("fleet dev: %w", err)
 	}
-	for {
-		if declaresModule(filepath.Join(dir, "go.mod")) {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", ErrNoRepoRoot
-		}
-		dir = parent
-	}
-}
-
-func declaresModule(gomod string) bool {
-	f, err := os.Open(gomod)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "module "); ok {
-			return strings.Trim(strings.TrimSpace(rest), `"`) == modulePath
-		}
-	}
-	return false
+	return root, nil
 }
 
 // DefaultKubeBinDir is <repository>/.cache/k8s-<KubernetesVersion>.

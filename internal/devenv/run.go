@@ -1,7 +1,6 @@
 package devenv
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/internal/procfs"
 )
 
 // A fleet dev killed with SIGKILL never stops etcd and kube-apiserver (envtest
@@ -65,7 +66,7 @@ func recordKube(dataDir string) {
 		if err != nil {
 			continue
 		}
-		if ppid, comm, ok := procStat(pid); ok && ppid == self && serverComms[comm] {
+		if ppid, comm, ok := procfs.Stat(pid); ok && ppid == self && serverComms[comm] {
 			pids = append(pids, strconv.Itoa(pid))
 		}
 	}
@@ -86,13 +87,13 @@ func sweepOrphans(record string) error {
 		if err != nil {
 			continue
 		}
-		if _, comm, ok := procStat(pid); ok && serverComms[comm] && syscall.Kill(pid, syscall.SIGKILL) == nil {
+		if _, comm, ok := procfs.Stat(pid); ok && serverComms[comm] && syscall.Kill(pid, syscall.SIGKILL) == nil {
 			killed = append(killed, pid)
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for _, pid := range killed {
-		for processAlive(pid) {
+		for procfs.Alive(pid) {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("fleet dev: process %d left by an earlier run does not stop: kill it", pid)
 			}
@@ -106,42 +107,10 @@ func sweepOrphans(record string) error {
 // sameProgramAlive reports whether pid runs and has this process's name (a
 // reused PID of another program does not count).
 func sameProgramAlive(pid int) bool {
-	if !processAlive(pid) {
+	if !procfs.Alive(pid) {
 		return false
 	}
-	_, comm, ok := procStat(pid)
-	_, self, sok := procStat(os.Getpid())
+	_, comm, ok := procfs.Stat(pid)
+	_, self, sok := procfs.Stat(os.Getpid())
 	return ok && sok && comm == self
-}
-
-// procStat returns the parent PID and command name of pid from /proc.
-func procStat(pid int) (ppid int, comm string, ok bool) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, "", false
-	}
-	// Format: pid (comm) state ppid ...; comm may contain spaces and parens.
-	open, end := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
-	if open < 0 || end < open {
-		return 0, "", false
-	}
-	fields := strings.Fields(string(data[end+1:]))
-	if len(fields) < 2 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(fields[1])
-	if err != nil {
-		return 0, "", false
-	}
-	return ppid, string(data[open+1 : end]), true
-}
-
-// processAlive reports whether pid exists (zombies count as gone).
-func processAlive(pid int) bool {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	end := bytes.LastIndexByte(data, ')')
-	return end < 0 || !bytes.HasPrefix(bytes.TrimSpace(data[end+1:]), []byte("Z"))
 }

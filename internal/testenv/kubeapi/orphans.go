@@ -1,7 +1,6 @@
 package kubeapi
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/internal/procfs"
 )
 
 // A test binary killed by `go test -timeout` (or by hand) never runs Stop, and
@@ -35,7 +36,7 @@ func recordChildren(runDir string) string {
 		if err != nil {
 			continue
 		}
-		if ppid, comm, ok := procStat(pid); ok && ppid == self && serverComms[comm] {
+		if ppid, comm, ok := procfs.Stat(pid); ok && ppid == self && serverComms[comm] {
 			pids = append(pids, strconv.Itoa(pid))
 		}
 	}
@@ -59,7 +60,7 @@ func sweepOrphans(runDir string) {
 	for _, e := range entries {
 		owner, _, ok := strings.Cut(e.Name(), "-")
 		ownerPID, err := strconv.Atoi(owner)
-		if !ok || err != nil || processAlive(ownerPID) {
+		if !ok || err != nil || procfs.Alive(ownerPID) {
 			continue
 		}
 		path := filepath.Join(runDir, e.Name())
@@ -72,42 +73,10 @@ func sweepOrphans(runDir string) {
 			if err != nil {
 				continue
 			}
-			if _, comm, ok := procStat(pid); ok && serverComms[comm] {
+			if _, comm, ok := procfs.Stat(pid); ok && serverComms[comm] {
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
 		_ = os.Remove(path)
 	}
-}
-
-// procStat returns the parent PID and command name of pid from /proc.
-func procStat(pid int) (ppid int, comm string, ok bool) {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return 0, "", false
-	}
-	// Format: pid (comm) state ppid ...; comm may contain spaces and parens.
-	open, end := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
-	if open < 0 || end < open {
-		return 0, "", false
-	}
-	fields := strings.Fields(string(data[end+1:]))
-	if len(fields) < 2 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(fields[1])
-	if err != nil {
-		return 0, "", false
-	}
-	return ppid, string(data[open+1 : end]), true
-}
-
-// processAlive reports whether pid exists (zombies count as gone).
-func processAlive(pid int) bool {
-	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	end := bytes.LastIndexByte(data, ')')
-	return end < 0 || !bytes.HasPrefix(bytes.TrimSpace(data[end+1:]), []byte("Z"))
 }

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nationtech/harmony-fleet/internal/procfs"
 )
 
 func TestVersionsMatchTheToolsModulesAndTheSetupScript(t *testing.T) {
@@ -65,7 +67,7 @@ func TestStartWithMissingBinariesReturnsErrBinariesMissing(t *testing.T) {
 }
 
 func TestProcStatReadsParentAndName(t *testing.T) {
-	ppid, comm, ok := procStat(os.Getpid())
+	ppid, comm, ok := procfs.Stat(os.Getpid())
 	if !ok {
 		t.Fatal("procStat of this process failed")
 	}
@@ -75,7 +77,7 @@ func TestProcStatReadsParentAndName(t *testing.T) {
 	if comm == "" {
 		t.Error("empty command name")
 	}
-	if !processAlive(os.Getpid()) {
-		t.Error("processAlive(self) = false")
+	if !procfs.Alive(os.Getpid()) {
+		t.Error("procfs.Alive(self) = false")
 	}
 }

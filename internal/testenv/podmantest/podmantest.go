@@ -31,6 +31,7 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
+	"github.com/nationtech/harmony-fleet/internal/procfs"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
@@ -91,7 +92,7 @@ func Connect(tb testing.TB) context.Context {
 	self := strconv.Itoa(os.Getpid())
 	if err := RemoveContainers(ctx, func(labels map[string]string) bool {
 		pid, err := strconv.Atoi(labels[PIDLabelKey])
-		if err != nil || !processAlive(pid) {
+		if err != nil || !procfs.Alive(pid) {
 			return true // a leftover of a test process that is gone
 		}
 		return labels[PIDLabelKey] == self && ownedBy(labels[LabelKey], tb.Name())
@@ -145,25 +146,4 @@ func RemoveContainers(ctx context.Context, match func(labels map[string]string) 
 		}
 	}
 	return nil
-}
-
-// processAlive reports whether pid names a running (non-zombie) process.
-func processAlive(pid int) bool {
-	if pid <= 0 {
-		return false
-	}
-	data, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	for i := len(data) - 1; i >= 0; i-- {
-		if data[i] == ')' {
-			rest := string(data[i+1:])
-			for len(rest) > 0 && rest[0] == ' ' {
-				rest = rest[1:]
-			}
-			return len(rest) == 0 || rest[0] != 'Z'
-		}
-	}
-	return true
 }
