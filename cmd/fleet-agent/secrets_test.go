@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,7 +176,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 		if err != nil {
 			t.Fatalf("inspect %s: %v", c, err)
 		}
-		if !contains(data.Config.Env, "DB_PASSWORD="+appSecret) {
+		if !slices.Contains(data.Config.Env, "DB_PASSWORD="+appSecret) {
 			t.Errorf("%s: DB_PASSWORD is not the resolved secret", c)
 		}
 		if strings.Contains(strings.Join(data.Config.Env, "\n"), reg.Password) {
@@ -210,7 +211,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 	for {
 		apiID, apiEnv := inspectID(name("api"))
 		initID, initEnv := inspectID(name("migrate"))
-		if apiID != "" && initID != "" && apiID != apiBefore && initID != initBefore && contains(apiEnv, "DB_PASSWORD="+rotated) && contains(initEnv, "DB_PASSWORD="+rotated) {
+		if apiID != "" && initID != "" && apiID != apiBefore && initID != initBefore && slices.Contains(apiEnv, "DB_PASSWORD="+rotated) && slices.Contains(initEnv, "DB_PASSWORD="+rotated) {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -305,15 +306,6 @@ func scanStreams(t *testing.T, ctx context.Context, js jetstream.JetStream, scan
 		t.Fatal("the scan read no message: it cannot find anything")
 	}
 	t.Logf("scanned %d stored messages", n)
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 func boolPtr(b bool) *bool { return &b }
