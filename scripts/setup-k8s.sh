@@ -57,14 +57,29 @@ build() {
 	mkdir -p "$OUT"
 	# -trimpath is deliberately absent: it would stop the build cache being
 	# shared with `go test` of packages that import the same code.
-	CGO_ENABLED=0 nice -n 10 go -C "$ROOT/$dir" build \
-		-ldflags "$flags" -o "$OUT/.$name.tmp" "$pkg"
+	if ! CGO_ENABLED=0 nice -n 10 go -C "$ROOT/$dir" build \
+		-ldflags "$flags" -o "$OUT/.$name.tmp" "$pkg"; then
+		rm -f "$OUT/.$name.tmp"
+		{
+			echo "setup:k8s: building $name ($pkg in $dir) failed; go's error is above."
+			echo "  - 'go: downloading' errors or 'dial tcp': this machine must reach the Go module proxy ($(go env GOPROXY))."
+			echo "  - 'signal: killed' or 'cannot allocate memory': the kube-apiserver build needs about 2.5 GB of free memory."
+			echo "  - 'no space left on device': free space for the Go build cache ($(go env GOCACHE)) and .cache/."
+			echo "  Then re-run: go tool -modfile=tools/go.mod task setup:k8s"
+		} >&2
+		exit 1
+	fi
 	mv -f "$OUT/.$name.tmp" "$OUT/$name"
 	end=$(date +%s)
 	log "built $name in $((end - start))s"
 }
 
 total_start=$(date +%s)
+
+if ! command -v go >/dev/null 2>&1; then
+	echo "setup:k8s: go is not on PATH; install Go 1.26 (https://go.dev/dl/) and re-run" >&2
+	exit 1
+fi
 
 if up_to_date kube-apiserver "$K8S_VERSION" --version; then
 	log "kube-apiserver $K8S_VERSION already built"

@@ -9,8 +9,10 @@
 #   3. the base image localhost/fleet-base:latest, made from busybox-static
 #      with `podman import`;
 #   4. a TLS distribution registry with htpasswd (bcrypt) auth on
-#      127.0.0.1:5000, its self-signed CA trusted by Podman/buildah through
-#      /etc/containers/certs.d/127.0.0.1:5000/ca.crt;
+#      127.0.0.1:5000 (or the first free port above it when another process,
+#      such as another checkout's registry, holds 5000; recorded in
+#      registry.env), its self-signed CA trusted by Podman/buildah through
+#      /etc/containers/certs.d/127.0.0.1:<port>/ca.crt;
 #   5. the Podman API service on unix://.cache/run/podman.sock.
 #
 # Everything it starts keeps its PID file and log in the run folder
@@ -20,13 +22,18 @@
 #
 # Idempotent and safe to re-run: each step checks before it acts, so a warm
 # run only verifies. Uses sudo for system changes only when not root.
+#
+# Usage: scripts/setup-podman.sh [--packages-only]
+#   --packages-only  install the Debian packages, then stop (changes nothing
+#                    else; scripts/check-fresh-debian.sh runs it in a fresh
+#                    Debian 12 root).
 set -euo pipefail
 
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 BASE_IMAGE="localhost/fleet-base:latest"
-REGISTRY_ADDR="127.0.0.1:5000"
+REGISTRY_PORT=5000 # the first port tried; see "registry" below
 REGISTRY_USER="fleet-test"
 REG="$RUN/registry"
 SOCK="$RUN/podman.sock"
@@ -80,34 +87,21 @@ write_if_changed() {
 
 # ---------------------------------------------------------------- packages
 step "packages: ${#PACKAGES[@]} Debian packages"
-missing=()
-installed=" $(dpkg-query -W -f='${Package}=${Status}\n' "${PACKAGES[@]}" 2>/dev/null \
-	| sed -n 's/=install ok installed$//p' | tr '\n' ' ') "
-for p in "${PACKAGES[@]}"; do
-	[[ "$installed" == *" $p "* ]] || missing+=("$p")
-done
+mapfile -t missing < <(missing_packages "${PACKAGES[@]}")
 if ((${#missing[@]})); then
-	log "  installing: ${missing[*]}"
-	# Keep package maintainer scripts from starting services (the Debian
-	# docker-registry service would take port 5000 on every interface).
-	policy=/usr/sbin/policy-rc.d
-	made_policy=""
-	if [[ ! -e "$policy" ]]; then
-		printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
-		$SUDO chmod 0755 "$policy"
-		made_policy=1
+	log "  missing: ${missing[*]}"
+	if ! install_packages "${PACKAGES[@]}"; then
+		echo "setup:podman: the Debian packages could not be installed (see above); nothing else was changed" >&2
+		exit 1
 	fi
-	cleanup_policy() { if [[ -n "$made_policy" ]]; then $SUDO rm -f "$policy"; fi; }
-	trap cleanup_policy EXIT
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-	$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-		--no-install-recommends "${missing[@]}" >/dev/null
-	cleanup_policy
-	trap - EXIT
 else
 	log "  all installed"
 fi
 step_done
+if [[ "${1:-}" == "--packages-only" ]]; then
+	log "packages only (--packages-only): done in $(( $(now_ms) - total_start )) ms"
+	exit 0
+fi
 
 # -------------------------------------------------------- containers.conf
 step "containers.conf: limits and runtime for this machine"
@@ -170,13 +164,31 @@ fi
 step_done
 
 # --------------------------------------------------------------- registry
-step "registry: TLS + htpasswd on $REGISTRY_ADDR"
 creds="$RUN/registry.env"
+# The port: the one this checkout used before (registry.env), else 5000. A
+# port another process holds (another checkout's registry, a Debian
+# docker-registry service) is never shared: this checkout moves to the first
+# free port from 5000 up and records it, so tests find it in registry.env.
+# (No registry.env yet is an answer, not an error: `|| true` under set -e.)
+port="$(sed -n 's/^FLEET_TEST_REGISTRY=127\.0\.0\.1://p' "$creds" 2>/dev/null || true)"
+[[ "$port" =~ ^[0-9]+$ ]] || port="$REGISTRY_PORT"
+if ! pid_alive "$RUN/registry.pid" docker-registry && port_held "$port"; then
+	log "  port $port is held by another process ($(port_holder "$port")): this checkout's registry moves to a free port"
+	if ! port="$(free_port "$REGISTRY_PORT" 5999)"; then
+		echo "setup:podman: no free port from $REGISTRY_PORT to 5999 for the test registry; stop what holds them and re-run" >&2
+		exit 1
+	fi
+fi
+REGISTRY_ADDR="127.0.0.1:$port"
+step "registry: TLS + htpasswd on $REGISTRY_ADDR"
 if [[ ! -s "$creds" ]]; then
 	( umask 077
 	  printf 'FLEET_TEST_REGISTRY=%s\nFLEET_TEST_REGISTRY_USER=%s\nFLEET_TEST_REGISTRY_PASSWORD=%s\n' \
 		"$REGISTRY_ADDR" "$REGISTRY_USER" "$(openssl rand -hex 16)" > "$creds" )
 	log "  generated test credentials in .cache/run/registry.env"
+elif ! grep -qxF "FLEET_TEST_REGISTRY=$REGISTRY_ADDR" "$creds"; then
+	sed -i "s/^FLEET_TEST_REGISTRY=.*/FLEET_TEST_REGISTRY=$REGISTRY_ADDR/" "$creds"
+	log "  recorded $REGISTRY_ADDR in .cache/run/registry.env"
 fi
 password="$(sed -n 's/^FLEET_TEST_REGISTRY_PASSWORD=//p' "$creds")"
 
@@ -236,8 +248,8 @@ registry_up() { curl -s -o /dev/null -w '%{http_code}' --cacert "$REG/ca.crt" "h
 if pid_alive "$RUN/registry.pid" docker-registry; then
 	log "  running (pid $(cat "$RUN/registry.pid"))"
 else
-	if registry_up; then
-		echo "setup:podman: something else already serves $REGISTRY_ADDR; stop it (a Debian docker-registry service?) and re-run" >&2
+	if port_held "$port"; then
+		echo "setup:podman: port $port is held by another process ($(port_holder "$port")); stop it or remove .cache/run/registry.env to pick another port, then re-run" >&2
 		exit 1
 	fi
 	nohup docker-registry serve "$REG/config.yml" >> "$RUN/registry.log" 2>&1 < /dev/null &
@@ -262,6 +274,9 @@ else
 	rm -f "$SOCK"
 	# The shell writes its own PID, then becomes the service (exec), so the PID
 	# file names the service even when sudo sits in between.
+	# $SUDO is empty or "sudo" (word splitting intended); $$, $1 and $2
+	# belong to the inner shell.
+	# shellcheck disable=SC2086,SC2016
 	nohup $SUDO sh -c 'echo $$ > "$1"; exec podman system service --time=0 "unix://$2"' \
 		sh "$RUN/podman.pid" "$SOCK" >> "$RUN/podman.log" 2>&1 < /dev/null &
 	echo "$conf_hash" > "$RUN/podman.hash"

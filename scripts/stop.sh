@@ -9,7 +9,7 @@
 # behind by a test process that died.
 set -euo pipefail
 
-# shellcheck source=lib.sh
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 for svc in "podman:system service:20" "registry:docker-registry:10"; do

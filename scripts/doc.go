@@ -1,0 +1,7 @@
+// Package scripts holds the shell scripts that install and start what the
+// tests and `fleet dev` need on a Debian 12 machine (setup-podman.sh,
+// setup-k8s.sh, setup-natscli.sh, stop.sh, their helpers in lib.sh) and the
+// Go tests of those scripts: package detection and installation on a
+// machine where dpkg has never heard of the packages, apt failures, and
+// shellcheck over every script. It has no Go API; nothing imports it.
+package scripts
