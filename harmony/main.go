@@ -257,7 +257,7 @@ func run(ctx context.Context, app HarmonyApp, o Options) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Stdout, "rollout generation %d succeeded: %d of %d targets converged\n", applied.Generation, st.Counts.Succeeded, st.Counts.Total)
+	fmt.Fprintf(o.Stdout, "rollout generation %d succeeded: %d of %d targets converged%s\n", applied.Generation, st.Counts.Succeeded, st.Counts.Total, rollout.CanaryStage(st))
 	return nil
 }
 

@@ -22,11 +22,12 @@ import "github.com/nationtech/harmony-fleet/harmony"
 
 // Coordinates of the "local" context (fleet dev and the end-to-end test).
 // They are compiled in like every context; the test sets them at link time
-// (-ldflags -X main.localOpenBao=… -X main.localZitadel=…) because its
-// servers listen on free ports.
+// (-ldflags -X main.localOpenBao=… -X main.localZitadel=… -X
+// main.localRegistry=…) because its servers listen on free ports.
 var (
-	localOpenBao = "http://127.0.0.1:8200"
-	localZitadel = "http://127.0.0.1:8080"
+	localOpenBao  = "http://127.0.0.1:8200"
+	localZitadel  = "http://127.0.0.1:8080"
+	localRegistry = "127.0.0.1:5000"
 )
 
 // app is the application's stable build and deployment policy.
@@ -52,7 +53,7 @@ func (app) Contexts() []harmony.Context {
 		{
 			Name:       "local",
 			Namespace:  "example",
-			Registry:   "127.0.0.1:5000",
+			Registry:   localRegistry,
 			Repository: "example",
 			OpenBao:    harmony.OpenBao{URL: localOpenBao, Role: "example-ci"},
 			Zitadel:    harmony.Zitadel{URL: localZitadel, ProjectID: "harmony-fleet"},

@@ -185,6 +185,20 @@ func Summary(s fleetv1.DeploymentStatus) string {
 	return out
 }
 
+// CanaryStage describes the canary stage of a revision from its final
+// status: "" when the revision froze no canary, otherwise how many canaries
+// converged before the release to the other targets. It reads the counts the
+// operator keeps in the status for the whole life of the revision, so it does
+// not depend on having seen the Canary phase while it lasted (a canary stage
+// can pass between two status reads).
+func CanaryStage(s fleetv1.DeploymentStatus) string {
+	c := s.Counts
+	if c.Canaries == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (canary stage: %d of %d canaries converged before the release)", c.CanariesSucceeded, c.Canaries)
+}
+
 // WaitOptions configure Wait.
 type WaitOptions struct {
 	// Interval between two reads of the status. Default 1s.

@@ -487,3 +487,23 @@ func TestAHeldPullSecretPolicyIsReportedWithItsReason(t *testing.T) {
 		})
 	}
 }
+
+func TestCanaryStage(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		counts fleetv1.RolloutCounts
+		want   string
+	}{
+		{"a revision without canaries has no canary stage", fleetv1.RolloutCounts{Total: 3, Succeeded: 3}, ""},
+		{"a passed canary stage is described from the kept counts", fleetv1.RolloutCounts{Total: 2, Succeeded: 2, Canaries: 1, CanariesSucceeded: 1},
+			" (canary stage: 1 of 1 canaries converged before the release)"},
+		{"every canary of a larger stage is counted", fleetv1.RolloutCounts{Total: 10, Succeeded: 10, Canaries: 3, CanariesSucceeded: 3},
+			" (canary stage: 3 of 3 canaries converged before the release)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := rollout.CanaryStage(fleetv1.DeploymentStatus{Counts: tc.counts}); got != tc.want {
+				t.Errorf("CanaryStage = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
