@@ -65,9 +65,8 @@ func TestSecretValuesReachOnlyTheContainer(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	t.Cleanup(func() {
-		_ = podmantest.RemoveContainers(pctx, func(l map[string]string) bool { return l[agent.LabelDevice] == device })
-	})
+	// The agent's containers carry the agent's labels, not the test's.
+	podmantest.RemoveLabelledAtCleanup(t, pctx, agent.LabelDevice, device)
 
 	// OpenBao as docs/agent.md says to configure it.
 	bao := baostandin.Start(t)

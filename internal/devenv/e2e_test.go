@@ -228,11 +228,19 @@ func TestDevRunsTheExamplesOnAPodmanDeviceWithSecretsFromTheOpenBaoStandIn(t *te
 	t.Cleanup(func() {
 		// Only what this test made: podman-1's containers created since it
 		// began (a failed run leaves them).
-		list, _ := containers.List(conn, new(containers.ListOptions).WithAll(true).
+		// t.Context(), and so conn, is already cancelled when cleanups run.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(conn), time.Minute)
+		defer cancel()
+		list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true).
 			WithFilters(map[string][]string{"label": {"fleet.nationtech.io/device=" + devenv.PodmanDevice}}))
+		if err != nil {
+			t.Errorf("list podman-1's containers: %v", err)
+		}
 		for _, c := range list {
 			if !c.Created.Before(began.Add(-time.Second)) {
-				_, _ = containers.Remove(conn, c.ID, new(containers.RemoveOptions).WithForce(true).WithTimeout(0).WithIgnore(true))
+				if _, err := containers.Remove(cctx, c.ID, new(containers.RemoveOptions).WithForce(true).WithTimeout(0).WithIgnore(true)); err != nil {
+					t.Errorf("remove %s: %v", c.Names, err)
+				}
 			}
 		}
 	})

@@ -2,12 +2,14 @@
 // setup:podman`: the Podman API service on .cache/run/podman.sock (reached
 // with the github.com/containers/podman/v5 bindings, built with CGO_ENABLED=0
 // and the tags `remote exclude_graphdriver_btrfs containers_image_openpgp`),
-// the base image localhost/fleet-base:latest and the TLS test registry on
-// 127.0.0.1:5000 with its credentials. It owns the test container labels and
+// the base image localhost/fleet-base:latest and the TLS test registry (on
+// 127.0.0.1:5000, or the free port setup chose, read with its credentials
+// from .cache/run/registry.env). It owns the test container labels and
 // the removal of labelled containers before and after each test, and
 // classifies registry authentication failures.
 //
-// Invariants: it only ever removes containers that carry LabelKey; a test
+// Invariants: it only ever removes containers that carry LabelKey, or the
+// key=value label a test names as its own (RemoveLabelledAtCleanup); a test
 // removes its own containers, and containers of test processes that no
 // longer run, never those of another running test process. When the Podman
 // service or the registry is missing it follows the testenv policy: fail with
@@ -111,6 +113,40 @@ func Connect(tb testing.TB) context.Context {
 		}
 	})
 	return ctx
+}
+
+// RemoveLabelledAtCleanup removes, when tb ends, every container labelled
+// key=value, for containers a test does not create itself: those an agent
+// under test creates carry the agent's labels, not Labels(tb). value must be
+// unique to the test (a device id made for it), because this removes such a
+// container whoever made it. It runs on a context of its own: tb's context
+// (and a context Connect returned) is already cancelled when cleanups run.
+// A failed removal fails the test.
+func RemoveLabelledAtCleanup(tb testing.TB, ctx context.Context, key, value string) {
+	tb.Helper()
+	if key == "" || value == "" {
+		tb.Fatalf("podmantest: RemoveLabelledAtCleanup needs a label key and a value unique to the test, got %q=%q", key, value)
+	}
+	tb.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTimeout)
+		defer cancel()
+		list, err := containers.List(cctx, new(containers.ListOptions).
+			WithAll(true).
+			WithFilters(map[string][]string{"label": {key + "=" + value}}))
+		if err != nil {
+			tb.Errorf("podmantest: list containers labelled %s=%s: %v", key, value, err)
+			return
+		}
+		for _, c := range list {
+			if c.Labels[key] != value {
+				continue
+			}
+			if _, err := containers.Remove(cctx, c.ID, new(containers.RemoveOptions).
+				WithForce(true).WithVolumes(true).WithTimeout(0).WithIgnore(true)); err != nil {
+				tb.Errorf("podmantest: remove container %s (%s=%s): %v", c.ID, key, value, err)
+			}
+		}
+	})
 }
 
 // ownedBy reports whether a container labelled with test name label belongs
