@@ -33,8 +33,12 @@ type Config struct {
 	IssuerSeedFile string `json:"issuer_seed_file"`
 	// XKeySeedFile holds the curve seed (SX...); empty: unencrypted.
 	XKeySeedFile string `json:"xkey_seed_file,omitempty"`
-	// Account users are placed in. Default FLEET.
+	// Account is the control-plane account the operator role is placed
+	// in. Default FLEET (AccountFleet).
 	Account string `json:"account"`
+	// DeviceAccount is the account devices are placed in. Default DEVICES
+	// (AccountDevices); it must differ from Account.
+	DeviceAccount string `json:"device_account"`
 	// OIDCIssuer is the expected iss.
 	OIDCIssuer string `json:"oidc_issuer"`
 	// Audience is the expected aud (the Fleet project id).

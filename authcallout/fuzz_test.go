@@ -148,7 +148,7 @@ func FuzzRespond(f *testing.F) {
 		if !permsEqual(uc.Permissions, want) {
 			t.Fatalf("permissions %+v, want %+v", uc.Permissions, want)
 		}
-		if uc.Expires == 0 || uc.Expires > c.Expiry.Unix() || uc.Issuer != issuerPub || uc.Audience != "FLEET" {
+		if uc.Expires == 0 || uc.Expires > c.Expiry.Unix() || uc.Issuer != issuerPub || uc.Audience != authcallout.AccountDevices {
 			t.Fatalf("user JWT exp %d (token %d) iss %s aud %s", uc.Expires, c.Expiry.Unix(), uc.Issuer, uc.Audience)
 		}
 	})

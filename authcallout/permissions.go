@@ -12,11 +12,35 @@ import (
 // a control-plane role is authorised by that role, not by fleet-identity.
 const (
 	// RoleOperator is the Fleet operator: the control plane, trusted with
-	// the whole FLEET account.
+	// the whole control-plane account (AccountFleet). It is the only role:
+	// every other identity is a device, placed in AccountDevices.
 	RoleOperator = "fleet-operator"
-	// RoleShipper is CI (`harmony ship`): reads rollout and intent history
-	// to wait for a revision, writes nothing.
-	RoleShipper = "fleet-shipper"
+)
+
+// The accounts of ServerConfig.
+const (
+	// AccountFleet is the control-plane account: streams, KV buckets, the
+	// JetStream API, the operator.
+	AccountFleet = "FLEET"
+	// AccountDevices holds every device, with JetStream disabled; it
+	// imports from AccountFleet exactly the subjects devices need.
+	AccountDevices = "DEVICES"
+)
+
+// What one device may cost the server: the limits of the DEVICES account
+// in ServerConfig (a test keeps them equal). They are account limits
+// because the server ignores the limits of a user JWT that an auth callout
+// issues; an account's max_payload and max_subscriptions apply to each of
+// its connections. See docs/security.md, "What one device can cost".
+const (
+	// DeviceMaxPayload is the largest message a device may publish, in
+	// bytes. The largest report an agent sends (an inventory of a device
+	// with many containers) is a few KiB.
+	DeviceMaxPayload = 128 * 1024
+	// DeviceMaxSubs is how many subscriptions a device connection may hold:
+	// the agent holds three (its intent notifications, its commands, its
+	// request inbox).
+	DeviceMaxSubs = 16
 )
 
 // ReportKinds are the report kinds a device may publish; DevicePermissions
@@ -62,38 +86,10 @@ func DevicePermissions(device string) (jwt.Permissions, error) {
 }
 
 // OperatorPermissions: the operator is the control plane and may use every
-// subject of the FLEET account (streams, KV, JetStream API).
+// subject of the control-plane account (streams, KV, JetStream API).
 func OperatorPermissions() jwt.Permissions {
 	var p jwt.Permissions
 	p.Pub.Allow.Add(">")
 	p.Sub.Allow.Add(">")
 	return p
-}
-
-// readStreams are the streams the shipper may read.
-var readStreams = []string{events.StreamRollout, events.StreamIntent}
-
-// ShipperPermissions: CI may read the rollout and intent streams (stream
-// info, ephemeral or ordered consumers, direct get) on its own inbox, and
-// nothing else; it publishes no event.
-func ShipperPermissions(subject string) (jwt.Permissions, error) {
-	if err := events.ValidateToken(events.TokenIdentitySubject, subject); err != nil {
-		return jwt.Permissions{}, fmt.Errorf("authcallout: shipper permissions: %w", err)
-	}
-	var p jwt.Permissions
-	p.Pub.Allow.Add("$JS.API.INFO")
-	for _, s := range readStreams {
-		p.Pub.Allow.Add(
-			"$JS.API.STREAM.INFO."+s,
-			"$JS.API.CONSUMER.CREATE."+s+".>",
-			"$JS.API.CONSUMER.INFO."+s+".>",
-			"$JS.API.CONSUMER.DELETE."+s+".>",
-			"$JS.API.CONSUMER.MSG.NEXT."+s+".>",
-			"$JS.API.DIRECT.GET."+s+".>",
-			"$JS.FC."+s+".>",
-			"$JS.ACK."+s+".>",
-		)
-	}
-	p.Sub.Allow.Add(InboxPrefix(subject) + ".>")
-	return p, nil
 }

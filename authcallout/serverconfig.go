@@ -9,13 +9,17 @@ import (
 // byte for byte (a test checks): the auth callout wiring every Fleet server
 // runs. It refers to the $FLEET_… variables of ConfigVars.
 const ServerConfig = `# fleet-authcallout: NATS server configuration
+# The CONNECT line carries the device's id_token: 8 KiB bounds the token a
+# client may present (the default is 4 KiB).
+max_control_line: 8192
 accounts {
   # The callout's own account: the callout service connects here and
   # answers $SYS.REQ.USER.AUTH.
   AUTH {
     users: [ { user: "fleet-authcallout", password: $FLEET_CALLOUT_PASSWORD } ]
   }
-  # Everything Fleet: streams, KV buckets, devices, the operator.
+  # The control plane: streams, KV buckets, the JetStream API, the operator.
+  # No device is ever placed here.
   FLEET {
     jetstream: enabled
     users: [
@@ -28,6 +32,41 @@ accounts {
           subscribe: { allow: ["_INBOX_fleet-identity-reader.>", "$KV.fleet-identity.>"] }
         } }
     ]
+    # Exactly what devices need, nothing else. Each device's user JWT
+    # still limits it to its own subjects.
+    exports: [
+      # Reports: the reports and telemetry streams capture them here.
+      { service: "fleet.report.*.*" }
+      # The subject-scoped direct get of one device's intent (never the
+      # payload form, which cannot be scoped).
+      { service: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" }
+      # Intent change notifications and agent commands.
+      { stream: "$KV.fleet-intent.*" }
+      { stream: "fleet.command.*" }
+    ]
+  }
+  # Every device. JetStream disabled: a device reaches the control plane
+  # only through these imports, and JetStream's answers reach a device only
+  # through the imports' reply mapping, so a reply subject a device chooses
+  # can never name a stream, a KV key or the JetStream API.
+  DEVICES {
+    # What one connection may cost: message size and subscriptions
+    # (authcallout.DeviceMaxPayload, DeviceMaxSubs).
+    limits: { max_payload: 131072, max_subscriptions: 16 }
+    imports: [
+      { service: { account: FLEET, subject: "fleet.report.*.*" } }
+      { service: { account: FLEET, subject: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" } }
+      { stream: { account: FLEET, subject: "$KV.fleet-intent.*" } }
+      { stream: { account: FLEET, subject: "fleet.command.*" } }
+    ]
+    # Inside this account a reply would reach every subscriber of the
+    # subject its sender names: these send what a device publishes (or has
+    # answered) on another device's notification or command subject
+    # nowhere. Messages arriving through the imports are not re-mapped.
+    mappings: {
+      "$KV.fleet-intent.*": "fleet.void.intent"
+      "fleet.command.*": "fleet.void.command"
+    }
   }
   SYS {
     # The callout disconnects (kicks) live connections of quarantined

@@ -38,9 +38,17 @@ type Options struct {
 	// auth_callout.xkey. Optional: without it requests must be plain, with
 	// it they must be encrypted.
 	XKey nkeys.KeyPair
-	// Account is the account users are placed in (the user JWT's aud in
-	// config mode), e.g. "FLEET". Required.
+	// Account is the control-plane account (the user JWT's aud in config
+	// mode) the operator role is placed in: the one that holds the streams,
+	// the KV buckets and the JetStream API. Default AccountFleet.
 	Account string
+	// DeviceAccount is the account devices are placed in: JetStream
+	// disabled, reaching the control plane only through the imports of
+	// ServerConfig. Default AccountDevices. It must differ from Account: a
+	// device in the control-plane account could aim JetStream's answers
+	// (publish acks, direct-get replies, API errors) at any of its
+	// subjects through a reply subject it chooses.
+	DeviceAccount string
 	// Verifier checks id_tokens. Required.
 	Verifier *Verifier
 	// Identities maps token subjects to devices. Required.
@@ -80,8 +88,8 @@ func (o Options) Validate() error {
 			errs = append(errs, errors.New("authcallout: XKey is not a curve key pair (seed must start with SX)"))
 		}
 	}
-	if o.Account == "" {
-		errs = append(errs, errors.New("authcallout: Account is empty: name the account users are placed in"))
+	if o.Account != "" && o.Account == o.DeviceAccount {
+		errs = append(errs, fmt.Errorf("authcallout: Account and DeviceAccount are both %q: devices must be in an account of their own (default %s, control plane %s)", o.Account, AccountDevices, AccountFleet))
 	}
 	if o.Verifier == nil {
 		errs = append(errs, errors.New("authcallout: Verifier is nil"))
@@ -117,6 +125,15 @@ func New(o Options) (*Service, error) {
 	}
 	if o.QueueGroup == "" {
 		o.QueueGroup = DefaultQueueGroup
+	}
+	if o.Account == "" {
+		o.Account = AccountFleet
+	}
+	if o.DeviceAccount == "" {
+		o.DeviceAccount = AccountDevices
+	}
+	if o.Account == o.DeviceAccount {
+		return nil, fmt.Errorf("authcallout: Account and DeviceAccount are both %q: devices must be in an account of their own", o.Account)
 	}
 	if o.Workers == 0 {
 		o.Workers = 4 * runtime.GOMAXPROCS(0)
@@ -330,15 +347,12 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	}
 	var perms jwt.Permissions
 	name := claims.Subject
+	account := s.o.DeviceAccount
 	switch {
 	case slices.Contains(claims.Roles, RoleOperator):
 		who.Role = RoleOperator
 		perms = OperatorPermissions()
-	case slices.Contains(claims.Roles, RoleShipper):
-		who.Role = RoleShipper
-		if perms, err = ShipperPermissions(claims.Subject); err != nil {
-			return "", who, fmt.Errorf("%w: %w", ErrUnknownIdentity, err)
-		}
+		account = s.o.Account
 	default:
 		id, err := s.o.Identities.Lookup(ctx, claims.Subject)
 		if err != nil {
@@ -355,7 +369,7 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	}
 	uc := jwt.NewUserClaims(req.UserNkey)
 	uc.Name = name
-	uc.Audience = s.o.Account
+	uc.Audience = account
 	uc.Expires = claims.Expiry.Unix()
 	who.Until = claims.Expiry
 	uc.Permissions = perms

@@ -43,7 +43,6 @@ func TestPermissionsRefuseInvalidNames(t *testing.T) {
 		{"a device id with a dot is refused", func() error { _, err := authcallout.DevicePermissions("a.b"); return err }},
 		{"a device id with a wildcard is refused", func() error { _, err := authcallout.DevicePermissions("*"); return err }},
 		{"an empty device id is refused", func() error { _, err := authcallout.DevicePermissions(""); return err }},
-		{"a shipper subject with > is refused", func() error { _, err := authcallout.ShipperPermissions(">"); return err }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +71,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"a missing issuer is named", func(o *authcallout.Options) { o.Issuer = nil }, "Issuer"},
 		{"a user key as issuer is refused", func(o *authcallout.Options) { o.Issuer = user }, "account key"},
 		{"an account key as xkey is refused", func(o *authcallout.Options) { o.XKey = acc }, "curve"},
-		{"a missing account is named", func(o *authcallout.Options) { o.Account = "" }, "Account"},
+		{"devices placed in the control-plane account are refused", func(o *authcallout.Options) { o.Account, o.DeviceAccount = "FLEET", "FLEET" }, "DeviceAccount"},
 		{"a missing verifier is named", func(o *authcallout.Options) { o.Verifier = nil }, "Verifier"},
 		{"missing identities are named", func(o *authcallout.Options) { o.Identities = nil }, "Identities"},
 	}

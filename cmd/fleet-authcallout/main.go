@@ -49,7 +49,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&over.SystemPasswordFile, "system-password-file", "", "file holding the system user's password")
 	fs.StringVar(&over.IssuerSeedFile, "issuer-seed-file", "", "file holding the issuer account seed (SA...)")
 	fs.StringVar(&over.XKeySeedFile, "xkey-seed-file", "", "file holding the curve seed (SX...) for the encrypted callout")
-	fs.StringVar(&over.Account, "account", "", "account users are placed in (default FLEET)")
+	fs.StringVar(&over.Account, "account", "", "control-plane account the operator role is placed in (default FLEET)")
+	fs.StringVar(&over.DeviceAccount, "device-account", "", "account devices are placed in, JetStream disabled (default DEVICES)")
 	fs.StringVar(&over.OIDCIssuer, "oidc-issuer", "", "expected id_token issuer")
 	fs.StringVar(&over.Audience, "audience", "", "expected id_token audience (the Fleet project id)")
 	fs.StringVar(&over.JWKSURL, "jwks-url", "", "JWKS URL (default: from discovery)")
@@ -67,7 +68,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	merge(&cfg, over)
 	if cfg.Account == "" {
-		cfg.Account = "FLEET"
+		cfg.Account = authcallout.AccountFleet
+	}
+	if cfg.DeviceAccount == "" {
+		cfg.DeviceAccount = authcallout.AccountDevices
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -143,7 +147,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		return fmt.Errorf("jetstream: %w", err)
 	}
 	svc, err := authcallout.New(authcallout.Options{
-		Conn: callout, Issuer: issuer, XKey: xkey, Account: cfg.Account, Verifier: verifier,
+		Conn: callout, Issuer: issuer, XKey: xkey, Account: cfg.Account, DeviceAccount: cfg.DeviceAccount, Verifier: verifier,
 		Identities: authcallout.NewKVIdentities(js), Watch: watch, System: system, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
 	})
 	if err != nil {
@@ -168,6 +172,7 @@ func merge(c *authcallout.Config, o authcallout.Config) {
 	set(&c.IssuerSeedFile, o.IssuerSeedFile)
 	set(&c.XKeySeedFile, o.XKeySeedFile)
 	set(&c.Account, o.Account)
+	set(&c.DeviceAccount, o.DeviceAccount)
 	set(&c.OIDCIssuer, o.OIDCIssuer)
 	set(&c.Audience, o.Audience)
 	set(&c.JWKSURL, o.JWKSURL)

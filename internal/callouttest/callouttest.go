@@ -161,7 +161,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 	for i := range svcs {
 		svcs[i], err = authcallout.New(authcallout.Options{
 			Conn: natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-authcallout", "callout-secret")), Issuer: e.Issuer, XKey: e.XKey,
-			Account: "FLEET", Verifier: e.Verifier, Identities: authcallout.NewKVIdentities(rjs), Logger: o.Logger,
+			Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices, Verifier: e.Verifier, Identities: authcallout.NewKVIdentities(rjs), Logger: o.Logger,
 			Watch: reader, System: sys,
 		})
 		if err != nil {

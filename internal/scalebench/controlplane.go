@@ -119,7 +119,7 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (cp *con
 		return nil, fmt.Errorf("scalebench: %w", err)
 	}
 	svc, err := authcallout.New(authcallout.Options{
-		Conn: calloutNC, Issuer: cp.sec.issuer, XKey: cp.sec.xkey, Account: "FLEET", Verifier: verifier,
+		Conn: calloutNC, Issuer: cp.sec.issuer, XKey: cp.sec.xkey, Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices, Verifier: verifier,
 		Identities: authcallout.NewKVIdentities(rjs), Watch: readerNC, System: sysNC,
 		Logger: o.Logger.With("component", "authcallout"),
 	})
