@@ -98,7 +98,8 @@ type devProc struct {
 	stderr  *syncBuffer
 	done    chan error
 	stopped bool
-	// exports are the two printed export lines (kubectl, nats CLI).
+	// exports are the three printed export lines (PATH, kubectl, nats
+	// CLI): all a new shell gets besides a system PATH.
 	exports string
 	in      devenv.Info
 	kube    []int // etcd and kube-apiserver PIDs
@@ -106,6 +107,7 @@ type devProc struct {
 }
 
 var (
+	rePATH       = regexp.MustCompile(`(?m)^\s*(export PATH="(\S+):\$PATH")$`)
 	reKubeconfig = regexp.MustCompile(`(?m)^\s*(export KUBECONFIG=(\S+))$`)
 	reKubectl    = regexp.MustCompile(`(?m)# kubectl of the same version: (\S+)$`)
 	reNATS       = regexp.MustCompile(`(?m)^\s*(export NATS_URL=(\S+) NATS_USER=(\S+) NATS_PASSWORD="\$\(cat (\S+)\)")$`)
@@ -113,13 +115,15 @@ var (
 	reBaoToken   = regexp.MustCompile(`(?m)root token in (\S+)$`)
 )
 
-// startDev runs `fleet dev` on dir with free ports and the flags given, and
-// returns once it printed its usage text.
+// startDev runs `fleet dev` on dir with free ports, the tests' nats CLI
+// (--nats-cli) and the flags given, and returns once it printed its usage
+// text.
 func startDev(t *testing.T, dir string, flags ...string) *devProc {
 	t.Helper()
 	bin := fleetBinary(t)
+	natsBin := natsCLI(t)
 	p := &devProc{dataDir: dir, stderr: &syncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--nats-port", "-1"}, flags...)...)
+	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--nats-port", "-1", "--nats-cli", natsBin}, flags...)...)
 	p.cmd.Dir = repoRoot(t)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -165,14 +169,16 @@ func startDev(t *testing.T, dir string, flags ...string) *devProc {
 	}
 	p.startup = time.Since(began)
 	t.Logf("fleet dev %v ready in %s", flags, p.startup.Round(time.Millisecond))
-	kc, kctl, nm := reKubeconfig.FindStringSubmatch(p.out), reKubectl.FindStringSubmatch(p.out), reNATS.FindStringSubmatch(p.out)
+	path, kc, kctl, nm := rePATH.FindStringSubmatch(p.out), reKubeconfig.FindStringSubmatch(p.out),
+		reKubectl.FindStringSubmatch(p.out), reNATS.FindStringSubmatch(p.out)
 	bao, tok := reBao.FindStringSubmatch(p.out), reBaoToken.FindStringSubmatch(p.out)
-	if kc == nil || kctl == nil || nm == nil || bao == nil || tok == nil {
-		t.Fatalf("fleet dev's output lacks the kubeconfig, kubectl, nats or OpenBao lines:\n%s", p.out)
+	if path == nil || kc == nil || kctl == nil || nm == nil || bao == nil || tok == nil {
+		t.Fatalf("fleet dev's output lacks the PATH, kubeconfig, kubectl, nats or OpenBao lines:\n%s", p.out)
 	}
-	p.exports = kc[1] + "\n" + nm[1]
-	p.in = devenv.Info{Kubeconfig: kc[2], Kubectl: kctl[1], NATSURL: nm[2], AdminUser: nm[3], AdminPasswordFile: nm[4],
-		OpenBaoAddr: bao[1], OpenBaoTokenFile: tok[1], Namespace: "lab"}
+	p.exports = path[1] + "\n" + kc[1] + "\n" + nm[1]
+	p.in = devenv.Info{BinDir: path[2], Kubeconfig: kc[2], Kubectl: kctl[1], NATSURL: nm[2], AdminUser: nm[3], AdminPasswordFile: nm[4],
+		OpenBaoAddr: bao[1], OpenBaoTokenFile: tok[1], Namespace: "lab", NATSCLI: natsBin}
+	checkBinDir(t, p, map[string]string{"fleet": bin, "kubectl": p.in.Kubectl, "nats": natsBin})
 	p.kube = kubeChildren(p.cmd.Process.Pid)
 	if len(p.kube) != 2 {
 		t.Errorf("fleet dev runs %d etcd/kube-apiserver children (%v), want 2", len(p.kube), p.kube)
@@ -257,9 +263,44 @@ func (p *devProc) stop(t *testing.T) {
 	}
 }
 
+// checkBinDir checks that the printed PATH line names <data>/bin and that
+// its links point at the binaries the test gave fleet dev: fleet at the
+// test-built binary (fleet dev's own executable), kubectl at the printed
+// one, nats at --nats-cli.
+func checkBinDir(t *testing.T, p *devProc, want map[string]string) {
+	t.Helper()
+	if dir := filepath.Join(p.dataDir, "bin"); p.in.BinDir != dir {
+		t.Errorf("the printed PATH line adds %s, want %s", p.in.BinDir, dir)
+	}
+	for name, target := range want {
+		resolved, err := filepath.EvalSymlinks(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.Readlink(filepath.Join(p.in.BinDir, name)); err != nil || got != resolved {
+			t.Errorf("%s/%s links to %q (%v), want %s", p.in.BinDir, name, got, err, resolved)
+		}
+	}
+	// A new shell finds the links first (this machine may have a kubectl of
+	// its own on the system PATH).
+	out, err := p.script(context.Background(), "command -v fleet kubectl nats")
+	if want := strings.Join([]string{filepath.Join(p.in.BinDir, "fleet"), filepath.Join(p.in.BinDir, "kubectl"),
+		filepath.Join(p.in.BinDir, "nats")}, "\n") + "\n"; err != nil || out != want {
+		t.Errorf("after the printed export lines a new shell finds\n%s(%v), want\n%s", out, err, want)
+	}
+}
+
+// systemPATH is the PATH of a new user's shell before fleet dev's printed
+// export lines: none of fleet, kubectl and the nats CLI is on it.
+const systemPATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
 // script runs a shell script after fleet dev's printed export lines, from
-// the repository root, with fleet, kubectl and the nats CLI on PATH.
-func (p *devProc) script(ctx context.Context, natsBin, script string) (string, error) {
+// the repository root, as a new user's shell would: PATH is systemPATH and
+// KUBECONFIG and NATS_* are unset until the export lines set them, so
+// fleet, kubectl and nats are found only through the printed PATH line.
+// The second argument, the tests' nats CLI, is not put on PATH: startDev
+// gave it to fleet dev (--nats-cli) and checked <data>/bin/nats links to it.
+func (p *devProc) script(ctx context.Context, script string) (string, error) {
 	home, err := os.MkdirTemp("", "fleet-dev-home-")
 	if err != nil {
 		return "", err
@@ -269,9 +310,14 @@ func (p *devProc) script(ctx context.Context, natsBin, script string) (string, e
 	defer cancel()
 	cmd := exec.CommandContext(rctx, "bash", "-euo", "pipefail", "-c", p.exports+"\n"+script)
 	cmd.Dir = filepath.Dir(filepath.Dir(mustAbs("."))) // the repository root
-	path := []string{filepath.Dir(fleetBin), filepath.Dir(p.in.Kubectl), filepath.Dir(natsBin), os.Getenv("PATH")}
-	cmd.Env = append(os.Environ(), "PATH="+strings.Join(path, string(os.PathListSeparator)),
-		"HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if name != "PATH" && name != "KUBECONFIG" && !strings.HasPrefix(name, "NATS_") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = append(env, "PATH="+systemPATH, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"))
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

@@ -14,9 +14,11 @@
 // It owns the wiring and the lifecycle of the parts it starts; the parts
 // themselves live in their own packages. State under the data folder (the
 // JetStream store, etcd's data, the NATS secrets, the device key files)
-// survives a restart; the development provider and the OpenBao stand-in keep
-// their state in memory, so devices get new machine users and keys, and the
-// stand-in is seeded again, on every run.
+// survives a restart; the development provider and the OpenBao stand-in
+// keep their state in memory, so devices get new machine users and keys,
+// and the stand-in is seeded again, on every run. The bin folder under it
+// (links to fleet, kubectl and the nats CLI, which the printed PATH line
+// makes a new shell find) is remade on every start.
 //
 // Only cmd/fleet and its tests import it.
 package devenv
@@ -26,8 +28,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -73,6 +77,12 @@ type Options struct {
 	KubeBinDir string
 	// CRDDir holds the Fleet CRDs. Default <repository>/k8s/config/crd.
 	CRDDir string
+	// NATSCLI is the nats CLI that <data>/bin/nats links to (the printed
+	// next steps call it). Default: $FLEET_NATS_CLI, else
+	// <repository>/.cache/tools/natscli-v0.5.0/nats when it exists, else
+	// nats on PATH. When none is found, fleet dev still runs and its
+	// printed text says how to build it (SetupNATSCLICommand).
+	NATSCLI string
 	// Logger receives the components' logs.
 	Logger *slog.Logger
 	// Out receives the usage instructions printed once everything is up.
@@ -94,6 +104,13 @@ type Info struct {
 	Kubeconfig string
 	// Kubectl is the kubectl binary matching the API server.
 	Kubectl string
+	// BinDir is <data>/bin (absolute): links named fleet, kubectl and nats
+	// to the binaries the printed next steps call, remade on every start.
+	// The printed `export PATH=...` line puts it first on PATH.
+	BinDir string
+	// NATSCLI is the nats CLI that BinDir/nats links to; "" when none was
+	// found, and then NATSCLIMissing says where fleet dev looked.
+	NATSCLI, NATSCLIMissing string
 	// Issuer is the development OpenID Provider's issuer URL.
 	Issuer string
 	// Namespace holds the Device resources.
@@ -223,6 +240,22 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer release()
+	// <data>/bin: fleet, kubectl and the nats CLI for the printed steps.
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("fleet dev: find its own binary to link as <data>/bin/fleet: %w", err)
+	}
+	root, _ := repoRoot() // outside the repository: no default nats CLI there
+	bins, err := makeBinDir(o.DataDir, self, filepath.Join(o.KubeBinDir, "kubectl"), natsSearch{
+		flag: o.NATSCLI, env: os.Getenv(NATSCLIEnv), repoRoot: root, lookPath: exec.LookPath,
+	})
+	if err != nil {
+		return err
+	}
+	if bins.natsMissing != "" {
+		log.Warn("no nats CLI to link: step 3 of the printed next steps needs it", "looked", bins.natsMissing,
+			"build", SetupNATSCLICommand)
+	}
 	sec, err := loadSecrets(filepath.Join(o.DataDir, "secrets"))
 	if err != nil {
 		return err
@@ -302,7 +335,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
 	svc, err := authcallout.New(authcallout.Options{
-		Conn: calloutNC, Issuer: sec.issuer, XKey: sec.xkey, Account: "FLEET", Verifier: verifier,
+		Conn: calloutNC, Issuer: sec.issuer, XKey: sec.xkey, Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices, Verifier: verifier,
 		Identities: authcallout.NewKVIdentities(rjs), Watch: readerNC, System: sysNC,
 		Logger: log.With("component", "authcallout"),
 	})
@@ -420,6 +453,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		NATSURL: url, AdminUser: devAdminUser, AdminPasswordFile: sec.adminPasswordFile(),
 		Kubeconfig: k.kubeconfig, Kubectl: k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
 		Devices: ids, Runtime: RuntimeSim, RuntimeNote: note, OpenBaoAddr: bs.addr, OpenBaoTokenFile: bs.tokenFile,
+		BinDir: bins.path, NATSCLI: bins.nats, NATSCLIMissing: bins.natsMissing,
 		StartupTime: time.Since(began),
 	}
 	if eng != nil {
@@ -453,6 +487,137 @@ func controlPlaneConn(ctx context.Context, conns *connSet, op *devop.Provider, u
 	}
 	return conns.connect(url, nats.TokenHandler(src.TokenHandler(0)),
 		nats.CustomInboxPrefix(authcallout.InboxPrefix(src.Subject())), nats.Name(name))
+}
+
+// NATSCLIEnv names the environment variable holding the nats CLI's path:
+// the default of Options.NATSCLI (task dev and task test set it).
+const NATSCLIEnv = "FLEET_NATS_CLI"
+
+// SetupNATSCLICommand builds the nats CLI into
+// <repository>/.cache/tools/natscli-v0.5.0/nats (once; cached after).
+const SetupNATSCLICommand = "go tool -modfile=tools/go.mod task setup:natscli"
+
+// repoNATSCLI is where SetupNATSCLICommand puts the nats CLI, relative to
+// the repository root.
+const repoNATSCLI = ".cache/tools/natscli-v0.5.0/nats"
+
+// natsSearch is where fleet dev looks for the nats CLI, in this order: the
+// flag, the environment variable, the repository's cache, PATH.
+type natsSearch struct {
+	flag     string                       // --nats-cli (Options.NATSCLI)
+	env      string                       // $FLEET_NATS_CLI
+	repoRoot string                       // "" outside the repository
+	lookPath func(string) (string, error) // exec.LookPath
+}
+
+// find returns the nats CLI's absolute path; when there is none, "" and
+// where it looked. A flag or variable that is set is used alone: a wrong
+// one is reported rather than silently replaced by another CLI.
+func (s natsSearch) find() (path, missing string) {
+	look := func(p string) (string, error) {
+		found, err := s.lookPath(p)
+		if err != nil {
+			return "", err
+		}
+		return filepath.Abs(found)
+	}
+	explicit := func(setting, p string) (string, string) {
+		found, err := look(p)
+		if err != nil {
+			return "", fmt.Sprintf("%s: %v", setting, err)
+		}
+		return found, ""
+	}
+	switch {
+	case s.flag != "":
+		return explicit("--nats-cli "+s.flag, s.flag)
+	case s.env != "":
+		return explicit(NATSCLIEnv+"="+s.env, s.env)
+	}
+	var looked []string
+	if s.repoRoot != "" {
+		p := filepath.Join(s.repoRoot, repoNATSCLI)
+		if found, err := look(p); err == nil {
+			return found, ""
+		}
+		looked = append(looked, "none at "+p)
+	}
+	if found, err := look("nats"); err == nil {
+		return found, ""
+	}
+	return "", strings.Join(append(looked, "none on PATH"), ", ")
+}
+
+// binDir is <data>/bin as makeBinDir left it.
+type binDir struct {
+	// path is the folder, absolute.
+	path string
+	// nats is the nats CLI that path/nats links to; "" when none was
+	// found, and then natsMissing says where fleet dev looked.
+	nats, natsMissing string
+}
+
+// makeBinDir makes <dataDir>/bin hold the links fleet → fleet, kubectl →
+// kubectl and nats → the nats CLI s finds, replacing whatever an earlier
+// run left under those names; when no nats CLI is found, an earlier nats
+// link is removed and the result says where it looked. Each link points at
+// its target's real file, so a target found through an earlier run's link
+// (PATH already holding <data>/bin) never becomes a link to itself.
+func makeBinDir(dataDir, fleet, kubectl string, s natsSearch) (binDir, error) {
+	dir, err := filepath.Abs(filepath.Join(dataDir, "bin"))
+	if err != nil {
+		return binDir{}, fmt.Errorf("fleet dev: <data>/bin: %w: pass an absolute --data-dir", err)
+	}
+	b := binDir{path: dir}
+	b.nats, b.natsMissing = s.find()
+	links := []struct{ name, target string }{{"fleet", fleet}, {"kubectl", kubectl}, {"nats", b.nats}}
+	for i, l := range links {
+		if l.target == "" {
+			continue
+		}
+		resolved, err := filepath.EvalSymlinks(l.target)
+		if err == nil {
+			resolved, err = filepath.Abs(resolved)
+		}
+		if err != nil {
+			return binDir{}, fmt.Errorf("fleet dev: %s, to be linked as %s: %w: check that the binary exists",
+				l.target, filepath.Join(dir, l.name), err)
+		}
+		links[i].target = resolved
+	}
+	b.nats = links[2].target
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return binDir{}, fmt.Errorf("fleet dev: make %s: %w: check that --data-dir is writable", dir, err)
+	}
+	for _, l := range links {
+		if err := replaceLink(filepath.Join(dir, l.name), l.target); err != nil {
+			return binDir{}, err
+		}
+	}
+	return b, nil
+}
+
+// replaceLink makes path a symbolic link to target, atomically replacing
+// what is there; an empty target removes path.
+func replaceLink(path, target string) error {
+	if target == "" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("fleet dev: remove the stale link %s: %w: remove it by hand", path, err)
+		}
+		return nil
+	}
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("fleet dev: remove %s: %w: remove it by hand", tmp, err)
+	}
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("fleet dev: link %s to %s: %w: check that --data-dir is writable", tmp, target, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("fleet dev: replace %s with a link to %s: %w: remove %s by hand", path, target, err, path)
+	}
+	return nil
 }
 
 // connSet closes the connections it made, in reverse order.
@@ -497,6 +662,7 @@ func printUsage(w io.Writer, dataDir string, in Info) {
                      (canary=true: %s)
   runtime            %s
 
+%s
 Point kubectl at it:
   export KUBECONFIG=%s
   # kubectl of the same version: %s
@@ -513,9 +679,28 @@ Next steps:
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
 		canaries(in.Devices), runtime,
-		in.Kubeconfig, in.Kubectl,
+		pathSection(in), in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
 		in.Namespace, in.Namespace, in.Namespace, in.Namespace)
+}
+
+// pathSection is the printed paragraph with the PATH export line, which
+// makes the next steps' fleet, kubectl and nats found in a new shell, and
+// how to build the nats CLI when none was found.
+func pathSection(in Info) string {
+	var b strings.Builder
+	if in.NATSCLIMissing == "" {
+		fmt.Fprintf(&b, "Put fleet, kubectl and the nats CLI on PATH (links in %s, remade every start):\n", in.BinDir)
+	} else {
+		fmt.Fprintf(&b, "Put fleet and kubectl on PATH (links in %s, remade every start; no nats CLI, see below):\n", in.BinDir)
+	}
+	fmt.Fprintf(&b, "  export PATH=\"%s:$PATH\"\n", in.BinDir)
+	if in.NATSCLIMissing != "" {
+		fmt.Fprintf(&b, "  # no nats CLI found (%s), step 3 needs it: build it in the repository with\n", in.NATSCLIMissing)
+		fmt.Fprintf(&b, "  #   %s\n", SetupNATSCLICommand)
+		fmt.Fprintf(&b, "  # then start fleet dev again (it resumes) to link it as %s\n", filepath.Join(in.BinDir, "nats"))
+	}
+	return b.String()
 }
 
 // canaries lists the canary devices among ids.

@@ -45,10 +45,10 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 	checkRootToken(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-	checkBaoRecipe(t, ctx, p, natsBin)
+	checkBaoRecipe(t, ctx, p)
 
 	for _, r := range recipes {
-		out, err := p.script(ctx, natsBin, r.script)
+		out, err := p.script(ctx, r.script)
 		if err != nil {
 			t.Fatalf("docs/fleet.md recipe failed: %v\n%s\n%s\nfleet dev's deployments:\n%s\nreports:\n%s", err, r.script, out,
 				kubectl(t, ctx, p.in, "get", "fdeploy,fdev", "-n", "lab", "-o", "yaml"),
@@ -69,7 +69,7 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 	if !reNATS.MatchString(histExport) {
 		t.Errorf("docs/history.md's export line %q is not the one fleet dev prints", histExport)
 	}
-	if out, err := p.script(ctx, natsBin, hist); err != nil || !strings.Contains(out, "Deployment lab/analysis-api") ||
+	if out, err := p.script(ctx, hist); err != nil || !strings.Contains(out, "Deployment lab/analysis-api") ||
 		!strings.Contains(out, "rollout.succeeded") {
 		t.Errorf("docs/history.md's recipe %q: %v\n%s", hist, err, out)
 	}
@@ -200,7 +200,7 @@ func checkCanaryFirst(t *testing.T, out string, canaries, others []string) {
 // containers.
 func TestDevRunsTheExamplesOnAPodmanDeviceWithSecretsFromTheOpenBaoStandIn(t *testing.T) {
 	needKube(t)
-	natsBin := natsCLI(t)
+	natsCLI(t) // the printed steps need it: fail or skip here, not in the middle
 	sock := filepath.Join(repoRoot(t), ".cache", "run", "podman.sock")
 	if _, err := os.Stat(sock); err != nil {
 		testenv.Missing(t, "the Podman API service", devenv.SetupPodmanCommand, err)
@@ -255,7 +255,7 @@ func TestDevRunsTheExamplesOnAPodmanDeviceWithSecretsFromTheOpenBaoStandIn(t *te
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := p.script(ctx, natsBin, `
+	out, err := p.script(ctx, `
 kubectl apply -n lab -f examples/analysis-api.yaml -f examples/canary.yaml
 kubectl wait -n lab fdeploy/analysis-api fdeploy/canary-demo --for=jsonpath='{.status.phase}'=Succeeded --timeout=3m
 fleet history deployment lab/canary-demo`)
@@ -298,7 +298,7 @@ fleet history deployment lab/canary-demo`)
 		t.Errorf("analysis-api answered %q, want the migration log", body)
 	}
 
-	if out, err := p.script(ctx, natsBin, `kubectl delete -n lab fdeploy analysis-api canary-demo --wait`); err != nil {
+	if out, err := p.script(ctx, `kubectl delete -n lab fdeploy analysis-api canary-demo --wait`); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	deadline := time.Now().Add(2 * time.Minute)
@@ -345,7 +345,7 @@ func historyRecipe(t *testing.T) (script, export string) {
 // checkBaoRecipe runs docs/fleet.md's recipe that adds a secret with the
 // stand-in's root token (its address and data folder put in), then reads
 // the secret back with the token.
-func checkBaoRecipe(t *testing.T, ctx context.Context, p *devProc, natsBin string) {
+func checkBaoRecipe(t *testing.T, ctx context.Context, p *devProc) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "fleet.md"))
 	if err != nil {
@@ -361,7 +361,7 @@ func checkBaoRecipe(t *testing.T, ctx context.Context, p *devProc, natsBin strin
 		t.Fatal("docs/fleet.md lost its recipe adding a secret to the OpenBao stand-in")
 	}
 	recipe = strings.NewReplacer("http://127.0.0.1:<port>", p.in.OpenBaoAddr, "~/.cache/fleet-dev", p.dataDir, "…", "added-by-the-recipe").Replace(recipe)
-	out, err := p.script(ctx, natsBin, recipe+`
+	out, err := p.script(ctx, recipe+`
 curl -sf -H "X-Vault-Token: $(cat `+p.in.OpenBaoTokenFile+`)" `+p.in.OpenBaoAddr+`/v1/secret/data/apps/analysis/other`)
 	if err != nil || !strings.Contains(out, `"password":"added-by-the-recipe"`) {
 		t.Errorf("docs/fleet.md's OpenBao recipe:\n%s\n%v\n%s", recipe, err, out)
