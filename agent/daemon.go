@@ -45,6 +45,9 @@ type Options struct {
 	// change notification (repairs drift). Default 5 minutes.
 	ResyncInterval time.Duration
 	Logger         *slog.Logger
+	// Skips counts the commands the agent skips because they do not decode
+	// (stream FLEET_COMMANDS). Nil-safe.
+	Skips *events.SkipCounter
 }
 
 // Validate checks the options.
@@ -149,9 +152,13 @@ func Run(ctx context.Context, o Options) error {
 	// overtake the store, so the pass that follows waits until the direct
 	// get shows at least that value (see pass).
 	kvSub, err := o.Conn.Subscribe(kvSubj, func(m *nats.Msg) {
-		d.mu.Lock()
-		d.notified = notifiedValue(m)
-		d.mu.Unlock()
+		// Whatever arrives here is only a hint: it triggers a direct get.
+		// A value that is not this device's intent is never waited for.
+		if v := notifiedValue(m); len(v) == 0 || validIntent(v, o.Device) {
+			d.mu.Lock()
+			d.notified = v
+			d.mu.Unlock()
+		}
 		poke()
 	})
 	if err != nil {
@@ -248,11 +255,38 @@ func (d *daemon) directGet(ctx context.Context) (events.DeviceIntent, uint64, []
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
 		return events.DeviceIntent{Device: d.o.Device}, seq, deletedValue, nil
 	}
-	var v events.DeviceIntent
-	if err := json.Unmarshal(m.Data, &v); err != nil {
-		return events.DeviceIntent{}, 0, nil, fmt.Errorf("read intent: value at sequence %d: %w", seq, err)
+	v, err := decodeIntent(m.Data, d.o.Device)
+	if err != nil {
+		// Data, never control: the value is skipped (the device keeps
+		// running what it runs) and read again on the next change.
+		return events.DeviceIntent{}, 0, nil, fmt.Errorf("read intent: value at sequence %d (%d bytes): %w", seq, len(m.Data), err)
 	}
 	return v, seq, m.Data, nil
+}
+
+// decodeIntent decodes a fleet-intent value and checks it is this device's:
+// its device field names the device and every entry names a valid namespace
+// and Deployment. The error never quotes the value.
+func decodeIntent(raw []byte, device string) (events.DeviceIntent, error) {
+	var v events.DeviceIntent
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return events.DeviceIntent{}, fmt.Errorf("%w: not a fleet-intent value", events.ErrUndecodable)
+	}
+	if v.Device != device {
+		return events.DeviceIntent{}, fmt.Errorf("%w: the value is not this device's", events.ErrUndecodable)
+	}
+	for i, e := range v.Deployments {
+		if events.ValidateToken(events.TokenNamespace, e.Namespace) != nil || events.ValidateToken(events.TokenName, e.Name) != nil {
+			return events.DeviceIntent{}, fmt.Errorf("%w: entry %d does not name a valid namespace and Deployment", events.ErrUndecodable, i)
+		}
+	}
+	return v, nil
+}
+
+// validIntent reports whether raw is a fleet-intent value of device.
+func validIntent(raw []byte, device string) bool {
+	_, err := decodeIntent(raw, device)
+	return err == nil
 }
 
 // pass reads the intent and reconciles every Deployment on it; containers
@@ -456,16 +490,23 @@ func (d *daemon) flushOffline(ctx context.Context) {
 // command answers one agent command with a device.command.result report.
 // Commands are appended to FLEET_COMMANDS, so the message's reply subject is
 // the sender's JetStream acknowledgement inbox: the agent never replies to it.
+// A message that is not an agent.command event for this device's command
+// subject (garbage, a JetStream answer aimed at the subject) is skipped,
+// counted and logged without its payload, and gets no result: it has no
+// command id to answer.
 func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
-	ev, err := events.Unmarshal(m.Data)
-	var cmd events.AgentCommand
-	if err == nil {
-		cmd, err = events.Decode[events.AgentCommand](ev)
+	ev, err := events.DecodeStored(m.Subject, m.Data)
+	if err != nil {
+		if re, ok := events.AsRecordError(err); ok {
+			d.o.Skips.Skip(ctx, d.log, re)
+		}
+		return
 	}
+	cmd, err := events.Decode[events.AgentCommand](ev)
 	res := events.CommandResult{CommandID: ev.ID.String(), Command: cmd.Command}
 	switch {
 	case err != nil:
-		res.Error = "not an agent.command event: " + err.Error()
+		res.Error = "the agent.command's data does not decode" // not its text: it may quote the data
 	case cmd.Command == CommandReconcileNow:
 		res.OK = true
 		poke()

@@ -26,7 +26,7 @@ type agentEnv struct {
 	stop func()
 }
 
-func startAgent(t *testing.T) *agentEnv {
+func startAgent(t *testing.T, opts ...func(*agent.Options)) *agentEnv {
 	w := newWorld(t)
 	srv, st := natstest.Provisioned(t)
 	kv, err := st.JetStream().KeyValue(w.ctx, events.BucketIntent)
@@ -36,10 +36,12 @@ func startAgent(t *testing.T) *agentEnv {
 	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, AgentVersion: "test",
-			Labels: map[string]string{"role": "analyzer"}, HeartbeatInterval: time.Hour})
-	}()
+	o := agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, AgentVersion: "test",
+		Labels: map[string]string{"role": "analyzer"}, HeartbeatInterval: time.Hour}
+	for _, f := range opts {
+		f(&o)
+	}
+	go func() { done <- agent.Run(ctx, o) }()
 	e := &agentEnv{world: w, st: st, kv: kv, nc: nc}
 	// The agent subscribes before its first report: once the inventory is
 	// there, commands and intent changes reach it.

@@ -4,6 +4,11 @@
 // services, replacement and removal with a 30 s stop timeout, ownership
 // labels), reporting status per Deployment revision.
 //
+// What reaches the agent is untrusted: an intent value it cannot decode or
+// that is not its own is skipped (the device keeps running what it runs), a
+// command that does not decode for its subject is skipped and counted, and
+// neither ever stops the agent.
+//
 // This package holds the reconciler; the container engine is behind
 // agent/runtime. It may import events; it never links k8s.io/*,
 // sigs.k8s.io/* (except the YAML library the Podman bindings use) or the

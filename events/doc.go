@@ -17,7 +17,14 @@
 //   - appending ([Store.Append], [Store.AppendBatch]) with dedup by ULID and
 //     optimistic concurrency on the last subject sequence ([ErrConflict]);
 //   - reading: replay of a subject filter from the start, a sequence or a
-//     time, the last message per subject by direct get, and following live.
+//     time, the last message per subject by direct get, and following live;
+//   - decoding a stored record ([DecodeStored]): the subject it was stored
+//     on is authoritative, so an envelope whose type and keys build another
+//     subject (a device reporting in another's name) is refused. A record
+//     that does not decode is a [*RecordError] ([ErrUndecodable]) that
+//     readers skip, count on a [SkipCounter]
+//     (fleet_events_skipped_records_total) and move past; it never ends a
+//     read.
 //
 // Invariants: an event's subject is derived from its type and keys, never
 // chosen by the caller, so an event cannot land on another family's subject;

@@ -52,7 +52,10 @@ func WithTime(t time.Time) Option { return func(e *Event) { e.Time = t.UTC() } }
 func WithID(id ulid.ULID) Option { return func(e *Event) { e.ID = id } }
 
 // New builds an event of data's type with a fresh ULID and the current time,
-// and validates it: the keys must build a valid subject for the type.
+// and validates it: the keys must build a valid subject for the type. Keys
+// the type's family does not use (a device key on an intent event, a
+// namespace on a report) are dropped: readers refuse an envelope whose keys
+// differ from its subject's (see DecodeStored).
 func New(keys Keys, data Data, opts ...Option) (Event, error) {
 	t := data.EventType()
 	info, ok := t.Info()
@@ -63,7 +66,7 @@ func New(keys Keys, data Data, opts ...Option) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("encode %s data: %w", t, err)
 	}
-	ev := Event{ID: ulid.Make(), Type: t, Version: info.Version, Time: time.Now().UTC(), Keys: keys, Data: raw}
+	ev := Event{ID: ulid.Make(), Type: t, Version: info.Version, Time: time.Now().UTC(), Keys: familyKeys(info.Family, keys), Data: raw}
 	for _, o := range opts {
 		o(&ev)
 	}
@@ -83,7 +86,8 @@ func (e Event) Subject() (string, error) {
 }
 
 // Validate checks the envelope: known type, non-zero id and time, keys that
-// build a valid subject, data that is a JSON object.
+// build a valid subject and no key the type's family does not use, data that
+// is a JSON object.
 func (e Event) Validate() error {
 	_, err := e.validate(true)
 	return err
@@ -104,6 +108,10 @@ func (e Event) validate(fullData bool) (string, error) {
 	subject, err := e.Subject()
 	if err != nil {
 		return "", fmt.Errorf("%w %s (%s): %w", ErrInvalidEvent, e.ID, e.Type, err)
+	}
+	if info, _ := e.Type.Info(); !onlyFamilyKeys(info.Family, e.Keys) {
+		return "", fmt.Errorf("%w %s (%s): keys set a key the %s family does not use (its subject could not carry it)",
+			ErrInvalidEvent, e.ID, e.Type, info.Family)
 	}
 	if d := bytes.TrimSpace(e.Data); len(d) == 0 || d[0] != '{' || (fullData && !json.Valid(d)) {
 		return "", fmt.Errorf("%w %s (%s): data must be a JSON object", ErrInvalidEvent, e.ID, e.Type)
@@ -166,7 +174,10 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// Unmarshal decodes a message payload into an envelope and validates it.
+// Unmarshal decodes a message payload into an envelope and validates it. It
+// does not know where the payload was stored: every reader of a stream uses
+// DecodeStored instead, which also checks the envelope against its subject
+// and the version against this build.
 func Unmarshal(payload []byte) (Event, error) {
 	var e Event
 	if err := json.Unmarshal(payload, &e); err != nil {

@@ -75,3 +75,82 @@ func (e *ConflictError) Error() string {
 
 // Unwrap lets errors.Is match ErrConflict.
 func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// ErrUndecodable is wrapped (through *RecordError) by every error about one
+// stored record that is not a valid event for the subject it was stored on.
+// Readers skip and count such a record and go on with the next one; it never
+// stops a reader. Use errors.As with *RecordError for where it is stored.
+var ErrUndecodable = errors.New("undecodable record")
+
+// SkipReason says why a stored record is undecodable. It is the reason
+// label of fleet_events_skipped_records_total: a small fixed set, never text
+// taken from the record.
+type SkipReason string
+
+// Skip reasons.
+const (
+	// ReasonNotAnEnvelope: the payload is empty, not JSON, or JSON that is
+	// not an event envelope (wrong shapes).
+	ReasonNotAnEnvelope SkipReason = "not-an-envelope"
+	// ReasonUnknownType: the envelope's type is not in this build's
+	// catalogue.
+	ReasonUnknownType SkipReason = "unknown-type"
+	// ReasonUnsupportedVersion: the envelope's schema version is newer than
+	// this build knows.
+	ReasonUnsupportedVersion SkipReason = "unsupported-version"
+	// ReasonInvalidEnvelope: a zero id or time, a version below 1, keys that
+	// do not build a subject for the type, data that is not a JSON object.
+	ReasonInvalidEnvelope SkipReason = "invalid-envelope"
+	// ReasonSubjectMismatch: the envelope is valid but its type and keys
+	// name another subject than the one the stream stored it on (a device
+	// reporting for another device, a type of another family).
+	ReasonSubjectMismatch SkipReason = "subject-mismatch"
+	// ReasonInvalidData: the envelope is valid but its data does not decode
+	// into its type's data struct. Readers that decode data report it.
+	ReasonInvalidData SkipReason = "invalid-data"
+)
+
+// SkipReasons lists every skip reason.
+func SkipReasons() []SkipReason {
+	return []SkipReason{ReasonNotAnEnvelope, ReasonUnknownType, ReasonUnsupportedVersion, ReasonInvalidEnvelope,
+		ReasonSubjectMismatch, ReasonInvalidData}
+}
+
+// RecordError is one stored record that does not decode: where it is
+// stored, its size and why. Its message never quotes the payload (payloads
+// on device-writable subjects are hostile and may be 1 MiB): only the
+// location, the size, the reason and a detail built from this package's own
+// words. It unwraps to ErrUndecodable and to Err.
+type RecordError struct {
+	// Stream, Subject and Sequence say where the record is stored.
+	Stream   string
+	Subject  string
+	Sequence uint64
+	// Size is the payload's length in bytes (for ReasonInvalidData, the
+	// data's).
+	Size int
+	// Reason classifies the failure.
+	Reason SkipReason
+	// Err is the decode error; it wraps ErrInvalidEvent, ErrUnknownType or
+	// ErrUnsupportedVersion and never quotes the payload.
+	Err error
+}
+
+// Error implements error.
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("%s seq %d on %s: %s (%s, %d bytes): %v",
+		e.Stream, e.Sequence, e.Subject, ErrUndecodable.Error(), e.Reason, e.Size, e.Err)
+}
+
+// Unwrap lets errors.Is match ErrUndecodable and the decode error.
+func (e *RecordError) Unwrap() []error { return []error{ErrUndecodable, e.Err} }
+
+// AsRecordError returns the *RecordError in err's chain, if any: the
+// "skip and count" case of a reader, as opposed to an error that stops it.
+func AsRecordError(err error) (*RecordError, bool) {
+	var re *RecordError
+	if errors.As(err, &re) {
+		return re, true
+	}
+	return nil, false
+}

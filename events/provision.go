@@ -29,12 +29,23 @@ type ProvisionOptions struct {
 	// TelemetryPerSubject is how many heartbeats and inventories are kept per
 	// device. Default 5.
 	TelemetryPerSubject int64
+	// ReportsPerSubject is how many workload, task and command reports are
+	// kept per device and kind: the oldest of that device's own history goes
+	// first. It bounds what one flooding device can add to the reports
+	// stream (at most this many messages of its own per kind) and to the
+	// rollout runner's backlog (a message discarded before the runner reads
+	// it is never read). Default DefaultReportsPerSubject; -1: unlimited.
+	ReportsPerSubject int64
 }
 
 // Defaults for ProvisionOptions.
 const (
 	DefaultDuplicateWindow     = 2 * time.Minute
 	DefaultTelemetryPerSubject = 5
+	// DefaultReportsPerSubject is ProvisionOptions.ReportsPerSubject's
+	// default: about 3,000 rollouts of a device's workloads (a rollout
+	// costs a device two or three reports per Deployment).
+	DefaultReportsPerSubject = 10000
 	// MaxEventSize is the largest event payload a stream accepts (the NATS
 	// default max_payload). A frozen target list that would exceed it is
 	// split into TypeDeploymentRevisionTargets chunks.
@@ -54,6 +65,9 @@ func (o ProvisionOptions) withDefaults() ProvisionOptions {
 	if o.TelemetryPerSubject == 0 {
 		o.TelemetryPerSubject = DefaultTelemetryPerSubject
 	}
+	if o.ReportsPerSubject == 0 {
+		o.ReportsPerSubject = DefaultReportsPerSubject
+	}
 	return o
 }
 
@@ -72,6 +86,9 @@ func (o ProvisionOptions) Validate() error {
 	}
 	if o.ReportsMaxAge > 0 && o.ReportsMaxAge < o.DuplicateWindow {
 		errs = append(errs, fmt.Errorf("reports max age %s is shorter than the duplicate window %s: raise it", o.ReportsMaxAge, o.DuplicateWindow))
+	}
+	if o.ReportsPerSubject < -1 {
+		errs = append(errs, fmt.Errorf("reports per subject is %d: use -1 (unlimited) or a positive count", o.ReportsPerSubject))
 	}
 	if o.TelemetryPerSubject < 1 {
 		errs = append(errs, fmt.Errorf("telemetry per subject is %d: keep at least 1", o.TelemetryPerSubject))
@@ -111,6 +128,7 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	reports := history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
 		[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}, o.ReportsMaxAge, jetstream.DiscardOld)
 	reports.PersistMode = jetstream.AsyncPersistMode
+	reports.MaxMsgsPerSubject = o.ReportsPerSubject
 	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
 		[]string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}, 0, jetstream.DiscardOld)
 	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject

@@ -56,14 +56,21 @@ func (s Start) apply(cfg *jetstream.OrderedConsumerConfig) {
 // Replay yields, in stream order, every event on subjects matching filter
 // from the given start, and ends once it has caught up with the stream as it
 // was when the replay began. It uses an ordered consumer (ephemeral, no
-// acks). The filter must select one stream (see StreamOf). A decode error
-// ends the replay with that error.
+// acks). The filter must select one stream (see StreamOf).
+//
+// Every stored message is decoded with DecodeStored. One that does not
+// decode is yielded as a *RecordError (errors.Is ErrUndecodable) with a
+// Record that carries only where it is stored (Subject, Stream, Sequence,
+// Stored; a zero Event); the replay then goes on with the next message if
+// the caller keeps iterating: skip it, count it and move past it. Any other
+// error (the server, the connection, ctx) ends the replay.
 func (s *Store) Replay(ctx context.Context, filter string, from Start) iter.Seq2[Record, error] {
 	return s.read(ctx, filter, from, false)
 }
 
 // Follow is Replay that does not stop at the end: it yields events as they
-// are stored, until ctx ends (then it ends without an error).
+// are stored, until ctx ends (then it ends without an error). Undecodable
+// records are yielded as *RecordError and the follow goes on, as in Replay.
 func (s *Store) Follow(ctx context.Context, filter string, from Start) iter.Seq2[Record, error] {
 	return s.read(ctx, filter, from, true)
 }
@@ -110,14 +117,18 @@ func (s *Store) read(ctx context.Context, filter string, from Start, live bool) 
 				yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
 				return
 			}
-			ev, err := Unmarshal(m.Data())
+			rec := Record{Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
+			ev, err := DecodeStored(rec.Subject, m.Data())
 			if err != nil {
-				yield(Record{}, fmt.Errorf("replay %s: %s seq %d: %w", filter, md.Stream, md.Sequence.Stream, err))
-				return
-			}
-			rec := Record{Event: ev, Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
-			if !yield(rec, nil) {
-				return
+				// One record: the caller skips it and may go on.
+				if !yield(rec, located(err, rec)) {
+					return
+				}
+			} else {
+				rec.Event = ev
+				if !yield(rec, nil) {
+					return
+				}
 			}
 			if !live && md.NumPending == 0 {
 				return
@@ -127,7 +138,9 @@ func (s *Store) read(ctx context.Context, filter string, from Start, live bool) 
 }
 
 // Last returns the last event stored on one subject (no wildcards) by a
-// direct get. ErrNotFound when the subject has none.
+// direct get. ErrNotFound when the subject has none. When the last message
+// does not decode, the error is a *RecordError (errors.Is ErrUndecodable)
+// and the Record carries where it is stored (a zero Event).
 func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
 	stream, err := StreamOf(subject)
 	if err != nil {
@@ -144,11 +157,13 @@ func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
 	if err != nil {
 		return Record{}, fmt.Errorf("last on %s: %w", subject, err)
 	}
-	ev, err := Unmarshal(raw.Data)
+	rec := Record{Subject: raw.Subject, Stream: stream, Sequence: raw.Sequence, Stored: raw.Time}
+	ev, err := DecodeStored(raw.Subject, raw.Data)
 	if err != nil {
-		return Record{}, fmt.Errorf("last on %s: seq %d: %w", subject, raw.Sequence, err)
+		return rec, located(err, rec)
 	}
-	return Record{Event: ev, Subject: raw.Subject, Stream: stream, Sequence: raw.Sequence, Stored: raw.Time}, nil
+	rec.Event = ev
+	return rec, nil
 }
 
 // multiLastLimit is the server's cap on subjects one multi-last direct get
@@ -161,7 +176,8 @@ const multiLastLimit = 1024
 var errTooManySubjects = errors.New("too many subjects for one direct get")
 
 // LastPerSubject returns the last event of every subject matching filter, in
-// stream order. It uses the batched direct get (multi_last), pinned to one
+// stream order. A last message that does not decode is left out, counted on
+// StoreOptions.Skips and logged at warning level on StoreOptions.Logger. It uses the batched direct get (multi_last), pinned to one
 // stream sequence so the answer is a consistent cut; when the filter matches
 // more subjects than one direct get may return (1024), it falls back to an
 // ordered consumer with the last-per-subject deliver policy.
@@ -199,51 +215,55 @@ func (s *Store) directMultiLast(ctx context.Context, stream, filter string) ([]R
 			_ = sub.Unsubscribe()
 			return nil, fmt.Errorf("last per subject %s: %w", filter, err)
 		}
-		page, more, upTo, err := readMultiLast(ctx, sub, stream, filter)
+		page, more, upTo, last, err := s.readMultiLast(ctx, sub, stream, filter)
 		_ = sub.Unsubscribe()
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, page...)
-		if !more || len(page) == 0 {
+		if !more || last == 0 {
 			return out, nil
 		}
-		req.Seq = page[len(page)-1].Sequence + 1
+		req.Seq = last + 1
 		req.UpToSeq = upTo
 	}
 }
 
 // readMultiLast reads one page of a multi_last answer up to its end-of-batch
-// marker.
-func readMultiLast(ctx context.Context, sub *nats.Subscription, stream, filter string) (recs []Record, more bool, upTo uint64, err error) {
+// marker; last is the sequence of the page's last message, decoded or not.
+func (s *Store) readMultiLast(ctx context.Context, sub *nats.Subscription, stream, filter string) (recs []Record, more bool, upTo, last uint64, err error) {
 	for {
 		m, err := sub.NextMsgWithContext(ctx)
 		if err != nil {
-			return nil, false, 0, fmt.Errorf("last per subject %s: %w", filter, err)
+			return nil, false, 0, 0, fmt.Errorf("last per subject %s: %w", filter, err)
 		}
 		switch status := m.Header.Get("Status"); status {
 		case "":
 		case "204": // end of batch
 			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
 			upTo, _ = strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
-			return recs, pending > 0, upTo, nil
+			return recs, pending > 0, upTo, last, nil
 		case "404":
-			return recs, false, 0, nil
+			return recs, false, 0, last, nil
 		case "413":
-			return nil, false, 0, errTooManySubjects
+			return nil, false, 0, 0, errTooManySubjects
 		default:
-			return nil, false, 0, fmt.Errorf("last per subject %s: server answered %s %s", filter, status, m.Header.Get("Description"))
+			return nil, false, 0, 0, fmt.Errorf("last per subject %s: server answered %s %s", filter, status, m.Header.Get("Description"))
 		}
 		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
 		if err != nil {
-			return nil, false, 0, fmt.Errorf("last per subject %s: bad sequence header: %w", filter, err)
+			return nil, false, 0, 0, fmt.Errorf("last per subject %s: bad sequence header: %w", filter, err)
 		}
+		last = seq
 		stored, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		ev, err := Unmarshal(m.Data)
+		rec := Record{Subject: m.Header.Get(jetstream.SubjectHeader), Stream: stream, Sequence: seq, Stored: stored}
+		ev, err := DecodeStored(rec.Subject, m.Data)
 		if err != nil {
-			return nil, false, 0, fmt.Errorf("last per subject %s: seq %d: %w", filter, seq, err)
+			s.skip(ctx, located(err, rec))
+			continue
 		}
-		recs = append(recs, Record{Event: ev, Subject: m.Header.Get(jetstream.SubjectHeader), Stream: stream, Sequence: seq, Stored: stored})
+		rec.Event = ev
+		recs = append(recs, rec)
 	}
 }
 
@@ -275,11 +295,13 @@ func (s *Store) consumerLastPerSubject(ctx context.Context, stream, filter strin
 		if err != nil {
 			return nil, fmt.Errorf("last per subject %s: %w", filter, err)
 		}
-		ev, err := Unmarshal(m.Data())
-		if err != nil {
-			return nil, fmt.Errorf("last per subject %s: seq %d: %w", filter, md.Sequence.Stream, err)
+		rec := Record{Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
+		if ev, err := DecodeStored(rec.Subject, m.Data()); err != nil {
+			s.skip(ctx, located(err, rec))
+		} else {
+			rec.Event = ev
+			out = append(out, rec)
 		}
-		out = append(out, Record{Event: ev, Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp})
 		if md.NumPending == 0 {
 			return out, nil
 		}
@@ -303,5 +325,22 @@ func (s *Store) stopOrdered(stream string, cons jetstream.Consumer, msgs jetstre
 	defer cancel()
 	if err := s.js.DeleteConsumer(ctx, stream, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
 		s.log.Debug("delete read consumer", "stream", stream, "consumer", info.Name, "error", err)
+	}
+}
+
+// located sets where a record that DecodeStored refused is stored.
+func located(err error, rec Record) error {
+	re, ok := AsRecordError(err)
+	if !ok {
+		return err
+	}
+	re.Stream, re.Subject, re.Sequence = rec.Stream, rec.Subject, rec.Sequence
+	return re
+}
+
+// skip counts and logs a record a read that returns a slice leaves out.
+func (s *Store) skip(ctx context.Context, err error) {
+	if re, ok := AsRecordError(err); ok {
+		s.skips.Skip(ctx, s.log, re)
 	}
 }

@@ -21,8 +21,13 @@ const (
 
 // StoreOptions configure a Store.
 type StoreOptions struct {
-	// Logger receives debug records of appends and reads. Default: discard.
+	// Logger receives debug records of appends and reads, and a warning for
+	// every record LastPerSubject leaves out because it does not decode.
+	// Default: discard.
 	Logger *slog.Logger
+	// Skips counts the records LastPerSubject leaves out (Replay, Follow
+	// and Last hand them to the caller, who counts). Nil: not counted.
+	Skips *SkipCounter
 	// MaxPendingAsync bounds the async appends in flight on the connection.
 	// Default 4000.
 	MaxPendingAsync int
@@ -39,6 +44,7 @@ type Store struct {
 	nc        *nats.Conn
 	js        jetstream.JetStream
 	log       *slog.Logger
+	skips     *SkipCounter
 	stallWait time.Duration
 }
 
@@ -60,7 +66,7 @@ func NewStore(nc *nats.Conn, o StoreOptions) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("events store: %w", err)
 	}
-	return &Store{nc: nc, js: js, log: o.Logger, stallWait: o.StallWait}, nil
+	return &Store{nc: nc, js: js, log: o.Logger, skips: o.Skips, stallWait: o.StallWait}, nil
 }
 
 // JetStream returns the JetStream handle the store uses.

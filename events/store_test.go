@@ -520,3 +520,46 @@ func TestReadsLeaveNoConsumerBehind(t *testing.T) {
 		t.Errorf("%d consumers left on the stream after 20 replays, want 0", info.State.Consumers)
 	}
 }
+
+// TestAFloodingDeviceDiscardsOnlyItsOwnOldestReports: the reports stream
+// keeps ReportsPerSubject reports per device and kind, so a device that
+// floods its workload subject pushes out its own oldest reports and nobody
+// else's.
+func TestAFloodingDeviceDiscardsOnlyItsOwnOldestReports(t *testing.T) {
+	ctx := testContext(t)
+	s := natstest.StartWith(t, natsembed.Options{StoreDir: t.TempDir(), Sync: natsembed.FastSync})
+	st, err := events.NewStore(natstest.Connect(t, s), events.StoreOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{ReportsPerSubject: 5}); err != nil {
+		t.Fatal(err)
+	}
+	publish := func(subject string, n int) {
+		for i := range n {
+			if _, err := st.JetStream().Publish(ctx, subject, fmt.Appendf(nil, "%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish("fleet.report.quiet.workload", 3)
+	publish("fleet.report.flood.workload", 100)
+	publish("fleet.report.flood.task", 2)
+	stream, err := st.JetStream().Stream(ctx, events.StreamReports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for subject, want := range map[string]uint64{"fleet.report.quiet.workload": 3, "fleet.report.flood.workload": 5, "fleet.report.flood.task": 2} {
+		info, err := stream.Info(ctx, jetstream.WithSubjectFilter(subject))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.State.Subjects[subject]; got != want {
+			t.Errorf("%s keeps %d reports, want %d", subject, got, want)
+		}
+	}
+	m, err := stream.GetLastMsgForSubject(ctx, "fleet.report.flood.workload")
+	if err != nil || string(m.Data) != "99" {
+		t.Errorf("the flooding device's newest report: %v %v, want 99", m, err)
+	}
+}

@@ -82,6 +82,10 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 		read{filter: rolloutSubj, from: events.FromStart()},
 		read{filter: filterWorkload, from: events.FromTime(intent[0].Stored), keep: func(rec events.Record) bool {
 			k, _, ok := workloadKey(rec)
+			if !ok {
+				_, err := events.Decode[events.WorkloadStatus](rec.Event)
+				h.skipData(ctx, rec, err)
+			}
 			return ok && k.Namespace == namespace && k.Name == name
 		}})
 	if err != nil {
@@ -116,7 +120,9 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 		case events.TypeDeploymentRevisionCreated:
 			d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
 			if err != nil {
-				return nil, fmt.Errorf("history of Deployment %s/%s: %w", namespace, name, err)
+				h.skipData(ctx, rec, err)
+				ro = before
+				continue
 			}
 			e.Generation, e.RevisionID = d.Generation, d.RevisionID
 			rv := &Revision{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest,
@@ -174,7 +180,9 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 			if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
 				d, err := events.Decode[events.RolloutTransition](rec.Event)
 				if err != nil {
-					return nil, fmt.Errorf("history of Deployment %s/%s: %w", namespace, name, err)
+					h.skipData(ctx, rec, err)
+					ro = before
+					continue
 				}
 				e.Generation, e.RevisionID = d.Generation, d.RevisionID
 				e.Summary = transitionSummary(rec.Event.Type, d)

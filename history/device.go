@@ -91,7 +91,11 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 				tl.Entries = append(tl.Entries, h.intentChange(rec, intent, device, current))
 			}
 			d, err := events.Decode[events.DeploymentRevisionCreated](ev)
-			if err != nil || !slices.Contains(d.Targets, device) {
+			if err != nil {
+				h.skipData(ctx, rec, err)
+				continue
+			}
+			if !slices.Contains(d.Targets, device) {
 				continue
 			}
 			role := "target"
@@ -108,7 +112,11 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 				continue
 			}
 			d, err := events.Decode[events.TaskRunCreated](ev)
-			if err != nil || !slices.Contains(d.Targets, device) {
+			if err != nil {
+				h.skipData(ctx, rec, err)
+				continue
+			}
+			if !slices.Contains(d.Targets, device) {
 				continue
 			}
 			e.Summary = fmt.Sprintf("TaskRun %s (generation %d) asks it to run %s", e.Deployment, d.Generation, d.Task)
@@ -117,6 +125,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 			relevant = true
 			d, err := events.Decode[events.DeviceHeartbeat](ev)
 			if err != nil {
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			hb := &tl.Heartbeats
@@ -133,6 +142,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 			relevant = true
 			d, err := events.Decode[events.DeviceInventory](ev)
 			if err != nil {
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			prev := tl.Inventory
@@ -147,6 +157,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 		case ev.Type == events.TypeWorkloadStatus:
 			d, err := events.Decode[events.WorkloadStatus](ev)
 			if err != nil {
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			e.Deployment, e.Generation, e.RevisionID = d.Namespace+"/"+d.Deployment, d.Generation, d.RevisionID
@@ -157,6 +168,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 		case ev.Type == events.TypeTaskStatus:
 			d, err := events.Decode[events.TaskStatus](ev)
 			if err != nil {
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			e.Summary = fmt.Sprintf("TaskRun %s/%s: %s", d.Namespace, d.TaskRun, d.Phase)
@@ -166,6 +178,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 		case ev.Type == events.TypeAgentCommand:
 			d, err := events.Decode[events.AgentCommand](ev)
 			if err != nil {
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			e.Summary = fmt.Sprintf("command %s", d.Command)
@@ -175,6 +188,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 		case ev.Type == events.TypeCommandResult:
 			d, err := events.Decode[events.CommandResult](ev)
 			if err != nil {
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			e.Summary = fmt.Sprintf("command %s (%s): ok", d.Command, d.CommandID)

@@ -11,6 +11,11 @@
 // timestamp, not the writer's clock); a read stops at the first event stored
 // after T.
 //
+// A stored record that does not decode (device garbage, a forged report
+// naming another device, data that does not fit its type) is left out of
+// every answer, counted on Options.Skips and logged as a warning; it never
+// fails a query.
+//
 // It owns no goroutines and keeps no state between calls. It imports only
 // events and projections; cmd/fleet (`fleet history`) imports it.
 package history

@@ -86,6 +86,8 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 			var d events.WorkloadStatus
 			var ok bool
 			if k, d, ok = workloadKey(rec); !ok {
+				_, err := events.Decode[events.WorkloadStatus](rec.Event)
+				h.skipData(ctx, rec, err)
 				continue
 			}
 			dev := rec.Event.Keys.Device

@@ -24,8 +24,12 @@ type Reader interface {
 type Options struct {
 	// Reader reads the streams. Required.
 	Reader Reader
-	// Logger receives debug records of the reads. Default: discard.
+	// Logger receives debug records of the reads, and a warning for every
+	// stored record skipped because it does not decode. Default: discard.
 	Logger *slog.Logger
+	// Skips counts the records skipped because they do not decode.
+	// Nil-safe.
+	Skips *events.SkipCounter
 }
 
 // Validate checks the options.
@@ -39,8 +43,9 @@ func (o Options) Validate() error {
 // History answers questions about the past from the streams. It is safe for
 // concurrent use; every call reads the streams again.
 type History struct {
-	r   Reader
-	log *slog.Logger
+	r     Reader
+	log   *slog.Logger
+	skips *events.SkipCounter
 }
 
 // New returns a History.
@@ -51,7 +56,7 @@ func New(o Options) (*History, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &History{r: o.Reader, log: o.Logger}, nil
+	return &History{r: o.Reader, log: o.Logger, skips: o.Skips}, nil
 }
 
 // Entry is one event on a timeline.
@@ -119,17 +124,23 @@ type read struct {
 
 // collect replays every read up to (and including) the last event stored at
 // or before until (zero: to the end), and returns the records merged in
-// stored order.
+// stored order. A record that does not decode is skipped, counted and
+// logged; the read goes on.
 func (h *History) collect(ctx context.Context, until time.Time, reads ...read) ([]events.Record, error) {
 	var out []events.Record
 	for _, rd := range reads {
 		n := 0
 		for rec, err := range h.r.Replay(ctx, rd.filter, rd.from) {
-			if err != nil {
+			re, skip := events.AsRecordError(err)
+			if err != nil && !skip {
 				return nil, fmt.Errorf("history: read %s: %w", rd.filter, err)
 			}
 			if !until.IsZero() && rec.Stored.After(until) {
 				break // the first event after T: stop this stream here
+			}
+			if skip {
+				h.skips.Skip(ctx, h.log, re)
+				continue
 			}
 			if rd.keep == nil || rd.keep(rec) {
 				out = append(out, rec)
@@ -221,4 +232,11 @@ func workloadKey(rec events.Record) (events.Keys, events.WorkloadStatus, bool) {
 		return events.Keys{}, d, false
 	}
 	return events.Keys{Namespace: d.Namespace, Name: d.Deployment}, d, true
+}
+
+// skipData counts and logs a record whose envelope decoded but whose data
+// does not decode into its type's struct (err is Decode's): it is left out
+// of the answer like any undecodable record.
+func (h *History) skipData(ctx context.Context, rec events.Record, err error) {
+	h.skips.Skip(ctx, h.log, events.InvalidData(rec, err))
 }

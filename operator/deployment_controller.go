@@ -46,6 +46,11 @@ type DeploymentReconciler struct {
 	// it may read the credential. Set when the sync is enabled.
 	WaitForPolicy bool
 	Log           *slog.Logger
+	// Reader, when set, replays a Deployment's intent subject when its last
+	// record does not decode, to decide from the last one that does.
+	Reader EventReader
+	// Skips counts intent records that do not decode. Nil-safe.
+	Skips *events.SkipCounter
 }
 
 // policyReady reports whether d's pull-secret policy is written for its
@@ -141,16 +146,48 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, r.patchStatus(ctx, &d, rev, res)
 }
 
-// last reads the last intent event of the Deployment's subject (seq 0: none).
+// last reads the last intent event of the Deployment's subject and the
+// subject's last sequence (0: none). When the last record does not decode
+// (a JetStream answer aimed at the stream), it is skipped and counted: the
+// sequence is still its own (the next append expects it), the event is the
+// last one before it that decodes.
 func (r *DeploymentReconciler) last(ctx context.Context, subject string) (*events.Record, uint64, error) {
 	rec, err := r.Store.Last(ctx, subject)
 	if errors.Is(err, events.ErrNotFound) {
 		return nil, 0, nil
 	}
+	if re, ok := events.AsRecordError(err); ok {
+		r.Skips.Skip(ctx, r.Log, re)
+		prev, err := r.lastDecodable(ctx, subject)
+		if err != nil {
+			return nil, 0, err
+		}
+		return prev, re.Sequence, nil
+	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("read intent of %s: %w", subject, err)
 	}
 	return &rec, rec.Sequence, nil
+}
+
+// lastDecodable replays one Deployment's intent subject (a handful of
+// events) for its last record that decodes; nil when none does or there is
+// no Reader.
+func (r *DeploymentReconciler) lastDecodable(ctx context.Context, subject string) (*events.Record, error) {
+	if r.Reader == nil {
+		return nil, nil
+	}
+	var last *events.Record
+	for rec, err := range r.Reader.Replay(ctx, subject, events.FromStart()) {
+		if _, skip := events.AsRecordError(err); skip {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read intent of %s: %w", subject, err)
+		}
+		last = &rec
+	}
+	return last, nil
 }
 
 // alreadyAppended reports whether the last intent event is the revision of

@@ -108,6 +108,9 @@ type DeviceReconciler struct {
 	StaleAfter time.Duration
 	// Log receives the controller's records; nil: discard.
 	Log *slog.Logger
+	// Skips counts the device reports the controller skips because they do
+	// not decode. Nil-safe.
+	Skips *events.SkipCounter
 
 	telemetry *telemetry
 
@@ -511,7 +514,7 @@ func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error
 			inv, err := events.Decode[events.DeviceInventory](rec.Event)
 			if err != nil {
 				// A bad report must not stall the Device: keep what is known.
-				r.Log.WarnContext(ctx, "inventory report ignored", "device", device, "seq", rec.Sequence, "error", err)
+				r.Skips.Skip(ctx, r.Log, events.InvalidData(*rec, err))
 				return nil
 			}
 			r.telemetry.inventory(device, rec.Sequence, inv)
@@ -527,6 +530,12 @@ func (r *DeviceReconciler) last(ctx context.Context, device string, kind events.
 	}
 	rec, err := r.Store.Last(ctx, subject)
 	if errors.Is(err, events.ErrNotFound) {
+		return nil, nil
+	}
+	if re, ok := events.AsRecordError(err); ok {
+		// The device's last report does not decode: skipped and counted,
+		// as if there were none (the next report replaces it).
+		r.Skips.Skip(ctx, r.Log, re)
 		return nil, nil
 	}
 	if err != nil {

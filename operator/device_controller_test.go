@@ -38,6 +38,8 @@ type devEnv struct {
 	identity jetstream.KeyValue
 	intent   jetstream.KeyValue
 	ns       string
+	// skips, when set, counts the records the operators skip.
+	skips *events.SkipCounter
 }
 
 func newDevEnv(t *testing.T) *devEnv {
@@ -63,7 +65,7 @@ func (e *devEnv) start(staleAfter time.Duration) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.intent,
-			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true})
+			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips})
 	}()
 	e.t.Cleanup(func() {
 		cancel()

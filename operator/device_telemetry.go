@@ -174,37 +174,44 @@ func (r *DeviceReconciler) followOnce(ctx context.Context, wake chan<- event.Gen
 			return fmt.Errorf("telemetry consumer: %w", err)
 		}
 		if err := r.observe(ctx, m, wake); err != nil {
-			// One bad report must not stop the others.
+			// One report must not stop the others.
 			r.Log.WarnContext(ctx, "telemetry report ignored", "subject", m.Subject(), "error", err)
 		}
 	}
 }
 
 // observe records one telemetry message and wakes the Devices it concerns
-// when it may change their status.
+// when it may change their status. A report that does not decode (the
+// device's own garbage, another device's keys on its subject) is skipped and
+// counted: it is neither a heartbeat nor an inventory. The device is the one
+// in the subject.
 func (r *DeviceReconciler) observe(ctx context.Context, m jetstream.Msg, wake chan<- event.GenericEvent) error {
-	ref, err := events.ParseSubject(m.Subject())
-	if err != nil {
-		return err
-	}
 	md, err := m.Metadata()
 	if err != nil {
 		return err
 	}
-	device := ref.Keys.Device
-	switch ref.Report {
-	case events.ReportHeartbeat:
+	rec := events.Record{Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
+	ev, err := events.DecodeStored(rec.Subject, m.Data())
+	if re, ok := events.AsRecordError(err); ok {
+		re.Stream, re.Sequence = rec.Stream, rec.Sequence
+		r.Skips.Skip(ctx, r.Log, re)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rec.Event = ev
+	device := ev.Keys.Device // DecodeStored: the subject's device
+	switch ev.Type {
+	case events.TypeDeviceHeartbeat:
 		if !r.telemetry.heartbeat(device, md.Timestamp) {
 			return nil
 		}
-	case events.ReportInventory:
-		ev, err := events.Unmarshal(m.Data())
-		if err != nil {
-			return err
-		}
+	case events.TypeDeviceInventory:
 		inv, err := events.Decode[events.DeviceInventory](ev)
 		if err != nil {
-			return err
+			r.Skips.Skip(ctx, r.Log, events.InvalidData(rec, err))
+			return nil
 		}
 		if !r.telemetry.inventory(device, md.Sequence.Stream, inv) {
 			return nil

@@ -14,5 +14,12 @@
 //     status on transitions only, mirrors self-reported labels (never the
 //     reserved ones) and keeps the fleet-identity KV in sync.
 //
+// Device input is data, never control: every reader skips a stored record
+// that does not decode (events.DecodeStored, the subject being
+// authoritative for the device), counts it on Options.Skips — registered
+// with controller-runtime's metrics registry as
+// fleet_events_skipped_records_total — logs it without its payload, and
+// moves its position past it.
+//
 // It may import k8s, events and projections; only cmd/ imports it.
 package operator

@@ -5,17 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -61,6 +65,40 @@ type Options struct {
 	// StaleAfter is how long a device stays Online after its last
 	// heartbeat; 0: DefaultStaleAfter (90s).
 	StaleAfter time.Duration
+	// Skips counts the stored records the operator's readers skip because
+	// they do not decode (fleet_events_skipped_records_total). Run
+	// registers it with controller-runtime's metrics registry
+	// (metrics.Registry, served on MetricsAddr). Nil: one counter per
+	// process (ProcessSkipCounter).
+	Skips *events.SkipCounter
+}
+
+// processSkips is the skip counter of operators started without one.
+var processSkips = sync.OnceValue(events.NewSkipCounter)
+
+// ProcessSkipCounter returns the skip counter operators of this process use
+// when Options.Skips is nil.
+func ProcessSkipCounter() *events.SkipCounter { return processSkips() }
+
+// registerSkips registers the skip counter with controller-runtime's
+// metrics registry. Registering the same counter again (a second operator
+// in the process) is fine; another counter under the same name is not
+// exported, and says so.
+func registerSkips(c *events.SkipCounter, log *slog.Logger) error {
+	err := metrics.Registry.Register(c.Collector())
+	var are prometheus.AlreadyRegisteredError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &are):
+		if are.ExistingCollector != c.Collector() {
+			log.Info("another skipped-records counter is already registered in this process; this operator's counts are not exported",
+				"metric", events.SkippedRecordsMetric)
+		}
+		return nil
+	default:
+		return fmt.Errorf("operator: register %s: %w", events.SkippedRecordsMetric, err)
+	}
 }
 
 // Validate checks the options.
@@ -98,6 +136,12 @@ func Run(ctx context.Context, o Options) error {
 	if o.HealthAddr == "" {
 		o.HealthAddr = "0"
 	}
+	if o.Skips == nil {
+		o.Skips = ProcessSkipCounter()
+	}
+	if err := registerSkips(o.Skips, o.Logger); err != nil {
+		return err
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -112,8 +156,8 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
-		Log: o.Logger.With("controller", "deployment")}
+	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
+		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -122,12 +166,13 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Client: mgr.GetClient(),
-		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints}
+		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips}
 	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {
-		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device")}
+		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
+			Skips: o.Skips}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

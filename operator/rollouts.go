@@ -46,6 +46,13 @@ type EventReader interface {
 //
 // On start it rebuilds its state from the first event (three ordered
 // consumers, no server-side state), then follows live.
+//
+// Device input is data, never control: a record that does not decode (on
+// any of the three streams) is skipped, counted on Skips and logged, and
+// the runner's position in that stream moves past it, so neither the live
+// runner nor a restart from the checkpoint ever stops on it. The device a
+// report is about is the one in the subject it was stored on (the reader
+// refuses an envelope that names another).
 type RolloutRunner struct {
 	Store  EventStore
 	Reader EventReader
@@ -68,6 +75,10 @@ type RolloutRunner struct {
 	// CheckpointInterval is how often a changed state is written. Default
 	// 30s; the state is also written when the runner stops.
 	CheckpointInterval time.Duration
+	// Skips counts the records the runner skips because they do not decode
+	// (a device's garbage on its report subject, a JetStream answer aimed
+	// at a stream). Nil: they are only logged.
+	Skips *events.SkipCounter
 }
 
 // CheckpointObject is the name of the runner's snapshot in Checkpoints.
@@ -89,7 +100,10 @@ type sourced struct {
 	rec    events.Record
 	source int
 	caught bool // a marker: source has caught up with its history
-	err    error
+	// skip, when set, is a record of source that does not decode: the
+	// runner counts it and moves past it.
+	skip *events.RecordError
+	err  error
 }
 
 // runnerState is owned by the Run goroutine.
@@ -103,7 +117,34 @@ type runnerState struct {
 	dirtyKV    map[string]bool
 	dirtyStat  map[depKey]bool
 	written    map[string]string // device → value last put ("" = none)
+	// live is set once every source caught up with its history.
+	live bool
+	// revisionless counts the rollouts that have reports or transitions but
+	// no revision yet. While catching up that is normal (the three streams
+	// are read side by side, so a Deployment's reports may come before its
+	// revision); once live only a runner that lags another, or a device
+	// naming Deployments that do not exist, makes one, and maxRevisionless
+	// bounds them.
+	revisionless int
+	// dropped counts the reports dropped once live because a bound was
+	// reached (maxRevisionless, maxEarlyRevisions); the first of a run is
+	// logged.
+	dropped int
 }
+
+// Bounds on what device reports can add to the runner's state once it is
+// live (see runnerState.revisionless). Past them a report costs a decode and
+// nothing else: it is dropped. A device that fills them with made-up
+// Deployments or revisions can only delay a runner that lags another (its
+// own revision's reports and the leading runner's transitions still come).
+const (
+	// maxRevisionless is how many Deployments without a known revision
+	// the runner keeps reports for.
+	maxRevisionless = 1024
+	// maxEarlyRevisions is how many revisions of one Deployment the runner
+	// keeps reports for ahead of the revision it is at.
+	maxEarlyRevisions = 8
+)
 
 // Run runs until ctx ends.
 func (r *RolloutRunner) Run(ctx context.Context) error {
@@ -157,10 +198,18 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 			switch {
 			case m.err != nil:
 				return fmt.Errorf("rollout runner: %w", m.err)
+			case m.skip != nil:
+				if k, ok := r.skipped(ctx, s, m); ok && live {
+					r.decide(ctx, s, k)
+				}
 			case m.caught:
 				if caught++; caught == 3 {
 					live = true
+					s.live = true
 					if err := r.syncKV(ctx, s); err != nil {
+						if ctx.Err() != nil {
+							return nil // stopped while catching up
+						}
 						return err
 					}
 					keys := make([]depKey, 0, len(s.rollouts))
@@ -216,14 +265,15 @@ func (r *RolloutRunner) read(ctx context.Context, source int, filter string, aft
 	}
 	last := after
 	for rec, err := range r.Reader.Replay(ctx, filter, events.FromSequence(after+1)) {
-		if err != nil {
-			if ctx.Err() == nil {
-				send(sourced{err: err})
+		m, ok := r.sourced(ctx, source, rec, err)
+		if !ok {
+			if m.err != nil {
+				send(m)
 			}
 			return
 		}
-		last = rec.Sequence
-		if !send(sourced{rec: rec, source: source}) {
+		last = m.seq()
+		if !send(m) {
 			return
 		}
 	}
@@ -231,19 +281,71 @@ func (r *RolloutRunner) read(ctx context.Context, source int, filter string, aft
 		return
 	}
 	for rec, err := range r.Reader.Follow(ctx, filter, events.FromSequence(last+1)) {
-		if err != nil {
-			if ctx.Err() == nil {
-				send(sourced{err: err})
+		m, ok := r.sourced(ctx, source, rec, err)
+		if !ok {
+			if m.err != nil {
+				send(m)
 			}
 			return
 		}
-		if rec.Sequence <= last {
+		if m.seq() <= last {
 			continue
 		}
-		if !send(sourced{rec: rec, source: source}) {
+		if !send(m) {
 			return
 		}
 	}
+}
+
+// sourced turns what a read yielded into the runner's message. A record
+// that does not decode becomes a skip and the read goes on; any other error
+// ends the read (ok false; m.err is set unless ctx ended).
+func (r *RolloutRunner) sourced(ctx context.Context, source int, rec events.Record, err error) (m sourced, ok bool) {
+	if err == nil {
+		return sourced{rec: rec, source: source}, true
+	}
+	if re, isRec := events.AsRecordError(err); isRec {
+		return sourced{rec: rec, source: source, skip: re}, true
+	}
+	if ctx.Err() != nil {
+		return sourced{}, false
+	}
+	return sourced{err: err}, false
+}
+
+// seq is the stream sequence of the record or skip m carries.
+func (m sourced) seq() uint64 {
+	if m.skip != nil {
+		return m.skip.Sequence
+	}
+	return m.rec.Sequence
+}
+
+// skipped moves the runner's position in a stream past a record that does
+// not decode, counts and logs it. A record on a Deployment's rollout subject
+// still moves that subject's last sequence, which the runner's next append
+// expects: it returns that Deployment, to decide again (an append that
+// conflicted with the record waits for it).
+func (r *RolloutRunner) skipped(ctx context.Context, s *runnerState, m sourced) (depKey, bool) {
+	seq := m.skip.Sequence
+	if seq <= s.seqs[m.source] {
+		return depKey{}, false // already passed (covered by the checkpoint)
+	}
+	s.seqs[m.source] = seq
+	s.changed = true
+	r.Skips.Skip(ctx, r.Log, m.skip)
+	if m.source != 1 {
+		return depKey{}, false
+	}
+	ref, err := events.ParseSubject(m.skip.Subject)
+	if err != nil || ref.Family != events.FamilyDeploymentRollout {
+		return depKey{}, false
+	}
+	k := depKey{ref.Keys.Namespace, ref.Keys.Name}
+	if seq > s.rolloutSeq[k] {
+		s.rolloutSeq[k] = seq
+	}
+	return k, true
 }
 
 // fold applies one record and returns the Deployment it concerns.
@@ -255,6 +357,7 @@ func (r *RolloutRunner) fold(s *runnerState, m sourced) (depKey, bool) {
 	s.seqs[m.source] = m.rec.Sequence
 	s.changed = true
 	var k depKey
+	var wd events.WorkloadStatus // source 2
 	switch m.source {
 	case 0, 1:
 		k = depKey{ev.Keys.Namespace, ev.Keys.Name}
@@ -265,16 +368,43 @@ func (r *RolloutRunner) fold(s *runnerState, m sourced) (depKey, bool) {
 			s.dirtyKV[d] = true
 		}
 	case 2:
-		d, err := events.Decode[events.WorkloadStatus](ev)
+		var err error
+		wd, err = events.Decode[events.WorkloadStatus](ev)
 		if err != nil {
-			r.Log.Warn("undecodable workload report", "id", ev.ID.String(), "error", err)
+			// A valid envelope whose data does not decode: skipped like
+			// any undecodable record (the position already moved past it).
+			r.Skips.Skip(context.Background(), r.Log, events.InvalidData(m.rec, err))
 			return depKey{}, false
 		}
-		k = depKey{d.Namespace, d.Deployment}
+		k = depKey{wd.Namespace, wd.Deployment}
 	}
-	ro := s.rollouts[k]
+	ro, known := s.rollouts[k]
+	if m.source == 2 && s.live {
+		var bound string
+		switch {
+		case !known && s.revisionless >= maxRevisionless:
+			bound = "Deployments without a known revision"
+		case known && ro.UID != "" && !ro.IsCurrent(wd.UID, wd.Generation) && ro.EarlyRevisions() >= maxEarlyRevisions:
+			bound = "revisions ahead of the one the runner is at"
+		}
+		if bound != "" {
+			if s.dropped == 0 {
+				r.Log.Warn("a report dropped: the runner keeps reports for a bounded number of "+bound+" (a lagging runner, or a device naming Deployments or revisions that do not exist); later drops are counted, not logged",
+					"stream", m.rec.Stream, "subject", m.rec.Subject, "seq", m.rec.Sequence)
+			}
+			s.dropped++
+			return depKey{}, false
+		}
+	}
+	wasRevisionless := ro.UID == ""
 	ro.Fold(ev) // the runner's own state: in place, O(1) per report
 	s.rollouts[k] = ro
+	switch {
+	case !known && ro.UID == "":
+		s.revisionless++
+	case known && wasRevisionless && ro.UID != "":
+		s.revisionless--
+	}
 	s.dirtyStat[k] = true
 	return k, true
 }
@@ -439,6 +569,9 @@ func (r *RolloutRunner) restore(ctx context.Context, s *runnerState) {
 	for k, ro := range c.Rollouts {
 		ns, name, _ := strings.Cut(k, "/")
 		s.rollouts[depKey{ns, name}] = ro
+		if ro.UID == "" {
+			s.revisionless++
+		}
 	}
 	for k, seq := range c.RolloutSeq {
 		ns, name, _ := strings.Cut(k, "/")

@@ -230,6 +230,19 @@ func (r Rollout) withEarly(uid string, gen int64, fn func(*earlyFacts)) Rollout 
 	return n
 }
 
+// EarlyRevisions is how many revisions the fold holds early facts for
+// (reports and transitions of revisions it has not folded yet). The fold
+// itself keeps them all, because a rebuild may fold a Deployment's reports
+// before its revisions; a runner that has caught up bounds what devices can
+// add (operator.RolloutRunner).
+func (r Rollout) EarlyRevisions() int { return len(r.early) }
+
+// IsCurrent reports whether (uid, generation) is the revision the fold is
+// at.
+func (r Rollout) IsCurrent(uid string, generation int64) bool {
+	return r.UID == uid && r.Generation == generation
+}
+
 // noteFailure records res as the latest failure when it is one. Ties in
 // time go to the greater device id, so the answer never depends on the order
 // reports were folded in.

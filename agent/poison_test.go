@@ -1,0 +1,135 @@
+package agent_test
+
+import (
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/poisontest"
+)
+
+// syncBuffer is a log sink shared by the agent's goroutines and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
+	skips := events.NewSkipCounter()
+	var logs syncBuffer
+	e := startAgent(t, func(o *agent.Options) {
+		o.Skips = skips
+		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	})
+	e.put(entry(t, 1, baseScore()))
+	e.waitStatus(1, events.WorkloadConverged)
+
+	t.Run("an intent value it cannot decode is skipped and the device keeps running what it runs", func(t *testing.T) {
+		other, _ := json.Marshal(events.DeviceIntent{Device: "d2", Deployments: []events.IntentEntry{entry(t, 9, baseScore())}})
+		bad := entry(t, 9, baseScore())
+		bad.Namespace = "../etc"
+		badName, _ := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: []events.IntentEntry{bad}})
+		for i, v := range [][]byte{[]byte("not json"), []byte(`{"stream":"KV_fleet-intent","seq":5}`), []byte(`[]`), other, badName} {
+			if _, err := e.kv.Put(e.ctx, "d1", v); err != nil {
+				t.Fatal(err)
+			}
+			// The agent read it and said so before the next one.
+			deadline := time.Now().Add(20 * time.Second)
+			for strings.Count(logs.String(), "intent not read") <= i {
+				if time.Now().After(deadline) {
+					t.Fatalf("the agent never skipped intent value %d; log:\n%s", i, logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		// A valid value after the garbage: the agent is still there and
+		// applies it; nothing was removed in between.
+		s := baseScore()
+		s.Data.Services[1].Image = "reg.example/api:v2"
+		e.put(entry(t, 2, s))
+		e.waitStatus(2, events.WorkloadConverged)
+		for _, st := range e.statuses() {
+			if st.Phase == events.WorkloadRemoved || st.Generation == 9 {
+				t.Errorf("an undecodable intent value was acted on: %+v", st)
+			}
+		}
+		if strings.Contains(logs.String(), "not json") || strings.Contains(logs.String(), "../etc") {
+			t.Errorf("the log quotes an intent value:\n%s", logs.String())
+		}
+	})
+
+	t.Run("a command it cannot decode is skipped, counted and never answered", func(t *testing.T) {
+		forged, _ := events.New(events.Keys{Device: "d2"}, events.AgentCommand{Command: agent.CommandReconcileNow})
+		forgedPayload, _ := forged.Marshal()
+		base, _ := events.New(events.Keys{Device: "d1"}, events.AgentCommand{Command: agent.CommandReconcileNow})
+		var sent int
+		for _, tc := range poisontest.For(t, base) {
+			if tc.Reason == events.ReasonInvalidData {
+				continue // a valid envelope: answered with an error result
+			}
+			if _, err := e.st.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: "fleet.command.d1", Data: tc.Payload}); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		if _, err := e.st.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: "fleet.command.d1", Data: forgedPayload}); err != nil {
+			t.Fatal(err)
+		}
+		sent++
+		real, err := events.New(events.Keys{Device: "d1"}, events.AgentCommand{Command: agent.CommandReconcileNow, RequestedBy: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.st.Append(e.ctx, real); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * time.Second)
+		var ids []string
+		for {
+			ids = ids[:0]
+			for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.command", events.FromStart()) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := events.Decode[events.CommandResult](r.Event)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, res.CommandID)
+			}
+			if len(ids) > 0 && skips.Skipped(events.StreamCommands, "") == uint64(sent) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("results %v, %d of %d commands counted as skipped", ids, skips.Skipped(events.StreamCommands, ""), sent)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if diff := cmp.Diff([]string{real.ID.String()}, ids); diff != "" {
+			t.Errorf("command results (-want +got):\n%s", diff)
+		}
+		if !strings.Contains(logs.String(), "undecodable record skipped") || !strings.Contains(logs.String(), "subject=fleet.command.d1") {
+			t.Errorf("no warning names the skipped command:\n%s", logs.String())
+		}
+	})
+}

@@ -1,0 +1,487 @@
+package operator_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/poisontest"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+)
+
+// publishRaw stores payload on subject as a device (or a JetStream answer
+// aimed by the reply trick) can: no envelope checks on the way in.
+func (e *env) publishRaw(subject string, payload []byte) uint64 {
+	e.t.Helper()
+	ack, err := e.store.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subject, Data: payload})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// workloadEvent is a workload report of device for rev, as an agent builds
+// it; keys names the device the envelope claims.
+func (e *env) workloadEvent(keys string, rev events.DeploymentRevisionCreated, phase events.WorkloadPhase) events.Event {
+	e.t.Helper()
+	ev, err := events.New(events.Keys{Device: keys}, events.WorkloadStatus{Namespace: e.ns, Deployment: "api", UID: rev.UID,
+		Generation: rev.Generation, RevisionID: rev.RevisionID, Phase: phase, Error: "forged", Since: time.Now().UTC()},
+		events.WithCorrelation(rev.UID, rev.Generation))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return ev
+}
+
+func marshal(t *testing.T, ev events.Event) []byte {
+	t.Helper()
+	b, err := ev.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkpointSeqs reads the stream positions of the runner's checkpoint:
+// intent, rollout, reports.
+func (e *env) checkpointSeqs() [3]uint64 {
+	e.t.Helper()
+	b, err := e.obj.GetBytes(e.ctx, operator.CheckpointObject)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var c struct {
+		Seqs [3]uint64 `json:"seqs"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		e.t.Fatal(err)
+	}
+	return c.Seqs
+}
+
+var fullRollout = []events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged,
+	events.TypeRolloutReleased, events.TypeRolloutSucceeded}
+
+func TestPoisonReportsAreSkippedCountedAndTheRolloutCompletesAcrossRestarts(t *testing.T) {
+	e := newEnv(t)
+	e.logs = slog.DiscardHandler // a warning per poison record
+	e.skips = events.NewSkipCounter()
+	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	rev := e.revisionOf("api", 1)
+	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+
+	// Every variant of the canary's own report, built on a Failed report:
+	// one accepted by mistake would fail the rollout.
+	cases := poisontest.For(t, e.workloadEvent("rpi-1", rev, events.WorkloadFailed))
+	wantReasons := map[events.SkipReason]uint64{}
+	var lastReport uint64
+	for _, tc := range cases {
+		lastReport = e.publishRaw("fleet.report.rpi-1.workload", tc.Payload)
+		wantReasons[tc.Reason]++
+	}
+	// A JetStream acknowledgement aimed at the Deployment's rollout and
+	// intent subjects by the reply trick.
+	ack := []byte(`{"stream":"FLEET_REPORTS","seq":5}`)
+	rolloutSubj, _ := events.DeploymentRolloutSubject(e.ns, "api")
+	intentSubj, _ := events.DeploymentIntentSubject(e.ns, "api")
+	lastRollout := e.publishRaw(rolloutSubj, ack)
+	lastIntent := e.publishRaw(intentSubj, ack)
+
+	e.waitFor("every poison record counted", func() bool {
+		return e.skips.Skipped(events.StreamReports, "") == uint64(len(cases)) && e.skips.Skipped(events.StreamRollout, "") == 1 &&
+			e.skips.Skipped(events.StreamIntent, "") >= 1
+	})
+	t.Run("each variant is counted under its reason", func(t *testing.T) {
+		got := map[events.SkipReason]uint64{}
+		for _, r := range events.SkipReasons() {
+			if n := e.skips.Skipped(events.StreamReports, r); n > 0 {
+				got[r] = n
+			}
+		}
+		if diff := cmp.Diff(wantReasons, got); diff != "" {
+			t.Errorf("skipped reports by reason (-want +got):\n%s", diff)
+		}
+	})
+
+	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+	e.waitFor("release to the rest", func() bool { return e.intentOf("rpi-2", "api") == 1 })
+	e.report("rpi-2", "api", rev, events.WorkloadConverged, "")
+	e.waitPhase("api", fleetv1.PhaseSucceeded)
+	if diff := cmp.Diff(fullRollout, e.transitions("api")); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	stop()
+	if seqs := e.checkpointSeqs(); seqs[0] < lastIntent || seqs[1] < lastRollout || seqs[2] < lastReport {
+		t.Fatalf("checkpoint positions %v do not pass the poison (intent %d, rollout %d, reports %d)", seqs, lastIntent, lastRollout, lastReport)
+	}
+
+	t.Run("a restart from the checkpoint goes on past the poison and rolls out the next revision", func(t *testing.T) {
+		e.skips = events.NewSkipCounter()
+		stop = e.startOperator()
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+		rev2 := e.revisionOf("api", 2) // appended after the acknowledgement on the intent subject
+		e.waitFor("the canary's intent of revision 2", func() bool { return e.intentOf("rpi-1", "api") == 2 })
+		e.report("rpi-1", "api", rev2, events.WorkloadConverged, "")
+		e.waitFor("release of revision 2", func() bool { return e.intentOf("rpi-2", "api") == 2 })
+		e.report("rpi-2", "api", rev2, events.WorkloadConverged, "")
+		e.waitFor("revision 2 succeeded", func() bool {
+			s := e.get("api").Status
+			return s.Revision != nil && s.Revision.Generation == 2 && s.Phase == fleetv1.PhaseSucceeded
+		})
+		if n := e.skips.Skipped(events.StreamReports, ""); n != 0 {
+			t.Errorf("the restart read %d poison reports again: the checkpoint did not pass them", n)
+		}
+		stop()
+	})
+
+	t.Run("a rebuild from the first event reads through the poison to the same state", func(t *testing.T) {
+		want := e.transitions("api")
+		if err := e.obj.Delete(e.ctx, operator.CheckpointObject); err != nil {
+			t.Fatal(err)
+		}
+		e.skips = events.NewSkipCounter()
+		e.startOperator()
+		e.waitFor("the poison read again", func() bool { return e.skips.Skipped(events.StreamReports, "") == uint64(len(cases)) })
+		if diff := cmp.Diff(want, e.transitions("api")); diff != "" {
+			t.Errorf("the rebuild appended transitions (-want +got):\n%s", diff)
+		}
+		// The rebuilt runner is live: it rolls out revision 3.
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v3" })
+		rev3 := e.revisionOf("api", 3)
+		e.waitFor("the canary's intent of revision 3", func() bool { return e.intentOf("rpi-1", "api") == 3 })
+		e.report("rpi-1", "api", rev3, events.WorkloadConverged, "")
+		e.waitFor("release of revision 3", func() bool { return e.intentOf("rpi-2", "api") == 3 })
+		e.report("rpi-2", "api", rev3, events.WorkloadConverged, "")
+		e.waitFor("revision 3 succeeded", func() bool {
+			s := e.get("api").Status
+			return s.Revision != nil && s.Revision.Generation == 3 && s.Phase == fleetv1.PhaseSucceeded
+		})
+	})
+}
+
+func TestAReportForgedInACanarysNameNeitherReleasesNorFailsTheRollout(t *testing.T) {
+	e := newEnv(t)
+	e.skips = events.NewSkipCounter()
+	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	rev := e.revisionOf("api", 1)
+	e.waitPhase("api", fleetv1.PhaseCanary)
+
+	// Device rpi-2, with its own key, publishes on its own subject: "the
+	// canary rpi-1 converged", then "the canary rpi-1 failed".
+	e.publishRaw("fleet.report.rpi-2.workload", marshal(t, e.workloadEvent("rpi-1", rev, events.WorkloadConverged)))
+	e.publishRaw("fleet.report.rpi-2.workload", marshal(t, e.workloadEvent("rpi-1", rev, events.WorkloadFailed)))
+	e.waitFor("both forged reports refused", func() bool {
+		return e.skips.Skipped(events.StreamReports, events.ReasonSubjectMismatch) == 2
+	})
+	if n := e.intentOf("rpi-2", "api"); n != 0 {
+		t.Errorf("a forged convergence released the revision to rpi-2 (generation %d in its intent)", n)
+	}
+	if diff := cmp.Diff(fullRollout[:2], e.transitions("api")); diff != "" {
+		t.Errorf("transitions after the forged reports (-want +got):\n%s", diff)
+	}
+	d := e.get("api")
+	if d.Status.Phase != fleetv1.PhaseCanary || d.Status.Counts.CanariesSucceeded != 0 || d.Status.Counts.Failed != 0 || d.Status.LatestFailure != nil {
+		t.Errorf("status counts a forged report: %+v", d.Status)
+	}
+
+	// The canary's own report still counts.
+	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+	e.waitFor("release to the rest", func() bool { return e.intentOf("rpi-2", "api") == 1 })
+}
+
+// garbage returns n report payloads for the devices' workload subjects:
+// random bytes, valid reports of another revision with bytes flipped,
+// truncated reports, reports in another device's name, and the poison
+// variants.
+func garbage(t *testing.T, e *env, rev events.DeploymentRevisionCreated, devices []string, n int) (subjects []string, payloads [][]byte) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(7, 11))
+	var poison []poisontest.Case
+	for _, d := range devices {
+		poison = append(poison, poisontest.For(t, e.workloadEvent(d, rev, events.WorkloadFailed))...)
+	}
+	other := rev
+	other.UID, other.RevisionID = "garbage-uid", "garbage"
+	for i := range n {
+		dev := devices[rng.IntN(len(devices))]
+		var p []byte
+		switch i % 5 {
+		case 0:
+			p = make([]byte, rng.IntN(2048))
+			for j := range p {
+				p[j] = byte(rng.UintN(256))
+			}
+		case 1:
+			p = marshal(t, e.workloadEvent(dev, other, events.WorkloadFailed))
+			for range 1 + rng.IntN(4) {
+				p[rng.IntN(len(p))] ^= byte(1 << rng.UintN(8))
+			}
+		case 2:
+			full := marshal(t, e.workloadEvent(dev, rev, events.WorkloadFailed))
+			p = full[:rng.IntN(len(full))]
+		case 3:
+			p = marshal(t, e.workloadEvent(devices[(slicesIndex(devices, dev)+1)%len(devices)], rev, events.WorkloadFailed))
+		case 4:
+			p = poison[rng.IntN(len(poison))].Payload
+		}
+		subjects = append(subjects, "fleet.report."+dev+".workload")
+		payloads = append(payloads, p)
+	}
+	return subjects, payloads
+}
+
+func slicesIndex(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// undecodable is how many of the payloads the runner skips: refused by
+// DecodeStored, or an envelope whose workload data does not decode.
+func undecodable(subjects []string, payloads [][]byte) uint64 {
+	var n uint64
+	for i, p := range payloads {
+		ev, err := events.DecodeStored(subjects[i], p)
+		if err == nil {
+			_, err = events.Decode[events.WorkloadStatus](ev)
+		}
+		if err != nil {
+			n++
+		}
+	}
+	return n
+}
+
+func TestHundredsOfGarbageReportsDuringARolloutNeverStopTheRunner(t *testing.T) {
+	e := newEnv(t)
+	e.logs = slog.DiscardHandler // a warning per garbage record
+	e.skips = events.NewSkipCounter()
+	devices := []string{"rpi-1", "rpi-2", "rpi-3"}
+	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	e.device("rpi-3", map[string]string{"role": "analyzer"})
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	rev := e.revisionOf("api", 1)
+	subjects, payloads := garbage(t, e, rev, devices, 400)
+	want := undecodable(subjects, payloads)
+	if want < 300 {
+		t.Fatalf("only %d of %d payloads are undecodable: the garbage is too tame", want, len(payloads))
+	}
+
+	// The garbage arrives while the rollout runs.
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, p := range payloads {
+			if _, err := e.store.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subjects[i], Data: p}); err != nil {
+				errs <- fmt.Errorf("publish garbage %d: %w", i, err)
+				return
+			}
+		}
+	}()
+	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+	e.waitFor("release to the rest", func() bool { return e.intentOf("rpi-2", "api") == 1 && e.intentOf("rpi-3", "api") == 1 })
+	e.report("rpi-2", "api", rev, events.WorkloadConverged, "")
+	e.report("rpi-3", "api", rev, events.WorkloadConverged, "")
+	e.waitPhase("api", fleetv1.PhaseSucceeded)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		t.Fatal(err)
+	default:
+	}
+	e.waitFor(fmt.Sprintf("%d undecodable reports counted", want), func() bool { return e.skips.Skipped(events.StreamReports, "") == want })
+	if diff := cmp.Diff(fullRollout, e.transitions("api")); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	stop() // Run returned no error: stop checks it
+
+	t.Run("a rebuild from the first event reads through the garbage to the same state", func(t *testing.T) {
+		if err := e.obj.Delete(e.ctx, operator.CheckpointObject); err != nil {
+			t.Fatal(err)
+		}
+		e.skips = events.NewSkipCounter()
+		e.startOperator()
+		e.waitFor("the garbage read again", func() bool { return e.skips.Skipped(events.StreamReports, "") == want })
+		if diff := cmp.Diff(fullRollout, e.transitions("api")); diff != "" {
+			t.Errorf("transitions after the rebuild (-want +got):\n%s", diff)
+		}
+		// The rebuilt runner is live: a spec change without canaries'
+		// reports stays at its canary stage, with the revision's status.
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+		e.revisionOf("api", 2)
+		e.waitFor("the canary's intent of revision 2", func() bool { return e.intentOf("rpi-1", "api") == 2 })
+		e.waitFor("status of revision 2", func() bool {
+			s := e.get("api").Status
+			return s.Revision != nil && s.Revision.Generation == 2 && s.Phase == fleetv1.PhaseCanary
+		})
+	})
+}
+
+func TestTheOperatorRegistersTheSkippedRecordsCounter(t *testing.T) {
+	e := newEnv(t)
+	e.startOperator()
+	e.waitFor("the counter in controller-runtime's metrics registry", func() bool {
+		probe := events.NewSkipCounter().Collector()
+		err := metrics.Registry.Register(probe)
+		if err == nil {
+			metrics.Registry.Unregister(probe) // not there yet: leave the name free
+			return false
+		}
+		var are prometheus.AlreadyRegisteredError
+		return errors.As(err, &are)
+	})
+}
+
+func TestTelemetryReportsThatDoNotDecodeAreSkippedAndCounted(t *testing.T) {
+	e := newDevEnv(t)
+	e.skips = events.NewSkipCounter()
+	id, other, barrier := e.id("rpi-1"), e.id("rpi-2"), e.id("rpi-3")
+	e.create(id, nil)
+	e.create(other, nil)
+	e.create(barrier, nil)
+	e.start(time.Minute)
+	e.waitDevice(id, "Unknown liveness", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessUnknown })
+
+	publish := func(subject string, payload []byte) {
+		t.Helper()
+		if _, err := e.store.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subject, Data: payload}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	event := func(device string, d events.Data) events.Event {
+		t.Helper()
+		ev, err := events.New(events.Keys{Device: device}, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	for _, tc := range poisontest.For(t, event(id, events.DeviceHeartbeat{AgentVersion: "1"})) {
+		publish("fleet.report."+id+".heartbeat", tc.Payload)
+	}
+	for _, tc := range poisontest.For(t, event(id, events.DeviceInventory{OS: "linux", Labels: map[string]string{"zone": "poison"}})) {
+		publish("fleet.report."+id+".inventory", tc.Payload)
+	}
+	mismatched := e.skips.Skipped(events.StreamTelemetry, events.ReasonSubjectMismatch)
+	// rpi-1, on its own subjects, speaks for rpi-2.
+	publish("fleet.report."+id+".heartbeat", marshal(t, event(other, events.DeviceHeartbeat{AgentVersion: "1"})))
+	publish("fleet.report."+id+".inventory", marshal(t, event(other, events.DeviceInventory{OS: "linux", Labels: map[string]string{"zone": "forged"}})))
+	// Telemetry keeps only the last few records per subject, so how many of
+	// the poison records the reader sees depends on how far behind it is;
+	// the two forged records are the last on their subjects and are always
+	// read. A heartbeat of a third device after them is the barrier: the
+	// reader reads the stream in order.
+	e.heartbeat(barrier)
+	e.waitDevice(barrier, "Online (the reader passed the forged records)", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+	if got := e.skips.Skipped(events.StreamTelemetry, events.ReasonSubjectMismatch); got < mismatched+2 {
+		t.Errorf("%d records refused for naming another device, want at least %d (the two forged ones)", got, mismatched+2)
+	}
+
+	o := e.get(other)
+	if o.Status.Liveness == fleetv1.LivenessOnline || o.Labels["zone"] != "" || o.Status.Inventory != nil {
+		t.Errorf("reports on %s's subjects changed %s: liveness %s, labels %v, inventory %+v", id, other, o.Status.Liveness, o.Labels, o.Status.Inventory)
+	}
+	// The device's own valid reports still count.
+	e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.0", Labels: map[string]string{"zone": "a"}})
+	e.heartbeat(id)
+	d := e.waitDevice(id, "Online with the inventory", func(d *fleetv1.Device) bool {
+		return d.Status.Liveness == fleetv1.LivenessOnline && d.Status.Inventory != nil && d.Labels["zone"] == "a"
+	})
+	if d.Labels["zone"] != "a" {
+		t.Errorf("labels %v", d.Labels)
+	}
+}
+
+// TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner: a device
+// that reports, on its own subject, well-formed statuses of thousands of
+// Deployments and revisions that do not exist leaves the runner's state
+// (its checkpoint shows it) bounded, and the real rollout completes.
+func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T) {
+	e := newEnv(t)
+	e.skips = events.NewSkipCounter()
+	// A canary, as in the other tests of the package: the operators of
+	// later tests see this namespace's Deployment too (one API server), and
+	// a canary that never reports to them keeps them from releasing it.
+	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	rev := e.revisionOf("api", 1)
+	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+
+	const madeUp = 3000
+	for i := range madeUp {
+		made := rev
+		made.UID, made.Generation = fmt.Sprintf("made-up-%d", i), int64(2+i%40)
+		ev := e.workloadEvent("rpi-2", made, events.WorkloadConverged)
+		d, err := events.Decode[events.WorkloadStatus](ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			d.Deployment = fmt.Sprintf("ghost-%d", i) // a Deployment that does not exist
+		}
+		ev, err = events.New(ev.Keys, d, events.WithCorrelation(made.UID, made.Generation))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.publishRaw("fleet.report.rpi-2.workload", marshal(t, ev))
+	}
+	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+	e.report("rpi-2", "api", rev, events.WorkloadConverged, "")
+	e.waitPhase("api", fleetv1.PhaseSucceeded)
+	stop() // writes the checkpoint
+
+	b, err := e.obj.GetBytes(e.ctx, operator.CheckpointObject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct {
+		Rollouts map[string]struct {
+			Early []json.RawMessage `json:"early"`
+		} `json:"rollouts"`
+	}
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	// Other tests of this package share the server: count this namespace's.
+	n := 0
+	for k := range c.Rollouts {
+		if strings.HasPrefix(k, e.ns+"/") {
+			n++
+		}
+	}
+	if n > 1+1024 {
+		t.Errorf("the runner keeps %d Deployments of this namespace after %d reports of made-up ones, want at most 1 + 1024", n, madeUp/2)
+	}
+	if n := len(c.Rollouts[e.ns+"/api"].Early); n > 8 {
+		t.Errorf("the runner keeps reports of %d made-up revisions of api, want at most 8", n)
+	}
+}
