@@ -30,6 +30,7 @@ import (
 const (
 	modeAgents = "agents"
 	modeFloor  = "floor"
+	modeFlood  = "flood"
 )
 
 // envFloorPassword passes the floor user's password to floor children (never
@@ -43,7 +44,8 @@ const benchImage = "registry.example.com/scalebench/api:v1"
 // childMsg is one line a child writes on its standard output.
 type childMsg struct {
 	// Kind is "ready" (every device of the child is connected and
-	// subscribed) or "error".
+	// subscribed), "flooded" (a flood child's traffic once it stopped) or
+	// "error".
 	Kind      string `json:"kind"`
 	Connected int    `json:"connected,omitempty"`
 	// Retries counts failed connect attempts that were retried.
@@ -53,6 +55,8 @@ type childMsg struct {
 	Latencies []int64 `json:"latencies,omitempty"`
 	RSS       uint64  `json:"rss,omitempty"`
 	Error     string  `json:"error,omitempty"`
+	// Flood is a flood child's traffic (kind "flooded").
+	Flood *floodReport `json:"flood,omitempty"`
 }
 
 // RaiseOpenFileLimit raises the soft RLIMIT_NOFILE to the hard limit and
@@ -82,12 +86,14 @@ type childFlags struct {
 // RunChild runs one child process's devices until stdin is closed or ctx
 // ends: args are what follows "child" on the command line (the mode, then
 // flags). Mode "agents" runs the real agent daemon for each device with its
-// key file; mode "floor" runs plain core-NATS subscribers. It writes JSON
-// lines to stdout (a "ready" line once every device is connected) and logs
-// to log.
+// key file; mode "floor" runs plain core-NATS subscribers; mode "flood"
+// connects flooding devices with their key files, which flood their own
+// report subjects between a start and a stop line read on stdin. It writes
+// JSON lines to stdout (a "ready" line once every device is connected) and
+// logs to log.
 func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
-	if len(args) == 0 || (args[0] != modeAgents && args[0] != modeFloor) {
-		return fmt.Errorf("scalebench child: want mode %s or %s, got %q", modeAgents, modeFloor, args)
+	if len(args) == 0 || (args[0] != modeAgents && args[0] != modeFloor && args[0] != modeFlood) {
+		return fmt.Errorf("scalebench child: want mode %s, %s or %s, got %q", modeAgents, modeFloor, modeFlood, args)
 	}
 	mode := args[0]
 	fs := flag.NewFlagSet("child "+mode, flag.ContinueOnError)
@@ -108,8 +114,22 @@ func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	cmds := make(chan floodCmd, 4)
 	go func() {
-		_, _ = io.Copy(io.Discard, stdin) // the parent closes stdin to stop us
+		// The parent closes stdin to stop us; a flood child also reads its
+		// start and stop lines from it.
+		sc := bufio.NewScanner(stdin)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var c floodCmd
+			if mode != modeFlood || json.Unmarshal(sc.Bytes(), &c) != nil {
+				continue
+			}
+			select {
+			case cmds <- c:
+			case <-ctx.Done():
+			}
+		}
 		cancel()
 	}()
 	var outMu sync.Mutex
@@ -119,8 +139,11 @@ func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		defer outMu.Unlock()
 		_ = enc.Encode(m)
 	}
-	if mode == modeAgents {
+	switch mode {
+	case modeAgents:
 		return runAgents(ctx, f, emit, log)
+	case modeFlood:
+		return runFlooders(ctx, f, cmds, emit, log)
 	}
 	pw := os.Getenv(envFloorPassword)
 	if pw == "" {
@@ -220,10 +243,30 @@ func runAgent(ctx context.Context, f childFlags, i int, hc *http.Client, r *ramp
 	if !delay(ctx, f.window) {
 		return nil
 	}
-	began := time.Now()
-	key, err := credential.ReadKeyFile(keyFile(f.keys, i))
-	if err != nil {
+	nc, took, err := connectDevice(ctx, f, dev, hc, r, log)
+	if nc == nil {
 		return err
+	}
+	defer nc.Close()
+	r.done(took)
+	dlog := log.With("device", dev)
+	return agent.Run(ctx, agent.Options{
+		Device: dev, Conn: nc, Labels: map[string]string{"role": "scalebench"}, AgentVersion: "scalebench",
+		Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: []string{benchImage}}), Log: dlog},
+		Logger:     dlog,
+	})
+}
+
+// connectDevice connects device dev as its agent does: its key file, its
+// own id_token from the provider, the auth callout. Failed attempts are
+// counted on r and retried after a jittered pause. It returns the
+// connection and how long connecting took, or a nil connection when ctx
+// ended first.
+func connectDevice(ctx context.Context, f childFlags, dev string, hc *http.Client, r *ramp, log *slog.Logger, opts ...nats.Option) (*nats.Conn, time.Duration, error) {
+	began := time.Now()
+	key, err := credential.ReadKeyFile(keyFile(f.keys, dev))
+	if err != nil {
+		return nil, 0, err
 	}
 	// The token source is made once (discovery) and keeps its id_token, so
 	// a retried connect costs the callout again, not the provider.
@@ -236,30 +279,23 @@ func runAgent(ctx context.Context, f childFlags, i int, hc *http.Client, r *ramp
 		r.retries.Add(1)
 		log.Debug("token source failed; retrying", "device", dev, "error", err)
 		if !retryPause(ctx) {
-			return nil
+			return nil, 0, nil
 		}
 	}
 	var nc *nats.Conn
 	for {
-		nc, err = nats.Connect(f.url, append(src.NATSOptions(dev), nats.Name("fleet-agent "+dev), nats.Timeout(10*time.Second),
-			nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second))...)
+		nc, err = nats.Connect(f.url, append(append(src.NATSOptions(dev), nats.Name("fleet-agent "+dev), nats.Timeout(10*time.Second),
+			nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second)), opts...)...)
 		if err == nil {
 			break
 		}
 		r.retries.Add(1)
 		log.Debug("connect failed; retrying", "device", dev, "error", err)
 		if !retryPause(ctx) {
-			return nil
+			return nil, 0, nil
 		}
 	}
-	defer nc.Close()
-	r.done(time.Since(began))
-	dlog := log.With("device", dev)
-	return agent.Run(ctx, agent.Options{
-		Device: dev, Conn: nc, Labels: map[string]string{"role": "scalebench"}, AgentVersion: "scalebench",
-		Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: []string{benchImage}}), Log: dlog},
-		Logger:     dlog,
-	})
+	return nc, time.Since(began), nil
 }
 
 // Floor subjects: a floor subscriber of device d watches its key's subject

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
@@ -47,8 +49,14 @@ type controlPlane struct {
 	identity jetstream.KeyValue
 	intent   jetstream.KeyValue
 	// monitor is a second operator-role connection the measurements
-	// subscribe on, so that observing never slows the runner's connection.
-	monitor *nats.Conn
+	// subscribe on, so that observing never slows the runner's connection;
+	// monitorJS reads stream figures on it.
+	monitor   *nats.Conn
+	monitorJS jetstream.JetStream
+	// status receives the rollout runner's Deployment status patches;
+	// runnerSkips counts the records the runner skipped as undecodable.
+	status      *statusSink
+	runnerSkips *events.SkipCounter
 	// floorPub is the floor's publisher (static floor user, no callout).
 	floorPub *nats.Conn
 	floorJS  jetstream.JetStream
@@ -59,14 +67,21 @@ type controlPlane struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex // guards errs
 	errs   []error
+	// failed is closed when the first component fails.
+	failed     chan struct{}
+	failedOnce sync.Once
 }
+
+// runnerStatusInterval is the rollout runner's least time between two
+// status patches of one Deployment (its default).
+const runnerStatusInterval = 2 * time.Second
 
 // floorBucket is the raw floor's KV bucket: configured like fleet-intent.
 const floorBucket = "scalebench-floor"
 
 // startControlPlane starts everything the parent runs; stop undoes it.
 func startControlPlane(ctx context.Context, o Options, storeDir string) (cp *controlPlane, err error) {
-	cp = &controlPlane{}
+	cp = &controlPlane{failed: make(chan struct{}), status: newStatusSink(), runnerSkips: events.NewSkipCounter()}
 	defer func() {
 		if err != nil {
 			cp.stop()
@@ -141,6 +156,9 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (cp *con
 	if cp.monitor, err = cp.controlPlaneConn(ctx, url, "scalebench-monitor"); err != nil {
 		return nil, err
 	}
+	if cp.monitorJS, err = jetstream.New(cp.monitor); err != nil {
+		return nil, fmt.Errorf("scalebench: %w", err)
+	}
 	if cp.store, err = events.NewStore(cp.admin, events.StoreOptions{Logger: o.Logger}); err != nil {
 		return nil, fmt.Errorf("scalebench: %w", err)
 	}
@@ -172,8 +190,8 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (cp *con
 
 	// The operator's rollout runner: it folds the revision, writes every
 	// device's fleet-intent value and appends the rollout transitions.
-	runner := &operator.RolloutRunner{Store: cp.store, Reader: cp.store, KV: cp.intent, Client: statusSink{},
-		Log: o.Logger.With("component", "rollouts")}
+	runner := &operator.RolloutRunner{Store: cp.store, Reader: cp.store, KV: cp.intent, Client: cp.status,
+		Log: o.Logger.With("component", "rollouts"), Skips: cp.runnerSkips, StatusInterval: runnerStatusInterval}
 	cp.run(rctx, "rollout runner", runner.Run)
 	return cp, nil
 }
@@ -185,6 +203,7 @@ func (cp *controlPlane) run(ctx context.Context, name string, fn func(context.Co
 			cp.mu.Lock()
 			cp.errs = append(cp.errs, fmt.Errorf("%s: %w", name, err))
 			cp.mu.Unlock()
+			cp.failedOnce.Do(func() { close(cp.failed) })
 		}
 	})
 }
@@ -241,18 +260,107 @@ func (cp *controlPlane) stop() {
 }
 
 // statusSink stands for the Kubernetes client of the rollout runner: the
-// benchmark runs no API server, so Deployment status patches are accepted
-// and dropped (the runner coalesces them to one per Deployment every 2 s;
-// they are off the path from revision to convergence). Any other call
-// panics (nil embedded client): the runner makes none.
-type statusSink struct{ client.Client }
+// benchmark runs no API server, so Deployment status patches are recorded
+// (the figures the runner would have shown: its counts) and dropped (the
+// runner coalesces them to one per Deployment every 2 s; they are off the
+// path from revision to convergence). Any other call panics (nil embedded
+// client): the runner makes none.
+type statusSink struct {
+	client.Client
+	mu      sync.Mutex // guards the fields below
+	byGen   map[int64]statusFigures
+	last    time.Time // when the last status was applied
+	applied chan struct{}
+}
 
-// Status returns a writer that accepts and drops status applies.
-func (statusSink) Status() client.SubResourceWriter { return droppedStatus{} }
+// statusFigures are what the runner's statuses of one revision showed.
+type statusFigures struct {
+	// Applies counts the statuses; MaxFailed is the largest failed count
+	// among them; Failure is the last latestFailure shown (nil: none).
+	Applies   int
+	MaxFailed int
+	Failure   *fleetv1.DeviceFailure
+	// Last is the last status applied.
+	Last fleetv1.DeploymentStatus
+}
 
-type droppedStatus struct{ client.SubResourceWriter }
+func newStatusSink() *statusSink {
+	return &statusSink{byGen: map[int64]statusFigures{}, applied: make(chan struct{}, 1)}
+}
 
-// Apply drops the status.
-func (droppedStatus) Apply(context.Context, runtime.ApplyConfiguration, ...client.SubResourceApplyOption) error {
+// Status returns a writer that records and drops status applies.
+func (s *statusSink) Status() client.SubResourceWriter { return droppedStatus{sink: s} }
+
+// record keeps what a status shows, by the generation of its revision.
+func (s *statusSink) record(st fleetv1.DeploymentStatus) {
+	if st.Revision == nil {
+		return
+	}
+	s.mu.Lock()
+	f := s.byGen[st.Revision.Generation]
+	f.Applies++
+	f.MaxFailed = max(f.MaxFailed, int(st.Counts.Failed))
+	if st.LatestFailure != nil {
+		f.Failure = st.LatestFailure
+	}
+	f.Last = st
+	s.byGen[st.Revision.Generation] = f
+	s.last = time.Now()
+	s.mu.Unlock()
+	select {
+	case s.applied <- struct{}{}:
+	default:
+	}
+}
+
+// figures returns what the statuses of generation showed so far.
+func (s *statusSink) figures(generation int64) statusFigures {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byGen[generation]
+}
+
+// awaitAfter waits until a status is applied after t, at most timeout; it
+// reports whether one was.
+func (s *statusSink) awaitAfter(ctx context.Context, t time.Time, timeout time.Duration) bool {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		after := s.last.After(t)
+		s.mu.Unlock()
+		if after {
+			return true
+		}
+		select {
+		case <-s.applied:
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+type droppedStatus struct {
+	client.SubResourceWriter
+	sink *statusSink
+}
+
+// Apply records the Deployment status and drops it.
+func (d droppedStatus) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
+	u, ok := obj.(interface{ UnstructuredContent() map[string]any })
+	if !ok {
+		return nil
+	}
+	raw, found, err := unstructured.NestedMap(u.UnstructuredContent(), "status")
+	if err != nil || !found {
+		return nil
+	}
+	var st fleetv1.DeploymentStatus
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		return fmt.Errorf("scalebench: status: %w", err)
+	}
+	d.sink.record(st)
 	return nil
 }

@@ -15,8 +15,17 @@
 // core-NATS subscribers), the server process's memory per connected device
 // and the number of JetStream consumers (which must not grow with N).
 //
+// With Options.Flooders, flooding devices (enrolled and connected like the
+// others, never targets; mode "flood") publish as fast as they can on
+// their own report subjects while a second revision is rolled out: forged
+// workload reports naming the targets, garbage and bodies at the device
+// payload limit. It measures what they got stored, the rollout's times
+// under the flood and the rollout runner's backlog, and fails if the runner
+// stops or counts any of it for a target (ErrMiscounted).
+//
 // Figures are printed, never asserted; the run fails only when something
-// does not work (a device never converges, the consumer count grows).
+// does not work (a device never converges, the consumer count grows, the
+// runner counts reports that are not the targets' own).
 //
 // Only its command (internal/scalebench/cmd/fleet-scale) and its tests
 // import it.

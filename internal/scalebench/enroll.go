@@ -20,16 +20,20 @@ import (
 // DeviceName is the id of the i-th simulated device (1-based).
 func DeviceName(i int) string { return "sim-" + strconv.Itoa(i) }
 
-// keyFile is where the i-th device's key file is written in dir.
-func keyFile(dir string, i int) string { return filepath.Join(dir, DeviceName(i)+".json") }
+// FlooderName is the id of the i-th flooding device (1-based): enrolled and
+// connected like the simulated devices, never a rollout target.
+func FlooderName(i int) string { return "flood-" + strconv.Itoa(i) }
 
-// enroll enrolls devices from+1..to as internal/callouttest does: a machine
+// keyFile is where the key file of device dev is written in dir.
+func keyFile(dir, dev string) string { return filepath.Join(dir, dev+".json") }
+
+// enroll enrolls the devices named as internal/callouttest does: a machine
 // user and key at the development provider, the fleet-identity entry the
 // operator would project from the Device resource, and the key file (mode
 // 0600, with the issuer, audience and device as `fleet enroll` writes them).
 // The provider generates one RSA key per device (its only way to add a
 // key), so the work runs on every core at once.
-func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string, from, to int) error {
+func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string, names []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -38,18 +42,17 @@ func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string
 		mu   sync.Mutex
 		errs []error
 	)
-	next.Store(int64(from))
 	for range max(1, runtime.GOMAXPROCS(0)) {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1))
-				if i > to || ctx.Err() != nil {
+				if i > len(names) || ctx.Err() != nil {
 					return
 				}
 				if i%1000 == 0 {
-					log.Info("enrolling", "device", i, "of", to)
+					log.Info("enrolling", "device", i, "of", len(names))
 				}
-				if err := cp.enrollOne(ctx, dir, i); err != nil {
+				if err := cp.enrollOne(ctx, dir, names[i-1]); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -63,8 +66,7 @@ func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string
 	return errors.Join(errs...)
 }
 
-func (cp *controlPlane) enrollOne(ctx context.Context, dir string, i int) error {
-	dev := DeviceName(i)
+func (cp *controlPlane) enrollOne(ctx context.Context, dir, dev string) error {
 	uid, err := cp.provider.CreateMachineUser(ctx, "device-"+dev)
 	if err != nil {
 		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
@@ -85,7 +87,7 @@ func (cp *controlPlane) enrollOne(ctx context.Context, dir string, i int) error 
 		return fmt.Errorf("scalebench: enroll %s: identity: %w", dev, err)
 	}
 	kf.Issuer, kf.Audience, kf.Device = cp.provider.Issuer(), cp.provider.Audience(), dev
-	if err := credential.WriteKeyFile(keyFile(dir, i), kf); err != nil {
+	if err := credential.WriteKeyFile(keyFile(dir, dev), kf); err != nil {
 		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
 	}
 	return nil

@@ -13,3 +13,15 @@ var ErrIncomplete = errors.New("scalebench: a phase did not complete before its 
 
 // ErrChild is returned when a child process fails or reports an error.
 var ErrChild = errors.New("scalebench: child process failed")
+
+// ErrMiscounted is returned when the rollout runner counted reports that
+// were not the targets' own: it appended rollout.succeeded before every
+// target had reported Converged on its own subject, or showed a failed
+// count (in a transition or a Deployment status) that no target reported on
+// its own subject. A flooding device's forged reports are what it would
+// have counted.
+var ErrMiscounted = errors.New("scalebench: the rollout runner counted reports that were not the targets' own")
+
+// ErrControlPlane is returned when a component of the control plane (the
+// rollout runner, the auth callout, the provider) stopped during a phase.
+var ErrControlPlane = errors.New("scalebench: a control plane component stopped")

@@ -10,6 +10,8 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,6 +31,8 @@ const (
 	DefaultTimeout     = 5 * time.Minute
 	// DefaultTokenLifetime is Options.TokenLifetime's default.
 	DefaultTokenLifetime = 2 * time.Hour
+	// MaxFlooders is the most flooding devices a run may add.
+	MaxFlooders = 100
 )
 
 // Goals the figures are printed against (never asserted).
@@ -53,6 +57,22 @@ type Options struct {
 	ConnectRate float64
 	// FloorRate is the same for the floor's plain subscribers. Default 2000.
 	FloorRate float64
+	// Flooders, when positive, adds that many flooding devices (FlooderName
+	// 1..Flooders): enrolled and connected through the callout like the
+	// others (own key file, own id_token), never rollout targets. After the
+	// rollout of each size, a second revision is rolled out to the same
+	// devices while every flooder publishes as fast as it can on all of its
+	// own report subjects, from just before the revision's append until the
+	// runner appended rollout.succeeded: workload reports for the revision
+	// that name other devices (Converged and Failed), a Failed report of
+	// its own, garbage and bodies of DeviceMaxPayload bytes (Result.Flood;
+	// docs/performance.md, "A flooding device"). At most MaxFlooders.
+	Flooders int
+	// FloodWorkloadOnly makes the flooders publish only their small
+	// workload reports (the forged ones, their own, garbage): the most
+	// records per second for the rollout runner to read, instead of the mix
+	// whose bytes are mostly bodies at the payload limit.
+	FloodWorkloadOnly bool
 	// Timeout bounds each phase after its ramp window. Default 5 minutes.
 	Timeout time.Duration
 	// TokenLifetime is the development provider's id_token lifetime.
@@ -94,6 +114,9 @@ func (o Options) Validate() error {
 	}
 	if o.ConnectRate < 0 || o.FloorRate < 0 {
 		errs = append(errs, errors.New("scalebench: connect rates must be positive"))
+	}
+	if o.Flooders < 0 || o.Flooders > MaxFlooders {
+		errs = append(errs, fmt.Errorf("scalebench: %d flooding devices: use 0..%d", o.Flooders, MaxFlooders))
 	}
 	return errors.Join(errs...)
 }
@@ -173,6 +196,13 @@ type Result struct {
 	// Consumers counts the server's JetStream consumers: before the devices
 	// connected, once they had, once they converged, after the floor.
 	Consumers [4]int
+	// Skipped counts the workload reports and rollout transitions the
+	// measurement saw that do not decode for their subject (skipped, and
+	// logged as warnings).
+	Skipped uint64
+	// Flood is the rollout under a flood (Options.Flooders); nil without
+	// flooders.
+	Flood *FloodResult
 }
 
 // Ratio is Converged / FloorAsync.
@@ -223,7 +253,7 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 	}
 	largest := slices.Max(o.Sizes)
-	if need := largest + 100; uint64(need) > limit {
+	if need := largest + o.Flooders + 100; uint64(need) > limit {
 		return nil, fmt.Errorf("scalebench: %d devices need about %d open files in the server process; the limit is %d: run at most %d (a cluster of servers is not implemented)",
 			largest, need, limit, limit-100)
 	}
@@ -233,13 +263,23 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	}
 	defer cp.stop()
 	began := time.Now()
-	if err := cp.enroll(ctx, log, keys, 0, largest); err != nil {
+	names := make([]string, 0, largest+o.Flooders)
+	for i := 1; i <= largest; i++ {
+		names = append(names, DeviceName(i))
+	}
+	for i := 1; i <= o.Flooders; i++ {
+		names = append(names, FlooderName(i))
+	}
+	if err := cp.enroll(ctx, log, keys, names); err != nil {
 		return nil, err
 	}
 	enrolled := time.Since(began)
 	fmt.Fprintf(o.Out, "enrolled %d devices in %s (%.0f/s): machine user + RSA key at the development provider, fleet-identity entry, key file\n",
-		largest, enrolled.Round(time.Millisecond), float64(largest)/enrolled.Seconds())
-	log.Info("enrolled", "devices", largest, "took", enrolled)
+		len(names), enrolled.Round(time.Millisecond), float64(len(names))/enrolled.Seconds())
+	if o.Flooders > 0 {
+		fmt.Fprintf(o.Out, "  of which %d flooding device(s) (%s…), never rollout targets\n", o.Flooders, FlooderName(1))
+	}
+	log.Info("enrolled", "devices", len(names), "took", enrolled)
 
 	if o.CPUProfile != nil {
 		if err := pprof.StartCPUProfile(o.CPUProfile); err != nil {
@@ -250,8 +290,8 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 	b := &bench{o: o, cp: cp, keys: keys, uid: randomToken()}
 	var results []Result
 	var errs []error
-	for i, n := range o.Sizes {
-		res, err := b.size(ctx, n, int64(i+1))
+	for _, n := range o.Sizes {
+		res, err := b.size(ctx, n)
 		results = append(results, res)
 		if err == nil {
 			printResult(o.Out, res)
@@ -273,11 +313,12 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 
 // bench is the state shared by the sizes of one run.
 type bench struct {
-	o       Options
-	cp      *controlPlane
-	keys    string
-	uid     string // the benchmark Deployment's UID
-	lastSeq uint64 // last sequence on its intent subject
+	o          Options
+	cp         *controlPlane
+	keys       string
+	uid        string // the benchmark Deployment's UID
+	lastSeq    uint64 // last sequence on its intent subject
+	generation int64  // of its last revision
 }
 
 // Namespace and name of the benchmark's Deployment.
@@ -286,8 +327,9 @@ const (
 	benchDeployment = "scale"
 )
 
-// size runs one size: ramp, rollout, floor.
-func (b *bench) size(ctx context.Context, n int, generation int64) (Result, error) {
+// size runs one size: ramp, rollout, the rollout under a flood (with
+// flooders), floor.
+func (b *bench) size(ctx context.Context, n int) (Result, error) {
 	o, cp := b.o, b.cp
 	res := Result{N: n}
 	var err error
@@ -329,6 +371,8 @@ func (b *bench) size(ctx context.Context, n int, generation int64) (Result, erro
 	}
 	_, last := inventories.state()
 	res.Ramp = last.Sub(began)
+	// Flooders publish on their inventory subjects too: stop watching.
+	_ = sub.Unsubscribe()
 	res.ConnectP50, res.ConnectP99, res.ConnectMax = time.Duration(percentile(lat, 50))*time.Microsecond,
 		time.Duration(percentile(lat, 99))*time.Microsecond, time.Duration(percentile(lat, 100))*time.Microsecond
 	res.ConnectRetries, res.AgentRSS = retries, rss
@@ -338,8 +382,17 @@ func (b *bench) size(ctx context.Context, n int, generation int64) (Result, erro
 	}
 	o.Logger.Info("devices connected", "devices", n, "ramp", res.Ramp)
 
-	if err := b.rollout(ctx, n, generation, &res); err != nil {
+	fig, err := b.rollout(ctx, n, &res, nil)
+	if err != nil {
 		return res, err
+	}
+	res.Projected, res.Converged, res.Succeeded = fig.projected, fig.converged, fig.succeeded
+	if o.Flooders > 0 {
+		fr, err := b.flooded(ctx, n, &res)
+		res.Flood = fr
+		if err != nil {
+			return res, fmt.Errorf("flood: %w", err)
+		}
 	}
 	if res.Consumers[2], err = consumers(cp.srv.NATS()); err != nil {
 		return res, err
@@ -363,16 +416,38 @@ func (b *bench) size(ctx context.Context, n int, generation int64) (Result, erro
 	return res, nil
 }
 
-// rollout appends a revision of the benchmark Deployment targeting devices
-// 1..n, as the operator's Deployment controller appends it, and measures
-// until the runner projected it, every device converged and the runner
-// appended rollout.succeeded.
-func (b *bench) rollout(ctx context.Context, n int, generation int64, res *Result) error {
+// rolloutFigures are what one rollout measured.
+type rolloutFigures struct {
+	generation                      int64
+	projected, converged, succeeded time.Duration
+	// convergedAtSucceeded is how many targets had been seen reporting
+	// Converged on their own subjects when rollout.succeeded arrived;
+	// maxFailed is the largest failed count in the runner's transitions of
+	// the revision.
+	convergedAtSucceeded, maxFailed int
+}
+
+// rollout appends the next revision of the benchmark Deployment targeting
+// devices 1..n, as the operator's Deployment controller appends it, and
+// measures until the runner projected it, every device converged and the
+// runner appended rollout.succeeded. With flood, the flooders start just
+// before the append (the caller stops them).
+//
+// Everything it watches arrives on one channel, in the order the server
+// sent it: a target's Converged report is always seen before a
+// rollout.succeeded that counted it, so rollout.succeeded arriving before
+// every target's own Converged report means the runner counted reports
+// that were not theirs (ErrMiscounted). It watches each target's own
+// workload subject, never the wildcard a flooder also publishes on.
+func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun) (rolloutFigures, error) {
 	cp := b.cp
+	b.generation++
+	generation := b.generation
+	fig := rolloutFigures{generation: generation}
 	score := fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{Name: "api", Image: benchImage}}}}
 	digest, raw, err := operator.ScoreDigest(score)
 	if err != nil {
-		return err
+		return fig, err
 	}
 	targets := make([]string, n)
 	for i := range targets {
@@ -383,27 +458,69 @@ func (b *bench) rollout(ctx context.Context, n int, generation int64, res *Resul
 		ScoreDigest: digest, Score: raw, Targets: targets, Canaries: []string{}}
 	ev, err := events.New(events.Keys{Namespace: benchNamespace, Name: benchDeployment}, rev, events.WithCorrelation(b.uid, generation))
 	if err != nil {
-		return err
+		return fig, err
 	}
 
 	projected, converged, succeeded := newCounter(n), newCounter(n), newCounter(1)
-	// A device that reports the revision Failed ends the wait at once.
+	skips := events.NewSkipCounter()
+	defer func() {
+		res.Skipped += skips.Skipped(events.StreamReports, "") + skips.Skipped(events.StreamRollout, "")
+	}()
+	// A device that reports the revision Failed, a rollout.failed or a
+	// control plane component that stops ends the wait at once.
 	ctx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
-	var subs []*nats.Subscription
-	defer func() {
-		for _, s := range subs {
-			_ = s.Unsubscribe()
+	go func() {
+		select {
+		case <-cp.failed:
+			fail(fmt.Errorf("%w: %w", ErrControlPlane, cp.failure()))
+		case <-ctx.Done():
 		}
 	}()
-	for subj, fn := range map[string]nats.MsgHandler{
-		"$KV." + events.BucketIntent + ".*": func(m *nats.Msg) {
+	rolloutSubject := "fleet.rollout.deployment." + benchNamespace + "." + benchDeployment
+	var atSucceeded, maxFailed atomic.Int64
+	handle := func(m *nats.Msg) {
+		switch {
+		case strings.HasPrefix(m.Subject, "$KV."):
 			if dev := token(m.Subject, 2); deviceIndex(dev) <= n {
 				projected.see(dev)
 			}
-		},
-		"fleet.report.*.workload": func(m *nats.Msg) {
-			ev, err := events.Unmarshal(m.Data)
+		case m.Subject == rolloutSubject:
+			ev, err := events.DecodeStored(m.Subject, m.Data)
+			if re, ok := events.AsRecordError(err); ok {
+				skips.Skip(ctx, b.o.Logger, re)
+				return
+			}
+			if err != nil || ev.Correlation == nil || ev.Correlation.DeploymentUID != b.uid || ev.Correlation.Generation != generation {
+				return
+			}
+			tr, err := events.Decode[events.RolloutTransition](ev)
+			if err != nil {
+				return
+			}
+			if f := int64(tr.Counts.Failed); f > maxFailed.Load() {
+				maxFailed.Store(f)
+			}
+			switch ev.Type {
+			case events.TypeRolloutSucceeded:
+				got, _ := converged.state()
+				atSucceeded.Store(int64(got))
+				succeeded.see("succeeded")
+			case events.TypeRolloutFailed:
+				// A target's own Failed report would have been seen first
+				// and ended the wait.
+				fail(fmt.Errorf("%w: the runner failed the revision (device %q, %d failed) though no target reported Failed on its own subject",
+					ErrMiscounted, tr.Device, tr.Counts.Failed))
+			}
+		default:
+			// A target's workload report. Reports are device input: one
+			// that does not decode for its subject is skipped and
+			// counted; the device is the subject's.
+			ev, err := events.DecodeStored(m.Subject, m.Data)
+			if re, ok := events.AsRecordError(err); ok {
+				skips.Skip(ctx, b.o.Logger, re)
+				return
+			}
 			if err != nil || ev.Correlation == nil || ev.Correlation.DeploymentUID != b.uid || ev.Correlation.Generation != generation {
 				return
 			}
@@ -415,47 +532,90 @@ func (b *bench) rollout(ctx context.Context, n int, generation int64, res *Resul
 			case ws.Phase == events.WorkloadFailed:
 				fail(fmt.Errorf("%w: device %s failed the revision: %s", ErrIncomplete, ev.Keys.Device, ws.Error))
 			}
-		},
-		"fleet.rollout.deployment." + benchNamespace + "." + benchDeployment: func(m *nats.Msg) {
-			ev, err := events.Unmarshal(m.Data)
-			if err == nil && ev.Type == events.TypeRolloutSucceeded && ev.Correlation != nil && ev.Correlation.Generation == generation {
-				succeeded.see("succeeded")
-			}
-		},
-	} {
-		s, err := cp.monitor.Subscribe(subj, fn)
-		if err != nil {
-			return fmt.Errorf("scalebench: %w", err)
 		}
-		if err := s.SetPendingLimits(-1, -1); err != nil {
-			return fmt.Errorf("scalebench: %w", err)
+	}
+	subjects := []string{"$KV." + events.BucketIntent + ".*", rolloutSubject}
+	for i := 1; i <= n; i++ {
+		subj, err := events.ReportSubject(DeviceName(i), events.ReportWorkload)
+		if err != nil {
+			return fig, fmt.Errorf("scalebench: %w", err)
+		}
+		subjects = append(subjects, subj)
+	}
+	msgs := make(chan *nats.Msg, 4*n+1024)
+	var subs []*nats.Subscription
+	defer func() {
+		for _, s := range subs {
+			_ = s.Unsubscribe()
+		}
+	}()
+	for _, subj := range subjects {
+		s, err := cp.monitor.ChanSubscribe(subj, msgs)
+		if err != nil {
+			return fig, fmt.Errorf("scalebench: %w", err)
 		}
 		subs = append(subs, s)
 	}
 	if err := cp.monitor.Flush(); err != nil {
-		return fmt.Errorf("scalebench: %w", err)
+		return fig, fmt.Errorf("scalebench: %w", err)
 	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(done)
+	wg.Go(func() {
+		for {
+			select {
+			case m := <-msgs:
+				handle(m)
+			case <-done:
+				return
+			}
+		}
+	})
 
+	if flood != nil {
+		if err := flood.start(ctx, floodTarget{Namespace: benchNamespace, Deployment: benchDeployment, UID: b.uid, Generation: generation,
+			RevisionID: rev.RevisionID, Targets: n, WorkloadOnly: b.o.FloodWorkloadOnly}, b.o.Timeout); err != nil {
+			return fig, err
+		}
+	}
 	began := time.Now()
 	pos, err := cp.store.Append(ctx, ev, events.ExpectLastSubjectSequence(b.lastSeq))
 	if err != nil {
-		return fmt.Errorf("scalebench: append the revision: %w", err)
+		return fig, fmt.Errorf("scalebench: append the revision: %w", err)
 	}
 	b.lastSeq = pos.Sequence
-	b.o.Logger.Info("revision appended", "generation", generation, "targets", n)
+	b.o.Logger.Info("revision appended", "generation", generation, "targets", n, "flood", flood != nil)
 	for _, w := range []struct {
 		c    *counter
 		what string
 		into *time.Duration
-	}{{projected, "fleet-intent values written by the runner", &res.Projected}, {converged, "devices reporting Converged", &res.Converged},
-		{succeeded, "rollout.succeeded", &res.Succeeded}} {
+	}{{projected, "fleet-intent values written by the runner", &fig.projected}, {converged, "devices reporting Converged", &fig.converged},
+		{succeeded, "rollout.succeeded", &fig.succeeded}} {
 		if err := await(ctx, w.c, b.o.Timeout-time.Since(began), w.what); err != nil {
-			return err
+			return fig, err
 		}
 		_, last := w.c.state()
 		*w.into = last.Sub(began)
 	}
-	return nil
+	fig.convergedAtSucceeded, fig.maxFailed = int(atSucceeded.Load()), int(maxFailed.Load())
+	var lost int
+	for _, s := range subs {
+		if d, err := s.Dropped(); err == nil {
+			lost += d
+		}
+	}
+	switch {
+	case lost > 0:
+		return fig, fmt.Errorf("scalebench: the measurement's subscriptions dropped %d messages (its channel was full)", lost)
+	case fig.convergedAtSucceeded < n:
+		return fig, fmt.Errorf("%w: rollout.succeeded arrived when %d of %d targets had reported Converged on their own subjects",
+			ErrMiscounted, fig.convergedAtSucceeded, n)
+	case fig.maxFailed > 0:
+		return fig, fmt.Errorf("%w: a transition showed %d failed targets; none reported Failed on its own subject", ErrMiscounted, fig.maxFailed)
+	}
+	return fig, nil
 }
 
 // floor measures the raw floor: plain subscribers (no product code, floor
@@ -552,7 +712,7 @@ func (b *bench) children(mode string, n int, window time.Duration, env ...string
 	for c := range count {
 		from, to := c*n/count+1, (c+1)*n/count
 		f := childFlags{url: b.cp.srv.ClientURL(), from: from, to: to, window: window}
-		if mode == modeAgents {
+		if mode == modeAgents || mode == modeFlood {
 			f.keys = b.keys
 		}
 		ch, err := startChild(b.o, mode, f, env...)
@@ -695,6 +855,47 @@ func printResult(w io.Writer, r Result) {
 		float64(r.AgentRSS)/1024/float64(r.N), r.AgentRSS>>20)
 	fmt.Fprintf(w, "  consumers   %d before, %d connected, %d converged, %d after the floor (must not grow: %s)\n",
 		r.Consumers[0], r.Consumers[1], r.Consumers[2], r.Consumers[3], met(!r.ConsumersGrew()))
+	if r.Flood != nil {
+		printFlood(w, r)
+	}
+}
+
+// printFlood prints the rollout under a flood against the rollout without.
+func printFlood(w io.Writer, r Result) {
+	f := r.Flood
+	tot, rep, tel := f.Total(), f.Stream(events.StreamReports), f.Stream(events.StreamTelemetry)
+	secs := max(f.Duration.Seconds(), 1e-9)
+	mb := func(b uint64) float64 { return float64(b) / 1e6 }
+	what := "all of their report subjects"
+	if f.WorkloadOnly {
+		what = "their workload subjects, small reports only"
+	}
+	fmt.Fprintf(w, "  flood       %d flooding device(s), not targets, publishing on %s for %s (revision appended → rollout.succeeded)\n",
+		f.Flooders, what, f.Duration.Round(time.Millisecond))
+	fmt.Fprintf(w, "    converged   %8s  under the flood (%s without); projected %s (%s); succeeded %s (%s)\n",
+		f.Converged.Round(time.Millisecond), r.Converged.Round(time.Millisecond), f.Projected.Round(time.Millisecond),
+		r.Projected.Round(time.Millisecond), f.Succeeded.Round(time.Millisecond), r.Succeeded.Round(time.Millisecond))
+	fmt.Fprintf(w, "    published   %d messages (%.0f/s), %.1f MB (%.1f MB/s); answered: %d stored, %d refused, %d unanswered; %d publish errors, %d disconnects\n",
+		tot.Published, float64(tot.Published)/secs, mb(tot.PublishedBytes), mb(tot.PublishedBytes)/secs, tot.Stored, tot.Refused,
+		f.Unanswered, f.PublishErrors, f.Disconnects)
+	for _, k := range floodKinds {
+		t := f.ByKind[string(k)]
+		fmt.Fprintf(w, "      %-10s %8d published (%7.1f MB), %8d stored (%7.1f MB), %8d refused\n",
+			k, t.Published, mb(t.PublishedBytes), t.Stored, mb(t.StoredBytes), t.Refused)
+	}
+	for why, n := range f.Refusals {
+		fmt.Fprintf(w, "      refused %d× %s\n", n, why)
+	}
+	fmt.Fprintf(w, "    %-13s %d of its messages stored (%.1f MB payload, %.1f MB/s); %d held after the flood; the stream grew %.1f MB in all\n",
+		events.StreamReports, rep.Stored, mb(rep.StoredBytes), mb(rep.StoredBytes)/secs, f.InReports, mb(f.ReportsGrowth))
+	fmt.Fprintf(w, "    %-13s %d of its messages stored (%.1f MB payload); %d kept after the flood (the last few per subject)\n",
+		events.StreamTelemetry, tel.Stored, mb(tel.StoredBytes), f.InTelemetry)
+	fmt.Fprintf(w, "    runner      skipped %d undecodable records (%d stored); largest backlog %d workload reports; all skipped %s after the flood was answered; succeeded − converged %s (%s without)\n",
+		f.RunnerSkipped, f.Undecodable, f.RunnerMaxBacklog, f.Drain.Round(time.Millisecond), (f.Succeeded - f.Converged).Round(time.Millisecond),
+		(r.Succeeded - r.Converged).Round(time.Millisecond))
+	fmt.Fprintf(w, "    memory      control plane process RSS %d MB before the flood, at most %d MB until it was drained\n", f.RSSBefore>>20, f.PeakRSS>>20)
+	fmt.Fprintf(w, "    forgeries   %d of %d targets had reported Converged themselves when rollout.succeeded arrived; most failed targets the runner showed: %d (must be %d and 0: %s)\n",
+		f.ConvergedAtSucceeded, r.N, f.RunnerMaxFailed, r.N, met(f.ConvergedAtSucceeded == r.N && f.RunnerMaxFailed == 0))
 }
 
 func met(ok bool) string {

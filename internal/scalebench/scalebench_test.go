@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 // TestMain lets the test binary be its own child process, as fleet-scale
@@ -59,3 +61,63 @@ func TestTwentyDevicesConvergeThroughTheCalloutAndTheConsumerCountDoesNotGrow(t 
 		t.Errorf("the printed figures lack the N=20 line")
 	}
 }
+
+func TestAFloodingDeviceNeitherStopsAThousandDeviceRolloutNorChangesAnyTargetsStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("enrolls 1,001 devices (an RSA key each) and rolls out to 1,000")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	// The runner logs every record it skips at warning level: errors only.
+	res, err := Run(ctx, Options{
+		Sizes: []int{n}, Flooders: 1, ConnectRate: testConnectRate, Timeout: 2 * time.Minute,
+		Exe: exe, DataDir: t.TempDir(), Out: &out,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelError})),
+	})
+	t.Log("\n" + out.String())
+	// Run fails when a device did not converge or the runner did not append
+	// rollout.succeeded before the phase deadline, when the runner (or
+	// another control plane component) stopped, and when the runner counted
+	// a report that was not a target's own (ErrMiscounted).
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || res[0].Flood == nil {
+		t.Fatalf("no rollout under a flood was measured: %+v", res)
+	}
+	r, f := res[0], res[0].Flood
+	if r.ConnectRetries != 0 {
+		t.Logf("%d connect attempts were retried at %v connects/s: the callout did not keep up on this machine", r.ConnectRetries, testConnectRate)
+	}
+	if f.ConvergedAtSucceeded != n {
+		t.Errorf("rollout.succeeded arrived when %d of %d targets had reported Converged themselves: forged reports counted", f.ConvergedAtSucceeded, n)
+	}
+	if f.RunnerMaxFailed != 0 {
+		t.Errorf("the runner showed %d failed targets; none failed: forged reports counted", f.RunnerMaxFailed)
+	}
+	// The flood must have reached the stream and the runner, or the test
+	// shows nothing.
+	if w := f.ByKind[string(events.ReportWorkload)]; w.Stored == 0 {
+		t.Errorf("none of the flooder's workload reports was stored: %+v", w)
+	}
+	if f.RunnerSkipped == 0 {
+		t.Errorf("the runner skipped no record: the flooder's forged reports never reached it")
+	}
+	if f.InReports == 0 || f.InTelemetry == 0 {
+		t.Errorf("the flooder's messages held after the flood: %d in %s, %d in %s; want some in both", f.InReports, events.StreamReports, f.InTelemetry, events.StreamTelemetry)
+	}
+	if f.InTelemetry > 2*events.DefaultTelemetryPerSubject {
+		t.Errorf("%s holds %d of the flooder's messages; it keeps %d per subject (2 subjects)", events.StreamTelemetry, f.InTelemetry, events.DefaultTelemetryPerSubject)
+	}
+}
+
+// testConnectRate is the connect rate of the 1,000-device test: the
+// default, a 10 s ramp window (200 per second overloaded the callout on the
+// shared 2-core machine: 233 retried connects, a 13 s ramp).
+const testConnectRate = DefaultConnectRate

@@ -1,7 +1,7 @@
 // Command fleet-scale runs the Harmony Fleet scale benchmark (`task
 // bench:scale`): see package scalebench and docs/performance.md.
 //
-//	fleet-scale [-n 1000,10000] [-per-process 5000] [-rate 100] ...
+//	fleet-scale [-n 1000,10000] [-per-process 5000] [-rate 100] [-flooders 1] ...
 //
 // It re-executes itself as "fleet-scale child <mode> ..." for the processes
 // that run the simulated devices.
@@ -47,6 +47,8 @@ func run() error {
 	flag.Float64Var(&o.ConnectRate, "rate", scalebench.DefaultConnectRate, "device connects per second the ramp is sized for (jitter window = N / rate)")
 	flag.Float64Var(&o.FloorRate, "floor-rate", scalebench.DefaultFloorRate, "floor subscriber connects per second")
 	flag.DurationVar(&o.Timeout, "timeout", scalebench.DefaultTimeout, "bound of each phase after its ramp window")
+	flag.IntVar(&o.Flooders, "flooders", 0, fmt.Sprintf("flooding devices (0..%d): roll out a second revision per size while they flood their report subjects", scalebench.MaxFlooders))
+	flag.BoolVar(&o.FloodWorkloadOnly, "flood-workload-only", false, "flooders publish small workload reports only (the rollout runner's worst case) instead of the mix")
 	flag.BoolVar(&o.FastSync, "fast-sync", false, "fsync every 2 minutes instead of on every write (the product default)")
 	flag.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
