@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -146,24 +147,74 @@ func (s *Store) Last(ctx context.Context, subject string) (Record, error) {
 	if err != nil {
 		return Record{}, err
 	}
-	st, err := s.js.Stream(ctx, stream)
+	if strings.ContainsAny(subject, "*>") {
+		return Record{}, fmt.Errorf("last on %s: name one subject, not a wildcard", subject)
+	}
+	// The subject-scoped direct get, answered by the server; the headers
+	// are read as storedHeaders reads them (a stored message's own headers
+	// come first and may be a device's).
+	rctx, cancel := context.WithTimeout(ctx, directGetTimeout)
+	defer cancel()
+	m, err := s.nc.RequestWithContext(rctx, "$JS.API.DIRECT.GET."+stream+"."+subject, nil)
 	if err != nil {
 		return Record{}, fmt.Errorf("last on %s: %w", subject, err)
 	}
-	raw, err := st.GetLastMsgForSubject(ctx, subject)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return Record{}, fmt.Errorf("%w on %s", ErrNotFound, subject)
+	h, ok := storedHeaders(m)
+	if !ok {
+		if st := m.Header.Get("Status"); st == "404" {
+			return Record{}, fmt.Errorf("%w on %s", ErrNotFound, subject)
+		}
+		return Record{}, fmt.Errorf("last on %s: server answered %s %s", subject, m.Header.Get("Status"), m.Header.Get("Description"))
 	}
-	if err != nil {
-		return Record{}, fmt.Errorf("last on %s: %w", subject, err)
+	if h.subject != subject {
+		return Record{}, fmt.Errorf("last on %s: the server answered for subject %s", subject, h.subject)
 	}
-	rec := Record{Subject: raw.Subject, Stream: stream, Sequence: raw.Sequence, Stored: raw.Time}
-	ev, err := DecodeStored(raw.Subject, raw.Data)
+	rec := Record{Subject: subject, Stream: stream, Sequence: h.seq, Stored: h.stored}
+	ev, err := DecodeStored(subject, m.Data)
 	if err != nil {
 		return rec, located(err, rec)
 	}
 	rec.Event = ev
 	return rec, nil
+}
+
+// directGetTimeout bounds one direct get when ctx has no earlier deadline.
+const directGetTimeout = 10 * time.Second
+
+// stored is where and when the server stored a message a direct get
+// returned.
+type stored struct {
+	subject string
+	seq     uint64
+	stored  time.Time
+}
+
+// storedHeaders reads the server's Nats-Subject, Nats-Sequence and
+// Nats-Time-Stamp headers of a direct-get answer. A stored message keeps the
+// headers its publisher sent (a device's, on a report subject: hostile),
+// and the server appends its own after them, so the last value of each is
+// the server's; a publisher that sent the same names only adds earlier
+// values. An answer without a Nats-Sequence header is the server's status
+// (end of batch, not found, error), whatever else its headers say: every
+// stored message gets one. ok is false for a status.
+func storedHeaders(m *nats.Msg) (stored, bool) {
+	last := func(k string) string {
+		v := m.Header.Values(k)
+		if len(v) == 0 {
+			return ""
+		}
+		return v[len(v)-1]
+	}
+	seqs := m.Header.Values(jetstream.SequenceHeader)
+	if len(seqs) == 0 {
+		return stored{}, false
+	}
+	seq, err := strconv.ParseUint(seqs[len(seqs)-1], 10, 64)
+	if err != nil {
+		return stored{}, false
+	}
+	t, _ := time.Parse(time.RFC3339Nano, last(jetstream.TimeStampHeaer))
+	return stored{subject: last(jetstream.SubjectHeader), seq: seq, stored: t}, true
 }
 
 // multiLastLimit is the server's cap on subjects one multi-last direct get
@@ -237,26 +288,26 @@ func (s *Store) readMultiLast(ctx context.Context, sub *nats.Subscription, strea
 		if err != nil {
 			return nil, false, 0, 0, fmt.Errorf("last per subject %s: %w", filter, err)
 		}
-		switch status := m.Header.Get("Status"); status {
-		case "":
-		case "204": // end of batch
-			pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
-			upTo, _ = strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
-			return recs, pending > 0, upTo, last, nil
-		case "404":
-			return recs, false, 0, last, nil
-		case "413":
-			return nil, false, 0, 0, errTooManySubjects
-		default:
-			return nil, false, 0, 0, fmt.Errorf("last per subject %s: server answered %s %s", filter, status, m.Header.Get("Description"))
+		h, ok := storedHeaders(m)
+		if !ok {
+			// The server's status: a stored message always has a
+			// Nats-Sequence header, so a Status header a device stored
+			// never ends the batch.
+			switch status := m.Header.Get("Status"); status {
+			case "204": // end of batch
+				pending, _ := strconv.ParseUint(m.Header.Get("Nats-Num-Pending"), 10, 64)
+				upTo, _ = strconv.ParseUint(m.Header.Get("Nats-UpTo-Sequence"), 10, 64)
+				return recs, pending > 0, upTo, last, nil
+			case "404":
+				return recs, false, 0, last, nil
+			case "413":
+				return nil, false, 0, 0, errTooManySubjects
+			default:
+				return nil, false, 0, 0, fmt.Errorf("last per subject %s: server answered %q %s", filter, status, m.Header.Get("Description"))
+			}
 		}
-		seq, err := strconv.ParseUint(m.Header.Get(jetstream.SequenceHeader), 10, 64)
-		if err != nil {
-			return nil, false, 0, 0, fmt.Errorf("last per subject %s: bad sequence header: %w", filter, err)
-		}
-		last = seq
-		stored, _ := time.Parse(time.RFC3339Nano, m.Header.Get(jetstream.TimeStampHeaer))
-		rec := Record{Subject: m.Header.Get(jetstream.SubjectHeader), Stream: stream, Sequence: seq, Stored: stored}
+		last = h.seq
+		rec := Record{Subject: h.subject, Stream: stream, Sequence: h.seq, Stored: h.stored}
 		ev, err := DecodeStored(rec.Subject, m.Data)
 		if err != nil {
 			s.skip(ctx, located(err, rec))

@@ -351,3 +351,58 @@ func TestAFloodOfUndecodableRecordsCostsOneWarningLinePerInterval(t *testing.T) 
 		t.Errorf("%d warning lines, want 2 (one per stream and reason within %s)", lines, events.SkipLogInterval)
 	}
 }
+
+// TestHeadersADeviceStoredNeverDecideWhatAReadSees: a stored message keeps
+// its publisher's headers, and a direct get answers with them before the
+// server's own. A device that stores Nats-Subject (naming another device),
+// Nats-Sequence and Status headers on its own report subject neither
+// speaks for another device nor ends a batched read early nor breaks Last.
+func TestHeadersADeviceStoredNeverDecideWhatAReadSees(t *testing.T) {
+	ctx := context.Background()
+	_, st := natstest.Provisioned(t)
+	hb := func(device string) []byte {
+		ev, err := events.New(events.Keys{Device: device}, events.DeviceHeartbeat{AgentVersion: "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := ev.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	publish := func(m *nats.Msg) {
+		t.Helper()
+		if _, err := st.JetStream().PublishMsg(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// d1 claims, in headers and keys, to be d2; then a status that would
+	// end a batch, a bad sequence, and a status with an empty body.
+	publish(&nats.Msg{Subject: "fleet.report.d1.heartbeat", Data: hb("d2"), Header: nats.Header{
+		"Nats-Subject": {"fleet.report.d2.heartbeat"}, "Nats-Sequence": {"999"}, "Nats-Time-Stamp": {"2000-01-01T00:00:00Z"}}})
+	publish(&nats.Msg{Subject: "fleet.report.d3.heartbeat", Data: hb("d3"), Header: nats.Header{"Status": {"204"}, "Nats-Num-Pending": {"0"}}})
+	publish(&nats.Msg{Subject: "fleet.report.d4.heartbeat", Data: hb("d4"), Header: nats.Header{"Nats-Sequence": {"x"}, "Status": {"404"}}})
+	publish(&nats.Msg{Subject: "fleet.report.d5.heartbeat", Data: hb("d5")})
+
+	recs, err := st.LastPerSubject(ctx, "fleet.report.*.heartbeat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range recs {
+		got = append(got, fmt.Sprintf("%s seq %d device %s", r.Subject, r.Sequence, r.Event.Keys.Device))
+	}
+	want := []string{"fleet.report.d3.heartbeat seq 2 device d3", "fleet.report.d4.heartbeat seq 3 device d4", "fleet.report.d5.heartbeat seq 4 device d5"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("last per subject (-want +got):\n%s", diff)
+	}
+	rec, err := st.Last(ctx, "fleet.report.d1.heartbeat")
+	if !errors.Is(err, events.ErrUndecodable) || rec.Subject != "fleet.report.d1.heartbeat" || rec.Sequence != 1 {
+		t.Errorf("Last of d1's forged heartbeat: %+v, %v; want its own subject, sequence 1 and a subject mismatch", rec, err)
+	}
+	rec, err = st.Last(ctx, "fleet.report.d4.heartbeat")
+	if err != nil || rec.Sequence != 3 || rec.Event.Keys.Device != "d4" {
+		t.Errorf("Last of d4's heartbeat with a bad Nats-Sequence header: %+v, %v", rec, err)
+	}
+}
