@@ -436,7 +436,7 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 	rev := e.revisionOf("api", 1)
 	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
 
-	const madeUp = 3000
+	const madeUp = 4500
 	for i := range madeUp {
 		made := rev
 		made.UID, made.Generation = fmt.Sprintf("made-up-%d", i), int64(2+i%40)
@@ -445,8 +445,11 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i%2 == 0 {
+		switch i % 3 {
+		case 0:
 			d.Deployment = fmt.Sprintf("ghost-%d", i) // a Deployment that does not exist
+		case 1:
+			d.Deployment = "ghost" // one that does not exist, with ever new revisions
 		}
 		ev, err = events.New(ev.Keys, d, events.WithCorrelation(made.UID, made.Generation))
 		if err != nil {
@@ -479,9 +482,11 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 		}
 	}
 	if n > 1+1024 {
-		t.Errorf("the runner keeps %d Deployments of this namespace after %d reports of made-up ones, want at most 1 + 1024", n, madeUp/2)
+		t.Errorf("the runner keeps %d Deployments of this namespace after %d reports of made-up ones, want at most 1 + 1024", n, madeUp/3)
 	}
-	if n := len(c.Rollouts[e.ns+"/api"].Early); n > 8 {
-		t.Errorf("the runner keeps reports of %d made-up revisions of api, want at most 8", n)
+	for _, name := range []string{"api", "ghost"} {
+		if n := len(c.Rollouts[e.ns+"/"+name].Early); n > 8 {
+			t.Errorf("the runner keeps reports of %d made-up revisions of %s, want at most 8", n, name)
+		}
 	}
 }

@@ -384,7 +384,7 @@ func (r *RolloutRunner) fold(s *runnerState, m sourced) (depKey, bool) {
 		switch {
 		case !known && s.revisionless >= maxRevisionless:
 			bound = "Deployments without a known revision"
-		case known && ro.UID != "" && !ro.IsCurrent(wd.UID, wd.Generation) && ro.EarlyRevisions() >= maxEarlyRevisions:
+		case known && !ro.IsCurrent(wd.UID, wd.Generation) && !ro.HasEarly(wd.UID, wd.Generation) && ro.EarlyRevisions() >= maxEarlyRevisions:
 			bound = "revisions ahead of the one the runner is at"
 		}
 		if bound != "" {

@@ -237,6 +237,13 @@ func (r Rollout) withEarly(uid string, gen int64, fn func(*earlyFacts)) Rollout 
 // add (operator.RolloutRunner).
 func (r Rollout) EarlyRevisions() int { return len(r.early) }
 
+// HasEarly reports whether the fold holds early facts of revision (uid,
+// generation).
+func (r Rollout) HasEarly(uid string, generation int64) bool {
+	_, ok := r.early[revKey{uid, generation}]
+	return ok
+}
+
 // IsCurrent reports whether (uid, generation) is the revision the fold is
 // at.
 func (r Rollout) IsCurrent(uid string, generation int64) bool {
