@@ -165,7 +165,10 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("agent: subscribe %s: %w", kvSubj, err)
 	}
 	defer func() { _ = kvSub.Unsubscribe() }()
-	cmds := make(chan *nats.Msg, 16)
+	// Commands wait here while a pass runs (a pull, a 30 s stop); the
+	// client drops what does not fit as a slow consumer, so the buffer
+	// holds far more than an operator sends to one device at once.
+	cmds := make(chan *nats.Msg, 256)
 	cmdSub, err := o.Conn.ChanSubscribe(cmdSubj, cmds)
 	if err != nil {
 		return fmt.Errorf("agent: subscribe %s: %w", cmdSubj, err)

@@ -83,19 +83,31 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 		forgedPayload, _ := forged.Marshal()
 		base, _ := events.New(events.Keys{Device: "d1"}, events.AgentCommand{Command: agent.CommandReconcileNow})
 		var sent int
+		// One at a time, each counted before the next: a burst larger
+		// than the agent's command buffer would be dropped by the client
+		// as a slow consumer on a loaded machine, and the count would
+		// depend on timing.
+		send := func(payload []byte) {
+			t.Helper()
+			if _, err := e.st.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: "fleet.command.d1", Data: payload}); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+			deadline := time.Now().Add(20 * time.Second)
+			for skips.Skipped(events.StreamCommands, "") < uint64(sent) {
+				if time.Now().After(deadline) {
+					t.Fatalf("command %d of the poison set not counted as skipped within 20s (%d counted)", sent, skips.Skipped(events.StreamCommands, ""))
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
 		for _, tc := range poisontest.For(t, base) {
 			if tc.Reason == events.ReasonInvalidData {
 				continue // a valid envelope: answered with an error result
 			}
-			if _, err := e.st.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: "fleet.command.d1", Data: tc.Payload}); err != nil {
-				t.Fatal(err)
-			}
-			sent++
+			send(tc.Payload)
 		}
-		if _, err := e.st.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: "fleet.command.d1", Data: forgedPayload}); err != nil {
-			t.Fatal(err)
-		}
-		sent++
+		send(forgedPayload)
 		real, err := events.New(events.Keys{Device: "d1"}, events.AgentCommand{Command: agent.CommandReconcileNow, RequestedBy: "test"})
 		if err != nil {
 			t.Fatal(err)
