@@ -3,6 +3,7 @@ package authcallout_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -274,10 +275,38 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 		t.Errorf("the control plane changed outside A's own report subjects (-before +after):\n%s", diff)
 	}
 	mu.Lock()
-	defer mu.Unlock()
 	if len(reachedB) > 0 {
 		t.Errorf("device B's subscriptions received %d messages from A, e.g. %s", len(reachedB), strings.Join(reachedB[:min(5, len(reachedB))], "; "))
 	}
+	reachedB = nil
+	mu.Unlock()
+
+	// B's two subscriptions work: the control plane's own intent change and
+	// command reach it, exactly those (otherwise the check above proves
+	// nothing).
+	if _, err := e.intent.Put(ctx, "dev-b", []byte(`{"intent":"b2"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.Publish("fleet.command.dev-b", []byte(`{"command":"real"}`)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`$KV.fleet-intent.dev-b: "{\"intent\":\"b2\"}"`, `fleet.command.dev-b: "{\"command\":\"real\"}"`}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := slices.Clone(reachedB)
+		mu.Unlock()
+		slices.Sort(got)
+		if len(got) >= len(want) || time.Now().After(deadline) {
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("device B's subscriptions after the control plane's intent change and command (-want +got):\n%s", diff)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
 	// A's own reports arrived: the suite ran on a working path. (The
 	// reports stream keeps history; every body but the one with hostile
 	// JetStream headers, which the stream refuses, is stored, but for the
