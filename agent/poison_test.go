@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,29 +13,12 @@ import (
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/poisontest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
-
-// syncBuffer is a log sink shared by the agent's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 	skips := events.NewSkipCounter()
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	e := startAgent(t, func(o *agent.Options) {
 		o.Skips = skips
 		o.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))

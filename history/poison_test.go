@@ -3,7 +3,6 @@ package history_test
 import (
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,26 +12,9 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
 	"github.com/nationtech/harmony-fleet/internal/poisontest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
-
-// lockedLog is a log sink the test reads after the queries.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // poison stores every poison variant of base's subject, as a device (or a
 // JetStream answer aimed by the reply trick) can, and returns how many it
@@ -93,7 +75,7 @@ func TestHistorySkipsAndCountsRecordsThatDoNotDecode(t *testing.T) {
 	f.report("edge-2", "api", api, events.WorkloadConverged, "", time.Now())
 	f.waitPhase("api", 1, fleetv1.PhaseSucceeded)
 
-	var logs lockedLog
+	var logs testenv.SyncBuffer
 	query := func() (*history.History, *events.SkipCounter) {
 		skips := events.NewSkipCounter()
 		h, err := history.New(history.Options{Reader: f.store, Skips: skips,

@@ -5,25 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
 
 func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
 	srv, st := natstest.Provisioned(t)
@@ -44,7 +33,7 @@ func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	go func() {
 		done <- run(runCtx, []string{"--device", "rpi-9", "--nats-url", srv.ClientURL(), "--insecure-no-auth", "--runtime", "sim", "--label", "role=analyzer"}, &logs)
 	}()
@@ -61,7 +50,7 @@ func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no failed report; logs:\n%s", logs.b.String())
+			t.Fatalf("no failed report; logs:\n%s", logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -111,7 +100,7 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	go func() {
 		done <- run(runCtx, []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "sim"}, &logs)
 	}()
@@ -125,11 +114,11 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.b.String())
+			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no workload report through the callout; logs:\n%s", logs.b.String())
+			t.Fatalf("no workload report through the callout; logs:\n%s", logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -140,7 +129,7 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(logs.b.String(), `"key"`) {
+	if strings.Contains(logs.String(), `"key"`) {
 		t.Error("the logs mention the key")
 	}
 }

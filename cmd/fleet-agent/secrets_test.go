@@ -19,6 +19,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
@@ -118,7 +119,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	go func() {
 		done <- run(runCtx, []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "podman",
 			"--podman-socket", "unix://" + sock, "--openbao-url", bao.URL(), "--openbao-device-prefix", "fleet/lab", "--openbao-role", "fleet-device"}, &logs)
@@ -154,11 +155,11 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 		}
 		select {
 		case err := <-done:
-			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.b.String())
+			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("reports %+v, want %v\nlogs:\n%s", got, want, logs.b.String())
+			t.Fatalf("reports %+v, want %v\nlogs:\n%s", got, want, logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -215,7 +216,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the rotated secret was not applied after reconcile-now (service replaced: %v, init rerun: %v)\nlogs:\n%s",
-				apiID != apiBefore, initID != initBefore, logs.b.String())
+				apiID != apiBefore, initID != initBefore, logs.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -235,7 +236,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 	if runErr != nil {
 		scan("the agent's returned error", runErr.Error())
 	}
-	scan("the agent's log", logs.b.String())
+	scan("the agent's log", logs.String())
 	for n, ws := range got {
 		scan("report error of "+n, ws.Error)
 	}

@@ -22,25 +22,8 @@ import (
 	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger and the test.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestTheBinaryAuthorisesADeviceFromItsConfigFile runs the command's run
 // with a configuration file against the documented NATS configuration and a
@@ -95,7 +78,7 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 	}
 	b, _ := json.Marshal(cfg)
 	cfgPath := write("callout.json", string(b))
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	runErr := make(chan error, 1)
 	wg.Go(func() { runErr <- run(ctx, []string{"-config", cfgPath}, &logs) })
 

@@ -6,28 +6,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 )
 
 func TestMain(m *testing.M) {
 	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
 }
 
 func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
@@ -38,7 +27,7 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	var logs syncBuffer
+	var logs testenv.SyncBuffer
 	go func() {
 		done <- run(runCtx, []string{"--kubeconfig", srv.KubeconfigPath(), "--nats-url", nsrv.ClientURL(), "--log-format", "text"}, &logs)
 	}()
@@ -66,7 +55,7 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no revision event: %v\nlogs:\n%s", err, logs.b.String())
+			t.Fatalf("no revision event: %v\nlogs:\n%s", err, logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -74,8 +63,8 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("run returned %v", err)
 	}
-	if !strings.Contains(logs.b.String(), "operator starting") {
-		t.Errorf("logs lack the start record:\n%s", logs.b.String())
+	if !strings.Contains(logs.String(), "operator starting") {
+		t.Errorf("logs lack the start record:\n%s", logs.String())
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/internal/devenv"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 // The end-to-end tests run the real `fleet` binary, as the README's run
@@ -71,31 +72,13 @@ func fleetBinary(t *testing.T) string {
 	return fleetBin
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader.
-type syncBuffer struct {
-	mu sync.Mutex // guards b
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // devProc is a running `fleet dev` process and what it printed.
 type devProc struct {
 	cmd     *exec.Cmd
 	dataDir string
 	// out is stdout up to and including the usage text; stderr the logs.
 	out     string
-	stderr  *syncBuffer
+	stderr  *testenv.SyncBuffer
 	done    chan error
 	stopped bool
 	// exports are the three printed export lines (PATH, kubectl, nats
@@ -122,7 +105,7 @@ func startDev(t *testing.T, dir string, flags ...string) *devProc {
 	t.Helper()
 	bin := fleetBinary(t)
 	natsBin := natsCLI(t)
-	p := &devProc{dataDir: dir, stderr: &syncBuffer{}, done: make(chan error, 1)}
+	p := &devProc{dataDir: dir, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--nats-port", "-1", "--nats-cli", natsBin}, flags...)...)
 	p.cmd.Dir = repoRoot(t)
 	p.cmd.Stderr = p.stderr
