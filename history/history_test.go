@@ -215,14 +215,7 @@ func TestTimelinesTellWhatHappened(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, e := range tl.Entries {
-			s := string(e.Type)
-			if e.Type == events.TypeWorkloadStatus {
-				s += " " + e.Device
-			}
-			got = append(got, s)
-		}
+		got := typesAndDevices(tl.Entries)
 		want := []string{
 			"deployment.revision.created", "rollout.started", "rollout.canary-stage",
 			"device.workload.status edge-1", "rollout.canaries-converged", "rollout.released",
@@ -390,4 +383,18 @@ func TestBadQuestionsGetErrorsThatSayWhy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// typesAndDevices renders a timeline as its entry types, a workload
+// status followed by its device.
+func typesAndDevices(entries []history.Entry) []string {
+	var out []string
+	for _, e := range entries {
+		s := string(e.Type)
+		if e.Type == events.TypeWorkloadStatus {
+			s += " " + e.Device
+		}
+		out = append(out, s)
+	}
+	return out
 }

@@ -92,14 +92,7 @@ func TestHistorySkipsAndCountsRecordsThatDoNotDecode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got []string
-		for _, e := range tl.Entries {
-			s := string(e.Type)
-			if e.Type == events.TypeWorkloadStatus {
-				s += " " + e.Device
-			}
-			got = append(got, s)
-		}
+		got := typesAndDevices(tl.Entries)
 		want := []string{"deployment.revision.created", "rollout.started", "rollout.canary-stage", "device.workload.status edge-1",
 			"rollout.canaries-converged", "rollout.released", "device.workload.status edge-2", "rollout.succeeded"}
 		if diff := cmp.Diff(want, got); diff != "" {

@@ -72,6 +72,20 @@ func (e *env) checkpointSeqs() [3]uint64 {
 	return c.Seqs
 }
 
+// canaryRollout creates a canary rpi-1 and the other devices (role
+// analyzer), starts an operator and applies Deployment api: the setup of
+// the poison tests. It returns the operator's stop and revision 1.
+func (e *env) canaryRollout(others ...string) (stop func(), rev events.DeploymentRevisionCreated) {
+	e.t.Helper()
+	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
+	for _, d := range others {
+		e.device(d, map[string]string{"role": "analyzer"})
+	}
+	stop = e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	return stop, e.revisionOf("api", 1)
+}
+
 var fullRollout = []events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged,
 	events.TypeRolloutReleased, events.TypeRolloutSucceeded}
 
@@ -79,11 +93,7 @@ func TestPoisonReportsAreSkippedCountedAndTheRolloutCompletesAcrossRestarts(t *t
 	e := newEnv(t)
 	e.logs = slog.DiscardHandler // a warning per poison record
 	e.skips = events.NewSkipCounter()
-	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
-	e.device("rpi-2", map[string]string{"role": "analyzer"})
-	stop := e.startOperator()
-	e.deployment("api", map[string]string{"role": "analyzer"})
-	rev := e.revisionOf("api", 1)
+	stop, rev := e.canaryRollout("rpi-2")
 	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
 
 	// Every variant of the canary's own report, built on a Failed report:
@@ -178,11 +188,7 @@ func TestPoisonReportsAreSkippedCountedAndTheRolloutCompletesAcrossRestarts(t *t
 func TestAReportForgedInACanarysNameNeitherReleasesNorFailsTheRollout(t *testing.T) {
 	e := newEnv(t)
 	e.skips = events.NewSkipCounter()
-	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
-	e.device("rpi-2", map[string]string{"role": "analyzer"})
-	e.startOperator()
-	e.deployment("api", map[string]string{"role": "analyzer"})
-	rev := e.revisionOf("api", 1)
+	_, rev := e.canaryRollout("rpi-2")
 	e.waitPhase("api", fleetv1.PhaseCanary)
 
 	// Device rpi-2, with its own key, publishes on its own subject: "the
@@ -279,12 +285,7 @@ func TestHundredsOfGarbageReportsDuringARolloutNeverStopTheRunner(t *testing.T) 
 	e.logs = slog.DiscardHandler // a warning per garbage record
 	e.skips = events.NewSkipCounter()
 	devices := []string{"rpi-1", "rpi-2", "rpi-3"}
-	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
-	e.device("rpi-2", map[string]string{"role": "analyzer"})
-	e.device("rpi-3", map[string]string{"role": "analyzer"})
-	stop := e.startOperator()
-	e.deployment("api", map[string]string{"role": "analyzer"})
-	rev := e.revisionOf("api", 1)
+	stop, rev := e.canaryRollout("rpi-2", "rpi-3")
 	subjects, payloads := garbage(t, e, rev, devices, 400)
 	want := undecodable(subjects, payloads)
 	if want < 300 {
@@ -429,11 +430,7 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 	// A canary, as in the other tests of the package: the operators of
 	// later tests see this namespace's Deployment too (one API server), and
 	// a canary that never reports to them keeps them from releasing it.
-	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
-	e.device("rpi-2", map[string]string{"role": "analyzer"})
-	stop := e.startOperator()
-	e.deployment("api", map[string]string{"role": "analyzer"})
-	rev := e.revisionOf("api", 1)
+	stop, rev := e.canaryRollout("rpi-2")
 	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
 
 	const madeUp = 4500

@@ -479,6 +479,20 @@ func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun
 	}()
 	rolloutSubject := "fleet.rollout.deployment." + benchNamespace + "." + benchDeployment
 	var atSucceeded, maxFailed atomic.Int64
+	// ofThisRevision decodes a stored message for its subject (one that
+	// does not decode is skipped and counted: device input) and keeps it
+	// only when it belongs to the revision being measured.
+	ofThisRevision := func(m *nats.Msg) (events.Event, bool) {
+		ev, err := events.DecodeStored(m.Subject, m.Data)
+		if re, ok := events.AsRecordError(err); ok {
+			skips.Skip(ctx, b.o.Logger, re)
+			return events.Event{}, false
+		}
+		if err != nil || ev.Correlation == nil || ev.Correlation.DeploymentUID != b.uid || ev.Correlation.Generation != generation {
+			return events.Event{}, false
+		}
+		return ev, true
+	}
 	handle := func(m *nats.Msg) {
 		switch {
 		case strings.HasPrefix(m.Subject, "$KV."):
@@ -486,12 +500,8 @@ func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun
 				projected.see(dev)
 			}
 		case m.Subject == rolloutSubject:
-			ev, err := events.DecodeStored(m.Subject, m.Data)
-			if re, ok := events.AsRecordError(err); ok {
-				skips.Skip(ctx, b.o.Logger, re)
-				return
-			}
-			if err != nil || ev.Correlation == nil || ev.Correlation.DeploymentUID != b.uid || ev.Correlation.Generation != generation {
+			ev, ok := ofThisRevision(m)
+			if !ok {
 				return
 			}
 			tr, err := events.Decode[events.RolloutTransition](ev)
@@ -516,12 +526,8 @@ func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun
 			// A target's workload report. Reports are device input: one
 			// that does not decode for its subject is skipped and
 			// counted; the device is the subject's.
-			ev, err := events.DecodeStored(m.Subject, m.Data)
-			if re, ok := events.AsRecordError(err); ok {
-				skips.Skip(ctx, b.o.Logger, re)
-				return
-			}
-			if err != nil || ev.Correlation == nil || ev.Correlation.DeploymentUID != b.uid || ev.Correlation.Generation != generation {
+			ev, ok := ofThisRevision(m)
+			if !ok {
 				return
 			}
 			ws, err := events.Decode[events.WorkloadStatus](ev)
