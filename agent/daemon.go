@@ -428,17 +428,12 @@ func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data,
 		d.log.ErrorContext(ctx, "build report", "type", data.EventType(), "error", err)
 		return
 	}
-	subj, _ := ev.Subject()
-	payload, err := ev.Marshal()
+	// A core publish: the report streams never acknowledge (ADR 0006).
+	m, err := events.Message(ev)
 	if err != nil {
 		d.log.ErrorContext(ctx, "encode report", "type", ev.Type, "error", err)
 		return
 	}
-	m := nats.NewMsg(subj)
-	m.Data = payload
-	m.Header.Set("Nats-Msg-Id", ev.ID.String())
-	m.Header.Set(events.HeaderType, string(ev.Type))
-	m.Header.Set(events.HeaderVersion, strconv.Itoa(ev.Version))
 	if !d.o.Conn.IsConnected() {
 		d.hold(offlineKey(ev, data), m)
 		return

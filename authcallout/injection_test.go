@@ -15,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
 
 // The reply-subject injection suite. NATS checks a publish's subject
@@ -170,7 +171,13 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 	srcA := e.device(t, "dev-a", false)
 	srcB := e.device(t, "dev-b", false)
 	// Something in every stream and bucket, so a purge or delete shows.
+	// The report streams never acknowledge: a report seed is a core
+	// publish, waited for until stored.
 	seed := func(subj, data string) {
+		if natstest.DeviceWritten(subj) {
+			natstest.PublishStored(t, e.admin, &nats.Msg{Subject: subj, Data: []byte(data)})
+			return
+		}
 		if _, err := e.js.Publish(ctx, subj, []byte(data)); err != nil {
 			t.Fatalf("seed %s: %v", subj, err)
 		}
@@ -243,23 +250,20 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 			}
 		}
 	}
-	// A barrier: A's own report and direct get, answered on its own inbox,
+	// A barrier: A's own report to each report stream and its direct get
 	// come after every injected message on the same connection and the same
-	// paths, so every answer JetStream sent for them has been routed.
-	js, err := jetstream.New(a.Conn)
-	if err != nil {
-		t.Fatal(err)
-	}
+	// paths. A report is never acknowledged: it is waited for until the
+	// control plane reads it stored, so each stream has taken or refused
+	// every injected report before it; the direct get is answered on A's
+	// own inbox. So every answer JetStream sent for them has been routed.
 	// A barrier that fails is reported, and the comparison still runs: on a
 	// server where the injection worked, the streams it would use are gone.
 	for range 2 {
 		for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportHeartbeat} {
 			s, _ := events.ReportSubject("dev-a", k)
-			bctx, bcancel := context.WithTimeout(ctx, 10*time.Second)
-			if _, err := js.Publish(bctx, s, []byte(`{"barrier":true}`)); err != nil {
-				t.Errorf("barrier publish %s: %v", s, err)
+			if _, err := natstest.PublishAndAwait(a.Conn, e.admin, &nats.Msg{Subject: s, Data: []byte(`{"barrier":true}`)}); err != nil {
+				t.Errorf("barrier report %s: %v", s, err)
 			}
-			bcancel()
 		}
 		if _, err := a.Request(dg, nil, 10*time.Second); err != nil {
 			t.Errorf("barrier direct get: %v", err)

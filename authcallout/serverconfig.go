@@ -32,11 +32,16 @@ accounts {
           subscribe: { allow: ["_INBOX_fleet-identity-reader.>", "$KV.fleet-identity.>"] }
         } }
     ]
+    # Device reports, as a stream from the device account: the reports
+    # and telemetry streams capture them here. Those two streams never
+    # acknowledge (no_ack), so the reply subject a device sets on a report
+    # is never answered in this account.
+    imports: [
+      { stream: { account: DEVICES, subject: "fleet.report.*.*" } }
+    ]
     # Exactly what devices need, nothing else. Each device's user JWT
     # still limits it to its own subjects.
     exports: [
-      # Reports: the reports and telemetry streams capture them here.
-      { service: "fleet.report.*.*" }
       # The subject-scoped direct get of one device's intent (never the
       # payload form, which cannot be scoped).
       { service: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" }
@@ -46,15 +51,19 @@ accounts {
     ]
   }
   # Every device. JetStream disabled: a device reaches the control plane
-  # only through these imports, and JetStream's answers reach a device only
-  # through the imports' reply mapping, so a reply subject a device chooses
-  # can never name a stream, a KV key or the JetStream API.
+  # only through its report export and these imports, and JetStream's
+  # answers reach a device only through the direct get's reply mapping, so
+  # a reply subject a device chooses can never name a stream, a KV key or
+  # the JetStream API.
   DEVICES {
     # What one connection may cost: message size and subscriptions
     # (authcallout.DeviceMaxPayload, DeviceMaxSubs).
     limits: { max_payload: 131072, max_subscriptions: 16 }
+    # Reports go to the control plane as a stream (imported by FLEET).
+    exports: [
+      { stream: "fleet.report.*.*" }
+    ]
     imports: [
-      { service: { account: FLEET, subject: "fleet.report.*.*" } }
       { service: { account: FLEET, subject: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" } }
       { stream: { account: FLEET, subject: "$KV.fleet-intent.*" } }
       { stream: { account: FLEET, subject: "fleet.command.*" } }

@@ -57,7 +57,7 @@ func TestKubectlRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Append(ctx, inv); err != nil {
+	if err := st.Report(ctx, inv); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
@@ -66,7 +66,7 @@ func TestKubectlRecipes(t *testing.T) {
 			if err != nil {
 				return
 			}
-			if _, err := st.Append(opCtx, hb); err != nil {
+			if err := st.Report(opCtx, hb); err != nil {
 				return
 			}
 			select {

@@ -83,12 +83,17 @@ func seed(t *testing.T, ctx context.Context, st *events.Store) {
 		b.Add(mustEvent(t, dep, events.NewRolloutTransition(typ, events.RolloutTransition{UID: "9b0c6a1e-uid", Generation: 1,
 			RevisionID: "9b0c6a1e-1", Counts: events.RolloutCounts{Total: 2, Canaries: 1}}), corr))
 	}
-	for _, dev := range []string{"rpi-042", "rpi-043"} {
-		b.Add(mustEvent(t, events.Keys{Device: dev}, events.WorkloadStatus{Namespace: "lab", Deployment: "analysis-api",
-			UID: "9b0c6a1e-uid", Generation: 1, RevisionID: "9b0c6a1e-1", Phase: events.WorkloadConverged, Since: time.Now().UTC()}, corr))
-		b.Add(mustEvent(t, events.Keys{Device: dev}, events.DeviceHeartbeat{AgentVersion: "0.1.0"}))
-	}
 	if _, err := st.AppendBatch(ctx, &b); err != nil {
+		t.Fatal(err)
+	}
+	// The devices' reports, as agents send them (never acknowledged).
+	var reports []events.Event
+	for _, dev := range []string{"rpi-042", "rpi-043"} {
+		reports = append(reports, mustEvent(t, events.Keys{Device: dev}, events.WorkloadStatus{Namespace: "lab", Deployment: "analysis-api",
+			UID: "9b0c6a1e-uid", Generation: 1, RevisionID: "9b0c6a1e-1", Phase: events.WorkloadConverged, Since: time.Now().UTC()}, corr),
+			mustEvent(t, events.Keys{Device: dev}, events.DeviceHeartbeat{AgentVersion: "0.1.0"}))
+	}
+	if err := st.Report(ctx, reports...); err != nil {
 		t.Fatal(err)
 	}
 	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
@@ -124,7 +129,7 @@ func TestNATSRecipes(t *testing.T) {
 						if err != nil {
 							return
 						}
-						if _, err := st.Append(rctx, ev); err != nil {
+						if err := st.Report(rctx, ev); err != nil {
 							return
 						}
 						select {

@@ -31,6 +31,14 @@ var ErrUnsupportedVersion = errors.New("unsupported event schema version")
 // missing key its type needs, or data that is not a JSON object.
 var ErrInvalidEvent = errors.New("invalid event")
 
+// ErrDeviceWritten is wrapped when the control plane tries to append to a
+// subject only devices write (the report and telemetry streams). Those
+// streams never acknowledge (NoAck): a device's messages reach them through
+// a stream import with the reply subject the device chose, and an
+// acknowledgement sent there would be a reply the device aims (ADR 0006).
+// A stand-in device uses Store.Report.
+var ErrDeviceWritten = errors.New("device-written subject")
+
 // ErrNotFound is returned when a read finds no message for a subject.
 var ErrNotFound = errors.New("no event found")
 

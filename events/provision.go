@@ -120,21 +120,27 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 			AllowDirect:       true,
 		}
 	}
-	// Device reports are acknowledged before they are flushed (async persist
+	// Device reports are stored before they are flushed (async persist
 	// mode): agents re-report their current state on every reconnect, so a
 	// power loss costs at most the last moments of report history, never a
 	// decision. Intent, rollout and commands are fsynced before the ack when
-	// the server syncs always (ADR 0002).
+	// the server syncs always (ADR 0002). The two streams devices write
+	// never acknowledge (NoAck): reports arrive from the device account
+	// through a stream import with whatever reply subject the device chose,
+	// and an acknowledgement would be a message the device aims inside this
+	// account (ADR 0006). Agents publish reports without expecting one.
 	reports := history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
 		[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}, o.ReportsMaxAge, jetstream.DiscardOld)
 	reports.PersistMode = jetstream.AsyncPersistMode
 	reports.MaxMsgsPerSubject = o.ReportsPerSubject
+	reports.NoAck = true
 	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
 		[]string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}, 0, jetstream.DiscardOld)
 	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject
 	telemetry.MaxBytes = -1
 	telemetry.DenyDelete, telemetry.DenyPurge = false, false
 	telemetry.PersistMode = jetstream.AsyncPersistMode
+	telemetry.NoAck = true
 	return []jetstream.StreamConfig{
 		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",
 			[]string{"fleet.intent.deployment.*.*", "fleet.intent.taskrun.*.*"}, 0, jetstream.DiscardNew),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/oklog/ulid/v2"
 )
 
 // Header names set on every appended event, besides Nats-Msg-Id (the ULID).
@@ -97,8 +98,12 @@ func ExpectLastSubjectSequence(seq uint64) AppendOption {
 	return func(o *appendOpts) { o.expect, o.expectSeq = true, seq }
 }
 
-// message validates an event and builds its NATS message.
-func message(ev Event) (*nats.Msg, error) {
+// Message validates an event and builds its NATS message: the JSON envelope
+// as payload, the event's ULID as Nats-Msg-Id (duplicates within the
+// stream's window are stored once) and its type and version as headers.
+// The agent publishes its reports with it (a core publish: the report
+// streams do not acknowledge).
+func Message(ev Event) (*nats.Msg, error) {
 	subj, err := ev.validate(false)
 	if err != nil {
 		return nil, err
@@ -113,6 +118,104 @@ func message(ev Event) (*nats.Msg, error) {
 	m.Header[HeaderType] = []string{string(ev.Type)}
 	m.Header[HeaderVersion] = []string{strconv.Itoa(ev.Version)}
 	return m, nil
+}
+
+// controlPlaneMessage is Message for the control plane's appends: a subject
+// only devices write is refused (ErrDeviceWritten), since its stream would
+// never acknowledge.
+func controlPlaneMessage(ev Event) (*nats.Msg, error) {
+	m, err := Message(ev)
+	if err != nil {
+		return nil, err
+	}
+	if deviceWritten(m.Subject) {
+		return nil, fmt.Errorf("append to %s: %w: devices publish reports without an acknowledgement; a stand-in device uses Store.Report",
+			m.Subject, ErrDeviceWritten)
+	}
+	return m, nil
+}
+
+// deviceWritten reports whether subject belongs to a stream only devices
+// write.
+func deviceWritten(subject string) bool {
+	stream, err := StreamOf(subject)
+	return err == nil && (stream == StreamReports || stream == StreamTelemetry)
+}
+
+// Report publishes device reports as devices do (core publishes, never
+// acknowledged) and waits until they are stored. It is for whatever stands
+// in for a device on the control plane's connection (tests, simulators);
+// the connection must be allowed to publish on the subjects. Every event is
+// validated first: one that is invalid or not a report publishes nothing.
+//
+// One connection's messages reach a stream in the order they were sent, so
+// Report waits until the last report it sent to each stream is that
+// subject's last record; the earlier ones were taken or refused by then (a
+// device learns of neither either). A later report on the same subject from
+// someone else can hide that record: stand-ins report one at a time per
+// subject. A report the stream drops (a duplicate id of an older record, a
+// full ingest queue) is waited for until ctx ends, at most 30 s when ctx
+// has no deadline.
+func (s *Store) Report(ctx context.Context, evs ...Event) error {
+	if _, ok := ctx.Deadline(); !ok {
+		// A report the stream drops is never answered: bound the wait.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, reportTimeout)
+		defer cancel()
+	}
+	msgs := make([]*nats.Msg, len(evs))
+	for i, ev := range evs {
+		m, err := Message(ev)
+		if err != nil {
+			return fmt.Errorf("report %d: %w (nothing published)", i, err)
+		}
+		if !deviceWritten(m.Subject) {
+			return fmt.Errorf("report %d on %s: not a report subject (fleet.report.<device>.<kind>); nothing published", i, m.Subject)
+		}
+		msgs[i] = m
+	}
+	lastOf := map[string]int{} // stream → index of its last report
+	for i, m := range msgs {
+		if err := s.nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("report %d on %s: %w", i, m.Subject, err)
+		}
+		stream, _ := StreamOf(m.Subject)
+		lastOf[stream] = i
+	}
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("reports: flush: %w", err)
+	}
+	for _, i := range lastOf {
+		if err := s.awaitStored(ctx, msgs[i].Subject, evs[i].ID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reportTimeout bounds Report when its context has no deadline.
+const reportTimeout = 30 * time.Second
+
+// awaitStored polls the last record of subject until it is the event id.
+func (s *Store) awaitStored(ctx context.Context, subject string, id ulid.ULID) error {
+	wait := time.Millisecond
+	for {
+		rec, err := s.Last(ctx, subject)
+		switch {
+		case err == nil && rec.Event.ID == id:
+			return nil
+		case err != nil && !errors.Is(err, ErrNotFound) && ctx.Err() == nil:
+			if _, isRec := AsRecordError(err); !isRec {
+				return fmt.Errorf("report on %s: confirm it was stored: %w", subject, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("report on %s: not stored before the context ended (reports are never acknowledged): %w", subject, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 func publishOpts(o appendOpts) []jetstream.PublishOpt {
@@ -143,7 +246,7 @@ func (s *Store) Append(ctx context.Context, ev Event, opts ...AppendOption) (Pos
 	for _, f := range opts {
 		f(&o)
 	}
-	m, err := message(ev)
+	m, err := controlPlaneMessage(ev)
 	if err != nil {
 		return Position{}, err
 	}
@@ -194,7 +297,7 @@ type Result struct {
 func (s *Store) AppendBatch(ctx context.Context, b *Batch) ([]Result, error) {
 	msgs := make([]*nats.Msg, len(b.items))
 	for i, it := range b.items {
-		m, err := message(it.ev)
+		m, err := controlPlaneMessage(it.ev)
 		if err != nil {
 			return nil, fmt.Errorf("batch event %d: %w (nothing published)", i, err)
 		}

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/events"
@@ -34,6 +37,44 @@ func workload(t testing.TB, device string, n int, opts ...events.Option) events.
 	ev, err := events.New(events.Keys{Device: device}, events.WorkloadStatus{
 		Namespace: "lab", Deployment: "api", UID: "u1", Generation: int64(n), Phase: events.WorkloadConverged,
 	}, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func inventory(t testing.TB, device string) events.Event {
+	t.Helper()
+	ev, err := events.New(events.Keys{Device: device}, events.DeviceInventory{OS: "linux"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func taskStatus(t testing.TB, device string) events.Event {
+	t.Helper()
+	ev, err := events.New(events.Keys{Device: device}, events.TaskStatus{Namespace: "lab", TaskRun: "up"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func commandResult(t testing.TB, device string) events.Event {
+	t.Helper()
+	ev, err := events.New(events.Keys{Device: device}, events.CommandResult{CommandID: "c", OK: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+// command is a control-plane event on a device's subject: an agent command
+// (acknowledged, unlike the device's reports).
+func command(t testing.TB, device string) events.Event {
+	t.Helper()
+	ev, err := events.New(events.Keys{Device: device}, events.AgentCommand{Command: "reconcile-now"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +174,7 @@ func TestStaleExpectedSequenceConflictsAndWritesNothing(t *testing.T) {
 	t.Run("in a batch only the stale event fails", func(t *testing.T) {
 		var b events.Batch
 		b.Add(transition(t, events.TypeRolloutSucceeded, 1), events.ExpectLastSubjectSequence(p1.Sequence))
-		b.Add(heartbeat(t, "d1", 1))
+		b.Add(command(t, "d1"))
 		res, err := st.AppendBatch(ctx, &b)
 		if !errors.Is(err, events.ErrConflict) {
 			t.Fatalf("batch error %v, want ErrConflict", err)
@@ -143,6 +184,9 @@ func TestStaleExpectedSequenceConflictsAndWritesNothing(t *testing.T) {
 		}
 		if n := streamMsgs(t, st, events.StreamRollout); n != 2 {
 			t.Errorf("rollout stream holds %d messages, want 2", n)
+		}
+		if n := streamMsgs(t, st, events.StreamCommands); n != 1 {
+			t.Errorf("commands stream holds %d messages, want the batch's other event", n)
 		}
 	})
 }
@@ -155,32 +199,150 @@ func TestInvalidEventIsRefusedBeforePublishing(t *testing.T) {
 	if _, err := st.Append(ctx, bad); !errors.Is(err, events.ErrInvalidEvent) || !errors.Is(err, events.ErrInvalidToken) {
 		t.Errorf("Append = %v, want ErrInvalidEvent wrapping ErrInvalidToken", err)
 	}
+	if err := st.Report(ctx, heartbeat(t, "d1", 1), bad); !errors.Is(err, events.ErrInvalidEvent) || !errors.Is(err, events.ErrInvalidToken) {
+		t.Errorf("Report = %v, want ErrInvalidEvent wrapping ErrInvalidToken", err)
+	}
+	badCmd := command(t, "d1")
+	badCmd.Keys.Device = "d.1"
 	var b events.Batch
-	b.Add(heartbeat(t, "d1", 1))
-	b.Add(bad)
+	b.Add(command(t, "d1"))
+	b.Add(badCmd)
 	if _, err := st.AppendBatch(ctx, &b); !errors.Is(err, events.ErrInvalidEvent) {
 		t.Errorf("AppendBatch = %v", err)
 	}
-	if n := streamMsgs(t, st, events.StreamTelemetry); n != 0 {
-		t.Errorf("%d messages stored, want none: a batch with an invalid event must publish nothing", n)
+	// Nothing acknowledges a report, so the refused call's valid heartbeat
+	// could only show up later: a report stored after it on the same
+	// connection proves it was never published (one connection's messages
+	// reach a stream in order).
+	if err := st.Report(ctx, heartbeat(t, "d2", 1)); err != nil {
+		t.Fatal(err)
 	}
+	if n := streamMsgs(t, st, events.StreamTelemetry); n != 1 {
+		t.Errorf("%d heartbeats stored, want only the valid one reported alone: a report call with an invalid event must publish nothing", n)
+	}
+	if n := streamMsgs(t, st, events.StreamCommands); n != 0 {
+		t.Errorf("%d commands stored, want none: a batch with an invalid event must publish nothing", n)
+	}
+}
+
+// TestAppendRefusesSubjectsOnlyDevicesWrite: the report and telemetry
+// streams never acknowledge, so Append and AppendBatch refuse their
+// subjects at once (no publish, no wait), and Report refuses every other.
+func TestAppendRefusesSubjectsOnlyDevicesWrite(t *testing.T) {
+	ctx := testContext(t)
+	_, st := natstest.Provisioned(t)
+	for _, ev := range []events.Event{heartbeat(t, "d1", 1), workload(t, "d1", 1), inventory(t, "d1"), taskStatus(t, "d1"), commandResult(t, "d1")} {
+		t.Run(string(ev.Type), func(t *testing.T) {
+			start := time.Now()
+			if _, err := st.Append(ctx, ev); !errors.Is(err, events.ErrDeviceWritten) {
+				t.Errorf("Append = %v, want ErrDeviceWritten", err)
+			}
+			var b events.Batch
+			b.Add(command(t, "d1"))
+			b.Add(ev)
+			if _, err := st.AppendBatch(ctx, &b); !errors.Is(err, events.ErrDeviceWritten) {
+				t.Errorf("AppendBatch = %v, want ErrDeviceWritten", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Errorf("the refusals took %s: they must not wait for an acknowledgement", d)
+			}
+		})
+	}
+	if err := st.Report(ctx, heartbeat(t, "d1", 1), command(t, "d1")); err == nil || !strings.Contains(err.Error(), "fleet.command.d1") {
+		t.Errorf("Report of an agent command = %v, want a refusal naming its subject", err)
+	}
+	// A refused report could only show up later: reports stored after the
+	// refusals on the same connection prove none was published.
+	if err := st.Report(ctx, heartbeat(t, "d9", 1), workload(t, "d9", 1)); err != nil {
+		t.Fatal(err)
+	}
+	for stream, want := range map[string]uint64{events.StreamReports: 1, events.StreamTelemetry: 1, events.StreamCommands: 0} {
+		if n := streamMsgs(t, st, stream); n != want {
+			t.Errorf("%s holds %d messages after refused writes and the reports after them, want %d", stream, n, want)
+		}
+	}
+}
+
+// TestReportStoresReportsInOrderAndTheLastIsTheSubjectsLast: one call
+// across both device streams waits until each stream's last report is
+// stored; the reports are stored in the order given.
+func TestReportStoresReportsInOrderAndTheLastIsTheSubjectsLast(t *testing.T) {
+	ctx := testContext(t)
+	_, st := natstest.Provisioned(t)
+	var evs []events.Event
+	for i := range 40 {
+		evs = append(evs, workload(t, "d1", i), heartbeat(t, "d1", i), taskStatus(t, "d2"))
+	}
+	if err := st.Report(ctx, evs...); err != nil {
+		t.Fatal(err)
+	}
+	// No polling: Report returned once the last of each stream was stored.
+	for _, subject := range []string{"fleet.report.d1.workload", "fleet.report.d1.heartbeat", "fleet.report.d2.task"} {
+		var want string
+		for _, ev := range evs {
+			if s, _ := ev.Subject(); s == subject {
+				want = ev.ID.String()
+			}
+		}
+		r, err := st.Last(ctx, subject)
+		if err != nil || r.Event.ID.String() != want {
+			t.Errorf("Last(%s) = %s, %v; want the last reported, %s", subject, r.Event.ID, err, want)
+		}
+	}
+	var got, want []string
+	for _, ev := range evs {
+		if s, _ := ev.Subject(); s == "fleet.report.d1.workload" {
+			want = append(want, ev.ID.String())
+		}
+	}
+	for _, r := range collect(t, st.Replay(ctx, "fleet.report.d1.workload", events.FromStart())) {
+		got = append(got, r.Event.ID.String())
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("stored %d workload reports in the order %v, want %v", len(got), got, want)
+	}
+	t.Run("a report already stored is not stored twice", func(t *testing.T) {
+		before := streamMsgs(t, st, events.StreamReports)
+		if err := st.Report(ctx, evs[len(evs)-1]); err != nil {
+			t.Fatal(err)
+		}
+		if n := streamMsgs(t, st, events.StreamReports); n != before {
+			t.Errorf("the reports stream holds %d messages after a re-report, want %d", n, before)
+		}
+	})
+	t.Run("a context without a deadline is bounded by Report itself", func(t *testing.T) {
+		ev := heartbeat(t, "d4", 1)
+		if err := st.Report(context.Background(), ev); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := st.Last(ctx, "fleet.report.d4.heartbeat"); err != nil || r.Event.ID != ev.ID {
+			t.Errorf("Last = %s, %v; want the report %s", r.Event.ID, err, ev.ID)
+		}
+	})
+	t.Run("a context that ends before the report is stored is an error", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := st.Report(cctx, heartbeat(t, "d3", 1)); err == nil {
+			t.Error("Report with an ended context returned nil")
+		}
+	})
 }
 
 func TestReplay(t *testing.T) {
 	ctx := testContext(t)
 	_, st := natstest.Provisioned(t)
 
-	var b events.Batch
+	var evs []events.Event
 	var want []string
 	for i := range 200 {
 		dev := fmt.Sprintf("d%d", i%3)
 		ev := workload(t, dev, i)
-		b.Add(ev)
+		evs = append(evs, ev)
 		if dev == "d1" {
 			want = append(want, ev.ID.String())
 		}
 	}
-	if _, err := st.AppendBatch(ctx, &b); err != nil {
+	if err := st.Report(ctx, evs...); err != nil {
 		t.Fatal(err)
 	}
 
@@ -236,7 +398,7 @@ func TestReplayFromTime(t *testing.T) {
 	ctx := testContext(t)
 	_, st := natstest.Provisioned(t)
 	for i := range 5 {
-		if _, err := st.Append(ctx, workload(t, "d1", i)); err != nil {
+		if err := st.Report(ctx, workload(t, "d1", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -252,7 +414,7 @@ func TestReplayFromTime(t *testing.T) {
 	var late []string
 	for i := 5; i < 8; i++ {
 		ev := workload(t, "d1", i)
-		if _, err := st.Append(ctx, ev); err != nil {
+		if err := st.Report(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 		late = append(late, ev.ID.String())
@@ -272,12 +434,12 @@ func TestFollowSeesLiveEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
 	_, st := natstest.Provisioned(t)
-	if _, err := st.Append(ctx, heartbeat(t, "d1", 0)); err != nil {
+	if err := st.Report(ctx, heartbeat(t, "d1", 0)); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		for i := 1; i <= 3; i++ {
-			if _, err := st.Append(ctx, heartbeat(t, "d1", i)); err != nil {
+			if err := st.Report(ctx, heartbeat(t, "d1", i)); err != nil {
 				return
 			}
 		}
@@ -303,14 +465,14 @@ func TestFollowSeesLiveEvents(t *testing.T) {
 func TestLast(t *testing.T) {
 	ctx := testContext(t)
 	_, st := natstest.Provisioned(t)
-	var b events.Batch
+	var evs []events.Event
 	last := map[string]string{}
 	for i := range 30 {
 		ev := heartbeat(t, fmt.Sprintf("d%d", i%4), i)
-		b.Add(ev)
+		evs = append(evs, ev)
 		last[fmt.Sprintf("fleet.report.d%d.heartbeat", i%4)] = ev.ID.String()
 	}
-	if _, err := st.AppendBatch(ctx, &b); err != nil {
+	if err := st.Report(ctx, evs...); err != nil {
 		t.Fatal(err)
 	}
 
@@ -354,12 +516,11 @@ func TestLastPerSubjectBeyondOneDirectGet(t *testing.T) {
 	ctx := testContext(t)
 	_, st := natstest.Provisioned(t)
 	const devices = 1500 // more than the 1024 subjects one multi-last get may match
-	var b events.Batch
+	var evs []events.Event
 	for i := range devices {
-		b.Add(heartbeat(t, fmt.Sprintf("d%d", i), 0))
-		b.Add(heartbeat(t, fmt.Sprintf("d%d", i), 1))
+		evs = append(evs, heartbeat(t, fmt.Sprintf("d%d", i), 0), heartbeat(t, fmt.Sprintf("d%d", i), 1))
 	}
-	if _, err := st.AppendBatch(ctx, &b); err != nil {
+	if err := st.Report(ctx, evs...); err != nil {
 		t.Fatal(err)
 	}
 	recs, err := st.LastPerSubject(ctx, "fleet.report.*.heartbeat")
@@ -401,16 +562,24 @@ func TestAcknowledgedEventsSurviveARestart(t *testing.T) {
 		}
 		acked[ev.ID.String()] = p.Sequence
 	}
-	var b events.Batch
+	// Reports are never acknowledged: what counts for them is what was
+	// stored (read back) before the shutdown.
+	var reports []events.Event
 	for i := range 500 {
-		b.Add(workload(t, "d1", i))
+		reports = append(reports, workload(t, "d1", i))
 	}
-	res, err := st1.AppendBatch(ctx, &b)
-	if err != nil {
+	if err := st1.Report(ctx, reports...); err != nil {
 		t.Fatal(err)
 	}
-	for i, r := range res {
-		acked[b.Events()[i].ID.String()] = r.Position.Sequence
+	stored := collect(t, st1.Replay(ctx, "fleet.report.d1.workload", events.FromStart()))
+	if len(stored) != len(reports) {
+		t.Fatalf("%d of %d reports stored before the shutdown", len(stored), len(reports))
+	}
+	for i, r := range stored {
+		if r.Event.ID != reports[i].ID {
+			t.Fatalf("stored report %d is %s, want %s", i, r.Event.ID, reports[i].ID)
+		}
+		acked[r.Event.ID.String()] = r.Sequence
 	}
 	s1.Shutdown()
 
@@ -423,7 +592,7 @@ func TestAcknowledgedEventsSurviveARestart(t *testing.T) {
 		for _, r := range collect(t, st2.Replay(ctx, filter, events.FromStart())) {
 			seq, ok := acked[r.Event.ID.String()]
 			if !ok || seq != r.Sequence {
-				t.Fatalf("event %s at seq %d was not acknowledged there", r.Event.ID, r.Sequence)
+				t.Fatalf("event %s at seq %d was not acknowledged (or, a report, stored) there", r.Event.ID, r.Sequence)
 			}
 			found++
 		}
@@ -489,7 +658,7 @@ func TestProvision(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range 12 {
-			if _, err := st.Append(ctx, heartbeat(t, "d1", i)); err != nil {
+			if err := st.Report(ctx, heartbeat(t, "d1", i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -502,7 +671,7 @@ func TestProvision(t *testing.T) {
 func TestReadsLeaveNoConsumerBehind(t *testing.T) {
 	ctx := testContext(t)
 	_, st := natstest.Provisioned(t)
-	if _, err := st.Append(ctx, heartbeat(t, "d1", 1)); err != nil {
+	if err := st.Report(ctx, heartbeat(t, "d1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	for range 20 {
@@ -535,16 +704,19 @@ func TestAFloodingDeviceDiscardsOnlyItsOwnOldestReports(t *testing.T) {
 	if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{ReportsPerSubject: 5}); err != nil {
 		t.Fatal(err)
 	}
+	// Devices' core publishes (the stream never acknowledges), in order on
+	// one connection: once the last is stored, so is every earlier one the
+	// stream kept.
+	var msgs []*nats.Msg
 	publish := func(subject string, n int) {
 		for i := range n {
-			if _, err := st.JetStream().Publish(ctx, subject, fmt.Appendf(nil, "%d", i)); err != nil {
-				t.Fatal(err)
-			}
+			msgs = append(msgs, &nats.Msg{Subject: subject, Data: fmt.Appendf(nil, "%d", i)})
 		}
 	}
 	publish("fleet.report.quiet.workload", 3)
 	publish("fleet.report.flood.workload", 100)
 	publish("fleet.report.flood.task", 2)
+	natstest.PublishStored(t, st.JetStream().Conn(), msgs...)
 	stream, err := st.JetStream().Stream(ctx, events.StreamReports)
 	if err != nil {
 		t.Fatal(err)

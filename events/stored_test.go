@@ -155,15 +155,31 @@ func FuzzDecodeStored(f *testing.F) {
 	})
 }
 
-// publishRaw stores payload on subject as any publisher could, bypassing
-// the events writer.
+// publishRaw stores payload on a report subject as a device could,
+// bypassing the events writer: a core publish (the report streams never
+// acknowledge), waited for until stored. It returns the stream sequence.
 func publishRaw(t *testing.T, st *events.Store, subject string, payload []byte) uint64 {
 	t.Helper()
-	ack, err := st.JetStream().PublishMsg(testContext(t), &nats.Msg{Subject: subject, Data: payload})
+	return natstest.PublishStored(t, st.JetStream().Conn(), &nats.Msg{Subject: subject, Data: payload})
+}
+
+// reportAt reports ev (as a stand-in device) and returns its stream
+// sequence: Report returns once it is its subject's last record.
+func reportAt(t *testing.T, st *events.Store, ev events.Event) uint64 {
+	t.Helper()
+	ctx := testContext(t)
+	if err := st.Report(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	subject, err := ev.Subject()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return ack.Sequence
+	rec, err := st.Last(ctx, subject)
+	if err != nil || rec.Event.ID != ev.ID {
+		t.Fatalf("Last(%s) after Report = %s, %v; want %s", subject, rec.Event.ID, err, ev.ID)
+	}
+	return rec.Sequence
 }
 
 type step struct {
@@ -179,11 +195,7 @@ func TestReadersSkipUndecodableRecordsAndGoOn(t *testing.T) {
 	base := workload(t, "d1", 1)
 	var want []step
 	appendGood := func(n int) {
-		p, err := st.Append(ctx, workload(t, "d1", n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, step{Seq: p.Sequence, OK: true})
+		want = append(want, step{Seq: reportAt(t, st, workload(t, "d1", n)), OK: true})
 	}
 	appendGood(1)
 	for _, tc := range poisontest.For(t, base) {
@@ -256,7 +268,7 @@ func TestLastPerSubjectLeavesOutCountsAndLogsUndecodableRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if _, err := st.Append(ctx, heartbeat(t, fmt.Sprintf("d%d", i), 1)); err != nil {
+		if err := st.Report(ctx, heartbeat(t, fmt.Sprintf("d%d", i), 1)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -373,9 +385,7 @@ func TestHeadersADeviceStoredNeverDecideWhatAReadSees(t *testing.T) {
 	}
 	publish := func(m *nats.Msg) {
 		t.Helper()
-		if _, err := st.JetStream().PublishMsg(ctx, m); err != nil {
-			t.Fatal(err)
-		}
+		natstest.PublishStored(t, st.JetStream().Conn(), m)
 	}
 	// d1 claims, in headers and keys, to be d2; then a status that would
 	// end a batch, a bad sequence, and a status with an empty body.

@@ -106,15 +106,15 @@ func startFleet(t *testing.T) *fleetRun {
 	return &fleetRun{t: t, ctx: ctx, store: st, kv: kv, statuses: rec, reported: map[string]map[string]history.Report{}}
 }
 
+// append stores an event as its writer does: the control plane appends,
+// an agent reports (natstest.Write).
 func (f *fleetRun) append(keys events.Keys, d events.Data, opts ...events.Option) events.Event {
 	f.t.Helper()
 	ev, err := events.New(keys, d, opts...)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	if _, err := f.store.Append(f.ctx, ev); err != nil {
-		f.t.Fatal(err)
-	}
+	natstest.Write(f.t, f.ctx, f.store, ev)
 	return ev
 }
 
@@ -128,7 +128,7 @@ func (f *fleetRun) revision(name, uid string, gen int64, targets, canaries []str
 	return rev
 }
 
-// report appends a workload report as an agent does.
+// report stores a workload report as an agent does.
 func (f *fleetRun) report(device, name string, rev events.DeploymentRevisionCreated, phase events.WorkloadPhase, errText string, since time.Time) {
 	f.t.Helper()
 	d := events.WorkloadStatus{Namespace: "lab", Deployment: name, UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/poisontest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -28,13 +29,25 @@ func (f *fleetRun) poison(base events.Event) (int, map[uint64]bool) {
 	seqs := map[uint64]bool{}
 	cases := poisontest.For(f.t, base)
 	for _, tc := range cases {
-		ack, err := f.store.JetStream().PublishMsg(f.ctx, &nats.Msg{Subject: subject, Data: tc.Payload})
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		seqs[ack.Sequence] = true
+		seqs[f.storeRaw(&nats.Msg{Subject: subject, Data: tc.Payload})] = true
 	}
 	return len(cases), seqs
+}
+
+// storeRaw stores m as any publisher on its subject could and returns its
+// sequence: a JetStream publish on the control plane's streams; on a
+// device's report subjects, a core publish as a device's (those streams
+// never acknowledge), waited for until stored.
+func (f *fleetRun) storeRaw(m *nats.Msg) uint64 {
+	f.t.Helper()
+	if natstest.DeviceWritten(m.Subject) {
+		return natstest.PublishStored(f.t, f.store.JetStream().Conn(), m)
+	}
+	ack, err := f.store.JetStream().PublishMsg(f.ctx, m)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return ack.Sequence
 }
 
 func mustEvent(t *testing.T, keys events.Keys, d events.Data) events.Event {
@@ -64,11 +77,7 @@ func TestHistorySkipsAndCountsRecordsThatDoNotDecode(t *testing.T) {
 	forged := mustEvent(t, events.Keys{Device: "edge-1"}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: api.UID,
 		Generation: 1, RevisionID: api.RevisionID, Phase: events.WorkloadConverged, Since: time.Now().UTC()})
 	payload, _ := forged.Marshal()
-	ack, err := f.store.JetStream().PublishMsg(f.ctx, &nats.Msg{Subject: "fleet.report.edge-2.workload", Data: payload})
-	if err != nil {
-		t.Fatal(err)
-	}
-	workloadSeqs[ack.Sequence] = true
+	workloadSeqs[f.storeRaw(&nats.Msg{Subject: "fleet.report.edge-2.workload", Data: payload})] = true
 
 	f.report("edge-1", "api", api, events.WorkloadConverged, "", time.Now())
 	f.waitPhase("api", 1, fleetv1.PhaseProgressing)

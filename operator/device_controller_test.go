@@ -98,14 +98,15 @@ func (e *devEnv) get(id string) *fleetv1.Device {
 	return &d
 }
 
-// report appends a device report as the agent would.
+// report publishes a device report as the agent would (never
+// acknowledged) and waits until it is stored.
 func (e *devEnv) report(id string, data events.Data) {
 	e.t.Helper()
 	ev, err := events.New(events.Keys{Device: id}, data)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.store.Append(e.ctx, ev); err != nil {
+	if err := e.store.Report(e.ctx, ev); err != nil {
 		e.t.Fatal(err)
 	}
 }

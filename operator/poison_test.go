@@ -17,20 +17,55 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/poisontest"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
 // publishRaw stores payload on subject as a device (or a JetStream answer
-// aimed by the reply trick) can: no envelope checks on the way in.
+// aimed by the reply trick) can: no envelope checks on the way in. It
+// returns the stream sequence. On a device's report subject it is a core
+// publish, as a device's (those streams never acknowledge), waited for
+// until stored.
 func (e *env) publishRaw(subject string, payload []byte) uint64 {
 	e.t.Helper()
-	ack, err := e.store.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subject, Data: payload})
+	m := &nats.Msg{Subject: subject, Data: payload}
+	if natstest.DeviceWritten(subject) {
+		return natstest.PublishStored(e.t, e.store.JetStream().Conn(), m)
+	}
+	ack, err := e.store.JetStream().PublishMsg(e.ctx, m)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	return ack.Sequence
+}
+
+// publishReports core-publishes reports as devices do, without waiting for
+// them to be stored: for reports that race others on the same subjects,
+// which a wait for the subject's last record could miss. The caller
+// confirms them by their effect.
+func (e *env) publishReports(msgs ...*nats.Msg) error {
+	nc := e.store.JetStream().Conn()
+	for i, m := range msgs {
+		if err := nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("report %d on %s: %w", i, m.Subject, err)
+		}
+	}
+	return nc.FlushTimeout(natstest.StoreWait)
+}
+
+// reportUnconfirmed is report, published with publishReports: confirmed by
+// the caller, by its effect.
+func (e *env) reportUnconfirmed(device, deployment string, rev events.DeploymentRevisionCreated, phase events.WorkloadPhase, errText string) {
+	e.t.Helper()
+	m, err := events.Message(e.workloadReport(device, deployment, rev, phase, errText))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.publishReports(m); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // workloadEvent is a workload report of device for rev, as an agent builds
@@ -292,24 +327,30 @@ func TestHundredsOfGarbageReportsDuringARolloutNeverStopTheRunner(t *testing.T) 
 		t.Fatalf("only %d of %d payloads are undecodable: the garbage is too tame", want, len(payloads))
 	}
 
-	// The garbage arrives while the rollout runs.
+	// The garbage arrives while the rollout runs, published as devices
+	// publish reports (core publishes: nothing acknowledges them). The
+	// garbage and the real reports share subjects, so neither waits for
+	// its last record to be stored (garbage after it would hide it): the
+	// real reports are confirmed by what they cause (release, success),
+	// the garbage by the runner counting every undecodable payload below.
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		msgs := make([]*nats.Msg, len(payloads))
 		for i, p := range payloads {
-			if _, err := e.store.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subjects[i], Data: p}); err != nil {
-				errs <- fmt.Errorf("publish garbage %d: %w", i, err)
-				return
-			}
+			msgs[i] = &nats.Msg{Subject: subjects[i], Data: p}
+		}
+		if err := e.publishReports(msgs...); err != nil {
+			errs <- fmt.Errorf("publish garbage: %w", err)
 		}
 	}()
 	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
-	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+	e.reportUnconfirmed("rpi-1", "api", rev, events.WorkloadConverged, "")
 	e.waitFor("release to the rest", func() bool { return e.intentOf("rpi-2", "api") == 1 && e.intentOf("rpi-3", "api") == 1 })
-	e.report("rpi-2", "api", rev, events.WorkloadConverged, "")
-	e.report("rpi-3", "api", rev, events.WorkloadConverged, "")
+	e.reportUnconfirmed("rpi-2", "api", rev, events.WorkloadConverged, "")
+	e.reportUnconfirmed("rpi-3", "api", rev, events.WorkloadConverged, "")
 	e.waitPhase("api", fleetv1.PhaseSucceeded)
 	wg.Wait()
 	select {
@@ -317,6 +358,20 @@ func TestHundredsOfGarbageReportsDuringARolloutNeverStopTheRunner(t *testing.T) 
 		t.Fatal(err)
 	default:
 	}
+	// Nothing acknowledges a report: every garbage report and the three
+	// real ones reached the stream (the test's own server; nothing else
+	// reports on it).
+	e.waitFor(fmt.Sprintf("the %d garbage and 3 real reports stored", len(payloads)), func() bool {
+		s, err := e.store.JetStream().Stream(e.ctx, events.StreamReports)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs == uint64(len(payloads))+3
+	})
 	e.waitFor(fmt.Sprintf("%d undecodable reports counted", want), func() bool { return e.skips.Skipped(events.StreamReports, "") == want })
 	if diff := cmp.Diff(fullRollout, e.transitions("api")); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
@@ -370,11 +425,10 @@ func TestTelemetryReportsThatDoNotDecodeAreSkippedAndCounted(t *testing.T) {
 	e.start(time.Minute)
 	e.waitDevice(id, "Unknown liveness", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessUnknown })
 
+	// As a device publishes (never acknowledged), waited for until stored.
 	publish := func(subject string, payload []byte) {
 		t.Helper()
-		if _, err := e.store.JetStream().PublishMsg(e.ctx, &nats.Msg{Subject: subject, Data: payload}); err != nil {
-			t.Fatal(err)
-		}
+		natstest.PublishStored(t, e.store.JetStream().Conn(), &nats.Msg{Subject: subject, Data: payload})
 	}
 	event := func(device string, d events.Data) events.Event {
 		t.Helper()
@@ -434,6 +488,9 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 	e.waitFor("the canary's intent", func() bool { return e.intentOf("rpi-1", "api") == 1 })
 
 	const madeUp = 4500
+	// A flood: core publishes in order on one connection, confirmed by the
+	// last one stored.
+	flood := make([]*nats.Msg, 0, madeUp)
 	for i := range madeUp {
 		made := rev
 		made.UID, made.Generation = fmt.Sprintf("made-up-%d", i), int64(2+i%40)
@@ -452,8 +509,9 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.publishRaw("fleet.report.rpi-2.workload", marshal(t, ev))
+		flood = append(flood, &nats.Msg{Subject: "fleet.report.rpi-2.workload", Data: marshal(t, ev)})
 	}
+	natstest.PublishStored(t, e.store.JetStream().Conn(), flood...)
 	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
 	e.report("rpi-2", "api", rev, events.WorkloadConverged, "")
 	e.waitPhase("api", fleetv1.PhaseSucceeded)

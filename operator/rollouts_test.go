@@ -16,8 +16,17 @@ import (
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
-// report publishes a device's workload status like an agent does.
+// report publishes a device's workload status like an agent does (never
+// acknowledged) and waits until it is stored.
 func (e *env) report(device, deployment string, rev events.DeploymentRevisionCreated, phase events.WorkloadPhase, errText string) {
+	e.t.Helper()
+	if err := e.store.Report(e.ctx, e.workloadReport(device, deployment, rev, phase, errText)); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// workloadReport is a device's workload status as an agent builds it.
+func (e *env) workloadReport(device, deployment string, rev events.DeploymentRevisionCreated, phase events.WorkloadPhase, errText string) events.Event {
 	e.t.Helper()
 	ev, err := events.New(events.Keys{Device: device}, events.WorkloadStatus{Namespace: e.ns, Deployment: deployment,
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Phase: phase, Error: errText, Since: time.Now().UTC()},
@@ -25,9 +34,7 @@ func (e *env) report(device, deployment string, rev events.DeploymentRevisionCre
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, err := e.store.Append(e.ctx, ev); err != nil {
-		e.t.Fatal(err)
-	}
+	return ev
 }
 
 // transitions lists the rollout transition types of a Deployment in order.

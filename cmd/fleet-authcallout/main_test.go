@@ -130,10 +130,11 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 		t.Fatalf("device connect: %v\nlogs:\n%s", err, logs.String())
 	}
 	defer nc.Close()
-	djs, _ := jetstream.New(nc)
+	// The device's report is stored: the operator reads it back (reports
+	// are never acknowledged).
 	subj, _ := events.ReportSubject("d1", events.ReportHeartbeat)
-	if _, err := djs.Publish(ctx, subj, []byte(`{}`)); err != nil {
-		t.Fatalf("device report: %v", err)
+	if _, err := natstest.PublishAndAwait(nc, admin, &nats.Msg{Subject: subj, Data: []byte(`{}`)}); err != nil {
+		t.Fatalf("device report: %v\nlogs:\n%s", err, logs.String())
 	}
 	// Quarantine: the live connection is disconnected.
 	closed := make(chan struct{})

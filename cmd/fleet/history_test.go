@@ -48,9 +48,9 @@ func historyServer(t *testing.T) (string, time.Time) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := st.Append(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
+		// The operator appends; a device's report is published as the
+		// agent does (never acknowledged) and waited for until stored.
+		natstest.Write(t, ctx, st, ev)
 		name := keys.Name
 		if w, ok := d.(events.WorkloadStatus); ok {
 			name = w.Deployment

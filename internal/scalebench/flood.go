@@ -6,10 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"math/rand/v2"
 	"net/http"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,7 +19,6 @@ import (
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/identity/credential"
 )
 
 // FloodResult is what the rollout under a flood measured (Options.Flooders):
@@ -42,36 +39,33 @@ type FloodResult struct {
 	// ByKind is the flooders' traffic per report kind (heartbeat,
 	// inventory, workload, task, command).
 	ByKind map[string]FloodTraffic
-	// Refusals counts the server's error answers, by code and description
-	// (429: the stream's ingest queue was full).
-	Refusals map[string]uint64
-	// Unanswered counts publishes that got no answer within 30 s of the
-	// flood's end (lost with a closed connection, or still queued).
-	Unanswered uint64
 	// PublishErrors counts publishes the client library refused (while
 	// disconnected); Disconnects the flooders' connections lost.
 	PublishErrors, Disconnects uint64
+	// IngestedReports and IngestedTelemetry are how many messages
+	// FLEET_REPORTS and FLEET_TELEMETRY took (their last sequence grew by)
+	// from just before the flood until it was drained: the flood, the
+	// targets' own reports and the drain sentinels. The report streams
+	// never acknowledge (ADR 0006), so a flooder learns of nothing it
+	// published; what the ingest queue dropped is published − ingested.
+	IngestedReports, IngestedTelemetry uint64
 	// InReports and InTelemetry are how many of the flooders' messages
-	// FLEET_REPORTS and FLEET_TELEMETRY held once the flood was answered
+	// FLEET_REPORTS and FLEET_TELEMETRY held once the flood was drained
 	// (telemetry keeps the last few per subject).
 	InReports, InTelemetry uint64
 	// ReportsGrowth is how much FLEET_REPORTS grew over the rollout under
 	// the flood, in stored bytes: the flood and the targets' own reports
 	// (two per target, about 0.5 KB each).
 	ReportsGrowth uint64
-	// Undecodable counts the flooders' stored workload reports that do not
-	// decode for their subject (the forged ones naming targets, garbage):
-	// the records the runner must read and skip.
-	Undecodable uint64
 	// RunnerSkipped counts the records the rollout runner skipped as
-	// undecodable from the flood's start until it had skipped every one of
-	// Undecodable.
+	// undecodable (the forged reports naming targets, garbage) from the
+	// flood's start until it had read past the flood.
 	RunnerSkipped uint64
 	// RunnerMaxBacklog is the largest number of workload reports stored but
 	// not yet sent to the runner's consumer, sampled every 100 ms from the
 	// flood's start until it was drained; Drain is the time from the
-	// flood's end (every publish answered) until the runner had skipped
-	// every undecodable record of the flood.
+	// flood's end (every flooder's publishes flushed to the server) until
+	// the runner had read past the flood.
 	RunnerMaxBacklog uint64
 	Drain            time.Duration
 	// RSSBefore and PeakRSS are the control plane process's resident memory
@@ -88,23 +82,15 @@ type FloodResult struct {
 	RunnerMaxFailed int
 }
 
-// FloodTraffic is what the flooding devices published on one report kind
-// and what the server answered.
+// FloodTraffic is what the flooding devices published on one report kind.
 type FloodTraffic struct {
 	// Published and PublishedBytes count the messages sent (payload bytes).
 	Published, PublishedBytes uint64
-	// Stored and StoredBytes count those a stream acknowledged as stored.
-	Stored, StoredBytes uint64
-	// Refused counts those answered with an error.
-	Refused uint64
 }
 
 func (t *FloodTraffic) add(o FloodTraffic) {
 	t.Published += o.Published
 	t.PublishedBytes += o.PublishedBytes
-	t.Stored += o.Stored
-	t.StoredBytes += o.StoredBytes
-	t.Refused += o.Refused
 }
 
 // Total is the traffic of every kind.
@@ -156,9 +142,6 @@ type floodTarget struct {
 type floodReport struct {
 	Duration      time.Duration           `json:"duration"`
 	ByKind        map[string]FloodTraffic `json:"byKind"`
-	Refusals      map[string]uint64       `json:"refusals,omitempty"`
-	Unanswered    uint64                  `json:"unanswered,omitempty"`
-	Undecodable   uint64                  `json:"undecodable,omitempty"`
 	PublishErrors uint64                  `json:"publishErrors,omitempty"`
 	Disconnects   uint64                  `json:"disconnects,omitempty"`
 }
@@ -173,96 +156,31 @@ func (r *floodReport) add(o floodReport) {
 		sum.add(t)
 		r.ByKind[k] = sum
 	}
-	for k, n := range o.Refusals {
-		if r.Refusals == nil {
-			r.Refusals = map[string]uint64{}
-		}
-		r.Refusals[k] += n
-	}
-	r.Unanswered += o.Unanswered
-	r.Undecodable += o.Undecodable
 	r.PublishErrors += o.PublishErrors
 	r.Disconnects += o.Disconnects
 }
 
 // floodMsg is one message of a flooder's plan.
 type floodMsg struct {
-	subject, reply string
-	data           []byte
-	kind           int // index in floodKinds
+	subject string
+	data    []byte
+	kind    int // index in floodKinds
 }
-
-// Classes of a flooder's workload message, the last token of its reply
-// subject: whether it decodes for its subject.
-const (
-	classDecodes     = "d"
-	classUndecodable = "u"
-)
 
 // flooder is one flooding device in a flood child.
 type flooder struct {
-	name   string
-	nc     *nats.Conn
-	prefix string // of its reply subjects: its inbox, a random token
+	name string
+	nc   *nats.Conn
 	// published and publishedBytes are written by the flood goroutine only.
 	published, publishedBytes [5]uint64
 	pubErrs                   uint64
-	// The answers' counts, written by the answer handler.
-	stored, storedBytes, refused [5]atomic.Uint64
-	undecodable                  atomic.Uint64 // stored workload messages of classUndecodable
-	answered                     atomic.Uint64
-	disconnects                  atomic.Uint64
-	reconnected                  chan struct{}
-	mu                           sync.Mutex // guards refusals
-	refusals                     map[string]uint64
-}
-
-// pubAnswer is JetStream's answer to a publish with a reply subject.
-type pubAnswer struct {
-	Stream string `json:"stream"`
-	Seq    uint64 `json:"seq"`
-	Error  *struct {
-		Code        int    `json:"code"`
-		Description string `json:"description"`
-	} `json:"error"`
-}
-
-// answer counts one answer; its reply subject carries the kind, size and
-// class of the message answered.
-func (fl *flooder) answer(m *nats.Msg) {
-	t := strings.Split(strings.TrimPrefix(m.Subject, fl.prefix+"."), ".")
-	if len(t) != 3 {
-		return
-	}
-	k, err := strconv.Atoi(t[0])
-	if err != nil || k < 0 || k >= len(floodKinds) {
-		return
-	}
-	n, _ := strconv.ParseUint(t[1], 10, 64)
-	fl.answered.Add(1)
-	var a pubAnswer
-	if err := json.Unmarshal(m.Data, &a); err == nil && a.Error == nil && a.Seq > 0 {
-		fl.stored[k].Add(1)
-		fl.storedBytes[k].Add(n)
-		if floodKinds[k] == events.ReportWorkload && t[2] == classUndecodable {
-			fl.undecodable.Add(1)
-		}
-		return
-	}
-	fl.refused[k].Add(1)
-	why := "an answer that is not a JetStream acknowledgement"
-	if a.Error != nil {
-		why = fmt.Sprintf("%d %s", a.Error.Code, a.Error.Description)
-	}
-	fl.mu.Lock()
-	fl.refusals[why]++
-	fl.mu.Unlock()
+	disconnects               atomic.Uint64
+	reconnected               chan struct{}
 }
 
 // flood publishes plan round and round until stop is closed: core
-// publishes, never waiting for an answer (the answers are counted as they
-// come). A publish the client refuses (disconnected) waits for the
-// reconnect.
+// publishes, as an agent reports (the report streams never answer). A
+// publish the client refuses (disconnected) waits for the reconnect.
 func (fl *flooder) flood(plan []floodMsg, stop <-chan struct{}) {
 	for i := 0; ; i++ {
 		select {
@@ -271,7 +189,7 @@ func (fl *flooder) flood(plan []floodMsg, stop <-chan struct{}) {
 		default:
 		}
 		p := &plan[i%len(plan)]
-		if err := fl.nc.PublishRequest(p.subject, p.reply, p.data); err != nil {
+		if err := fl.nc.Publish(p.subject, p.data); err != nil {
 			fl.pubErrs++
 			select {
 			case <-fl.reconnected:
@@ -287,45 +205,17 @@ func (fl *flooder) flood(plan []floodMsg, stop <-chan struct{}) {
 
 // report returns the flooder's traffic.
 func (fl *flooder) report() floodReport {
-	r := floodReport{ByKind: map[string]FloodTraffic{}, PublishErrors: fl.pubErrs, Disconnects: fl.disconnects.Load(),
-		Undecodable: fl.undecodable.Load()}
-	var published uint64
+	r := floodReport{ByKind: map[string]FloodTraffic{}, PublishErrors: fl.pubErrs, Disconnects: fl.disconnects.Load()}
 	for k, kind := range floodKinds {
-		r.ByKind[string(kind)] = FloodTraffic{Published: fl.published[k], PublishedBytes: fl.publishedBytes[k],
-			Stored: fl.stored[k].Load(), StoredBytes: fl.storedBytes[k].Load(), Refused: fl.refused[k].Load()}
-		published += fl.published[k]
+		r.ByKind[string(kind)] = FloodTraffic{Published: fl.published[k], PublishedBytes: fl.publishedBytes[k]}
 	}
-	if a := fl.answered.Load(); a < published {
-		r.Unanswered = published - a
-	}
-	fl.mu.Lock()
-	r.Refusals = maps.Clone(fl.refusals)
-	fl.mu.Unlock()
 	return r
-}
-
-// awaitAnswers polls until every publish was answered, at most timeout.
-func (fl *flooder) awaitAnswers(ctx context.Context, timeout time.Duration) {
-	var published uint64
-	for _, n := range fl.published {
-		published += n
-	}
-	deadline := time.Now().Add(timeout)
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	for fl.answered.Load() < published && time.Now().Before(deadline) {
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return
-		}
-	}
 }
 
 // runFlooders connects flooding devices f.from..f.to (FlooderName) through
 // the callout with their key files, reports ready, floods from the start
-// command to the stop command, waits for the answers, writes a "flooded"
-// line and runs until ctx ends.
+// command to the stop command, flushes (the server has read every publish
+// then), writes a "flooded" line and runs until ctx ends.
 func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit func(childMsg), log *slog.Logger) error {
 	hc := &http.Client{Timeout: 30 * time.Second}
 	var r ramp
@@ -335,8 +225,7 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			fl := &flooder{name: FlooderName(f.from + i), reconnected: make(chan struct{}, 1), refusals: map[string]uint64{}}
-			fl.prefix = credential.InboxPrefix(fl.name) + "." + randomToken()[:22]
+			fl := &flooder{name: FlooderName(f.from + i), reconnected: make(chan struct{}, 1)}
 			nc, took, err := connectDevice(ctx, f, fl.name, hc, &r, log,
 				nats.DisconnectErrHandler(func(*nats.Conn, error) { fl.disconnects.Add(1) }),
 				nats.ReconnectHandler(func(*nats.Conn) {
@@ -352,17 +241,6 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 				return
 			}
 			fl.nc = nc
-			sub, err := nc.Subscribe(fl.prefix+".>", fl.answer)
-			if err == nil {
-				err = sub.SetPendingLimits(-1, -1)
-			}
-			if err == nil {
-				err = nc.Flush()
-			}
-			if err != nil {
-				emit(childMsg{Kind: "error", Error: fmt.Sprintf("%s: subscribe to its answers: %v", fl.name, err)})
-				return
-			}
 			flooders[i] = fl
 			r.done(took)
 		})
@@ -394,7 +272,7 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 		if fl == nil {
 			return fmt.Errorf("scalebench flood: %s is not connected", FlooderName(f.from+i))
 		}
-		p, err := floodPlan(fl.name, fl.prefix, target)
+		p, err := floodPlan(fl.name, target)
 		if err != nil {
 			return err
 		}
@@ -416,11 +294,12 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 	var rep floodReport
 	published := time.Since(began)
 	for _, fl := range flooders {
-		_ = fl.nc.Flush()
-		fl.awaitAnswers(ctx, 30*time.Second)
+		if err := fl.nc.FlushTimeout(30 * time.Second); err != nil {
+			log.Warn("flush a flooder's publishes", "flooder", fl.name, "error", err)
+		}
 		rep.add(fl.report())
 	}
-	rep.Duration = published // the publishing time, the wait for answers excluded
+	rep.Duration = published // the publishing time, the flush excluded
 	emit(childMsg{Kind: "flooded", Flood: &rep})
 	<-ctx.Done()
 	return nil
@@ -436,7 +315,7 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 // t.WorkloadOnly, only the small workload messages. Every forged report is
 // dated an hour ahead, so that counted for a target it would win over the
 // target's own.
-func floodPlan(self, prefix string, t floodTarget) ([]floodMsg, error) {
+func floodPlan(self string, t floodTarget) ([]floodMsg, error) {
 	subjects := make([]string, len(floodKinds))
 	for k, kind := range floodKinds {
 		s, err := events.ReportSubject(self, kind)
@@ -494,8 +373,8 @@ func floodPlan(self, prefix string, t floodTarget) ([]floodMsg, error) {
 		}
 		bigForged = append(bigForged, b)
 	}
-	msg := func(k int, data []byte, class string) floodMsg {
-		return floodMsg{subject: subjects[k], reply: prefix + "." + strconv.Itoa(k) + "." + strconv.Itoa(len(data)) + "." + class, data: data, kind: k}
+	msg := func(k int, data []byte) floodMsg {
+		return floodMsg{subject: subjects[k], data: data, kind: k}
 	}
 	var plan []floodMsg
 	for i := range max(1, t.Targets) {
@@ -508,14 +387,13 @@ func floodPlan(self, prefix string, t floodTarget) ([]floodMsg, error) {
 		if err != nil {
 			return nil, err
 		}
-		u := classUndecodable
-		plan = append(plan, msg(0, conv, u), msg(0, failed, u), msg(0, own, classDecodes), msg(0, small, u))
+		plan = append(plan, msg(0, conv), msg(0, failed), msg(0, own), msg(0, small))
 		if t.WorkloadOnly {
 			continue
 		}
-		plan = append(plan, msg(0, bigForged[i%len(bigForged)], u))
+		plan = append(plan, msg(0, bigForged[i%len(bigForged)]))
 		for k := 1; k < len(floodKinds); k++ {
-			plan = append(plan, msg(k, small, u), msg(k, big, u))
+			plan = append(plan, msg(k, small), msg(k, big))
 		}
 	}
 	return plan, nil
@@ -580,7 +458,7 @@ func (r *floodRun) await(ctx context.Context, kind string, timeout time.Duration
 }
 
 // stop makes the flooders stop and returns their traffic once every
-// publish was answered (or the children gave up waiting).
+// flooder flushed its publishes.
 func (r *floodRun) stop(ctx context.Context, timeout time.Duration) (floodReport, error) {
 	var sum floodReport
 	if err := r.send(floodCmd{Cmd: "stop"}); err != nil {
@@ -630,6 +508,10 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 	o, cp := b.o, b.cp
 	fr := &FloodResult{Flooders: o.Flooders, WorkloadOnly: o.FloodWorkloadOnly}
 	before, _, err := streamFigures(cp.srv.NATS(), events.StreamReports, "")
+	if err != nil {
+		return fr, err
+	}
+	telBefore, _, err := streamFigures(cp.srv.NATS(), events.StreamTelemetry, "")
 	if err != nil {
 		return fr, err
 	}
@@ -683,9 +565,9 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 	if err := errors.Join(rerr, serr); err != nil {
 		return fr, err
 	}
-	answered := time.Now()
-	fr.Duration, fr.ByKind, fr.Refusals, fr.Undecodable = rep.Duration, rep.ByKind, rep.Refusals, rep.Undecodable
-	fr.Unanswered, fr.PublishErrors, fr.Disconnects = rep.Unanswered, rep.PublishErrors, rep.Disconnects
+	flushed := time.Now()
+	fr.Duration, fr.ByKind = rep.Duration, rep.ByKind
+	fr.PublishErrors, fr.Disconnects = rep.PublishErrors, rep.Disconnects
 
 	// Drain: until the runner has read past the flood. The reports stream
 	// keeps only the last ReportsPerSubject records of each device and
@@ -693,24 +575,29 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 	// stream discarded first; a sentinel stored after the flood on each
 	// flooder's workload subject, of a type no flooder sends (an unknown
 	// type), is read in stream order after every record the runner still
-	// had to read.
+	// had to read. The flooders flushed, so the server has taken their
+	// publishes before the sentinels; the sentinels are core publishes
+	// (the stream never acknowledges) confirmed by the skips they cause.
 	unknownBefore := cp.runnerSkips.Skipped(events.StreamReports, events.ReasonUnknownType)
 	for i := 1; i <= o.Flooders; i++ {
 		subj, err := events.ReportSubject(FlooderName(i), events.ReportWorkload)
 		if err != nil {
 			return fr, err
 		}
-		if _, err := cp.store.JetStream().Publish(ctx, subj, []byte(`{"type":"scalebench.drain-sentinel"}`)); err != nil {
+		if err := cp.monitor.Publish(subj, []byte(`{"type":"scalebench.drain-sentinel"}`)); err != nil {
 			return fr, fmt.Errorf("scalebench: the drain sentinel on %s: %w", subj, err)
 		}
+	}
+	if err := cp.monitor.FlushWithContext(ctx); err != nil {
+		return fr, fmt.Errorf("scalebench: the drain sentinels: %w", err)
 	}
 	deadline := time.Now().Add(o.Timeout)
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for cp.runnerSkips.Skipped(events.StreamReports, events.ReasonUnknownType)-unknownBefore < uint64(o.Flooders) {
 		if time.Now().After(deadline) {
-			return fr, fmt.Errorf("%w: the runner did not read past the flood in the %s after it (skipped %d of the flood's %d stored undecodable records)",
-				ErrIncomplete, o.Timeout, cp.runnerSkips.Skipped(events.StreamReports, "")-skipped, fr.Undecodable)
+			return fr, fmt.Errorf("%w: the runner did not read past the flood in the %s after it (skipped %d of the flood's records so far)",
+				ErrIncomplete, o.Timeout, cp.runnerSkips.Skipped(events.StreamReports, "")-skipped)
 		}
 		select {
 		case <-t.C:
@@ -719,7 +606,7 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 		}
 	}
 	drained := time.Now()
-	fr.Drain = drained.Sub(answered)
+	fr.Drain = drained.Sub(flushed)
 	stopSampling()
 	wg.Wait()
 	fr.RunnerMaxBacklog, fr.PeakRSS = backlog.Load(), rss.Load()
@@ -735,6 +622,12 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 		return fr, err
 	}
 	fr.ReportsGrowth = after.Bytes - before.Bytes
+	fr.IngestedReports = after.LastSeq - before.LastSeq
+	telAfter, _, err := streamFigures(cp.srv.NATS(), events.StreamTelemetry, "")
+	if err != nil {
+		return fr, err
+	}
+	fr.IngestedTelemetry = telAfter.LastSeq - telBefore.LastSeq
 	for i := 1; i <= o.Flooders; i++ {
 		filter := "fleet.report." + FlooderName(i) + ".>"
 		for stream, into := range map[string]*uint64{events.StreamReports: &fr.InReports, events.StreamTelemetry: &fr.InTelemetry} {

@@ -881,23 +881,18 @@ func printFlood(w io.Writer, r Result) {
 	fmt.Fprintf(w, "    converged   %8s  under the flood (%s without); projected %s (%s); succeeded %s (%s)\n",
 		f.Converged.Round(time.Millisecond), r.Converged.Round(time.Millisecond), f.Projected.Round(time.Millisecond),
 		r.Projected.Round(time.Millisecond), f.Succeeded.Round(time.Millisecond), r.Succeeded.Round(time.Millisecond))
-	fmt.Fprintf(w, "    published   %d messages (%.0f/s), %.1f MB (%.1f MB/s); answered: %d stored, %d refused, %d unanswered; %d publish errors, %d disconnects\n",
-		tot.Published, float64(tot.Published)/secs, mb(tot.PublishedBytes), mb(tot.PublishedBytes)/secs, tot.Stored, tot.Refused,
-		f.Unanswered, f.PublishErrors, f.Disconnects)
+	fmt.Fprintf(w, "    published   %d messages (%.0f/s), %.1f MB (%.1f MB/s), never answered (the report streams do not acknowledge); %d publish errors, %d disconnects\n",
+		tot.Published, float64(tot.Published)/secs, mb(tot.PublishedBytes), mb(tot.PublishedBytes)/secs, f.PublishErrors, f.Disconnects)
 	for _, k := range floodKinds {
 		t := f.ByKind[string(k)]
-		fmt.Fprintf(w, "      %-10s %8d published (%7.1f MB), %8d stored (%7.1f MB), %8d refused\n",
-			k, t.Published, mb(t.PublishedBytes), t.Stored, mb(t.StoredBytes), t.Refused)
+		fmt.Fprintf(w, "      %-10s %8d published (%7.1f MB)\n", k, t.Published, mb(t.PublishedBytes))
 	}
-	for why, n := range f.Refusals {
-		fmt.Fprintf(w, "      refused %d× %s\n", n, why)
-	}
-	fmt.Fprintf(w, "    %-13s %d of its messages stored (%.1f MB payload, %.1f MB/s); %d held after the flood; the stream grew %.1f MB in all\n",
-		events.StreamReports, rep.Stored, mb(rep.StoredBytes), mb(rep.StoredBytes)/secs, f.InReports, mb(f.ReportsGrowth))
-	fmt.Fprintf(w, "    %-13s %d of its messages stored (%.1f MB payload); %d kept after the flood (the last few per subject)\n",
-		events.StreamTelemetry, tel.Stored, mb(tel.StoredBytes), f.InTelemetry)
-	fmt.Fprintf(w, "    runner      skipped %d undecodable records (%d stored); largest backlog %d workload reports; all skipped %s after the flood was answered; succeeded − converged %s (%s without)\n",
-		f.RunnerSkipped, f.Undecodable, f.RunnerMaxBacklog, f.Drain.Round(time.Millisecond), (f.Succeeded - f.Converged).Round(time.Millisecond),
+	fmt.Fprintf(w, "    %-13s took %d messages over the flood (%d of them the flooders', %.1f MB payload; the rest the targets' reports and the sentinels); %d of the flooders' held after it; the stream grew %.1f MB in all\n",
+		events.StreamReports, f.IngestedReports, rep.Published, mb(rep.PublishedBytes), f.InReports, mb(f.ReportsGrowth))
+	fmt.Fprintf(w, "    %-13s took %d messages over the flood (%d published by the flooders); %d of the flooders' kept after it (the last few per subject)\n",
+		events.StreamTelemetry, f.IngestedTelemetry, tel.Published, f.InTelemetry)
+	fmt.Fprintf(w, "    runner      skipped %d undecodable records; largest backlog %d workload reports; read past the flood %s after it was flushed; succeeded − converged %s (%s without)\n",
+		f.RunnerSkipped, f.RunnerMaxBacklog, f.Drain.Round(time.Millisecond), (f.Succeeded - f.Converged).Round(time.Millisecond),
 		(r.Succeeded - r.Converged).Round(time.Millisecond))
 	fmt.Fprintf(w, "    memory      control plane process RSS %d MB before the flood, at most %d MB until it was drained\n", f.RSSBefore>>20, f.PeakRSS>>20)
 	fmt.Fprintf(w, "    forgeries   %d of %d targets had reported Converged themselves when rollout.succeeded arrived; most failed targets the runner showed: %d (must be %d and 0: %s)\n",
