@@ -1,8 +1,13 @@
 package authcallout_test
 
 import (
+	"bufio"
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,23 +40,68 @@ func TestWhatOneDeviceCanCostIsBounded(t *testing.T) {
 		}
 	})
 	t.Run("a message over the payload limit closes the connection", func(t *testing.T) {
-		// The INFO a client gets before it authenticates names the server's
-		// limit; the account's is enforced on every message after.
-		closed := make(chan struct{})
-		c, err := e.connect("dev-a", src, "", nats.ClosedHandler(func(*nats.Conn) { close(closed) }))
+		// A hostile device does not check the limit itself: speak the
+		// protocol on a plain socket, as it could, so that only the server
+		// decides.
+		raw, err := net.DialTimeout("tcp", strings.TrimPrefix(e.ns.ClientURL(), "nats://"), 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		_ = raw.SetDeadline(time.Now().Add(15 * time.Second))
+		r := bufio.NewReader(raw)
+		if line, err := r.ReadString('\n'); err != nil || !strings.HasPrefix(line, "INFO ") {
+			t.Fatalf("the server's first line: %q, %v", line, err)
+		}
+		connect, _ := json.Marshal(map[string]any{"auth_token": src.TokenHandler(0)(), "verbose": false, "pedantic": false,
+			"headers": true, "protocol": 1, "name": "dev-a"})
+		fmt.Fprintf(raw, "CONNECT %s\r\nPING\r\n", connect)
+		for {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("no PONG after CONNECT: %v", err)
+			}
+			if strings.HasPrefix(line, "-ERR") {
+				t.Fatalf("CONNECT refused: %s", line)
+			}
+			if strings.HasPrefix(line, "PONG") {
+				break
+			}
+		}
+		payload := bytes.Repeat([]byte("x"), authcallout.DeviceMaxPayload+1)
+		fmt.Fprintf(raw, "PUB %s %d\r\n%s\r\n", report, len(payload), payload)
+		var got []string
+		for {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				got = append(got, strings.TrimSpace(line))
+			}
+			if err != nil {
+				break // the server closed the connection
+			}
+		}
+		if !slices.ContainsFunc(got, func(l string) bool { return strings.Contains(strings.ToLower(l), "maximum payload") }) {
+			t.Errorf("the server's answer to a %d-byte report before it closed: %q, want a maximum payload violation",
+				authcallout.DeviceMaxPayload+1, got)
+		}
+	})
+	t.Run("a client is told the account's payload limit", func(t *testing.T) {
+		c, err := e.connect("dev-a", src, "")
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		_ = c.Publish(report, bytes.Repeat([]byte("x"), authcallout.DeviceMaxPayload+1))
-		_ = c.Flush()
-		select {
-		case <-closed:
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the connection is still open 10s after a %d-byte report", authcallout.DeviceMaxPayload+1)
+		deadline := time.Now().Add(10 * time.Second)
+		for c.MaxPayload() != authcallout.DeviceMaxPayload {
+			if time.Now().After(deadline) {
+				t.Fatalf("the client's limit is %d bytes 10s after connecting, want the account's %d", c.MaxPayload(), authcallout.DeviceMaxPayload)
+			}
+			if err := c.FlushTimeout(time.Second); err != nil {
+				t.Fatal(err)
+			}
 		}
-		if err := c.LastError(); err == nil || !strings.Contains(strings.ToLower(err.Error()), "maximum payload") {
-			t.Errorf("last error %v, want the server's maximum payload violation", err)
+		if err := c.Publish(report, bytes.Repeat([]byte("x"), authcallout.DeviceMaxPayload+1)); !errors.Is(err, nats.ErrMaxPayload) {
+			t.Errorf("a %d-byte publish: %v, want %v", authcallout.DeviceMaxPayload+1, err, nats.ErrMaxPayload)
 		}
 	})
 	t.Run("subscriptions beyond the limit are refused", func(t *testing.T) {
