@@ -1,5 +1,6 @@
 // Package operator holds the Fleet controllers for the namespaced
-// Deployment, Device and TaskRun resources of group fleet.nationtech.io:
+// Deployment and Device resources of group fleet.nationtech.io (the TaskRun
+// resource has its CRD and types; no controller acts on it yet):
 //
 //   - the Deployment controller resolves targets (selector ∩ not quarantined
 //     ∩ allowedGroups membership from a GroupSource, failing closed without
@@ -21,5 +22,6 @@
 // fleet_events_skipped_records_total — logs it without its payload, and
 // moves its position past it.
 //
-// It may import k8s, events and projections; only cmd/ imports it.
+// It may import k8s, events and projections; cmd/fleet-operator runs it, and
+// the one-machine assemblies (fleet dev, the scale benchmark) embed it.
 package operator

@@ -4,11 +4,17 @@
 //   - Rollout: one Deployment's current revision folded from its intent,
 //     rollout transitions and its targets' workload reports, with Next, the
 //     rollout state machine's decision (canaries first, release only when
-//     every canary converged, a failed canary fails the rollout).
+//     every canary converged, a failed canary fails the rollout), and
+//     Status, the Deployment status it projects;
+//   - Intent: every device's fleet-intent value folded from the revisions
+//     and rollout transitions;
+//   - their JSON forms (MarshalJSON/UnmarshalJSON), the checkpoint that
+//     resumes to the same state.
 //
 // Folds never do I/O and never change their input; the same events in the
-// same order give the same state, byte for byte. The KV and CR status
-// projections and their runners are added here too.
+// same order give the same state, byte for byte. The runner that feeds them
+// and writes their results (fleet-intent KV, status, transitions) is the
+// operator's RolloutRunner.
 //
 // It may import events and the k8s API types; the operator imports it.
 package projections
