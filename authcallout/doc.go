@@ -14,6 +14,7 @@
 //
 // It imports events (subject builders) and identity/credential-free
 // libraries only. It must never link k8s.io/*, sigs.k8s.io/*, agent or
-// operator (internal/hygiene checks). cmd/fleet-authcallout and tests import
-// it.
+// operator (internal/hygiene checks). cmd/fleet-authcallout, the
+// one-machine control plane (internal/controlplane) and tests import it;
+// the first two make a replica's connections and Service with Connect.
 package authcallout

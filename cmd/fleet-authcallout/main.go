@@ -18,8 +18,6 @@ import (
 	"time"
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
@@ -104,56 +102,30 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			return fmt.Errorf("xkey seed in %s is not a curve seed (SX...)", cfg.XKeySeedFile)
 		}
 	}
+	var systemPw string
+	if cfg.SystemUser != "" {
+		if systemPw, err = authcallout.ReadSecretFile(cfg.SystemPasswordFile, "system password"); err != nil {
+			return err
+		}
+	}
 	var algs []jwa.SignatureAlgorithm
 	for _, a := range cfg.Algorithms {
 		algs = append(algs, jwa.SignatureAlgorithm(a))
 	}
-	verifier, err := authcallout.NewVerifier(authcallout.VerifierOptions{
-		Issuer: cfg.OIDCIssuer, Audience: cfg.Audience, JWKSURL: cfg.JWKSURL,
-		Algorithms: algs, ClockSkew: time.Duration(cfg.ClockSkew),
+	replica, err := authcallout.Connect(authcallout.ReplicaOptions{
+		URL: cfg.NATSURL, CalloutUser: cfg.CalloutUser, CalloutPassword: calloutPw, ReaderUser: cfg.ReaderUser, ReaderPassword: readerPw,
+		SystemUser: cfg.SystemUser, SystemPassword: systemPw, Issuer: issuer, XKey: xkey,
+		VerifierOptions: authcallout.VerifierOptions{
+			Issuer: cfg.OIDCIssuer, Audience: cfg.Audience, JWKSURL: cfg.JWKSURL,
+			Algorithms: algs, ClockSkew: time.Duration(cfg.ClockSkew),
+		},
+		Account: cfg.Account, DeviceAccount: cfg.DeviceAccount, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
 	})
 	if err != nil {
 		return err
 	}
-
-	common := []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(time.Second)}
-	callout, err := nats.Connect(cfg.NATSURL, append(common, nats.Name("fleet-authcallout"), nats.UserInfo(cfg.CalloutUser, calloutPw))...)
-	if err != nil {
-		return fmt.Errorf("connect as %s: %w", cfg.CalloutUser, err)
-	}
-	defer callout.Close()
-	reader, err := nats.Connect(cfg.NATSURL, append(common, nats.Name("fleet-authcallout-reader"), nats.UserInfo(cfg.ReaderUser, readerPw),
-		nats.CustomInboxPrefix(authcallout.InboxPrefix(cfg.ReaderUser)))...)
-	if err != nil {
-		return fmt.Errorf("connect as %s: %w", cfg.ReaderUser, err)
-	}
-	defer reader.Close()
-	var system, watch *nats.Conn
-	if cfg.SystemUser != "" {
-		pw, err := authcallout.ReadSecretFile(cfg.SystemPasswordFile, "system password")
-		if err != nil {
-			return err
-		}
-		system, err = nats.Connect(cfg.NATSURL, append(common, nats.Name("fleet-authcallout-sys"), nats.UserInfo(cfg.SystemUser, pw),
-			nats.CustomInboxPrefix(authcallout.InboxPrefix(cfg.SystemUser)))...)
-		if err != nil {
-			return fmt.Errorf("connect as %s: %w", cfg.SystemUser, err)
-		}
-		defer system.Close()
-		watch = reader
-	}
-	js, err := jetstream.New(reader)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	svc, err := authcallout.New(authcallout.Options{
-		Conn: callout, Issuer: issuer, XKey: xkey, Account: cfg.Account, DeviceAccount: cfg.DeviceAccount, Verifier: verifier,
-		Identities: authcallout.NewKVIdentities(js), Watch: watch, System: system, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
-	})
-	if err != nil {
-		return err
-	}
-	return svc.Run(ctx)
+	defer replica.Close()
+	return replica.Run(ctx)
 }
 
 func merge(c *authcallout.Config, o authcallout.Config) {

@@ -26,8 +26,8 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
-	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
@@ -51,6 +51,8 @@ type Env struct {
 	Issuer   nkeys.KeyPair
 	XKey     nkeys.KeyPair
 	Verifier *authcallout.Verifier
+
+	plane *controlplane.Plane
 }
 
 // Options vary the chain for tests of the callout itself.
@@ -61,7 +63,9 @@ type Options struct {
 	Plain bool
 	// Replicas is the number of callout services (a queue group); default 1.
 	Replicas int
-	// Logger receives the callout services' logs; default discarded.
+	// Logger receives the chain's logs (the callout services', the
+	// server's, the provider's, each with a "component" attribute);
+	// default discarded.
 	Logger *slog.Logger
 	// MinKeyRefresh is the verifier's least time between two JWKS fetches;
 	// zero: the production default.
@@ -101,104 +105,43 @@ func DocumentedConfig(tb testing.TB) string {
 // Start runs the chain as production configures it.
 func Start(tb testing.TB) *Env { return StartWith(tb, Options{}) }
 
-// StartWith runs the chain with o.
+// StartWith runs the chain with o: a control plane (internal/controlplane)
+// on the documented configuration text, its $FLEET_... variables set in the
+// environment as production sets them, stopped when the test ends; a part
+// that failed fails the test then.
 func StartWith(tb testing.TB, o Options) *Env {
 	tb.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	tb.Cleanup(func() { cancel(); wg.Wait() })
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-
-	e := &Env{}
-	var err error
-	if e.Issuer, err = nkeys.CreateAccount(); err != nil {
-		tb.Fatal(err)
-	}
-	issuerPub, _ := e.Issuer.PublicKey()
-	if e.XKey, err = nkeys.CreateCurveKeys(); err != nil {
-		tb.Fatal(err)
-	}
-	xpub, _ := e.XKey.PublicKey()
-	e.Conf = DocumentedConfig(tb)
-	if o.Plain {
-		e.Conf = regexp.MustCompile(`(?m)^\s*xkey: .*$`).ReplaceAllString(e.Conf, "")
-		e.XKey = nil
-	}
-	tb.Setenv("FLEET_CALLOUT_PASSWORD", "callout-secret")
-	tb.Setenv("FLEET_READER_PASSWORD", "reader-secret")
-	tb.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "sys-secret")
-	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
-	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
-	e.StoreDir = tb.TempDir()
-	e.NATS = natstest.StartWith(tb, natsembed.Options{Config: e.Conf, StoreDir: e.StoreDir, Sync: natsembed.FastSync})
-
-	e.Provider, err = devop.New(devop.Options{SigningKey: signingKey(), TokenLifetime: o.TokenLifetime})
+	sec, err := controlplane.NewSecrets()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	wg.Go(func() {
-		if err := e.Provider.Run(ctx); err != nil {
+	issuerPub, _ := sec.Issuer.PublicKey()
+	xpub, _ := sec.XKey.PublicKey()
+	tb.Setenv("FLEET_CALLOUT_PASSWORD", sec.CalloutPassword)
+	tb.Setenv("FLEET_READER_PASSWORD", sec.ReaderPassword)
+	tb.Setenv("FLEET_CALLOUT_SYS_PASSWORD", sec.SysPassword)
+	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
+	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
+	e := &Env{StoreDir: tb.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	e.plane, err = controlplane.Start(ctx, controlplane.Options{
+		StoreDir: e.StoreDir, Port: -1, Sync: natsembed.FastSync, Logger: o.Logger,
+		Secrets: sec, Config: DocumentedConfig(tb), Plain: o.Plain,
+		SigningKey: signingKey(), TokenLifetime: o.TokenLifetime, MinKeyRefresh: o.MinKeyRefresh, Replicas: o.Replicas,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := e.plane.Close(); err != nil {
 			tb.Error(err)
 		}
 	})
-	e.Verifier, err = authcallout.NewVerifier(authcallout.VerifierOptions{
-		Issuer: e.Provider.Issuer(), Audience: e.Provider.Audience(), MinRefreshInterval: o.MinKeyRefresh,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	reader := natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-identity-reader", "reader-secret"),
-		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"))
-	sys := natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-authcallout-sys", "sys-secret"),
-		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"))
-	rjs, err := jetstream.New(reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	svcs := make([]*authcallout.Service, max(o.Replicas, 1))
-	for i := range svcs {
-		svcs[i], err = authcallout.New(authcallout.Options{
-			Conn: natstest.Connect(tb, e.NATS, nats.UserInfo("fleet-authcallout", "callout-secret")), Issuer: e.Issuer, XKey: e.XKey,
-			Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices, Verifier: e.Verifier, Identities: authcallout.NewKVIdentities(rjs), Logger: o.Logger,
-			Watch: reader, System: sys,
-		})
-		if err != nil {
-			tb.Fatal(err)
-		}
-	}
-	for _, s := range svcs {
-		wg.Go(func() {
-			if err := s.Run(ctx); err != nil {
-				tb.Error(err)
-			}
-		})
-	}
-	for _, s := range svcs {
-		select {
-		case <-s.Ready():
-		case <-time.After(15 * time.Second):
-			tb.Fatal("auth callout not subscribed within 15s")
-		}
-	}
-
-	op := e.Machine(tb, "fleet-operator", authcallout.RoleOperator)
-	e.Admin = ConnectAs(tb, e.NATS, op.Subject(), op)
-	if e.Store, err = events.NewStore(e.Admin, events.StoreOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer pcancel()
-	if err := events.Provision(pctx, e.Store.JetStream(), events.ProvisionOptions{}); err != nil {
-		tb.Fatal(err)
-	}
-	if e.Identity, err = e.Store.JetStream().KeyValue(pctx, events.BucketIdentity); err != nil {
-		tb.Fatal(err)
-	}
-	if e.Intent, err = e.Store.JetStream().KeyValue(pctx, events.BucketIntent); err != nil {
-		tb.Fatal(err)
-	}
+	p := e.plane
+	e.NATS, e.Provider, e.Verifier, e.Conf = p.Server(), p.Provider(), p.Verifier(), p.Config()
+	e.Issuer, e.XKey = p.Issuer(), p.XKey()
+	e.Admin, e.Store, e.Identity, e.Intent = p.Operator(), p.Store(), p.Identity(), p.Intent()
 	return e
 }
 
@@ -220,16 +163,7 @@ func ConnectAs(tb testing.TB, ns *natsembed.Server, name string, src *credential
 // token source.
 func (e *Env) Machine(tb testing.TB, name string, roles ...string) *credential.Source {
 	tb.Helper()
-	ctx := context.Background()
-	uid, err := e.Provider.CreateMachineUser(ctx, name, roles...)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kf, err := e.Provider.AddMachineKey(ctx, uid, time.Time{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	src, err := credential.New(ctx, credential.Options{Issuer: e.Provider.Issuer(), Key: kf, Audience: e.Provider.Audience()})
+	src, err := e.plane.Machine(context.Background(), name, roles...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -242,25 +176,8 @@ func (e *Env) Machine(tb testing.TB, name string, roles ...string) *credential.S
 // temporary folder and returns its path.
 func (e *Env) EnrollDevice(tb testing.TB, device string) string {
 	tb.Helper()
-	ctx := context.Background()
-	uid, err := e.Provider.CreateMachineUser(ctx, "device-"+device)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	kf, err := e.Provider.AddMachineKey(ctx, uid, time.Time{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	v, err := authcallout.IdentityEntry{Device: device}.Encode()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if _, err := e.Identity.Put(ctx, uid, v); err != nil {
-		tb.Fatal(err)
-	}
-	kf.Issuer, kf.Audience, kf.Device = e.Provider.Issuer(), e.Provider.Audience(), device
 	path := filepath.Join(tb.TempDir(), device+".json")
-	if err := credential.WriteKeyFile(path, kf); err != nil {
+	if _, err := e.plane.EnrollDevice(context.Background(), device, path); err != nil {
 		tb.Fatal(err)
 	}
 	return path

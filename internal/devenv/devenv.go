@@ -12,9 +12,12 @@
 // its secrets from the stand-in with its id_token.
 //
 // It owns the wiring and the lifecycle of the parts it starts; the parts
-// themselves live in their own packages. State under the data folder (the
-// JetStream store, etcd's data, the NATS secrets, the device key files)
-// survives a restart; the development provider and the OpenBao stand-in
+// themselves live in their own packages, and the control plane proper
+// (NATS, the provider, the callout, the operator's connection, the streams
+// and buckets) is assembled by internal/controlplane, whose run group also
+// runs the stand-in, the operator and the devices. State under the data
+// folder (the JetStream store, etcd's data, the NATS secrets, the device key
+// files) survives a restart; the development provider and the OpenBao stand-in
 // keep their state in memory, so devices get new machine users and keys,
 // and the stand-in is seeded again, on every run. The bin folder under it
 // (links to fleet, kubectl and the nats CLI, which the printed PATH line
@@ -35,19 +38,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nationtech/harmony-fleet/authcallout"
-	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/identity/credential"
-	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/enroll"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
@@ -181,41 +177,6 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// group runs the long-running components: the first error cancels the
-// others; wait joins them all.
-type group struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-	mu     sync.Mutex // guards errs
-	errs   []error
-}
-
-func (g *group) run(ctx context.Context, name string, fn func(context.Context) error) {
-	g.wg.Go(func() {
-		if err := fn(ctx); err != nil && ctx.Err() == nil {
-			g.mu.Lock()
-			g.errs = append(g.errs, fmt.Errorf("%s: %w", name, err))
-			g.mu.Unlock()
-			g.cancel()
-		}
-	})
-}
-
-// wait cancels the components and joins them; later calls return nil so
-// an error is reported once.
-func (g *group) wait() error {
-	var err error
-	g.once.Do(func() {
-		g.cancel()
-		g.wg.Wait()
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		err = errors.Join(g.errs...)
-	})
-	return err
-}
-
 // Run starts the control plane, prints how to use it, and blocks until ctx
 // ends or a component fails; then it stops everything (every goroutine
 // joined, etcd and kube-apiserver stopped, NATS shut down) and returns.
@@ -277,104 +238,36 @@ func Run(ctx context.Context, o Options) (err error) {
 	if log.Enabled(ctx, slog.LevelDebug) {
 		natsLevel = slog.LevelDebug
 	}
-	srv, err := natsembed.Start(natsembed.Options{
-		Config: conf, StoreDir: store, Port: o.NATSPort, ServerName: "fleet-dev",
-		Logger: slog.New(minLevel{log.With("component", "nats").Handler(), natsLevel}),
+	// The control plane: NATS with the documented callout configuration
+	// (plus the admin user) and the data folder's secrets, the development
+	// OpenID Provider, the auth callout, the operator's connection (a
+	// machine user with the fleet-operator role, through the callout like
+	// every client), the streams and buckets.
+	plane, err := controlplane.Start(ctx, controlplane.Options{
+		StoreDir: store, Port: o.NATSPort, ServerName: "fleet-dev", Logger: log, NATSLogLevel: natsLevel,
+		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
+			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
 	})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
-	defer srv.Shutdown()
-	url := srv.ClientURL()
-
-	ctx, cancel := context.WithCancel(ctx)
-	g := &group{cancel: cancel}
 	defer func() {
-		if werr := g.wait(); werr != nil {
-			err = errors.Join(err, werr)
+		if cerr := plane.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 	}()
-
-	// The development OpenID Provider.
-	op, err := devop.New(devop.Options{Logger: log.With("component", "oidc")})
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	g.run(ctx, "oidc", op.Run)
+	// What follows ends when a part of the plane fails, too.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(plane.Context(), cancel)()
+	url, op, st := plane.URL(), plane.Provider(), plane.Store()
 
 	// The OpenBao stand-in, configured as docs/agent.md says for OpenBao.
 	bs, err := startBao(ctx, sec.dir, op.Issuer(), op.Audience(), o.Namespace)
 	if err != nil {
 		return err
 	}
-	g.run(ctx, "openbao", bs.run)
-
-	// The auth callout, wired as in docs/security.md.
-	conns := &connSet{}
-	defer conns.close()
-	calloutNC, err := conns.connect(url, nats.UserInfo("fleet-authcallout", sec.calloutPassword), nats.Name("fleet-authcallout"))
-	if err != nil {
-		return err
-	}
-	readerNC, err := conns.connect(url, nats.UserInfo("fleet-identity-reader", sec.readerPassword),
-		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"), nats.Name("fleet-identity-reader"))
-	if err != nil {
-		return err
-	}
-	sysNC, err := conns.connect(url, nats.UserInfo("fleet-authcallout-sys", sec.sysPassword),
-		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"), nats.Name("fleet-authcallout-sys"))
-	if err != nil {
-		return err
-	}
-	rjs, err := jetstream.New(readerNC)
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	verifier, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: op.Issuer(), Audience: op.Audience()})
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	svc, err := authcallout.New(authcallout.Options{
-		Conn: calloutNC, Issuer: sec.issuer, XKey: sec.xkey, Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices, Verifier: verifier,
-		Identities: authcallout.NewKVIdentities(rjs), Watch: readerNC, System: sysNC,
-		Logger: log.With("component", "authcallout"),
-	})
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	g.run(ctx, "authcallout", svc.Run)
-	select {
-	case <-svc.Ready():
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(30 * time.Second):
-		return errors.New("fleet dev: the auth callout did not subscribe within 30s")
-	}
-
-	// The operator's NATS identity: a machine user with the fleet-operator
-	// role, through the callout like every client.
-	opNC, err := controlPlaneConn(ctx, conns, op, url, "fleet-operator", authcallout.RoleOperator)
-	if err != nil {
-		return err
-	}
-	st, err := events.NewStore(opNC, events.StoreOptions{Logger: log})
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	err = events.Provision(pctx, st.JetStream(), events.ProvisionOptions{})
-	pcancel()
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	intentKV, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
-	identityKV, err := st.JetStream().KeyValue(ctx, events.BucketIdentity)
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
-	}
+	plane.Go("openbao", bs.run)
 
 	// etcd + kube-apiserver with the CRDs.
 	log.Info("starting etcd and kube-apiserver", "bin", o.KubeBinDir)
@@ -384,9 +277,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	recordKube(o.DataDir)
 	defer func() {
-		// After the group: the operator must have stopped first.
-		if werr := g.wait(); werr != nil {
-			err = errors.Join(err, werr)
+		// After the plane: the operator must have stopped first.
+		if cerr := plane.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
 		}
 		if serr := k.stop(); serr != nil {
 			err = errors.Join(err, serr)
@@ -413,9 +306,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		ids[i] = d.name
 	}
 	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {devGroup: ids}})
-	g.run(ctx, "operator", func(ctx context.Context) error {
+	plane.Go("operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
-			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: intentKV, Devices: st, Groups: groups,
+			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, Groups: groups,
 			// The pull-secret policy sync, on the stand-in with its root
 			// token: each Deployment's pull secrets are granted to the
 			// devices' group role (OpenBaoRole).
@@ -441,10 +334,10 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err != nil {
 			return fmt.Errorf("fleet dev: enroll %s: %w", d.name, err)
 		}
-		if err := waitIdentity(ctx, identityKV, res.Subject, res.Device); err != nil {
+		if err := waitIdentity(ctx, plane.Identity(), res.Subject, res.Device); err != nil {
 			return err
 		}
-		g.run(ctx, "device "+res.Device, func(ctx context.Context) error {
+		plane.Go("device "+res.Device, func(ctx context.Context) error {
 			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), d, res.KeyFile, bs, eng)
 		})
 	}
@@ -468,25 +361,6 @@ func Run(ctx context.Context, o Options) (err error) {
 	<-ctx.Done()
 	log.Info("fleet dev stopping")
 	return nil
-}
-
-// controlPlaneConn creates a machine user with a role and connects it
-// through the callout with its token callback.
-func controlPlaneConn(ctx context.Context, conns *connSet, op *devop.Provider, url, name, role string) (*nats.Conn, error) {
-	uid, err := op.CreateMachineUser(ctx, name, role)
-	if err != nil {
-		return nil, fmt.Errorf("fleet dev: machine user %s: %w", name, err)
-	}
-	kf, err := op.AddMachineKey(ctx, uid, time.Time{})
-	if err != nil {
-		return nil, fmt.Errorf("fleet dev: machine key of %s: %w", name, err)
-	}
-	src, err := credential.New(ctx, credential.Options{Issuer: op.Issuer(), Key: kf, Audience: op.Audience()})
-	if err != nil {
-		return nil, fmt.Errorf("fleet dev: %s: %w", name, err)
-	}
-	return conns.connect(url, nats.TokenHandler(src.TokenHandler(0)),
-		nats.CustomInboxPrefix(authcallout.InboxPrefix(src.Subject())), nats.Name(name))
 }
 
 // NATSCLIEnv names the environment variable holding the nats CLI's path:
@@ -620,24 +494,6 @@ func replaceLink(path, target string) error {
 	return nil
 }
 
-// connSet closes the connections it made, in reverse order.
-type connSet struct{ conns []*nats.Conn }
-
-func (c *connSet) connect(url string, opts ...nats.Option) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1), nats.Timeout(5*time.Second))...)
-	if err != nil {
-		return nil, fmt.Errorf("fleet dev: connect to embedded NATS: %w", err)
-	}
-	c.conns = append(c.conns, nc)
-	return nc, nil
-}
-
-func (c *connSet) close() {
-	for i := len(c.conns) - 1; i >= 0; i-- {
-		c.conns[i].Close()
-	}
-}
-
 func printUsage(w io.Writer, dataDir string, in Info) {
 	nsim := len(in.Devices)
 	devices := fmt.Sprintf("%d simulated (sim-1 … sim-%d)", nsim, nsim)
@@ -719,15 +575,4 @@ func canaries(ids []string) string {
 		return "none"
 	}
 	return strings.Join(out, ", ")
-}
-
-// minLevel drops records below a level: the embedded server's start-up
-// banner is noise in `fleet dev` (run with -v to see it).
-type minLevel struct {
-	slog.Handler
-	min slog.Level
-}
-
-func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= h.min && h.Handler.Enabled(ctx, l)
 }

@@ -2,9 +2,6 @@ package scalebench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -17,8 +14,8 @@ import (
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -26,25 +23,27 @@ import (
 
 // randomToken is 128 random bits in hex.
 func randomToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
+	t, err := controlplane.RandomPassword()
+	if err != nil {
 		panic(err) // crypto/rand never fails on Linux
 	}
-	return hex.EncodeToString(b[:])
+	return t
 }
 
-// controlPlane is what the parent process runs: the embedded server with
-// the documented callout configuration, the development OpenID Provider,
-// the auth callout, the operator's connection and event store, and the
-// operator's RolloutRunner (with Deployment status going nowhere: no
-// Kubernetes API server runs).
+// controlPlane is what the parent process runs: the control plane
+// (internal/controlplane: the embedded server with the documented callout
+// configuration plus the floor user, the development OpenID Provider, the
+// auth callout, the operator's connection, event store and buckets) and
+// the benchmark's own parts: the monitor connection, the raw floor's
+// publisher and bucket, and the operator's RolloutRunner (with Deployment
+// status going nowhere: no Kubernetes API server runs).
 type controlPlane struct {
+	plane    *controlplane.Plane
 	srv      *natsembed.Server
 	sec      *secrets
 	provider *devop.Provider
-	// admin is the operator's connection (role fleet-operator); store and
-	// the buckets are on it; the runner uses it.
-	admin    *nats.Conn
+	// store and the buckets are on the operator's connection (role
+	// fleet-operator); the runner uses it.
 	store    *events.Store
 	identity jetstream.KeyValue
 	intent   jetstream.KeyValue
@@ -61,15 +60,8 @@ type controlPlane struct {
 	floorPub *nats.Conn
 	floorJS  jetstream.JetStream
 	floorKV  jetstream.KeyValue
-
-	conns  []*nats.Conn
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	mu     sync.Mutex // guards errs
-	errs   []error
-	// failed is closed when the first component fails.
-	failed     chan struct{}
-	failedOnce sync.Once
+	// failed is closed when a component fails (or the plane stops).
+	failed <-chan struct{}
 }
 
 // runnerStatusInterval is the rollout runner's least time between two
@@ -80,183 +72,77 @@ const runnerStatusInterval = 2 * time.Second
 const floorBucket = "scalebench-floor"
 
 // startControlPlane starts everything the parent runs; stop undoes it.
-func startControlPlane(ctx context.Context, o Options, storeDir string) (cp *controlPlane, err error) {
-	cp = &controlPlane{failed: make(chan struct{}), status: newStatusSink(), runnerSkips: events.NewSkipCounter()}
-	defer func() {
-		if err != nil {
-			cp.stop()
-		}
-	}()
-	if cp.sec, err = newSecrets(); err != nil {
-		return nil, err
-	}
-	conf, err := serverConfig(cp.sec)
-	if err != nil {
-		return nil, err
-	}
-	sync := natsembed.DefaultSync
+func startControlPlane(ctx context.Context, o Options, storeDir string) (*controlPlane, error) {
+	cp := &controlPlane{sec: newSecrets(), status: newStatusSink(), runnerSkips: events.NewSkipCounter()}
+	policy := natsembed.DefaultSync
 	if o.FastSync {
-		sync = natsembed.FastSync
+		policy = natsembed.FastSync
 	}
-	if cp.srv, err = natsembed.Start(natsembed.Options{Config: conf, StoreDir: storeDir, Port: -1, ServerName: "scalebench",
-		Sync: sync, Logger: o.Logger.With("component", "nats")}); err != nil {
+	var err error
+	if cp.plane, err = controlplane.Start(ctx, controlplane.Options{
+		StoreDir: storeDir, Port: -1, ServerName: "scalebench", Sync: policy, Logger: o.Logger,
+		StaticUser: cp.sec.staticUser(), TokenLifetime: o.TokenLifetime,
+	}); err != nil {
 		return nil, fmt.Errorf("scalebench: %w", err)
 	}
-	url := cp.srv.ClientURL()
-	rctx, cancel := context.WithCancel(context.Background())
-	cp.cancel = cancel
+	if err := cp.startOwnParts(ctx, o); err != nil {
+		cp.stop()
+		return nil, err
+	}
+	return cp, nil
+}
 
-	if cp.provider, err = devop.New(devop.Options{TokenLifetime: o.TokenLifetime, Logger: o.Logger.With("component", "oidc")}); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	cp.run(rctx, "oidc", cp.provider.Run)
-
-	calloutNC, err := cp.connect(url, nats.UserInfo("fleet-authcallout", cp.sec.calloutPassword), nats.Name("fleet-authcallout"))
-	if err != nil {
-		return nil, err
-	}
-	readerNC, err := cp.connect(url, nats.UserInfo("fleet-identity-reader", cp.sec.readerPassword),
-		nats.CustomInboxPrefix("_INBOX_fleet-identity-reader"), nats.Name("fleet-identity-reader"))
-	if err != nil {
-		return nil, err
-	}
-	sysNC, err := cp.connect(url, nats.UserInfo("fleet-authcallout-sys", cp.sec.sysPassword),
-		nats.CustomInboxPrefix("_INBOX_fleet-authcallout-sys"), nats.Name("fleet-authcallout-sys"))
-	if err != nil {
-		return nil, err
-	}
-	rjs, err := jetstream.New(readerNC)
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	verifier, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: cp.provider.Issuer(), Audience: cp.provider.Audience()})
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	svc, err := authcallout.New(authcallout.Options{
-		Conn: calloutNC, Issuer: cp.sec.issuer, XKey: cp.sec.xkey, Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices, Verifier: verifier,
-		Identities: authcallout.NewKVIdentities(rjs), Watch: readerNC, System: sysNC,
-		Logger: o.Logger.With("component", "authcallout"),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	cp.run(rctx, "authcallout", svc.Run)
-	select {
-	case <-svc.Ready():
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-time.After(30 * time.Second):
-		return nil, errors.New("scalebench: the auth callout did not subscribe within 30s")
-	}
-
-	if cp.admin, err = cp.controlPlaneConn(ctx, url, "fleet-operator"); err != nil {
-		return nil, err
-	}
-	if cp.monitor, err = cp.controlPlaneConn(ctx, url, "scalebench-monitor"); err != nil {
-		return nil, err
+// startOwnParts starts what the benchmark adds to the plane: the monitor
+// connection, the floor's publisher and bucket, and the rollout runner.
+func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
+	var err error
+	p := cp.plane
+	cp.srv, cp.provider, cp.failed = p.Server(), p.Provider(), p.Done()
+	cp.store, cp.intent, cp.identity = p.Store(), p.Intent(), p.Identity()
+	if cp.monitor, err = p.ConnectMachine(ctx, "scalebench-monitor", authcallout.RoleOperator); err != nil {
+		return fmt.Errorf("scalebench: %w", err)
 	}
 	if cp.monitorJS, err = jetstream.New(cp.monitor); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	if cp.store, err = events.NewStore(cp.admin, events.StoreOptions{Logger: o.Logger}); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	pctx, pcancel := context.WithTimeout(ctx, 30*time.Second)
-	defer pcancel()
-	if err := events.Provision(pctx, cp.store.JetStream(), events.ProvisionOptions{}); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	if cp.intent, err = cp.store.JetStream().KeyValue(pctx, events.BucketIntent); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
-	}
-	if cp.identity, err = cp.store.JetStream().KeyValue(pctx, events.BucketIdentity); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
+		return fmt.Errorf("scalebench: %w", err)
 	}
 
 	// The raw floor's bucket, configured like fleet-intent, and its
 	// publisher: a plain client (static user, no callout).
-	if cp.floorPub, err = cp.connect(url, nats.UserInfo(floorUser, cp.sec.floorPassword), nats.Name("scalebench-floor-publisher")); err != nil {
-		return nil, err
+	if cp.floorPub, err = nats.Connect(p.URL(), nats.UserInfo(floorUser, cp.sec.floorPassword), nats.Name("scalebench-floor-publisher"),
+		nats.MaxReconnects(-1)); err != nil {
+		return fmt.Errorf("scalebench: connect the floor publisher: %w", err)
 	}
 	if cp.floorJS, err = jetstream.New(cp.floorPub, jetstream.WithPublishAsyncMaxPending(4000)); err != nil {
-		return nil, fmt.Errorf("scalebench: %w", err)
+		return fmt.Errorf("scalebench: %w", err)
 	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	fcfg := events.KeyValueConfigs(events.ProvisionOptions{})[0]
 	fcfg.Bucket, fcfg.Description = floorBucket, "scalebench raw floor: plain KV puts to plain subscribers"
-	if cp.floorKV, err = cp.floorJS.CreateOrUpdateKeyValue(pctx, fcfg); err != nil {
-		return nil, fmt.Errorf("scalebench: floor bucket: %w", err)
+	if cp.floorKV, err = cp.floorJS.CreateOrUpdateKeyValue(fctx, fcfg); err != nil {
+		return fmt.Errorf("scalebench: floor bucket: %w", err)
 	}
 
 	// The operator's rollout runner: it folds the revision, writes every
 	// device's fleet-intent value and appends the rollout transitions.
 	runner := &operator.RolloutRunner{Store: cp.store, Reader: cp.store, KV: cp.intent, Client: cp.status,
 		Log: o.Logger.With("component", "rollouts"), Skips: cp.runnerSkips, StatusInterval: runnerStatusInterval}
-	cp.run(rctx, "rollout runner", runner.Run)
-	return cp, nil
+	p.Go("rollout runner", runner.Run)
+	return nil
 }
 
-// run starts a component; its failure is recorded for stop.
-func (cp *controlPlane) run(ctx context.Context, name string, fn func(context.Context) error) {
-	cp.wg.Go(func() {
-		if err := fn(ctx); err != nil && ctx.Err() == nil {
-			cp.mu.Lock()
-			cp.errs = append(cp.errs, fmt.Errorf("%s: %w", name, err))
-			cp.mu.Unlock()
-			cp.failedOnce.Do(func() { close(cp.failed) })
-		}
-	})
-}
+// failure returns the first component failure so far (nil: none).
+func (cp *controlPlane) failure() error { return cp.plane.Err() }
 
-// failure returns the components' failures so far.
-func (cp *controlPlane) failure() error {
-	cp.mu.Lock()
-	defer cp.mu.Unlock()
-	return errors.Join(cp.errs...)
-}
-
-func (cp *controlPlane) connect(url string, opts ...nats.Option) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, append(opts, nats.MaxReconnects(-1))...)
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: connect: %w", err)
-	}
-	cp.conns = append(cp.conns, nc)
-	return nc, nil
-}
-
-// controlPlaneConn creates a machine user with the fleet-operator role and
-// connects it through the callout with its token callback.
-func (cp *controlPlane) controlPlaneConn(ctx context.Context, url, name string) (*nats.Conn, error) {
-	uid, err := cp.provider.CreateMachineUser(ctx, name, authcallout.RoleOperator)
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: machine user %s: %w", name, err)
-	}
-	kf, err := cp.provider.AddMachineKey(ctx, uid, time.Time{})
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: machine key of %s: %w", name, err)
-	}
-	src, err := credential.New(ctx, credential.Options{Issuer: cp.provider.Issuer(), Key: kf, Audience: cp.provider.Audience()})
-	if err != nil {
-		return nil, fmt.Errorf("scalebench: %s: %w", name, err)
-	}
-	return cp.connect(url, nats.TokenHandler(src.TokenHandler(0)), nats.CustomInboxPrefix(authcallout.InboxPrefix(uid)),
-		nats.Name(name), nats.Timeout(10*time.Second))
-}
-
-// stop stops the components, closes the connections and shuts the server
-// down. Calling it twice is harmless.
+// stop closes the floor publisher and the plane (every component joined,
+// connections closed, server shut down). Calling it twice is harmless. A
+// component failure was reported by failure during the run; one during
+// the shutdown is not a result.
 func (cp *controlPlane) stop() {
-	if cp.cancel != nil {
-		cp.cancel()
+	if cp.floorPub != nil {
+		cp.floorPub.Close()
 	}
-	cp.wg.Wait()
-	for _, nc := range cp.conns {
-		nc.Close()
-	}
-	cp.conns = nil
-	if cp.srv != nil {
-		cp.srv.Shutdown()
-	}
+	_ = cp.plane.Close()
 }
 
 // statusSink stands for the Kubernetes client of the rollout runner: the
