@@ -152,13 +152,13 @@ func Run(ctx context.Context, o Options) error {
 	// overtake the store, so the pass that follows waits until the direct
 	// get shows at least that value (see pass).
 	kvSub, err := o.Conn.Subscribe(kvSubj, func(m *nats.Msg) {
-		// Whatever arrives here is only a hint: it triggers a direct get.
-		// A value that is not this device's intent is never waited for.
-		if v := notifiedValue(m); len(v) == 0 || validIntent(v, o.Device) {
-			d.mu.Lock()
-			d.notified = v
-			d.mu.Unlock()
-		}
+		// Whatever arrives here is only a hint: it triggers a direct get,
+		// and a value that is not this device's intent is never waited
+		// for (readIntent checks it only when the store differs).
+		v := notifiedValue(m)
+		d.mu.Lock()
+		d.notified = v
+		d.mu.Unlock()
 		poke()
 	})
 	if err != nil {
@@ -219,23 +219,34 @@ func Run(ctx context.Context, o Options) error {
 // notification is pending, it re-reads (for up to 5 s) until the stored
 // value is the notified one: a core notification can arrive before
 // JetStream has stored the message, and reading the older value then would
-// leave the device behind until the next change.
+// leave the device behind until the next change. It re-reads after 1 ms,
+// then twice as long each time up to 20 ms: the store usually catches up
+// within a millisecond. A notified value that is not this device's intent
+// (a delete is an empty value) is never waited for.
 func (d *daemon) readIntent(ctx context.Context) (events.DeviceIntent, uint64, error) {
 	d.mu.Lock()
 	want := d.notified
 	d.notified = nil
 	d.mu.Unlock()
 	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait := time.Millisecond
+	for checked := false; ; {
 		v, seq, raw, err := d.directGet(ctx)
 		if err != nil || want == nil || bytes.Equal(raw, want) || time.Now().After(deadline) {
 			return v, seq, err
 		}
+		if !checked {
+			if len(want) > 0 && !validIntent(want, d.o.Device) {
+				return v, seq, err
+			}
+			checked = true
+		}
 		select {
 		case <-ctx.Done():
 			return v, seq, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
+		case <-time.After(wait):
 		}
+		wait = min(2*wait, 20*time.Millisecond)
 	}
 }
 

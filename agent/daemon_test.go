@@ -295,3 +295,53 @@ func TestAnUnavailableEngineIsRetriedNotReportedAsAFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestANotificationIsOnlyAHintTheStoredIntentIsWhatRuns: whatever arrives
+// on the device's notification subject only makes the agent read its key;
+// a notified value the store does not hold (here a forged one the stream
+// refused, so that only core subscribers see it) is never applied, and
+// neither is garbage. The next real change is applied as usual.
+func TestANotificationIsOnlyAHintTheStoredIntentIsWhatRuns(t *testing.T) {
+	e := startAgent(t)
+	e.put(entry(t, 1, baseScore()))
+	e.waitStatus(1, events.WorkloadConverged)
+
+	forgedScore := baseScore()
+	forgedScore.Data.Services[0].Image = "reg.example/evil:v1"
+	forged, err := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: []events.IntentEntry{entry(t, 99, forgedScore)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The forged value comes last, so that it is the one pending when the
+	// agent reads (an agent that applied notified values would run it).
+	for _, data := range [][]byte{[]byte("not json"), []byte(`{"device":"d2","deployments":[]}`), forged} {
+		m := nats.NewMsg("$KV." + events.BucketIntent + ".d1")
+		m.Data = data
+		// The stream refuses it (no such last sequence); core subscribers,
+		// the agent among them, still receive it.
+		m.Header.Set("Nats-Expected-Last-Subject-Sequence", "1000000")
+		if err := e.nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s := baseScore()
+	s.Data.Services[1].Image = "reg.example/api:v2"
+	e.put(entry(t, 2, s))
+	e.waitStatus(2, events.WorkloadConverged)
+	for _, st := range e.statuses() {
+		if st.Generation == 99 {
+			t.Errorf("the agent reported the forged notification's generation: %+v", st)
+		}
+	}
+	for name, c := range e.containers() {
+		if strings.Contains(c.Image, "evil") {
+			t.Errorf("container %s runs %s from a forged notification", name, c.Image)
+		}
+	}
+	if v, err := e.kv.Get(e.ctx, "d1"); err != nil || strings.Contains(string(v.Value()), "evil") {
+		t.Fatalf("the stored intent: %v; the forged notification must not have been stored", err)
+	}
+}
