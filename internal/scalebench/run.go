@@ -887,7 +887,7 @@ func printFlood(w io.Writer, r Result) {
 		t := f.ByKind[string(k)]
 		fmt.Fprintf(w, "      %-10s %8d published (%7.1f MB)\n", k, t.Published, mb(t.PublishedBytes))
 	}
-	fmt.Fprintf(w, "    %-13s took %d messages over the flood (%d of them the flooders', %.1f MB payload; the rest the targets' reports and the sentinels); %d of the flooders' held after it; the stream grew %.1f MB in all\n",
+	fmt.Fprintf(w, "    %-13s took %d messages over the flood (the flooders published %d there, %.1f MB payload; the targets' own reports and the sentinels are the rest); %d of the flooders' held after it; the stream grew %.1f MB in all\n",
 		events.StreamReports, f.IngestedReports, rep.Published, mb(rep.PublishedBytes), f.InReports, mb(f.ReportsGrowth))
 	fmt.Fprintf(w, "    %-13s took %d messages over the flood (%d published by the flooders); %d of the flooders' kept after it (the last few per subject)\n",
 		events.StreamTelemetry, f.IngestedTelemetry, tel.Published, f.InTelemetry)
