@@ -9,8 +9,8 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/specgen"
 
-	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // BenchmarkApplyVsBindings compares the agent bringing up a one-service
@@ -27,7 +27,7 @@ func BenchmarkApplyVsBindings(b *testing.B) {
 	for i := 0; b.Loop(); i++ {
 		name := fmt.Sprintf("bench-%s-%d", w.suffix, i)
 		agentFn := func() {
-			e := w.entryB(b, int64(i+1), agent.Score{Data: agent.PodmanV0{Services: []agent.Service{{Name: name + "-a", Image: image}}}})
+			e := w.entryB(b, int64(i+1), score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: name + "-a", Image: image}}}})
 			began := time.Now()
 			if err := w.r.Apply(context.Background(), e); err != nil {
 				b.Fatal(err)

@@ -22,6 +22,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // buildAgent builds the fleet-agent binary once for this test.
@@ -73,9 +74,9 @@ func TestKillNineMidReconcileAndAControlPlaneOutage(t *testing.T) {
 	device := "crash-" + w.suffix
 	w.r.Device = device // the test's cleanup removes what the agent made
 	put := func(gen int64, image string) {
-		s := agent.Score{Data: agent.PodmanV0{
-			InitContainer: &agent.Service{Name: w.name("init"), Image: slowInit},
-			Services:      []agent.Service{{Name: w.name("svc"), Image: image}},
+		s := score.Score{Data: score.PodmanV0{
+			InitContainer: &score.Service{Name: w.name("init"), Image: slowInit},
+			Services:      []score.Service{{Name: w.name("svc"), Image: image}},
 		}}
 		e := w.entry(gen, s)
 		b, _ := json.Marshal(events.DeviceIntent{Device: device, Deployments: []events.IntentEntry{e}})

@@ -14,6 +14,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent/runtime/podman"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // The reconcile semantics on real Podman: the same rules the simulated
@@ -61,12 +62,12 @@ func newPodmanWorldB(t testing.TB) *podmanWorld {
 
 func (w *podmanWorld) name(n string) string { return n + "-" + w.suffix }
 
-func (w *podmanWorld) entry(gen int64, s agent.Score) events.IntentEntry {
+func (w *podmanWorld) entry(gen int64, s score.Score) events.IntentEntry {
 	return w.entryB(w.t, gen, s)
 }
 
-func (w *podmanWorld) entryB(tb testing.TB, gen int64, s agent.Score) events.IntentEntry {
-	return events.IntentEntry{Namespace: w.ns, Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: score(tb, s)}
+func (w *podmanWorld) entryB(tb testing.TB, gen int64, s score.Score) events.IntentEntry {
+	return events.IntentEntry{Namespace: w.ns, Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: scoreJSON(tb, s)}
 }
 
 func (w *podmanWorld) byName() map[string]runtime.Container {
@@ -87,10 +88,10 @@ func TestReconcileOnRealPodman(t *testing.T) {
 	runs := podmantest.BuildImage(t, "runs", runsFile)
 	ok0 := podmantest.BuildImage(t, "exit0", exit0File)
 	fail3 := podmantest.BuildImage(t, "exit3", exit3File)
-	s := agent.Score{Data: agent.PodmanV0{
-		InitContainer: &agent.Service{Name: w.name("migrate"), Image: ok0},
-		Services: []agent.Service{{Name: w.name("api"), Image: runs, Ports: []string{"18080:8080"},
-			Volumes: []agent.Volume{{HostPath: t.TempDir() + "/data", ContainerPath: "/data"}}}},
+	s := score.Score{Data: score.PodmanV0{
+		InitContainer: &score.Service{Name: w.name("migrate"), Image: ok0},
+		Services: []score.Service{{Name: w.name("api"), Image: runs, Ports: []string{"18080:8080"},
+			Volumes: []score.Volume{{HostPath: t.TempDir() + "/data", ContainerPath: "/data"}}}},
 	}}
 
 	if err := w.r.Apply(w.ctx, w.entry(1, s)); err != nil {
@@ -116,7 +117,7 @@ func TestReconcileOnRealPodman(t *testing.T) {
 	})
 	t.Run("a failing init container leaves the running service untouched", func(t *testing.T) {
 		bad := s
-		bad.Data.InitContainer = &agent.Service{Name: w.name("migrate"), Image: fail3}
+		bad.Data.InitContainer = &score.Service{Name: w.name("migrate"), Image: fail3}
 		err := w.r.Apply(w.ctx, w.entry(2, bad))
 		var ie *agent.InitFailedError
 		if !errors.As(err, &ie) || ie.ExitCode != 3 {
@@ -133,7 +134,7 @@ func TestReconcileOnRealPodman(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = w.rt.Remove(context.Background(), id, true) })
 		s2 := s
-		s2.Data.Services = append(s2.Data.Services, agent.Service{Name: w.name("foreign"), Image: runs})
+		s2.Data.Services = append(s2.Data.Services, score.Service{Name: w.name("foreign"), Image: runs})
 		err = w.r.Apply(w.ctx, w.entry(3, s2))
 		var pe *agent.PreflightError
 		if !errors.As(err, &pe) || !strings.Contains(err.Error(), "does not own") {
@@ -166,7 +167,7 @@ func TestPullWithDevicePullSecretOnRealPodman(t *testing.T) {
 	_ = podmanRemoveImage(w, ref)
 	good := fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, reg.Password)
 	bad := fmt.Sprintf(`{"registry":%q,"username":%q,"password":"wrong-password"}`, reg.Addr, reg.Username)
-	s := agent.Score{Data: agent.PodmanV0{Services: []agent.Service{{Name: w.name("private"), Image: ref, ImagePullSecret: "hub"}}}}
+	s := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("private"), Image: ref, ImagePullSecret: "hub"}}}}
 
 	t.Run("a wrong password is an authentication failure and shows no password", func(t *testing.T) {
 		w.r.Credentials = creds{"hub": bad}

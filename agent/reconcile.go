@@ -11,6 +11,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Labels every container the agent creates carries. The agent never touches
@@ -119,11 +120,11 @@ func (r *Reconciler) ownsAny(c runtime.Container) bool {
 // has. It returns a *PreflightError when nothing could be done, an
 // *InitFailedError when the init container failed (services untouched).
 func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
-	score, err := ParseScore(e.Score)
+	s, err := score.Parse(e.Score)
 	if err != nil {
 		return &PreflightError{Reason: err.Error()}
 	}
-	res, err := resolve(ctx, score, r.Secrets)
+	res, err := resolve(ctx, s, r.Secrets)
 	if err != nil {
 		return &PreflightError{Reason: err.Error(), Err: err}
 	}
@@ -233,7 +234,7 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 				problems = append(problems, fmt.Sprintf("container name %q is taken by a container this Deployment does not own (%s)", s.Name, owner(c)))
 			}
 		}
-		ports, err := parsePorts(s.Ports)
+		ports, err := portBindings(s.Ports)
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v", s.Name, err))
 		}
@@ -294,7 +295,7 @@ func owner(c runtime.Container) string {
 
 // ensureImage pulls a missing image; credentials only when a pull is needed,
 // only through the per-call registry auth, only for the matching authority.
-func (r *Reconciler) ensureImage(ctx context.Context, s Service) error {
+func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 	ok, err := r.Runtime.ImageExists(ctx, s.Image)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", s.Image, err)
@@ -384,9 +385,9 @@ func containerSpec(s resolvedService, labels map[string]string) runtime.Containe
 	for _, e := range s.env {
 		env[e.Name] = e.Value
 	}
-	ports, _ := parsePorts(s.Ports) // checked in preflight
+	ports, _ := portBindings(s.Ports) // checked in preflight
 	spec := runtime.ContainerSpec{Name: s.Name, Image: s.Image, Env: env, Ports: ports, Labels: labels,
-		RestartPolicy: s.RestartPolicy}
+		RestartPolicy: string(s.RestartPolicy)}
 	if spec.RestartPolicy == "" {
 		spec.RestartPolicy = runtime.RestartUnlessStopped
 	}
@@ -396,21 +397,16 @@ func containerSpec(s resolvedService, labels map[string]string) runtime.Containe
 	return spec
 }
 
-// parsePorts parses "host:container[/proto]".
-func parsePorts(ports []string) ([]runtime.PortBinding, error) {
+// portBindings parses the score's port mappings (score.ParsePorts) into
+// the runtime's bindings.
+func portBindings(ports []string) ([]runtime.PortBinding, error) {
+	parsed, err := score.ParsePorts(ports)
+	if err != nil {
+		return nil, err
+	}
 	var out []runtime.PortBinding
-	for _, p := range ports {
-		spec, proto, _ := strings.Cut(p, "/")
-		if proto == "" {
-			proto = "tcp"
-		}
-		h, c, ok := strings.Cut(spec, ":")
-		hp, err1 := strconv.ParseUint(h, 10, 16)
-		cp, err2 := strconv.ParseUint(c, 10, 16)
-		if !ok || err1 != nil || err2 != nil || hp == 0 || cp == 0 || (proto != "tcp" && proto != "udp") {
-			return nil, fmt.Errorf("port %q: use host:container with numbers in 1..65535, optionally /tcp or /udp", p)
-		}
-		out = append(out, runtime.PortBinding{HostPort: uint16(hp), ContainerPort: uint16(cp), Protocol: proto})
+	for _, p := range parsed {
+		out = append(out, runtime.PortBinding{HostPort: p.Host, ContainerPort: p.Container, Protocol: string(p.Protocol)})
 	}
 	return out, nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 const secretValue = "s3cret-value-never-shown"
@@ -36,7 +37,7 @@ func (c creds) PullCredential(_ context.Context, ref string) ([]byte, error) {
 	return []byte(v), nil
 }
 
-func score(t testing.TB, s agent.Score) json.RawMessage {
+func scoreJSON(t testing.TB, s score.Score) json.RawMessage {
 	t.Helper()
 	s.Type = "PodmanV0"
 	b, err := json.Marshal(s)
@@ -46,19 +47,19 @@ func score(t testing.TB, s agent.Score) json.RawMessage {
 	return b
 }
 
-func baseScore() agent.Score {
-	return agent.Score{Data: agent.PodmanV0{
-		InitContainer: &agent.Service{Name: "migrate", Image: "reg.example/migrate:v1", RestartPolicy: "always"},
-		Services: []agent.Service{
+func baseScore() score.Score {
+	return score.Score{Data: score.PodmanV0{
+		InitContainer: &score.Service{Name: "migrate", Image: "reg.example/migrate:v1", RestartPolicy: "always"},
+		Services: []score.Service{
 			{Name: "api", Image: "reg.example/api:v1", Ports: []string{"8080:8080"}, RestartPolicy: "unless-stopped",
-				SecretEnv: []agent.SecretEnv{{Name: "DB_PASSWORD", Secret: "lab/db", Key: "password"}}},
+				SecretEnv: []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "lab/db", Key: "password"}}},
 			{Name: "worker", Image: "reg.example/worker:v1"},
 		},
 	}}
 }
 
-func entry(t *testing.T, gen int64, s agent.Score) events.IntentEntry {
-	return events.IntentEntry{Namespace: "lab", Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: score(t, s)}
+func entry(t *testing.T, gen int64, s score.Score) events.IntentEntry {
+	return events.IntentEntry{Namespace: "lab", Name: "analysis", UID: "u1", Generation: gen, RevisionID: "r", Score: scoreJSON(t, s)}
 }
 
 type world struct {
@@ -76,7 +77,7 @@ func newWorld(t *testing.T) *world {
 		LocalImages: []string{"reg.example/migrate:v1", "reg.example/migrate:v2", "reg.example/api:v1", "reg.example/api:v2",
 			"reg.example/worker:v1", "reg.example/migrate-exit-3:v1", "foreign:v1"},
 		Registry: map[string]sim.RegistryImage{
-			"hub.example:5000/private/api@sha256:aa": {Auth: &runtime.RegistryAuth{Username: "puller", Password: "pull-pass"}},
+			"hub.example:5000/private/api@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa": {Auth: &runtime.RegistryAuth{Username: "puller", Password: "pull-pass"}},
 		},
 		Behave: func(spec runtime.ContainerSpec) sim.Behaviour {
 			if strings.Contains(spec.Image, "migrate") && !strings.Contains(spec.Image, "exit-") {
@@ -205,7 +206,7 @@ func TestPreflightChangesNothing(t *testing.T) {
 	tests := []struct {
 		name    string
 		prepare func(w *world)
-		score   func() agent.Score
+		score   func() score.Score
 		want    string
 	}{
 		{"a foreign container with a wanted name is refused", func(w *world) {
@@ -214,22 +215,22 @@ func TestPreflightChangesNothing(t *testing.T) {
 		{"a foreign container on a wanted host port is refused", func(w *world) {
 			w.foreign("web", []runtime.PortBinding{{HostPort: 8080, ContainerPort: 80, Protocol: "tcp"}})
 		}, baseScore, `host port tcp/8080 wanted by api is used by container "web"`},
-		{"two services on one host port are refused", func(*world) {}, func() agent.Score {
+		{"two services on one host port are refused", func(*world) {}, func() score.Score {
 			s := baseScore()
 			s.Data.Services[1].Ports = []string{"8080:9090"}
 			return s
 		}, "host port tcp/8080 is published by both api and worker"},
-		{"an image that is neither present nor pullable is refused", func(*world) {}, func() agent.Score {
+		{"an image that is neither present nor pullable is refused", func(*world) {}, func() score.Score {
 			s := baseScore()
 			s.Data.Services[1].Image = "reg.example/missing:v1"
 			return s
 		}, "pull reg.example/missing:v1"},
-		{"a pull secret for another registry authority is never sent", func(*world) {}, func() agent.Score {
+		{"a pull secret for another registry authority is never sent", func(*world) {}, func() score.Score {
 			s := baseScore()
-			s.Data.Services[1].Image = "hub.example:5000/private/api@sha256:aa"
+			s.Data.Services[1].Image = "hub.example:5000/private/api@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 			s.Data.Services[1].ImagePullSecret = "other-pull"
 			return s
-		}, "is for registry hub.example, but image hub.example:5000/private/api@sha256:aa is on hub.example:5000: refusing to send the credential"},
+		}, "is for registry hub.example, but image hub.example:5000/private/api@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa is on hub.example:5000: refusing to send the credential"},
 		{"a missing secret is refused", func(w *world) { delete(w.sec, "lab/db#password") }, baseScore, "secret_env DB_PASSWORD"},
 	}
 	for _, tc := range tests {
@@ -264,12 +265,12 @@ func (w *world) foreign(name string, ports []runtime.PortBinding) string {
 func TestPullCredentialsAreSentOnlyForAMissingImageOfTheSameAuthority(t *testing.T) {
 	w := newWorld(t)
 	s := baseScore()
-	s.Data.Services[1].Image = "hub.example:5000/private/api@sha256:aa"
+	s.Data.Services[1].Image = "hub.example:5000/private/api@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	s.Data.Services[1].ImagePullSecret = "hub-pull"
 	if err := w.r.Apply(w.ctx, entry(t, 1, s)); err != nil {
 		t.Fatal(err)
 	}
-	if ok, _ := w.rt.ImageExists(w.ctx, "hub.example:5000/private/api@sha256:aa"); !ok {
+	if ok, _ := w.rt.ImageExists(w.ctx, "hub.example:5000/private/api@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"); !ok {
 		t.Error("the private image was not pulled")
 	}
 	t.Run("a wrong password is an authentication failure", func(t *testing.T) {
@@ -354,7 +355,7 @@ func TestAgentsOfTwoDevicesOnOneEngineNeverTouchEachOther(t *testing.T) {
 	w := newWorld(t)
 	a := &agent.Reconciler{Runtime: w.rt, Secrets: w.sec, Device: "dev-a", StopTimeout: time.Second}
 	b := &agent.Reconciler{Runtime: w.rt, Secrets: w.sec, Device: "dev-b", StopTimeout: time.Second}
-	s := agent.Score{Data: agent.PodmanV0{Services: []agent.Service{{Name: "only-a", Image: "reg.example/worker:v1"}}}}
+	s := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "only-a", Image: "reg.example/worker:v1"}}}}
 	if err := a.Apply(w.ctx, entry(t, 1, s)); err != nil {
 		t.Fatal(err)
 	}

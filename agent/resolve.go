@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Secrets resolves secret references (OpenBao in production). The agent
@@ -24,9 +26,9 @@ var ErrNoSecrets = errors.New("the score references secrets but no secret source
 
 // resolvedService is a service with its environment resolved.
 type resolvedService struct {
-	Service
+	score.Service
 	// env: plain and secret values, sorted by name. Never logged.
-	env []EnvVar
+	env []score.EnvVar
 }
 
 // resolved is a score with every secret reference resolved.
@@ -39,8 +41,8 @@ type resolved struct {
 }
 
 // resolve reads the secrets of a score and computes its revision.
-func resolve(ctx context.Context, s Score, secrets Secrets) (resolved, error) {
-	one := func(svc Service) (resolvedService, error) {
+func resolve(ctx context.Context, s score.Score, secrets Secrets) (resolved, error) {
+	one := func(svc score.Service) (resolvedService, error) {
 		env := map[string]string{}
 		for _, e := range svc.Env {
 			env[e.Name] = e.Value
@@ -57,9 +59,9 @@ func resolve(ctx context.Context, s Score, secrets Secrets) (resolved, error) {
 		}
 		rs := resolvedService{Service: svc}
 		for k, v := range env {
-			rs.env = append(rs.env, EnvVar{Name: k, Value: v})
+			rs.env = append(rs.env, score.EnvVar{Name: k, Value: v})
 		}
-		slices.SortFunc(rs.env, func(a, b EnvVar) int { return strings.Compare(a.Name, b.Name) })
+		slices.SortFunc(rs.env, func(a, b score.EnvVar) int { return strings.Compare(a.Name, b.Name) })
 		return rs, nil
 	}
 	var r resolved
@@ -85,9 +87,9 @@ func resolve(ctx context.Context, s Score, secrets Secrets) (resolved, error) {
 // sorted by name, secret values included.
 func (r resolved) hash() string {
 	type canon struct {
-		Service
-		Env       []EnvVar    `json:"env"`
-		SecretEnv []SecretEnv `json:"secret_env"`
+		score.Service
+		Env       []score.EnvVar    `json:"env"`
+		SecretEnv []score.SecretEnv `json:"secret_env"`
 	}
 	c := func(s resolvedService) canon { return canon{Service: s.Service, Env: s.env, SecretEnv: s.SecretEnv} }
 	doc := struct {

@@ -12,9 +12,11 @@
 // the payload form of JetStream direct get is never permitted; a token or
 // key never appears in a log record or an error.
 //
-// It imports events (subject builders) and identity/credential-free
-// libraries only. It must never link k8s.io/*, sigs.k8s.io/*, agent or
-// operator (internal/hygiene checks). cmd/fleet-authcallout, the
-// one-machine control plane (internal/controlplane) and tests import it;
-// the first two make a replica's connections and Service with Connect.
+// Of this repository it imports events (subject builders) only. It must
+// never link k8s.io/*, sigs.k8s.io/*, agent or operator (internal/hygiene
+// checks). cmd/fleet-authcallout and the one-machine control plane
+// (internal/controlplane) import it and make a replica's connections and
+// Service with Connect; fleet dev (internal/devenv), the scale benchmark
+// (internal/scalebench) and the tests' chain (internal/callouttest) import
+// it for its configuration, roles and limits; tests may.
 package authcallout

@@ -10,17 +10,18 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/devop"
 )
 
 // mapIdentities is an in-memory Identities.
-type mapIdentities map[string]authcallout.IdentityEntry
+type mapIdentities map[string]events.IdentityEntry
 
-func (m mapIdentities) Lookup(_ context.Context, subject string) (authcallout.IdentityEntry, error) {
+func (m mapIdentities) Lookup(_ context.Context, subject string) (events.IdentityEntry, error) {
 	if e, ok := m[subject]; ok {
 		return e, nil
 	}
-	return authcallout.IdentityEntry{}, authcallout.ErrUnknownIdentity
+	return events.IdentityEntry{}, authcallout.ErrUnknownIdentity
 }
 
 // FuzzRespond feeds the authorization-request handler arbitrary payloads and

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
@@ -112,7 +113,7 @@ func (e *env) device(tb testing.TB, device string, quarantined bool) *credential
 
 func (e *env) register(tb testing.TB, subject, device string, quarantined bool) {
 	tb.Helper()
-	v, err := authcallout.IdentityEntry{Device: device, Quarantined: quarantined}.Encode()
+	v, err := events.IdentityEntry{Device: device, Quarantined: quarantined}.Encode()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package authcallout
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,21 +11,12 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 )
 
-// IdentityEntry is the value of a fleet-identity KV entry, keyed by
-// events.IdentityKey(identity subject). The operator writes it from Device
-// CRs (spec.identitySubject → metadata.name, blacklist label → Quarantined);
-// the callout only reads it. JSON: {"device":"<id>","quarantined":false}.
-type IdentityEntry struct {
-	// Device is the device id (the Device CR's name).
-	Device string `json:"device"`
-	// Quarantined is true while the Device carries the blacklist label.
-	Quarantined bool `json:"quarantined"`
-}
-
-// Identities maps an OIDC subject to its fleet-identity entry. Lookup
-// returns an error wrapping ErrUnknownIdentity when there is none.
+// Identities maps an OIDC subject to its fleet-identity entry (the value
+// format is events.IdentityEntry; the operator writes it, the callout only
+// reads it). Lookup returns an error wrapping ErrUnknownIdentity when there
+// is none.
 type Identities interface {
-	Lookup(ctx context.Context, subject string) (IdentityEntry, error)
+	Lookup(ctx context.Context, subject string) (events.IdentityEntry, error)
 }
 
 // KVIdentities reads the fleet-identity bucket. Each lookup is one
@@ -60,36 +50,32 @@ func (k *KVIdentities) bucket(ctx context.Context) (jetstream.KeyValue, error) {
 }
 
 // Lookup implements Identities.
-func (k *KVIdentities) Lookup(ctx context.Context, subject string) (IdentityEntry, error) {
+func (k *KVIdentities) Lookup(ctx context.Context, subject string) (events.IdentityEntry, error) {
 	key, err := events.IdentityKey(subject)
 	if err != nil {
-		return IdentityEntry{}, fmt.Errorf("%w: subject is not a valid identity key: %w", ErrUnknownIdentity, err)
+		return events.IdentityEntry{}, fmt.Errorf("%w: subject is not a valid identity key: %w", ErrUnknownIdentity, err)
 	}
 	kv, err := k.bucket(ctx)
 	if err != nil {
-		return IdentityEntry{}, err
+		return events.IdentityEntry{}, err
 	}
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return IdentityEntry{}, fmt.Errorf("%w: %s", ErrUnknownIdentity, subject)
+		return events.IdentityEntry{}, fmt.Errorf("%w: %s", ErrUnknownIdentity, subject)
 	}
 	if err != nil {
-		return IdentityEntry{}, fmt.Errorf("authcallout: read %s/%s: %w", events.BucketIdentity, key, err)
+		return events.IdentityEntry{}, fmt.Errorf("authcallout: read %s/%s: %w", events.BucketIdentity, key, err)
 	}
-	return DecodeIdentityEntry(e.Value())
+	return decodeIdentity(e.Value())
 }
 
-// DecodeIdentityEntry parses a fleet-identity value and checks the device id.
-func DecodeIdentityEntry(b []byte) (IdentityEntry, error) {
-	var v IdentityEntry
-	if err := json.Unmarshal(b, &v); err != nil {
-		return IdentityEntry{}, fmt.Errorf("%w: fleet-identity value is not JSON: %w", ErrUnknownIdentity, err)
-	}
-	if err := events.ValidateToken(events.TokenDevice, v.Device); err != nil {
-		return IdentityEntry{}, fmt.Errorf("%w: fleet-identity value: %w", ErrUnknownIdentity, err)
+// decodeIdentity decodes a fleet-identity value with
+// events.DecodeIdentityEntry; a value that does not decode is an unknown
+// identity.
+func decodeIdentity(b []byte) (events.IdentityEntry, error) {
+	v, err := events.DecodeIdentityEntry(b)
+	if err != nil {
+		return events.IdentityEntry{}, fmt.Errorf("%w: %w", ErrUnknownIdentity, err)
 	}
 	return v, nil
 }
-
-// Encode is the JSON the operator writes.
-func (e IdentityEntry) Encode() ([]byte, error) { return json.Marshal(e) }

@@ -66,7 +66,7 @@ func (s *Service) watchIdentities(ctx context.Context) (*nats.Subscription, erro
 			s.kick(ctx, subject, "identity removed")
 			return
 		}
-		e, err := DecodeIdentityEntry(m.Data)
+		e, err := decodeIdentity(m.Data)
 		if err != nil {
 			s.kick(ctx, subject, "identity entry invalid")
 			return

@@ -13,11 +13,17 @@
 //     catalogue is docs/events.md;
 //   - subject and KV-key builders and parsers that validate every token
 //     (namespace, name, device, identity subject);
+//   - the KV values that are contracts between components: a device's
+//     fleet-intent value ([DeviceIntent]) and the fleet-identity value
+//     ([IdentityEntry]) the operator writes and the auth callout reads,
+//     with its encoding and validation;
 //   - idempotent provisioning of the streams and KV buckets ([Provision]);
 //   - appending ([Store.Append], [Store.AppendBatch]) with dedup by ULID and
 //     optimistic concurrency on the last subject sequence ([ErrConflict]);
 //   - reading: replay of a subject filter from the start, a sequence or a
-//     time, the last message per subject by direct get, and following live;
+//     time, the last message per subject by direct get, and following live
+//     (one filter, or several of one stream in one consumer, from any of
+//     those starts or from the last event of each subject);
 //   - decoding a stored record ([DecodeStored]): the subject it was stored
 //     on is authoritative, so an envelope whose type and keys build another
 //     subject (a device reporting in another's name) is refused. A record

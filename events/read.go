@@ -27,8 +27,9 @@ type Record struct {
 
 // Start says where a replay begins.
 type Start struct {
-	seq  uint64
-	time time.Time
+	seq            uint64
+	time           time.Time
+	lastPerSubject bool
 }
 
 // FromStart replays from the first stored event.
@@ -40,8 +41,15 @@ func FromSequence(seq uint64) Start { return Start{seq: seq} }
 // FromTime replays from the first event stored at or after t.
 func FromTime(t time.Time) Start { return Start{time: t} }
 
+// FromLastPerSubject starts with the last stored event of every subject the
+// filters match, in stream order, then goes on with every event stored
+// after: with Follow, the current state and then every change.
+func FromLastPerSubject() Start { return Start{lastPerSubject: true} }
+
 func (s Start) apply(cfg *jetstream.OrderedConsumerConfig) {
 	switch {
+	case s.lastPerSubject:
+		cfg.DeliverPolicy = jetstream.DeliverLastPerSubjectPolicy
 	case s.seq > 0:
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = s.seq
@@ -66,27 +74,35 @@ func (s Start) apply(cfg *jetstream.OrderedConsumerConfig) {
 // the caller keeps iterating: skip it, count it and move past it. Any other
 // error (the server, the connection, ctx) ends the replay.
 func (s *Store) Replay(ctx context.Context, filter string, from Start) iter.Seq2[Record, error] {
-	return s.read(ctx, filter, from, false)
+	return s.read(ctx, []string{filter}, from, false)
 }
 
 // Follow is Replay that does not stop at the end: it yields events as they
 // are stored, until ctx ends (then it ends without an error). Undecodable
 // records are yielded as *RecordError and the follow goes on, as in Replay.
 func (s *Store) Follow(ctx context.Context, filter string, from Start) iter.Seq2[Record, error] {
-	return s.read(ctx, filter, from, true)
+	return s.read(ctx, []string{filter}, from, true)
+}
+
+// FollowSubjects is Follow of several subject filters of one stream (an
+// error otherwise), read in stream order by one ordered consumer: one
+// consumer, not one per filter, whatever the number of subjects they match.
+func (s *Store) FollowSubjects(ctx context.Context, filters []string, from Start) iter.Seq2[Record, error] {
+	return s.read(ctx, filters, from, true)
 }
 
 // ReplayBatchSize is how many messages a replay asks the server for at once.
 const ReplayBatchSize = 4096
 
-func (s *Store) read(ctx context.Context, filter string, from Start, live bool) iter.Seq2[Record, error] {
+func (s *Store) read(ctx context.Context, filters []string, from Start, live bool) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
-		stream, err := StreamOf(filter)
+		stream, err := streamOfAll(filters)
 		if err != nil {
 			yield(Record{}, err)
 			return
 		}
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, InactiveThreshold: consumerInactiveThreshold}
+		filter := strings.Join(filters, ",") // for errors
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: consumerInactiveThreshold}
 		from.apply(&cfg)
 		cons, err := s.js.OrderedConsumer(ctx, stream, cfg)
 		if err != nil {
@@ -136,6 +152,27 @@ func (s *Store) read(ctx context.Context, filter string, from Start, live bool) 
 			}
 		}
 	}
+}
+
+// streamOfAll returns the one stream every filter belongs to.
+func streamOfAll(filters []string) (string, error) {
+	if len(filters) == 0 {
+		return "", fmt.Errorf("%w: no subject filter", ErrInvalidSubject)
+	}
+	stream, err := StreamOf(filters[0])
+	if err != nil {
+		return "", err
+	}
+	for _, f := range filters[1:] {
+		other, err := StreamOf(f)
+		if err != nil {
+			return "", err
+		}
+		if other != stream {
+			return "", fmt.Errorf("%w: %s is in %s and %s in %s: one read follows one stream", ErrInvalidSubject, filters[0], stream, f, other)
+		}
+	}
+	return stream, nil
 }
 
 // Last returns the last event stored on one subject (no wildcards) by a

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -460,6 +461,77 @@ func TestFollowSeesLiveEvents(t *testing.T) {
 	if n != 4 {
 		t.Errorf("followed %d events, want 4", n)
 	}
+}
+
+// TestFollowSubjectsStartsFromTheLastOfEachSubjectInOneConsumer: the
+// Device controller's read of every device's telemetry: the current state
+// (the last report of each subject), then every new report, through one
+// consumer; a record that does not decode is handed over and passed.
+func TestFollowSubjectsStartsFromTheLastOfEachSubjectInOneConsumer(t *testing.T) {
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	_, st := natstest.Provisioned(t)
+	if err := st.JetStream().Conn().Publish("fleet.report.d3.heartbeat", []byte("not an event")); err != nil {
+		t.Fatal(err)
+	}
+	old := []events.Event{heartbeat(t, "d1", 0), heartbeat(t, "d1", 1), inventory(t, "d1"), heartbeat(t, "d2", 0), heartbeat(t, "d1", 2),
+		workload(t, "d1", 1)}
+	if err := st.Report(ctx, old...); err != nil {
+		t.Fatal(err)
+	}
+	filters := []string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}
+	var got []string
+	skipped := 0
+	for r, err := range st.FollowSubjects(ctx, filters, events.FromLastPerSubject()) {
+		if re, ok := events.AsRecordError(err); ok {
+			if re.Subject != "fleet.report.d3.heartbeat" || re.Sequence == 0 {
+				t.Errorf("the undecodable record is located at %s seq %d", re.Subject, re.Sequence)
+			}
+			skipped++
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		label := r.Event.Keys.Device + " " + string(r.Event.Type)
+		if d, err := events.Decode[events.DeviceHeartbeat](r.Event); err == nil {
+			label += " " + d.AgentVersion
+		}
+		got = append(got, label)
+		if len(got) == 3 {
+			s, err := st.JetStream().Stream(ctx, events.StreamTelemetry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info, err := s.Info(ctx); err != nil || info.State.Consumers != 1 {
+				t.Errorf("consumers on %s while following: %v, %v; want 1", events.StreamTelemetry, info.State.Consumers, err)
+			}
+			if err := st.Report(ctx, heartbeat(t, "d2", 7)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if len(got) == 4 {
+			cancel()
+		}
+	}
+	want := []string{"d1 device.inventory", "d2 device.heartbeat 0", "d1 device.heartbeat 2", "d2 device.heartbeat 7"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("followed (-want +got):\n%s", diff)
+	}
+	if skipped != 1 {
+		t.Errorf("%d undecodable records handed over, want 1", skipped)
+	}
+}
+
+func TestFollowSubjectsRefusesFiltersOfTwoStreams(t *testing.T) {
+	_, st := natstest.Provisioned(t)
+	for _, err := range st.FollowSubjects(testContext(t), []string{"fleet.report.*.heartbeat", "fleet.report.*.workload"}, events.FromStart()) {
+		if !errors.Is(err, events.ErrInvalidSubject) || !strings.Contains(err.Error(), "one read follows one stream") {
+			t.Errorf("got %v, want ErrInvalidSubject", err)
+		}
+		return
+	}
+	t.Error("the follow yielded nothing")
 }
 
 func TestLast(t *testing.T) {

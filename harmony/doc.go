@@ -25,5 +25,7 @@
 //
 // Application deployment programs import this package; its internals are in
 // harmony/internal/… . It links Kubernetes client code and never the
-// operator or the agent.
+// operator, the agent, the auth callout, events, projections, the
+// module's top-level internal/ packages, the Podman bindings or
+// controller-runtime (internal/hygiene checks).
 package harmony

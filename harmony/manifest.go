@@ -6,10 +6,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Labels and annotations harmony puts on the Deployment.
@@ -26,10 +26,6 @@ var (
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	tagRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 	digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
-	// containerName and portRE are the Fleet Deployment schema's patterns
-	// of a container name and a port mapping.
-	containerName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
-	portRE        = regexp.MustCompile(`^([0-9]{1,5}):([0-9]{1,5})(/(tcp|udp))?$`)
 )
 
 // validateApp checks the parts of the manifest harmony must know before it
@@ -37,7 +33,9 @@ var (
 // container from is set, that services name declared images and every
 // declared image is used, and what the Fleet Deployment's schema would
 // refuse only after every image was built and pushed (container names,
-// duplicate names, ports, an init container with ports).
+// duplicate names, ports, an init container with ports). Container names and
+// port mappings are checked with the score package's rules, the Deployment
+// CRD's.
 func validateApp(app HarmonyApp) error {
 	images := map[string]bool{}
 	for i, im := range app.Images() {
@@ -63,7 +61,7 @@ func validateApp(app HarmonyApp) error {
 		switch {
 		case s.Name == "":
 			return fmt.Errorf("%w: %s.Name is empty", ErrManifest, field)
-		case len(s.Name) > 63 || !containerName.MatchString(s.Name):
+		case score.ValidateName(s.Name) != nil:
 			return fmt.Errorf("%w: %s.Name %q is not a container name (at most 63 letters, digits, '_', '.', '-', starting with a letter or digit)", ErrManifest, field, s.Name)
 		case names[s.Name] != "":
 			return fmt.Errorf("%w: %s.Name %q is also the name of %s: every container of the Deployment needs its own name", ErrManifest, field, s.Name, names[s.Name])
@@ -72,7 +70,7 @@ func validateApp(app HarmonyApp) error {
 		}
 		names[s.Name] = field
 		for j, p := range s.Ports {
-			if !validPort(p) {
+			if _, err := score.ParsePort(p); err != nil {
 				return fmt.Errorf("%w: %s (%s).Ports[%d] %q is not a port mapping: write \"host:container\" with both in 1..65535, optionally with /tcp or /udp (\"8080:80\")", ErrManifest, field, s.Name, j, p)
 			}
 		}
@@ -98,22 +96,6 @@ func validateApp(app HarmonyApp) error {
 		}
 	}
 	return nil
-}
-
-// validPort reports whether p is "host:container" with both numbers in
-// 1..65535, optionally followed by /tcp or /udp (the Fleet Deployment's
-// ports schema).
-func validPort(p string) bool {
-	m := portRE.FindStringSubmatch(p)
-	if m == nil {
-		return false
-	}
-	for _, n := range m[1:3] {
-		if v, err := strconv.Atoi(n); err != nil || v < 1 || v > 65535 {
-			return false
-		}
-	}
-	return true
 }
 
 // usedImages are the names of the images the Deployment's containers run,

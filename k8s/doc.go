@@ -4,6 +4,8 @@
 // never edited by hand, `task verify` fails on a diff). Its tests check the
 // CRDs' admission validation against a real API server.
 //
-// It imports only Kubernetes API machinery; the operator and projections
-// import it, the agent and the auth callout never do.
+// This package has no code of its own, so nothing imports it; the operator,
+// the projections, enrollment, the harmony SDK and cmd/fleet import
+// k8s/api/v1alpha1, and the agent and the auth callout never link it
+// (internal/hygiene checks).
 package k8s

@@ -1,25 +1,84 @@
 package k8s_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/nationtech/harmony-fleet/agent"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
-// TestTheAgentReadsEveryScoreFieldTheCRDHas guards the agent's k8s-free copy
-// of the PodmanV0 types: a score marshalled from the CRD types must survive
-// the agent's decoding unchanged.
-func TestTheAgentReadsEveryScoreFieldTheCRDHas(t *testing.T) {
-	score := validDeployment("x").Spec.Score
-	score.Data.Services[0].Volumes[0].ReadOnly = true
-	raw, err := json.Marshal(score)
+// The PodmanV0 score is defined twice: by the CRD types (k8s/api/v1alpha1,
+// whose markers the API server enforces) and by package score (what the
+// agent and harmony use, free of Kubernetes). These tests keep the two one
+// contract: the same JSON fields, and the same scores accepted and refused.
+
+// TestTheScorePackageHasTheCRDsJSONFields compares the JSON field names,
+// omitempty options and kinds of both type trees, field by field.
+func TestTheScorePackageHasTheCRDsJSONFields(t *testing.T) {
+	crd := jsonFields(reflect.TypeFor[fleetv1.Score](), "score")
+	pkg := jsonFields(reflect.TypeFor[score.Score](), "score")
+	if diff := cmp.Diff(crd, pkg); diff != "" {
+		t.Errorf("the score types differ (-CRD +score package):\n%s", diff)
+	}
+	if len(crd) < 20 {
+		t.Fatalf("only %d fields found: the walk misses fields", len(crd))
+	}
+}
+
+// jsonFields maps the JSON path of every field under t to its kind and
+// omitempty option.
+func jsonFields(t reflect.Type, path string) map[string]string {
+	out := map[string]string{}
+	var walk func(t reflect.Type, path string)
+	walk = func(t reflect.Type, path string) {
+		switch t.Kind() {
+		case reflect.Pointer:
+			walk(t.Elem(), path)
+		case reflect.Slice:
+			out[path] += " list"
+			walk(t.Elem(), path+"[]")
+		case reflect.Struct:
+			for f := range t.Fields() {
+				if !f.IsExported() {
+					continue
+				}
+				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+				p := path + "." + name
+				out[p] = f.Type.Kind().String()
+				if f.Type.Kind() == reflect.Pointer {
+					out[p] = "optional " + f.Type.Elem().Kind().String()
+				}
+				if strings.Contains(opts, "omitempty") {
+					out[p] += " omitempty"
+				}
+				walk(f.Type, p)
+			}
+		}
+	}
+	walk(t, path)
+	return out
+}
+
+// TestEveryScoreTheCRDAcceptsDecodesInTheScorePackage guards the agent's
+// Kubernetes-free reading of a score: a score marshalled from the CRD
+// types must survive score.Parse unchanged.
+func TestEveryScoreTheCRDAcceptsDecodesInTheScorePackage(t *testing.T) {
+	crdScore := validDeployment("x").Spec.Score
+	crdScore.Data.Services[0].Volumes[0].ReadOnly = true
+	raw, err := json.Marshal(crdScore)
 	if err != nil {
 		t.Fatal(err)
 	}
-	parsed, err := agent.ParseScore(raw)
+	parsed, err := score.Parse(raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,6 +94,216 @@ func TestTheAgentReadsEveryScoreFieldTheCRDHas(t *testing.T) {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("the agent loses score fields (-CRD +agent):\n%s", diff)
+		t.Errorf("the score package loses score fields (-CRD +score):\n%s", diff)
 	}
+}
+
+// TestScoreValidateAndTheAPIServerAgree runs every score of the table
+// through score.Validate and through the API server's validation of a
+// Deployment (OpenAPI schema and CEL rules); both must accept, or both
+// refuse. A score the API server accepts is read back, defaults applied,
+// and must parse with score.Parse.
+func TestScoreValidateAndTheAPIServerAgree(t *testing.T) {
+	c := newClient(t)
+	const hex64 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	long := func(n int) string { return strings.Repeat("a", n) }
+	services := func(n int) []score.Service {
+		var out []score.Service
+		for i := range n {
+			out = append(out, score.Service{Name: fmt.Sprintf("s%d", i), Image: "reg.example/s:v1"})
+		}
+		return out
+	}
+	tests := []struct {
+		name   string
+		mutate func(*score.Score)
+		valid  bool
+	}{
+		{"the complete example is valid", func(*score.Score) {}, true},
+		{"a score without an init container is valid", func(s *score.Score) { s.Data.InitContainer = nil }, true},
+		{"a type other than PodmanV0 is refused", func(s *score.Score) { s.Type = "Helm" }, false},
+		{"an empty type is refused", func(s *score.Score) { s.Type = "" }, false},
+		{"no services are refused", func(s *score.Score) { s.Data.Services = nil }, false},
+		{"an empty service list is refused", func(s *score.Score) { s.Data.Services = []score.Service{} }, false},
+		{"32 services are valid", func(s *score.Score) { s.Data.Services = services(32) }, true},
+		{"33 services are refused", func(s *score.Score) { s.Data.Services = services(33) }, false},
+		{"an init container with ports is refused", func(s *score.Score) { s.Data.InitContainer.Ports = []string{"80:80"} }, false},
+		{"two services with one name are refused", func(s *score.Score) { s.Data.Services = append(s.Data.Services, s.Data.Services[0]) }, false},
+		{"names differing only in case are valid", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "API", Image: "reg.example/s:v1"})
+		}, true},
+		{"an init container named like a service is refused", func(s *score.Score) { s.Data.InitContainer.Name = "api" }, false},
+		{"a name with '_', '.' and '-' is valid", func(s *score.Score) { s.Data.Services[0].Name = "api_v1.2-b" }, true},
+		{"a name of 63 characters is valid", func(s *score.Score) { s.Data.Services[0].Name = long(63) }, true},
+		{"a name of 64 characters is refused", func(s *score.Score) { s.Data.Services[0].Name = long(64) }, false},
+		{"an empty name is refused", func(s *score.Score) { s.Data.Services[0].Name = "" }, false},
+		{"a name with a space is refused", func(s *score.Score) { s.Data.Services[0].Name = "my api" }, false},
+		{"a name starting with '-' is refused", func(s *score.Score) { s.Data.Services[0].Name = "-api" }, false},
+		{"a name starting with '_' is refused", func(s *score.Score) { s.Data.Services[0].Name = "_api" }, false},
+		{"an init container's invalid name is refused", func(s *score.Score) { s.Data.InitContainer.Name = "mi grate" }, false},
+		{"an image with a tag is valid", func(s *score.Score) { s.Data.Services[0].Image = "api:v1" }, true},
+		{"an image with a digest is valid", func(s *score.Score) { s.Data.Services[0].Image = "reg.example/api@sha256:" + hex64 }, true},
+		{"an image with a tag and a digest is valid", func(s *score.Score) { s.Data.Services[0].Image = "reg.example/api:v1@sha256:" + hex64 }, true},
+		{"an image on a registry port with a tag is valid", func(s *score.Score) { s.Data.Services[0].Image = "reg.example:5000/api:v1" }, true},
+		{"an image without a tag or digest is refused", func(s *score.Score) { s.Data.Services[0].Image = "reg.example:5000/api" }, false},
+		{"an image with a short digest is refused", func(s *score.Score) { s.Data.Services[0].Image = "api@sha256:abc" }, false},
+		{"an image with an upper-case digest is refused", func(s *score.Score) {
+			s.Data.Services[0].Image = "api@sha256:" + strings.ToUpper(hex64)
+		}, false},
+		{"an image with a space is refused", func(s *score.Score) { s.Data.Services[0].Image = "reg example/api:v1" }, false},
+		{"an image without a repository is refused", func(s *score.Score) { s.Data.Services[0].Image = ":v1" }, false},
+		{"an empty image is refused", func(s *score.Score) { s.Data.Services[0].Image = "" }, false},
+		{"a tag of 128 characters is valid", func(s *score.Score) { s.Data.Services[0].Image = "api:" + long(128) }, true},
+		{"a tag of 129 characters is refused", func(s *score.Score) { s.Data.Services[0].Image = "api:" + long(129) }, false},
+		{"a tag starting with '.' is refused", func(s *score.Score) { s.Data.Services[0].Image = "api:.v1" }, false},
+		{"an image of 512 characters is valid", func(s *score.Score) { s.Data.Services[0].Image = long(509) + ":v1" }, true},
+		{"an image of 513 characters is refused", func(s *score.Score) { s.Data.Services[0].Image = long(510) + ":v1" }, false},
+		{"an image of 512 non-ASCII characters is valid", func(s *score.Score) { s.Data.Services[0].Image = strings.Repeat("é", 509) + ":v1" }, true},
+		{"an init container's image without a tag is refused", func(s *score.Score) { s.Data.InitContainer.Image = "migrate" }, false},
+		{"ports at the bounds 1 and 65535 are valid", func(s *score.Score) { s.Data.Services[0].Ports = []string{"1:1", "65535:65535/udp"} }, true},
+		{"a port with leading zeros is valid", func(s *score.Score) { s.Data.Services[0].Ports = []string{"00080:080/tcp"} }, true},
+		{"a port of six digits is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"000080:80"} }, false},
+		{"a port of zero is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"0:80"} }, false},
+		{"a container port above 65535 is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:65536"} }, false},
+		{"a port without a host part is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080"} }, false},
+		{"a port with an unknown protocol is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"53:53/sctp"} }, false},
+		{"a port with a host address is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"127.0.0.1:80:80"} }, false},
+		{"64 ports are valid", func(s *score.Score) { s.Data.Services[0].Ports = portList(64) }, true},
+		{"65 ports are refused", func(s *score.Score) { s.Data.Services[0].Ports = portList(65) }, false},
+		{"an env name starting with '_' is valid", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "_MODE" }, true},
+		{"an env name starting with a digit is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "1MODE" }, false},
+		{"an env name with '-' is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "MY-MODE" }, false},
+		{"an empty env name is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "" }, false},
+		{"an env name of 128 characters is valid", func(s *score.Score) { s.Data.Services[0].Env[0].Name = long(128) }, true},
+		{"an env name of 129 characters is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Name = long(129) }, false},
+		{"an empty env value is valid", func(s *score.Score) { s.Data.Services[0].Env[0].Value = "" }, true},
+		{"an env value of 4096 non-ASCII characters is valid", func(s *score.Score) { s.Data.Services[0].Env[0].Value = strings.Repeat("é", 4096) }, true},
+		{"an env value of 4097 characters is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Value = long(4097) }, false},
+		{"128 env variables are valid", func(s *score.Score) { s.Data.Services[0].Env = envList(128) }, true},
+		{"129 env variables are refused", func(s *score.Score) { s.Data.Services[0].Env = envList(129) }, false},
+		{"a secret env name starting with a digit is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Name = "9X" }, false},
+		{"a secret path of one segment is valid", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = "db" }, true},
+		{"a secret path with a leading slash is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = "/lab/db" }, false},
+		{"a secret path with a trailing slash is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = "lab/db/" }, false},
+		{"a secret path with an empty segment is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = "lab//db" }, false},
+		{"an empty secret path is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = "" }, false},
+		{"a secret path of 512 characters is valid", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = long(255) + "/" + long(256) }, true},
+		{"a secret path of 513 characters is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = long(256) + "/" + long(256) }, false},
+		{"a secret key with any characters is valid", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Key = "pass word/é" }, true},
+		{"an empty secret key is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Key = "" }, false},
+		{"a secret key of 253 characters is valid", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Key = long(253) }, true},
+		{"a secret key of 254 characters is refused", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Key = long(254) }, false},
+		{"129 secret env variables are refused", func(s *score.Score) {
+			for i := range 129 {
+				s.Data.Services[0].SecretEnv = append(s.Data.Services[0].SecretEnv, score.SecretEnv{Name: fmt.Sprintf("S%d", i), Secret: "db", Key: "k"})
+			}
+		}, false},
+		{"the root as a host path is valid", func(s *score.Score) { s.Data.Services[0].Volumes[0].HostPath = "/" }, true},
+		{"a relative host path is refused", func(s *score.Score) { s.Data.Services[0].Volumes[0].HostPath = "var/lib" }, false},
+		{"a relative container path is refused", func(s *score.Score) { s.Data.Services[0].Volumes[0].ContainerPath = "data" }, false},
+		{"an empty host path is refused", func(s *score.Score) { s.Data.Services[0].Volumes[0].HostPath = "" }, false},
+		{"a path of 4096 characters is valid", func(s *score.Score) { s.Data.Services[0].Volumes[0].ContainerPath = "/" + long(4095) }, true},
+		{"a path of 4097 characters is refused", func(s *score.Score) { s.Data.Services[0].Volumes[0].ContainerPath = "/" + long(4096) }, false},
+		{"32 volumes are valid", func(s *score.Score) { s.Data.Services[0].Volumes = volumeList(32) }, true},
+		{"33 volumes are refused", func(s *score.Score) { s.Data.Services[0].Volumes = volumeList(33) }, false},
+		{"an empty restart policy is valid (defaulted)", func(s *score.Score) { s.Data.Services[0].RestartPolicy = "" }, true},
+		{"restart policy no is valid", func(s *score.Score) { s.Data.Services[0].RestartPolicy = score.RestartNo }, true},
+		{"restart policy always is valid", func(s *score.Score) { s.Data.Services[0].RestartPolicy = score.RestartAlways }, true},
+		{"restart policy on-failure is valid", func(s *score.Score) { s.Data.Services[0].RestartPolicy = score.RestartOnFailure }, true},
+		{"an unknown restart policy is refused", func(s *score.Score) { s.Data.Services[0].RestartPolicy = "sometimes" }, false},
+		{"a restart policy in another case is refused", func(s *score.Score) { s.Data.Services[0].RestartPolicy = "Always" }, false},
+		{"an empty pull secret is valid (none)", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = "" }, true},
+		{"a pull secret with '.', '_' and '-' is valid", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = "hub.pull_1-x" }, true},
+		{"a pull secret with a slash is refused", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = "hub/pull" }, false},
+		{"a pull secret starting with '-' is refused", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = "-hub" }, false},
+		{"a pull secret of 253 characters is valid", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = long(253) }, true},
+		{"a pull secret of 254 characters is refused", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = long(254) }, false},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := exampleScore(t)
+			tc.mutate(&s)
+			pkgErr := score.Validate(s)
+			stored, apiErr := apply(t, c, fmt.Sprintf("agree-%d", i), s)
+			if (pkgErr == nil) != tc.valid {
+				t.Errorf("score.Validate: %v, want valid=%v", pkgErr, tc.valid)
+			}
+			if (apiErr == nil) != tc.valid {
+				t.Errorf("the API server: %v, want valid=%v", apiErr, tc.valid)
+			}
+			if apiErr != nil {
+				return
+			}
+			raw, err := json.Marshal(stored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := score.Parse(raw); err != nil {
+				t.Errorf("the score the API server stored does not parse: %v", err)
+			}
+		})
+	}
+}
+
+// exampleScore is validDeployment's score in the score package's types.
+func exampleScore(t *testing.T) score.Score {
+	t.Helper()
+	raw, err := json.Marshal(validDeployment("x").Spec.Score)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s score.Score
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// apply creates a Deployment with score s (converted through its JSON) and
+// deletes it again; it returns the score the API server stored (defaults
+// applied) or its refusal.
+func apply(t *testing.T, c client.Client, name string, s score.Score) (fleetv1.Score, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := validDeployment(name)
+	d.Spec.Score = fleetv1.Score{}
+	if err := json.Unmarshal(raw, &d.Spec.Score); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, d); err != nil {
+		return fleetv1.Score{}, err
+	}
+	if err := c.Delete(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	return d.Spec.Score, nil
+}
+
+func portList(n int) []string {
+	var out []string
+	for i := range n {
+		out = append(out, fmt.Sprintf("%d:80", 10000+i))
+	}
+	return out
+}
+
+func envList(n int) []score.EnvVar {
+	var out []score.EnvVar
+	for i := range n {
+		out = append(out, score.EnvVar{Name: fmt.Sprintf("V%d", i), Value: "x"})
+	}
+	return out
+}
+
+func volumeList(n int) []score.Volume {
+	var out []score.Volume
+	for i := range n {
+		out = append(out, score.Volume{HostPath: fmt.Sprintf("/h%d", i), ContainerPath: fmt.Sprintf("/c%d", i)})
+	}
+	return out
 }

@@ -2,9 +2,9 @@ package operator
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -30,10 +30,12 @@ import (
 )
 
 // DeviceStore is what the Device controller needs of the event store
-// (*events.Store): direct gets of the last report on a subject, and the
-// JetStream handle for the telemetry consumer and the fleet-identity bucket.
+// (*events.Store): direct gets of the last report on a subject, the follow
+// of every device's telemetry, and the JetStream handle for the
+// fleet-identity bucket.
 type DeviceStore interface {
 	Last(ctx context.Context, subject string) (events.Record, error)
+	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 	JetStream() jetstream.JetStream
 }
 
@@ -84,16 +86,6 @@ const (
 // identityConflictRetry is how soon a Device whose identity subject is
 // registered to another device looks again.
 const identityConflictRetry = time.Minute
-
-// DeviceIdentity is the value of a fleet-identity KV entry, keyed by
-// events.IdentityKey(spec.identitySubject); the auth callout reads it
-// (authcallout.IdentityEntry). JSON: {"device":"<id>","quarantined":false}.
-type DeviceIdentity struct {
-	// Device is the device id (the Device's name).
-	Device string `json:"device"`
-	// Quarantined is true while the Device carries the blacklist label.
-	Quarantined bool `json:"quarantined"`
-}
 
 // DeviceReconciler projects device reports onto Device status and labels
 // and keeps the fleet-identity KV in sync with Devices. Status is written on
@@ -329,7 +321,7 @@ func (r *DeviceReconciler) unregister(ctx context.Context, subject, device strin
 	if err != nil || e == nil {
 		return err
 	}
-	if v, err := decodeIdentity(e.Value()); err == nil && v.Device != device {
+	if v, err := events.DecodeIdentityEntry(e.Value()); err == nil && v.Device != device {
 		return nil
 	}
 	kv, err := r.identityKV(ctx)
@@ -354,14 +346,6 @@ func kvRace(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.Is(err, jetstream.ErrKeyExists) ||
 		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
-}
-
-func decodeIdentity(b []byte) (DeviceIdentity, error) {
-	var v DeviceIdentity
-	if err := json.Unmarshal(b, &v); err != nil {
-		return DeviceIdentity{}, fmt.Errorf("fleet-identity value: %w", err)
-	}
-	return v, nil
 }
 
 // syncIdentity registers the Device's identity subject: it moves the
@@ -389,9 +373,9 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 		return true, idc, 0, nil
 	}
 	_, quarantined := d.Labels[fleetv1.LabelBlacklist]
-	want, err := json.Marshal(DeviceIdentity{Device: d.Name, Quarantined: quarantined})
+	want, err := events.IdentityEntry{Device: d.Name, Quarantined: quarantined}.Encode()
 	if err != nil {
-		return false, idc, 0, err
+		return false, idc, 0, err // CRD validation prevents this: a Device's name is a device token
 	}
 	e, key, err := r.readIdentity(ctx, d.Spec.IdentitySubject)
 	if err != nil {
@@ -415,7 +399,7 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 	case string(e.Value()) == string(want):
 		return false, registered, 0, nil
 	default:
-		if cur, err := decodeIdentity(e.Value()); err == nil && cur.Device != d.Name {
+		if cur, err := events.DecodeIdentityEntry(e.Value()); err == nil && cur.Device != d.Name {
 			r.Log.WarnContext(ctx, "identity subject already registered to another device; fix spec.identitySubject",
 				"device", d.Name, "namespace", d.Namespace, "key", key, "registeredTo", cur.Device)
 			inUse := condition(d, ConditionIdentityRegistered, metav1.ConditionFalse, ReasonIdentityInUse,

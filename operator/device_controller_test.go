@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -155,25 +156,27 @@ func (e *devEnv) waitDevice(id, what string, cond func(*fleetv1.Device) bool) *f
 	}
 }
 
-// identityOf reads the fleet-identity value of an identity subject the way
-// the auth callout does; ok is false when there is no key.
-func (e *devEnv) identityOf(subject string) (authcallout.IdentityEntry, bool) {
+// identityOf reads the fleet-identity value of an identity subject through
+// the auth callout's own reader (authcallout.KVIdentities), so every value
+// the operator writes is proven to be one the callout decides with; ok is
+// false when there is no key.
+func (e *devEnv) identityOf(subject string) (events.IdentityEntry, bool) {
 	e.t.Helper()
-	en, err := e.identity.Get(e.ctx, subject)
+	_, err := e.identity.Get(e.ctx, subject)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return authcallout.IdentityEntry{}, false
+		return events.IdentityEntry{}, false
 	}
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	v, err := authcallout.DecodeIdentityEntry(en.Value())
+	v, err := authcallout.NewKVIdentities(e.store.JetStream()).Lookup(e.ctx, subject)
 	if err != nil {
-		e.t.Fatalf("identity value %s: %v", en.Value(), err)
+		e.t.Fatalf("the callout refuses the identity value of %s: %v", subject, err)
 	}
 	return v, true
 }
 
-func (e *devEnv) waitIdentity(what, subject string, want *authcallout.IdentityEntry) {
+func (e *devEnv) waitIdentity(what, subject string, want *events.IdentityEntry) {
 	e.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -249,7 +252,7 @@ func TestReportsNeverTouchReservedLabels(t *testing.T) {
 	id := e.id("rpi-1")
 	e.create(id, map[string]string{"blacklist": "true"})
 	e.start(time.Minute)
-	e.waitIdentity("the quarantined identity", "sub-"+id, &authcallout.IdentityEntry{Device: id, Quarantined: true})
+	e.waitIdentity("the quarantined identity", "sub-"+id, &events.IdentityEntry{Device: id, Quarantined: true})
 
 	// The device tries to clear its quarantine and claim control-plane labels.
 	e.report(id, events.DeviceInventory{OS: "debian-12", Arch: "amd64", Kernel: "6.1.0", AgentVersion: "1.0.0",
@@ -282,7 +285,7 @@ func TestReportsNeverTouchReservedLabels(t *testing.T) {
 		if _, q := d.Labels["blacklist"]; q {
 			t.Errorf("labels %v: a report added blacklist", d.Labels)
 		}
-		e.waitIdentity("the identity", "sub-"+id2, &authcallout.IdentityEntry{Device: id2})
+		e.waitIdentity("the identity", "sub-"+id2, &events.IdentityEntry{Device: id2})
 	})
 }
 
@@ -367,7 +370,7 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 	e.create(id, nil)
 	e.start(time.Minute)
 	sub := "sub-" + id
-	e.waitIdentity("registration", sub, &authcallout.IdentityEntry{Device: id})
+	e.waitIdentity("registration", sub, &events.IdentityEntry{Device: id})
 	e.waitDevice(id, "the IdentityRegistered condition", func(d *fleetv1.Device) bool {
 		c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
 		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == operator.ReasonRegistered
@@ -382,9 +385,9 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 	}
 
 	e.label(id, "blacklist", "true")
-	e.waitIdentity("quarantine", sub, &authcallout.IdentityEntry{Device: id, Quarantined: true})
+	e.waitIdentity("quarantine", sub, &events.IdentityEntry{Device: id, Quarantined: true})
 	e.label(id, "blacklist", "")
-	e.waitIdentity("quarantine lifted", sub, &authcallout.IdentityEntry{Device: id})
+	e.waitIdentity("quarantine lifted", sub, &events.IdentityEntry{Device: id})
 
 	t.Run("a second Device claiming the same identity subject does not take it", func(t *testing.T) {
 		other := e.id("rpi-9")
@@ -408,13 +411,43 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 		}
 	})
 
+	t.Run("a value written with the shared encoding is another device's registration", func(t *testing.T) {
+		// What the callout's harnesses and fleet dev write
+		// (events.IdentityEntry.Encode) is read by the operator as the
+		// registration of the device it names.
+		taken := "sub-taken-" + id
+		v, err := events.IdentityEntry{Device: "elsewhere"}.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.identity.Put(e.ctx, taken, v); err != nil {
+			t.Fatal(err)
+		}
+		other := e.id("rpi-8")
+		d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: other, Namespace: e.ns}, Spec: fleetv1.DeviceSpec{IdentitySubject: taken}}
+		if err := e.c.Create(e.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		e.waitDevice(other, "the IdentityInUse condition naming the other device", func(d *fleetv1.Device) bool {
+			c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
+			return c != nil && c.Reason == operator.ReasonIdentityInUse && strings.Contains(c.Message, "registered to device elsewhere")
+		})
+		if err := e.c.Delete(e.ctx, d); err != nil {
+			t.Fatal(err)
+		}
+		e.waitGone(other)
+		if got, ok := e.identityOf(taken); !ok || got.Device != "elsewhere" {
+			t.Errorf("the other device's key was removed or changed: %+v %v", got, ok)
+		}
+	})
+
 	t.Run("changing the identity subject moves the key", func(t *testing.T) {
 		d := e.get(id)
 		d.Spec.IdentitySubject = "sub2-" + id
 		if err := e.c.Update(e.ctx, d); err != nil {
 			t.Fatal(err)
 		}
-		e.waitIdentity("the new key", "sub2-"+id, &authcallout.IdentityEntry{Device: id})
+		e.waitIdentity("the new key", "sub2-"+id, &events.IdentityEntry{Device: id})
 		e.waitIdentity("the old key to go", sub, nil)
 	})
 
@@ -531,7 +564,7 @@ func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
 	id := e.id("rpi-1")
 	e.create(id, nil)
 	e.start(time.Minute)
-	e.waitIdentity("the first Device's identity", "sub-"+id, &authcallout.IdentityEntry{Device: id})
+	e.waitIdentity("the first Device's identity", "sub-"+id, &events.IdentityEntry{Device: id})
 
 	other := e.ns + "-b"
 	if err := e.c.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}); err != nil {
@@ -582,7 +615,7 @@ func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitGone(id)
-	e.waitIdentity("the namesake's identity", "subb-"+id, &authcallout.IdentityEntry{Device: id})
+	e.waitIdentity("the namesake's identity", "subb-"+id, &events.IdentityEntry{Device: id})
 	if v, ok := e.identityOf("sub-" + id); ok {
 		t.Errorf("the deleted Device's key is left: %+v", v)
 	}

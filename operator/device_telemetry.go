@@ -2,13 +2,11 @@ package operator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
@@ -120,13 +118,13 @@ func livenessAt(heartbeat, now time.Time, staleAfter time.Duration) fleetv1.Live
 // device's heartbeats and inventories, in one consumer.
 var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbeat), "fleet.report.*." + string(events.ReportInventory)}
 
-// followTelemetry feeds the telemetry view from one ordered consumer on
-// FLEET_TELEMETRY for all devices (never one per device) and wakes the
-// Device controller through wake, one generic event per Device named by a
-// report that may change its status. It starts from the last report per
-// subject, which is the whole current state, so a restart loses nothing; the
-// ordered consumer resumes by itself after a reconnect. It returns when ctx
-// ends.
+// followTelemetry feeds the telemetry view from the event store's follow of
+// FLEET_TELEMETRY (Store.FollowSubjects: one ordered consumer for all
+// devices, never one per device) and wakes the Device controller through
+// wake, one generic event per Device named by a report that may change its
+// status. It starts from the last report per subject, which is the whole
+// current state, so a restart loses nothing; the ordered consumer resumes
+// by itself after a reconnect. It returns when ctx ends.
 func (r *DeviceReconciler) followTelemetry(ctx context.Context, wake chan<- event.GenericEvent) error {
 	backoff := time.Second
 	for {
@@ -145,75 +143,43 @@ func (r *DeviceReconciler) followTelemetry(ctx context.Context, wake chan<- even
 }
 
 func (r *DeviceReconciler) followOnce(ctx context.Context, wake chan<- event.GenericEvent) error {
-	js := r.Store.JetStream()
-	cons, err := js.OrderedConsumer(ctx, events.StreamTelemetry, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    telemetryFilters,
-		DeliverPolicy:     jetstream.DeliverLastPerSubjectPolicy,
-		InactiveThreshold: 30 * time.Second,
-	})
-	if err != nil {
-		return fmt.Errorf("telemetry consumer: %w", err)
-	}
-	msgs, err := cons.Messages(jetstream.PullMaxMessages(events.ReplayBatchSize))
-	if err != nil {
-		return fmt.Errorf("telemetry consumer: %w", err)
-	}
-	defer func() {
-		msgs.Stop()
-		if info := cons.CachedInfo(); info != nil {
-			dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := js.DeleteConsumer(dctx, events.StreamTelemetry, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-				r.Log.Debug("delete telemetry consumer", "error", err)
-			}
+	for rec, err := range r.Store.FollowSubjects(ctx, telemetryFilters, events.FromLastPerSubject()) {
+		if re, ok := events.AsRecordError(err); ok {
+			// The device's own garbage, another device's keys on its
+			// subject: neither a heartbeat nor an inventory. Skipped and
+			// counted; the follow goes on.
+			r.Skips.Skip(ctx, r.Log, re)
+			continue
 		}
-	}()
-	for {
-		m, err := msgs.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			return fmt.Errorf("telemetry consumer: %w", err)
 		}
-		if err := r.observe(ctx, m, wake); err != nil {
+		if err := r.observe(ctx, rec, wake); err != nil {
 			// One report must not stop the others.
-			r.Log.WarnContext(ctx, "telemetry report ignored", "subject", m.Subject(), "error", err)
+			r.Log.WarnContext(ctx, "telemetry report ignored", "subject", rec.Subject, "error", err)
 		}
 	}
+	return ctx.Err()
 }
 
-// observe records one telemetry message and wakes the Devices it concerns
-// when it may change their status. A report that does not decode (the
-// device's own garbage, another device's keys on its subject) is skipped and
-// counted: it is neither a heartbeat nor an inventory. The device is the one
-// in the subject.
-func (r *DeviceReconciler) observe(ctx context.Context, m jetstream.Msg, wake chan<- event.GenericEvent) error {
-	md, err := m.Metadata()
-	if err != nil {
-		return err
-	}
-	rec := events.Record{Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
-	ev, err := events.DecodeStored(rec.Subject, m.Data())
-	if re, ok := events.AsRecordError(err); ok {
-		re.Stream, re.Sequence = rec.Stream, rec.Sequence
-		r.Skips.Skip(ctx, r.Log, re)
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	rec.Event = ev
-	device := ev.Keys.Device // DecodeStored: the subject's device
-	switch ev.Type {
+// observe records one telemetry report and wakes the Devices it concerns
+// when it may change their status. An inventory whose data does not decode
+// is skipped and counted. The device is the one in the subject
+// (events.DecodeStored checked that the keys name it).
+func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake chan<- event.GenericEvent) error {
+	device := rec.Event.Keys.Device
+	switch rec.Event.Type {
 	case events.TypeDeviceHeartbeat:
-		if !r.telemetry.heartbeat(device, md.Timestamp) {
+		if !r.telemetry.heartbeat(device, rec.Stored) {
 			return nil
 		}
 	case events.TypeDeviceInventory:
-		inv, err := events.Decode[events.DeviceInventory](ev)
+		inv, err := events.Decode[events.DeviceInventory](rec.Event)
 		if err != nil {
 			r.Skips.Skip(ctx, r.Log, events.InvalidData(rec, err))
 			return nil
 		}
-		if !r.telemetry.inventory(device, md.Sequence.Stream, inv) {
+		if !r.telemetry.inventory(device, rec.Sequence, inv) {
 			return nil
 		}
 	default:

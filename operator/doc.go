@@ -13,7 +13,11 @@
 //     fleet-intent KV and patches Deployment status, checkpointing its folds;
 //   - the Device controller projects heartbeats and inventory onto Device
 //     status on transitions only, mirrors self-reported labels (never the
-//     reserved ones) and keeps the fleet-identity KV in sync.
+//     reserved ones) and keeps the fleet-identity KV in sync;
+//   - the pull-secret policy sync (PolicySync, when OpenBao administration
+//     is configured) keeps, per Deployment, an OpenBao ACL policy granting
+//     read on exactly the pull secrets its score references, bound to the
+//     JWT roles of its device groups.
 //
 // Device input is data, never control: every reader skips a stored record
 // that does not decode (events.DecodeStored, the subject being
@@ -22,6 +26,7 @@
 // fleet_events_skipped_records_total — logs it without its payload, and
 // moves its position past it.
 //
-// It may import k8s, events and projections; cmd/fleet-operator runs it, and
-// the one-machine assemblies (fleet dev, the scale benchmark) embed it.
+// It may import k8s, events, projections and secrets/openbao (the
+// pull-secret policy sync); cmd/fleet-operator runs it, and the one-machine
+// assemblies (fleet dev, the scale benchmark) embed it.
 package operator

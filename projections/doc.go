@@ -16,5 +16,6 @@
 // and writes their results (fleet-intent KV, status, transitions) is the
 // operator's RolloutRunner.
 //
-// It may import events and the k8s API types; the operator imports it.
+// It may import events and the k8s API types; the operator and history
+// (`fleet history`) import it.
 package projections

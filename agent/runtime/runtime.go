@@ -7,7 +7,8 @@
 //
 // Invariants: a Runtime never logs or returns a registry password or an
 // environment value; errors name the container or image, never the secret.
-// It may be imported by agent packages only; it never links Kubernetes.
+// Agent packages, cmd/fleet-agent and internal/devenv (the devices of
+// `fleet dev`) may import it; it never links Kubernetes.
 package runtime
 
 import (

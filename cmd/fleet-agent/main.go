@@ -95,20 +95,13 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if *baoURL != "" && *baoRole == "" {
 		return errors.New("--openbao-role is empty: give the OpenBao JWT role of this device's group (fleet-group-<namespace>-<group>, or fleet-device-<namespace>)")
 	}
-	opts := []nats.Option{nats.Name("fleet-agent " + *device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))}
-	var idToken func(context.Context) (string, error)
-	switch {
-	case key != nil:
-		if *issuer == "" {
-			return errors.New("--issuer is empty and the key file names no issuer: give the OpenID Provider's issuer URL")
-		}
-		src, err := credential.New(ctx, credential.Options{Issuer: *issuer, Key: *key, Audience: *audience, Logger: logger})
-		if err != nil {
-			return err
-		}
-		opts = append(opts, src.NATSOptions(*device)...)
-		idToken = src.IDToken
-	case !*noAuth:
+	if key != nil && *issuer == "" {
+		return errors.New("--issuer is empty and the key file names no issuer: give the OpenID Provider's issuer URL")
+	}
+	if *baoURL != "" && key == nil {
+		return errors.New("--openbao-url needs --key-file: the device logs in to OpenBao with its id_token")
+	}
+	if key == nil && !*noAuth {
 		return errors.New("no --key-file: a device authenticates with its machine key (or pass --insecure-no-auth for a development server)")
 	}
 
@@ -127,11 +120,25 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return fmt.Errorf("--runtime %q: use podman or sim", *rt)
 	}
 
+	var nc *nats.Conn
+	var idToken func(context.Context) (string, error)
+	if key != nil {
+		dc, err := agent.Connect(ctx, agent.ConnectOptions{URL: *natsURL, Key: key, Device: *device, Issuer: *issuer, Audience: *audience, Logger: logger})
+		if err != nil {
+			return err
+		}
+		nc, idToken = dc.Conn, dc.Source.IDToken
+	} else {
+		// --insecure-no-auth: a development server without the callout.
+		var err error
+		if nc, err = nats.Connect(*natsURL, nats.Name("fleet-agent "+*device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))); err != nil {
+			return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+		}
+	}
+	defer nc.Close()
+
 	rec := &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure}
 	if *baoURL != "" {
-		if idToken == nil {
-			return errors.New("--openbao-url needs --key-file: the device logs in to OpenBao with its id_token")
-		}
 		ds, err := deviceSecrets(openbao.Config{Address: *baoURL, Role: *baoRole, JWTMount: *baoJWT, KVMount: *baoKV}, *baoCA, idToken, *baoPrefix)
 		if err != nil {
 			return err
@@ -139,11 +146,6 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		rec.Secrets, rec.Credentials = ds, ds
 	}
 
-	nc, err := nats.Connect(*natsURL, opts...)
-	if err != nil {
-		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
-	}
-	defer nc.Close()
 	return agent.Run(ctx, agent.Options{
 		Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
 		Reconciler: rec,

@@ -18,10 +18,11 @@ import (
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
@@ -41,7 +42,7 @@ func randomHex(t *testing.T) string {
 // TestSecretValuesReachOnlyTheContainer runs the agent binary's main path
 // against the production chain — machine key → id_token → NATS auth callout,
 // and id_token → OpenBao JWT login (the stand-in; see
-// internal/testenv/baostandin) — on real Podman with the test registry. A
+// internal/baostandin) — on real Podman with the test registry. A
 // secret_env value and a device pull credential are resolved and used; then
 // every event and KV entry on the server (all streams, with history), every
 // label of the device's containers, every log line and every error is
@@ -94,15 +95,15 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 	}
 
 	name := func(n string) string { return n + "-" + device }
-	secretEnv := []agent.SecretEnv{{Name: "DB_PASSWORD", Secret: "apps/demo/db", Key: "password"}}
-	scores := map[string]agent.Score{
-		"good": {Type: "PodmanV0", Data: agent.PodmanV0{
-			InitContainer: &agent.Service{Name: name("migrate"), Image: initImage, SecretEnv: secretEnv},
-			Services:      []agent.Service{{Name: name("api"), Image: private, ImagePullSecret: "hub", SecretEnv: secretEnv, RestartPolicy: "unless-stopped"}},
+	secretEnv := []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "apps/demo/db", Key: "password"}}
+	scores := map[string]score.Score{
+		"good": {Type: "PodmanV0", Data: score.PodmanV0{
+			InitContainer: &score.Service{Name: name("migrate"), Image: initImage, SecretEnv: secretEnv},
+			Services:      []score.Service{{Name: name("api"), Image: private, ImagePullSecret: "hub", SecretEnv: secretEnv, RestartPolicy: "unless-stopped"}},
 		}},
-		"missing-key": {Type: "PodmanV0", Data: agent.PodmanV0{Services: []agent.Service{{Name: name("mk"), Image: initImage,
-			SecretEnv: []agent.SecretEnv{{Name: "X", Secret: "apps/demo/db", Key: "no-such-key"}}}}}},
-		"wrong-password": {Type: "PodmanV0", Data: agent.PodmanV0{Services: []agent.Service{{Name: name("wp"), Image: other, ImagePullSecret: "hub-wrong"}}}},
+		"missing-key": {Type: "PodmanV0", Data: score.PodmanV0{Services: []score.Service{{Name: name("mk"), Image: initImage,
+			SecretEnv: []score.SecretEnv{{Name: "X", Secret: "apps/demo/db", Key: "no-such-key"}}}}}},
+		"wrong-password": {Type: "PodmanV0", Data: score.PodmanV0{Services: []score.Service{{Name: name("wp"), Image: other, ImagePullSecret: "hub-wrong"}}}},
 	}
 	di := events.DeviceIntent{Device: device}
 	for n, s := range scores {

@@ -121,7 +121,7 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	dev := source("device-d1")
-	v, _ := authcallout.IdentityEntry{Device: "d1"}.Encode()
+	v, _ := events.IdentityEntry{Device: "d1"}.Encode()
 	if _, err := idkv.Put(ctx, dev.Subject(), v); err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 	// Quarantine: the live connection is disconnected.
 	closed := make(chan struct{})
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
-	q, _ := authcallout.IdentityEntry{Device: "d1", Quarantined: true}.Encode()
+	q, _ := events.IdentityEntry{Device: "d1", Quarantined: true}.Encode()
 	if _, err := idkv.Put(ctx, dev.Subject(), q); err != nil {
 		t.Fatal(err)
 	}

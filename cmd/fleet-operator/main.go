@@ -1,6 +1,7 @@
-// Command fleet-operator runs the Fleet operator: the Deployment controller
-// and the rollout runner, against a Kubernetes API server and a NATS
-// JetStream server. See docs/operator.md.
+// Command fleet-operator runs the Fleet operator (package operator): the
+// Deployment and Device controllers, the rollout runner and, when OpenBao
+// administration is configured, the pull-secret policy sync, against a
+// Kubernetes API server and a NATS JetStream server. See docs/operator.md.
 package main
 
 import (

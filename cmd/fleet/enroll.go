@@ -17,8 +17,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/identity/zitadel"
-	"github.com/nationtech/harmony-fleet/internal/enroll"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 

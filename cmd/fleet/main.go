@@ -1,5 +1,8 @@
-// Command fleet is the Fleet admin tool for a laptop. `fleet dev` runs the
-// control plane on one machine (see docs/fleet.md).
+// Command fleet is the Fleet admin tool for a laptop: `fleet dev` runs the
+// control plane on one machine (package internal/devenv), `fleet enroll`
+// enrolls, re-enrolls and revokes devices (package enroll) and `fleet
+// history` answers questions about the past (package history). See
+// docs/fleet.md.
 package main
 
 import (

@@ -9,5 +9,6 @@
 // private key never appears in a log record, an error or a String.
 //
 // The agent imports this package, so it must never link k8s.io/*,
-// sigs.k8s.io/*, the operator or package devop. Any package may import it.
+// sigs.k8s.io/*, the operator or package devop (internal/hygiene checks).
+// Any package may import it.
 package credential

@@ -1,9 +1,9 @@
 // Package callouttest runs, for tests, the production authentication chain
-// on one machine: an embedded NATS server with the documented auth callout
-// configuration (docs/security.md), the development OpenID Provider, the
-// callout service, an operator connection that provisioned the Fleet
-// streams, and helpers to enroll devices with a key file. Only tests import
-// it.
+// on one machine, assembled by internal/controlplane: an embedded NATS
+// server with the documented auth callout configuration (docs/security.md),
+// the development OpenID Provider, the callout service, an operator
+// connection that provisioned the Fleet streams, and helpers to enroll
+// devices with a key file. Only tests import it (internal/hygiene checks).
 package callouttest
 
 import (

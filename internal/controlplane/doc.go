@@ -17,5 +17,6 @@
 //
 // The development provider is in it, so no production binary may import
 // it: only fleet dev (internal/devenv), the scale benchmark
-// (internal/scalebench) and the tests' chain (internal/callouttest) do.
+// (internal/scalebench) and the tests' chain (internal/callouttest) do
+// (internal/hygiene checks).
 package controlplane

@@ -86,7 +86,7 @@ func (p *Plane) EnrollDevice(ctx context.Context, device, path string) (string, 
 	if err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: %w", device, err)
 	}
-	v, err := authcallout.IdentityEntry{Device: device}.Encode()
+	v, err := events.IdentityEntry{Device: device}.Encode()
 	if err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: %w", device, err)
 	}

@@ -1,13 +1,13 @@
 // Package devenv runs the whole Fleet control plane on one machine for
 // `fleet dev`: the embedded NATS JetStream server with the documented auth
-// callout configuration (accounts AUTH, FLEET, SYS) and the Fleet streams and
-// KV buckets, the development OpenID Provider, the OpenBao stand-in
-// (internal/testenv/baostandin, configured through secrets/openbao as for
+// callout configuration (accounts AUTH, FLEET, DEVICES, SYS) and the Fleet
+// streams and KV buckets, the development OpenID Provider, the OpenBao
+// stand-in (internal/baostandin, configured through secrets/openbao as for
 // OpenBao), the auth callout service, etcd + kube-apiserver with the Fleet
 // CRDs, the operator (connected through the callout with the fleet-operator
 // role), and the devices: N simulated ones and, when a Podman API socket
 // answers, one (PodmanDevice) on real Podman, with the example images built
-// locally. Each device is enrolled through internal/enroll, connects with
+// locally. Each device is enrolled through package enroll, connects with
 // its machine key through the callout exactly like a real device, and reads
 // its secrets from the stand-in with its id_token.
 //
@@ -23,7 +23,7 @@
 // (links to fleet, kubectl and the nats CLI, which the printed PATH line
 // makes a new shell find) is remade on every start.
 //
-// Only cmd/fleet and its tests import it.
+// Only cmd/fleet imports it (internal/hygiene checks); tests may.
 package devenv
 
 import (
@@ -42,8 +42,8 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
-	"github.com/nationtech/harmony-fleet/internal/enroll"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 

@@ -16,10 +16,10 @@ import (
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/enroll"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -59,7 +59,7 @@ func devices(n int, withPodman bool) []device {
 	return out
 }
 
-// enrollDevice enrolls a device through internal/enroll as `fleet enroll`
+// enrollDevice enrolls a device through package enroll as `fleet enroll`
 // does: a machine user and key at the provider, the Device resource, the key
 // file. The development provider keeps no state across runs, so a Device
 // left by a previous run gets a new machine user (its spec.identitySubject
@@ -125,11 +125,13 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 	if err != nil {
 		return fmt.Errorf("fleet dev: device %s: %w", dev, err)
 	}
-	src, err := credential.New(ctx, credential.Options{Issuer: issuer, Key: key, Audience: audience, Logger: log})
+	dc, err := agent.Connect(ctx, agent.ConnectOptions{URL: natsURL, Key: &key, Device: dev, Issuer: issuer, Audience: audience, Logger: log,
+		NATSOptions: []nats.Option{nats.RetryOnFailedConnect(true)}})
 	if err != nil {
-		return fmt.Errorf("fleet dev: device %s: %w", dev, err)
+		return fmt.Errorf("fleet dev: %w", err)
 	}
-	ds, err := b.deviceSecrets(dev, o.Namespace, src.IDToken)
+	defer dc.Close()
+	ds, err := b.deviceSecrets(dev, o.Namespace, dc.Source.IDToken)
 	if err != nil {
 		return err
 	}
@@ -140,14 +142,8 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 	} else {
 		rec.Runtime = openRegistry{sim.New(sim.Options{Behave: behave})}
 	}
-	nc, err := nats.Connect(natsURL, append(src.NATSOptions(dev),
-		nats.Name("fleet-agent "+dev), nats.MaxReconnects(-1), nats.RetryOnFailedConnect(true))...)
-	if err != nil {
-		return fmt.Errorf("fleet dev: device %s: connect: %w", dev, err)
-	}
-	defer nc.Close()
 	return agent.Run(ctx, agent.Options{
-		Device: dev, Conn: nc, Labels: d.labels, AgentVersion: "fleet-dev",
+		Device: dev, Conn: dc.Conn, Labels: d.labels, AgentVersion: "fleet-dev",
 		// Re-read the intent every 30 s rather than every 5 minutes: a
 		// dev device repairs a missed change quickly.
 		ResyncInterval: devResync,

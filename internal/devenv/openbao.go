@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nationtech/harmony-fleet/internal/testenv/baostandin"
+	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )

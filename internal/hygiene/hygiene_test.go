@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -61,6 +62,9 @@ func TestImportRules(t *testing.T) {
 		allowed   []string // in-repo prefixes that are allowed despite a forbidden prefix
 	}{
 		{"events imports no in-repo package", module + "/events", []string{module + "/"}, []string{module + "/events"}},
+		// The agent, the CI shipper and the CRD test share it.
+		{"the score package imports no in-repo package and no Kubernetes", module + "/score",
+			[]string{module + "/", "k8s.io/", "sigs.k8s.io/"}, []string{module + "/score"}},
 		// sigs.k8s.io/yaml is a YAML library the Podman bindings link
 		// (pkg/trust); it is not Kubernetes.
 		{"the agent never links Kubernetes or the operator", module + "/agent/...",
@@ -77,6 +81,19 @@ func TestImportRules(t *testing.T) {
 			[]string{module + "/operator", module + "/agent", module + "/authcallout"}, nil},
 		{"history reads the streams through events and projections only", module + "/history",
 			[]string{module + "/", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"}, []string{module + "/events", module + "/projections", module + "/k8s/api/"}},
+		// The agent imports the credential.
+		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
+			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
+		// An application's deployment program links the SDK. (The NATS
+		// client comes in through identity/credential, which serves devices
+		// too.)
+		{"the harmony SDK links neither the control plane, the agent nor the container runtime bindings", module + "/harmony",
+			[]string{module + "/operator", module + "/agent", module + "/authcallout", module + "/projections", module + "/events",
+				module + "/internal/", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
+		// Agent tests use the Podman harness; the Podman bindings link
+		// sigs.k8s.io/yaml (pkg/bindings/images → pkg/trust).
+		{"the Podman test harness links no Kubernetes code, so agent tests may use it", module + "/internal/testenv/podmantest",
+			[]string{"k8s.io/", "sigs.k8s.io/", module + "/internal/testenv/kubeapi"}, []string{"sigs.k8s.io/yaml"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +112,66 @@ func TestImportRules(t *testing.T) {
 	}
 }
 
+// TestWhoMayLinkWhat checks, for every package of the module and so for
+// every binary under cmd/, which packages may link (import directly or
+// through others) the test harnesses, fleet dev and the parts of the
+// one-machine control plane. Tests are not packages here: any test may
+// import any of them. A linker ending in "/..." stands for the package and
+// the packages under it.
+func TestWhoMayLinkWhat(t *testing.T) {
+	tests := []struct {
+		name    string
+		pkg     string
+		linkers []string // the only packages whose dependencies may include pkg
+	}{
+		{"fleet dev (internal/devenv) is linked only by cmd/fleet", "internal/devenv", []string{"cmd/fleet"}},
+		{"the one-machine control plane (internal/controlplane) is linked only by fleet dev, the scale benchmark and the tests' callout chain",
+			"internal/controlplane", []string{"internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
+		{"the embedded NATS server (internal/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
+			"internal/natsembed", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/natstest", "internal/callouttest"}},
+		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the tests' callout chain",
+			"identity/devop", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
+		{"the OpenBao stand-in (internal/baostandin) is linked only by fleet dev", "internal/baostandin", []string{"internal/devenv", "cmd/fleet"}},
+		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "internal/devenv"}},
+		{"the scale benchmark (internal/scalebench) is linked only by its command", "internal/scalebench", []string{"internal/scalebench/cmd/fleet-scale"}},
+		{"the missing-component policy (internal/testenv) is linked only by the test harnesses", "internal/testenv",
+			[]string{"internal/testenv/kubeapi", "internal/testenv/podmantest", "internal/callouttest"}},
+		{"the API server harness (internal/testenv/kubeapi) is linked by no package, only tests", "internal/testenv/kubeapi", nil},
+		{"the Podman harness (internal/testenv/podmantest) is linked by no package, only tests", "internal/testenv/podmantest", nil},
+		{"the NATS test harness (internal/natstest) is linked by no package, only tests", "internal/natstest", nil},
+		{"the auth chain harness (internal/callouttest) is linked by no package, only tests", "internal/callouttest", nil},
+		{"the hostile payloads (internal/poisontest) are linked by no package, only tests", "internal/poisontest", nil},
+		{"the runtime conformance suite (agent/runtime/runtimetest) is linked by no package, only tests", "agent/runtime/runtimetest", nil},
+	}
+	pkgs := list(t, "./...")
+	exists := map[string]bool{}
+	for _, p := range pkgs {
+		exists[p.ImportPath] = true
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			restricted := module + "/" + tc.pkg
+			if !exists[restricted] {
+				t.Fatalf("%s is not a package of the module: the rule would check nothing", restricted)
+			}
+			for _, p := range pkgs {
+				if slices.Contains(p.Deps, restricted) && !mayLink(strings.TrimPrefix(p.ImportPath, module+"/"), tc.linkers) {
+					t.Errorf("%s links %s (only %v may)", p.ImportPath, restricted, tc.linkers)
+				}
+			}
+		})
+	}
+}
+
+func mayLink(pkg string, linkers []string) bool {
+	for _, l := range linkers {
+		if pkg == l || (strings.HasSuffix(l, "/...") && (pkg == strings.TrimSuffix(l, "/...") || strings.HasPrefix(pkg, strings.TrimSuffix(l, "...")))) {
+			return true
+		}
+	}
+	return false
+}
+
 func TestTheImportRuleCheckCanFail(t *testing.T) {
 	// natstest imports events, so a rule forbidding in-repo imports for it
 	// must report something; this guards against a check that sees nothing.
@@ -106,6 +183,13 @@ func TestTheImportRuleCheckCanFail(t *testing.T) {
 	}
 	if !found {
 		t.Fatal("go list -deps did not report a known dependency; the import rule test would pass vacuously")
+	}
+	// cmd/fleet runs fleet dev, so its Deps must name internal/devenv; this
+	// guards TestWhoMayLinkWhat in the same way.
+	for _, p := range list(t, module+"/cmd/fleet") {
+		if !slices.Contains(p.Deps, module+"/internal/devenv") {
+			t.Fatal("go list did not report cmd/fleet's dependency on internal/devenv; TestWhoMayLinkWhat would pass vacuously")
+		}
 	}
 }
 

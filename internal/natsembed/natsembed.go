@@ -4,7 +4,11 @@
 // policy (see docs/adr/0002-durability-policy.md); it knows nothing of Fleet
 // streams (package events provisions those).
 //
-// Any package of this module may import it.
+// The one-machine control plane (internal/controlplane, through which
+// `fleet dev` runs it), the scale benchmark, the NATS test harnesses
+// (internal/natstest, internal/callouttest) and tests may import it; the
+// binaries that run in a cluster or on a device never link it
+// (internal/hygiene checks).
 package natsembed
 
 import (

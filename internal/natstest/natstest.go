@@ -1,7 +1,7 @@
 // Package natstest starts an embedded JetStream server for tests (port -1, a
 // temporary store), connects clients to it and stands in for devices
 // (reports are never acknowledged: PublishStored, Report). Only tests import
-// it.
+// it (internal/hygiene checks).
 package natstest
 
 import (

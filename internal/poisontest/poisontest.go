@@ -2,7 +2,7 @@
 // event: what a device (or a JetStream answer aimed by the reply trick) can
 // store on a subject it may publish on. Every reader of a stream is tested
 // against them: it must skip and count each one and go on. Only tests import
-// it.
+// it (internal/hygiene checks).
 package poisontest
 
 import (

@@ -282,10 +282,10 @@ func connectDevice(ctx context.Context, f childFlags, dev string, hc *http.Clien
 			return nil, 0, nil
 		}
 	}
-	var nc *nats.Conn
+	var dc *agent.DeviceConn
 	for {
-		nc, err = nats.Connect(f.url, append(append(src.NATSOptions(dev), nats.Name("fleet-agent "+dev), nats.Timeout(10*time.Second),
-			nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second)), opts...)...)
+		dc, err = agent.Connect(ctx, agent.ConnectOptions{URL: f.url, Device: dev, Source: src, NATSOptions: append([]nats.Option{
+			nats.Timeout(10 * time.Second), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second)}, opts...)})
 		if err == nil {
 			break
 		}
@@ -295,7 +295,7 @@ func connectDevice(ctx context.Context, f childFlags, dev string, hc *http.Clien
 			return nil, 0, nil
 		}
 	}
-	return nc, time.Since(began), nil
+	return dc.Conn, time.Since(began), nil
 }
 
 // Floor subjects: a floor subscriber of device d watches its key's subject

@@ -28,5 +28,5 @@
 // runner counts reports that are not the targets' own).
 //
 // Only its command (internal/scalebench/cmd/fleet-scale) and its tests
-// import it.
+// import it (internal/hygiene checks).
 package scalebench

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 )
@@ -75,7 +74,7 @@ func (cp *controlPlane) enrollOne(ctx context.Context, dir, dev string) error {
 	if err != nil {
 		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
 	}
-	v, err := authcallout.IdentityEntry{Device: dev}.Encode()
+	v, err := events.IdentityEntry{Device: dev}.Encode()
 	if err != nil {
 		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
 	}

@@ -3,7 +3,9 @@
 // CI the test is skipped with a message naming the setup step that provides
 // the component. Nothing silently skips in CI.
 //
-// Only tests import this package.
+// Only tests and the test harnesses (internal/testenv/kubeapi,
+// internal/testenv/podmantest, internal/callouttest) import this package
+// (internal/hygiene checks).
 package testenv
 
 import (

@@ -8,6 +8,10 @@
 // The client never reads the environment (no BAO_ADDR, VAULT_TOKEN or
 // similar): everything comes from Config. Errors name paths, never values
 // or tokens.
+//
+// Any package may import it: the agent binary (device secrets), the
+// operator (the pull-secret policy sync), the harmony SDK and `fleet dev`
+// do. It links no Kubernetes code.
 package openbao
 
 import (

@@ -12,7 +12,8 @@
 // conformance suite against a real Podman service (checked with Podman 4.3.1).
 //
 // Build with CGO_ENABLED=0 and the tags `remote exclude_graphdriver_btrfs
-// containers_image_openpgp`. It may be imported by agent packages and
-// cmd/fleet-agent; it links no Kubernetes code (the bindings bring only the
-// sigs.k8s.io/yaml library).
+// containers_image_openpgp`. It may be imported by agent packages,
+// cmd/fleet-agent and internal/devenv (the Podman device of `fleet dev`); it
+// links no Kubernetes code (the bindings bring only the sigs.k8s.io/yaml
+// library).
 package podman

@@ -10,7 +10,8 @@
 // value or a password, and fails a case when one appears in any error the
 // runtime returned.
 //
-// Only tests import this package. It links no Kubernetes code.
+// Only tests import this package (internal/hygiene checks). It links no
+// Kubernetes code.
 package runtimetest
 
 import (

@@ -12,8 +12,10 @@
 // Options.HostPathExists is set), host ports held by non-container
 // processes, and the time a stop takes.
 //
-// It may be imported by agent packages and their tests, and by cmd/fleet;
-// it links no Kubernetes code.
+// It may be imported by agent packages and their tests, cmd/fleet-agent
+// (--runtime sim), internal/devenv (the simulated devices of `fleet dev`)
+// and the scale benchmark (internal/scalebench); it links no Kubernetes
+// code.
 package sim
 
 import (

@@ -17,7 +17,7 @@
 // every test that needs the server is skipped with a message naming
 // `go tool -modfile=tools/go.mod task setup:k8s`.
 //
-// Only tests import this package.
+// Only tests import this package (internal/hygiene checks).
 package kubeapi
 
 import (

@@ -18,7 +18,7 @@
 //
 // Only tests import this package. It links no Kubernetes code (only the
 // sigs.k8s.io/yaml library the Podman bindings use), so agent tests may use
-// it; a test checks.
+// it; internal/hygiene checks both.
 package podmantest
 
 import (

@@ -18,10 +18,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/identity/zitadel"
-	"github.com/nationtech/harmony-fleet/internal/enroll"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -29,7 +29,7 @@ import (
 var _ enroll.Provider = (*devop.Provider)(nil)
 
 func TestMain(m *testing.M) {
-	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}})
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
 }
 
 type fixture struct {

@@ -1,7 +1,9 @@
-// Package baostandin is a stand-in for an OpenBao server, for tests and for
-// `fleet dev`. No OpenBao server can be had on the machines Fleet is built
-// and tested on, so this package speaks the exact HTTP API Fleet uses, and
-// only that:
+// Package baostandin is a stand-in for OpenBao: an in-memory server that
+// speaks the exact subset of OpenBao's HTTP API Fleet uses, and nothing
+// else. It exists because OpenBao cannot run on the machines Fleet is built
+// and tested on. It is product code: `fleet dev` serves it to its users as
+// their OpenBao (internal/devenv starts it), and tests use it wherever
+// production talks to OpenBao. The subset:
 //
 //   - POST /v1/sys/mounts/<path> with type kv and options.version 2, and
 //     POST /v1/sys/auth/<path> with type jwt (enabling engines);
@@ -28,4 +30,8 @@
 // server it starts unsealed with a root token and a KV v2 engine at
 // secret/. Everything is in memory. It is not a security boundary to deploy:
 // production uses a real OpenBao.
+//
+// Only internal/devenv (for `fleet dev`) and tests may import it; no
+// production binary other than cmd/fleet links it (internal/hygiene
+// checks).
 package baostandin

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/identity/credential"
+)
+
+// ConnectOptions say how a device connects to NATS: with its machine key,
+// through the auth callout, as every device does. The fleet-agent binary,
+// fleet dev's devices and the scale benchmark's devices all use Connect.
+type ConnectOptions struct {
+	// URL is the NATS server's URL. Required.
+	URL string
+	// Key is the device's machine key (credential.ReadKeyFile). Required
+	// unless Source is set.
+	Key *credential.KeyFile
+	// Device is the device's id. Default: the key file's.
+	Device string
+	// Issuer and Audience of the OpenID Provider. Default: the key file's.
+	Issuer, Audience string
+	// Source, when set, is an id_token source made earlier for this device
+	// (one kept across retried connects costs the provider nothing more);
+	// Key, Issuer and Audience are then unused.
+	Source *credential.Source
+	// HTTPClient reaches the provider. Default: credential's.
+	HTTPClient *http.Client
+	// Logger receives the credential source's logs. Default: discard.
+	Logger *slog.Logger
+	// NATSOptions are added after the device's own (name, token callback,
+	// inbox prefix, reconnecting forever); a later option wins.
+	NATSOptions []nats.Option
+}
+
+// DeviceConn is a device's NATS connection and the id_token source it
+// authenticates with (the agent's secret store logs in with the same
+// id_tokens).
+type DeviceConn struct {
+	// Device is the device's id.
+	Device string
+	// Conn is the connection; Close closes it.
+	Conn *nats.Conn
+	// Source makes the device's id_tokens.
+	Source *credential.Source
+}
+
+// Close closes the connection.
+func (d *DeviceConn) Close() { d.Conn.Close() }
+
+// Connect makes the device's id_token source from its machine key (unless
+// o.Source is given) and connects to NATS with it: the connection is named
+// "fleet-agent <device>", uses the device's inbox prefix (the auth callout
+// allows no other) and reconnects forever, presenting a fresh id_token each
+// time.
+func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
+	if o.URL == "" {
+		return nil, errors.New("agent: connect: the NATS URL is empty: give the server's URL")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	src := o.Source
+	if src == nil {
+		if o.Key == nil {
+			return nil, errors.New("agent: connect: no machine key: a device authenticates with its key file")
+		}
+		o.Device = cmp.Or(o.Device, o.Key.Device)
+		issuer := cmp.Or(o.Issuer, o.Key.Issuer)
+		if issuer == "" {
+			return nil, errors.New("agent: connect: the issuer is empty and the key file names none: give the OpenID Provider's issuer URL")
+		}
+		var err error
+		src, err = credential.New(ctx, credential.Options{Issuer: issuer, Key: *o.Key, Audience: cmp.Or(o.Audience, o.Key.Audience),
+			HTTPClient: o.HTTPClient, Logger: o.Logger})
+		if err != nil {
+			return nil, fmt.Errorf("agent: connect: %w", err)
+		}
+	}
+	if o.Device == "" {
+		return nil, errors.New("agent: connect: the device id is empty and the key file names none: give the device's id")
+	}
+	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1))
+	nc, err := nats.Connect(o.URL, append(opts, o.NATSOptions...)...)
+	if err != nil {
+		return nil, fmt.Errorf("agent: connect device %s to NATS at %s: %w", o.Device, o.URL, err)
+	}
+	return &DeviceConn{Device: o.Device, Conn: nc, Source: src}, nil
+}

@@ -1,0 +1,381 @@
+package events_test
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+	"github.com/nationtech/harmony-fleet/score"
+)
+
+// Golden event logs: testdata/golden holds, per stream, the messages a build
+// of Fleet wrote (subject and exact payload, one JSON object a line). They
+// are written once with -update and then only read, so every later build
+// proves it still decodes what earlier builds wrote, and folds it to the same
+// Deployment status and fleet-intent values (docs/events.md, "Golden logs").
+//
+// -update never rewrites a line: it creates the files that are missing and
+// appends the lines of every (type, version) this build writes that a file
+// lacks (a new type, a new schema version), and writes folds.json when it is
+// missing. To pin a changed fold result on purpose, delete folds.json and
+// run -update.
+var update = flag.Bool("update", false, "append the golden event lines this build writes that testdata/golden lacks; write folds.json if it is missing")
+
+const goldenDir = "testdata/golden"
+
+// goldenFolds is the pinned result of folding the golden logs.
+const goldenFolds = "folds.json"
+
+// goldenLine is one stored message: the subject the stream stored it on and
+// its payload, byte for byte.
+type goldenLine struct {
+	Subject string          `json:"subject"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
+	if *update {
+		writeGolden(t)
+	}
+	streams := []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands}
+	type typeVersion struct {
+		t events.Type
+		v int
+	}
+	seen := map[typeVersion]bool{}
+	var fold []events.Event
+	for _, stream := range streams {
+		lines := readGolden(t, stream)
+		if len(lines) == 0 {
+			t.Errorf("%s has no lines", goldenFile(stream))
+		}
+		for i, l := range lines {
+			where := fmt.Sprintf("%s line %d", goldenFile(stream), i+1)
+			if got, err := events.StreamOf(l.Subject); err != nil || got != stream {
+				t.Errorf("%s: subject %s belongs to %s (%v), not %s", where, l.Subject, got, err, stream)
+			}
+			ev, err := events.DecodeStored(l.Subject, l.Payload)
+			if err != nil {
+				t.Errorf("%s: %v", where, err)
+				continue
+			}
+			if err := decodeData(ev); err != nil {
+				t.Errorf("%s: the data does not decode: %v", where, err)
+				continue
+			}
+			seen[typeVersion{ev.Type, ev.Version}] = true
+			if stream != events.StreamTelemetry && stream != events.StreamCommands && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
+				fold = append(fold, ev)
+			}
+		}
+	}
+	for _, ti := range events.Catalogue() {
+		if !seen[typeVersion{ti.Type, ti.Version}] {
+			t.Errorf("no golden line of %s version %d, which this build writes: run go test ./events -run TestGoldenLogs -update to append it", ti.Type, ti.Version)
+		}
+	}
+
+	got := foldGolden(t, fold)
+	path := filepath.Join(goldenDir, goldenFolds)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("the pinned fold result: %v (write it with -update)", err)
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("the golden logs fold to another result than %s pins (-pinned +now):\n%s", path, diff)
+	}
+}
+
+// decodeData decodes an event's data into its type's struct.
+func decodeData(ev events.Event) error {
+	var err error
+	switch ev.Type {
+	case events.TypeDeploymentRevisionCreated:
+		_, err = events.Decode[events.DeploymentRevisionCreated](ev)
+	case events.TypeDeploymentRevisionTargets:
+		_, err = events.Decode[events.DeploymentRevisionTargets](ev)
+	case events.TypeDeploymentDeleted:
+		_, err = events.Decode[events.DeploymentDeleted](ev)
+	case events.TypeTaskRunCreated:
+		_, err = events.Decode[events.TaskRunCreated](ev)
+	case events.TypeTaskRunDeleted:
+		_, err = events.Decode[events.TaskRunDeleted](ev)
+	case events.TypeDeviceHeartbeat:
+		_, err = events.Decode[events.DeviceHeartbeat](ev)
+	case events.TypeDeviceInventory:
+		_, err = events.Decode[events.DeviceInventory](ev)
+	case events.TypeWorkloadStatus:
+		_, err = events.Decode[events.WorkloadStatus](ev)
+	case events.TypeTaskStatus:
+		_, err = events.Decode[events.TaskStatus](ev)
+	case events.TypeCommandResult:
+		_, err = events.Decode[events.CommandResult](ev)
+	case events.TypeAgentCommand:
+		_, err = events.Decode[events.AgentCommand](ev)
+	default:
+		if info, ok := ev.Type.Info(); !ok || info.Family != events.FamilyDeploymentRollout {
+			return fmt.Errorf("%s: no data struct known to this test", ev.Type)
+		}
+		_, err = events.Decode[events.RolloutTransition](ev)
+	}
+	return err
+}
+
+// foldGolden folds intent, rollout and workload events as the operator's
+// rollout runner does (one Rollout per Deployment, one Intent for the
+// fleet) and returns every Deployment status and fleet-intent value as
+// indented JSON.
+func foldGolden(t *testing.T, evs []events.Event) []byte {
+	t.Helper()
+	// The runner reads the streams separately; the folds do not depend on
+	// how they interleave. Event time is the order they were written in.
+	slices.SortStableFunc(evs, func(a, b events.Event) int { return a.Time.Compare(b.Time) })
+	rollouts := map[events.Keys]projections.Rollout{}
+	intent := projections.NewIntent()
+	for _, ev := range evs {
+		k := ev.Keys
+		if ev.Type == events.TypeWorkloadStatus {
+			d, err := events.Decode[events.WorkloadStatus](ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k = events.Keys{Namespace: d.Namespace, Name: d.Deployment}
+		} else {
+			intent.Apply(ev)
+		}
+		rollouts[k] = rollouts[k].Apply(ev)
+	}
+	out := map[string]json.RawMessage{}
+	for _, d := range intent.Devices() {
+		v, _ := intent.Value(d)
+		out["fleet-intent/"+d] = v
+	}
+	for k, r := range rollouts {
+		st, ok := r.Status()
+		if !ok {
+			continue
+		}
+		b, err := json.Marshal(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out["status/"+k.Namespace+"/"+k.Name] = b
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
+}
+
+func goldenFile(stream string) string { return filepath.Join(goldenDir, stream+".jsonl") }
+
+func readGolden(t *testing.T, stream string) []goldenLine {
+	t.Helper()
+	f, err := os.Open(goldenFile(stream))
+	if err != nil {
+		t.Fatalf("%v (write the golden logs with -update)", err)
+	}
+	defer f.Close()
+	var out []goldenLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, events.MaxEventSize+4096)
+	for sc.Scan() {
+		var l goldenLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%s line %d: %v", goldenFile(stream), len(out)+1, err)
+		}
+		out = append(out, l)
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// writeGolden appends to each stream's file the generated lines of the
+// (type, version) pairs the file lacks, creating missing files.
+func writeGolden(t *testing.T) {
+	t.Helper()
+	if err := os.MkdirAll(goldenDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	byStream := map[string][]*bytes.Buffer{}
+	for _, ev := range goldenStory(t) {
+		m, err := events.Message(ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stream, err := events.StreamOf(m.Subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		subj, _ := json.Marshal(m.Subject)
+		fmt.Fprintf(&b, `{"subject":%s,"payload":%s}`+"\n", subj, m.Data)
+		byStream[stream] = append(byStream[stream], &b)
+	}
+	for stream, lines := range byStream {
+		present := map[string]bool{}
+		if _, err := os.Stat(goldenFile(stream)); err == nil {
+			for _, l := range readGolden(t, stream) {
+				ev, err := events.DecodeStored(l.Subject, l.Payload)
+				if err != nil {
+					t.Fatalf("%s holds a line this build cannot decode; fix the build, never the golden log: %v", goldenFile(stream), err)
+				}
+				present[fmt.Sprint(ev.Type, ev.Version)] = true
+			}
+		}
+		f, err := os.OpenFile(goldenFile(stream), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range lines {
+			var l goldenLine
+			_ = json.Unmarshal(b.Bytes(), &l)
+			ev, _ := events.DecodeStored(l.Subject, l.Payload)
+			if present[fmt.Sprint(ev.Type, ev.Version)] {
+				continue
+			}
+			if _, err := f.Write(b.Bytes()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// goldenStory is a small fleet's history with fixed ids and times, written
+// as this build's writers write it: Deployment revisions and deletions as
+// the operator builds them, rollout transitions as the runner decides them
+// (projections.Rollout.Next after every fold), reports as the agent sends
+// them; and the catalogue's types no component writes yet (target chunks,
+// TaskRuns, task status, agent commands) with the data their structs define.
+func goldenStory(t *testing.T) []events.Event {
+	t.Helper()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	var out []events.Event
+	rollouts := map[events.Keys]projections.Rollout{}
+	add := func(keys events.Keys, data events.Data, opts ...events.Option) events.Event {
+		at := t0.Add(time.Duration(len(out)) * 1250 * time.Millisecond)
+		var id ulid.ULID
+		if err := id.SetTime(ulid.Timestamp(at)); err != nil {
+			t.Fatal(err)
+		}
+		if err := id.SetEntropy([]byte{0, 0, 0, 0, 0, 0, 0, 0, 0, byte(len(out))}); err != nil {
+			t.Fatal(err)
+		}
+		ev, err := events.New(keys, data, append(opts, events.WithID(id), events.WithTime(at))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, ev)
+		return ev
+	}
+	// runner folds an intent, rollout or workload event into its
+	// Deployment's rollout and appends the transitions Next decides.
+	runner := func(dep events.Keys, ev events.Event) {
+		r := rollouts[dep].Apply(ev)
+		rollouts[dep] = r
+		for _, tr := range r.Next() {
+			next := add(dep, tr, events.WithCorrelation(r.UID, r.Generation))
+			rollouts[dep] = rollouts[dep].Apply(next)
+		}
+	}
+	revision := func(dep events.Keys, uid string, gen int64, s score.Score, targets, canaries []string, chunks []string) string {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(raw)
+		digest := "sha256:" + hex.EncodeToString(sum[:])
+		data := events.DeploymentRevisionCreated{UID: uid, Generation: gen, RevisionID: fmt.Sprintf("%d-%s", gen, digest[7:15]),
+			ScoreDigest: digest, Score: raw, Targets: targets, Canaries: canaries}
+		if len(chunks) > 0 {
+			all := slices.Sorted(slices.Values(append(slices.Clone(targets), chunks...)))
+			ts := sha256.Sum256([]byte(strings.Join(all, "\n")))
+			data.TargetChunks, data.TargetsDigest = 1, "sha256:"+hex.EncodeToString(ts[:])
+		}
+		ev := add(dep, data, events.WithCorrelation(uid, gen))
+		if len(chunks) > 0 {
+			add(dep, events.DeploymentRevisionTargets{UID: uid, Generation: gen, Chunk: 1, Targets: chunks})
+		}
+		runner(dep, ev)
+		return data.RevisionID
+	}
+	workload := func(device string, dep events.Keys, uid string, gen int64, rev string, phase events.WorkloadPhase, errText string) {
+		at := t0.Add(time.Duration(len(out)) * 1250 * time.Millisecond)
+		ev := add(events.Keys{Device: device}, events.WorkloadStatus{Namespace: dep.Namespace, Deployment: dep.Name, UID: uid, Generation: gen,
+			RevisionID: rev, Phase: phase, Error: errText, Since: at}, events.WithCorrelation(uid, gen))
+		runner(dep, ev)
+	}
+	telemetry := func(device string) {
+		add(events.Keys{Device: device}, events.DeviceHeartbeat{AgentVersion: "0.9.0", Uptime: 90*time.Second + 5*time.Millisecond})
+	}
+
+	api := events.Keys{Namespace: "lab", Name: "analysis-api"}
+	const apiUID = "7c1b3e5a-0000-4000-8000-000000000001"
+	apiRev := revision(api, apiUID, 1, score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{
+		InitContainer: &score.Service{Name: "migrate", Image: "registry.example.com/analysis/migrate@sha256:" + strings.Repeat("1", 64), RestartPolicy: score.RestartNo},
+		Services: []score.Service{{Name: "api", Image: "registry.example.com/analysis/api:v1.2.3", Ports: []string{"8080:8080", "5353:53/udp"},
+			Env:           []score.EnvVar{{Name: "MODE", Value: "prod"}},
+			SecretEnv:     []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
+			Volumes:       []score.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data", ReadOnly: true}},
+			RestartPolicy: score.RestartUnlessStopped, ImagePullSecret: "hub"}},
+	}}, []string{"rpi-1", "rpi-2", "rpi-3"}, []string{"rpi-1"}, nil)
+	for _, d := range []string{"rpi-1", "rpi-2", "rpi-3"} {
+		telemetry(d)
+	}
+	add(events.Keys{Device: "rpi-1"}, events.DeviceInventory{OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", Kernel: "6.6.51+rpt-rpi-v8",
+		AgentVersion: "0.9.0", Labels: map[string]string{"site": "lab", "camera": "true"}})
+	workload("rpi-1", api, apiUID, 1, apiRev, events.WorkloadApplying, "")
+	workload("rpi-1", api, apiUID, 1, apiRev, events.WorkloadConverged, "")
+	workload("rpi-2", api, apiUID, 1, apiRev, events.WorkloadConverged, "")
+	workload("rpi-3", api, apiUID, 1, apiRev, events.WorkloadConverged, "")
+
+	web := events.Keys{Namespace: "lab", Name: "web"}
+	const webUID = "7c1b3e5a-0000-4000-8000-000000000002"
+	webRev := revision(web, webUID, 2, score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{
+		Services: []score.Service{{Name: "web", Image: "registry.example.com/web:v2"}}}}, []string{"rpi-2", "rpi-3"}, []string{"rpi-3"}, nil)
+	workload("rpi-3", web, webUID, 2, webRev, events.WorkloadFailed, "init container migrate exited with code 3")
+	ev := add(web, events.DeploymentDeleted{UID: webUID, Generation: 2}, events.WithCorrelation(webUID, 2))
+	runner(web, ev)
+
+	batch := events.Keys{Namespace: "ops", Name: "batch"}
+	const batchUID = "7c1b3e5a-0000-4000-8000-000000000003"
+	revision(batch, batchUID, 1, score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{
+		Services: []score.Service{{Name: "batch", Image: "registry.example.com/batch:v1"}}}}, []string{"rpi-4"}, nil, []string{"rpi-5"})
+
+	const taskUID = "7c1b3e5a-0000-4000-8000-000000000004"
+	add(events.Keys{Namespace: "ops", Name: "upgrade"}, events.TaskRunCreated{UID: taskUID, Generation: 1, Task: "system-upgrade", Targets: []string{"rpi-1"}})
+	add(events.Keys{Device: "rpi-1"}, events.TaskStatus{Namespace: "ops", TaskRun: "upgrade", UID: taskUID, Phase: "Succeeded", Since: t0.Add(time.Hour)})
+	add(events.Keys{Namespace: "ops", Name: "upgrade"}, events.TaskRunDeleted{UID: taskUID})
+	cmd := add(events.Keys{Device: "rpi-2"}, events.AgentCommand{Command: "report-inventory", RequestedBy: "admin@example.com"})
+	add(events.Keys{Device: "rpi-2"}, events.CommandResult{CommandID: cmd.ID.String(), Command: "report-inventory", OK: true})
+	add(events.Keys{Device: "rpi-2"}, events.DeviceInventory{OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", Kernel: "6.6.51+rpt-rpi-v8", AgentVersion: "0.9.0"})
+	telemetry("rpi-2")
+	return out
+}

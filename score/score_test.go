@@ -1,0 +1,218 @@
+package score_test
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nationtech/harmony-fleet/score"
+)
+
+const digest = "@sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+func valid() score.Score {
+	return score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{
+		InitContainer: &score.Service{Name: "migrate", Image: "registry.example.com/migrate" + digest, RestartPolicy: score.RestartNo},
+		Services: []score.Service{{
+			Name: "api", Image: "registry.example.com:5000/api:v1.2.3", Ports: []string{"8080:8080", "53:53/udp"},
+			Env:           []score.EnvVar{{Name: "MODE", Value: "prod"}},
+			SecretEnv:     []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
+			Volumes:       []score.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data"}},
+			RestartPolicy: score.RestartUnlessStopped, ImagePullSecret: "hub-pull",
+		}},
+	}}
+}
+
+func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(*score.Score)
+		want   []string // each must be in the error; none: valid
+	}{
+		{"a complete score is valid", func(*score.Score) {}, nil},
+		{"a score of one service without an init container is valid", func(s *score.Score) { s.Data.InitContainer = nil }, nil},
+		{"an empty restart policy is valid (the default)", func(s *score.Score) { s.Data.Services[0].RestartPolicy = "" }, nil},
+		{"an image with a tag and a digest is valid", func(s *score.Score) { s.Data.Services[0].Image = "api:v1" + digest }, nil},
+		{"a type other than PodmanV0 is named", func(s *score.Score) { s.Type = "Helm" },
+			[]string{`score.type "Helm"`, `use "PodmanV0"`}},
+		{"no services is named", func(s *score.Score) { s.Data.Services = nil }, []string{"score.data.services: is empty"}},
+		{"33 services are too many", func(s *score.Score) {
+			s.Data.Services = nil
+			for i := range 33 {
+				s.Data.Services = append(s.Data.Services, score.Service{Name: "s" + strings.Repeat("x", i), Image: "a:b"})
+			}
+		}, []string{"score.data.services: has 33 services: use at most 32"}},
+		{"an init container with ports is named", func(s *score.Score) { s.Data.InitContainer.Ports = []string{"80:80"} },
+			[]string{"score.data.init_container.ports: must be empty"}},
+		{"two services with one name are named", func(s *score.Score) { s.Data.Services = append(s.Data.Services, s.Data.Services[0]) },
+			[]string{`score.data.services[1].name "api": is also services[0].name`}},
+		{"an init container named like a service is named", func(s *score.Score) { s.Data.InitContainer.Name = "api" },
+			[]string{`score.data.services[0].name "api": is also init_container.name`}},
+		{"a container name with a space is named", func(s *score.Score) { s.Data.Services[0].Name = "my api" },
+			[]string{`score.data.services[0].name "my api": use 1 to 63 letters`}},
+		{"a container name of 64 characters is named", func(s *score.Score) { s.Data.Services[0].Name = strings.Repeat("a", 64) },
+			[]string{"score.data.services[0].name", "is 64 characters long"}},
+		{"an image without a tag or digest is named", func(s *score.Score) { s.Data.Services[0].Image = "registry.example.com:5000/api" },
+			[]string{`score.data.services[0].image "registry.example.com:5000/api": name a digest`}},
+		{"an image with a short digest is named", func(s *score.Score) { s.Data.Services[0].Image = "api@sha256:abc" },
+			[]string{"score.data.services[0].image", "name a digest"}},
+		{"a port out of range is named", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8080:70000"} },
+			[]string{`score.data.services[0].ports[1] "8080:70000": use host:container with numbers in 1..65535`}},
+		{"65 ports are too many", func(s *score.Score) { s.Data.Services[0].Ports = make([]string, 65) },
+			[]string{"score.data.services[0].ports: has 65 entries: use at most 64"}},
+		{"an env name starting with a digit is named", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "1MODE" },
+			[]string{`score.data.services[0].env[0].name "1MODE": use a letter or '_'`}},
+		{"an env value over 4096 characters is named", func(s *score.Score) { s.Data.Services[0].Env[0].Value = strings.Repeat("é", 4097) },
+			[]string{"score.data.services[0].env[0].value: is 4097 characters long: use at most 4096"}},
+		{"a secret path with a leading slash is named", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Secret = "/lab/db" },
+			[]string{`score.data.services[0].secret_env[0].secret "/lab/db"`}},
+		{"a secret env without a key is named", func(s *score.Score) { s.Data.Services[0].SecretEnv[0].Key = "" },
+			[]string{"score.data.services[0].secret_env[0].key: is empty"}},
+		{"a relative host path is named", func(s *score.Score) { s.Data.Services[0].Volumes[0].HostPath = "var/lib" },
+			[]string{`score.data.services[0].volumes[0].host_path "var/lib": use an absolute path`}},
+		{"an unknown restart policy is named", func(s *score.Score) { s.Data.Services[0].RestartPolicy = "sometimes" },
+			[]string{`score.data.services[0].restart_policy "sometimes": use one of`}},
+		{"a pull secret with a slash is named", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = "hub/pull" },
+			[]string{`score.data.services[0].image_pull_secret "hub/pull"`}},
+		{"the init container's own fields are checked too", func(s *score.Score) { s.Data.InitContainer.Image = "migrate" },
+			[]string{`score.data.init_container.image "migrate"`}},
+		{"every broken rule is listed, in field order", func(s *score.Score) {
+			s.Type = ""
+			s.Data.Services[0].Name = "-api"
+			s.Data.Services[0].Volumes[0].ContainerPath = "data"
+		}, []string{`score.type: use "PodmanV0"`, `; score.data.services[0].name "-api"`, `; score.data.services[0].volumes[0].container_path "data"`}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s := valid()
+			tc.mutate(&s)
+			err := score.Validate(s)
+			if tc.want == nil {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if !errors.Is(err, score.ErrInvalid) {
+				t.Errorf("error does not wrap ErrInvalid: %v", err)
+			}
+			var fe *score.FieldError
+			if !errors.As(err, &fe) {
+				t.Errorf("error holds no *FieldError: %v", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestAnErrorQuotesAtMost100CharactersOfAValue(t *testing.T) {
+	err := (&score.FieldError{Field: "f", Value: strings.Repeat("x", 500), Fix: "fix"}).Error()
+	if want := `f "` + strings.Repeat("x", 100) + `…": fix`; err != want {
+		t.Errorf("got %s", err)
+	}
+}
+
+func TestParsePort(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want score.Port
+		ok   bool
+	}{
+		{"a mapping without a protocol is TCP", "8080:80", score.Port{Host: 8080, Container: 80, Protocol: score.TCP}, true},
+		{"a UDP mapping is UDP", "53:53/udp", score.Port{Host: 53, Container: 53, Protocol: score.UDP}, true},
+		{"an explicit TCP mapping is TCP", "443:8443/tcp", score.Port{Host: 443, Container: 8443, Protocol: score.TCP}, true},
+		{"the bounds 1 and 65535 are valid", "1:65535", score.Port{Host: 1, Container: 65535, Protocol: score.TCP}, true},
+		{"leading zeros count as the number", "00080:080", score.Port{Host: 80, Container: 80, Protocol: score.TCP}, true},
+		{"a port of zero is refused", "0:80", score.Port{}, false},
+		{"a port above 65535 is refused", "65536:80", score.Port{}, false},
+		{"six digits are refused even when the value is small", "000080:80", score.Port{}, false},
+		{"a mapping without a host side is refused", "80", score.Port{}, false},
+		{"an unknown protocol is refused", "53:53/sctp", score.Port{}, false},
+		{"an upper-case protocol is refused", "53:53/UDP", score.Port{}, false},
+		{"a host address is refused", "127.0.0.1:80:80", score.Port{}, false},
+		{"a sign is refused", "+80:80", score.Port{}, false},
+		{"a trailing newline is refused", "80:80\n", score.Port{}, false},
+		{"an empty mapping is refused", "", score.Port{}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := score.ParsePort(tc.in)
+			if (err == nil) != tc.ok {
+				t.Fatalf("error %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil {
+				want := "port " + strconv.Quote(tc.in) + ": use host:container with numbers in 1..65535, optionally /tcp or /udp"
+				if tc.in == "" {
+					want = "port: use host:container with numbers in 1..65535, optionally /tcp or /udp"
+				}
+				if err.Error() != want {
+					t.Errorf("error %q, want %q", err, want)
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParsePortsStopsAtTheFirstMalformedMapping(t *testing.T) {
+	got, err := score.ParsePorts([]string{"1:2", "3:4/udp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]score.Port{{Host: 1, Container: 2, Protocol: score.TCP}, {Host: 3, Container: 4, Protocol: score.UDP}}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	if _, err := score.ParsePorts([]string{"1:2", "x", "y"}); err == nil || !strings.Contains(err.Error(), `"x"`) {
+		t.Errorf("error %v, want the first malformed mapping", err)
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		ok       bool
+	}{
+		{"letters, digits, '_', '.' and '-' are a name", "api_v1.2-b", true},
+		{"63 characters are a name", strings.Repeat("a", 63), true},
+		{"an empty name is refused", "", false},
+		{"64 characters are refused", strings.Repeat("a", 64), false},
+		{"a leading '.' is refused", ".api", false},
+		{"a space is refused", "my api", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := score.ValidateName(tc.in); (err == nil) != tc.ok {
+				t.Errorf("error %v, want ok=%v", err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestParseDecodesAndValidates(t *testing.T) {
+	s, err := score.Parse([]byte(`{"type":"PodmanV0","data":{"services":[{"name":"a","image":"a:1","unknown":true}]}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Data.Services[0].Name != "a" {
+		t.Errorf("got %+v", s)
+	}
+	if _, err := score.Parse([]byte(`{"type":"PodmanV0","data":{"services":[]}}`)); !errors.Is(err, score.ErrInvalid) {
+		t.Errorf("an invalid score: %v", err)
+	}
+	if _, err := score.Parse([]byte(`[`)); err == nil || !strings.HasPrefix(err.Error(), "score: ") {
+		t.Errorf("JSON that does not decode: %v", err)
+	}
+}
