@@ -265,10 +265,10 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 	}
 	st := revisionStatus{
 		ObservedGeneration: rev.Generation,
-		Conditions: []metav1.Condition{{
+		Conditions: ownConditions(d.Status.Conditions, metav1.Condition{
 			Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
-			ObservedGeneration: rev.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
-		}},
+			ObservedGeneration: rev.Generation,
+		}),
 	}
 	return applyStatus(ctx, r.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerRevisions)
 }

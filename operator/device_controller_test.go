@@ -206,7 +206,7 @@ func TestDeviceStatusAndLabelsFollowReports(t *testing.T) {
 	e.start(time.Minute)
 
 	d := e.waitDevice(id, "Unknown liveness", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessUnknown })
-	if c := online(d); c == nil || c.Status != metav1.ConditionUnknown || c.Reason != operator.ReasonNoHeartbeat {
+	if c := online(d); c == nil || c.Status != metav1.ConditionUnknown || c.Reason != fleetv1.ReasonNoHeartbeat {
 		t.Errorf("Online condition before any heartbeat: %+v", c)
 	}
 
@@ -227,7 +227,7 @@ func TestDeviceStatusAndLabelsFollowReports(t *testing.T) {
 
 	e.heartbeat(id)
 	d = e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
-	if c := online(d); c == nil || c.Status != metav1.ConditionTrue || c.Reason != operator.ReasonHeartbeating {
+	if c := online(d); c == nil || c.Status != metav1.ConditionTrue || c.Reason != fleetv1.ReasonHeartbeating {
 		t.Errorf("Online condition: %+v", c)
 	}
 	if d.Status.LastHeartbeat == nil {
@@ -297,7 +297,7 @@ func TestDeviceGoesStaleWithoutHeartbeatsAndBackOnline(t *testing.T) {
 	e.heartbeat(id)
 	e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
 	d := e.waitDevice(id, "Stale", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessStale })
-	if c := online(d); c == nil || c.Status != metav1.ConditionFalse || c.Reason != operator.ReasonHeartbeatMissed {
+	if c := online(d); c == nil || c.Status != metav1.ConditionFalse || c.Reason != fleetv1.ReasonHeartbeatMissed {
 		t.Errorf("Online condition when stale: %+v", c)
 	}
 	e.heartbeat(id)
@@ -372,8 +372,8 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 	sub := "sub-" + id
 	e.waitIdentity("registration", sub, &events.IdentityEntry{Device: id})
 	e.waitDevice(id, "the IdentityRegistered condition", func(d *fleetv1.Device) bool {
-		c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == operator.ReasonRegistered
+		c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionIdentityRegistered)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonRegistered
 	})
 
 	raw, err := e.identity.Get(e.ctx, sub)
@@ -396,8 +396,8 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitDevice(other, "the IdentityInUse condition", func(d *fleetv1.Device) bool {
-			c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
-			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == operator.ReasonIdentityInUse
+			c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionIdentityRegistered)
+			return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1.ReasonIdentityInUse
 		})
 		if got, _ := e.identityOf(sub); got.Device != id {
 			t.Errorf("identity %s names %s, want the first Device %s", sub, got.Device, id)
@@ -429,8 +429,8 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.waitDevice(other, "the IdentityInUse condition naming the other device", func(d *fleetv1.Device) bool {
-			c := meta.FindStatusCondition(d.Status.Conditions, operator.ConditionIdentityRegistered)
-			return c != nil && c.Reason == operator.ReasonIdentityInUse && strings.Contains(c.Message, "registered to device elsewhere")
+			c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionIdentityRegistered)
+			return c != nil && c.Reason == fleetv1.ReasonIdentityInUse && strings.Contains(c.Message, "registered to device elsewhere")
 		})
 		if err := e.c.Delete(e.ctx, d); err != nil {
 			t.Fatal(err)
@@ -585,7 +585,7 @@ func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c := online(getNamesake())
-		if c != nil && c.Reason == operator.ReasonDuplicateDeviceID {
+		if c != nil && c.Reason == fleetv1.ReasonDuplicateDeviceID {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -375,3 +375,51 @@ func TestResolveTargetsIsPure(t *testing.T) {
 		t.Errorf("%+v vs %+v", r1, r2)
 	}
 }
+
+func TestAConditionKeepsItsTransitionTimeUntilItsStatusChanges(t *testing.T) {
+	e := newEnv(t)
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "ltt"})
+	resolved := func(gen int64) metav1.Condition {
+		t.Helper()
+		var c *metav1.Condition
+		e.waitFor(fmt.Sprintf("TargetsResolved of generation %d", gen), func() bool {
+			c = meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
+			return c != nil && c.ObservedGeneration == gen
+		})
+		return *c
+	}
+	newImage := func(tag string) {
+		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:" + tag })
+	}
+	// Transition times have seconds: each write below waits until the
+	// clock is past the first one's second, so a reset transition time
+	// shows.
+	var first0 time.Time
+	pastFirst := func() {
+		t.Helper()
+		e.waitFor("the clock to pass the first transition's second", func() bool {
+			return time.Now().After(first0.Add(time.Second))
+		})
+	}
+
+	first := resolved(1)
+	if first.Status != metav1.ConditionFalse || first.Reason != fleetv1.ReasonNoMatchingDevices {
+		t.Fatalf("generation 1: TargetsResolved %+v, want False/%s", first, fleetv1.ReasonNoMatchingDevices)
+	}
+	first0 = first.LastTransitionTime.Time
+	pastFirst()
+	newImage("v2")
+	second := resolved(2)
+	if second.Status != metav1.ConditionFalse || !second.LastTransitionTime.Equal(&first.LastTransitionTime) {
+		t.Errorf("generation 2 (same outcome): TargetsResolved %+v, want False since %s", second, first.LastTransitionTime)
+	}
+
+	e.device("ltt-1", map[string]string{"role": "ltt"})
+	pastFirst()
+	newImage("v3")
+	third := resolved(3)
+	if third.Status != metav1.ConditionTrue || !first.LastTransitionTime.Before(&third.LastTransitionTime) {
+		t.Errorf("generation 3 (status flips): TargetsResolved %+v, want True since after %s", third, first.LastTransitionTime)
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -367,25 +368,16 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 
 // condition applies the PullSecretPolicy condition.
 func (p *PolicySync) condition(ctx context.Context, d *fleetv1.Deployment, status metav1.ConditionStatus, reason, msg string) error {
-	if cur := findCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy); cur != nil &&
+	if cur := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy); cur != nil &&
 		cur.Status == status && cur.Reason == reason && cur.Message == msg && cur.ObservedGeneration == d.Generation {
 		return nil
 	}
 	type policyStatus struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}
-	st := policyStatus{Conditions: []metav1.Condition{{
+	st := policyStatus{Conditions: ownConditions(d.Status.Conditions, metav1.Condition{
 		Type: fleetv1.ConditionPullSecretPolicy, Status: status, Reason: reason, Message: msg,
-		ObservedGeneration: d.Generation, LastTransitionTime: metav1.NewTime(time.Now().Truncate(time.Second)),
-	}}}
+		ObservedGeneration: d.Generation,
+	})}
 	return applyStatus(ctx, p.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerPolicies)
-}
-
-func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
-	for i := range cs {
-		if cs[i].Type == typ {
-			return &cs[i]
-		}
-	}
-	return nil
 }

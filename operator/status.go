@@ -3,7 +3,11 @@ package operator
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,4 +34,24 @@ func applyStatus(ctx context.Context, c client.Client, kind, namespace, name str
 		return fmt.Errorf("patch status of %s %s/%s: %w", kind, namespace, name, err)
 	}
 	return nil
+}
+
+// ownConditions returns the conditions cs as they should be written over
+// current, the conditions of the object as last read: each goes through
+// meta.SetStatusCondition on a copy of current, so it keeps its
+// lastTransitionTime while its status is unchanged. Only the types in cs are
+// returned, in their order: server-side apply must claim no condition of
+// another field owner.
+func ownConditions(current []metav1.Condition, cs ...metav1.Condition) []metav1.Condition {
+	base := slices.Clone(current)
+	out := make([]metav1.Condition, 0, len(cs))
+	for _, c := range cs {
+		if c.LastTransitionTime.IsZero() {
+			// The API keeps seconds: a transition time that round-trips.
+			c.LastTransitionTime = metav1.NewTime(time.Now().Truncate(time.Second))
+		}
+		meta.SetStatusCondition(&base, c)
+		out = append(out, *meta.FindStatusCondition(base, c.Type))
+	}
+	return out
 }

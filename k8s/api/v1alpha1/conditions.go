@@ -12,9 +12,12 @@ const (
 	// ConditionPullSecretPolicy says whether the Deployment's pull-secret
 	// paths are in its OpenBao policy, bound to its device groups' roles.
 	ConditionPullSecretPolicy = "PullSecretPolicy"
+	// ConditionIdentityRegistered says whether the Device's identity subject
+	// is registered to it in the fleet-identity KV.
+	ConditionIdentityRegistered = "IdentityRegistered"
 )
 
-// Condition reasons.
+// Reasons of the Deployment conditions.
 const (
 	// ReasonResolved: targets resolved.
 	ReasonResolved = "Resolved"
@@ -45,6 +48,27 @@ const (
 	ReasonOpenBaoRoleMissing = "OpenBaoRoleMissing"
 	// ReasonPolicySyncFailed: OpenBao refused or could not be reached.
 	ReasonPolicySyncFailed = "PolicySyncFailed"
+)
+
+// Reasons of the Online and IdentityRegistered conditions of a Device.
+const (
+	// ReasonRegistered: the fleet-identity key of spec.identitySubject names
+	// this device.
+	ReasonRegistered = "Registered"
+	// ReasonIdentityInUse: spec.identitySubject is registered to another
+	// device; this Device's identity is not registered until it is fixed.
+	ReasonIdentityInUse = "IdentityInUse"
+	// ReasonHeartbeating: heartbeats arrive within the operator's
+	// stale-after duration.
+	ReasonHeartbeating = "Heartbeating"
+	// ReasonHeartbeatMissed: no heartbeat for the operator's stale-after
+	// duration.
+	ReasonHeartbeatMissed = "HeartbeatMissed"
+	// ReasonNoHeartbeat: no heartbeat was ever received.
+	ReasonNoHeartbeat = "NoHeartbeat"
+	// ReasonDuplicateDeviceID: an older Device in another namespace has the
+	// same name (device id); this one is not served until renamed.
+	ReasonDuplicateDeviceID = "DuplicateDeviceID"
 )
 
 // FinalizerDeployment lets the operator append the removal intent before a

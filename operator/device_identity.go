@@ -1,0 +1,202 @@
+// The Device controller's identity job: the fleet-identity KV projection of
+// Devices (registration, quarantine, conflicts between Devices).
+
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// identityConflictRetry is how soon a Device whose identity subject is
+// registered to another device looks again.
+const identityConflictRetry = time.Minute
+
+// finalize deletes the identity keys that name the Device (only when it is
+// the device id's owner) and drops the finalizer.
+func (r *DeviceReconciler) finalize(ctx context.Context, d *fleetv1.Device, served bool) error {
+	if !controllerutil.ContainsFinalizer(d, FinalizerDeviceIdentity) {
+		return nil
+	}
+	if served {
+		subjects := []string{d.Spec.IdentitySubject}
+		if reg := d.Annotations[AnnotationRegisteredIdentity]; reg != "" && reg != d.Spec.IdentitySubject {
+			subjects = append(subjects, reg)
+		}
+		for _, s := range subjects {
+			if err := r.unregister(ctx, s, d.Name); err != nil {
+				return err
+			}
+		}
+		r.telemetry.forget(d.Name)
+	}
+	controllerutil.RemoveFinalizer(d, FinalizerDeviceIdentity)
+	if err := r.Client.Update(ctx, d); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove finalizer of Device %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
+}
+
+// identityKV returns the fleet-identity bucket.
+func (r *DeviceReconciler) identityKV(ctx context.Context) (jetstream.KeyValue, error) {
+	r.kvMu.Lock()
+	defer r.kvMu.Unlock()
+	if r.kv != nil {
+		return r.kv, nil
+	}
+	kv, err := r.Store.JetStream().KeyValue(ctx, events.BucketIdentity)
+	if err != nil {
+		return nil, fmt.Errorf("open KV %s: %w", events.BucketIdentity, err)
+	}
+	r.kv = kv
+	return kv, nil
+}
+
+// readIdentity returns the entry of an identity subject; nil when there is
+// none.
+func (r *DeviceReconciler) readIdentity(ctx context.Context, subject string) (jetstream.KeyValueEntry, string, error) {
+	key, err := events.IdentityKey(subject)
+	if err != nil {
+		return nil, "", err // CRD validation prevents this
+	}
+	kv, err := r.identityKV(ctx)
+	if err != nil {
+		return nil, key, err
+	}
+	e, err := kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, key, nil
+	}
+	if err != nil {
+		return nil, key, fmt.Errorf("read %s/%s: %w", events.BucketIdentity, key, err)
+	}
+	return e, key, nil
+}
+
+// unregister deletes the identity key of subject if its value names device;
+// a key of another device is left alone. Idempotent.
+func (r *DeviceReconciler) unregister(ctx context.Context, subject, device string) error {
+	e, key, err := r.readIdentity(ctx, subject)
+	if err != nil || e == nil {
+		return err
+	}
+	if v, err := events.DecodeIdentityEntry(e.Value()); err == nil && v.Device != device {
+		return nil
+	}
+	kv, err := r.identityKV(ctx)
+	if err != nil {
+		return err
+	}
+	err = kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("delete %s/%s: %w", events.BucketIdentity, key, err)
+	}
+	r.Log.InfoContext(ctx, "identity unregistered", "device", device, "key", key)
+	return nil
+}
+
+// kvRaceRetry is how soon a Device looks again after another writer changed
+// its identity key between the read and the write.
+const kvRaceRetry = 100 * time.Millisecond
+
+// kvRace reports whether a conditional KV write failed because another writer
+// changed the key first.
+func kvRace(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) ||
+		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
+}
+
+// identityOutcome is what syncIdentity decided.
+type identityOutcome struct {
+	// acted: syncIdentity changed the Device (its watch calls again) or lost
+	// a race for the key; the reconcile ends here.
+	acted bool
+	// registered is the IdentityRegistered condition when !acted.
+	registered metav1.Condition
+	// retry > 0: look again after it (a lost race, or a key that belongs to
+	// another device).
+	retry time.Duration
+}
+
+// syncIdentity registers the Device's identity subject: it moves the
+// registration annotation (deleting the old key first) or writes the
+// fleet-identity value.
+func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (identityOutcome, error) {
+	acted := identityOutcome{acted: true}
+	reg := d.Annotations[AnnotationRegisteredIdentity]
+	if reg != d.Spec.IdentitySubject {
+		if reg != "" {
+			if err := r.unregister(ctx, reg, d.Name); err != nil {
+				return identityOutcome{}, err
+			}
+		}
+		orig := d.DeepCopy()
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[AnnotationRegisteredIdentity] = d.Spec.IdentitySubject
+		if err := r.Client.Patch(ctx, d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return identityOutcome{}, fmt.Errorf("record identity of Device %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		return acted, nil
+	}
+	_, quarantined := d.Labels[fleetv1.LabelBlacklist]
+	want, err := events.IdentityEntry{Device: d.Name, Quarantined: quarantined}.Encode()
+	if err != nil {
+		return identityOutcome{}, err // CRD validation prevents this: a Device's name is a device token
+	}
+	e, key, err := r.readIdentity(ctx, d.Spec.IdentitySubject)
+	if err != nil {
+		return identityOutcome{}, err
+	}
+	kv, err := r.identityKV(ctx)
+	if err != nil {
+		return identityOutcome{}, err
+	}
+	registered := identityOutcome{registered: deviceCondition(d, fleetv1.ConditionIdentityRegistered, metav1.ConditionTrue,
+		fleetv1.ReasonRegistered, fmt.Sprintf("the fleet-identity key %s names this device", key))}
+	lostRace := identityOutcome{acted: true, retry: kvRaceRetry}
+	switch {
+	case e == nil:
+		_, err := kv.Create(ctx, key, want)
+		if kvRace(err) {
+			return lostRace, nil
+		}
+		if err != nil {
+			return identityOutcome{}, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
+		}
+	case string(e.Value()) == string(want):
+		return registered, nil
+	default:
+		if cur, err := events.DecodeIdentityEntry(e.Value()); err == nil && cur.Device != d.Name {
+			r.Log.WarnContext(ctx, "identity subject already registered to another device; fix spec.identitySubject",
+				"device", d.Name, "namespace", d.Namespace, "key", key, "registeredTo", cur.Device)
+			return identityOutcome{
+				registered: deviceCondition(d, fleetv1.ConditionIdentityRegistered, metav1.ConditionFalse, fleetv1.ReasonIdentityInUse,
+					fmt.Sprintf("identity subject %s is registered to device %s: give this Device its own spec.identitySubject", key, cur.Device)),
+				retry: identityConflictRetry,
+			}, nil
+		}
+		_, err := kv.Update(ctx, key, want, e.Revision())
+		if kvRace(err) {
+			return lostRace, nil
+		}
+		if err != nil {
+			return identityOutcome{}, fmt.Errorf("write %s/%s: %w", events.BucketIdentity, key, err)
+		}
+	}
+	r.Log.InfoContext(ctx, "identity registered", "device", d.Name, "key", key, "quarantined", quarantined)
+	return registered, nil
+}

@@ -1,0 +1,187 @@
+// The Device controller's status job: heartbeats and inventory onto Device
+// status (liveness, conditions) and reported labels.
+
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// syncReports brings status and labels to what the device last reported:
+// first the status (claiming new report-owned label keys), then the labels,
+// then the status again to release keys no longer reported.
+func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, registered metav1.Condition) (ctrl.Result, error) {
+	if err := r.loadReports(ctx, d.Name); err != nil {
+		return ctrl.Result{}, err
+	}
+	_, inv, invSeq := r.telemetry.snapshot(d.Name)
+	now := time.Now()
+	liveness, hb := r.telemetry.decide(d.Name, now, r.StaleAfter)
+	// While Online, look again when the last heartbeat would turn stale, on
+	// every path (a write's own watch event may be the no-op of a racing
+	// writer); a little jitter spreads devices that came online together.
+	var next ctrl.Result
+	if liveness == fleetv1.LivenessOnline {
+		in := hb.Add(r.StaleAfter).Sub(now) + rand.N(r.StaleAfter/50+time.Millisecond)
+		next.RequeueAfter = max(in, time.Millisecond)
+	}
+
+	owned := d.Status.ReportedLabels
+	newLabels, newOwned := d.Labels, owned
+	inventory := d.Status.Inventory
+	if invSeq > 0 {
+		newLabels, newOwned = MergeReportedLabels(d.Labels, owned, inv.Labels)
+		inventory = &fleetv1.DeviceInventory{OS: inv.OS, Arch: inv.Arch, Kernel: inv.Kernel, AgentVersion: inv.AgentVersion}
+	}
+	labelsChange := !maps.Equal(newLabels, d.Labels)
+	statusOwned := newOwned
+	if labelsChange {
+		statusOwned = claimedLabels(owned, newOwned)
+	}
+
+	want := fleetv1.DeviceStatus{
+		Liveness:       liveness,
+		LastHeartbeat:  d.Status.LastHeartbeat,
+		Inventory:      inventory,
+		ReportedLabels: statusOwned,
+		Conditions:     []metav1.Condition{r.onlineCondition(d, liveness, hb), registered},
+	}
+	if liveness != d.Status.Liveness {
+		want.LastHeartbeat = heartbeatTime(hb)
+	}
+	if !statusEqual(want, d.Status) {
+		// Writing anyway: refresh lastHeartbeat for free.
+		want.LastHeartbeat = heartbeatTime(hb)
+		return next, r.applyStatus(ctx, d, want)
+	}
+	if labelsChange {
+		orig := d.DeepCopy()
+		d.Labels = newLabels
+		if err := r.Client.Patch(ctx, d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil {
+			return ctrl.Result{}, fmt.Errorf("mirror reported labels of Device %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		r.Log.InfoContext(ctx, "reported labels mirrored", "device", d.Name, "namespace", d.Namespace)
+	}
+	return next, nil
+}
+
+// loadReports fills the telemetry view from the stream for a device the
+// consumer has not delivered yet (it may still be catching up).
+func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error {
+	hb, _, invSeq := r.telemetry.snapshot(device)
+	if hb.IsZero() {
+		rec, err := r.last(ctx, device, events.ReportHeartbeat)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			r.telemetry.heartbeat(device, rec.Stored)
+		}
+	}
+	if invSeq == 0 {
+		rec, err := r.last(ctx, device, events.ReportInventory)
+		if err != nil {
+			return err
+		}
+		if rec != nil {
+			inv, err := events.Decode[events.DeviceInventory](rec.Event)
+			if err != nil {
+				// A bad report must not stall the Device: keep what is known.
+				r.Skips.Skip(ctx, r.Log, events.InvalidData(*rec, err))
+				return nil
+			}
+			r.telemetry.inventory(device, rec.Sequence, inv)
+		}
+	}
+	return nil
+}
+
+func (r *DeviceReconciler) last(ctx context.Context, device string, kind events.ReportKind) (*events.Record, error) {
+	subject, err := events.ReportSubject(device, kind)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := r.Store.Last(ctx, subject)
+	if errors.Is(err, events.ErrNotFound) {
+		return nil, nil
+	}
+	if re, ok := events.AsRecordError(err); ok {
+		// The device's last report does not decode: skipped and counted,
+		// as if there were none (the next report replaces it).
+		r.Skips.Skip(ctx, r.Log, re)
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read last %s of %s: %w", kind, device, err)
+	}
+	return &rec, nil
+}
+
+func heartbeatTime(hb time.Time) *metav1.Time {
+	if hb.IsZero() {
+		return nil
+	}
+	t := metav1.NewTime(hb.UTC().Truncate(time.Second))
+	return &t
+}
+
+func (r *DeviceReconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time) metav1.Condition {
+	switch l {
+	case fleetv1.LivenessOnline:
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonHeartbeating, fmt.Sprintf("heartbeats arrive within %s", r.StaleAfter))
+	case fleetv1.LivenessStale:
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionFalse, fleetv1.ReasonHeartbeatMissed,
+			fmt.Sprintf("no heartbeat for %s since %s", r.StaleAfter, hb.UTC().Truncate(time.Second).Format(time.RFC3339)))
+	default:
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionUnknown, fleetv1.ReasonNoHeartbeat, "no heartbeat received yet")
+	}
+}
+
+// statusEqual compares the fields the controller owns: a is the wanted
+// status, b the current one.
+func statusEqual(a, b fleetv1.DeviceStatus) bool {
+	if a.Liveness != b.Liveness || !maps.Equal(a.ReportedLabels, b.ReportedLabels) {
+		return false
+	}
+	if (a.LastHeartbeat == nil) != (b.LastHeartbeat == nil) || (a.LastHeartbeat != nil && !a.LastHeartbeat.Equal(b.LastHeartbeat)) {
+		return false
+	}
+	if (a.Inventory == nil) != (b.Inventory == nil) || (a.Inventory != nil && *a.Inventory != *b.Inventory) {
+		return false
+	}
+	// Conditions of other owners in b, if any, are not ours to compare.
+	for _, x := range a.Conditions {
+		y := meta.FindStatusCondition(b.Conditions, x.Type)
+		if y == nil || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
+			return false
+		}
+	}
+	return true
+}
+
+// applyStatus writes want when it differs from the current status.
+func (r *DeviceReconciler) applyStatus(ctx context.Context, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
+	if statusEqual(want, d.Status) {
+		return nil
+	}
+	want.Conditions = ownConditions(d.Status.Conditions, want.Conditions...)
+	if err := applyStatus(ctx, r.Client, "Device", d.Namespace, d.Name, &want, FieldOwnerDevices); err != nil {
+		return err
+	}
+	r.Log.InfoContext(ctx, "device status", "device", d.Name, "namespace", d.Namespace, "liveness", want.Liveness,
+		"reason", want.Conditions[0].Reason)
+	return nil
+}
