@@ -128,82 +128,130 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err != nil {
 		return &PreflightError{Reason: err.Error(), Err: err}
 	}
-	all, err := r.Runtime.List(ctx)
+	all, mine, err := r.containers(ctx, e.Namespace, e.Name)
 	if err != nil {
-		return fmt.Errorf("list containers: %w", err)
-	}
-	mine := map[string]runtime.Container{}
-	for _, c := range all {
-		if r.owns(c, e.Namespace, e.Name) {
-			mine[c.Name] = c
-		}
+		return err
 	}
 	if err := r.preflight(ctx, e, res, all, mine); err != nil {
 		return err
 	}
-	labels := func(role string) map[string]string {
-		return map[string]string{LabelOwner: OwnerValue, LabelDevice: r.Device, LabelNamespace: e.Namespace, LabelDeployment: e.Name,
-			LabelUID: e.UID, LabelGeneration: strconv.FormatInt(e.Generation, 10), LabelRevision: res.revision, LabelRole: role}
+	if err := r.runInit(ctx, e, res, mine); err != nil {
+		return err
 	}
+	if err := r.applyServices(ctx, e, res, mine); err != nil {
+		return err
+	}
+	return r.removeStale(ctx, res, mine)
+}
 
-	if ic := res.init; ic != nil {
-		cur, exists := mine[ic.Name]
-		done := exists && cur.Labels[LabelRevision] == res.revision && cur.State == runtime.StateExited && cur.ExitCode == 0
-		if !done {
-			if exists {
-				if err := r.stopRemove(ctx, cur); err != nil {
-					return err
-				}
-			}
-			spec := containerSpec(*ic, labels("init"))
-			spec.RestartPolicy = runtime.RestartNo // always, whatever the score says
-			spec.Ports = nil
-			id, err := r.Runtime.Create(ctx, spec)
-			if err != nil {
-				return fmt.Errorf("create init container %s: %w", ic.Name, err)
-			}
-			if err := r.Runtime.Start(ctx, id); err != nil {
-				return fmt.Errorf("start init container %s: %w", ic.Name, err)
-			}
-			code, err := r.Runtime.Wait(ctx, id)
-			if err != nil {
-				return fmt.Errorf("wait for init container %s: %w", ic.Name, err)
-			}
-			if code != 0 {
-				return &InitFailedError{Name: ic.Name, ExitCode: code}
-			}
-			r.log().InfoContext(ctx, "init container completed", "deployment", e.Namespace+"/"+e.Name, "container", ic.Name)
+// containers lists every container of the runtime, and those of this
+// device's Deployment (namespace, name) by name.
+func (r *Reconciler) containers(ctx context.Context, namespace, name string) ([]runtime.Container, map[string]runtime.Container, error) {
+	all, err := r.Runtime.List(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list containers: %w", err)
+	}
+	mine := map[string]runtime.Container{}
+	for _, c := range all {
+		if r.owns(c, namespace, name) {
+			mine[c.Name] = c
 		}
 	}
+	return all, mine, nil
+}
 
+// labels are the labels of a container of role ("init" or "service") of
+// entry e at resolved revision.
+func (r *Reconciler) labels(e events.IntentEntry, revision, role string) map[string]string {
+	return map[string]string{LabelOwner: OwnerValue, LabelDevice: r.Device, LabelNamespace: e.Namespace, LabelDeployment: e.Name,
+		LabelUID: e.UID, LabelGeneration: strconv.FormatInt(e.Generation, 10), LabelRevision: revision, LabelRole: role}
+}
+
+// runInit runs the init container to completion, unless it already
+// completed at this revision (replacing one of another revision). An
+// *InitFailedError when it exits non-zero.
+func (r *Reconciler) runInit(ctx context.Context, e events.IntentEntry, res resolved, mine map[string]runtime.Container) error {
+	ic := res.init
+	if ic == nil {
+		return nil
+	}
+	cur, exists := mine[ic.Name]
+	if exists && cur.Labels[LabelRevision] == res.revision && cur.State == runtime.StateExited && cur.ExitCode == 0 {
+		return nil // done
+	}
+	if exists {
+		if err := r.stopRemove(ctx, cur); err != nil {
+			return err
+		}
+	}
+	spec := containerSpec(*ic, r.labels(e, res.revision, "init"))
+	spec.RestartPolicy = runtime.RestartNo // always, whatever the score says
+	spec.Ports = nil
+	id, err := r.Runtime.Create(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("create init container %s: %w", ic.Name, err)
+	}
+	if err := r.Runtime.Start(ctx, id); err != nil {
+		return fmt.Errorf("start init container %s: %w", ic.Name, err)
+	}
+	code, err := r.Runtime.Wait(ctx, id)
+	if err != nil {
+		return fmt.Errorf("wait for init container %s: %w", ic.Name, err)
+	}
+	if code != 0 {
+		return &InitFailedError{Name: ic.Name, ExitCode: code}
+	}
+	r.log().InfoContext(ctx, "init container completed", "deployment", e.Namespace+"/"+e.Name, "container", ic.Name)
+	return nil
+}
+
+// applyServices converges every service in turn.
+func (r *Reconciler) applyServices(ctx context.Context, e events.IntentEntry, res resolved, mine map[string]runtime.Container) error {
+	for _, svc := range res.services {
+		if err := r.applyService(ctx, e, res.revision, svc, mine); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyService leaves a service container of this revision as it is
+// (starting it if it was created but never started), and replaces one of
+// another revision or creates a missing one.
+func (r *Reconciler) applyService(ctx context.Context, e events.IntentEntry, revision string, svc resolvedService, mine map[string]runtime.Container) error {
+	cur, exists := mine[svc.Name]
+	if exists && cur.Labels[LabelRevision] == revision {
+		if cur.State == runtime.StateCreated { // created but never started (a crash mid-pass)
+			if err := r.Runtime.Start(ctx, cur.ID); err != nil {
+				return fmt.Errorf("start service %s: %w", svc.Name, err)
+			}
+		}
+		return nil // running or stopped by its own restart policy: leave it
+	}
+	if exists {
+		if err := r.stopRemove(ctx, cur); err != nil {
+			return err
+		}
+	}
+	id, err := r.Runtime.Create(ctx, containerSpec(svc, r.labels(e, revision, "service")))
+	if err != nil {
+		return fmt.Errorf("create service %s: %w", svc.Name, err)
+	}
+	if err := r.Runtime.Start(ctx, id); err != nil {
+		return fmt.Errorf("start service %s: %w", svc.Name, err)
+	}
+	r.log().InfoContext(ctx, "service started", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name)
+	return nil
+}
+
+// removeStale removes the Deployment's containers the score no longer has.
+func (r *Reconciler) removeStale(ctx context.Context, res resolved, mine map[string]runtime.Container) error {
 	wanted := map[string]bool{}
 	if res.init != nil {
 		wanted[res.init.Name] = true
 	}
 	for _, svc := range res.services {
 		wanted[svc.Name] = true
-		cur, exists := mine[svc.Name]
-		if exists && cur.Labels[LabelRevision] == res.revision {
-			if cur.State == runtime.StateCreated { // created but never started (a crash mid-pass)
-				if err := r.Runtime.Start(ctx, cur.ID); err != nil {
-					return fmt.Errorf("start service %s: %w", svc.Name, err)
-				}
-			}
-			continue // running or stopped by its own restart policy: leave it
-		}
-		if exists {
-			if err := r.stopRemove(ctx, cur); err != nil {
-				return err
-			}
-		}
-		id, err := r.Runtime.Create(ctx, containerSpec(svc, labels("service")))
-		if err != nil {
-			return fmt.Errorf("create service %s: %w", svc.Name, err)
-		}
-		if err := r.Runtime.Start(ctx, id); err != nil {
-			return fmt.Errorf("start service %s: %w", svc.Name, err)
-		}
-		r.log().InfoContext(ctx, "service started", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name)
 	}
 	for name, c := range mine {
 		if !wanted[name] {
@@ -222,6 +270,19 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 		svcs = append(svcs, *res.init)
 	}
 	svcs = append(svcs, res.services...)
+	if problems := conflicts(svcs, all, mine); len(problems) > 0 {
+		return &PreflightError{Reason: strings.Join(problems, "; ")}
+	}
+	if err := r.ensureHostPaths(svcs); err != nil {
+		return err
+	}
+	return r.ensureImages(ctx, svcs)
+}
+
+// conflicts lists what forbids creating svcs: a name taken by a container
+// the Deployment does not own, a bad or twice-published host port, a host
+// port another running container publishes.
+func conflicts(svcs []resolvedService, all []runtime.Container, mine map[string]runtime.Container) []string {
 	byName := map[string]runtime.Container{}
 	for _, c := range all {
 		byName[c.Name] = c
@@ -261,18 +322,27 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 			}
 		}
 	}
-	if len(problems) > 0 {
-		return &PreflightError{Reason: strings.Join(problems, "; ")}
+	return problems
+}
+
+// ensureHostPaths makes sure every volume's host path exists, when
+// EnsureHostPath is set.
+func (r *Reconciler) ensureHostPaths(svcs []resolvedService) error {
+	if r.EnsureHostPath == nil {
+		return nil
 	}
-	if r.EnsureHostPath != nil {
-		for _, s := range svcs {
-			for _, v := range s.Volumes {
-				if err := r.EnsureHostPath(v.HostPath); err != nil {
-					return &PreflightError{Reason: fmt.Sprintf("%s: volume host_path %s: %v", s.Name, v.HostPath, err), Err: err}
-				}
+	for _, s := range svcs {
+		for _, v := range s.Volumes {
+			if err := r.EnsureHostPath(v.HostPath); err != nil {
+				return &PreflightError{Reason: fmt.Sprintf("%s: volume host_path %s: %v", s.Name, v.HostPath, err), Err: err}
 			}
 		}
 	}
+	return nil
+}
+
+// ensureImages pulls every missing image, once per image.
+func (r *Reconciler) ensureImages(ctx context.Context, svcs []resolvedService) error {
 	seen := map[string]bool{}
 	for _, s := range svcs {
 		if seen[s.Image] {

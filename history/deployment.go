@@ -62,6 +62,21 @@ type DeviceResult struct {
 // Deployment, so that part is a scan). ErrNoEvents when the Deployment has
 // no intent event.
 func (h *History) Deployment(ctx context.Context, namespace, name string) (*DeploymentTimeline, error) {
+	recs, err := h.deploymentRecords(ctx, namespace, name)
+	if err != nil {
+		return nil, err
+	}
+	f := newDeploymentFold(h, namespace, name)
+	for _, rec := range recs {
+		f.add(ctx, rec)
+	}
+	return f.finish(), nil
+}
+
+// deploymentRecords reads the Deployment's intent subject, then its rollout
+// subject and its workload reports stored since its first intent event, and
+// returns them merged in stored order.
+func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, error) {
 	intentSubj, err := events.DeploymentIntentSubject(namespace, name)
 	if err != nil {
 		return nil, fmt.Errorf("history of Deployment: %w", err)
@@ -91,117 +106,180 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 	if err != nil {
 		return nil, err
 	}
-	recs := mergeSorted(intent, rest)
+	return mergeSorted(intent, rest), nil
+}
 
-	tl := &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}
-	revs := map[[2]string]*Revision{} // uid, generation → revision
-	revKey := func(uid string, gen int64) [2]string { return [2]string{uid, fmt.Sprint(gen)} }
-	// Reports seen before their revision event (streams are stored
-	// independently) are kept until it comes.
-	pending := map[[2]string][]events.Record{}
-	addResult := func(rv *Revision, rec events.Record, d events.WorkloadStatus) {
-		i := slices.IndexFunc(rv.Results, func(r DeviceResult) bool { return r.Device == rec.Event.Keys.Device })
-		if i < 0 {
-			return // not a frozen target
+// revKey identifies a revision: its uid and generation.
+type revKey [2]string
+
+func revKeyOf(uid string, gen int64) revKey { return revKey{uid, fmt.Sprint(gen)} }
+
+// deploymentFold builds a Deployment timeline one record at a time, folding
+// the rollout projection alongside.
+type deploymentFold struct {
+	h               *History
+	namespace, name string
+	tl              *DeploymentTimeline
+	revs            map[revKey]*Revision
+	// pending keeps reports seen before their revision event (streams are
+	// stored independently) until it comes.
+	pending map[revKey][]events.Record
+	ro      projections.Rollout
+}
+
+func newDeploymentFold(h *History, namespace, name string) *deploymentFold {
+	return &deploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*Revision{}, pending: map[revKey][]events.Record{},
+		tl: &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}}
+}
+
+// add folds one record into the rollout projection and renders its entry
+// with the renderer of its event family. A renderer returns false to drop
+// the record; a record whose data does not decode is also undone from the
+// projection.
+func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
+	e := entryOf(rec)
+	e.Deployment = f.namespace + "/" + f.name
+	before := f.ro
+	f.ro = f.ro.Apply(rec.Event)
+	keep := true
+	switch rec.Event.Type {
+	case events.TypeDeploymentRevisionCreated:
+		keep = f.revisionCreated(ctx, rec, &e)
+	case events.TypeDeploymentRevisionTargets:
+		renderTargetChunk(rec, &e)
+	case events.TypeDeploymentDeleted:
+		renderDeleted(rec, &e)
+	case events.TypeWorkloadStatus:
+		keep = f.workloadStatus(rec, before, &e)
+		if !keep {
+			return // not undone: the projection ignores it too
 		}
-		r := &rv.Results[i]
-		r.Reports++
-		if r.Phase == "" || !d.Since.Before(r.Since) {
-			r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
+	default:
+		if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
+			keep = f.transition(ctx, rec, &e)
 		}
 	}
-	var ro projections.Rollout
-	for _, rec := range recs {
-		e := entryOf(rec)
-		e.Deployment = namespace + "/" + name
-		before := ro
-		ro = ro.Apply(rec.Event)
-		switch rec.Event.Type {
-		case events.TypeDeploymentRevisionCreated:
-			d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				ro = before
-				continue
-			}
-			e.Generation, e.RevisionID = d.Generation, d.RevisionID
-			rv := &Revision{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest,
-				Targets: sortedSet(d.Targets), Canaries: sortedSet(d.Canaries), Created: rec.Stored.UTC(), ID: rec.Event.ID.String()}
-			for _, t := range rv.Targets {
-				rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: slices.Contains(rv.Canaries, t)})
-			}
-			e.Summary = fmt.Sprintf("revision %s created (generation %d, uid %s): %d targets %s, %d canaries %s",
-				d.RevisionID, d.Generation, d.UID, len(rv.Targets), list(rv.Targets), len(rv.Canaries), list(rv.Canaries))
-			if d.TargetChunks > 0 {
-				e.Summary += fmt.Sprintf(" (+%d target chunk events)", d.TargetChunks)
-			}
-			k := revKey(d.UID, d.Generation)
-			if revs[k] == nil {
-				revs[k] = rv
-				tl.Revisions = append(tl.Revisions, *rv)
-				for _, p := range pending[k] {
-					_, pd, _ := workloadKey(p)
-					addResult(revs[k], p, pd)
-				}
-				delete(pending, k)
-			} else {
-				e.Summary += " (duplicate)"
-			}
-		case events.TypeDeploymentRevisionTargets:
-			d, err := events.Decode[events.DeploymentRevisionTargets](rec.Event)
-			if err == nil {
-				e.Generation = d.Generation
-				e.Summary = fmt.Sprintf("target chunk %d of generation %d: %d targets", d.Chunk, d.Generation, len(d.Targets))
-			}
-		case events.TypeDeploymentDeleted:
-			d, err := events.Decode[events.DeploymentDeleted](rec.Event)
-			if err == nil {
-				e.Generation = d.Generation
-				e.Summary = fmt.Sprintf("Deployment deleted (uid %s, generation %d): every target removes its workloads", d.UID, d.Generation)
-			}
-		case events.TypeWorkloadStatus:
-			_, d, ok := workloadKey(rec)
-			if !ok {
-				continue
-			}
-			e.Generation, e.RevisionID = d.Generation, d.RevisionID
-			e.Summary = fmt.Sprintf("%s reports %s of generation %d", rec.Event.Keys.Device, d.Phase, d.Generation)
-			if d.Error != "" {
-				e.Summary += ": " + d.Error
-			}
-			e.Ignored = ignoredReport(before, ro, rec.Event.Keys.Device, d)
-			k := revKey(d.UID, d.Generation)
-			if rv := revs[k]; rv != nil {
-				addResult(rv, rec, d)
-			} else {
-				pending[k] = append(pending[k], rec)
-			}
-		default:
-			if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
-				d, err := events.Decode[events.RolloutTransition](rec.Event)
-				if err != nil {
-					h.skipData(ctx, rec, err)
-					ro = before
-					continue
-				}
-				e.Generation, e.RevisionID = d.Generation, d.RevisionID
-				e.Summary = transitionSummary(rec.Event.Type, d)
-			}
-		}
-		if e.Summary == "" {
-			e.Summary = string(rec.Event.Type)
-		}
-		e.Stage = ro.Stage
-		tl.Entries = append(tl.Entries, e)
+	if !keep {
+		f.ro = before
+		return
 	}
-	// Copy the results gathered on the map's revisions into the list.
+	if e.Summary == "" {
+		e.Summary = string(rec.Event.Type)
+	}
+	e.Stage = f.ro.Stage
+	f.tl.Entries = append(f.tl.Entries, e)
+}
+
+// revisionCreated renders a revision and records it, with the reports that
+// came before it.
+func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	e.Generation, e.RevisionID = d.Generation, d.RevisionID
+	rv := &Revision{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest,
+		Targets: sortedSet(d.Targets), Canaries: sortedSet(d.Canaries), Created: rec.Stored.UTC(), ID: rec.Event.ID.String()}
+	for _, t := range rv.Targets {
+		rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: slices.Contains(rv.Canaries, t)})
+	}
+	e.Summary = fmt.Sprintf("revision %s created (generation %d, uid %s): %d targets %s, %d canaries %s",
+		d.RevisionID, d.Generation, d.UID, len(rv.Targets), list(rv.Targets), len(rv.Canaries), list(rv.Canaries))
+	if d.TargetChunks > 0 {
+		e.Summary += fmt.Sprintf(" (+%d target chunk events)", d.TargetChunks)
+	}
+	k := revKeyOf(d.UID, d.Generation)
+	if f.revs[k] != nil {
+		e.Summary += " (duplicate)"
+		return true
+	}
+	f.revs[k] = rv
+	f.tl.Revisions = append(f.tl.Revisions, *rv)
+	for _, p := range f.pending[k] {
+		_, pd, _ := workloadKey(p)
+		addResult(rv, p, pd)
+	}
+	delete(f.pending, k)
+	return true
+}
+
+// renderTargetChunk renders a chunk of a revision's targets.
+func renderTargetChunk(rec events.Record, e *Entry) {
+	if d, err := events.Decode[events.DeploymentRevisionTargets](rec.Event); err == nil {
+		e.Generation = d.Generation
+		e.Summary = fmt.Sprintf("target chunk %d of generation %d: %d targets", d.Chunk, d.Generation, len(d.Targets))
+	}
+}
+
+// renderDeleted renders the Deployment's deletion.
+func renderDeleted(rec events.Record, e *Entry) {
+	if d, err := events.Decode[events.DeploymentDeleted](rec.Event); err == nil {
+		e.Generation = d.Generation
+		e.Summary = fmt.Sprintf("Deployment deleted (uid %s, generation %d): every target removes its workloads", d.UID, d.Generation)
+	}
+}
+
+// workloadStatus renders a device's report, says whether the projection
+// ignored it, and adds it to its revision's results (or keeps it until the
+// revision comes).
+func (f *deploymentFold) workloadStatus(rec events.Record, before projections.Rollout, e *Entry) bool {
+	_, d, ok := workloadKey(rec)
+	if !ok {
+		return false
+	}
+	e.Generation, e.RevisionID = d.Generation, d.RevisionID
+	e.Summary = fmt.Sprintf("%s reports %s of generation %d", rec.Event.Keys.Device, d.Phase, d.Generation)
+	if d.Error != "" {
+		e.Summary += ": " + d.Error
+	}
+	e.Ignored = ignoredReport(before, f.ro, rec.Event.Keys.Device, d)
+	k := revKeyOf(d.UID, d.Generation)
+	if rv := f.revs[k]; rv != nil {
+		addResult(rv, rec, d)
+	} else {
+		f.pending[k] = append(f.pending[k], rec)
+	}
+	return true
+}
+
+// transition renders a rollout transition.
+func (f *deploymentFold) transition(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.RolloutTransition](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	e.Generation, e.RevisionID = d.Generation, d.RevisionID
+	e.Summary = transitionSummary(rec.Event.Type, d)
+	return true
+}
+
+// finish copies the results gathered on the map's revisions into the list
+// and sets the rollout state after the last event.
+func (f *deploymentFold) finish() *DeploymentTimeline {
+	tl := f.tl
 	for i := range tl.Revisions {
-		tl.Revisions[i].Results = revs[revKey(tl.Revisions[i].UID, tl.Revisions[i].Generation)].Results
+		tl.Revisions[i].Results = f.revs[revKeyOf(tl.Revisions[i].UID, tl.Revisions[i].Generation)].Results
 	}
-	if st, ok := stateOf(namespace, name, ro); ok {
+	if st, ok := stateOf(f.namespace, f.name, f.ro); ok {
 		tl.State = &st
 	}
-	return tl, nil
+	return tl
+}
+
+// addResult counts a target's report of rv and keeps it as the target's
+// result unless an earlier-since report is already kept.
+func addResult(rv *Revision, rec events.Record, d events.WorkloadStatus) {
+	i := slices.IndexFunc(rv.Results, func(r DeviceResult) bool { return r.Device == rec.Event.Keys.Device })
+	if i < 0 {
+		return // not a frozen target
+	}
+	r := &rv.Results[i]
+	r.Reports++
+	if r.Phase == "" || !d.Since.Before(r.Since) {
+		r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
+	}
 }
 
 // ignoredReport says why the rollout fold ignored a report ("" when it

@@ -59,8 +59,32 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 	if err := events.ValidateToken(events.TokenDevice, device); err != nil {
 		return nil, fmt.Errorf("history of device: %w", err)
 	}
-	var reads []read
-	reads = append(reads, read{filter: filterAllIntent, from: events.FromStart()}, read{filter: filterRollouts, from: events.FromStart()})
+	reads, err := deviceReads(device)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := h.collect(ctx, time.Time{}, reads...)
+	if err != nil {
+		return nil, err
+	}
+	f := newDeviceFold(h, device)
+	for _, rec := range recs {
+		f.add(ctx, rec)
+	}
+	if len(f.tl.Entries) == 0 && !f.relevant {
+		return nil, fmt.Errorf("%w for device %s: no intent targets it and it never reported (subjects fleet.report.%s.*, fleet.command.%s): check the device id",
+			ErrNoEvents, device, device, device)
+	}
+	if err := f.finishIntent(); err != nil {
+		return nil, err
+	}
+	return f.tl, nil
+}
+
+// deviceReads lists the reads of a device timeline: the whole intent and
+// rollout streams, the device's report subjects and its command subject.
+func deviceReads(device string) ([]read, error) {
+	reads := []read{{filter: filterAllIntent, from: events.FromStart()}, {filter: filterRollouts, from: events.FromStart()}}
 	for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory} {
 		subj, err := events.ReportSubject(device, k)
 		if err != nil {
@@ -72,146 +96,215 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 	if err != nil {
 		return nil, fmt.Errorf("history of device: %w", err)
 	}
-	reads = append(reads, read{filter: cmdSubj, from: events.FromStart()})
-	recs, err := h.collect(ctx, time.Time{}, reads...)
-	if err != nil {
-		return nil, err
-	}
+	return append(reads, read{filter: cmdSubj, from: events.FromStart()}), nil
+}
 
-	tl := &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}}}
-	intent := projections.NewIntent()
-	current := map[string]events.IntentEntry{} // namespace/name → entry
-	relevant := false
-	for _, rec := range recs {
-		ev := rec.Event
-		e := entryOf(rec)
-		switch {
-		case ev.Type == events.TypeDeploymentRevisionCreated:
-			if changed := intent.Apply(ev); slices.Contains(changed, device) {
-				tl.Entries = append(tl.Entries, h.intentChange(rec, intent, device, current))
-			}
-			d, err := events.Decode[events.DeploymentRevisionCreated](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			if !slices.Contains(d.Targets, device) {
-				continue
-			}
-			role := "target"
-			if slices.Contains(d.Canaries, device) {
-				role = "canary"
-			}
-			e.Generation, e.RevisionID = d.Generation, d.RevisionID
-			e.Summary = fmt.Sprintf("%s revision %s (generation %d) freezes it as a %s", e.Deployment, d.RevisionID, d.Generation, role)
-		case rec.Stream == events.StreamIntent || rec.Stream == events.StreamRollout:
-			if changed := intent.Apply(ev); slices.Contains(changed, device) {
-				tl.Entries = append(tl.Entries, h.intentChange(rec, intent, device, current))
-			}
-			if ev.Type != events.TypeTaskRunCreated {
-				continue
-			}
-			d, err := events.Decode[events.TaskRunCreated](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			if !slices.Contains(d.Targets, device) {
-				continue
-			}
-			e.Summary = fmt.Sprintf("TaskRun %s (generation %d) asks it to run %s", e.Deployment, d.Generation, d.Task)
-			e.Deployment = ""
-		case ev.Type == events.TypeDeviceHeartbeat:
-			relevant = true
-			d, err := events.Decode[events.DeviceHeartbeat](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			hb := &tl.Heartbeats
-			if hb.Count == 0 {
-				hb.First = rec.Stored.UTC()
-			}
-			hb.Count++
-			hb.Last, hb.Uptime = rec.Stored.UTC(), d.Uptime
-			if !slices.Contains(hb.AgentVersions, d.AgentVersion) {
-				hb.AgentVersions = append(hb.AgentVersions, d.AgentVersion)
-			}
-			continue
-		case ev.Type == events.TypeDeviceInventory:
-			relevant = true
-			d, err := events.Decode[events.DeviceInventory](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			prev := tl.Inventory
-			tl.Inventory = &d
-			if prev == nil {
-				e.Summary = "inventory: " + inventoryText(d)
-			} else if diff := inventoryDiff(*prev, d); diff != "" {
-				e.Summary = "inventory changed: " + diff
-			} else {
-				continue // unchanged: not a change
-			}
-		case ev.Type == events.TypeWorkloadStatus:
-			d, err := events.Decode[events.WorkloadStatus](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			e.Deployment, e.Generation, e.RevisionID = d.Namespace+"/"+d.Deployment, d.Generation, d.RevisionID
-			e.Summary = fmt.Sprintf("%s/%s generation %d: %s", d.Namespace, d.Deployment, d.Generation, d.Phase)
-			if d.Error != "" {
-				e.Summary += ": " + d.Error
-			}
-		case ev.Type == events.TypeTaskStatus:
-			d, err := events.Decode[events.TaskStatus](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			e.Summary = fmt.Sprintf("TaskRun %s/%s: %s", d.Namespace, d.TaskRun, d.Phase)
-			if d.Error != "" {
-				e.Summary += ": " + d.Error
-			}
-		case ev.Type == events.TypeAgentCommand:
-			d, err := events.Decode[events.AgentCommand](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			e.Summary = fmt.Sprintf("command %s", d.Command)
-			if d.RequestedBy != "" {
-				e.Summary += " requested by " + d.RequestedBy
-			}
-		case ev.Type == events.TypeCommandResult:
-			d, err := events.Decode[events.CommandResult](ev)
-			if err != nil {
-				h.skipData(ctx, rec, err)
-				continue
-			}
-			e.Summary = fmt.Sprintf("command %s (%s): ok", d.Command, d.CommandID)
-			if !d.OK {
-				e.Summary = fmt.Sprintf("command %s (%s) failed: %s", d.Command, d.CommandID, d.Error)
-			}
-		default:
-			e.Summary = string(ev.Type)
-		}
-		tl.Entries = append(tl.Entries, e)
+// deviceFold builds a device timeline one record at a time.
+type deviceFold struct {
+	h      *History
+	device string
+	tl     *DeviceTimeline
+	intent *projections.Intent
+	// current is the device's desired state so far: namespace/name → entry.
+	current map[string]events.IntentEntry
+	// relevant is set by a heartbeat or inventory report, which may add no
+	// entry but still show the device exists.
+	relevant bool
+}
+
+func newDeviceFold(h *History, device string) *deviceFold {
+	return &deviceFold{h: h, device: device, intent: projections.NewIntent(), current: map[string]events.IntentEntry{},
+		tl: &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}}}}
+}
+
+// add folds one record: it renders the record's entry with the renderer of
+// its event family, and appends it unless the renderer drops it (false:
+// the event does not concern the device, is summarised, or does not
+// decode).
+func (f *deviceFold) add(ctx context.Context, rec events.Record) {
+	ev := rec.Event
+	e := entryOf(rec)
+	var keep bool
+	switch {
+	case ev.Type == events.TypeDeploymentRevisionCreated:
+		keep = f.revisionCreated(ctx, rec, &e)
+	case rec.Stream == events.StreamIntent || rec.Stream == events.StreamRollout:
+		keep = f.otherIntent(ctx, rec, &e)
+	case ev.Type == events.TypeDeviceHeartbeat:
+		keep = f.heartbeat(ctx, rec)
+	case ev.Type == events.TypeDeviceInventory:
+		keep = f.inventory(ctx, rec, &e)
+	case ev.Type == events.TypeWorkloadStatus:
+		keep = f.workloadStatus(ctx, rec, &e)
+	case ev.Type == events.TypeTaskStatus:
+		keep = f.taskStatus(ctx, rec, &e)
+	case ev.Type == events.TypeAgentCommand:
+		keep = f.agentCommand(ctx, rec, &e)
+	case ev.Type == events.TypeCommandResult:
+		keep = f.commandResult(ctx, rec, &e)
+	default:
+		e.Summary, keep = string(ev.Type), true
 	}
-	if len(tl.Entries) == 0 && !relevant {
-		return nil, fmt.Errorf("%w for device %s: no intent targets it and it never reported (subjects fleet.report.%s.*, fleet.command.%s): check the device id",
-			ErrNoEvents, device, device, device)
+	if keep {
+		f.tl.Entries = append(f.tl.Entries, e)
 	}
-	if v, ok := intent.Value(device); ok {
-		var di events.DeviceIntent
-		if err := json.Unmarshal(v, &di); err != nil {
-			return nil, fmt.Errorf("history of device %s: decode intent: %w", device, err)
-		}
-		tl.Intent = di.Deployments
+}
+
+// applyIntent folds an intent or rollout event into the intent projection,
+// adding an intent-changed entry when the device's desired state changes.
+func (f *deviceFold) applyIntent(rec events.Record) {
+	if changed := f.intent.Apply(rec.Event); slices.Contains(changed, f.device) {
+		f.tl.Entries = append(f.tl.Entries, f.h.intentChange(rec, f.intent, f.device, f.current))
 	}
-	return tl, nil
+}
+
+// revisionCreated renders a revision that freezes the device as a target.
+func (f *deviceFold) revisionCreated(ctx context.Context, rec events.Record, e *Entry) bool {
+	f.applyIntent(rec)
+	d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	if !slices.Contains(d.Targets, f.device) {
+		return false
+	}
+	role := "target"
+	if slices.Contains(d.Canaries, f.device) {
+		role = "canary"
+	}
+	e.Generation, e.RevisionID = d.Generation, d.RevisionID
+	e.Summary = fmt.Sprintf("%s revision %s (generation %d) freezes it as a %s", e.Deployment, d.RevisionID, d.Generation, role)
+	return true
+}
+
+// otherIntent renders the other intent and rollout events: only a TaskRun
+// that targets the device gets an entry of its own.
+func (f *deviceFold) otherIntent(ctx context.Context, rec events.Record, e *Entry) bool {
+	f.applyIntent(rec)
+	if rec.Event.Type != events.TypeTaskRunCreated {
+		return false
+	}
+	d, err := events.Decode[events.TaskRunCreated](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	if !slices.Contains(d.Targets, f.device) {
+		return false
+	}
+	e.Summary = fmt.Sprintf("TaskRun %s (generation %d) asks it to run %s", e.Deployment, d.Generation, d.Task)
+	e.Deployment = ""
+	return true
+}
+
+// heartbeat adds a heartbeat to the summary; it never gets an entry.
+func (f *deviceFold) heartbeat(ctx context.Context, rec events.Record) bool {
+	f.relevant = true
+	d, err := events.Decode[events.DeviceHeartbeat](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	hb := &f.tl.Heartbeats
+	if hb.Count == 0 {
+		hb.First = rec.Stored.UTC()
+	}
+	hb.Count++
+	hb.Last, hb.Uptime = rec.Stored.UTC(), d.Uptime
+	if !slices.Contains(hb.AgentVersions, d.AgentVersion) {
+		hb.AgentVersions = append(hb.AgentVersions, d.AgentVersion)
+	}
+	return false
+}
+
+// inventory renders the first inventory and every change of it.
+func (f *deviceFold) inventory(ctx context.Context, rec events.Record, e *Entry) bool {
+	f.relevant = true
+	d, err := events.Decode[events.DeviceInventory](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	prev := f.tl.Inventory
+	f.tl.Inventory = &d
+	if prev == nil {
+		e.Summary = "inventory: " + inventoryText(d)
+		return true
+	}
+	if diff := inventoryDiff(*prev, d); diff != "" {
+		e.Summary = "inventory changed: " + diff
+		return true
+	}
+	return false // unchanged: not a change
+}
+
+func (f *deviceFold) workloadStatus(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.WorkloadStatus](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	e.Deployment, e.Generation, e.RevisionID = d.Namespace+"/"+d.Deployment, d.Generation, d.RevisionID
+	e.Summary = fmt.Sprintf("%s/%s generation %d: %s", d.Namespace, d.Deployment, d.Generation, d.Phase)
+	if d.Error != "" {
+		e.Summary += ": " + d.Error
+	}
+	return true
+}
+
+func (f *deviceFold) taskStatus(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.TaskStatus](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	e.Summary = fmt.Sprintf("TaskRun %s/%s: %s", d.Namespace, d.TaskRun, d.Phase)
+	if d.Error != "" {
+		e.Summary += ": " + d.Error
+	}
+	return true
+}
+
+func (f *deviceFold) agentCommand(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.AgentCommand](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	e.Summary = fmt.Sprintf("command %s", d.Command)
+	if d.RequestedBy != "" {
+		e.Summary += " requested by " + d.RequestedBy
+	}
+	return true
+}
+
+func (f *deviceFold) commandResult(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.CommandResult](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	e.Summary = fmt.Sprintf("command %s (%s): ok", d.Command, d.CommandID)
+	if !d.OK {
+		e.Summary = fmt.Sprintf("command %s (%s) failed: %s", d.Command, d.CommandID, d.Error)
+	}
+	return true
+}
+
+// finishIntent sets the timeline's desired state from the device's
+// fleet-intent value after the last event.
+func (f *deviceFold) finishIntent() error {
+	v, ok := f.intent.Value(f.device)
+	if !ok {
+		return nil
+	}
+	var di events.DeviceIntent
+	if err := json.Unmarshal(v, &di); err != nil {
+		return fmt.Errorf("history of device %s: decode intent: %w", f.device, err)
+	}
+	f.tl.Intent = di.Deployments
+	return nil
 }
 
 // intentChange builds the entry for a change of the device's desired state

@@ -100,109 +100,133 @@ func (r *Rollout) Fold(ev events.Event) { *r = r.apply(ev, true) }
 func (r Rollout) apply(ev events.Event, inPlace bool) Rollout {
 	switch ev.Type {
 	case events.TypeDeploymentRevisionCreated:
-		d, err := events.Decode[events.DeploymentRevisionCreated](ev)
-		if err != nil || !r.newer(d.UID, d.Generation) {
-			return r
-		}
-		n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
-			Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}}
-		key := revKey{d.UID, d.Generation}
-		if f := r.early[key]; f != nil {
-			for dev, res := range f.results {
-				if n.IsTarget(dev) {
-					n.Results[dev] = res
-				}
-			}
-			for dev, res := range f.failures {
-				if n.IsTarget(dev) {
-					n.noteFailure(dev, res)
-				}
-			}
-			if f.stage != StageNone {
-				n.Stage, n.ReleasedAll, n.StageAt = f.stage, f.releasedAll, f.stageAt
-			}
-		}
-		// Keep only facts of revisions that may still come (later ones).
-		for k, f := range r.early {
-			if k != key && (k.uid != d.UID || k.gen > d.Generation) {
-				if n.early == nil {
-					n.early = map[revKey]*earlyFacts{}
-				}
-				n.early[k] = f
-			}
-		}
-		return n
+		return r.applyRevision(ev)
 	case events.TypeDeploymentDeleted:
 		n := r
 		n.Deleted = true
 		return n
 	case events.TypeWorkloadStatus:
-		d, err := events.Decode[events.WorkloadStatus](ev)
-		if err != nil {
-			return r
-		}
-		device := ev.Keys.Device
-		if d.UID != r.UID || d.Generation != r.Generation {
-			if !r.newer(d.UID, d.Generation) {
-				return r // a report of an older revision
-			}
-			return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
-				if prev, ok := f.results[device]; !ok || !d.Since.Before(prev.Since) {
-					f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
-					if d.Phase == events.WorkloadFailed {
-						f.failures[device] = f.results[device]
-					}
-				}
-			})
-		}
-		if !r.IsTarget(device) {
-			return r
-		}
-		prev, seen := r.Results[device]
-		if seen && d.Since.Before(prev.Since) {
-			return r // an older report arriving late
-		}
-		n := r
-		if !inPlace {
-			n.Results = maps(r.Results)
-		}
-		if !n.countsOK {
-			n.counts, n.countsOK = n.computeCounts(), true
-		}
-		res := DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
-		canary := n.IsCanary(device)
-		tally(&n.counts, prev.Phase, canary, -1)
-		tally(&n.counts, res.Phase, canary, +1)
-		n.Results[device] = res
-		n.noteFailure(device, res)
-		return n
+		return r.applyReport(ev, inPlace)
 	}
 	if info, ok := ev.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
-		d, err := events.Decode[events.RolloutTransition](ev)
-		if err != nil {
-			return r
-		}
-		if d.UID != r.UID || d.Generation != r.Generation {
-			if !r.newer(d.UID, d.Generation) {
-				return r
-			}
-			return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
-				if st := stageAfter(ev.Type, f.stage); st != f.stage {
-					f.stage, f.stageAt = st, ev.Time
-				}
-				f.releasedAll = f.releasedAll || ev.Type == events.TypeRolloutReleased
-			})
-		}
-		n := r
-		if st := stageAfter(ev.Type, r.Stage); st != r.Stage {
-			n.Stage, n.StageAt = st, ev.Time
-		}
-		if ev.Type == events.TypeRolloutReleased {
-			n.ReleasedAll = true
-		}
-		return n
+		return r.applyTransition(ev)
 	}
 	return r
+}
+
+// applyRevision starts the fold of a newer revision, merging the early facts
+// folded for it and keeping those of revisions that may still come.
+func (r Rollout) applyRevision(ev events.Event) Rollout {
+	d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+	if err != nil || !r.newer(d.UID, d.Generation) {
+		return r
+	}
+	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
+		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}}
+	key := revKey{d.UID, d.Generation}
+	if f := r.early[key]; f != nil {
+		n.mergeEarly(f)
+	}
+	// Keep only facts of revisions that may still come (later ones).
+	for k, f := range r.early {
+		if k != key && (k.uid != d.UID || k.gen > d.Generation) {
+			if n.early == nil {
+				n.early = map[revKey]*earlyFacts{}
+			}
+			n.early[k] = f
+		}
+	}
+	return n
+}
+
+// mergeEarly folds the early facts of r's revision: its targets' reports
+// and failures, and the stage its transitions reached.
+func (r *Rollout) mergeEarly(f *earlyFacts) {
+	for dev, res := range f.results {
+		if r.IsTarget(dev) {
+			r.Results[dev] = res
+		}
+	}
+	for dev, res := range f.failures {
+		if r.IsTarget(dev) {
+			r.noteFailure(dev, res)
+		}
+	}
+	if f.stage != StageNone {
+		r.Stage, r.ReleasedAll, r.StageAt = f.stage, f.releasedAll, f.stageAt
+	}
+}
+
+// applyReport folds a workload report: a target's report of the current
+// revision, or an early fact of a later one.
+func (r Rollout) applyReport(ev events.Event, inPlace bool) Rollout {
+	d, err := events.Decode[events.WorkloadStatus](ev)
+	if err != nil {
+		return r
+	}
+	device := ev.Keys.Device
+	if d.UID != r.UID || d.Generation != r.Generation {
+		if !r.newer(d.UID, d.Generation) {
+			return r // a report of an older revision
+		}
+		return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
+			if prev, ok := f.results[device]; !ok || !d.Since.Before(prev.Since) {
+				f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+				if d.Phase == events.WorkloadFailed {
+					f.failures[device] = f.results[device]
+				}
+			}
+		})
+	}
+	if !r.IsTarget(device) {
+		return r
+	}
+	prev, seen := r.Results[device]
+	if seen && d.Since.Before(prev.Since) {
+		return r // an older report arriving late
+	}
+	n := r
+	if !inPlace {
+		n.Results = maps(r.Results)
+	}
+	if !n.countsOK {
+		n.counts, n.countsOK = n.computeCounts(), true
+	}
+	res := DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+	canary := n.IsCanary(device)
+	tally(&n.counts, prev.Phase, canary, -1)
+	tally(&n.counts, res.Phase, canary, +1)
+	n.Results[device] = res
+	n.noteFailure(device, res)
+	return n
+}
+
+// applyTransition folds a rollout transition: the current revision's stage
+// moves forward, or an early fact of a later revision is kept.
+func (r Rollout) applyTransition(ev events.Event) Rollout {
+	d, err := events.Decode[events.RolloutTransition](ev)
+	if err != nil {
+		return r
+	}
+	if d.UID != r.UID || d.Generation != r.Generation {
+		if !r.newer(d.UID, d.Generation) {
+			return r
+		}
+		return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
+			if st := stageAfter(ev.Type, f.stage); st != f.stage {
+				f.stage, f.stageAt = st, ev.Time
+			}
+			f.releasedAll = f.releasedAll || ev.Type == events.TypeRolloutReleased
+		})
+	}
+	n := r
+	if st := stageAfter(ev.Type, r.Stage); st != r.Stage {
+		n.Stage, n.StageAt = st, ev.Time
+	}
+	if ev.Type == events.TypeRolloutReleased {
+		n.ReleasedAll = true
+	}
+	return n
 }
 
 // withEarly returns a copy of r with fn applied to the early facts of

@@ -56,16 +56,44 @@ type historyOptions struct {
 	verbose                       bool
 }
 
+// historyQuery is a validated `fleet history` query.
+type historyQuery struct {
+	// kind is deployment, device or fleet.
+	kind string
+	// namespace and name are the Deployment (deployment).
+	namespace, name string
+	// device is the device id (device).
+	device string
+	// at is the instant (fleet).
+	at     time.Time
+	format history.Format
+}
+
 // historyCmd runs `fleet history` with its arguments, writing the answer to
 // out and usage and logs to errOut; getenv supplies the NATS_* defaults.
 func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) error {
+	o, q, err := parseHistory(args, errOut, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	answer, err := queryHistory(ctx, o, q, errOut)
+	if err != nil {
+		return err
+	}
+	return history.Write(out, answer, q.format)
+}
+
+// newHistoryFlags returns the flag set of `fleet history`, bound to o.
+func newHistoryFlags(o *historyOptions, errOut io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("fleet history", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), historyUsage)
 		fs.PrintDefaults()
 	}
-	var o historyOptions
 	// Defaults from the environment are applied after parsing, so that
 	// usage text never prints them (NATS_PASSWORD, or a URL with one).
 	fs.StringVar(&o.server, "server", "", "NATS server URL (default: env NATS_URL, then "+defaultNATSURL+")")
@@ -76,21 +104,17 @@ func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, geten
 	fs.StringVar(&o.output, "o", "text", "output format: text or json")
 	fs.DurationVar(&o.timeout, "timeout", time.Minute, "give up after this long")
 	fs.BoolVar(&o.verbose, "v", false, "log each stream read to stderr")
+	return fs
+}
 
-	// Flags may come before or after the positional arguments.
-	var pos []string
-	rest := args
-	for {
-		if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
-			return nil
-		} else if err != nil {
-			return fmt.Errorf("history: %w", err)
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		rest = fs.Args()[1:]
+// parseHistory parses the flags and the query; flag.ErrHelp (unwrapped)
+// when help was asked for and printed.
+func parseHistory(args []string, errOut io.Writer, getenv func(string) string) (historyOptions, historyQuery, error) {
+	var o historyOptions
+	fs := newHistoryFlags(&o, errOut)
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return o, historyQuery{}, err
 	}
 	o.server = cmp.Or(o.server, getenv("NATS_URL"), defaultNATSURL)
 	o.user = cmp.Or(o.user, getenv("NATS_USER"))
@@ -98,48 +122,81 @@ func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, geten
 	o.creds = cmp.Or(o.creds, getenv("NATS_CREDS"))
 	if len(pos) == 0 {
 		fs.Usage()
-		return errors.New("history: no query given: use deployment, device or fleet")
+		return o, historyQuery{}, errors.New("history: no query given: use deployment, device or fleet")
 	}
 	format, err := history.ParseFormat(o.output)
 	if err != nil {
-		return fmt.Errorf("history: -o: %w", err)
+		return o, historyQuery{}, fmt.Errorf("history: -o: %w", err)
 	}
-	query := pos[0]
-	var at time.Time
-	switch query {
+	q, err := historyQueryOf(pos, o.at, fs.Usage)
+	q.format = format
+	return o, q, err
+}
+
+// parseInterspersed parses args with flags before or after the positional
+// arguments, and returns the positional ones; flag.ErrHelp unwrapped.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	rest := args
+	for {
+		if err := fs.Parse(rest); errors.Is(err, flag.ErrHelp) {
+			return nil, flag.ErrHelp
+		} else if err != nil {
+			return nil, fmt.Errorf("history: %w", err)
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		rest = fs.Args()[1:]
+	}
+}
+
+// historyQueryOf validates the positional arguments (pos[0] is the query)
+// and --at; usage prints the usage text for an unknown query.
+func historyQueryOf(pos []string, atFlag string, usage func()) (historyQuery, error) {
+	q := historyQuery{kind: pos[0]}
+	switch q.kind {
 	case "deployment", "device":
 		if len(pos) != 2 {
-			return fmt.Errorf("history %s: give exactly one %s", query, map[string]string{
+			return q, fmt.Errorf("history %s: give exactly one %s", q.kind, map[string]string{
 				"deployment": "<namespace>/<name>, e.g. fleet history deployment lab/analysis-api",
-				"device":     "<device-id>, e.g. fleet history device sim-1"}[query])
+				"device":     "<device-id>, e.g. fleet history device sim-1"}[q.kind])
 		}
-		if o.at != "" {
-			return fmt.Errorf("history %s: --at applies to `fleet history fleet` only: a timeline always shows everything stored", query)
+		if atFlag != "" {
+			return q, fmt.Errorf("history %s: --at applies to `fleet history fleet` only: a timeline always shows everything stored", q.kind)
 		}
 	case "fleet":
 		if len(pos) != 1 {
-			return fmt.Errorf("history fleet: unexpected argument %q: the only input is --at", pos[1])
+			return q, fmt.Errorf("history fleet: unexpected argument %q: the only input is --at", pos[1])
 		}
-		if o.at == "" {
-			return errors.New("history fleet: --at is required: give an RFC 3339 time such as " + time.Now().UTC().Truncate(time.Second).Format(time.RFC3339))
+		if atFlag == "" {
+			return q, errors.New("history fleet: --at is required: give an RFC 3339 time such as " + time.Now().UTC().Truncate(time.Second).Format(time.RFC3339))
 		}
-		at, err = time.Parse(time.RFC3339Nano, o.at)
+		at, err := time.Parse(time.RFC3339Nano, atFlag)
 		if err != nil {
-			return fmt.Errorf("history fleet: --at %q is not an RFC 3339 time: use e.g. 2026-01-02T15:04:05Z or 2026-01-02T16:04:05.5+01:00", o.at)
+			return q, fmt.Errorf("history fleet: --at %q is not an RFC 3339 time: use e.g. 2026-01-02T15:04:05Z or 2026-01-02T16:04:05.5+01:00", atFlag)
 		}
+		q.at = at
 	default:
-		fs.Usage()
-		return fmt.Errorf("history: unknown query %q: use deployment, device or fleet", query)
+		usage()
+		return q, fmt.Errorf("history: unknown query %q: use deployment, device or fleet", q.kind)
 	}
-	var namespace, name string
-	if query == "deployment" {
+	switch q.kind {
+	case "deployment":
 		var ok bool
-		namespace, name, ok = strings.Cut(pos[1], "/")
-		if !ok || namespace == "" || name == "" || strings.Contains(name, "/") {
-			return fmt.Errorf("history deployment: %q is not <namespace>/<name>: give both, e.g. lab/analysis-api", pos[1])
+		q.namespace, q.name, ok = strings.Cut(pos[1], "/")
+		if !ok || q.namespace == "" || q.name == "" || strings.Contains(q.name, "/") {
+			return q, fmt.Errorf("history deployment: %q is not <namespace>/<name>: give both, e.g. lab/analysis-api", pos[1])
 		}
+	case "device":
+		q.device = pos[1]
 	}
+	return q, nil
+}
 
+// queryHistory connects to NATS and answers q from the streams.
+func queryHistory(ctx context.Context, o historyOptions, q historyQuery, errOut io.Writer) (history.Answer, error) {
 	level := slog.LevelWarn
 	if o.verbose {
 		level = slog.LevelDebug
@@ -149,33 +206,33 @@ func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, geten
 	defer cancel()
 	nc, err := connectHistory(o)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer nc.Close()
 	st, err := events.NewStore(nc, events.StoreOptions{Logger: log})
 	if err != nil {
-		return fmt.Errorf("history: %w", err)
+		return nil, fmt.Errorf("history: %w", err)
 	}
 	h, err := history.New(history.Options{Reader: st, Logger: log})
 	if err != nil {
-		return fmt.Errorf("history: %w", err)
+		return nil, fmt.Errorf("history: %w", err)
 	}
 	var answer history.Answer
-	switch query {
+	switch q.kind {
 	case "deployment":
-		answer, err = h.Deployment(ctx, namespace, name)
+		answer, err = h.Deployment(ctx, q.namespace, q.name)
 	case "device":
-		answer, err = h.Device(ctx, pos[1])
+		answer, err = h.Device(ctx, q.device)
 	case "fleet":
-		answer, err = h.FleetAt(ctx, at)
+		answer, err = h.FleetAt(ctx, q.at)
 	}
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("%w (the Fleet streams are missing on %s: is --server a Fleet control plane with its streams provisioned?)", err, redact(o.server))
+		return nil, fmt.Errorf("%w (the Fleet streams are missing on %s: is --server a Fleet control plane with its streams provisioned?)", err, redact(o.server))
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return history.Write(out, answer, format)
+	return answer, nil
 }
 
 // connectHistory connects with the credentials the flags name.

@@ -187,8 +187,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := o.defaults(); err != nil {
 		return err
 	}
-	began := time.Now()
-	log := o.Logger
+	s := &session{o: o, log: o.Logger, began: time.Now()}
 	// Fail before starting anything when the kube binaries are missing.
 	if err := checkKubeBinaries(o.KubeBinDir); err != nil {
 		return err
@@ -201,90 +200,165 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer release()
-	// <data>/bin: fleet, kubectl and the nats CLI for the printed steps.
-	self, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("fleet dev: find its own binary to link as <data>/bin/fleet: %w", err)
-	}
-	root, _ := repoRoot() // outside the repository: no default nats CLI there
-	bins, err := makeBinDir(o.DataDir, self, filepath.Join(o.KubeBinDir, "kubectl"), natsSearch{
-		flag: o.NATSCLI, env: os.Getenv(NATSCLIEnv), repoRoot: root, lookPath: exec.LookPath,
-	})
-	if err != nil {
+	if err := s.linkBinaries(); err != nil {
 		return err
 	}
-	if bins.natsMissing != "" {
-		log.Warn("no nats CLI to link: step 3 of the printed next steps needs it", "looked", bins.natsMissing,
-			"build", SetupNATSCLICommand)
-	}
-	sec, err := loadSecrets(filepath.Join(o.DataDir, "secrets"))
-	if err != nil {
+	if err := s.loadSecretsAndRuntime(ctx); err != nil {
 		return err
 	}
-	eng, note, err := chooseRuntime(ctx, o)
-	if err != nil {
+	defer s.eng.close()
+	if err := s.startControlPlane(ctx); err != nil {
 		return err
-	}
-	defer eng.close()
-	conf, err := serverConfig(sec)
-	if err != nil {
-		return err
-	}
-	store := filepath.Join(o.DataDir, "jetstream")
-	if err := os.MkdirAll(store, 0o700); err != nil {
-		return fmt.Errorf("fleet dev: data folder: %w", err)
-	}
-	natsLevel := slog.LevelWarn
-	if log.Enabled(ctx, slog.LevelDebug) {
-		natsLevel = slog.LevelDebug
-	}
-	// The control plane: NATS with the documented callout configuration
-	// (plus the admin user) and the data folder's secrets, the development
-	// OpenID Provider, the auth callout, the operator's connection (a
-	// machine user with the fleet-operator role, through the callout like
-	// every client), the streams and buckets.
-	plane, err := controlplane.Start(ctx, controlplane.Options{
-		StoreDir: store, Port: o.NATSPort, ServerName: "fleet-dev", Logger: log, NATSLogLevel: natsLevel,
-		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
-			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
-	})
-	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
 	}
 	defer func() {
-		if cerr := plane.Close(); cerr != nil {
+		if cerr := s.plane.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 	}()
 	// What follows ends when a part of the plane fails, too.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	defer context.AfterFunc(plane.Context(), cancel)()
-	url, op, st := plane.URL(), plane.Provider(), plane.Store()
-
-	// The OpenBao stand-in, configured as docs/agent.md says for OpenBao.
-	bs, err := startBao(ctx, sec.dir, op.Issuer(), op.Audience(), o.Namespace)
-	if err != nil {
+	defer context.AfterFunc(s.plane.Context(), cancel)()
+	if err := s.startOpenBao(ctx); err != nil {
 		return err
 	}
-	plane.Go("openbao", bs.run)
-
-	// etcd + kube-apiserver with the CRDs.
-	log.Info("starting etcd and kube-apiserver", "bin", o.KubeBinDir)
-	k, err := startKube(o)
-	if err != nil {
+	if err := s.startKubeAPI(); err != nil {
 		return err
 	}
-	recordKube(o.DataDir)
 	defer func() {
 		// After the plane: the operator must have stopped first.
-		if cerr := plane.Close(); cerr != nil {
+		if cerr := s.plane.Close(); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
-		if serr := k.stop(); serr != nil {
+		if serr := s.k.stop(); serr != nil {
 			err = errors.Join(err, serr)
 		}
 	}()
+	if err := s.connectKube(ctx); err != nil {
+		return err
+	}
+	s.startOperator()
+	if err := s.startDevices(ctx); err != nil {
+		return err
+	}
+	info := s.announce()
+	s.log.Info("fleet dev running", "nats", info.NATSURL, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
+		"startup", info.StartupTime.Round(time.Millisecond))
+	<-ctx.Done()
+	s.log.Info("fleet dev stopping")
+	return nil
+}
+
+// session is what Run has started so far: each step of Run adds its part,
+// and Run alone registers the cleanups, in the order that stops them right.
+type session struct {
+	o     Options
+	log   *slog.Logger
+	began time.Time
+	bins  binDir
+	sec   *secrets
+	// eng is the Podman engine (nil: simulated devices only); note says
+	// why.
+	eng   *podmanEngine
+	note  string
+	plane *controlplane.Plane
+	bs    *bao
+	k     *kube
+	kc    client.Client
+	devs  []device
+	ids   []string
+}
+
+// linkBinaries makes <data>/bin: fleet, kubectl and the nats CLI for the
+// printed steps.
+func (s *session) linkBinaries() error {
+	o := s.o
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("fleet dev: find its own binary to link as <data>/bin/fleet: %w", err)
+	}
+	root, _ := repoRoot() // outside the repository: no default nats CLI there
+	if s.bins, err = makeBinDir(o.DataDir, self, filepath.Join(o.KubeBinDir, "kubectl"), natsSearch{
+		flag: o.NATSCLI, env: os.Getenv(NATSCLIEnv), repoRoot: root, lookPath: exec.LookPath,
+	}); err != nil {
+		return err
+	}
+	if s.bins.natsMissing != "" {
+		s.log.Warn("no nats CLI to link: step 3 of the printed next steps needs it", "looked", s.bins.natsMissing,
+			"build", SetupNATSCLICommand)
+	}
+	return nil
+}
+
+// loadSecretsAndRuntime loads (or makes) the data folder's secrets and
+// chooses the devices' runtime; the caller closes s.eng.
+func (s *session) loadSecretsAndRuntime(ctx context.Context) error {
+	var err error
+	if s.sec, err = loadSecrets(filepath.Join(s.o.DataDir, "secrets")); err != nil {
+		return err
+	}
+	s.eng, s.note, err = chooseRuntime(ctx, s.o)
+	return err
+}
+
+// startControlPlane starts NATS with the documented callout configuration
+// (plus the admin user) and the data folder's secrets, the development
+// OpenID Provider, the auth callout, the operator's connection (a machine
+// user with the fleet-operator role, through the callout like every
+// client), the streams and buckets. The caller closes s.plane.
+func (s *session) startControlPlane(ctx context.Context) error {
+	sec := s.sec
+	conf, err := serverConfig(sec)
+	if err != nil {
+		return err
+	}
+	store := filepath.Join(s.o.DataDir, "jetstream")
+	if err := os.MkdirAll(store, 0o700); err != nil {
+		return fmt.Errorf("fleet dev: data folder: %w", err)
+	}
+	natsLevel := slog.LevelWarn
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		natsLevel = slog.LevelDebug
+	}
+	s.plane, err = controlplane.Start(ctx, controlplane.Options{
+		StoreDir: store, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel,
+		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
+			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
+	})
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	return nil
+}
+
+// startOpenBao starts the OpenBao stand-in, configured as docs/agent.md
+// says for OpenBao, in the plane's run group.
+func (s *session) startOpenBao(ctx context.Context) error {
+	op := s.plane.Provider()
+	bs, err := startBao(ctx, s.sec.dir, op.Issuer(), op.Audience(), s.o.Namespace)
+	if err != nil {
+		return err
+	}
+	s.bs = bs
+	s.plane.Go("openbao", bs.run)
+	return nil
+}
+
+// startKubeAPI starts etcd + kube-apiserver with the CRDs; the caller stops
+// s.k.
+func (s *session) startKubeAPI() error {
+	s.log.Info("starting etcd and kube-apiserver", "bin", s.o.KubeBinDir)
+	k, err := startKube(s.o)
+	if err != nil {
+		return err
+	}
+	s.k = k
+	recordKube(s.o.DataDir)
+	return nil
+}
+
+// connectKube makes the Kubernetes client and the Fleet namespace.
+func (s *session) connectKube(ctx context.Context) error {
 	scheme, err := operator.Scheme()
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
@@ -292,20 +366,23 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := addCoreScheme(scheme); err != nil {
 		return err
 	}
-	kc, err := client.New(k.cfg, client.Options{Scheme: scheme})
-	if err != nil {
+	if s.kc, err = client.New(s.k.cfg, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("fleet dev: kubernetes client: %w", err)
 	}
-	if err := ensureNamespace(ctx, kc, o.Namespace); err != nil {
-		return err
-	}
+	return ensureNamespace(ctx, s.kc, s.o.Namespace)
+}
 
-	devs := devices(o.Devices, eng != nil)
-	ids := make([]string, len(devs))
-	for i, d := range devs {
-		ids[i] = d.name
+// startOperator names the devices and starts the operator, with every
+// device in the development group, in the plane's run group.
+func (s *session) startOperator() {
+	o, log, st, bs := s.o, s.log, s.plane.Store(), s.bs
+	s.devs = devices(o.Devices, s.eng != nil)
+	s.ids = make([]string, len(s.devs))
+	for i, d := range s.devs {
+		s.ids[i] = d.name
 	}
-	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {devGroup: ids}})
+	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {devGroup: s.ids}})
+	plane, k := s.plane, s.k
 	plane.Go("operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
 			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, Groups: groups,
@@ -319,9 +396,14 @@ func Run(ctx context.Context, o Options) (err error) {
 			SeveralPerProcess: true,
 		})
 	})
+}
 
-	// The devices: enrolled like `fleet enroll`, connected like fleet-agent.
-	en, err := enroll.New(enroll.Options{Client: kc, Provider: op, Namespace: o.Namespace, Logger: log.With("component", "enroll")})
+// startDevices enrolls the devices like `fleet enroll` and runs each,
+// connected like fleet-agent, in the plane's run group.
+func (s *session) startDevices(ctx context.Context) error {
+	o, plane, bs, eng := s.o, s.plane, s.bs, s.eng
+	url, op := plane.URL(), plane.Provider()
+	en, err := enroll.New(enroll.Options{Client: s.kc, Provider: op, Namespace: o.Namespace, Logger: s.log.With("component", "enroll")})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w", err)
 	}
@@ -329,8 +411,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		return fmt.Errorf("fleet dev: device key folder: %w", err)
 	}
-	for _, d := range devs {
-		res, err := enrollDevice(ctx, en, kc, op, o.Namespace, keyDir, d)
+	for _, d := range s.devs {
+		res, err := enrollDevice(ctx, en, s.kc, op, o.Namespace, keyDir, d)
 		if err != nil {
 			return fmt.Errorf("fleet dev: enroll %s: %w", d.name, err)
 		}
@@ -341,26 +423,27 @@ func Run(ctx context.Context, o Options) (err error) {
 			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), d, res.KeyFile, bs, eng)
 		})
 	}
+	return nil
+}
 
+// announce prints how to use the running plane and calls Options.Ready.
+func (s *session) announce() Info {
+	o, op := s.o, s.plane.Provider()
 	info := Info{
-		NATSURL: url, AdminUser: devAdminUser, AdminPasswordFile: sec.adminPasswordFile(),
-		Kubeconfig: k.kubeconfig, Kubectl: k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
-		Devices: ids, Runtime: RuntimeSim, RuntimeNote: note, OpenBaoAddr: bs.addr, OpenBaoTokenFile: bs.tokenFile,
-		BinDir: bins.path, NATSCLI: bins.nats, NATSCLIMissing: bins.natsMissing,
-		StartupTime: time.Since(began),
+		NATSURL: s.plane.URL(), AdminUser: devAdminUser, AdminPasswordFile: s.sec.adminPasswordFile(),
+		Kubeconfig: s.k.kubeconfig, Kubectl: s.k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
+		Devices: s.ids, Runtime: RuntimeSim, RuntimeNote: s.note, OpenBaoAddr: s.bs.addr, OpenBaoTokenFile: s.bs.tokenFile,
+		BinDir: s.bins.path, NATSCLI: s.bins.nats, NATSCLIMissing: s.bins.natsMissing,
+		StartupTime: time.Since(s.began),
 	}
-	if eng != nil {
-		info.Runtime, info.PodmanSocket = RuntimePodman, eng.uri
+	if s.eng != nil {
+		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
 	}
 	printUsage(o.Out, o.DataDir, info)
 	if o.Ready != nil {
 		o.Ready(info)
 	}
-	log.Info("fleet dev running", "nats", url, "kubeconfig", k.kubeconfig, "devices", len(ids), "runtime", info.Runtime,
-		"startup", info.StartupTime.Round(time.Millisecond))
-	<-ctx.Done()
-	log.Info("fleet dev stopping")
-	return nil
+	return info
 }
 
 // NATSCLIEnv names the environment variable holding the nats CLI's path:

@@ -14,7 +14,6 @@ import (
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -38,15 +37,13 @@ func randomToken() string {
 // publisher and bucket, and the operator's RolloutRunner (with Deployment
 // status going nowhere: no Kubernetes API server runs).
 type controlPlane struct {
-	plane    *controlplane.Plane
-	srv      *natsembed.Server
-	sec      *secrets
-	provider *devop.Provider
-	// store and the buckets are on the operator's connection (role
+	plane *controlplane.Plane
+	srv   *natsembed.Server
+	sec   *secrets
+	// store and the bucket are on the operator's connection (role
 	// fleet-operator); the runner uses it.
-	store    *events.Store
-	identity jetstream.KeyValue
-	intent   jetstream.KeyValue
+	store  *events.Store
+	intent jetstream.KeyValue
 	// monitor is a second operator-role connection the measurements
 	// subscribe on, so that observing never slows the runner's connection;
 	// monitorJS reads stream figures on it.
@@ -97,8 +94,8 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (*contro
 func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	var err error
 	p := cp.plane
-	cp.srv, cp.provider, cp.failed = p.Server(), p.Provider(), p.Done()
-	cp.store, cp.intent, cp.identity = p.Store(), p.Intent(), p.Identity()
+	cp.srv, cp.failed = p.Server(), p.Done()
+	cp.store, cp.intent = p.Store(), p.Intent()
 	if cp.monitor, err = p.ConnectMachine(ctx, "scalebench-monitor", authcallout.RoleOperator); err != nil {
 		return fmt.Errorf("scalebench: %w", err)
 	}

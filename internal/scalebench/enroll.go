@@ -10,10 +10,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
-
-	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/identity/credential"
 )
 
 // DeviceName is the id of the i-th simulated device (1-based).
@@ -26,7 +22,7 @@ func FlooderName(i int) string { return "flood-" + strconv.Itoa(i) }
 // keyFile is where the key file of device dev is written in dir.
 func keyFile(dir, dev string) string { return filepath.Join(dir, dev+".json") }
 
-// enroll enrolls the devices named as internal/callouttest does: a machine
+// enroll enrolls the devices named with the plane's EnrollDevice: a machine
 // user and key at the development provider, the fleet-identity entry the
 // operator would project from the Device resource, and the key file (mode
 // 0600, with the issuer, audience and device as `fleet enroll` writes them).
@@ -51,9 +47,10 @@ func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string
 				if i%1000 == 0 {
 					log.Info("enrolling", "device", i, "of", len(names))
 				}
-				if err := cp.enrollOne(ctx, dir, names[i-1]); err != nil {
+				dev := names[i-1]
+				if _, err := cp.plane.EnrollDevice(ctx, dev, keyFile(dir, dev)); err != nil {
 					mu.Lock()
-					errs = append(errs, err)
+					errs = append(errs, fmt.Errorf("scalebench: %w", err))
 					mu.Unlock()
 					cancel()
 					return
@@ -63,31 +60,4 @@ func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-func (cp *controlPlane) enrollOne(ctx context.Context, dir, dev string) error {
-	uid, err := cp.provider.CreateMachineUser(ctx, "device-"+dev)
-	if err != nil {
-		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
-	}
-	kf, err := cp.provider.AddMachineKey(ctx, uid, time.Time{})
-	if err != nil {
-		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
-	}
-	v, err := events.IdentityEntry{Device: dev}.Encode()
-	if err != nil {
-		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
-	}
-	key, err := events.IdentityKey(uid)
-	if err != nil {
-		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
-	}
-	if _, err := cp.identity.Put(ctx, key, v); err != nil {
-		return fmt.Errorf("scalebench: enroll %s: identity: %w", dev, err)
-	}
-	kf.Issuer, kf.Audience, kf.Device = cp.provider.Issuer(), cp.provider.Audience(), dev
-	if err := credential.WriteKeyFile(keyFile(dir, dev), kf); err != nil {
-		return fmt.Errorf("scalebench: enroll %s: %w", dev, err)
-	}
-	return nil
 }
