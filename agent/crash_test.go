@@ -105,13 +105,7 @@ func TestKillNineMidReconcileAndAControlPlaneOutage(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		testenv.Eventually(t, what, 60*time.Second, cond)
 	}
 	converged := func(gen int64) bool {
 		rec, err := st.Last(w.ctx, fmt.Sprintf("fleet.report.%s.workload", device))
@@ -145,19 +139,13 @@ func TestKillNineMidReconcileAndAControlPlaneOutage(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if testenv.Poll(nil, 10*time.Second, func() bool {
 		cs = w.byName()
-		ok := owned() == 2 && cs[w.name("init")].State == runtime.StateExited && cs[w.name("init")].ExitCode == 0 &&
+		return owned() == 2 && cs[w.name("init")].State == runtime.StateExited && cs[w.name("init")].ExitCode == 0 &&
 			cs[w.name("svc")].State == runtime.StateRunning
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after kill -9 and restart: %d owned containers (want 2: init and service), init %+v, service %+v",
-				owned(), cs[w.name("init")], cs[w.name("svc")])
-		}
-		time.Sleep(50 * time.Millisecond)
+	}) != nil {
+		t.Fatalf("after kill -9 and restart: %d owned containers (want 2: init and service), init %+v, service %+v",
+			owned(), cs[w.name("init")], cs[w.name("svc")])
 	}
 	if b := cs[w.name("bystander")]; b.ID != foreign || b.State != runtime.StateRunning {
 		t.Errorf("the foreign container was touched: %+v", b)

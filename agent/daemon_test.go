@@ -16,6 +16,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 type agentEnv struct {
@@ -45,15 +46,11 @@ func startAgent(t *testing.T, opts ...func(*agent.Options)) *agentEnv {
 	e := &agentEnv{world: w, st: st, kv: kv, nc: nc}
 	// The agent subscribes before its first report: once the inventory is
 	// there, commands and intent changes reach it.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if _, err := st.Last(w.ctx, "fleet.report.d1.inventory"); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the agent never reported its inventory")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if testenv.Poll(nil, 20*time.Second, func() bool {
+		_, err := st.Last(w.ctx, "fleet.report.d1.inventory")
+		return err == nil
+	}) != nil {
+		t.Fatal("the agent never reported its inventory")
 	}
 	e.stop = func() {
 		cancel()
@@ -101,18 +98,19 @@ func (e *agentEnv) statuses() []events.WorkloadStatus {
 
 func (e *agentEnv) waitStatus(gen int64, phase events.WorkloadPhase) events.WorkloadStatus {
 	e.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var got events.WorkloadStatus
+	if testenv.Poll(nil, 20*time.Second, func() bool {
 		for _, s := range e.statuses() {
 			if s.Generation == gen && s.Phase == phase {
-				return s
+				got = s
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no %s report for generation %d; got %+v", phase, gen, e.statuses())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) != nil {
+		e.t.Fatalf("no %s report for generation %d; got %+v", phase, gen, e.statuses())
 	}
+	return got
 }
 
 func TestTheAgentConvergesOnItsIntentAndReports(t *testing.T) {
@@ -187,21 +185,22 @@ func TestAgentCommands(t *testing.T) {
 		if _, err := e.st.Append(e.ctx, ev); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
+		var res events.CommandResult
+		if testenv.Poll(nil, 20*time.Second, func() bool {
 			for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.command", events.FromStart()) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if res, err := events.Decode[events.CommandResult](r.Event); err == nil && res.CommandID == ev.ID.String() {
-					return res
+				if got, err := events.Decode[events.CommandResult](r.Event); err == nil && got.CommandID == ev.ID.String() {
+					res = got
+					return true
 				}
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no result for %s", command)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return false
+		}) != nil {
+			t.Fatalf("no result for %s", command)
 		}
+		return res
 	}
 	if res := ask(agent.CommandReconcileNow); !res.OK {
 		t.Errorf("reconcile-now: %+v", res)
@@ -238,13 +237,7 @@ func TestReportsMadeWhileDisconnectedAreSentOnReconnect(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	poll := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for !cond() {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testenv.Eventually(t, what, 20*time.Second, cond)
 	}
 	poll("the first heartbeat", func() bool { _, err := st.Last(w.ctx, "fleet.report.d1.heartbeat"); return err == nil })
 

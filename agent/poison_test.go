@@ -36,12 +36,8 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The agent read it and said so before the next one.
-			deadline := time.Now().Add(20 * time.Second)
-			for strings.Count(logs.String(), "intent not read") <= i {
-				if time.Now().After(deadline) {
-					t.Fatalf("the agent never skipped intent value %d; log:\n%s", i, logs.String())
-				}
-				time.Sleep(10 * time.Millisecond)
+			if testenv.Poll(nil, 20*time.Second, func() bool { return strings.Count(logs.String(), "intent not read") > i }) != nil {
+				t.Fatalf("the agent never skipped intent value %d; log:\n%s", i, logs.String())
 			}
 		}
 		// A valid value after the garbage: the agent is still there and
@@ -75,12 +71,8 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent++
-			deadline := time.Now().Add(20 * time.Second)
-			for skips.Skipped(events.StreamCommands, "") < uint64(sent) {
-				if time.Now().After(deadline) {
-					t.Fatalf("command %d of the poison set not counted as skipped within 20s (%d counted)", sent, skips.Skipped(events.StreamCommands, ""))
-				}
-				time.Sleep(5 * time.Millisecond)
+			if testenv.Poll(nil, 20*time.Second, func() bool { return skips.Skipped(events.StreamCommands, "") >= uint64(sent) }) != nil {
+				t.Fatalf("command %d of the poison set not counted as skipped within 20s (%d counted)", sent, skips.Skipped(events.StreamCommands, ""))
 			}
 		}
 		for _, tc := range poisontest.For(t, base) {
@@ -97,9 +89,8 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 		if _, err := e.st.Append(e.ctx, real); err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(20 * time.Second)
 		var ids []string
-		for {
+		if testenv.Poll(nil, 20*time.Second, func() bool {
 			ids = ids[:0]
 			for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.command", events.FromStart()) {
 				if err != nil {
@@ -111,13 +102,9 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 				}
 				ids = append(ids, res.CommandID)
 			}
-			if len(ids) > 0 && skips.Skipped(events.StreamCommands, "") == uint64(sent) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("results %v, %d of %d commands counted as skipped", ids, skips.Skipped(events.StreamCommands, ""), sent)
-			}
-			time.Sleep(20 * time.Millisecond)
+			return len(ids) > 0 && skips.Skipped(events.StreamCommands, "") == uint64(sent)
+		}) != nil {
+			t.Fatalf("results %v, %d of %d commands counted as skipped", ids, skips.Skipped(events.StreamCommands, ""), sent)
 		}
 		if diff := cmp.Diff([]string{real.ID.String()}, ids); diff != "" {
 			t.Errorf("command results (-want +got):\n%s", diff)

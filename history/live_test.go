@@ -17,6 +17,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
@@ -146,18 +147,8 @@ func (f *fleetRun) report(device, name string, rev events.DeploymentRevisionCrea
 
 func (f *fleetRun) waitFor(what string, cond func() bool) {
 	f.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		if time.Now().After(deadline) {
-			f.t.Fatalf("timed out waiting for %s; statuses %+v", what, f.statuses.all())
-		}
-		select {
-		case <-f.ctx.Done():
-			f.t.Fatal(f.ctx.Err())
-		case <-tick.C:
-		}
+	if err := testenv.Poll(f.ctx, 60*time.Second, cond); err != nil {
+		f.t.Fatalf("%v waiting for %s; statuses %+v", err, what, f.statuses.all())
 	}
 }
 

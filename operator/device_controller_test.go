@@ -23,6 +23,7 @@ import (
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -139,21 +140,11 @@ func jsonValue(v any) string {
 // waitDevice polls the Device until cond holds or the deadline passes.
 func (e *devEnv) waitDevice(id, what string, cond func(*fleetv1.Device) bool) *fleetv1.Device {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		d := e.get(id)
-		if cond(d) {
-			return d
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s of Device %s; status %+v labels %v", what, id, d.Status, d.Labels)
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatal(e.ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	var d *fleetv1.Device
+	if err := testenv.Poll(e.ctx, 60*time.Second, func() bool { d = e.get(id); return cond(d) }); err != nil {
+		e.t.Fatalf("%v waiting for %s of Device %s; status %+v labels %v", err, what, id, d.Status, d.Labels)
 	}
+	return d
 }
 
 // identityOf reads the fleet-identity value of an identity subject through
@@ -178,20 +169,14 @@ func (e *devEnv) identityOf(subject string) (events.IdentityEntry, bool) {
 
 func (e *devEnv) waitIdentity(what, subject string, want *events.IdentityEntry) {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		got, ok := e.identityOf(subject)
-		if (want == nil && !ok) || (want != nil && ok && got == *want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s: identity %s is %+v (present %v), want %+v", what, subject, got, ok, want)
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatal(e.ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	var got events.IdentityEntry
+	var ok bool
+	err := testenv.Poll(e.ctx, 60*time.Second, func() bool {
+		got, ok = e.identityOf(subject)
+		return (want == nil && !ok) || (want != nil && ok && got == *want)
+	})
+	if err != nil {
+		e.t.Fatalf("%v waiting for %s: identity %s is %+v (present %v), want %+v", err, what, subject, got, ok, want)
 	}
 }
 
@@ -582,20 +567,12 @@ func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
 		}
 		return &d
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		c := online(getNamesake())
-		if c != nil && c.Reason == fleetv1.ReasonDuplicateDeviceID {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the younger namesake has no DuplicateDeviceID condition: %+v", c)
-		}
-		select {
-		case <-e.ctx.Done():
-			t.Fatal(e.ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	var c *metav1.Condition
+	if err := testenv.Poll(e.ctx, 60*time.Second, func() bool {
+		c = online(getNamesake())
+		return c != nil && c.Reason == fleetv1.ReasonDuplicateDeviceID
+	}); err != nil {
+		t.Fatalf("the younger namesake has no DuplicateDeviceID condition (%v): %+v", err, c)
 	}
 	if got := getNamesake(); len(got.Finalizers) != 0 {
 		t.Errorf("the unserved namesake has finalizers %v", got.Finalizers)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -171,16 +172,8 @@ func (e *env) intent(name string) []events.Record {
 // waitFor polls cond until it holds or the deadline passes.
 func (e *env) waitFor(what string, cond func() bool) {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for %s", what)
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatal(e.ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+	if err := testenv.Poll(e.ctx, 60*time.Second, cond); err != nil {
+		e.t.Fatalf("%v waiting for %s", err, what)
 	}
 }
 

@@ -37,22 +37,19 @@ func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
 	go func() {
 		done <- run(runCtx, []string{"--device", "rpi-9", "--nats-url", srv.ClientURL(), "--insecure-no-auth", "--runtime", "sim", "--label", "role=analyzer"}, &logs)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var ws events.WorkloadStatus
+	if testenv.Poll(nil, 30*time.Second, func() bool {
 		rec, err := st.Last(ctx, "fleet.report.rpi-9.workload")
-		if err == nil {
-			ws, _ := events.Decode[events.WorkloadStatus](rec.Event)
-			if ws.Phase == events.WorkloadFailed {
-				if !strings.Contains(ws.Error, "reg.example/api:v1") {
-					t.Errorf("error %q does not name the image", ws.Error)
-				}
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no failed report; logs:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		ws, _ = events.Decode[events.WorkloadStatus](rec.Event)
+		return ws.Phase == events.WorkloadFailed
+	}) != nil {
+		t.Fatalf("no failed report; logs:\n%s", logs.String())
+	}
+	if !strings.Contains(ws.Error, "reg.example/api:v1") {
+		t.Errorf("error %q does not name the image", ws.Error)
 	}
 	stop()
 	if err := <-done; err != nil {
@@ -104,12 +101,12 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 	go func() {
 		done <- run(runCtx, []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "sim"}, &logs)
 	}()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	// Poll calls cond on this goroutine, so cond may fail the test.
+	if testenv.Poll(nil, 30*time.Second, func() bool {
 		rec, err := env.Store.Last(ctx, "fleet.report.rpi-7.workload")
 		if err == nil {
 			if ws, _ := events.Decode[events.WorkloadStatus](rec.Event); ws.Phase == events.WorkloadFailed {
-				break // the intent was read (direct get) and the report published
+				return true // the intent was read (direct get) and the report published
 			}
 		}
 		select {
@@ -117,10 +114,9 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no workload report through the callout; logs:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) != nil {
+		t.Fatalf("no workload report through the callout; logs:\n%s", logs.String())
 	}
 	if _, err := env.Store.Last(ctx, "fleet.report.rpi-7.inventory"); err != nil {
 		t.Errorf("inventory: %v", err)

@@ -44,20 +44,16 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 	}
 	// The binary provisioned the streams and appended the revision; the
 	// example sets allowedGroups and no group file is given: zero targets.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rec, err := st.Last(ctx, "fleet.intent.deployment.lab.analysis-api")
-		if err == nil {
-			d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
-			if err != nil || d.Generation != 1 || len(d.Targets) != 0 {
-				t.Fatalf("revision %+v, %v", d, err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no revision event: %v\nlogs:\n%s", err, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	var rec events.Record
+	if testenv.Poll(nil, 60*time.Second, func() bool {
+		rec, err = st.Last(ctx, "fleet.intent.deployment.lab.analysis-api")
+		return err == nil
+	}) != nil {
+		t.Fatalf("no revision event: %v\nlogs:\n%s", err, logs.String())
+	}
+	d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
+	if err != nil || d.Generation != 1 || len(d.Targets) != 0 {
+		t.Fatalf("revision %+v, %v", d, err)
 	}
 	stop()
 	if err := <-done; err != nil {

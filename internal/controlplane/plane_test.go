@@ -15,6 +15,7 @@ import (
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 func start(t *testing.T, o controlplane.Options) *controlplane.Plane {
@@ -154,11 +155,7 @@ func TestAReplicaThatCannotConnectClosesWhatItOpened(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "connect as "+authcallout.DefaultReaderUser) || strings.Contains(err.Error(), "wrong") {
 		t.Fatalf("Connect() = %v, want the reader's connect named without its password", err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for p.Server().NATS().NumClients() > before {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d clients after the failed Connect, want %d: the callout connection was left open", p.Server().NATS().NumClients(), before)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if testenv.Poll(nil, 5*time.Second, func() bool { return p.Server().NATS().NumClients() <= before }) != nil {
+		t.Fatalf("%d clients after the failed Connect, want %d: the callout connection was left open", p.Server().NATS().NumClients(), before)
 	}
 }

@@ -120,20 +120,12 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 		t.Errorf("after restart the last rollout event is %s, want %s", rec.Event.Type, events.TypeRolloutSucceeded)
 	}
 	// Devices come back with new keys and report again.
-	deadline := time.Now().Add(time.Minute)
-	for {
-		online := kubectl(t, ctx, in, "get", "fdev", "-n", "lab", "-o", "jsonpath={.items[*].status.liveness}")
-		if strings.Count(online, "Online") == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("devices after a restart: %q, want 3 Online", online)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+	var online string
+	if err := testenv.Poll(ctx, time.Minute, func() bool {
+		online = kubectl(t, ctx, in, "get", "fdev", "-n", "lab", "-o", "jsonpath={.items[*].status.liveness}")
+		return strings.Count(online, "Online") == 3
+	}); err != nil {
+		t.Fatalf("devices after a restart (%v): %q, want 3 Online", err, online)
 	}
 }
 
@@ -301,16 +293,9 @@ fleet history deployment lab/canary-demo`)
 	if out, err := p.script(ctx, `kubectl delete -n lab fdeploy analysis-api canary-demo --wait`); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for left := mine(); len(left) > 0; left = mine() {
-		if time.Now().After(deadline) {
-			t.Fatalf("podman-1's containers %v are still there 2 minutes after the Deployments were deleted", left)
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		case <-time.After(200 * time.Millisecond):
-		}
+	var left []string
+	if err := testenv.Poll(ctx, 2*time.Minute, func() bool { left = mine(); return len(left) == 0 }); err != nil {
+		t.Fatalf("podman-1's containers %v are still there 2 minutes after the Deployments were deleted (%v)", left, err)
 	}
 }
 

@@ -436,21 +436,21 @@ func (f *harmonyFleet) secondPodman() string {
 			t.Logf("remove the second engine's storage: %v", err)
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			if rt, err := podman.New(f.ctx, podman.Options{URI: "unix://" + sock}); err == nil {
-				if _, err := rt.List(f.ctx); err == nil {
-					return "unix://" + sock
-				}
-			}
+	if testenv.Poll(nil, 30*time.Second, func() bool {
+		if _, err := os.Stat(sock); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "service.log"))
-			t.Fatalf("the second Podman service did not answer within 30s:\n%s", log)
+		rt, err := podman.New(f.ctx, podman.Options{URI: "unix://" + sock})
+		if err != nil {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
+		_, err = rt.List(f.ctx)
+		return err == nil
+	}) != nil {
+		log, _ := os.ReadFile(filepath.Join(dir, "service.log"))
+		t.Fatalf("the second Podman service did not answer within 30s:\n%s", log)
 	}
+	return "unix://" + sock
 }
 
 // waitForDeviceLabels waits until the operator copied each device's

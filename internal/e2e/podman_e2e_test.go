@@ -18,6 +18,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent/runtime/podman"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -118,14 +119,10 @@ spec:
 	}
 
 	kubectl("", "delete", "fdeploy", "web", "-n", "e2e", "--wait=true")
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := rt.Inspect(ctx, "web-"+device); err != nil {
-			break // removed
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the container was not removed after the Deployment was deleted")
-		}
-		time.Sleep(50 * time.Millisecond)
+	if testenv.Poll(nil, 60*time.Second, func() bool {
+		_, err := rt.Inspect(ctx, "web-"+device)
+		return err != nil // removed
+	}) != nil {
+		t.Fatal("the container was not removed after the Deployment was deleted")
 	}
 }

@@ -1,0 +1,69 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Poll back-off: the first re-check comes after pollMin, each later wait is
+// half as long again as the one before, up to pollMax.
+const (
+	pollMin = 5 * time.Millisecond
+	pollMax = 100 * time.Millisecond
+)
+
+// ErrTimeout is wrapped by the error Poll returns when cond did not hold
+// within the timeout.
+var ErrTimeout = errors.New("timed out")
+
+// Poll calls cond until it returns true, ctx ends, or timeout passes. It
+// waits a short, growing back-off (5 ms up to 100 ms) between calls, the
+// last wait ending at the deadline, where cond is called once more, so a
+// condition that holds at the deadline counts. It returns nil once cond held, ctx.Err() if
+// ctx ended first, and an error wrapping ErrTimeout that names the timeout
+// otherwise. A nil ctx never ends.
+//
+// Poll does not touch a testing.TB, so it is safe to call from a goroutine
+// other than the test's, and lets a test that fails with a message holding
+// the state it saw at the deadline build that message itself.
+func Poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	deadline := time.Now().Add(timeout)
+	wait := pollMin
+	for {
+		if cond() {
+			return nil
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("%w after %s", ErrTimeout, timeout)
+		}
+		t := time.NewTimer(min(wait, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(wait+wait/2, pollMax)
+	}
+}
+
+// Eventually calls cond (see Poll for the back-off) until it returns true and
+// fails tb with "timed out after <timeout> waiting for <what>" if it does not
+// within timeout. Call it from the test's goroutine only (it calls
+// tb.Fatalf); from other goroutines use Poll.
+func Eventually(tb testing.TB, what string, timeout time.Duration, cond func() bool) {
+	tb.Helper()
+	if err := Poll(nil, timeout, cond); err != nil {
+		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
+	}
+}
