@@ -139,7 +139,7 @@ func TestKillNineMidReconcileAndAControlPlaneOutage(t *testing.T) {
 		}
 		return n
 	}
-	if testenv.Poll(nil, 10*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 10*time.Second, func() bool {
 		cs = w.byName()
 		return owned() == 2 && cs[w.name("init")].State == runtime.StateExited && cs[w.name("init")].ExitCode == 0 &&
 			cs[w.name("svc")].State == runtime.StateRunning

@@ -46,7 +46,7 @@ func startAgent(t *testing.T, opts ...func(*agent.Options)) *agentEnv {
 	e := &agentEnv{world: w, st: st, kv: kv, nc: nc}
 	// The agent subscribes before its first report: once the inventory is
 	// there, commands and intent changes reach it.
-	if testenv.Poll(nil, 20*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 20*time.Second, func() bool {
 		_, err := st.Last(w.ctx, "fleet.report.d1.inventory")
 		return err == nil
 	}) != nil {
@@ -99,7 +99,7 @@ func (e *agentEnv) statuses() []events.WorkloadStatus {
 func (e *agentEnv) waitStatus(gen int64, phase events.WorkloadPhase) events.WorkloadStatus {
 	e.t.Helper()
 	var got events.WorkloadStatus
-	if testenv.Poll(nil, 20*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 20*time.Second, func() bool {
 		for _, s := range e.statuses() {
 			if s.Generation == gen && s.Phase == phase {
 				got = s
@@ -186,7 +186,7 @@ func TestAgentCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		var res events.CommandResult
-		if testenv.Poll(nil, 20*time.Second, func() bool {
+		if testenv.Poll(context.Background(), 20*time.Second, func() bool {
 			for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.command", events.FromStart()) {
 				if err != nil {
 					t.Fatal(err)

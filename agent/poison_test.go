@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"encoding/json"
 	"log/slog"
 	"strings"
@@ -36,7 +37,7 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The agent read it and said so before the next one.
-			if testenv.Poll(nil, 20*time.Second, func() bool { return strings.Count(logs.String(), "intent not read") > i }) != nil {
+			if testenv.Poll(context.Background(), 20*time.Second, func() bool { return strings.Count(logs.String(), "intent not read") > i }) != nil {
 				t.Fatalf("the agent never skipped intent value %d; log:\n%s", i, logs.String())
 			}
 		}
@@ -71,7 +72,7 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 				t.Fatal(err)
 			}
 			sent++
-			if testenv.Poll(nil, 20*time.Second, func() bool { return skips.Skipped(events.StreamCommands, "") >= uint64(sent) }) != nil {
+			if testenv.Poll(context.Background(), 20*time.Second, func() bool { return skips.Skipped(events.StreamCommands, "") >= uint64(sent) }) != nil {
 				t.Fatalf("command %d of the poison set not counted as skipped within 20s (%d counted)", sent, skips.Skipped(events.StreamCommands, ""))
 			}
 		}
@@ -90,7 +91,7 @@ func TestTheAgentSkipsIntentValuesAndCommandsItCannotDecode(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ids []string
-		if testenv.Poll(nil, 20*time.Second, func() bool {
+		if testenv.Poll(context.Background(), 20*time.Second, func() bool {
 			ids = ids[:0]
 			for r, err := range e.st.Replay(e.ctx, "fleet.report.d1.command", events.FromStart()) {
 				if err != nil {

@@ -38,7 +38,7 @@ func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
 		done <- run(runCtx, []string{"--device", "rpi-9", "--nats-url", srv.ClientURL(), "--insecure-no-auth", "--runtime", "sim", "--label", "role=analyzer"}, &logs)
 	}()
 	var ws events.WorkloadStatus
-	if testenv.Poll(nil, 30*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 30*time.Second, func() bool {
 		rec, err := st.Last(ctx, "fleet.report.rpi-9.workload")
 		if err != nil {
 			return false
@@ -102,7 +102,7 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 		done <- run(runCtx, []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "sim"}, &logs)
 	}()
 	// Poll calls cond on this goroutine, so cond may fail the test.
-	if testenv.Poll(nil, 30*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 30*time.Second, func() bool {
 		rec, err := env.Store.Last(ctx, "fleet.report.rpi-7.workload")
 		if err == nil {
 			if ws, _ := events.Decode[events.WorkloadStatus](rec.Event); ws.Phase == events.WorkloadFailed {

@@ -45,7 +45,7 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 	// The binary provisioned the streams and appended the revision; the
 	// example sets allowedGroups and no group file is given: zero targets.
 	var rec events.Record
-	if testenv.Poll(nil, 60*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 60*time.Second, func() bool {
 		rec, err = st.Last(ctx, "fleet.intent.deployment.lab.analysis-api")
 		return err == nil
 	}) != nil {

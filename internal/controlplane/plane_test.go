@@ -155,7 +155,7 @@ func TestAReplicaThatCannotConnectClosesWhatItOpened(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "connect as "+authcallout.DefaultReaderUser) || strings.Contains(err.Error(), "wrong") {
 		t.Fatalf("Connect() = %v, want the reader's connect named without its password", err)
 	}
-	if testenv.Poll(nil, 5*time.Second, func() bool { return p.Server().NATS().NumClients() <= before }) != nil {
+	if testenv.Poll(context.Background(), 5*time.Second, func() bool { return p.Server().NATS().NumClients() <= before }) != nil {
 		t.Fatalf("%d clients after the failed Connect, want %d: the callout connection was left open", p.Server().NATS().NumClients(), before)
 	}
 }

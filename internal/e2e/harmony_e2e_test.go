@@ -436,7 +436,7 @@ func (f *harmonyFleet) secondPodman() string {
 			t.Logf("remove the second engine's storage: %v", err)
 		}
 	})
-	if testenv.Poll(nil, 30*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 30*time.Second, func() bool {
 		if _, err := os.Stat(sock); err != nil {
 			return false
 		}

@@ -119,7 +119,7 @@ spec:
 	}
 
 	kubectl("", "delete", "fdeploy", "web", "-n", "e2e", "--wait=true")
-	if testenv.Poll(nil, 60*time.Second, func() bool {
+	if testenv.Poll(context.Background(), 60*time.Second, func() bool {
 		_, err := rt.Inspect(ctx, "web-"+device)
 		return err != nil // removed
 	}) != nil {

@@ -22,17 +22,14 @@ var ErrTimeout = errors.New("timed out")
 // Poll calls cond until it returns true, ctx ends, or timeout passes. It
 // waits a short, growing back-off (5 ms up to 100 ms) between calls, the
 // last wait ending at the deadline, where cond is called once more, so a
-// condition that holds at the deadline counts. It returns nil once cond held, ctx.Err() if
-// ctx ended first, and an error wrapping ErrTimeout that names the timeout
-// otherwise. A nil ctx never ends.
+// condition that holds at the deadline counts. It returns nil once cond
+// held, ctx.Err() if ctx ended first, and an error wrapping ErrTimeout that
+// names the timeout otherwise.
 //
 // Poll does not touch a testing.TB, so it is safe to call from a goroutine
 // other than the test's, and lets a test that fails with a message holding
 // the state it saw at the deadline build that message itself.
 func Poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
-	if ctx == nil {
-		ctx = context.Background()
-	}
 	deadline := time.Now().Add(timeout)
 	wait := pollMin
 	for {
@@ -63,7 +60,7 @@ func Poll(ctx context.Context, timeout time.Duration, cond func() bool) error {
 // tb.Fatalf); from other goroutines use Poll.
 func Eventually(tb testing.TB, what string, timeout time.Duration, cond func() bool) {
 	tb.Helper()
-	if err := Poll(nil, timeout, cond); err != nil {
+	if err := Poll(context.Background(), timeout, cond); err != nil {
 		tb.Fatalf("timed out after %s waiting for %s", timeout, what)
 	}
 }

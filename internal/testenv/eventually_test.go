@@ -82,7 +82,7 @@ func TestEventuallyFails(t *testing.T) {
 
 func TestPoll(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		err := Poll(nil, time.Second, func() bool { return false })
+		err := Poll(context.Background(), time.Second, func() bool { return false })
 		if !errors.Is(err, ErrTimeout) || !strings.Contains(err.Error(), "after 1s") {
 			t.Fatalf("Poll: %v, want a timeout after 1s", err)
 		}
@@ -98,7 +98,7 @@ func TestPoll(t *testing.T) {
 			t.Fatalf("Poll returned after %s, want when the context ended (300ms)", got)
 		}
 
-		if err := Poll(nil, 0, func() bool { return true }); err != nil {
+		if err := Poll(context.Background(), 0, func() bool { return true }); err != nil {
 			t.Fatalf("Poll with a holding condition: %v", err)
 		}
 	})
