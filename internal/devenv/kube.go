@@ -15,8 +15,8 @@ import (
 	apiruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/nationtech/harmony-fleet/internal/kubelocal"
 	"github.com/nationtech/harmony-fleet/internal/repo"
 )
 
@@ -78,7 +78,7 @@ func checkKubeBinaries(dir string) error {
 
 // kube is a running etcd + kube-apiserver pair with the Fleet CRDs.
 type kube struct {
-	env        *envtest.Environment
+	srv        *kubelocal.Server
 	cfg        *rest.Config
 	kubeconfig string
 	kubectl    string
@@ -98,31 +98,19 @@ func startKube(o Options) (*kube, error) {
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet dev: etcd data folder: %w", err)
 	}
-	apiServer := &envtest.APIServer{Path: filepath.Join(o.KubeBinDir, "kube-apiserver")}
-	// No controller-manager runs, so nobody would maintain the endpoints of
-	// the "kubernetes" service, and loopback endpoints are refused anyway.
-	apiServer.Configure().Set("endpoint-reconciler-type", "none")
-	noExisting := false
-	env := &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{
-			APIServer:   apiServer,
-			Etcd:        &envtest.Etcd{Path: filepath.Join(o.KubeBinDir, "etcd"), DataDir: etcdDir},
-			KubectlPath: filepath.Join(o.KubeBinDir, "kubectl"),
-		},
-		CRDDirectoryPaths:        []string{o.CRDDir},
-		ErrorIfCRDPathMissing:    true,
-		UseExistingCluster:       &noExisting,
-		ControlPlaneStartTimeout: 2 * time.Minute,
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-	cfg, err := env.Start()
+	srv, err := kubelocal.Start(kubelocal.Options{
+		BinDir:       o.KubeBinDir,
+		CRDDirs:      []string{o.CRDDir},
+		EtcdDataDir:  etcdDir,
+		StartTimeout: 2 * time.Minute,
+		StopTimeout:  time.Minute,
+	})
 	if err != nil {
-		_ = env.Stop()
 		return nil, fmt.Errorf("fleet dev: start etcd and kube-apiserver from %s: %w", o.KubeBinDir, err)
 	}
-	k := &kube{env: env, cfg: cfg, kubeconfig: filepath.Join(o.DataDir, "kubeconfig"), kubectl: env.ControlPlane.KubectlPath}
-	if err := os.WriteFile(k.kubeconfig, env.KubeConfig, 0o600); err != nil {
-		_ = env.Stop()
+	k := &kube{srv: srv, cfg: srv.Config, kubeconfig: filepath.Join(o.DataDir, "kubeconfig"), kubectl: srv.KubectlPath}
+	if err := os.WriteFile(k.kubeconfig, srv.Kubeconfig, 0o600); err != nil {
+		_ = srv.Stop()
 		return nil, fmt.Errorf("fleet dev: write kubeconfig: %w", err)
 	}
 	return k, nil
@@ -130,7 +118,7 @@ func startKube(o Options) (*kube, error) {
 
 // stop stops kube-apiserver and etcd; etcd's data folder stays.
 func (k *kube) stop() error {
-	if err := k.env.Stop(); err != nil {
+	if err := k.srv.Stop(); err != nil {
 		return fmt.Errorf("fleet dev: stop etcd and kube-apiserver: %w", err)
 	}
 	return nil

@@ -133,6 +133,8 @@ func TestWhoMayLinkWhat(t *testing.T) {
 			"identity/devop", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
 		{"the OpenBao stand-in (internal/baostandin) is linked only by fleet dev", "internal/baostandin", []string{"internal/devenv", "cmd/fleet"}},
 		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "internal/devenv"}},
+		{"the local API server starter (internal/kubelocal) is linked only by fleet dev and the API server harness",
+			"internal/kubelocal", []string{"internal/devenv", "cmd/fleet", "internal/testenv/kubeapi"}},
 		{"the scale benchmark (internal/scalebench) is linked only by its command", "internal/scalebench", []string{"internal/scalebench/cmd/fleet-scale"}},
 		{"the missing-component policy (internal/testenv) is linked only by the test harnesses", "internal/testenv",
 			[]string{"internal/testenv/kubeapi", "internal/testenv/podmantest", "internal/callouttest"}},

@@ -1,9 +1,10 @@
 // Package kubeapi runs a real Kubernetes API server for tests: etcd and
 // kube-apiserver, built from the Go module proxy by `task setup:k8s` into
-// .cache/k8s-<version>/ at the repository root, started on loopback with
-// controller-runtime's envtest. It owns the lifecycle of those two processes,
-// the installation of the caller's CRDs, the admin *rest.Config and a
-// kubeconfig file for the real kubectl binary.
+// .cache/k8s-<version>/ at the repository root, started on loopback by
+// internal/kubelocal (controller-runtime's envtest, shared with fleet dev).
+// It owns what a test harness adds: the binary folder and the skip policy,
+// temporary folders, a kubeconfig file for the real kubectl binary and the
+// records of orphaned processes.
 //
 // Invariants: a Server listens on 127.0.0.1 only, on free ports, with its
 // data and certificates in temporary folders removed by Stop; Stop is
@@ -32,7 +33,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/nationtech/harmony-fleet/internal/kubelocal"
 )
 
 // Options configures Start. The zero value starts a server without CRDs.
@@ -55,7 +57,7 @@ type Options struct {
 // Server is a running etcd + kube-apiserver pair. Create it with Start; its
 // methods are safe for concurrent use.
 type Server struct {
-	env        *envtest.Environment
+	srv        *kubelocal.Server
 	cfg        *rest.Config
 	dir        string // temporary folder holding the kubeconfig
 	kubeconfig string
@@ -98,30 +100,16 @@ func Start(opts Options) (*Server, error) {
 		sweepOrphans(runDir)
 	}
 
-	noExisting := false
-	apiServer := &envtest.APIServer{Path: filepath.Join(binDir, apiServerBin)}
-	// No controller-manager runs, so nobody would maintain the endpoints of
-	// the "kubernetes" service, and loopback endpoints are refused anyway.
-	apiServer.Configure().Set("endpoint-reconciler-type", "none")
-	env := &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{
-			APIServer:   apiServer,
-			Etcd:        &envtest.Etcd{Path: filepath.Join(binDir, etcdBin)},
-			KubectlPath: filepath.Join(binDir, kubectlBin),
-		},
-		CRDDirectoryPaths:        opts.CRDDirs,
-		ErrorIfCRDPathMissing:    true,
-		UseExistingCluster:       &noExisting,
-		ControlPlaneStartTimeout: timeout,
-		ControlPlaneStopTimeout:  time.Minute,
-	}
-	cfg, err := env.Start()
+	srv, err := kubelocal.Start(kubelocal.Options{
+		BinDir:       binDir,
+		CRDDirs:      opts.CRDDirs,
+		StartTimeout: timeout,
+		StopTimeout:  time.Minute,
+	})
 	if err != nil {
-		// Start may fail after the processes came up (CRD install): stop them.
-		_ = env.Stop()
 		return nil, fmt.Errorf("kubeapi: start etcd and kube-apiserver from %s: %w", binDir, err)
 	}
-	s := &Server{env: env, cfg: cfg, kubectl: env.ControlPlane.KubectlPath}
+	s := &Server{srv: srv, cfg: srv.Config, kubectl: srv.KubectlPath}
 	if runDir != "" {
 		s.pidFile = recordChildren(runDir)
 	}
@@ -132,7 +120,7 @@ func Start(opts Options) (*Server, error) {
 		return nil, fmt.Errorf("kubeapi: kubeconfig folder: %w", err)
 	}
 	s.kubeconfig = filepath.Join(s.dir, "kubeconfig")
-	if err := os.WriteFile(s.kubeconfig, env.KubeConfig, 0o600); err != nil {
+	if err := os.WriteFile(s.kubeconfig, srv.Kubeconfig, 0o600); err != nil {
 		_ = s.Stop()
 		return nil, fmt.Errorf("kubeapi: write kubeconfig: %w", err)
 	}
@@ -175,7 +163,7 @@ func (s *Server) Kubectl(ctx context.Context, stdin []byte, args ...string) ([]b
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		var errs []error
-		if err := s.env.Stop(); err != nil {
+		if err := s.srv.Stop(); err != nil {
 			errs = append(errs, fmt.Errorf("kubeapi: stop etcd and kube-apiserver: %w", err))
 		}
 		if s.dir != "" {

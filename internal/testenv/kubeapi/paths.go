@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nationtech/harmony-fleet/internal/kubelocal"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
@@ -22,9 +23,9 @@ const (
 
 // Binary names inside BinDir.
 const (
-	apiServerBin = "kube-apiserver"
-	etcdBin      = "etcd"
-	kubectlBin   = "kubectl"
+	apiServerBin = kubelocal.APIServerBin
+	etcdBin      = kubelocal.EtcdBin
+	kubectlBin   = kubelocal.KubectlBin
 )
 
 // SetupCommand is the command that builds the binaries this package needs.

@@ -1,0 +1,102 @@
+package kubelocal_test
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/go-logr/logr"
+	"k8s.io/client-go/discovery"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/nationtech/harmony-fleet/internal/kubelocal"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+)
+
+func init() { ctrllog.SetLogger(logr.Discard()) }
+
+// binDir returns the binary folder, applying the testenv policy when a
+// binary is missing.
+func binDir(t *testing.T) string {
+	t.Helper()
+	dir, err := kubeapi.BinDir()
+	if err == nil {
+		for _, b := range []string{kubelocal.APIServerBin, kubelocal.EtcdBin, kubelocal.KubectlBin} {
+			if _, err = os.Stat(filepath.Join(dir, b)); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		testenv.Missing(t, "kube-apiserver/etcd/kubectl", kubeapi.SetupCommand, err)
+	}
+	return dir
+}
+
+// TestStartKeepsTheCallersEtcdData starts with the product CRDs and a
+// caller's etcd folder, checks what Start returns, and that Stop keeps the
+// folder.
+func TestStartKeepsTheCallersEtcdData(t *testing.T) {
+	bin := binDir(t)
+	root, err := kubeapi.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcdDir := t.TempDir()
+	srv, err := kubelocal.Start(kubelocal.Options{
+		BinDir:      bin,
+		CRDDirs:     []string{filepath.Join(root, "k8s", "config", "crd")},
+		EtcdDataDir: etcdDir,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = srv.Stop()
+		}
+	})
+
+	if srv.KubectlPath != filepath.Join(bin, kubelocal.KubectlBin) {
+		t.Errorf("KubectlPath = %q, want kubectl of %s", srv.KubectlPath, bin)
+	}
+	if !bytes.Contains(srv.Kubeconfig, []byte("127.0.0.1")) {
+		t.Errorf("Kubeconfig names no loopback server:\n%s", srv.Kubeconfig)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(srv.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := dc.ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, g := range groups.Groups {
+		names = append(names, g.Name)
+	}
+	if !slices.Contains(names, "fleet.nationtech.io") {
+		t.Errorf("API groups %v lack fleet.nationtech.io: CRDs not installed", names)
+	}
+
+	stopped = true
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if entries, err := os.ReadDir(etcdDir); err != nil || len(entries) == 0 {
+		t.Errorf("etcd data folder after Stop: %v entries, err %v; want kept", len(entries), err)
+	}
+}
+
+func TestStartFailsOnAMissingCRDFolder(t *testing.T) {
+	bin := binDir(t)
+	srv, err := kubelocal.Start(kubelocal.Options{BinDir: bin, CRDDirs: []string{filepath.Join(t.TempDir(), "absent")}})
+	if err == nil {
+		_ = srv.Stop()
+		t.Fatal("Start succeeded with a missing CRD folder")
+	}
+}
