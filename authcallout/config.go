@@ -57,6 +57,9 @@ type Config struct {
 	LogFormat string `json:"log_format,omitempty"`
 	// LogLevel is "info" (default) or "debug".
 	LogLevel string `json:"log_level,omitempty"`
+	// MetricsAddr is the host:port serving Prometheus metrics at /metrics
+	// (port 0 picks a free one); "" or "0" (default): off.
+	MetricsAddr string `json:"metrics_addr,omitempty"`
 }
 
 // Duration is a time.Duration written as a Go duration string in JSON.

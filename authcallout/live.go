@@ -99,5 +99,6 @@ func (s *Service) kick(ctx context.Context, subject, why string) {
 			continue
 		}
 		s.log.Info("live connection disconnected", "subject", subject, "server", c.server, "cid", c.cid, "reason", why)
+		s.o.Metrics.revoked()
 	}
 }

@@ -52,13 +52,17 @@ type ReplicaOptions struct {
 	// Verifier checks id_tokens, shared with other replicas of the same
 	// process. Default: NewVerifier(VerifierOptions).
 	Verifier *Verifier
-	// VerifierOptions make the Verifier when Verifier is nil.
+	// VerifierOptions make the Verifier when Verifier is nil (with
+	// Metrics when VerifierOptions.Metrics is nil).
 	VerifierOptions VerifierOptions
 	// Account, DeviceAccount, QueueGroup, Workers and Logger are the
 	// Options fields of the same names.
 	Account, DeviceAccount, QueueGroup string
 	Workers                            int
 	Logger                             *slog.Logger
+	// Metrics is Options.Metrics, and the made Verifier's metrics (a
+	// given Verifier keeps its own). Optional.
+	Metrics *Metrics
 }
 
 // Validate checks the options that Connect needs before it connects; New
@@ -101,8 +105,10 @@ func Connect(o ReplicaOptions) (*Replica, error) {
 	o.SystemUser = cmp.Or(o.SystemUser, DefaultSystemUser)
 	r := &Replica{verifier: o.Verifier}
 	if r.verifier == nil {
+		vo := o.VerifierOptions
+		vo.Metrics = cmp.Or(vo.Metrics, o.Metrics)
 		var err error
-		if r.verifier, err = NewVerifier(o.VerifierOptions); err != nil {
+		if r.verifier, err = NewVerifier(vo); err != nil {
 			return nil, err
 		}
 	}
@@ -140,6 +146,7 @@ func (r *Replica) start(o ReplicaOptions) error {
 	r.svc, err = New(Options{
 		Conn: callout, Issuer: o.Issuer, XKey: o.XKey, Account: o.Account, DeviceAccount: o.DeviceAccount, Verifier: r.verifier,
 		Identities: NewKVIdentities(js), Watch: watch, System: system, QueueGroup: o.QueueGroup, Workers: o.Workers, Logger: o.Logger,
+		Metrics: o.Metrics,
 	})
 	return err
 }

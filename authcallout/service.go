@@ -73,6 +73,10 @@ type Options struct {
 	// Logger receives one record per decision (subject, device, reason;
 	// never a token). Default: discard.
 	Logger *slog.Logger
+	// Metrics records every answer (result, reason, duration) and every
+	// live revocation. Optional: nil records nothing. The Verifier records
+	// its own failures and key fetches (VerifierOptions.Metrics).
+	Metrics *Metrics
 }
 
 // Validate checks the options.
@@ -168,10 +172,10 @@ func (s *Service) Run(ctx context.Context) error {
 	// The subscription callback hands each request to a worker and blocks
 	// while all are busy: requests then wait in the subscription's pending
 	// buffer (limits raised below) instead of being dropped.
-	ch := make(chan *nats.Msg)
+	ch := make(chan request)
 	sub, err := s.o.Conn.QueueSubscribe(Subject, s.o.QueueGroup, func(m *nats.Msg) {
 		select {
-		case ch <- m:
+		case ch <- request{msg: m, received: time.Now()}:
 		case <-ctx.Done():
 		}
 	})
@@ -203,8 +207,8 @@ func (s *Service) Run(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					return
-				case m := <-ch:
-					s.serve(ctx, m)
+				case r := <-ch:
+					s.serve(ctx, r)
 				}
 			}
 		})
@@ -221,33 +225,54 @@ func (s *Service) Run(ctx context.Context) error {
 // Ready is closed once Run's subscription is registered with the server.
 func (s *Service) Ready() <-chan struct{} { return s.ready }
 
-func (s *Service) serve(ctx context.Context, m *nats.Msg) {
+// request is an authorization request and when the subscription got it.
+type request struct {
+	msg      *nats.Msg
+	received time.Time
+}
+
+// serve answers one request and records the answer, timed from its
+// receipt to its response sent.
+func (s *Service) serve(ctx context.Context, r request) {
 	ctx, cancel := context.WithTimeout(ctx, s.o.Timeout)
 	defer cancel()
-	resp := s.Respond(ctx, m.Data, m.Header.Get(xkeyHeader))
-	if m.Reply == "" {
-		return
+	m := r.msg
+	resp, why := s.respond(ctx, m.Data, m.Header.Get(xkeyHeader))
+	if m.Reply != "" {
+		if err := m.Respond(resp); err != nil {
+			s.log.Warn("auth callout response not sent", "err", err)
+		}
 	}
-	if err := m.Respond(resp); err != nil {
-		s.log.Warn("auth callout response not sent", "err", err)
-	}
+	s.o.Metrics.answered(why, time.Since(r.received))
 }
 
 // Respond computes the answer to one authorization request: data is the
 // message payload (the request JWT, sealed to our xkey when serverXKey is
 // set). The answer is a response JWT (sealed to serverXKey when set) holding
 // either a user JWT or the refusal reason; an undecodable request gets an
-// empty answer, which the server treats as a refusal.
+// empty answer, which the server treats as a refusal. The answer is
+// recorded in Options.Metrics.
 func (s *Service) Respond(ctx context.Context, data []byte, serverXKey string) []byte {
+	start := time.Now()
+	resp, why := s.respond(ctx, data, serverXKey)
+	s.o.Metrics.answered(why, time.Since(start))
+	return resp
+}
+
+// respond is Respond without the metrics; it also returns the answer's
+// reason label (reasonOK when allowed).
+func (s *Service) respond(ctx context.Context, data []byte, serverXKey string) ([]byte, string) {
 	req, err := s.decodeRequest(data, serverXKey)
 	if err != nil {
 		s.log.Warn("auth callout request refused", "reason", err.Error())
-		return nil
+		return nil, reasonBadRequest
 	}
 	rc := jwt.NewAuthorizationResponseClaims(req.UserNkey)
 	rc.Audience = req.Server.ID
 	user, who, err := s.Authorize(ctx, req)
+	why := reasonOK
 	if err != nil {
+		why = refusalReason(err)
 		rc.Error = refusal(err)
 		s.log.Info("connect refused", "subject", who.Subject, "device", who.Device, "host", req.ClientInformation.Host, "reason", err.Error())
 	} else {
@@ -260,17 +285,17 @@ func (s *Service) Respond(ctx context.Context, data []byte, serverXKey string) [
 	out, err := rc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
 	if err != nil {
 		s.log.Error("auth callout response not encoded", "err", err)
-		return nil
+		return nil, reasonInternal
 	}
 	if serverXKey == "" {
-		return []byte(out)
+		return []byte(out), why
 	}
 	sealed, err := s.box.seal([]byte(out), serverXKey)
 	if err != nil {
 		s.log.Error("auth callout response not sealed", "err", err)
-		return nil
+		return nil, reasonInternal
 	}
-	return sealed
+	return sealed, why
 }
 
 // refusal is the reason the server logs for a refused connect: the sentinel
@@ -343,7 +368,7 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	// Skew lets a just-expired token verify, but the user JWT never outlives
 	// the id_token: an expired token gets a refusal, not a dead JWT.
 	if !claims.Expiry.After(time.Now()) {
-		return "", who, fmt.Errorf("%w: expired", ErrInvalidToken)
+		return "", who, fmt.Errorf("%w: %w", ErrInvalidToken, checkExpired)
 	}
 	var perms jwt.Permissions
 	name := claims.Subject
@@ -356,6 +381,9 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	default:
 		id, err := s.o.Identities.Lookup(ctx, claims.Subject)
 		if err != nil {
+			if !errors.Is(err, ErrUnknownIdentity) {
+				err = lookupError{err}
+			}
 			return "", who, err
 		}
 		who.Device = id.Device

@@ -54,6 +54,9 @@ type VerifierOptions struct {
 	HTTPClient *http.Client
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// Metrics records failed verifications and key-set fetches. Optional:
+	// nil records nothing.
+	Metrics *Metrics
 }
 
 // Validate checks the options.
@@ -137,6 +140,14 @@ func NewVerifier(o VerifierOptions) (*Verifier, error) {
 // ErrNoToken, ErrMalformedToken, ErrAlgorithm, ErrUnknownKey,
 // ErrInvalidToken or ErrJWKS, and never contain the token.
 func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
+	c, err := v.verify(ctx, token)
+	if err != nil {
+		v.o.Metrics.verificationFailed(err)
+	}
+	return c, err
+}
+
+func (v *Verifier) verify(ctx context.Context, token string) (Claims, error) {
 	if token == "" {
 		return Claims{}, ErrNoToken
 	}
@@ -179,7 +190,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 		jwt.WithRequiredClaim(jwt.IssuedAtKey),
 	)
 	if err != nil {
-		return Claims{}, fmt.Errorf("%w: %s", ErrInvalidToken, reason(err))
+		return Claims{}, fmt.Errorf("%w: %w", ErrInvalidToken, reason(err))
 	}
 	c := Claims{Subject: tok.Subject(), Expiry: tok.Expiration()}
 	if raw, ok := tok.Get(RolesClaim); ok {
@@ -193,25 +204,54 @@ func (v *Verifier) Verify(ctx context.Context, token string) (Claims, error) {
 	return c, nil
 }
 
+// check is a token check that failed: its value is the metric label
+// (token_verification_errors_total's reason), its Error the text logged.
+type check string
+
+// The checks a token can fail after its key was found.
+const (
+	checkExpired       check = "expired"
+	checkNotYetValid   check = "not_yet_valid"
+	checkIssuer        check = "wrong_issuer"
+	checkAudience      check = "wrong_audience"
+	checkIssuedAt      check = "issued_in_future"
+	checkRequiredClaim check = "missing_claim"
+	checkClaims        check = "claim_invalid"
+	checkSignature     check = "signature_invalid"
+)
+
+var checkText = map[check]string{
+	checkExpired:       "expired",
+	checkNotYetValid:   "not yet valid",
+	checkIssuer:        "wrong issuer",
+	checkAudience:      "wrong audience",
+	checkIssuedAt:      "issued in the future",
+	checkRequiredClaim: "a required claim is missing",
+	checkClaims:        "claim validation failed",
+	checkSignature:     "signature or encoding invalid",
+}
+
+func (c check) Error() string { return checkText[c] }
+
 // reason names a failed check without quoting the token.
-func reason(err error) string {
+func reason(err error) check {
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired()):
-		return "expired"
+		return checkExpired
 	case errors.Is(err, jwt.ErrTokenNotYetValid()):
-		return "not yet valid"
+		return checkNotYetValid
 	case errors.Is(err, jwt.ErrInvalidIssuer()):
-		return "wrong issuer"
+		return checkIssuer
 	case errors.Is(err, jwt.ErrInvalidAudience()):
-		return "wrong audience"
+		return checkAudience
 	case errors.Is(err, jwt.ErrInvalidIssuedAt()):
-		return "issued in the future"
+		return checkIssuedAt
 	case errors.Is(err, jwt.ErrRequiredClaim()):
-		return "a required claim is missing"
+		return checkRequiredClaim
 	case jwt.IsValidationError(err):
-		return "claim validation failed"
+		return checkClaims
 	}
-	return "signature or encoding invalid"
+	return checkSignature
 }
 
 // key returns the JWKS key with kid, re-fetching the set when it is stale,
@@ -247,7 +287,15 @@ func (v *Verifier) Refresh(ctx context.Context) error {
 	return v.fetch(ctx)
 }
 
+// fetch fetches the key set (discovering its URL first when needed) and
+// counts the attempt.
 func (v *Verifier) fetch(ctx context.Context) error {
+	err := v.fetchSet(ctx)
+	v.o.Metrics.refreshed(err)
+	return err
+}
+
+func (v *Verifier) fetchSet(ctx context.Context) error {
 	if v.jwksURL == "" {
 		u, err := v.discover(ctx)
 		if err != nil {

@@ -2,7 +2,8 @@
 // authcallout): it verifies device id_tokens and issues user JWTs limited to
 // the device's own subjects. Configuration: a JSON file (-config) with flags
 // over it; secrets are read from the files the configuration names. See
-// docs/security.md for the NATS server configuration it pairs with.
+// docs/security.md for the NATS server configuration it pairs with. With
+// -metrics-addr host:port it serves its Prometheus metrics at /metrics.
 package main
 
 import (
@@ -19,8 +20,11 @@ import (
 
 	"github.com/lestrrat-go/jwx/v2/jwa"
 	"github.com/nats-io/nkeys"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/metrics"
 )
 
 func main() {
@@ -32,7 +36,8 @@ func main() {
 	}
 }
 
-// run parses flags, wires the callout and runs it until ctx ends.
+// run parses flags, wires the callout (and its metrics endpoint) and runs
+// it until ctx ends.
 func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("fleet-authcallout", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -54,6 +59,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	fs.StringVar(&over.JWKSURL, "jwks-url", "", "JWKS URL (default: from discovery)")
 	fs.StringVar(&over.LogFormat, "log-format", "", "json or text")
 	fs.StringVar(&over.LogLevel, "log-level", "", "info or debug")
+	metricsAddr := fs.String("metrics-addr", "0", "host:port of the Prometheus metrics endpoint, /metrics (0: off)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -65,6 +71,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	merge(&cfg, over)
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "metrics-addr" {
+			cfg.MetricsAddr = *metricsAddr
+		}
+	})
 	if cfg.Account == "" {
 		cfg.Account = authcallout.AccountFleet
 	}
@@ -112,6 +123,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 	for _, a := range cfg.Algorithms {
 		algs = append(algs, jwa.SignatureAlgorithm(a))
 	}
+	var m *authcallout.Metrics
+	if cfg.MetricsAddr != "" && cfg.MetricsAddr != "0" {
+		m = authcallout.NewMetrics()
+	}
 	replica, err := authcallout.Connect(authcallout.ReplicaOptions{
 		URL: cfg.NATSURL, CalloutUser: cfg.CalloutUser, CalloutPassword: calloutPw, ReaderUser: cfg.ReaderUser, ReaderPassword: readerPw,
 		SystemUser: cfg.SystemUser, SystemPassword: systemPw, Issuer: issuer, XKey: xkey,
@@ -120,12 +135,34 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			Algorithms: algs, ClockSkew: time.Duration(cfg.ClockSkew),
 		},
 		Account: cfg.Account, DeviceAccount: cfg.DeviceAccount, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
+		Metrics: m,
 	})
 	if err != nil {
 		return err
 	}
 	defer replica.Close()
-	return replica.Run(ctx)
+	g, gctx := errgroup.WithContext(ctx)
+	if m != nil {
+		srv, err := serveMetrics(cfg.MetricsAddr, m)
+		if err != nil {
+			return err
+		}
+		log.Info("metrics serving", "addr", srv.Addr(), "path", metrics.Path)
+		g.Go(func() error { return srv.Run(gctx) })
+	}
+	g.Go(func() error { return replica.Run(gctx) })
+	return g.Wait()
+}
+
+// serveMetrics binds addr for the process's metrics and the callout's.
+func serveMetrics(addr string, m *authcallout.Metrics) (*metrics.Server, error) {
+	reg := metrics.NewRegistry()
+	for _, c := range m.Collectors() {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
+	return metrics.Listen(addr, map[string]prometheus.Gatherer{metrics.Path: reg})
 }
 
 func merge(c *authcallout.Config, o authcallout.Config) {

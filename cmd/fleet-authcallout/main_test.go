@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,10 +27,23 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
-// TestTheBinaryAuthorisesADeviceFromItsConfigFile runs the command's run
-// with a configuration file against the documented NATS configuration and a
-// development provider; a device then connects and publishes a report.
-func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
+// binary is the command's run with a configuration file, against the
+// documented NATS configuration and a development provider, and an
+// operator connection through it that provisioned the Fleet streams.
+type binary struct {
+	ns      *natsembed.Server
+	op      *devop.Provider
+	logs    *testenv.SyncBuffer
+	admin   *nats.Conn
+	idkv    jetstream.KeyValue
+	secrets []string // passwords and seeds
+	cancel  context.CancelFunc
+	runErr  chan error
+}
+
+// startBinary runs the command with -config and args until the test ends.
+func startBinary(t *testing.T, args ...string) *binary {
+	t.Helper()
 	doc, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
@@ -48,18 +63,21 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 	t.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "pw-sys")
 	t.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	t.Setenv("FLEET_CALLOUT_XKEY", xpub)
-	ns := natstest.StartWith(t, natsembed.Options{Config: string(m[1]), Sync: natsembed.FastSync})
+	b := &binary{logs: &testenv.SyncBuffer{}, runErr: make(chan error, 1),
+		secrets: []string{"pw-callout", "pw-reader", "pw-sys", string(issuerSeed), string(xseed)}}
+	b.ns = natstest.StartWith(t, natsembed.Options{Config: string(m[1]), Sync: natsembed.FastSync})
 
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	op, err := devop.New(devop.Options{})
-	if err != nil {
+	b.cancel = cancel
+	if b.op, err = devop.New(devop.Options{}); err != nil {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer cancel()
-	wg.Go(func() { _ = op.Run(ctx) })
+	t.Cleanup(func() {
+		cancel()
+		wg.Wait()
+	})
+	wg.Go(func() { _ = b.op.Run(ctx) })
 
 	dir := t.TempDir()
 	write := func(name, content string) string {
@@ -70,93 +88,174 @@ func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
 		return p
 	}
 	cfg := authcallout.Config{
-		NATSURL: ns.ClientURL(), CalloutUser: "fleet-authcallout", CalloutPasswordFile: write("callout.pw", "pw-callout\n"),
+		NATSURL: b.ns.ClientURL(), CalloutUser: "fleet-authcallout", CalloutPasswordFile: write("callout.pw", "pw-callout\n"),
 		ReaderUser: "fleet-identity-reader", ReaderPasswordFile: write("reader.pw", "pw-reader"),
 		SystemUser: "fleet-authcallout-sys", SystemPasswordFile: write("sys.pw", "pw-sys"),
 		IssuerSeedFile: write("issuer.seed", string(issuerSeed)), XKeySeedFile: write("x.seed", string(xseed)),
-		OIDCIssuer: op.Issuer(), Audience: op.Audience(), LogFormat: "text", LogLevel: "debug",
+		OIDCIssuer: b.op.Issuer(), Audience: b.op.Audience(), LogFormat: "text", LogLevel: "debug",
 	}
-	b, _ := json.Marshal(cfg)
-	cfgPath := write("callout.json", string(b))
-	var logs testenv.SyncBuffer
-	runErr := make(chan error, 1)
-	wg.Go(func() { runErr <- run(ctx, []string{"-config", cfgPath}, &logs) })
+	raw, _ := json.Marshal(cfg)
+	cfgPath := write("callout.json", string(raw))
+	wg.Go(func() { b.runErr <- run(ctx, append([]string{"-config", cfgPath}, args...), b.logs) })
 
-	source := func(name string, roles ...string) *credential.Source {
-		uid, err := op.CreateMachineUser(ctx, name, roles...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kf, err := op.AddMachineKey(ctx, uid, time.Time{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		src, err := credential.New(ctx, credential.Options{Issuer: op.Issuer(), Key: kf, Audience: op.Audience()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return src
-	}
-	opSrc := source("operator", authcallout.RoleOperator)
-	var admin *nats.Conn
+	opSrc := b.source(t, "operator", authcallout.RoleOperator)
 	deadline := time.Now().Add(30 * time.Second)
-	for admin == nil {
-		admin, err = nats.Connect(ns.ClientURL(), nats.TokenHandler(opSrc.TokenHandler(0)), nats.CustomInboxPrefix(authcallout.InboxPrefix(opSrc.Subject())))
+	for b.admin == nil {
+		b.admin, err = nats.Connect(b.ns.ClientURL(), nats.TokenHandler(opSrc.TokenHandler(0)), nats.CustomInboxPrefix(authcallout.InboxPrefix(opSrc.Subject())))
 		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("operator connect: %v\nlogs:\n%s", err, logs.String())
+			t.Fatalf("operator connect: %v\nlogs:\n%s", err, b.logs.String())
 		}
 		select {
-		case err := <-runErr:
-			t.Fatalf("run returned early: %v\nlogs:\n%s", err, logs.String())
+		case err := <-b.runErr:
+			t.Fatalf("run returned early: %v\nlogs:\n%s", err, b.logs.String())
 		default:
 		}
 	}
-	defer admin.Close()
-	js, _ := jetstream.New(admin)
+	t.Cleanup(b.admin.Close)
+	js, _ := jetstream.New(b.admin)
 	if err := events.Provision(ctx, js, events.ProvisionOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	idkv, err := js.KeyValue(ctx, events.BucketIdentity)
+	if b.idkv, err = js.KeyValue(ctx, events.BucketIdentity); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// source creates a machine user with roles and a key at the provider.
+func (b *binary) source(t *testing.T, name string, roles ...string) *credential.Source {
+	t.Helper()
+	ctx := context.Background()
+	uid, err := b.op.CreateMachineUser(ctx, name, roles...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev := source("device-d1")
-	v, _ := events.IdentityEntry{Device: "d1"}.Encode()
-	if _, err := idkv.Put(ctx, dev.Subject(), v); err != nil {
+	kf, err := b.op.AddMachineKey(ctx, uid, time.Time{})
+	if err != nil {
 		t.Fatal(err)
 	}
-	nc, err := nats.Connect(ns.ClientURL(), dev.NATSOptions("d1")...)
+	src, err := credential.New(ctx, credential.Options{Issuer: b.op.Issuer(), Key: kf, Audience: b.op.Audience()})
 	if err != nil {
-		t.Fatalf("device connect: %v\nlogs:\n%s", err, logs.String())
+		t.Fatal(err)
 	}
-	defer nc.Close()
+	return src
+}
+
+// device creates and registers device's identity and connects it.
+func (b *binary) device(t *testing.T, device string) (*credential.Source, *nats.Conn) {
+	t.Helper()
+	dev := b.source(t, "device-"+device)
+	v, _ := events.IdentityEntry{Device: device}.Encode()
+	if _, err := b.idkv.Put(context.Background(), dev.Subject(), v); err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(b.ns.ClientURL(), dev.NATSOptions(device)...)
+	if err != nil {
+		t.Fatalf("device connect: %v\nlogs:\n%s", err, b.logs.String())
+	}
+	t.Cleanup(nc.Close)
+	return dev, nc
+}
+
+// stop ends run and checks that it returned nil and logged no secret.
+func (b *binary) stop(t *testing.T) {
+	t.Helper()
+	for _, secret := range b.secrets {
+		if strings.Contains(b.logs.String(), secret) {
+			t.Fatal("the log contains a secret")
+		}
+	}
+	b.cancel()
+	if err := <-b.runErr; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+}
+
+// TestTheBinaryAuthorisesADeviceFromItsConfigFile runs the command's run
+// with a configuration file against the documented NATS configuration and a
+// development provider; a device then connects and publishes a report.
+func TestTheBinaryAuthorisesADeviceFromItsConfigFile(t *testing.T) {
+	b := startBinary(t)
+	dev, nc := b.device(t, "d1")
 	// The device's report is stored: the operator reads it back (reports
 	// are never acknowledged).
 	subj, _ := events.ReportSubject("d1", events.ReportHeartbeat)
-	if _, err := natstest.PublishAndAwait(nc, admin, &nats.Msg{Subject: subj, Data: []byte(`{}`)}); err != nil {
-		t.Fatalf("device report: %v\nlogs:\n%s", err, logs.String())
+	if _, err := natstest.PublishAndAwait(nc, b.admin, &nats.Msg{Subject: subj, Data: []byte(`{}`)}); err != nil {
+		t.Fatalf("device report: %v\nlogs:\n%s", err, b.logs.String())
 	}
 	// Quarantine: the live connection is disconnected.
 	closed := make(chan struct{})
 	nc.SetClosedHandler(func(*nats.Conn) { close(closed) })
 	q, _ := events.IdentityEntry{Device: "d1", Quarantined: true}.Encode()
-	if _, err := idkv.Put(ctx, dev.Subject(), q); err != nil {
+	if _, err := b.idkv.Put(context.Background(), dev.Subject(), q); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case <-closed:
 	case <-time.After(10 * time.Second):
-		t.Fatalf("quarantined device still connected after 10s\nlogs:\n%s", logs.String())
+		t.Fatalf("quarantined device still connected after 10s\nlogs:\n%s", b.logs.String())
 	}
-	for _, secret := range []string{"pw-callout", "pw-reader", "pw-sys", string(issuerSeed), string(xseed)} {
-		if strings.Contains(logs.String(), secret) {
-			t.Fatal("the log contains a secret")
+	if strings.Contains(b.logs.String(), "metrics serving") {
+		t.Fatal("metrics are served without -metrics-addr")
+	}
+	b.stop(t)
+}
+
+// TestTheBinaryServesItsMetrics: with -metrics-addr the command serves
+// /metrics over HTTP (the Go and process collectors and the callout's),
+// logs the bound address, and a device's connect is counted there; the
+// scrape names no device, subject or secret.
+func TestTheBinaryServesItsMetrics(t *testing.T) {
+	b := startBinary(t, "-metrics-addr", "127.0.0.1:0")
+	addrRE := regexp.MustCompile(`msg="metrics serving" addr=(\S+)`)
+	var addr string
+	testenv.Eventually(t, "the metrics address in the log", 10*time.Second, func() bool {
+		if m := addrRE.FindStringSubmatch(b.logs.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	dev, _ := b.device(t, "dev-metrics")
+	// The operator's connect and the device's, each counted once answered.
+	allowed := regexp.MustCompile(`(?m)^fleet_authcallout_authorizations_total\{reason="ok",result="allowed"\} (\d+)$`)
+	var body string
+	if err := testenv.Poll(context.Background(), 10*time.Second, func() bool {
+		body = scrape(t, "http://"+addr+"/metrics")
+		m := allowed.FindStringSubmatch(body)
+		return m != nil && m[1] != "0" && m[1] != "1"
+	}); err != nil {
+		t.Fatalf("no two allowed connects counted in /metrics:\n%s", body)
+	}
+	for _, want := range []string{"fleet_authcallout_authorization_duration_seconds_bucket", "fleet_authcallout_revocations_total",
+		"fleet_authcallout_token_verification_errors_total", "fleet_authcallout_jwks_refreshes_total", "go_goroutines", "process_"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
 		}
 	}
-	cancel()
-	if err := <-runErr; err != nil {
-		t.Fatalf("run: %v", err)
+	for _, secret := range append([]string{"dev-metrics", dev.Subject()}, b.secrets...) {
+		if strings.Contains(body, secret) {
+			t.Errorf("/metrics names a device, a subject or a secret")
+		}
 	}
+	b.stop(t)
+}
+
+// scrape GETs url and returns the body of a 200 answer.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", url, resp.Status)
+	}
+	return string(body)
 }
 
 func TestConfigErrorsNameTheField(t *testing.T) {
