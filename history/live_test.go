@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
@@ -22,17 +20,29 @@ import (
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
-// statusRecorder is the Kubernetes client the operator's rollout runner
-// patches Deployment status through: it records the last status applied per
-// Deployment. The runner uses nothing else of the client.
+// statusRecorder is the rollout runner's Deployment status writer: it
+// records the last status written per Deployment.
 type statusRecorder struct {
-	client.Client // nil: any other call panics, which would be a test bug
-
 	mu     sync.Mutex
-	status map[string]fleetv1.DeploymentStatus // namespace/name → last applied; guarded by mu
+	status map[string]fleetv1.DeploymentStatus // namespace/name → last written; guarded by mu
 }
 
-func (c *statusRecorder) Status() client.SubResourceWriter { return statusWriter{c: c} }
+// WriteDeploymentStatus records st as the API server would store it (a
+// JSON round trip: times in whole seconds).
+func (c *statusRecorder) WriteDeploymentStatus(_ context.Context, namespace, name string, st fleetv1.DeploymentStatus) error {
+	b, err := json.Marshal(st)
+	if err != nil {
+		return err
+	}
+	var stored fleetv1.DeploymentStatus
+	if err := json.Unmarshal(b, &stored); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.status[namespace+"/"+name] = stored
+	return nil
+}
 
 func (c *statusRecorder) get(ns, name string) (fleetv1.DeploymentStatus, bool) {
 	c.mu.Lock()
@@ -49,26 +59,6 @@ func (c *statusRecorder) all() map[string]fleetv1.DeploymentStatus {
 		out[k] = *v.DeepCopy()
 	}
 	return out
-}
-
-type statusWriter struct {
-	client.SubResourceWriter // nil: only Apply is used
-	c                        *statusRecorder
-}
-
-func (w statusWriter) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
-	b, err := json.Marshal(obj)
-	if err != nil {
-		return err
-	}
-	var d fleetv1.Deployment
-	if err := json.Unmarshal(b, &d); err != nil {
-		return err
-	}
-	w.c.mu.Lock()
-	defer w.c.mu.Unlock()
-	w.c.status[d.Namespace+"/"+d.Name] = d.Status
-	return nil
 }
 
 // fleetRun is a live fleet: an embedded server, the operator's real rollout
@@ -94,7 +84,7 @@ func startFleet(t *testing.T) *fleetRun {
 		t.Fatal(err)
 	}
 	rec := &statusRecorder{status: map[string]fleetv1.DeploymentStatus{}}
-	runner := &operator.RolloutRunner{Store: st, Reader: st, KV: kv, Client: rec, Log: slog.New(slog.DiscardHandler),
+	runner := &operator.RolloutRunner{Store: st, Reader: st, KV: kv, Status: rec, Log: slog.New(slog.DiscardHandler),
 		StatusInterval: 10 * time.Millisecond}
 	done := make(chan error, 1)
 	go func() { done <- runner.Run(ctx) }()

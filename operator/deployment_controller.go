@@ -51,6 +51,8 @@ type DeploymentReconciler struct {
 	Reader EventReader
 	// Skips counts intent records that do not decode. Nil-safe.
 	Skips *events.SkipCounter
+	// Metrics, when set, counts the revisions appended.
+	Metrics *Metrics
 }
 
 // policyReady reports whether d's pull-secret policy is written for its
@@ -87,13 +89,13 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err) // CRD validation prevents this
 	}
-	last, lastSeq, err := r.last(ctx, subject)
+	head, err := r.head(ctx, subject)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 
 	if !d.DeletionTimestamp.IsZero() {
-		return r.delete(ctx, &d, subject, last, lastSeq)
+		return r.delete(ctx, &d, subject, head)
 	}
 	if !controllerutil.ContainsFinalizer(&d, fleetv1.FinalizerDeployment) {
 		// A patch of the finalizers only: an update would re-encode the
@@ -104,7 +106,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, r.Client.Patch(ctx, &d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	}
 
-	rev, appended := alreadyAppended(last, &d)
+	rev, appended := alreadyAppended(head.last, &d)
 	res := Resolution{}
 	if !appended && r.WaitForPolicy && !policyReady(&d) {
 		// The policy sync's status update triggers the next reconcile;
@@ -125,15 +127,18 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(lastSeq))
+		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
 		if errors.Is(err, events.ErrConflict) {
 			// Another writer appended first: re-read and re-decide.
+			r.Metrics.revision("conflict")
 			r.Log.InfoContext(ctx, "revision append conflict, re-reading", "deployment", req.String())
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}
 		if err != nil {
+			r.Metrics.revision("failed")
 			return ctrl.Result{}, fmt.Errorf("append revision of %s: %w", req, err)
 		}
+		r.Metrics.revision("appended")
 		rev, _ = events.Decode[events.DeploymentRevisionCreated](ev)
 		r.Log.InfoContext(ctx, "revision created", "deployment", req.String(), "generation", d.Generation,
 			"revision", rev.RevisionID, "targets", len(rev.Targets), "canaries", len(rev.Canaries))
@@ -146,28 +151,36 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, r.patchStatus(ctx, &d, rev, res)
 }
 
-// last reads the last intent event of the Deployment's subject and the
-// subject's last sequence (0: none). When the last record does not decode
-// (a JetStream answer aimed at the stream), it is skipped and counted: the
-// sequence is still its own (the next append expects it), the event is the
-// last one before it that decodes.
-func (r *DeploymentReconciler) last(ctx context.Context, subject string) (*events.Record, uint64, error) {
+// intentHead is where a Deployment's intent subject stands.
+type intentHead struct {
+	// last is the last event that decodes (nil: none).
+	last *events.Record
+	// seq is the subject's last sequence (0: none): the one the next
+	// append expects.
+	seq uint64
+}
+
+// head reads where the Deployment's intent subject stands. When the last
+// record does not decode (a JetStream answer aimed at the stream), it is
+// skipped and counted: the sequence is still its own (the next append
+// expects it), the event is the last one before it that decodes.
+func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intentHead, error) {
 	rec, err := r.Store.Last(ctx, subject)
 	if errors.Is(err, events.ErrNotFound) {
-		return nil, 0, nil
+		return intentHead{}, nil
 	}
 	if re, ok := events.AsRecordError(err); ok {
 		r.Skips.Skip(ctx, r.Log, re)
 		prev, err := r.lastDecodable(ctx, subject)
 		if err != nil {
-			return nil, 0, err
+			return intentHead{}, err
 		}
-		return prev, re.Sequence, nil
+		return intentHead{last: prev, seq: re.Sequence}, nil
 	}
 	if err != nil {
-		return nil, 0, fmt.Errorf("read intent of %s: %w", subject, err)
+		return intentHead{}, fmt.Errorf("read intent of %s: %w", subject, err)
 	}
-	return &rec, rec.Sequence, nil
+	return intentHead{last: &rec, seq: rec.Sequence}, nil
 }
 
 // lastDecodable replays one Deployment's intent subject (a handful of
@@ -218,12 +231,12 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 	return r
 }
 
-func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, subject string, last *events.Record, lastSeq uint64) (ctrl.Result, error) {
+func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, subject string, head intentHead) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(d, fleetv1.FinalizerDeployment) {
 		return ctrl.Result{}, nil
 	}
 	done := false
-	if last != nil && last.Event.Type == events.TypeDeploymentDeleted {
+	if last := head.last; last != nil && last.Event.Type == events.TypeDeploymentDeleted {
 		if del, err := events.Decode[events.DeploymentDeleted](last.Event); err == nil && del.UID == string(d.UID) {
 			done = true
 		}
@@ -234,7 +247,7 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(lastSeq))
+		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
 		if errors.Is(err, events.ErrConflict) {
 			return ctrl.Result{RequeueAfter: conflictRetry}, nil
 		}

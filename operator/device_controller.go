@@ -77,6 +77,8 @@ type DeviceReconciler struct {
 	// Skips counts the device reports the controller skips because they do
 	// not decode. Nil-safe.
 	Skips *events.SkipCounter
+	// Metrics, when set, counts Devices by liveness (fleet_devices).
+	Metrics *Metrics
 
 	telemetry *telemetry
 
@@ -96,7 +98,7 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Log == nil {
 		r.Log = slog.New(slog.DiscardHandler)
 	}
-	r.telemetry = newTelemetry()
+	r.telemetry = newTelemetry(r.Metrics)
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &fleetv1.Device{}, IndexDeviceID,
 		func(o client.Object) []string { return []string{o.GetName()} })
 	if err != nil {

@@ -42,6 +42,8 @@ type devEnv struct {
 	ns       string
 	// skips, when set, counts the records the operators skip.
 	skips *events.SkipCounter
+	// metrics, when set, are the operators' metrics.
+	metrics *operator.Metrics
 }
 
 func newDevEnv(t *testing.T) *devEnv {
@@ -67,7 +69,7 @@ func (e *devEnv) start(staleAfter time.Duration) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.intent,
-			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips})
+			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips, Metrics: e.metrics})
 	}()
 	e.t.Cleanup(func() {
 		cancel()

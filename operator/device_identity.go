@@ -63,34 +63,42 @@ func (r *DeviceReconciler) identityKV(ctx context.Context) (jetstream.KeyValue, 
 	return kv, nil
 }
 
-// readIdentity returns the entry of an identity subject; nil when there is
-// none.
-func (r *DeviceReconciler) readIdentity(ctx context.Context, subject string) (jetstream.KeyValueEntry, string, error) {
+// identitySlot is an identity subject's fleet-identity key and what it
+// holds.
+type identitySlot struct {
+	key string
+	// entry is the key's entry; nil when the key holds nothing.
+	entry jetstream.KeyValueEntry
+}
+
+// readIdentity returns the slot of an identity subject.
+func (r *DeviceReconciler) readIdentity(ctx context.Context, subject string) (identitySlot, error) {
 	key, err := events.IdentityKey(subject)
 	if err != nil {
-		return nil, "", err // CRD validation prevents this
+		return identitySlot{}, err // CRD validation prevents this
 	}
 	kv, err := r.identityKV(ctx)
 	if err != nil {
-		return nil, key, err
+		return identitySlot{}, err
 	}
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, key, nil
+		return identitySlot{key: key}, nil
 	}
 	if err != nil {
-		return nil, key, fmt.Errorf("read %s/%s: %w", events.BucketIdentity, key, err)
+		return identitySlot{}, fmt.Errorf("read %s/%s: %w", events.BucketIdentity, key, err)
 	}
-	return e, key, nil
+	return identitySlot{key: key, entry: e}, nil
 }
 
 // unregister deletes the identity key of subject if its value names device;
 // a key of another device is left alone. Idempotent.
 func (r *DeviceReconciler) unregister(ctx context.Context, subject, device string) error {
-	e, key, err := r.readIdentity(ctx, subject)
-	if err != nil || e == nil {
+	slot, err := r.readIdentity(ctx, subject)
+	if err != nil || slot.entry == nil {
 		return err
 	}
+	e, key := slot.entry, slot.key
 	if v, err := events.DecodeIdentityEntry(e.Value()); err == nil && v.Device != device {
 		return nil
 	}
@@ -157,10 +165,11 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 	if err != nil {
 		return identityOutcome{}, err // CRD validation prevents this: a Device's name is a device token
 	}
-	e, key, err := r.readIdentity(ctx, d.Spec.IdentitySubject)
+	slot, err := r.readIdentity(ctx, d.Spec.IdentitySubject)
 	if err != nil {
 		return identityOutcome{}, err
 	}
+	e, key := slot.entry, slot.key
 	kv, err := r.identityKV(ctx)
 	if err != nil {
 		return identityOutcome{}, err

@@ -27,7 +27,8 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 	if err := r.loadReports(ctx, d.Name); err != nil {
 		return ctrl.Result{}, err
 	}
-	_, inv, invSeq := r.telemetry.snapshot(d.Name)
+	seen := r.telemetry.snapshot(d.Name)
+	inv, invSeq := seen.inventory, seen.invSeq
 	now := time.Now()
 	liveness, hb := r.telemetry.decide(d.Name, now, r.StaleAfter)
 	// While Online, look again when the last heartbeat would turn stale, on
@@ -81,8 +82,8 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 // loadReports fills the telemetry view from the stream for a device the
 // consumer has not delivered yet (it may still be catching up).
 func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error {
-	hb, _, invSeq := r.telemetry.snapshot(device)
-	if hb.IsZero() {
+	seen := r.telemetry.snapshot(device)
+	if seen.heartbeat.IsZero() {
 		rec, err := r.last(ctx, device, events.ReportHeartbeat)
 		if err != nil {
 			return err
@@ -91,7 +92,7 @@ func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error
 			r.telemetry.heartbeat(device, rec.Stored)
 		}
 	}
-	if invSeq == 0 {
+	if seen.invSeq == 0 {
 		rec, err := r.last(ctx, device, events.ReportInventory)
 		if err != nil {
 			return err

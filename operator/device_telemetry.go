@@ -23,6 +23,8 @@ type telemetry struct {
 	mu sync.Mutex
 	// devices, by device id, is guarded by mu.
 	devices map[string]*deviceTelemetry
+	// metrics counts the devices by decided liveness (nil: not counted).
+	metrics *Metrics
 }
 
 type deviceTelemetry struct {
@@ -34,7 +36,9 @@ type deviceTelemetry struct {
 	decided fleetv1.Liveness
 }
 
-func newTelemetry() *telemetry { return &telemetry{devices: map[string]*deviceTelemetry{}} }
+func newTelemetry(m *Metrics) *telemetry {
+	return &telemetry{devices: map[string]*deviceTelemetry{}, metrics: m}
+}
 
 func (t *telemetry) entry(device string) *deviceTelemetry {
 	d := t.devices[device]
@@ -70,15 +74,15 @@ func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInvent
 	return true
 }
 
-// snapshot returns what is known of a device.
-func (t *telemetry) snapshot(device string) (heartbeat time.Time, inv events.DeviceInventory, invSeq uint64) {
+// snapshot returns a copy of what is known of a device (the zero value:
+// nothing seen yet).
+func (t *telemetry) snapshot(device string) deviceTelemetry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	d := t.devices[device]
-	if d == nil {
-		return time.Time{}, events.DeviceInventory{}, 0
+	if d := t.devices[device]; d != nil {
+		return *d
 	}
-	return d.heartbeat, d.inventory, d.invSeq
+	return deviceTelemetry{}
 }
 
 // decide computes the liveness of a device at now from the last heartbeat
@@ -89,6 +93,7 @@ func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duratio
 	defer t.mu.Unlock()
 	d := t.entry(device)
 	l := livenessAt(d.heartbeat, now, staleAfter)
+	t.metrics.livenessChanged(d.decided, l)
 	d.decided = l
 	return l, d.heartbeat
 }
@@ -98,6 +103,9 @@ func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duratio
 func (t *telemetry) forget(device string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if d := t.devices[device]; d != nil {
+		t.metrics.livenessChanged(d.decided, "")
+	}
 	delete(t.devices, device)
 }
 

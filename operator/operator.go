@@ -71,6 +71,11 @@ type Options struct {
 	// (metrics.Registry, served on MetricsAddr). Nil: one counter per
 	// process (ProcessSkipCounter).
 	Skips *events.SkipCounter
+	// Metrics records what the controllers and the rollout runner do,
+	// registered with controller-runtime's registry (served on
+	// MetricsAddr). Nil: the metrics shared by the operators of this
+	// process (ProcessMetrics).
+	Metrics *Metrics
 }
 
 // processSkips is the skip counter of operators started without one.
@@ -142,6 +147,12 @@ func Run(ctx context.Context, o Options) error {
 	if err := registerSkips(o.Skips, o.Logger); err != nil {
 		return err
 	}
+	if o.Metrics == nil {
+		o.Metrics = ProcessMetrics()
+	}
+	if err := o.Metrics.register(o.Logger); err != nil {
+		return err
+	}
 	scheme, err := Scheme()
 	if err != nil {
 		return err
@@ -157,7 +168,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
-		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips}
+		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips, Metrics: o.Metrics}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -165,18 +176,33 @@ func Run(ctx context.Context, o Options) error {
 	if err := ps.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Client: mgr.GetClient(),
-		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips}
+	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
+		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
+		Metrics: o.Metrics}
 	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {
 		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
-			Skips: o.Skips}
+			Skips: o.Skips, Metrics: o.Metrics}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}
 	}
 	o.Logger.Info("operator starting")
-	return mgr.Start(ctx)
+	stopped, done := make(chan struct{}), make(chan struct{})
+	go func() { // fleet_operator_leader: 1 from election until the manager stops
+		defer close(done)
+		select {
+		case <-mgr.Elected():
+			o.Metrics.setLeader(true)
+			<-stopped
+		case <-stopped:
+		}
+		o.Metrics.setLeader(false)
+	}()
+	err = mgr.Start(ctx)
+	close(stopped)
+	<-done
+	return err
 }

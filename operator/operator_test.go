@@ -51,6 +51,8 @@ type env struct {
 	logs slog.Handler
 	// skips, when set, counts the records the operator skips.
 	skips *events.SkipCounter
+	// metrics, when set, are the operator's metrics.
+	metrics *operator.Metrics
 }
 
 var nsCounter int
@@ -108,7 +110,8 @@ func (e *env) startOperator() (stop func()) {
 	}
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
-			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips})
+			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
+			Metrics: e.metrics})
 	}()
 	stopped := false
 	stop = func() {

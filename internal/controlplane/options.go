@@ -63,6 +63,9 @@ type Options struct {
 	// Replicas is the number of callout replicas (one queue group), each
 	// with its own connections; they share one Verifier. Default 1.
 	Replicas int
+	// CalloutMetrics, when set, records what the callout replicas and
+	// their Verifier do (fleet_authcallout_*).
+	CalloutMetrics *authcallout.Metrics
 
 	// Provision configures the Fleet streams and buckets.
 	Provision events.ProvisionOptions

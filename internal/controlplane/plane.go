@@ -137,7 +137,7 @@ func (p *Plane) startServer() error {
 func (p *Plane) startCallout(ctx context.Context) error {
 	var err error
 	if p.verifier, err = authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: p.provider.Issuer(),
-		Audience: p.provider.Audience(), MinRefreshInterval: p.o.MinKeyRefresh}); err != nil {
+		Audience: p.provider.Audience(), MinRefreshInterval: p.o.MinKeyRefresh, Metrics: p.o.CalloutMetrics}); err != nil {
 		return fmt.Errorf("controlplane: %w", err)
 	}
 	for range p.o.Replicas {
@@ -145,7 +145,7 @@ func (p *Plane) startCallout(ctx context.Context) error {
 			URL: p.URL(), CalloutPassword: p.secrets.CalloutPassword, ReaderPassword: p.secrets.ReaderPassword,
 			SystemPassword: p.secrets.SysPassword, Issuer: p.secrets.Issuer, XKey: p.secrets.XKey, Verifier: p.verifier,
 			Account: authcallout.AccountFleet, DeviceAccount: authcallout.AccountDevices,
-			Logger: p.log.With("component", "authcallout"),
+			Logger: p.log.With("component", "authcallout"), Metrics: p.o.CalloutMetrics,
 		})
 		if err != nil {
 			return fmt.Errorf("controlplane: callout replica: %w", err)

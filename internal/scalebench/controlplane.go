@@ -8,9 +8,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
@@ -35,7 +32,7 @@ func randomToken() string {
 // auth callout, the operator's connection, event store and buckets) and
 // the benchmark's own parts: the monitor connection, the raw floor's
 // publisher and bucket, and the operator's RolloutRunner (with Deployment
-// status going nowhere: no Kubernetes API server runs).
+// status written to a recorder: no Kubernetes API server runs).
 type controlPlane struct {
 	plane *controlplane.Plane
 	srv   *natsembed.Server
@@ -122,7 +119,7 @@ func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 
 	// The operator's rollout runner: it folds the revision, writes every
 	// device's fleet-intent value and appends the rollout transitions.
-	runner := &operator.RolloutRunner{Store: cp.store, Reader: cp.store, KV: cp.intent, Client: cp.status,
+	runner := &operator.RolloutRunner{Store: cp.store, Reader: cp.store, KV: cp.intent, Status: cp.status,
 		Log: o.Logger.With("component", "rollouts"), Skips: cp.runnerSkips, StatusInterval: runnerStatusInterval}
 	p.Go("rollout runner", runner.Run)
 	return nil
@@ -142,14 +139,12 @@ func (cp *controlPlane) stop() {
 	_ = cp.plane.Close()
 }
 
-// statusSink stands for the Kubernetes client of the rollout runner: the
-// benchmark runs no API server, so Deployment status patches are recorded
-// (the figures the runner would have shown: its counts) and dropped (the
-// runner coalesces them to one per Deployment every 2 s; they are off the
-// path from revision to convergence). Any other call panics (nil embedded
-// client): the runner makes none.
+// statusSink is the rollout runner's Deployment status writer: the
+// benchmark runs no API server, so statuses are recorded (the figures the
+// runner would have shown: its counts) and dropped (the runner coalesces
+// them to one per Deployment every 2 s; they are off the path from revision
+// to convergence).
 type statusSink struct {
-	client.Client
 	mu      sync.Mutex // guards the fields below
 	byGen   map[int64]statusFigures
 	last    time.Time // when the last status was applied
@@ -171,8 +166,11 @@ func newStatusSink() *statusSink {
 	return &statusSink{byGen: map[int64]statusFigures{}, applied: make(chan struct{}, 1)}
 }
 
-// Status returns a writer that records and drops status applies.
-func (s *statusSink) Status() client.SubResourceWriter { return droppedStatus{sink: s} }
+// WriteDeploymentStatus records st and drops it.
+func (s *statusSink) WriteDeploymentStatus(_ context.Context, _, _ string, st fleetv1.DeploymentStatus) error {
+	s.record(st)
+	return nil
+}
 
 // record keeps what a status shows, by the generation of its revision.
 func (s *statusSink) record(st fleetv1.DeploymentStatus) {
@@ -223,27 +221,4 @@ func (s *statusSink) awaitAfter(ctx context.Context, t time.Time, timeout time.D
 			return false
 		}
 	}
-}
-
-type droppedStatus struct {
-	client.SubResourceWriter
-	sink *statusSink
-}
-
-// Apply records the Deployment status and drops it.
-func (d droppedStatus) Apply(_ context.Context, obj runtime.ApplyConfiguration, _ ...client.SubResourceApplyOption) error {
-	u, ok := obj.(interface{ UnstructuredContent() map[string]any })
-	if !ok {
-		return nil
-	}
-	raw, found, err := unstructured.NestedMap(u.UnstructuredContent(), "status")
-	if err != nil || !found {
-		return nil
-	}
-	var st fleetv1.DeploymentStatus
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
-		return fmt.Errorf("scalebench: status: %w", err)
-	}
-	d.sink.record(st)
-	return nil
 }

@@ -1,0 +1,258 @@
+package operator
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Metrics are the operator's own Prometheus metrics (fleet_operator_*,
+// fleet_rollout_*, fleet_devices); controller-runtime adds its own on the
+// same registry (controller_runtime_*, workqueue_*, rest_client_*). Labels
+// are bounded: by Deployment at most, never by device. A nil *Metrics
+// records nothing. Safe for concurrent use.
+type Metrics struct {
+	revisions    *prometheus.CounterVec
+	transitions  *prometheus.CounterVec
+	durations    *prometheus.HistogramVec
+	started      *prometheus.GaugeVec
+	phases       *prometheus.GaugeVec
+	reports      *prometheus.CounterVec
+	intentWrites *prometheus.CounterVec
+	statusWrites *prometheus.CounterVec
+	live         prometheus.Gauge
+	devices      *prometheus.GaugeVec
+	leader       prometheus.Gauge
+	// checkpointAt is the unix nanoseconds of the last checkpoint written
+	// (or of the runner's start, before the first); 0: no checkpoints.
+	checkpointAt atomic.Int64
+	checkpoint   prometheus.GaugeFunc
+}
+
+// Metric names the alert rules and the docs use.
+const (
+	MetricRevisions           = "fleet_operator_revisions_total"
+	MetricLeader              = "fleet_operator_leader"
+	MetricRolloutTransitions  = "fleet_rollout_transitions_total"
+	MetricRolloutDuration     = "fleet_rollout_duration_seconds"
+	MetricRolloutStarted      = "fleet_rollout_started_timestamp_seconds"
+	MetricRollouts            = "fleet_rollouts"
+	MetricRunnerReports       = "fleet_rollout_runner_reports_total"
+	MetricRunnerIntentWrites  = "fleet_rollout_runner_intent_writes_total"
+	MetricRunnerStatusWrites  = "fleet_rollout_runner_status_writes_total"
+	MetricRunnerLive          = "fleet_rollout_runner_live"
+	MetricRunnerCheckpointAge = "fleet_rollout_runner_checkpoint_age_seconds"
+	MetricDevices             = "fleet_devices"
+)
+
+// NewMetrics returns the operator's metrics at zero.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		revisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRevisions,
+			Help: "Deployment revisions the Deployment controller tried to append, by result: appended, conflict (another writer appended first; re-read), failed."},
+			[]string{"result"}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRolloutTransitions,
+			Help: "Rollout transitions this replica's rollout runner appended, by Deployment and event type (rollout.started … rollout.succeeded, rollout.failed)."},
+			[]string{"namespace", "deployment", "type"}),
+		durations: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricRolloutDuration,
+			Help:    "Time from a revision's event to its rollout's end (rollout.succeeded or rollout.failed appended by this replica), by Deployment and result.",
+			Buckets: []float64{0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 4 * 3600}},
+			[]string{"namespace", "deployment", "result"}),
+		started: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRolloutStarted,
+			Help: "Unix time of the revision event of each rollout in progress (a series exists only while its rollout is neither succeeded nor failed)."},
+			[]string{"namespace", "deployment"}),
+		phases: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRollouts,
+			Help: "Deployments by the phase of their current revision's rollout, as the rollout runner folds them."},
+			[]string{"phase"}),
+		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRunnerReports,
+			Help: "Workload reports the rollout runner read, by outcome: folded, or dropped at a bound (reports about unknown Deployments or revisions once live)."},
+			[]string{"outcome"}),
+		intentWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRunnerIntentWrites,
+			Help: "Writes of devices' fleet-intent values by the rollout runner, by operation (put, delete) and result (ok, error)."},
+			[]string{"op", "result"}),
+		statusWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRunnerStatusWrites,
+			Help: "Deployment status writes by the rollout runner, by result (ok, error)."},
+			[]string{"result"}),
+		live: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricRunnerLive,
+			Help: "1 once the rollout runner has caught up with the streams and decides live; 0 while it rebuilds."}),
+		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricDevices,
+			Help: "Devices by liveness (Online, Stale, Unknown) as the Device controller last decided."},
+			[]string{"liveness"}),
+		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricLeader,
+			Help: "1 on the operator replica that runs the controllers (the elected leader; a single replica leads once started), 0 otherwise."}),
+	}
+	m.checkpoint = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricRunnerCheckpointAge,
+		Help: "Seconds since the rollout runner last wrote its checkpoint (since it started, before the first); 0 when it keeps none."},
+		func() float64 {
+			at := m.checkpointAt.Load()
+			if at == 0 {
+				return 0
+			}
+			return time.Since(time.Unix(0, at)).Seconds()
+		})
+	for _, p := range []fleetv1.DeploymentPhase{fleetv1.PhasePending, fleetv1.PhaseCanary, fleetv1.PhaseProgressing, fleetv1.PhaseSucceeded, fleetv1.PhaseFailed} {
+		m.phases.WithLabelValues(string(p))
+	}
+	for _, l := range []fleetv1.Liveness{fleetv1.LivenessOnline, fleetv1.LivenessStale, fleetv1.LivenessUnknown} {
+		m.devices.WithLabelValues(string(l))
+	}
+	for _, r := range []string{"appended", "conflict", "failed"} {
+		m.revisions.WithLabelValues(r)
+	}
+	return m
+}
+
+// Collectors returns the collectors to register.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	if m == nil {
+		return nil
+	}
+	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.phases, m.reports,
+		m.intentWrites, m.statusWrites, m.live, m.devices, m.leader, m.checkpoint}
+}
+
+// processMetrics are the metrics of operators started without their own.
+var processMetrics = sync.OnceValue(NewMetrics)
+
+// ProcessMetrics returns the metrics operators of this process use when
+// Options.Metrics is nil.
+func ProcessMetrics() *Metrics { return processMetrics() }
+
+// register registers m with controller-runtime's metrics registry (served
+// on Options.MetricsAddr). Registering the same metrics again (a second
+// operator in the process) is fine; other metrics under the same names are
+// not exported, and that is logged.
+func (m *Metrics) register(log *slog.Logger) error {
+	for _, c := range m.Collectors() {
+		err := ctrlmetrics.Registry.Register(c)
+		var are prometheus.AlreadyRegisteredError
+		switch {
+		case err == nil:
+		case errors.As(err, &are):
+			if are.ExistingCollector != c {
+				log.Info("other operator metrics are already registered in this process; this operator's are not exported")
+				return nil
+			}
+		default:
+			return fmt.Errorf("operator: register metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+func (m *Metrics) revision(result string) {
+	if m != nil {
+		m.revisions.WithLabelValues(result).Inc()
+	}
+}
+
+func (m *Metrics) transition(k depKey, typ string) {
+	if m != nil {
+		m.transitions.WithLabelValues(k.ns, k.name, typ).Inc()
+	}
+}
+
+func (m *Metrics) rolloutEnded(k depKey, result string, took time.Duration) {
+	if m != nil {
+		m.durations.WithLabelValues(k.ns, k.name, result).Observe(took.Seconds())
+	}
+}
+
+func (m *Metrics) report(outcome string) {
+	if m != nil {
+		m.reports.WithLabelValues(outcome).Inc()
+	}
+}
+
+func (m *Metrics) intentWrite(op string, err error) {
+	if m != nil {
+		m.intentWrites.WithLabelValues(op, result(err)).Inc()
+	}
+}
+
+func (m *Metrics) statusWrite(err error) {
+	if m != nil {
+		m.statusWrites.WithLabelValues(result(err)).Inc()
+	}
+}
+
+func (m *Metrics) setLive(live bool) {
+	if m != nil {
+		m.live.Set(b2f(live))
+	}
+}
+
+func (m *Metrics) setLeader(leader bool) {
+	if m != nil {
+		m.leader.Set(b2f(leader))
+	}
+}
+
+// checkpointed records a checkpoint written (or the runner's start) at t.
+func (m *Metrics) checkpointed(t time.Time) {
+	if m != nil {
+		m.checkpointAt.Store(t.UnixNano())
+	}
+}
+
+// livenessChanged moves one device from liveness from ("": none) to to
+// ("": gone).
+func (m *Metrics) livenessChanged(from, to fleetv1.Liveness) {
+	if m == nil || from == to {
+		return
+	}
+	if from != "" {
+		m.devices.WithLabelValues(string(from)).Dec()
+	}
+	if to != "" {
+		m.devices.WithLabelValues(string(to)).Inc()
+	}
+}
+
+// rolloutGauges sets the phase counts and the started times of the
+// rollouts in progress from the fold.
+func (m *Metrics) rolloutGauges(s *runnerState) {
+	if m == nil {
+		return
+	}
+	counts := map[fleetv1.DeploymentPhase]int{fleetv1.PhasePending: 0, fleetv1.PhaseCanary: 0, fleetv1.PhaseProgressing: 0,
+		fleetv1.PhaseSucceeded: 0, fleetv1.PhaseFailed: 0}
+	for k, ro := range s.rollouts {
+		st, ok := ro.Status()
+		inProgress := ok && !ro.Deleted && st.Phase != fleetv1.PhaseSucceeded && st.Phase != fleetv1.PhaseFailed
+		if ok && !ro.Deleted {
+			counts[st.Phase]++
+		}
+		at, known := s.revisedAt[k]
+		if inProgress && known {
+			m.started.WithLabelValues(k.ns, k.name).Set(float64(at.UnixNano()) / 1e9)
+		} else {
+			m.started.DeleteLabelValues(k.ns, k.name)
+		}
+	}
+	for p, n := range counts {
+		m.phases.WithLabelValues(string(p)).Set(float64(n))
+	}
+}
+
+func result(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "ok"
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,218 @@
+package operator
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// The rollout runner's fold: its state and how one record changes it. No
+// I/O here: the runner's loop feeds records in and hands what changed to
+// its sinks (rollout_sinks.go) and its state machine's decisions to the
+// transition appender.
+
+// depKey names a Deployment.
+type depKey struct{ ns, name string }
+
+func cmpKey(a, b depKey) int {
+	if a.ns != b.ns {
+		if a.ns < b.ns {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.name < b.name:
+		return -1
+	case a.name > b.name:
+		return 1
+	}
+	return 0
+}
+
+// Sources: the streams the runner reads, by index in runnerState.seqs.
+const (
+	sourceIntent   = 0 // filterDeploymentIntent
+	sourceRollouts = 1 // filterRollouts
+	sourceReports  = 2 // filterWorkload
+)
+
+// runnerState is the fold, owned by the Run goroutine.
+type runnerState struct {
+	// seqs is the last folded sequence of each source stream.
+	seqs       [3]uint64
+	changed    bool // since the last checkpoint
+	rollouts   map[depKey]projections.Rollout
+	intent     *projections.Intent
+	rolloutSeq map[depKey]uint64
+	// dirtyKV are the devices whose fleet-intent value may have changed,
+	// dirtyStat the Deployments whose status may have: what the sinks
+	// write next.
+	dirtyKV   map[string]bool
+	dirtyStat map[depKey]bool
+	// revisedAt is when each Deployment's current revision was stored.
+	revisedAt map[depKey]time.Time
+	// live is set once every source caught up with its history.
+	live bool
+	// revisionless counts the rollouts that have reports or transitions but
+	// no revision yet. While catching up that is normal (the three streams
+	// are read side by side, so a Deployment's reports may come before its
+	// revision); once live only a runner that lags another, or a device
+	// naming Deployments that do not exist, makes one, and maxRevisionless
+	// bounds them.
+	revisionless int
+	// dropped counts the reports dropped once live because a bound was
+	// reached (maxRevisionless, maxEarlyRevisions).
+	dropped int
+}
+
+func newRunnerState() *runnerState {
+	return &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
+		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, revisedAt: map[depKey]time.Time{}}
+}
+
+// Bounds on what device reports can add to the runner's state once it is
+// live (see runnerState.revisionless). Past them a report costs a decode and
+// nothing else: it is dropped. A device that fills them with made-up
+// Deployments or revisions can only delay a runner that lags another (its
+// own revision's reports and the leading runner's transitions still come).
+const (
+	// maxRevisionless is how many Deployments without a known revision
+	// the runner keeps reports for.
+	maxRevisionless = 1024
+	// maxEarlyRevisions is how many revisions of one Deployment the runner
+	// keeps reports for ahead of the revision it is at.
+	maxEarlyRevisions = 8
+)
+
+// folded is what folding one record (or passing one that does not decode)
+// did. The zero value: nothing (a record the state already covers).
+type folded struct {
+	// key is the Deployment the record concerns; decide says its rollout
+	// may have changed, so the state machine decides again (once live).
+	key    depKey
+	decide bool
+	// skip is a record that does not decode: the position moved past it;
+	// the runner counts and logs it.
+	skip *events.RecordError
+	// dropped is the bound a report was dropped at (empty: none); the
+	// runner logs the first drop and counts the rest.
+	dropped string
+}
+
+// fold applies one record of source.
+func (s *runnerState) fold(source int, rec events.Record) folded {
+	ev := rec.Event
+	if rec.Sequence <= s.seqs[source] {
+		return folded{} // already folded (covered by the checkpoint)
+	}
+	s.seqs[source] = rec.Sequence
+	s.changed = true
+	var k depKey
+	var wd events.WorkloadStatus // sourceReports
+	switch source {
+	case sourceIntent, sourceRollouts:
+		k = depKey{ev.Keys.Namespace, ev.Keys.Name}
+		if source == sourceRollouts && rec.Sequence > s.rolloutSeq[k] {
+			s.rolloutSeq[k] = rec.Sequence
+		}
+		for _, d := range s.intent.Apply(ev) {
+			s.dirtyKV[d] = true
+		}
+		if ev.Type == events.TypeDeploymentRevisionCreated {
+			s.revisedAt[k] = cmp.Or(rec.Stored, ev.Time)
+		}
+	case sourceReports:
+		var err error
+		wd, err = events.Decode[events.WorkloadStatus](ev)
+		if err != nil {
+			// A valid envelope whose data does not decode: skipped like
+			// any undecodable record (the position already moved past it).
+			return folded{skip: events.InvalidData(rec, err)}
+		}
+		k = depKey{wd.Namespace, wd.Deployment}
+	}
+	ro, known := s.rollouts[k]
+	if source == sourceReports && s.live {
+		if bound := s.bound(ro, known, wd); bound != "" {
+			s.dropped++
+			return folded{dropped: bound}
+		}
+	}
+	wasRevisionless := ro.UID == ""
+	ro.Fold(ev) // the runner's own state: in place, O(1) per report
+	s.rollouts[k] = ro
+	switch {
+	case !known && ro.UID == "":
+		s.revisionless++
+	case known && wasRevisionless && ro.UID != "":
+		s.revisionless--
+	}
+	s.dirtyStat[k] = true
+	return folded{key: k, decide: true}
+}
+
+// bound names the bound a live report about rollout ro (known: the runner
+// has one) would pass, or "" when it passes none.
+func (s *runnerState) bound(ro projections.Rollout, known bool, wd events.WorkloadStatus) string {
+	switch {
+	case !known && s.revisionless >= maxRevisionless:
+		return "Deployments without a known revision"
+	case known && !ro.IsCurrent(wd.UID, wd.Generation) && !ro.HasEarly(wd.UID, wd.Generation) && ro.EarlyRevisions() >= maxEarlyRevisions:
+		return "revisions ahead of the one the runner is at"
+	}
+	return ""
+}
+
+// pass moves the position in source past a record that does not decode. A
+// record on a Deployment's rollout subject still moves that subject's last
+// sequence, which the runner's next append expects: the outcome names that
+// Deployment, to decide again (an append that conflicted with the record
+// waits for it).
+func (s *runnerState) pass(source int, re *events.RecordError) folded {
+	seq := re.Sequence
+	if seq <= s.seqs[source] {
+		return folded{} // already passed (covered by the checkpoint)
+	}
+	s.seqs[source] = seq
+	s.changed = true
+	out := folded{skip: re}
+	if source != sourceRollouts {
+		return out
+	}
+	ref, err := events.ParseSubject(re.Subject)
+	if err != nil || ref.Family != events.FamilyDeploymentRollout {
+		return out
+	}
+	k := depKey{ref.Keys.Namespace, ref.Keys.Name}
+	if seq > s.rolloutSeq[k] {
+		s.rolloutSeq[k] = seq
+	}
+	out.key, out.decide = k, true
+	return out
+}
+
+// appended folds a transition the runner itself appended at seq.
+func (s *runnerState) appended(k depKey, seq uint64, ev events.Event) {
+	s.rolloutSeq[k] = seq
+	ro := s.rollouts[k]
+	ro.Fold(ev)
+	s.rollouts[k] = ro
+	for _, d := range s.intent.Apply(ev) {
+		s.dirtyKV[d] = true
+	}
+	s.dirtyStat[k] = true
+}
+
+// sortedKeys returns every Deployment of the fold, sorted.
+func (s *runnerState) sortedKeys() []depKey {
+	keys := make([]depKey, 0, len(s.rollouts))
+	for k := range s.rollouts {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, cmpKey)
+	return keys
+}
