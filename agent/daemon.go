@@ -48,6 +48,10 @@ type Options struct {
 	// Skips counts the commands the agent skips because they do not decode
 	// (stream FLEET_COMMANDS). Nil-safe.
 	Skips *events.SkipCounter
+	// Metrics, when set, record passes, intent reads, the offline report
+	// buffer and the connection's state; the Reconciler records to them too
+	// when it has no Metrics of its own. Nil: nothing recorded.
+	Metrics *Metrics
 }
 
 // Validate checks the options.
@@ -135,6 +139,11 @@ func Run(ctx context.Context, o Options) error {
 	if o.Reconciler.Device != o.Device {
 		return fmt.Errorf("agent: the reconciler acts for device %q, the agent is %q", o.Reconciler.Device, o.Device)
 	}
+	if o.Reconciler.Metrics == nil {
+		o.Reconciler.Metrics = o.Metrics
+	}
+	o.Metrics.attach(o.Conn)
+	defer o.Metrics.detach(o.Conn)
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
 	defer d.stopRetry()
 
@@ -250,9 +259,18 @@ func (d *daemon) readIntent(ctx context.Context) (events.DeviceIntent, uint64, e
 	}
 }
 
-// directGet is one subject-scoped direct get; raw is the stored value
-// (deletedValue for a delete marker or a missing key).
+// directGet is one subject-scoped direct get, counted; raw is the stored
+// value (deletedValue for a delete marker or a missing key).
 func (d *daemon) directGet(ctx context.Context) (events.DeviceIntent, uint64, []byte, error) {
+	v, seq, raw, err := d.directGetOnce(ctx)
+	if ctx.Err() == nil { // a get cut short by the agent stopping is not counted
+		d.o.Metrics.intentRead(err)
+	}
+	return v, seq, raw, err
+}
+
+// directGetOnce is directGet, uncounted.
+func (d *daemon) directGetOnce(ctx context.Context) (events.DeviceIntent, uint64, []byte, error) {
 	subj, _ := events.IntentDirectGetSubject(d.o.Device)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -304,23 +322,33 @@ func validIntent(raw []byte, device string) bool {
 }
 
 // pass reads the intent and reconciles every Deployment on it; containers
-// of Deployments no longer on it are removed.
+// of Deployments no longer on it are removed. It is timed by its result,
+// unless it skipped an older value or the agent is stopping.
 func (d *daemon) pass(ctx context.Context) {
+	start := time.Now()
+	if result := d.reconcile(ctx); result != "" && ctx.Err() == nil {
+		d.o.Metrics.pass(result, time.Since(start))
+	}
+}
+
+// reconcile is one pass; its result is passConverged, passFailed,
+// passError, or "" when it skipped an older intent value.
+func (d *daemon) reconcile(ctx context.Context) string {
 	intent, seq, err := d.readIntent(ctx)
 	if err != nil {
 		d.log.WarnContext(ctx, "intent not read; will retry on the next change or reconnect", "error", err)
-		return
+		return passError
 	}
 	d.mu.Lock()
 	if seq < d.lastSeq {
 		d.mu.Unlock()
-		return // an older value than one already applied
+		return "" // an older value than one already applied
 	}
 	d.lastSeq = seq
 	d.mu.Unlock()
 
 	want := map[[2]string]bool{}
-	unavailable := false
+	unavailable, failed := false, false
 	for _, e := range intent.Deployments {
 		want[[2]string{e.Namespace, e.Name}] = true
 		d.status(ctx, e, events.WorkloadApplying, "")
@@ -335,6 +363,7 @@ func (d *daemon) pass(ctx context.Context) {
 			d.log.WarnContext(ctx, "container engine unavailable; retrying", "deployment", e.Namespace+"/"+e.Name, "error", err)
 			d.status(ctx, e, events.WorkloadPending, "container engine unavailable, retrying: "+err.Error())
 		default:
+			failed = true
 			d.log.WarnContext(ctx, "deployment not converged", "deployment", e.Namespace+"/"+e.Name, "generation", e.Generation, "error", err)
 			d.status(ctx, e, events.WorkloadFailed, err.Error())
 		}
@@ -346,7 +375,7 @@ func (d *daemon) pass(ctx context.Context) {
 	d.scheduleRetry(unavailable)
 	if err != nil {
 		d.log.WarnContext(ctx, "list owned containers", "error", err)
-		return
+		return passError
 	}
 	for _, k := range have {
 		if want[k] {
@@ -354,6 +383,11 @@ func (d *daemon) pass(ctx context.Context) {
 		}
 		if err := d.o.Reconciler.Remove(ctx, k[0], k[1]); err != nil {
 			d.log.WarnContext(ctx, "remove deployment", "deployment", k[0]+"/"+k[1], "error", err)
+			if runtime.IsUnavailable(err) {
+				unavailable = true
+			} else {
+				failed = true
+			}
 			continue
 		}
 		d.mu.Lock()
@@ -362,6 +396,13 @@ func (d *daemon) pass(ctx context.Context) {
 		d.status(ctx, events.IntentEntry{Namespace: k[0], Name: k[1], UID: last.UID, Generation: last.Generation, RevisionID: last.RevisionID},
 			events.WorkloadRemoved, "")
 	}
+	switch {
+	case unavailable:
+		return passError
+	case failed:
+		return passFailed
+	}
+	return passConverged
 }
 
 // scheduleRetry arranges another pass after a backoff when the engine was
@@ -481,6 +522,7 @@ func (d *daemon) hold(key string, m *nats.Msg) {
 		delete(d.offline, d.offlineKeys[0])
 		d.offlineKeys = d.offlineKeys[1:]
 	}
+	d.o.Metrics.setBuffered(len(d.offlineKeys))
 }
 
 // flushOffline sends the held reports, oldest first.
@@ -488,6 +530,7 @@ func (d *daemon) flushOffline(ctx context.Context) {
 	d.mu.Lock()
 	keys, held := d.offlineKeys, d.offline
 	d.offlineKeys, d.offline = nil, nil
+	d.o.Metrics.setBuffered(0)
 	d.mu.Unlock()
 	for _, k := range keys {
 		if err := d.o.Conn.PublishMsg(held[k]); err != nil {

@@ -9,6 +9,11 @@
 // command that does not decode for its subject is skipped and counted, and
 // neither ever stops the agent.
 //
+// Metrics (optional, Options.Metrics) time each pass by result and count
+// intent reads, image pulls, failed engine calls and unresolved secret
+// references, and show the offline report buffer and the connection; their
+// labels are bounded enums that never name a secret.
+//
 // This package holds the reconciler; the container engine is behind
 // agent/runtime. It may import events; it never links k8s.io/*,
 // sigs.k8s.io/* (except the YAML library the Podman bindings use) or the

@@ -63,6 +63,10 @@ type Reconciler struct {
 	// host path (Podman refuses a bind mount whose source does not exist;
 	// the agent's command creates the folder). Nil: not checked.
 	EnsureHostPath func(path string) error
+	// Metrics, when set, count failed engine calls, image pulls and
+	// unresolved secret references. Run sets the agent's (Options.Metrics)
+	// when it is nil.
+	Metrics *Metrics
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
@@ -96,6 +100,23 @@ func (r *Reconciler) stopTimeout() time.Duration {
 	return DefaultStopTimeout
 }
 
+// rt is the runtime, its failed calls counted when Metrics are set.
+func (r *Reconciler) rt() runtime.Runtime {
+	if r.Metrics == nil {
+		return r.Runtime
+	}
+	return countedRuntime{rt: r.Runtime, m: r.Metrics}
+}
+
+// secrets is the secret source (nil when none), its failures counted when
+// Metrics are set.
+func (r *Reconciler) secrets() Secrets {
+	if r.Secrets == nil || r.Metrics == nil {
+		return r.Secrets
+	}
+	return countedSecrets{s: r.Secrets, m: r.Metrics}
+}
+
 func (r *Reconciler) log() *slog.Logger {
 	if r.Log == nil {
 		return slog.New(slog.DiscardHandler)
@@ -124,7 +145,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err != nil {
 		return &PreflightError{Reason: err.Error()}
 	}
-	res, err := resolve(ctx, s, r.Secrets)
+	res, err := resolve(ctx, s, r.secrets())
 	if err != nil {
 		return &PreflightError{Reason: err.Error(), Err: err}
 	}
@@ -147,7 +168,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 // containers lists every container of the runtime, and those of this
 // device's Deployment (namespace, name) by name.
 func (r *Reconciler) containers(ctx context.Context, namespace, name string) ([]runtime.Container, map[string]runtime.Container, error) {
-	all, err := r.Runtime.List(ctx)
+	all, err := r.rt().List(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("list containers: %w", err)
 	}
@@ -187,14 +208,14 @@ func (r *Reconciler) runInit(ctx context.Context, e events.IntentEntry, res reso
 	spec := containerSpec(*ic, r.labels(e, res.revision, "init"))
 	spec.RestartPolicy = runtime.RestartNo // always, whatever the score says
 	spec.Ports = nil
-	id, err := r.Runtime.Create(ctx, spec)
+	id, err := r.rt().Create(ctx, spec)
 	if err != nil {
 		return fmt.Errorf("create init container %s: %w", ic.Name, err)
 	}
-	if err := r.Runtime.Start(ctx, id); err != nil {
+	if err := r.rt().Start(ctx, id); err != nil {
 		return fmt.Errorf("start init container %s: %w", ic.Name, err)
 	}
-	code, err := r.Runtime.Wait(ctx, id)
+	code, err := r.rt().Wait(ctx, id)
 	if err != nil {
 		return fmt.Errorf("wait for init container %s: %w", ic.Name, err)
 	}
@@ -222,7 +243,7 @@ func (r *Reconciler) applyService(ctx context.Context, e events.IntentEntry, rev
 	cur, exists := mine[svc.Name]
 	if exists && cur.Labels[LabelRevision] == revision {
 		if cur.State == runtime.StateCreated { // created but never started (a crash mid-pass)
-			if err := r.Runtime.Start(ctx, cur.ID); err != nil {
+			if err := r.rt().Start(ctx, cur.ID); err != nil {
 				return fmt.Errorf("start service %s: %w", svc.Name, err)
 			}
 		}
@@ -233,11 +254,11 @@ func (r *Reconciler) applyService(ctx context.Context, e events.IntentEntry, rev
 			return err
 		}
 	}
-	id, err := r.Runtime.Create(ctx, containerSpec(svc, r.labels(e, revision, "service")))
+	id, err := r.rt().Create(ctx, containerSpec(svc, r.labels(e, revision, "service")))
 	if err != nil {
 		return fmt.Errorf("create service %s: %w", svc.Name, err)
 	}
-	if err := r.Runtime.Start(ctx, id); err != nil {
+	if err := r.rt().Start(ctx, id); err != nil {
 		return fmt.Errorf("start service %s: %w", svc.Name, err)
 	}
 	r.log().InfoContext(ctx, "service started", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name)
@@ -366,7 +387,7 @@ func owner(c runtime.Container) string {
 // ensureImage pulls a missing image; credentials only when a pull is needed,
 // only through the per-call registry auth, only for the matching authority.
 func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
-	ok, err := r.Runtime.ImageExists(ctx, s.Image)
+	ok, err := r.rt().ImageExists(ctx, s.Image)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", s.Image, err)
 	}
@@ -380,6 +401,7 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		}
 		raw, err := r.Credentials.PullCredential(ctx, s.ImagePullSecret)
 		if err != nil {
+			r.Metrics.secretFailed(ctx)
 			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, err)
 		}
 		cred, err := ParsePullCredential(raw)
@@ -391,7 +413,7 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		}
 		auth = &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}
 	}
-	if err := r.Runtime.Pull(ctx, s.Image, auth); err != nil {
+	if err := r.rt().Pull(ctx, s.Image, auth); err != nil {
 		return fmt.Errorf("pull %s: %w", s.Image, err)
 	}
 	return nil
@@ -401,11 +423,11 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 // it.
 func (r *Reconciler) stopRemove(ctx context.Context, c runtime.Container) error {
 	if c.State == runtime.StateRunning {
-		if err := r.Runtime.Stop(ctx, c.ID, r.stopTimeout()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+		if err := r.rt().Stop(ctx, c.ID, r.stopTimeout()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			r.log().WarnContext(ctx, "stop failed, removing by force", "container", c.Name, "error", err)
 		}
 	}
-	if err := r.Runtime.Remove(ctx, c.ID, true); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+	if err := r.rt().Remove(ctx, c.ID, true); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 		return fmt.Errorf("remove %s: %w", c.Name, err)
 	}
 	return nil
@@ -414,7 +436,7 @@ func (r *Reconciler) stopRemove(ctx context.Context, c runtime.Container) error 
 // Remove deletes every container of the Deployment (init container and
 // services), and nothing else.
 func (r *Reconciler) Remove(ctx context.Context, namespace, name string) error {
-	all, err := r.Runtime.List(ctx)
+	all, err := r.rt().List(ctx)
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
@@ -431,7 +453,7 @@ func (r *Reconciler) Remove(ctx context.Context, namespace, name string) error {
 // this device, from the ownership labels: after a restart the agent knows
 // what to remove without any local state.
 func (r *Reconciler) Deployments(ctx context.Context) ([][2]string, error) {
-	all, err := r.Runtime.List(ctx)
+	all, err := r.rt().List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list containers: %w", err)
 	}

@@ -18,11 +18,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
 	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/metrics"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
@@ -68,6 +71,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	baoKV := fs.String("openbao-kv-mount", openbao.DefaultKVMount, "path of OpenBao's KV version 2 engine")
 	baoPrefix := fs.String("openbao-device-prefix", os.Getenv("FLEET_OPENBAO_DEVICE_PREFIX"), "KV path under which <prefix>/registry/device-pull/<reference> pull secrets live ($FLEET_OPENBAO_DEVICE_PREFIX)")
 	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
+	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
 	if err := fs.Parse(args); err != nil {
@@ -146,10 +150,32 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		rec.Secrets, rec.Credentials = ds, ds
 	}
 
-	return agent.Run(ctx, agent.Options{
-		Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
-		Reconciler: rec,
+	// Bound last, once nothing else can fail: the listener is closed only
+	// by the server's Run.
+	am := agent.NewMetrics(nil)
+	var msrv *metrics.Server
+	if *metricsAddr != "0" && *metricsAddr != "" {
+		reg := metrics.NewRegistry()
+		reg.MustRegister(am.Collectors()...)
+		var err error
+		if msrv, err = metrics.Listen(*metricsAddr, map[string]prometheus.Gatherer{metrics.Path: reg}); err != nil {
+			return fmt.Errorf("--metrics-addr: %w", err)
+		}
+		logger.Info("serving metrics", "addr", msrv.Addr(), "path", metrics.Path)
+	}
+	// The agent and the metrics server run side by side; either's failure
+	// stops both.
+	g, gctx := errgroup.WithContext(ctx)
+	if msrv != nil {
+		g.Go(func() error { return msrv.Run(gctx) })
+	}
+	g.Go(func() error {
+		return agent.Run(gctx, agent.Options{
+			Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
+			Reconciler: rec, Metrics: am,
+		})
 	})
+	return g.Wait()
 }
 
 // deviceSecrets builds the OpenBao secret source; caFile (optional) is the

@@ -4,14 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
+	"github.com/nationtech/harmony-fleet/score"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 func TestTheBinaryConvergesASimulatedDevice(t *testing.T) {
@@ -148,4 +157,174 @@ func TestOpenBaoFlagErrorsNameTheFix(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTheBinaryServesItsMetrics runs the binary with --metrics-addr through
+// the production chain (machine key → id_token → auth callout; id_token →
+// OpenBao, the stand-in) on the simulated runtime, and scrapes /metrics
+// over HTTP: the connection, a pass, a failed pull and a secret reference
+// OpenBao refused are there, beside the Go and process families, and no
+// secret value, reference or variable name is.
+func TestTheBinaryServesItsMetrics(t *testing.T) {
+	env := callouttest.Start(t)
+	device := "met-1"
+	keyFile := env.EnrollDevice(t, device)
+	kf, err := credential.ReadKeyFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	bao := baostandin.Start(t)
+	admin, err := openbao.NewWithToken(openbao.Config{Address: bao.URL()}, bao.RootToken())
+	if err != nil {
+		t.Fatal(err)
+	}
+	appSecret := "app-secret-" + randomHex(t)
+	if err := errors.Join(
+		admin.ConfigureJWT(ctx, env.Provider.Issuer(), ""),
+		admin.PutPolicy(ctx, "fleet-device-"+device, `path "secret/data/apps/demo/db" { capabilities = ["read"] }`),
+		admin.PutJWTRole(ctx, "fleet-device", openbao.JWTRole{BoundAudiences: []string{env.Provider.Audience()}, BoundSubject: kf.UserID, Policies: []string{"fleet-device-" + device}, TTL: time.Hour}),
+		admin.Write(ctx, "apps/demo/db", map[string]any{"password": appSecret}),
+	); err != nil {
+		t.Fatal(err)
+	}
+	// The simulated engine has no images: both Deployments fail, "resolved"
+	// on its pull after its secret was resolved, "missing-key" on the
+	// secret reference OpenBao cannot resolve.
+	scores := map[string]score.Score{
+		"resolved": {Type: "PodmanV0", Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: "reg.example/api:v1",
+			SecretEnv: []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "apps/demo/db", Key: "password"}}}}}},
+		"missing-key": {Type: "PodmanV0", Data: score.PodmanV0{Services: []score.Service{{Name: "mk", Image: "reg.example/mk:v1",
+			SecretEnv: []score.SecretEnv{{Name: "API_TOKEN", Secret: "apps/demo/db", Key: "no-such-key"}}}}}},
+	}
+	di := events.DeviceIntent{Device: device}
+	for n, s := range scores {
+		raw, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		di.Deployments = append(di.Deployments, events.IntentEntry{Namespace: "lab", Name: n, UID: "u-" + n, Generation: 1, RevisionID: "r1", Score: raw})
+	}
+	val, _ := json.Marshal(di)
+	if _, err := env.Intent.Put(ctx, device, val); err != nil {
+		t.Fatal(err)
+	}
+
+	args := []string{"--nats-url", env.NATS.ClientURL(), "--key-file", keyFile, "--runtime", "sim",
+		"--openbao-url", bao.URL(), "--openbao-device-prefix", "fleet/lab", "--openbao-role", "fleet-device"}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	var logs testenv.SyncBuffer
+	go func() { done <- run(runCtx, append(args, "--metrics-addr", "127.0.0.1:0"), &logs) }()
+
+	// The bound address is logged.
+	var addr string
+	if testenv.Poll(context.Background(), 30*time.Second, func() bool {
+		for line := range strings.Lines(logs.String()) {
+			var l struct{ Msg, Addr, Path string }
+			if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "serving metrics" && l.Path == "/metrics" {
+				addr = l.Addr
+				return true
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.String())
+		default:
+		}
+		return false
+	}) != nil {
+		t.Fatalf("the metrics address was not logged; logs:\n%s", logs.String())
+	}
+
+	want := map[string]float64{
+		"fleet_agent_connected":                                       1,
+		"fleet_agent_secret_errors_total":                             1,
+		`fleet_agent_image_pulls_total{result="error"}`:               1,
+		`fleet_agent_runtime_errors_total{op="pull"}`:                 1,
+		`fleet_agent_pass_duration_seconds_count{result="failed"}`:    1,
+		`fleet_agent_intent_reads_total{result="ok"}`:                 1,
+		"fleet_agent_report_buffer_depth":                             0,
+		`fleet_agent_pass_duration_seconds_count{result="converged"}`: 0,
+	}
+	var body string
+	var got map[string]float64
+	if testenv.Poll(context.Background(), 30*time.Second, func() bool {
+		body, err = scrape("http://" + addr + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = samples(body)
+		for k, v := range want {
+			if g, ok := got[k]; !ok || (v == 0) != (g == 0) {
+				return false
+			}
+		}
+		return true
+	}) != nil {
+		t.Fatalf("scraped %v, want (zero or not) %v\nbody:\n%s", got, want, body)
+	}
+	for _, f := range []string{"go_goroutines", "process_start_time_seconds"} {
+		if _, ok := got[f]; !ok {
+			t.Errorf("the scrape has no %s", f)
+		}
+	}
+	for _, secret := range []string{appSecret, "apps/demo/db", "DB_PASSWORD", "API_TOKEN", "no-such-key"} {
+		if strings.Contains(body, secret) {
+			t.Errorf("the scrape holds %q", secret)
+		}
+	}
+
+	t.Run("an address already taken is refused naming the flag", func(t *testing.T) {
+		err := run(ctx, append(args, "--metrics-addr", addr), &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "--metrics-addr") {
+			t.Errorf("got %v, want an error naming --metrics-addr", err)
+		}
+	})
+
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := scrape("http://" + addr + "/metrics"); err == nil {
+		t.Error("the metrics server still answers after the agent stopped")
+	}
+}
+
+// scrape GETs url and returns the body of a 200 answer.
+func scrape(url string) (string, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return string(b), nil
+}
+
+// samples reads the text exposition format: the value of every sample by
+// name{labels} as written.
+func samples(body string) map[string]float64 {
+	out := map[string]float64{}
+	for line := range strings.Lines(body) {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
 }
