@@ -65,6 +65,7 @@ func runDev(args []string) error {
 	}
 	fs.StringVar(&o.DataDir, "data-dir", defaultDir, "folder for state kept across runs")
 	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", devenv.DefaultMetricsAddr, "where the Prometheus metrics of the operator, the auth callout and the devices are served (host:port; port 0: any free port)")
 	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none); with Podman, "+devenv.PodmanDevice+" runs besides them")
 	fs.StringVar(&o.Runtime, "runtime", devenv.RuntimeAuto, "auto (one device, "+devenv.PodmanDevice+", on Podman when a Podman API socket answers, else simulated only), podman or sim")
 	fs.StringVar(&o.PodmanSocket, "podman-socket", "", "Podman API socket, a path or unix:// URI (default: $XDG_RUNTIME_DIR/podman/podman.sock, then <repository>/.cache/run/podman.sock)")

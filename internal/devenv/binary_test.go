@@ -96,6 +96,7 @@ var (
 	reNATS       = regexp.MustCompile(`(?m)^\s*(export NATS_URL=(\S+) NATS_USER=(\S+) NATS_PASSWORD="\$\(cat (\S+)\)")$`)
 	reBao        = regexp.MustCompile(`(?m)OpenBao stand-in\s+(\S+)`)
 	reBaoToken   = regexp.MustCompile(`(?m)root token in (\S+)$`)
+	reMetrics    = regexp.MustCompile(`(?m)^\s*metrics\s+(http://\S+)/\{operator,authcallout,agents\}`)
 )
 
 // startDev runs `fleet dev` on dir with free ports, the tests' nats CLI
@@ -106,7 +107,7 @@ func startDev(t *testing.T, dir string, flags ...string) *devProc {
 	bin := fleetBinary(t)
 	natsBin := natsCLI(t)
 	p := &devProc{dataDir: dir, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--nats-port", "-1", "--nats-cli", natsBin}, flags...)...)
+	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--nats-port", "-1", "--metrics-addr", "127.0.0.1:0", "--nats-cli", natsBin}, flags...)...)
 	p.cmd.Dir = repoRoot(t)
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
@@ -154,13 +155,13 @@ func startDev(t *testing.T, dir string, flags ...string) *devProc {
 	t.Logf("fleet dev %v ready in %s", flags, p.startup.Round(time.Millisecond))
 	path, kc, kctl, nm := rePATH.FindStringSubmatch(p.out), reKubeconfig.FindStringSubmatch(p.out),
 		reKubectl.FindStringSubmatch(p.out), reNATS.FindStringSubmatch(p.out)
-	bao, tok := reBao.FindStringSubmatch(p.out), reBaoToken.FindStringSubmatch(p.out)
-	if path == nil || kc == nil || kctl == nil || nm == nil || bao == nil || tok == nil {
-		t.Fatalf("fleet dev's output lacks the PATH, kubeconfig, kubectl, nats or OpenBao lines:\n%s", p.out)
+	bao, tok, met := reBao.FindStringSubmatch(p.out), reBaoToken.FindStringSubmatch(p.out), reMetrics.FindStringSubmatch(p.out)
+	if path == nil || kc == nil || kctl == nil || nm == nil || bao == nil || tok == nil || met == nil {
+		t.Fatalf("fleet dev's output lacks the PATH, kubeconfig, kubectl, nats, OpenBao or metrics lines:\n%s", p.out)
 	}
 	p.exports = path[1] + "\n" + kc[1] + "\n" + nm[1]
 	p.in = devenv.Info{BinDir: path[2], Kubeconfig: kc[2], Kubectl: kctl[1], NATSURL: nm[2], AdminUser: nm[3], AdminPasswordFile: nm[4],
-		OpenBaoAddr: bao[1], OpenBaoTokenFile: tok[1], Namespace: "lab", NATSCLI: natsBin}
+		OpenBaoAddr: bao[1], OpenBaoTokenFile: tok[1], Namespace: "lab", NATSCLI: natsBin, MetricsURL: met[1]}
 	checkBinDir(t, p, map[string]string{"fleet": bin, "kubectl": p.in.Kubectl, "nats": natsBin})
 	p.kube = kubeChildren(p.cmd.Process.Pid)
 	if len(p.kube) != 2 {

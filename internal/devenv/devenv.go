@@ -40,10 +40,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
+	"github.com/nationtech/harmony-fleet/metrics"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
@@ -79,6 +84,11 @@ type Options struct {
 	// nats on PATH. When none is found, fleet dev still runs and its
 	// printed text says how to build it (SetupNATSCLICommand).
 	NATSCLI string
+	// MetricsAddr is where fleet dev serves Prometheus metrics (host:port;
+	// port 0 picks a free one): the operator's on /metrics/operator, the
+	// auth callout's on /metrics/authcallout and every device agent's (with
+	// a device label) on /metrics/agents. Default DefaultMetricsAddr.
+	MetricsAddr string
 	// Logger receives the components' logs.
 	Logger *slog.Logger
 	// Out receives the usage instructions printed once everything is up.
@@ -123,6 +133,9 @@ type Info struct {
 	OpenBaoAddr string
 	// OpenBaoTokenFile holds its root token (mode 0600).
 	OpenBaoTokenFile string
+	// MetricsURL is the base of the metrics endpoints: MetricsURL +
+	// "/operator", "/authcallout" and "/agents".
+	MetricsURL string
 	// StartupTime is how long the start took.
 	StartupTime time.Duration
 }
@@ -156,6 +169,9 @@ func (o *Options) defaults() error {
 	}
 	if o.NATSPort == 0 {
 		o.NATSPort = 4222
+	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = DefaultMetricsAddr
 	}
 	if o.Namespace == "" {
 		o.Namespace = "lab"
@@ -241,6 +257,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.startDevices(ctx); err != nil {
 		return err
 	}
+	if err := s.serveMetrics(); err != nil {
+		return err
+	}
 	info := s.announce()
 	s.log.Info("fleet dev running", "nats", info.NATSURL, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
 		"startup", info.StartupTime.Round(time.Millisecond))
@@ -262,11 +281,17 @@ type session struct {
 	eng   *podmanEngine
 	note  string
 	plane *controlplane.Plane
-	bs    *bao
-	k     *kube
-	kc    client.Client
-	devs  []device
-	ids   []string
+	// metrics serves the parts' metrics; callout and agents are the
+	// callout's and the devices' (the operator's are controller-runtime's
+	// registry).
+	metrics *metrics.Server
+	callout *authcallout.Metrics
+	agents  *prometheus.Registry
+	bs      *bao
+	k       *kube
+	kc      client.Client
+	devs    []device
+	ids     []string
 }
 
 // linkBinaries makes <data>/bin: fleet, kubectl and the nats CLI for the
@@ -320,8 +345,9 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		natsLevel = slog.LevelDebug
 	}
+	s.callout, s.agents = authcallout.NewMetrics(), prometheus.NewRegistry()
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
-		StoreDir: store, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel,
+		StoreDir: store, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
 			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
 	})
@@ -419,8 +445,14 @@ func (s *session) startDevices(ctx context.Context) error {
 		if err := waitIdentity(ctx, plane.Identity(), res.Subject, res.Device); err != nil {
 			return err
 		}
+		m := agent.NewMetrics(prometheus.Labels{"device": res.Device})
+		for _, c := range m.Collectors() {
+			if err := s.agents.Register(c); err != nil {
+				return fmt.Errorf("fleet dev: metrics of device %s: %w", res.Device, err)
+			}
+		}
 		plane.Go("device "+res.Device, func(ctx context.Context) error {
-			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), d, res.KeyFile, bs, eng)
+			return runDevice(ctx, o, url, op.Issuer(), op.Audience(), d, res.KeyFile, bs, eng, m)
 		})
 	}
 	return nil
@@ -434,7 +466,7 @@ func (s *session) announce() Info {
 		Kubeconfig: s.k.kubeconfig, Kubectl: s.k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
 		Devices: s.ids, Runtime: RuntimeSim, RuntimeNote: s.note, OpenBaoAddr: s.bs.addr, OpenBaoTokenFile: s.bs.tokenFile,
 		BinDir: s.bins.path, NATSCLI: s.bins.nats, NATSCLIMissing: s.bins.natsMissing,
-		StartupTime: time.Since(s.began),
+		MetricsURL: s.metrics.URL(metricsPath), StartupTime: time.Since(s.began),
 	}
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
@@ -600,6 +632,7 @@ func printUsage(w io.Writer, dataDir string, in Info) {
   devices            %s in namespace %s, group "lab", role=analyzer
                      (canary=true: %s)
   runtime            %s
+  metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
 
 %s
 Point kubectl at it:
@@ -617,7 +650,7 @@ Next steps:
 
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices), runtime,
+		canaries(in.Devices), runtime, in.MetricsURL,
 		pathSection(in), in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
 		in.Namespace, in.Namespace, in.Namespace, in.Namespace)
@@ -658,4 +691,33 @@ func canaries(ids []string) string {
 		return "none"
 	}
 	return strings.Join(out, ", ")
+}
+
+// DefaultMetricsAddr is where fleet dev serves metrics by default.
+const DefaultMetricsAddr = "127.0.0.1:9464"
+
+// metricsPath is the base path of fleet dev's metrics endpoints.
+const metricsPath = "/metrics"
+
+// serveMetrics listens on Options.MetricsAddr and serves, in the plane's
+// run group, the operator's metrics (controller-runtime's registry, which
+// holds the operator's own), the callout's and the devices'.
+func (s *session) serveMetrics() error {
+	callout := prometheus.NewRegistry()
+	for _, c := range s.callout.Collectors() {
+		if err := callout.Register(c); err != nil {
+			return fmt.Errorf("fleet dev: metrics: %w", err)
+		}
+	}
+	srv, err := metrics.Listen(s.o.MetricsAddr, map[string]prometheus.Gatherer{
+		metricsPath + "/operator":    ctrlmetrics.Registry,
+		metricsPath + "/authcallout": callout,
+		metricsPath + "/agents":      s.agents,
+	})
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w (--metrics-addr picks another; port 0 any free one)", err)
+	}
+	s.metrics = srv
+	s.plane.Go("metrics", srv.Run)
+	return nil
 }

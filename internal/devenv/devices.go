@@ -118,7 +118,7 @@ func waitIdentity(ctx context.Context, kv jetstream.KeyValue, subject, device st
 // the Podman engine, or on a simulated runtime of its own. Its secrets and
 // pull credentials come from the OpenBao stand-in, logging in with its
 // id_token.
-func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string, d device, keyFile string, b *bao, eng *podmanEngine) error {
+func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string, d device, keyFile string, b *bao, eng *podmanEngine, m *agent.Metrics) error {
 	dev := d.name
 	log := o.Logger.With("device", dev)
 	key, err := credential.ReadKeyFile(keyFile)
@@ -149,6 +149,7 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 		ResyncInterval: devResync,
 		Reconciler:     rec,
 		Logger:         log,
+		Metrics:        m,
 	})
 }
 

@@ -46,6 +46,8 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	checkBaoRecipe(t, ctx, p)
+	// The metrics fleet dev prints move as the rollout does.
+	before := figures(t, ctx, p.in.MetricsURL, "lab", "analysis-api")
 
 	for _, r := range recipes {
 		out, err := p.script(ctx, r.script)
@@ -63,6 +65,7 @@ func TestDevRollsOutTheExampleToSimulatedDevicesAndResumesAfterARestart(t *testi
 			checkCanaryFirst(t, out, []string{"sim-1"}, []string{"sim-2", "sim-3"})
 		}
 	}
+	checkRolloutMetrics(t, ctx, p, before)
 	// docs/history.md's connecting recipe, after fleet dev's own export line
 	// (its documented export line has fleet dev's format).
 	hist, histExport := historyRecipe(t)
@@ -350,5 +353,26 @@ func checkBaoRecipe(t *testing.T, ctx context.Context, p *devProc) {
 curl -sf -H "X-Vault-Token: $(cat `+p.in.OpenBaoTokenFile+`)" `+p.in.OpenBaoAddr+`/v1/secret/data/apps/analysis/other`)
 	if err != nil || !strings.Contains(out, `"password":"added-by-the-recipe"`) {
 		t.Errorf("docs/fleet.md's OpenBao recipe:\n%s\n%v\n%s", recipe, err, out)
+	}
+}
+
+// checkRolloutMetrics: after the example's rollout, the operator counted its
+// revision and transitions, the callout the devices it authorised, and
+// every device's agent its passes, each on the endpoint fleet dev printed.
+func checkRolloutMetrics(t *testing.T, ctx context.Context, p *devProc, before rolloutFigures) {
+	t.Helper()
+	var after rolloutFigures
+	err := testenv.Poll(ctx, time.Minute, func() bool {
+		after = figures(t, ctx, p.in.MetricsURL, "lab", "analysis-api")
+		return after.succeeded >= before.succeeded+1 && after.started >= before.started+1 && after.revisions > before.revisions &&
+			after.allowed >= 3 && after.passes > before.passes && after.intentReads > before.intentReads
+	})
+	if err != nil {
+		t.Errorf("fleet dev's metrics did not follow the rollout (%v): before %+v, after %+v", err, before, after)
+	}
+	for _, dev := range []string{"sim-1", "sim-2", "sim-3"} {
+		if n, ok := metricSum(t, ctx, p.in.MetricsURL+"/agents", "fleet_agent_connected", map[string]string{"device": dev}); !ok || n != 1 {
+			t.Errorf("fleet_agent_connected{device=%q} = %v (found %v), want 1", dev, n, ok)
+		}
 	}
 }
