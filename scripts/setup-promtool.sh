@@ -18,7 +18,7 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 echo "setup:promtool: building promtool into ${out#"$ROOT"/} (first time only; a large build, several minutes cold)"
 mkdir -p "$(dirname "$out")"
-if ! CGO_ENABLED=0 go -C "$ROOT/tools/promtool" build -o "$out.tmp" github.com/prometheus/prometheus/cmd/promtool; then
+if ! CGO_ENABLED=0 go -C "$ROOT/tools/promtool" build -tags remove_all_sd -o "$out.tmp" github.com/prometheus/prometheus/cmd/promtool; then
 	rm -f "$out.tmp"
 	{
 		echo "setup:promtool: building promtool failed; go's error is above."
