@@ -37,7 +37,15 @@ const (
 type Options struct {
 	// Addr is the listen address. Default 127.0.0.1:0 (a free port).
 	Addr string
-	// Issuer is the issuer URL. Default http://<listen address>.
+	// Listener, when set, is where the provider serves, and Addr is
+	// ignored: a caller that must choose the address itself (fleet dev
+	// tries the port of its previous run first). The provider owns it from
+	// New on: New closes it on an error, Run when it returns.
+	Listener net.Listener
+	// Issuer is the issuer URL. Default http://<listen address>. A
+	// provider listening on all interfaces, or behind another name, must be
+	// given the URL its clients reach it at: they check the id_tokens' iss
+	// against it.
 	Issuer string
 	// Audience is the project id every id_token's aud carries (besides the
 	// user id, the client). Default DefaultAudience.
@@ -90,18 +98,25 @@ type Provider struct {
 	verify  []signingKey // every key in the JWKS, signing key first
 }
 
-// New creates a provider listening on o.Addr; Run serves it.
+// New creates a provider listening on o.Addr (or o.Listener); Run serves
+// it.
 func New(o Options) (*Provider, error) {
 	if err := o.Validate(); err != nil {
+		if o.Listener != nil {
+			_ = o.Listener.Close()
+		}
 		return nil, err
 	}
-	addr := o.Addr
-	if addr == "" {
-		addr = "127.0.0.1:0"
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("devop: listen: %w", err)
+	ln := o.Listener
+	if ln == nil {
+		addr := o.Addr
+		if addr == "" {
+			addr = "127.0.0.1:0"
+		}
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("devop: listen on Addr %s: %w", addr, err)
+		}
 	}
 	p := &Provider{
 		issuer:     o.Issuer,
@@ -130,6 +145,7 @@ func New(o Options) (*Provider, error) {
 	}
 	key := o.SigningKey
 	if key == nil {
+		var err error
 		if key, err = rsa.GenerateKey(rand.Reader, 2048); err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("devop: generate signing key: %w", err)

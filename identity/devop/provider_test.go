@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +232,43 @@ func TestRotationKeepsPreviousKeysInTheJWKS(t *testing.T) {
 	}
 	if n := len(getJSON(t, p.JWKSURL())["keys"].([]any)); n != 1 {
 		t.Fatalf("JWKS has %d keys after rotation keeping none, want 1", n)
+	}
+}
+
+// TestAProviderOnAGivenListenerIssuesTokensForTheIssuerItIsGiven: fleet dev
+// passes its own listener (on all interfaces, say) and the URL devices reach
+// it at; the provider serves there and every id_token's iss is that URL.
+func TestAProviderOnAGivenListenerIssuesTokensForTheIssuerItIsGiven(t *testing.T) {
+	ctx := context.Background()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := "http://localhost:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	p := start(t, devop.Options{Listener: ln, Issuer: issuer, Addr: "127.0.0.1:1"})
+	if p.Issuer() != issuer {
+		t.Fatalf("Issuer() = %s, want %s", p.Issuer(), issuer)
+	}
+	if d := getJSON(t, issuer+"/.well-known/openid-configuration"); d["issuer"] != issuer {
+		t.Fatalf("discovery's issuer %v, want %s", d["issuer"], issuer)
+	}
+	uid, err := p.CreateMachineUser(ctx, "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kf, err := p.AddMachineKey(ctx, uid, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := credential.New(ctx, credential.Options{Issuer: issuer, Key: kf, Audience: p.Audience()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := src.Token(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if iss := claims(t, tok.IDToken)["iss"]; iss != issuer {
+		t.Fatalf("id_token iss %v, want %s", iss, issuer)
 	}
 }
