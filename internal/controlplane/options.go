@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
@@ -17,6 +18,8 @@ type Options struct {
 	// StoreDir is the server's JetStream folder. Required; Start does not
 	// create it. A plane started again on the same folder resumes it.
 	StoreDir string
+	// Host is the server's listen host. Default natsembed's (127.0.0.1).
+	Host string
 	// Port is the server's client port: -1 picks a free port, 0 means
 	// natsembed's default (4222).
 	Port int
@@ -53,6 +56,17 @@ type Options struct {
 	// the callout gets plain requests (tests of the callout itself).
 	Plain bool
 
+	// ProviderListener, when set, is where the development OpenID
+	// Provider serves (default: a free loopback port); the plane owns it
+	// from Start on. ProviderIssuer is its issuer URL (default
+	// http://<listener address>): the URL the callout, the devices and the
+	// OpenBao stand-in reach it at, and the iss of its id_tokens.
+	ProviderListener net.Listener
+	ProviderIssuer   string
+	// ProviderAdminToken enables the provider's management API (the part
+	// of Zitadel's that `fleet enroll` uses) for bearers of this token.
+	// Empty: the management API refuses every request.
+	ProviderAdminToken string
 	// SigningKey is the provider's initial RS256 key. Default: generated.
 	SigningKey *rsa.PrivateKey
 	// TokenLifetime of the provider's id_tokens. Zero: devop's default.

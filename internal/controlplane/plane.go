@@ -62,6 +62,9 @@ type Plane struct {
 // what it did.
 func Start(ctx context.Context, o Options) (*Plane, error) {
 	if err := o.Validate(); err != nil {
+		if o.ProviderListener != nil {
+			_ = o.ProviderListener.Close()
+		}
 		return nil, err
 	}
 	o.Replicas = max(o.Replicas, 1)
@@ -84,11 +87,18 @@ func Start(ctx context.Context, o Options) (*Plane, error) {
 
 // start starts the parts in order; Start closes the plane when it fails.
 func (p *Plane) start(ctx context.Context) error {
+	// The provider's listener is devop's from New on, even on an error.
+	ln := p.o.ProviderListener
+	p.o.ProviderListener = nil
 	if err := p.startServer(); err != nil {
+		if ln != nil {
+			_ = ln.Close()
+		}
 		return err
 	}
 	var err error
 	if p.provider, err = devop.New(devop.Options{SigningKey: p.o.SigningKey, TokenLifetime: p.o.TokenLifetime,
+		Listener: ln, Issuer: p.o.ProviderIssuer, AdminToken: p.o.ProviderAdminToken,
 		Logger: p.log.With("component", "oidc")}); err != nil {
 		return fmt.Errorf("controlplane: %w", err)
 	}
@@ -122,7 +132,7 @@ func (p *Plane) startServer() error {
 	if p.o.Plain {
 		p.conf = plainConfig(p.conf)
 	}
-	srv, err := natsembed.Start(natsembed.Options{Config: p.conf, StoreDir: p.o.StoreDir, Port: p.o.Port,
+	srv, err := natsembed.Start(natsembed.Options{Config: p.conf, StoreDir: p.o.StoreDir, Host: p.o.Host, Port: p.o.Port,
 		ServerName: p.o.ServerName, Sync: p.o.Sync,
 		Logger: slog.New(minLevel{p.log.With("component", "nats").Handler(), p.o.NATSLogLevel})})
 	if err != nil {

@@ -3,7 +3,10 @@ package controlplane_test
 import (
 	"context"
 	"errors"
+	"net"
+	"net/http"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -157,5 +160,66 @@ func TestAReplicaThatCannotConnectClosesWhatItOpened(t *testing.T) {
 	}
 	if testenv.Poll(context.Background(), 5*time.Second, func() bool { return p.Server().NATS().NumClients() <= before }) != nil {
 		t.Fatalf("%d clients after the failed Connect, want %d: the callout connection was left open", p.Server().NATS().NumClients(), before)
+	}
+}
+
+// TestAPlaneOnTheAddressesItIsGivenAdmitsDevicesOfTheIssuerItAdvertises is
+// fleet dev's --listen and --advertise: NATS on the given host, the
+// provider on the given listener with the issuer URL devices reach it at
+// (the callout checks iss against it), its management API open to the
+// admin token only.
+func TestAPlaneOnTheAddressesItIsGivenAdmitsDevicesOfTheIssuerItAdvertises(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := "http://localhost:" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	p := start(t, controlplane.Options{Host: "127.0.0.1", ProviderListener: ln, ProviderIssuer: issuer, ProviderAdminToken: "admin-pat"})
+	if p.Provider().Issuer() != issuer {
+		t.Fatalf("the provider's issuer is %s, want %s", p.Provider().Issuer(), issuer)
+	}
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "d1.json")
+	if _, err := p.EnrollDevice(ctx, "d1", path); err != nil {
+		t.Fatal(err)
+	}
+	kf, err := credential.ReadKeyFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kf.Issuer != issuer {
+		t.Fatalf("the key file's issuer is %s, want %s", kf.Issuer, issuer)
+	}
+	src, err := credential.New(ctx, credential.Options{Issuer: kf.Issuer, Key: kf, Audience: kf.Audience})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := nats.Connect(p.URL(), src.NATSOptions("d1")...)
+	if err != nil {
+		t.Fatalf("a device with the advertised issuer is refused: %v", err)
+	}
+	dev.Close()
+	for _, tc := range []struct {
+		name, token string
+		want        int
+	}{
+		{"the management API answers the admin token", "admin-pat", http.StatusOK},
+		{"the management API refuses another token", "other", http.StatusUnauthorized},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(http.MethodPost, issuer+"/management/v1/users/_search", strings.NewReader(`{}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Authorization", "Bearer "+tc.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != tc.want {
+				t.Errorf("status %d, want %d", resp.StatusCode, tc.want)
+			}
+		})
 	}
 }
