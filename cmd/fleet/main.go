@@ -34,6 +34,7 @@ const usage = `usage: fleet <command> [flags]
 commands:
   dev       run the Fleet control plane on this machine
   history   a Deployment's or device's timeline, or the fleet at a time, from the streams
+  token     mint a device's id_token from its key file and check it as the auth callout would
 `
 
 func run(args []string) error {
@@ -48,6 +49,8 @@ func run(args []string) error {
 		return runEnroll(args[1:])
 	case "history":
 		return runHistory(args[1:])
+	case "token":
+		return runToken(args[1:])
 	case "-h", "-help", "--help", "help":
 		fmt.Print(usage)
 		return nil
