@@ -33,6 +33,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,6 +62,18 @@ type Options struct {
 	// NATSPort is the client port of the embedded server. Default 4222;
 	// -1 picks a free port.
 	NATSPort int
+	// Listen is the IP address NATS, the development OpenID Provider and
+	// the OpenBao stand-in listen on. Default DefaultListen (loopback
+	// only); 0.0.0.0 (or ::) listens on every interface, so that a real
+	// device on the network can attach (development only: nothing of it
+	// uses TLS). kube-apiserver and the metrics stay where they are.
+	Listen string
+	// Advertise is the host name or address a device reaches this
+	// machine at, put into every URL fleet dev prints and writes (the
+	// provider's issuer, which the callout checks id_tokens against,
+	// above all). Default: Listen, or this machine's first non-loopback
+	// address when Listen is 0.0.0.0 or ::.
+	Advertise string
 	// Devices is how many simulated devices run (0: none).
 	Devices int
 	// Runtime is RuntimeAuto (default), RuntimePodman or RuntimeSim. With
@@ -100,8 +113,15 @@ type Options struct {
 // Info is what a running fleet dev offers (no secret: the admin password is
 // in a file).
 type Info struct {
-	// NATSURL is the embedded server's client URL.
+	// NATSURL is the embedded server's client URL, with the advertised
+	// host.
 	NATSURL string
+	// Listen is the address NATS, the provider and the OpenBao stand-in
+	// listen on; Advertise the host their URLs name.
+	Listen, Advertise string
+	// EndpointsFile is <data>/endpoints.json, which `fleet enroll --dev`
+	// reads (Endpoints).
+	EndpointsFile string
 	// AdminUser is a static FLEET user for the nats CLI (whole account).
 	AdminUser string
 	// AdminPasswordFile holds its password.
@@ -117,7 +137,8 @@ type Info struct {
 	// NATSCLI is the nats CLI that BinDir/nats links to; "" when none was
 	// found, and then NATSCLIMissing says where fleet dev looked.
 	NATSCLI, NATSCLIMissing string
-	// Issuer is the development OpenID Provider's issuer URL.
+	// Issuer is the development OpenID Provider's issuer URL (advertised
+	// host).
 	Issuer string
 	// Namespace holds the Device resources.
 	Namespace string
@@ -129,7 +150,7 @@ type Info struct {
 	// PodmanSocket is the engine's socket URI with Podman; RuntimeNote
 	// says why Podman is not used otherwise.
 	PodmanSocket, RuntimeNote string
-	// OpenBaoAddr is the OpenBao stand-in's address.
+	// OpenBaoAddr is the OpenBao stand-in's address (advertised host).
 	OpenBaoAddr string
 	// OpenBaoTokenFile holds its root token (mode 0600).
 	OpenBaoTokenFile string
@@ -148,6 +169,9 @@ func (o Options) Validate() error {
 	}
 	if o.NATSPort < -1 || o.NATSPort > 65535 {
 		errs = append(errs, fmt.Errorf("fleet dev: --nats-port %d: use 1..65535 (or -1 for any free port)", o.NATSPort))
+	}
+	if err := checkHosts(o.Listen, o.Advertise); err != nil {
+		errs = append(errs, err)
 	}
 	if o.Devices < 0 || o.Devices > 1000 {
 		errs = append(errs, fmt.Errorf("fleet dev: --devices %d: use 0..1000", o.Devices))
@@ -180,6 +204,9 @@ func (o *Options) defaults() error {
 		o.Runtime = RuntimeAuto
 	}
 	var err error
+	if o.Listen, o.Advertise, err = resolveHosts(o.Listen, o.Advertise, interfaces); err != nil {
+		return err
+	}
 	if o.KubeBinDir == "" {
 		if o.KubeBinDir, err = DefaultKubeBinDir(); err != nil {
 			return fmt.Errorf("%w: pass --kube-bin-dir", err)
@@ -260,8 +287,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.serveMetrics(); err != nil {
 		return err
 	}
-	info := s.announce()
-	s.log.Info("fleet dev running", "nats", info.NATSURL, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
+	info, err := s.announce()
+	if err != nil {
+		return err
+	}
+	s.log.Info("fleet dev running", "nats", info.NATSURL, "listen", info.Listen, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
 		"startup", info.StartupTime.Round(time.Millisecond))
 	<-ctx.Done()
 	s.log.Info("fleet dev stopping")
@@ -281,6 +311,9 @@ type session struct {
 	eng   *podmanEngine
 	note  string
 	plane *controlplane.Plane
+	// natsURL is the NATS URL with the advertised host (the in-process
+	// clients use the plane's own).
+	natsURL string
 	// metrics serves the parts' metrics; callout and agents are the
 	// callout's and the devices' (the operator's are controller-runtime's
 	// registry).
@@ -346,14 +379,23 @@ func (s *session) startControlPlane(ctx context.Context) error {
 		natsLevel = slog.LevelDebug
 	}
 	s.callout, s.agents = authcallout.NewMetrics(), prometheus.NewRegistry()
+	// The provider on the port of the previous run when it is free: the
+	// issuer in an attached device's key file stays right.
+	providerPort, _ := previousPorts(s.o.DataDir, s.o.Listen, s.o.Advertise)
+	ln, err := listenPreferring(s.o.Listen, providerPort)
+	if err != nil {
+		return fmt.Errorf("fleet dev: OpenID Provider: %w", err)
+	}
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
-		StoreDir: store, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
+		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
 			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
+		ProviderListener: ln, ProviderIssuer: advertisedURL("http", s.o.Advertise, ln), ProviderAdminToken: sec.idpToken,
 	})
 	if err != nil {
-		return fmt.Errorf("fleet dev: %w", err)
+		return fmt.Errorf("fleet dev: %w (--listen %s)", err, s.o.Listen)
 	}
+	s.natsURL = "nats://" + net.JoinHostPort(s.o.Advertise, strconv.Itoa(s.plane.Server().NATS().Addr().(*net.TCPAddr).Port))
 	return nil
 }
 
@@ -361,7 +403,8 @@ func (s *session) startControlPlane(ctx context.Context) error {
 // says for OpenBao, in the plane's run group.
 func (s *session) startOpenBao(ctx context.Context) error {
 	op := s.plane.Provider()
-	bs, err := startBao(ctx, s.sec.dir, op.Issuer(), op.Audience(), s.o.Namespace)
+	_, port := previousPorts(s.o.DataDir, s.o.Listen, s.o.Advertise)
+	bs, err := startBao(ctx, s.sec.dir, s.o.Listen, s.o.Advertise, port, op.Issuer(), op.Audience(), s.o.Namespace)
 	if err != nil {
 		return err
 	}
@@ -407,7 +450,9 @@ func (s *session) startOperator() {
 	for i, d := range s.devs {
 		s.ids[i] = d.name
 	}
-	groups := operator.NewStaticGroups(map[string]map[string][]string{o.Namespace: {devGroup: s.ids}})
+	// Every device of the namespace is in the development group, those
+	// attached with `fleet enroll --dev` too.
+	groups := devGroups{namespace: o.Namespace}
 	plane, k := s.plane, s.k
 	plane.Go("operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
@@ -458,11 +503,13 @@ func (s *session) startDevices(ctx context.Context) error {
 	return nil
 }
 
-// announce prints how to use the running plane and calls Options.Ready.
-func (s *session) announce() Info {
+// announce writes <data>/endpoints.json, prints how to use the running
+// plane and calls Options.Ready.
+func (s *session) announce() (Info, error) {
 	o, op := s.o, s.plane.Provider()
 	info := Info{
-		NATSURL: s.plane.URL(), AdminUser: devAdminUser, AdminPasswordFile: s.sec.adminPasswordFile(),
+		NATSURL: s.natsURL, Listen: o.Listen, Advertise: o.Advertise, EndpointsFile: filepath.Join(o.DataDir, EndpointsFile),
+		AdminUser: devAdminUser, AdminPasswordFile: s.sec.adminPasswordFile(),
 		Kubeconfig: s.k.kubeconfig, Kubectl: s.k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
 		Devices: s.ids, Runtime: RuntimeSim, RuntimeNote: s.note, OpenBaoAddr: s.bs.addr, OpenBaoTokenFile: s.bs.tokenFile,
 		BinDir: s.bins.path, NATSCLI: s.bins.nats, NATSCLIMissing: s.bins.natsMissing,
@@ -471,11 +518,18 @@ func (s *session) announce() Info {
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
 	}
+	if err := writeEndpoints(o.DataDir, Endpoints{
+		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
+		IDPTokenFile: s.sec.idpTokenFile(), OpenBaoAddr: info.OpenBaoAddr, OpenBaoRole: OpenBaoRole(o.Namespace),
+		OpenBaoDevicePrefix: devicePrefix(o.Namespace), Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
+	}); err != nil {
+		return info, err
+	}
 	printUsage(o.Out, o.DataDir, info)
 	if o.Ready != nil {
 		o.Ready(info)
 	}
-	return info
+	return info, nil
 }
 
 // NATSCLIEnv names the environment variable holding the nats CLI's path:
@@ -633,6 +687,7 @@ func printUsage(w io.Writer, dataDir string, in Info) {
                      (canary=true: %s)
   runtime            %s
   metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
+  listening on       %s
 
 %s
 Point kubectl at it:
@@ -648,12 +703,35 @@ Next steps:
   3. nats sub --stream FLEET_ROLLOUT --all -T 'fleet.rollout.deployment.%s.analysis-api'
   4. fleet history deployment %s/analysis-api
 
+%s
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices), runtime, in.MetricsURL,
+		canaries(in.Devices), runtime, in.MetricsURL, listening(in),
 		pathSection(in), in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
-		in.Namespace, in.Namespace, in.Namespace, in.Namespace)
+		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in))
+}
+
+// listening is the printed line saying where NATS, the provider and the
+// stand-in listen, and what that exposes.
+func listening(in Info) string {
+	if isLoopback(in.Listen) {
+		return in.Listen + " only (NATS, OpenID Provider, OpenBao stand-in; --listen 0.0.0.0 lets a real device attach)"
+	}
+	return fmt.Sprintf("%s (NATS, OpenID Provider, OpenBao stand-in; URLs name %s): reachable from the network, no TLS, development only (docs/fleet.md)",
+		in.Listen, in.Advertise)
+}
+
+// attachSection is the printed paragraph on attaching a real device.
+func attachSection(dataDir string, in Info) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Attach a real device (docs/fleet.md, \"Attach a real device\"")
+	if isLoopback(in.Listen) {
+		b.WriteString("; it must reach this machine: start fleet dev with --listen 0.0.0.0")
+	}
+	fmt.Fprintf(&b, "):\n  fleet enroll --dev --data-dir %s --key-file pi-1.json --label role=analyzer pi-1\n", dataDir)
+	b.WriteString("  # prints the fleet-agent command line and the systemd settings for the device\n")
+	return b.String()
 }
 
 // pathSection is the printed paragraph with the PATH export line, which

@@ -20,7 +20,6 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
 // DeviceName is the id of the i-th simulated device (1-based).
@@ -63,30 +62,14 @@ func devices(n int, withPodman bool) []device {
 // does: a machine user and key at the provider, the Device resource, the key
 // file. The development provider keeps no state across runs, so a Device
 // left by a previous run gets a new machine user (its spec.identitySubject
-// is updated) and a new key.
+// is updated) and a new key (Reattach).
 func enrollDevice(ctx context.Context, en *enroll.Enroller, c client.Client, op *devop.Provider, ns, dir string, d device) (enroll.Result, error) {
-	dev := d.name
-	req := enroll.Request{Device: dev, KeyFile: filepath.Join(dir, dev+".key.json"), Overwrite: true, Labels: d.labels}
+	req := enroll.Request{Device: d.name, KeyFile: filepath.Join(dir, d.name+".key.json"), Overwrite: true, Labels: d.labels}
 	res, err := en.Enroll(ctx, req)
 	if !errors.Is(err, enroll.ErrAlreadyEnrolled) {
 		return res, err
 	}
-	uid, err := op.CreateMachineUser(ctx, enroll.UserName(dev))
-	if err != nil {
-		return res, fmt.Errorf("fleet dev: machine user of %s: %w", dev, err)
-	}
-	var obj fleetv1.Device
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: dev}, &obj); err != nil {
-		return res, fmt.Errorf("fleet dev: device %s: %w", dev, err)
-	}
-	if obj.Spec.IdentitySubject != uid {
-		patch := client.MergeFrom(obj.DeepCopy())
-		obj.Spec.IdentitySubject = uid
-		if err := c.Patch(ctx, &obj, patch); err != nil {
-			return res, fmt.Errorf("fleet dev: device %s: set the new identity subject: %w", dev, err)
-		}
-	}
-	return en.Reenroll(ctx, req)
+	return Reattach(ctx, en, c, op, ns, req)
 }
 
 // waitIdentity waits until the operator projected the device's identity

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -59,19 +58,21 @@ type bao struct {
 	srv       *http.Server
 }
 
-// startBao serves a new in-memory stand-in on a loopback port, writes its
-// root token to <secrets>/openbao.root-token (0600, replaced every run), and
-// configures it: JWT auth trusting issuer, the device policy, the role
-// bound to audience, the demo secrets (random values created on the first
-// run in the secrets folder, never printed). Serve it with run.
-func startBao(ctx context.Context, secretsDir, issuer, audience, namespace string) (*bao, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+// startBao serves a new in-memory stand-in on the listen host (port, when
+// it is free, else a free one), its address naming the advertised host,
+// writes its root token to <secrets>/openbao.root-token (0600, replaced
+// every run), and configures it: JWT auth trusting issuer, the device
+// policy, the role bound to audience, the demo secrets (random values
+// created on the first run in the secrets folder, never printed). Serve it
+// with run.
+func startBao(ctx context.Context, secretsDir, listen, advertise string, port int, issuer, audience, namespace string) (*bao, error) {
+	ln, err := listenPreferring(listen, port)
 	if err != nil {
 		return nil, fmt.Errorf("fleet dev: OpenBao stand-in: %w", err)
 	}
 	s := baostandin.New(baostandin.Options{})
 	b := &bao{
-		addr: "http://" + ln.Addr().String(), tokenFile: filepath.Join(secretsDir, "openbao.root-token"),
+		addr: advertisedURL("http", advertise, ln), tokenFile: filepath.Join(secretsDir, "openbao.root-token"),
 		srv: &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second},
 	}
 	go func() { _ = b.srv.Serve(ln) }()

@@ -19,11 +19,21 @@ import (
 type secrets struct {
 	dir                                                         string
 	calloutPassword, readerPassword, sysPassword, adminPassword string
-	issuer, xkey                                                nkeys.KeyPair
+	// idpToken opens the development provider's management API (`fleet
+	// enroll --dev` reads it from idpTokenFile).
+	idpToken     string
+	issuer, xkey nkeys.KeyPair
 }
 
 // adminPasswordFile is the file holding the nats CLI user's password.
 func (s *secrets) adminPasswordFile() string { return filepath.Join(s.dir, "admin.password") }
+
+// idpTokenFile is the file holding the provider's management API token.
+func (s *secrets) idpTokenFile() string { return filepath.Join(s.dir, idpTokenFileName) }
+
+// idpTokenFileName is the provider's management API token file in the
+// secrets folder.
+const idpTokenFileName = "idp-admin.token"
 
 func loadSecrets(dir string) (*secrets, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -38,6 +48,7 @@ func loadSecrets(dir string) (*secrets, error) {
 		{"reader.password", &s.readerPassword},
 		{"callout-sys.password", &s.sysPassword},
 		{"admin.password", &s.adminPassword},
+		{idpTokenFileName, &s.idpToken},
 	} {
 		v, err := loadOrCreate(filepath.Join(dir, p.file), func() (string, error) {
 			b := make([]byte, 24)
