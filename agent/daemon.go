@@ -84,8 +84,11 @@ type daemon struct {
 	offline     map[string]*nats.Msg
 	offlineKeys []string // insertion order
 	// notified is the value of the latest change notification not yet seen
-	// by a direct get (nil: none pending).
+	// by a direct get (nil: none pending); stored is the latest notified
+	// value that is this device's intent as JetStream stored it (nil:
+	// none), which a pass runs without reading it again.
 	notified []byte
+	stored   *storedValue
 	// poke wakes the loop for a pass; retry is the pending retry of a pass
 	// that found the engine unavailable, backoff its delay.
 	poke    func()
@@ -102,6 +105,34 @@ const (
 
 // deletedValue stands for a delete or purge notification.
 var deletedValue = []byte{}
+
+// storedValue is a device's intent value as the bucket stored it at seq.
+type storedValue struct {
+	intent events.DeviceIntent
+	seq    uint64
+}
+
+// storedIntent returns the value a notification carries when it is this
+// device's intent as JetStream stored it: the bucket republishes each value
+// after storing it, with the stream's headers, so a notification whose
+// Nats-Subject is the device's key, with a sequence, no KV operation (a
+// delete or purge) and a value that decodes as the device's intent is the
+// stored value itself. Anything else is only a hint (notifiedValue).
+func storedIntent(m *nats.Msg, device string) (storedValue, bool) {
+	kv, err := events.IntentKVSubject(device)
+	if err != nil || m.Header == nil || m.Header.Get("Nats-Subject") != kv || m.Header.Get("KV-Operation") != "" || m.Header.Get("Status") != "" {
+		return storedValue{}, false
+	}
+	seq, err := strconv.ParseUint(m.Header.Get("Nats-Sequence"), 10, 64)
+	if err != nil || seq == 0 {
+		return storedValue{}, false
+	}
+	v, err := decodeIntent(m.Data, device)
+	if err != nil {
+		return storedValue{}, false
+	}
+	return storedValue{intent: v, seq: seq}, true
+}
 
 func notifiedValue(m *nats.Msg) []byte {
 	if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
@@ -147,7 +178,7 @@ func Run(ctx context.Context, o Options) error {
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
 	defer d.stopRetry()
 
-	kvSubj, _ := events.IntentKVSubject(o.Device)
+	notifySubj, _ := events.IntentNotifySubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)
 	wake := make(chan struct{}, 1)
 	poke := func() {
@@ -157,21 +188,29 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	d.poke = poke
-	// A change notification arrives on the core subscription; it may
-	// overtake the store, so the pass that follows waits until the direct
-	// get shows at least that value (see pass).
-	kvSub, err := o.Conn.Subscribe(kvSubj, func(m *nats.Msg) {
-		// Whatever arrives here is only a hint: it triggers a direct get,
-		// and a value that is not this device's intent is never waited
-		// for (readIntent checks it only when the store differs).
-		v := notifiedValue(m)
+	// A change notification arrives on the core subscription, republished
+	// by the bucket once stored: the device's own value as stored is run
+	// as it is; anything else is only a hint that triggers a direct get,
+	// and a value that is not this device's intent is never waited for
+	// (readIntent checks it only when the store differs).
+	kvSub, err := o.Conn.Subscribe(notifySubj, func(m *nats.Msg) {
+		sv, ok := storedIntent(m, o.Device)
+		var v []byte
+		if !ok {
+			v = notifiedValue(m)
+		}
 		d.mu.Lock()
-		d.notified = v
+		switch {
+		case !ok:
+			d.notified = v
+		case d.stored == nil || sv.seq > d.stored.seq:
+			d.stored = &sv
+		}
 		d.mu.Unlock()
 		poke()
 	})
 	if err != nil {
-		return fmt.Errorf("agent: subscribe %s: %w", kvSubj, err)
+		return fmt.Errorf("agent: subscribe %s: %w", notifySubj, err)
 	}
 	defer func() { _ = kvSub.Unsubscribe() }()
 	// Commands wait here while a pass runs (a pull, a 30 s stop); the
@@ -223,8 +262,11 @@ func Run(ctx context.Context, o Options) error {
 	}
 }
 
-// readIntent fetches the device's intent value by the subject-scoped direct
-// get. A missing key or a delete marker is an empty intent. When a change
+// readIntent returns the stored value a notification carried, when one is
+// pending and no hint came with it; else it fetches the device's intent
+// value by the subject-scoped direct get (at start, on a resync, after a
+// reconnect, after a delete). A missing key or a delete marker is an empty
+// intent. When a change
 // notification is pending, it re-reads (for up to 5 s) until the stored
 // value is the notified one: a core notification can arrive before
 // JetStream has stored the message, and reading the older value then would
@@ -234,9 +276,12 @@ func Run(ctx context.Context, o Options) error {
 // (a delete is an empty value) is never waited for.
 func (d *daemon) readIntent(ctx context.Context) (events.DeviceIntent, uint64, error) {
 	d.mu.Lock()
-	want := d.notified
-	d.notified = nil
+	want, stored := d.notified, d.stored
+	d.notified, d.stored = nil, nil
 	d.mu.Unlock()
+	if stored != nil && want == nil {
+		return stored.intent, stored.seq, nil // the stored value itself: nothing to read
+	}
 	deadline := time.Now().Add(5 * time.Second)
 	wait := time.Millisecond
 	for checked := false; ; {

@@ -305,14 +305,33 @@ func TestANotificationIsOnlyAHintTheStoredIntentIsWhatRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The forged value comes last, so that it is the one pending when the
-	// agent reads (an agent that applied notified values would run it).
-	for _, data := range [][]byte{[]byte("not json"), []byte(`{"device":"d2","deployments":[]}`), forged} {
-		m := nats.NewMsg("$KV." + events.BucketIntent + ".d1")
-		m.Data = data
-		// The stream refuses it (no such last sequence); core subscribers,
-		// the agent among them, still receive it.
-		m.Header.Set("Nats-Expected-Last-Subject-Sequence", "1000000")
+	// Forged notifications on the agent's subscription. Only a value that
+	// names this device, with the stream's headers naming this device's key
+	// and a sequence, is run as it is (the bucket republishes exactly that
+	// once stored; the device account lets no device publish or answer
+	// there: authcallout's injection suite). Everything else is only a hint:
+	// it triggers a direct get, and the stored value is what runs. The
+	// forged value comes last, so that it is the one pending when the agent
+	// reads (an agent that applied notified values would run it).
+	kvD1, kvD2 := "$KV."+events.BucketIntent+".d1", "$KV."+events.BucketIntent+".d2"
+	for _, f := range []struct {
+		data          []byte
+		subject, seq string // the stream headers (none when empty)
+	}{
+		{[]byte("not json"), kvD1, "999"},
+		{[]byte(`{"device":"d2","deployments":[]}`), kvD2, "999"},
+		{forged, kvD2, "999"}, // another key's answer
+		{forged, kvD1, ""},    // no sequence: not stored
+		{forged, "", ""},      // a bare publish
+	} {
+		m := nats.NewMsg("fleet.notify.intent.d1")
+		m.Data = f.data
+		if f.subject != "" {
+			m.Header.Set("Nats-Subject", f.subject)
+		}
+		if f.seq != "" {
+			m.Header.Set("Nats-Sequence", f.seq)
+		}
 		if err := e.nc.PublishMsg(m); err != nil {
 			t.Fatal(err)
 		}

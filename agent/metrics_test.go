@@ -126,10 +126,10 @@ func TestAPassMovesTheSeriesOfItsResult(t *testing.T) {
 		moves, still []string
 	}{
 		{
-			name:  "a converging pass is timed as converged after an intent read",
+			name:  "a converging pass is timed as converged and runs the stored value its notification carried, without a read",
 			act:   func(e *agentEnv) { e.put(entry(e.t, 1, baseScore())) },
-			moves: []string{passConverged, readsOK},
-			still: append([]string{passFailed, passError, readsError, pullsOK, pullsError, secretErrors},
+			moves: []string{passConverged},
+			still: append([]string{passFailed, passError, readsOK, readsError, pullsOK, pullsError, secretErrors},
 				mapped(runtimeOps, runtimeErrors)...),
 		},
 		{

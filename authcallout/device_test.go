@@ -38,8 +38,8 @@ func TestADeviceCanDoExactlyItsJob(t *testing.T) {
 		}
 	}
 
-	kvSubj, _ := events.IntentKVSubject("dev-a")
-	updates, err := c.SubscribeSync(kvSubj)
+	notifySubj, _ := events.IntentNotifySubject("dev-a")
+	updates, err := c.SubscribeSync(notifySubj)
 	if err != nil {
 		t.Fatal(err)
 	}

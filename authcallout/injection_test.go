@@ -53,7 +53,7 @@ var jsAPIVerbs = []string{
 func replyTargets(b, bIdentity string) []string {
 	t := []string{
 		// Another device's KV key, inbox, command subject and reports.
-		"$KV.fleet-intent." + b, "$KV.fleet-identity." + bIdentity, "$KV.fleet-identity." + b,
+		"$KV.fleet-intent." + b, "fleet.notify.intent." + b, "$KV.fleet-identity." + bIdentity, "$KV.fleet-identity." + b,
 		authcallout.InboxPrefix(b) + ".x", authcallout.InboxPrefix(b) + ".x.y",
 		"fleet.command." + b,
 		"fleet.report." + b + ".workload", "fleet.report." + b + ".heartbeat", "fleet.report." + b + ".inventory",
@@ -211,7 +211,7 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 	defer b.Close()
 	var mu sync.Mutex
 	var reachedB []string
-	for _, subj := range []string{"$KV.fleet-intent.dev-b", "fleet.command.dev-b"} {
+	for _, subj := range []string{"fleet.notify.intent.dev-b", "fleet.command.dev-b"} {
 		if _, err := b.Subscribe(subj, func(m *nats.Msg) {
 			mu.Lock()
 			reachedB = append(reachedB, fmt.Sprintf("%s: %q", m.Subject, m.Data))
@@ -294,7 +294,7 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 	if err := e.admin.Publish("fleet.command.dev-b", []byte(`{"command":"real"}`)); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{`$KV.fleet-intent.dev-b: "{\"intent\":\"b2\"}"`, `fleet.command.dev-b: "{\"command\":\"real\"}"`}
+	want := []string{`fleet.command.dev-b: "{\"command\":\"real\"}"`, `fleet.notify.intent.dev-b: "{\"intent\":\"b2\"}"`}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		mu.Lock()

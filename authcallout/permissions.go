@@ -61,8 +61,9 @@ func InboxPrefix(name string) string { return "_INBOX_" + name }
 //   - publish the subject-scoped direct get of its intent:
 //     $JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.<device> (never the
 //     payload form, which cannot be scoped);
-//   - subscribe its intent key $KV.fleet-intent.<device>, its command
-//     subject fleet.command.<device> and its inbox _INBOX_<device>.>.
+//   - subscribe its stored intent values fleet.notify.intent.<device> (the
+//     bucket republishes each after storing it), its command subject
+//     fleet.command.<device> and its inbox _INBOX_<device>.>.
 //
 // Nothing else: no other JetStream API, no wildcard beyond its own inbox.
 func DevicePermissions(device string) (jwt.Permissions, error) {
@@ -78,10 +79,10 @@ func DevicePermissions(device string) (jwt.Permissions, error) {
 	if err != nil {
 		return jwt.Permissions{}, fmt.Errorf("authcallout: device permissions: %w", err)
 	}
-	kv, _ := events.IntentKVSubject(device)
+	notify, _ := events.IntentNotifySubject(device)
 	cmd, _ := events.CommandSubject(device)
 	p.Pub.Allow.Add(dg)
-	p.Sub.Allow.Add(kv, cmd, InboxPrefix(device)+".>")
+	p.Sub.Allow.Add(notify, cmd, InboxPrefix(device)+".>")
 	return p, nil
 }
 

@@ -214,7 +214,8 @@ func TestADeviceCannotReachBeyondItsSubjects(t *testing.T) {
 	if _, err := e.intent.Put(context.Background(), "dev-b", []byte(`{"secret":"b"}`)); err != nil {
 		t.Fatal(err)
 	}
-	bIntent, _ := events.IntentKVSubject("dev-b")
+	bIntent, _ := events.IntentNotifySubject("dev-b")
+	bKV, _ := events.IntentKVSubject("dev-b")
 	bDirect, _ := events.IntentDirectGetSubject("dev-b")
 	bReport, _ := events.ReportSubject("dev-b", events.ReportHeartbeat)
 	bCommand, _ := events.CommandSubject("dev-b")
@@ -240,7 +241,9 @@ func TestADeviceCannotReachBeyondItsSubjects(t *testing.T) {
 		act  func(t *testing.T, c *conn) string // returns the subject the violation names
 	}{
 		{"subscribing to B's intent is refused", nil, sub(bIntent)},
-		{"subscribing to every intent is refused", nil, sub("$KV.fleet-intent.>")},
+		{"subscribing to every intent is refused", nil, sub("fleet.notify.intent.>")},
+		{"subscribing to B's intent key is refused", nil, sub(bKV)},
+		{"subscribing to every intent key is refused", nil, sub("$KV.fleet-intent.>")},
 		{"subscribing to > is refused", nil, sub(">")},
 		{"subscribing to B's commands is refused", nil, sub(bCommand)},
 		{"subscribing to B's inbox is refused", nil, sub("_INBOX_dev-b.>")},
@@ -252,8 +255,9 @@ func TestADeviceCannotReachBeyondItsSubjects(t *testing.T) {
 		{"publishing intent is refused", nil, pub("fleet.intent.deployment.ns.web")},
 		// The device account maps every intent notification subject to a
 		// void subject before the permission check, which then refuses it.
-		{"writing its own intent key is refused", nil, func(t *testing.T, c *conn) string {
-			pub("$KV.fleet-intent.dev-a")(t, c)
+		{"writing its own intent key is refused", nil, pub("$KV.fleet-intent.dev-a")},
+		{"publishing on its own intent notification subject is refused", nil, func(t *testing.T, c *conn) string {
+			pub("fleet.notify.intent.dev-a")(t, c)
 			return "fleet.void.intent"
 		}},
 		{"publishing on its own command subject is refused", nil, func(t *testing.T, c *conn) string {

@@ -45,8 +45,9 @@ accounts {
       # The subject-scoped direct get of one device's intent (never the
       # payload form, which cannot be scoped).
       { service: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" }
-      # Intent change notifications and agent commands.
-      { stream: "$KV.fleet-intent.*" }
+      # Intent values as stored (the fleet-intent bucket republishes each
+      # one there after storing it) and agent commands.
+      { stream: "fleet.notify.intent.*" }
       { stream: "fleet.command.*" }
     ]
   }
@@ -65,7 +66,7 @@ accounts {
     ]
     imports: [
       { service: { account: FLEET, subject: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" } }
-      { stream: { account: FLEET, subject: "$KV.fleet-intent.*" } }
+      { stream: { account: FLEET, subject: "fleet.notify.intent.*" } }
       { stream: { account: FLEET, subject: "fleet.command.*" } }
     ]
     # Inside this account a reply would reach every subscriber of the
@@ -73,7 +74,7 @@ accounts {
     # answered) on another device's notification or command subject
     # nowhere. Messages arriving through the imports are not re-mapped.
     mappings: {
-      "$KV.fleet-intent.*": "fleet.void.intent"
+      "fleet.notify.intent.*": "fleet.void.intent"
       "fleet.command.*": "fleet.void.command"
     }
   }

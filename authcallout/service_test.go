@@ -27,7 +27,7 @@ func TestDevicePermissionsAreExactlyTheDevicesSubjects(t *testing.T) {
 			"$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.dev-a",
 		}},
 		Sub: jwt.Permission{Allow: jwt.StringList{
-			"$KV.fleet-intent.dev-a", "fleet.command.dev-a", "_INBOX_dev-a.>",
+			"fleet.notify.intent.dev-a", "fleet.command.dev-a", "_INBOX_dev-a.>",
 		}},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {

@@ -164,6 +164,9 @@ func KeyValueConfigs(o ProvisionOptions) []jetstream.KeyValueConfig {
 			MaxValueSize: MaxEventSize,
 			Storage:      jetstream.FileStorage,
 			Replicas:     o.Replicas,
+			// Each value, once stored, goes to its device's
+			// IntentNotifySubject with the stream's headers.
+			RePublish: &jetstream.RePublish{Source: "$KV." + BucketIntent + ".>", Destination: rootIntentNotify + ".>"},
 		},
 		{
 			Bucket:       BucketIdentity,
@@ -219,6 +222,10 @@ func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) 
 		exp.AllowDirect = true
 		if err := compareStream(exp, got); err != nil {
 			return err
+		}
+		if w, g := want.RePublish, got.RePublish; w != nil && (g == nil || *g != *w) {
+			return fmt.Errorf("%w: stream KV_%s field republish is %+v, the contract says %+v; fix or recreate the bucket",
+				ErrConfigMismatch, want.Bucket, g, *w)
 		}
 	}
 	return nil

@@ -188,6 +188,22 @@ func IntentKVSubject(device string) (string, error) {
 	return "$KV." + BucketIntent + "." + key, nil
 }
 
+// rootIntentNotify is where the fleet-intent bucket republishes each value
+// once stored (IntentNotifySubject).
+const rootIntentNotify = "fleet.notify.intent"
+
+// IntentNotifySubject is fleet.notify.intent.<device>: the fleet-intent
+// bucket republishes each of the device's values there once JetStream has
+// stored it, with the stream's headers (Nats-Subject, Nats-Sequence). Agents
+// subscribe to it to follow changes; no stream captures it.
+func IntentNotifySubject(device string) (string, error) {
+	key, err := IntentKey(device)
+	if err != nil {
+		return "", err
+	}
+	return rootIntentNotify + "." + key, nil
+}
+
 // IntentDirectGetSubject is the subject-scoped direct get of a device's intent
 // value: $JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.<device>. The
 // auth callout permits exactly this subject to a device; the payload form of

@@ -359,13 +359,15 @@ curl -sf -H "X-Vault-Token: $(cat `+p.in.OpenBaoTokenFile+`)" `+p.in.OpenBaoAddr
 // checkRolloutMetrics: after the example's rollout, the operator counted its
 // revision and transitions, the callout the devices it authorised, and
 // every device's agent its passes, each on the endpoint fleet dev printed.
+// (A rollout's values reach the agents as stored notifications: the
+// direct gets counted are each device's reads at start.)
 func checkRolloutMetrics(t *testing.T, ctx context.Context, p *devProc, before rolloutFigures) {
 	t.Helper()
 	var after rolloutFigures
 	err := testenv.Poll(ctx, time.Minute, func() bool {
 		after = figures(t, ctx, p.in.MetricsURL, "lab", "analysis-api")
 		return after.succeeded >= before.succeeded+1 && after.started >= before.started+1 && after.revisions > before.revisions &&
-			after.allowed >= 3 && after.passes > before.passes && after.intentReads > before.intentReads
+			after.allowed >= 3 && after.passes > before.passes && after.intentReads >= 3
 	})
 	if err != nil {
 		t.Errorf("fleet dev's metrics did not follow the rollout (%v): before %+v, after %+v", err, before, after)

@@ -113,6 +113,7 @@ func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	defer cancel()
 	fcfg := events.KeyValueConfigs(events.ProvisionOptions{})[0]
 	fcfg.Bucket, fcfg.Description = floorBucket, "scalebench raw floor: plain KV puts to plain subscribers"
+	fcfg.RePublish = nil // the floor's subscribers take the puts themselves
 	if cp.floorKV, err = cp.floorJS.CreateOrUpdateKeyValue(fctx, fcfg); err != nil {
 		return fmt.Errorf("scalebench: floor bucket: %w", err)
 	}
