@@ -179,7 +179,8 @@ func IntentKey(device string) (string, error) {
 }
 
 // IntentKVSubject is $KV.fleet-intent.<device>, the subject a device's intent
-// value is stored on; agents core-subscribe to it to follow changes.
+// value is stored on (agents follow IntentNotifySubject, where the bucket
+// republishes it once stored).
 func IntentKVSubject(device string) (string, error) {
 	key, err := IntentKey(device)
 	if err != nil {
