@@ -62,8 +62,10 @@ var (
 // and prints the agent's command line; the real fleet-agent binary runs
 // exactly that line as a process of its own, driving the real Podman
 // engine; a Deployment targeting the device converges there, its secret
-// read from the OpenBao stand-in with the printed settings; deleting it
-// removes the container.
+// read from the OpenBao stand-in with the printed settings. Then the agent
+// runs as deploy/systemd/fleet-agent.service runs it, with the printed
+// EnvironmentFile lines, and a new revision converges; deleting the
+// Deployment removes the container.
 func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.T) {
 	needKube(t)
 	natsCLI(t)
@@ -119,53 +121,19 @@ func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.
 			t.Errorf("fleet enroll --dev's output lacks %q:\n%s", want, printed)
 		}
 	}
-	if fi, err := os.Stat(keyFile); err != nil || fi.Mode().Perm() != 0o600 {
-		t.Fatalf("the key file %s: %v, mode %v; want mode 0600", keyFile, err, fi.Mode().Perm())
+	if fi, err := os.Stat(keyFile); err != nil {
+		t.Fatal(err)
+	} else if fi.Mode().Perm() != 0o600 {
+		t.Errorf("the key file %s has mode %v, want 0600", keyFile, fi.Mode().Perm())
 	}
 
 	// On the device: exactly the printed command line, fleet-agent found
 	// on PATH.
-	logs := &testenv.SyncBuffer{}
-	cmd := exec.Command("bash", "-c", "exec "+line)
-	cmd.Env = append(cleanEnv(), "PATH="+filepath.Dir(agent)+":"+systemPATH)
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	stopped := false
-	stopAgent := func() {
-		if stopped {
-			return
-		}
-		stopped = true
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-exited:
-			if err != nil {
-				t.Errorf("fleet-agent exited with %v after SIGTERM:\n%s", err, tail(logs.String(), 3000))
-			}
-		case <-time.After(time.Minute):
-			_ = cmd.Process.Kill()
-			<-exited
-			t.Errorf("fleet-agent did not stop within a minute of SIGTERM:\n%s", tail(logs.String(), 3000))
-		}
-	}
-	defer stopAgent()
+	first := startAgent(t, []string{"bash", "-c", "exec " + line}, append(cleanEnv(), "PATH="+filepath.Dir(agent)+":"+systemPATH))
+	defer first.stop(t)
 
 	// A Deployment for that device alone, its secret from the stand-in.
-	manifest := filepath.Join(t.TempDir(), "deployment.yaml")
-	if err := os.WriteFile(manifest, []byte(strings.NewReplacer("DEV", dev, "IMAGE", image).Replace(attachDeployment)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	kubectl(t, ctx, p.in, "apply", "-n", "lab", "-f", manifest)
-	wait := exec.CommandContext(ctx, p.in.Kubectl, "--kubeconfig", p.in.Kubeconfig, "wait", "-n", "lab", "fdeploy/"+dev,
-		"--for=jsonpath={.status.phase}=Succeeded", "--timeout=3m")
-	if out, err := wait.CombinedOutput(); err != nil {
-		t.Fatalf("the Deployment did not succeed on the attached device: %v\n%s\n%s\nagent:\n%s", err, out,
-			kubectl(t, ctx, p.in, "get", "fdeploy,fdev", "-n", "lab", "-o", "yaml"), tail(logs.String(), 4000))
-	}
+	applyAttach(t, ctx, p, dev, image, "first", first)
 	if got := kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", dev, "-o", "jsonpath={.status.counts.total}/{.status.counts.succeeded}"); got != "1/1" {
 		t.Errorf("the Deployment's counts total/succeeded are %s, want 1/1", got)
 	}
@@ -180,24 +148,29 @@ func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.
 		t.Errorf("fleet history deployment lab/%s (%v) lacks the device's Converged report:\n%s", dev, err, hist)
 	}
 
-	// The container runs on the engine, with the stand-in's secret.
-	ctr, err := containers.Inspect(conn, dev, nil)
-	if err != nil {
-		t.Fatalf("the attached device's container: %v", err)
-	}
-	want, err := os.ReadFile(filepath.Join(dir, "secrets", "demo-db.password"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ctr.State == nil || !ctr.State.Running || ctr.Config.Labels["fleet.nationtech.io/device"] != dev {
-		t.Errorf("container %s: running %v, device label %q; want running, %s", dev, ctr.State != nil && ctr.State.Running,
-			ctr.Config.Labels["fleet.nationtech.io/device"], dev)
-	}
-	if !slices.Contains(ctr.Config.Env, "DB_PASSWORD="+strings.TrimSpace(string(want))) {
-		t.Error("the container lacks DB_PASSWORD from the OpenBao stand-in")
-	}
-	if secret := strings.TrimSpace(string(want)); strings.Contains(printed+logs.String(), secret) {
+	secret := checkAttachContainer(t, ctx, conn, dev, dir, "first")
+	if strings.Contains(printed+first.logs.String(), secret) {
 		t.Error("fleet enroll or the agent printed the secret's value")
+	}
+	first.stop(t)
+
+	// The same device under systemd: the unit's ExecStart and Environment
+	// (its Podman socket this machine's), the printed EnvironmentFile
+	// lines. It adopts the container, and a new revision of the
+	// Deployment replaces it, its secret read with those settings.
+	unitArgs, unitEnv := systemdUnit(t, "unix://"+sock, keyFile, agent)
+	envFile := regexp.MustCompile(`(?m)^  ([A-Z_]+=\S+)$`).FindAllStringSubmatch(printed, -1)
+	if len(envFile) != 4 {
+		t.Fatalf("fleet enroll --dev printed %d EnvironmentFile lines, want 4:\n%s", len(envFile), printed)
+	}
+	for _, kv := range envFile {
+		unitEnv = append(unitEnv, kv[1]) // EnvironmentFile= overrides Environment=
+	}
+	second := startAgent(t, unitArgs, append(cleanEnv(), unitEnv...))
+	defer second.stop(t)
+	applyAttach(t, ctx, p, dev, image, "second", second)
+	if secret := checkAttachContainer(t, ctx, conn, dev, dir, "second"); strings.Contains(second.logs.String(), secret) {
+		t.Error("the agent under the unit's settings printed the secret's value")
 	}
 
 	// Deleting the Deployment removes the container.
@@ -217,7 +190,128 @@ func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.
 	}); err != nil {
 		t.Errorf("the attached device's containers %v are still there after the Deployment was deleted (%v)", left, err)
 	}
-	stopAgent()
+	second.stop(t)
+}
+
+// agentProc is a running fleet-agent process.
+type agentProc struct {
+	cmd     *exec.Cmd
+	logs    *testenv.SyncBuffer
+	exited  chan error
+	stopped bool
+}
+
+// startAgent starts the fleet-agent process args (a command line) with env.
+func startAgent(t *testing.T, args, env []string) *agentProc {
+	t.Helper()
+	a := &agentProc{cmd: exec.Command(args[0], args[1:]...), logs: &testenv.SyncBuffer{}, exited: make(chan error, 1)}
+	a.cmd.Env = env
+	a.cmd.Stdout, a.cmd.Stderr = a.logs, a.logs
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { a.exited <- a.cmd.Wait() }()
+	return a
+}
+
+// stop sends SIGTERM, as systemd does, and checks the agent exits 0.
+func (a *agentProc) stop(t *testing.T) {
+	t.Helper()
+	if a.stopped {
+		return
+	}
+	a.stopped = true
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-a.exited:
+		if err != nil {
+			t.Errorf("fleet-agent exited with %v after SIGTERM:\n%s", err, tail(a.logs.String(), 3000))
+		}
+	case <-time.After(time.Minute):
+		_ = a.cmd.Process.Kill()
+		<-a.exited
+		t.Errorf("fleet-agent did not stop within a minute of SIGTERM:\n%s", tail(a.logs.String(), 3000))
+	}
+}
+
+// applyAttach applies attachDeployment with GREETING=greeting and waits
+// until its revision of the current generation has succeeded on the device.
+func applyAttach(t *testing.T, ctx context.Context, p *devProc, dev, image, greeting string, a *agentProc) {
+	t.Helper()
+	manifest := filepath.Join(t.TempDir(), "deployment.yaml")
+	if err := os.WriteFile(manifest, []byte(strings.NewReplacer("DEV", dev, "IMAGE", image, "GREETING_VALUE", greeting).Replace(attachDeployment)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kubectl(t, ctx, p.in, "apply", "-n", "lab", "-f", manifest)
+	gen := kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", dev, "-o", "jsonpath={.metadata.generation}")
+	var got string
+	if err := testenv.Poll(ctx, 3*time.Minute, func() bool {
+		got = kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", dev, "-o", "jsonpath={.status.revision.generation} {.status.phase}")
+		return got == gen+" Succeeded"
+	}); err != nil {
+		t.Fatalf("generation %s of the Deployment did not succeed on the attached device (revision generation and phase: %q; %v)\n%s\nagent:\n%s",
+			gen, got, err, kubectl(t, ctx, p.in, "get", "fdeploy,fdev", "-n", "lab", "-o", "yaml"), tail(a.logs.String(), 4000))
+	}
+}
+
+// checkAttachContainer checks that the attached device's container runs on
+// the engine with GREETING=greeting and the OpenBao stand-in's demo
+// secret, and returns the secret.
+func checkAttachContainer(t *testing.T, ctx context.Context, conn context.Context, dev, dataDir, greeting string) string {
+	t.Helper()
+	want, err := os.ReadFile(filepath.Join(dataDir, "secrets", "demo-db.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret := strings.TrimSpace(string(want))
+	ctr, err := containers.Inspect(conn, dev, nil)
+	if err != nil {
+		t.Fatalf("the attached device's container: %v", err)
+	}
+	if ctr.State == nil || !ctr.State.Running || ctr.Config.Labels["fleet.nationtech.io/device"] != dev {
+		t.Errorf("container %s: running %v, device label %q; want running, %s", dev, ctr.State != nil && ctr.State.Running,
+			ctr.Config.Labels["fleet.nationtech.io/device"], dev)
+	}
+	if !slices.Contains(ctr.Config.Env, "GREETING="+greeting) {
+		t.Errorf("container %s lacks GREETING=%s: not the current revision", dev, greeting)
+	}
+	if !slices.Contains(ctr.Config.Env, "DB_PASSWORD="+secret) {
+		t.Errorf("container %s lacks DB_PASSWORD from the OpenBao stand-in", dev)
+	}
+	return secret
+}
+
+// systemdUnit is deploy/systemd/fleet-agent.service's ExecStart, with the
+// test-built agent and socket for the unit's %U socket, and its
+// Environment= settings, with keyFile for the unit's key file.
+func systemdUnit(t *testing.T, socket, keyFile, agent string) (args, env []string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "deploy", "systemd", "fleet-agent.service"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "ExecStart="); ok {
+			args = strings.Fields(v)
+		}
+		if v, ok := strings.CutPrefix(l, "Environment="); ok {
+			name, _, _ := strings.Cut(v, "=")
+			if name == "FLEET_KEY_FILE" {
+				v = name + "=" + keyFile
+			}
+			env = append(env, v)
+		}
+	}
+	if len(args) == 0 || filepath.Base(args[0]) != "fleet-agent" {
+		t.Fatalf("deploy/systemd/fleet-agent.service has no ExecStart running fleet-agent: %q", args)
+	}
+	args[0] = agent
+	for i, a := range args {
+		if strings.Contains(a, "%U") {
+			args[i] = socket
+		}
+	}
+	return args, env
 }
 
 // attachDeployment targets the attached device alone (DEV: its id and its
@@ -241,7 +335,9 @@ spec:
         - name: DEV
           image: IMAGE
           ports: []
-          env: []
+          env:
+            - name: GREETING
+              value: GREETING_VALUE
           secret_env:
             - name: DB_PASSWORD
               secret: apps/analysis/db
