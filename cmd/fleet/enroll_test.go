@@ -5,6 +5,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/devenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -110,5 +113,103 @@ func TestFleetEnrollEnrollsReenrollsAndRevokes(t *testing.T) {
 	}
 	if got := device().Labels[v1alpha1.LabelBlacklist]; got != "true" {
 		t.Fatalf("blacklist label %q, want \"true\"", got)
+	}
+}
+
+// TestEnrollFlagErrorsNameTheFix: flags that contradict each other, -dev's
+// flags without -dev, and -dev without a running fleet dev are refused
+// before anything is enrolled.
+func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
+	running := t.TempDir() // a data folder whose fleet dev "runs": this process
+	self := strconv.Itoa(os.Getpid())
+	if err := os.MkdirAll(filepath.Join(running, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		devenv.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab"}`,
+		"run/owner":          self,
+	} {
+		if err := os.WriteFile(filepath.Join(running, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"-data-dir without -dev is refused", []string{"-data-dir", t.TempDir(), "-key-file", "k.json", "d"}, "add -dev"},
+		{"-agent-podman-socket without -dev is refused", []string{"-agent-podman-socket", "unix:///s", "-key-file", "k.json", "d"}, "add -dev"},
+		{"-dev without a fleet dev on the data folder says to start it", []string{"-dev", "-data-dir", t.TempDir(), "-key-file", "k.json", "d"},
+			"start `fleet dev --data-dir"},
+		{"-dev with another namespace than fleet dev's is refused", []string{"-dev", "-data-dir", running, "-namespace", "prod", "-key-file", "k.json", "d"},
+			"runs namespace lab"},
+		{"-label with -reenroll is refused", []string{"-dev", "-data-dir", running, "-reenroll", "-label", "role=analyzer", "-key-file", "k.json", "d"},
+			"kubectl label"},
+		{"the quarantine label is refused", []string{"-label", "blacklist=true", "-key-file", "k.json", "d"}, "-revoke"},
+		{"a control plane label is refused", []string{"-label", "fleet.nationtech.io/x=y", "-key-file", "k.json", "d"}, "control plane's"},
+		{"without -dev the provider must be given", []string{"-key-file", "k.json", "d"}, "-idp-url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("FLEET_IDP_URL", "")
+			t.Setenv("FLEET_IDP_TOKEN_FILE", "")
+			err := runEnroll(tc.args)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestThePrintedAgentSettingsAreTheAgentsFlagsAndVariables: the command
+// line and the EnvironmentFile lines say the same, the device-side paths
+// are the flags', and a loopback fleet dev is called out.
+func TestThePrintedAgentSettingsAreTheAgentsFlagsAndVariables(t *testing.T) {
+	lan := devenv.Endpoints{Listen: "0.0.0.0", Advertise: "192.0.2.7", NATSURL: "nats://192.0.2.7:4222", OpenBaoAddr: "http://192.0.2.7:40002",
+		OpenBaoRole: "fleet-group-lab-lab", OpenBaoDevicePrefix: "fleet/lab"}
+	loopback := lan
+	loopback.Listen, loopback.Advertise, loopback.NATSURL, loopback.OpenBaoAddr = "127.0.0.1", "127.0.0.1", "nats://127.0.0.1:4222", "http://127.0.0.1:40002"
+	for _, tc := range []struct {
+		name          string
+		ep            devenv.Endpoints
+		keyFile, sock string
+		want          []string
+		absent        []string
+	}{
+		{
+			name: "with the defaults the agent reads the unit's key file and the user's rootless socket",
+			ep:   lan, keyFile: unitKeyFile, sock: defaultDevicePodman,
+			want: []string{
+				"  fleet-agent --nats-url nats://192.0.2.7:4222 --key-file /etc/fleet-agent/key.json --runtime podman --podman-socket unix://$XDG_RUNTIME_DIR/podman/podman.sock --openbao-url http://192.0.2.7:40002 --openbao-role fleet-group-lab-lab --openbao-device-prefix fleet/lab\n",
+				"\n  NATS_URL=nats://192.0.2.7:4222\n  FLEET_OPENBAO_URL=http://192.0.2.7:40002\n  FLEET_OPENBAO_ROLE=fleet-group-lab-lab\n  FLEET_OPENBAO_DEVICE_PREFIX=fleet/lab\n",
+				"copy pi-1.json there as /etc/fleet-agent/key.json",
+			},
+			absent: []string{"listens on", "FLEET_KEY_FILE="},
+		},
+		{
+			name: "a device path with a space is quoted for the shell",
+			ep:   lan, keyFile: "/home/pi/fleet key.json", sock: "unix:///run/podman/podman.sock",
+			want: []string{"--key-file '/home/pi/fleet key.json' --runtime podman --podman-socket unix:///run/podman/podman.sock "},
+		},
+		{
+			name: "a fleet dev on loopback is called out",
+			ep:   loopback, keyFile: unitKeyFile, sock: defaultDevicePodman,
+			want: []string{"fleet dev listens on 127.0.0.1 only", "--listen 0.0.0.0", "-reenroll"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var b strings.Builder
+			printAgentSettings(&b, tc.ep, "pi-1.json", tc.keyFile, tc.sock)
+			for _, w := range tc.want {
+				if !strings.Contains(b.String(), w) {
+					t.Errorf("the settings lack %q:\n%s", w, b.String())
+				}
+			}
+			for _, a := range tc.absent {
+				if strings.Contains(b.String(), a) {
+					t.Errorf("the settings have %q:\n%s", a, b.String())
+				}
+			}
+		})
 	}
 }
