@@ -43,7 +43,7 @@ token, the namespace and the URLs from fleet dev's data folder, waits until
 the operator registered the device, and prints the fleet-agent command line
 and the systemd settings for the device:
 
-  fleet enroll -dev -key-file pi-1.json -label role=analyzer pi-1
+  fleet enroll -dev -key-file pi-1.json -label board=rpi pi-1
   fleet enroll -dev -reenroll -key-file pi-1.json pi-1  after fleet dev restarted
 
 flags:
@@ -110,7 +110,7 @@ func runEnroll(args []string) error {
 	fs.DurationVar(&f.keyExpiry, "key-expiry", 0, "key lifetime (0: no expiry)")
 	fs.StringVar(&f.issuer, "issuer", "", "OpenID issuer written into the key file for the device (default: -idp-url)")
 	fs.StringVar(&f.audience, "audience", "", "id_token audience written into the key file for the device (with -dev: fleet dev's)")
-	fs.Var(f.labels, "label", "label key=value of the new Device resource (repeatable), e.g. role=analyzer to be targeted by the examples")
+	fs.Var(f.labels, "label", "label key=value of the new Device resource (repeatable), e.g. board=rpi, for the targetSelector of Deployments meant for it")
 	fs.BoolVar(&f.dev, "dev", false, "enroll at the fleet dev running on -data-dir: its kubeconfig, provider, namespace and URLs; print the device's fleet-agent command line")
 	fs.StringVar(&f.dataDir, "data-dir", devenv.DefaultDataDir(), "fleet dev's data folder (with -dev)")
 	fs.StringVar(&f.agentKeyFile, "agent-key-file", unitKeyFile, "where the key file will be on the device, for the printed fleet-agent command line (with -dev)")

@@ -729,7 +729,7 @@ func attachSection(dataDir string, in Info) string {
 	if isLoopback(in.Listen) {
 		b.WriteString("; it must reach this machine: start fleet dev with --listen 0.0.0.0")
 	}
-	fmt.Fprintf(&b, "):\n  fleet enroll --dev --data-dir %s --key-file pi-1.json --label role=analyzer pi-1\n", dataDir)
+	fmt.Fprintf(&b, "):\n  fleet enroll --dev --data-dir %s --key-file pi-1.json --label board=rpi pi-1\n", dataDir)
 	b.WriteString("  # prints the fleet-agent command line and the systemd settings for the device\n")
 	return b.String()
 }
