@@ -68,6 +68,8 @@ func runDev(args []string) error {
 	}
 	fs.StringVar(&o.DataDir, "data-dir", defaultDir, "folder for state kept across runs")
 	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
+	fs.StringVar(&o.Listen, "listen", devenv.DefaultListen, "IP address NATS, the OpenID Provider and the OpenBao stand-in listen on (0.0.0.0: every interface, so a real device can attach; development only, no TLS)")
+	fs.StringVar(&o.Advertise, "advertise", "", "host name or address a device reaches this machine at, used in every printed URL and the issuer (default: --listen, or the first non-loopback address with 0.0.0.0)")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", devenv.DefaultMetricsAddr, "where the Prometheus metrics of the operator, the auth callout and the devices are served (host:port; port 0: any free port)")
 	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none); with Podman, "+devenv.PodmanDevice+" runs besides them")
 	fs.StringVar(&o.Runtime, "runtime", devenv.RuntimeAuto, "auto (one device, "+devenv.PodmanDevice+", on Podman when a Podman API socket answers, else simulated only), podman or sim")
