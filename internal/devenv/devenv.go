@@ -23,6 +23,13 @@
 // (links to fleet, kubectl and the nats CLI, which the printed PATH line
 // makes a new shell find) is remade on every start.
 //
+// NATS, the provider and the stand-in listen on Options.Listen (loopback
+// by default) and every URL fleet dev prints or writes names
+// Options.Advertise; with them on the network a real device attaches:
+// `fleet enroll --dev` enrolls it with what fleet dev writes to
+// <data>/endpoints.json (ReadEndpoints), and its fleet-agent connects like
+// the in-process devices do.
+//
 // Only cmd/fleet imports it (internal/hygiene checks); tests may.
 package devenv
 
