@@ -33,6 +33,7 @@ const usage = `usage: fleet <command> [flags]
 
 commands:
   dev       run the Fleet control plane on this machine
+  enroll    enroll, re-enroll or revoke a device (-dev: at a running fleet dev)
   history   a Deployment's or device's timeline, or the fleet at a time, from the streams
   token     mint a device's id_token from its key file and check it as the auth callout would
 `
