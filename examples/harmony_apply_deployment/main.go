@@ -7,6 +7,9 @@
 //	go build -o harmony ./examples/harmony_apply_deployment
 //	./harmony ship --context production --tag "$CI_COMMIT_SHA" --wait
 //
+// Against a running `fleet dev`, use the context "dev" and the commands
+// fleet dev prints (docs/fleet.md, "Ship from a laptop as CI would").
+//
 // Run it from this folder: build contexts are relative to the working
 // directory.
 //
@@ -19,6 +22,19 @@
 package main
 
 import "github.com/nationtech/harmony-fleet/harmony"
+
+// Coordinates of the "dev" context: a running `fleet dev` on this machine
+// (docs/fleet.md, "Ship from a laptop as CI would"). The defaults are the
+// addresses fleet dev takes when they are free (internal/devenv
+// DefaultShip*); when one was taken, fleet dev prints the go build command
+// with -ldflags -X main.devZitadel=… (and the others) that compiles this
+// run's addresses in.
+var (
+	devZitadel   = "http://127.0.0.1:8180"
+	devOpenBao   = "http://127.0.0.1:8200"
+	devRegistry  = "127.0.0.1:5000"
+	devNamespace = "lab"
+)
 
 // Coordinates of the "local" context (fleet dev and the end-to-end test).
 // They are compiled in like every context; the test sets them at link time
@@ -57,6 +73,16 @@ func (app) Contexts() []harmony.Context {
 			Repository: "example",
 			OpenBao:    harmony.OpenBao{URL: localOpenBao, Role: "example-ci"},
 			Zitadel:    harmony.Zitadel{URL: localZitadel, ProjectID: "harmony-fleet"},
+		},
+		{
+			// fleet dev: every device of its namespace is in group
+			// example-edge and labelled app=example.
+			Name:       "dev",
+			Namespace:  devNamespace,
+			Registry:   devRegistry,
+			Repository: "example",
+			OpenBao:    harmony.OpenBao{URL: devOpenBao, Role: "harmony-ci"},
+			Zitadel:    harmony.Zitadel{URL: devZitadel, ProjectID: "harmony-fleet"},
 		},
 	}
 }

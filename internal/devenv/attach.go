@@ -142,10 +142,13 @@ func urlPort(u string) int {
 	return p
 }
 
-// listenPreferring listens on host:port, or on a free port of host when
-// port is 0 or taken.
-func listenPreferring(host string, port int) (net.Listener, error) {
-	if port > 0 {
+// listenPreferring listens on host at the first of ports that is not 0
+// and free, else on a free port of host.
+func listenPreferring(host string, ports ...int) (net.Listener, error) {
+	for _, port := range ports {
+		if port <= 0 {
+			continue
+		}
 		if ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port))); err == nil {
 			return ln, nil
 		}
@@ -271,16 +274,17 @@ func isLoopback(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// devGroups puts every device of the namespace in devGroup: fleet dev's own
-// devices and those attached with `fleet enroll --dev` alike, so the
-// examples (allowedGroups: [lab]) and the stand-in's role
-// (OpenBaoRole) cover them.
+// devGroups puts every device of the namespace in devGroup and
+// ExampleGroup: fleet dev's own devices and those attached with `fleet
+// enroll --dev` alike, so the examples (allowedGroups: [lab]), the
+// reference harmony program (allowedGroups: [example-edge]) and the
+// stand-in's role (OpenBaoRole) cover them.
 type devGroups struct{ namespace string }
 
 // Groups implements operator.GroupSource.
 func (g devGroups) Groups(_ context.Context, namespace, _ string) ([]string, error) {
 	if namespace == g.namespace {
-		return []string{devGroup}, nil
+		return []string{devGroup, ExampleGroup}, nil
 	}
 	return nil, nil
 }

@@ -202,14 +202,14 @@ func TestThePortsOfThePreviousRunAreTakenAgainWhenFree(t *testing.T) {
 	}
 }
 
-func TestEveryDeviceOfTheNamespaceIsInTheDevelopmentGroup(t *testing.T) {
+func TestEveryDeviceOfTheNamespaceIsInTheDevelopmentAndExampleGroups(t *testing.T) {
 	g := devGroups{namespace: "lab"}
 	for _, tc := range []struct {
 		name, namespace, device string
 		want                    []string
 	}{
-		{"a simulated device is", "lab", "sim-1", []string{devGroup}},
-		{"an attached device is", "lab", "pi-1", []string{devGroup}},
+		{"a simulated device is", "lab", "sim-1", []string{devGroup, ExampleGroup}},
+		{"an attached device is", "lab", "pi-1", []string{devGroup, ExampleGroup}},
 		{"a device of another namespace is not", "other", "pi-1", nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -166,6 +166,9 @@ type Info struct {
 	MetricsURL string
 	// StartupTime is how long the start took.
 	StartupTime time.Duration
+	// Ship is what `harmony ship` of the reference program needs
+	// (docs/fleet.md, "Ship from a laptop as CI would").
+	Ship Ship
 }
 
 // Validate checks the options.
@@ -287,6 +290,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.connectKube(ctx); err != nil {
 		return err
 	}
+	if err := s.setupShip(ctx); err != nil {
+		return err
+	}
 	s.startOperator()
 	if err := s.startDevices(ctx); err != nil {
 		return err
@@ -332,6 +338,7 @@ type session struct {
 	kc      client.Client
 	devs    []device
 	ids     []string
+	ship    Ship
 }
 
 // linkBinaries makes <data>/bin: fleet, kubectl and the nats CLI for the
@@ -389,7 +396,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	// The provider on the port of the previous run when it is free: the
 	// issuer in an attached device's key file stays right.
 	providerPort, _ := previousPorts(s.o.DataDir, s.o.Listen, s.o.Advertise)
-	ln, err := listenPreferring(s.o.Listen, providerPort)
+	ln, err := listenPreferring(s.o.Listen, providerPort, DefaultProviderPort)
 	if err != nil {
 		return fmt.Errorf("fleet dev: OpenID Provider: %w", err)
 	}
@@ -520,7 +527,7 @@ func (s *session) announce() (Info, error) {
 		Kubeconfig: s.k.kubeconfig, Kubectl: s.k.kubectl, Issuer: op.Issuer(), Namespace: o.Namespace,
 		Devices: s.ids, Runtime: RuntimeSim, RuntimeNote: s.note, OpenBaoAddr: s.bs.addr, OpenBaoTokenFile: s.bs.tokenFile,
 		BinDir: s.bins.path, NATSCLI: s.bins.nats, NATSCLIMissing: s.bins.natsMissing,
-		MetricsURL: s.metrics.URL(metricsPath), StartupTime: time.Since(s.began),
+		MetricsURL: s.metrics.URL(metricsPath), StartupTime: time.Since(s.began), Ship: s.ship,
 	}
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
@@ -711,12 +718,13 @@ Next steps:
   4. fleet history deployment %s/analysis-api
 
 %s
+%s
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
 		canaries(in.Devices), runtime, in.MetricsURL, listening(in),
 		pathSection(in), in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
-		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in))
+		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in))
 }
 
 // listening is the printed line saying where NATS, the provider and the

@@ -26,9 +26,10 @@ import (
 func DeviceName(i int) string { return "sim-" + strconv.Itoa(i) }
 
 // deviceLabels are the labels of the i-th simulated device: all
-// role=analyzer, the first of every three canary=true.
+// role=analyzer and app=example (the reference harmony program's
+// placement), the first of every three canary=true.
 func deviceLabels(i int) map[string]string {
-	l := map[string]string{"role": "analyzer"}
+	l := map[string]string{"role": "analyzer", ExampleLabel: ExampleLabelValue}
 	if i%3 == 1 {
 		l["canary"] = "true"
 	}
@@ -50,7 +51,7 @@ type device struct {
 func devices(n int, withPodman bool) []device {
 	var out []device
 	if withPodman {
-		out = append(out, device{name: PodmanDevice, labels: map[string]string{"role": "analyzer", "canary": "true"}, podman: true})
+		out = append(out, device{name: PodmanDevice, labels: map[string]string{"role": "analyzer", ExampleLabel: ExampleLabelValue, "canary": "true"}, podman: true})
 	}
 	for i := 1; i <= n; i++ {
 		out = append(out, device{name: DeviceName(i), labels: deviceLabels(i)})

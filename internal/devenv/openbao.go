@@ -66,7 +66,7 @@ type bao struct {
 // created on the first run in the secrets folder, never printed). Serve it
 // with run.
 func startBao(ctx context.Context, secretsDir, listen, advertise string, port int, issuer, audience, namespace string) (*bao, error) {
-	ln, err := listenPreferring(listen, port)
+	ln, err := listenPreferring(listen, port, DefaultOpenBaoPort)
 	if err != nil {
 		return nil, fmt.Errorf("fleet dev: OpenBao stand-in: %w", err)
 	}
@@ -91,7 +91,7 @@ func startBao(ctx context.Context, secretsDir, listen, advertise string, port in
 	if err := b.admin.ConfigureJWT(ctx, issuer, ""); err != nil {
 		return fail(err)
 	}
-	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\n", "secret/data/apps/*")
+	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\n", "secret/data/apps/*") + exampleDevicePolicy(namespace)
 	if err := b.admin.PutPolicy(ctx, OpenBaoDevicePolicy, policy); err != nil {
 		return fail(err)
 	}
