@@ -697,7 +697,7 @@ func printUsage(w io.Writer, dataDir string, in Info) {
                      root token in %s
   kube-apiserver     kubeconfig %s
   operator           Deployment, rollout, Device and OpenBao pull-secret policy controllers
-  devices            %s in namespace %s, group "lab", role=analyzer
+  devices            %s in namespace %s, groups "lab" and "example-edge", role=analyzer app=example
                      (canary=true: %s)
   runtime            %s
   metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)

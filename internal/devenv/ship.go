@@ -243,7 +243,9 @@ func (s *session) setupShip(ctx context.Context) error {
 				Policies: []string{ShipRole}, TTL: 15 * time.Minute})
 		}},
 		{"push robot", func() error { return admin.Write(ctx, shipPath(ns, "RegistryCredentials"), creds) }},
-		{"CI kubeconfig", func() error { return admin.Write(ctx, shipPath(ns, "kubeconfig"), map[string]any{"kubeconfig": string(kubeconfig)}) }},
+		{"CI kubeconfig", func() error {
+			return admin.Write(ctx, shipPath(ns, "kubeconfig"), map[string]any{"kubeconfig": string(kubeconfig)})
+		}},
 		// The registry has one account: it pulls too.
 		{"example pull secret", func() error {
 			return admin.Write(ctx, openbao.PullSecretPath(devicePrefix(ns), ExamplePullSecret), creds)
