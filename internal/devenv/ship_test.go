@@ -3,6 +3,8 @@ package devenv_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +117,35 @@ func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
 			}
 		}
 	}
+	ciKubeconfig := readKubeconfig(t, p.in.OpenBaoAddr, strings.TrimSpace(string(root)))
+	if m := regexp.MustCompile(`token: (\S+)`).FindStringSubmatch(ciKubeconfig); m != nil {
+		secrets = append(secrets, m[1])
+	} else {
+		t.Errorf("the CI kubeconfig holds no token")
+	}
 	noSecret("fleet dev's output", p.out)
+	t.Run("the CI kubeconfig may only get, create and patch the namespace's Deployments", func(t *testing.T) {
+		file := filepath.Join(t.TempDir(), "ci.kubeconfig")
+		if err := os.WriteFile(file, []byte(ciKubeconfig), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct {
+			verb, resource, namespace, want string
+		}{
+			{"get", "deployments.fleet.nationtech.io", "lab", "yes"},
+			{"create", "deployments.fleet.nationtech.io", "lab", "yes"},
+			{"patch", "deployments.fleet.nationtech.io", "lab", "yes"},
+			{"delete", "deployments.fleet.nationtech.io", "lab", "no"},
+			{"get", "deployments.fleet.nationtech.io", "default", "no"},
+			{"get", "secrets", "lab", "no"},
+			{"patch", "devices.fleet.nationtech.io", "lab", "no"},
+		} {
+			out, _ := exec.Command(p.in.Kubectl, "--kubeconfig", file, "auth", "can-i", tc.verb, tc.resource, "-n", tc.namespace).Output()
+			if got := strings.TrimSpace(string(out)); got != tc.want {
+				t.Errorf("can-i %s %s -n %s: %q, want %s", tc.verb, tc.resource, tc.namespace, got, tc.want)
+			}
+		}
+	})
 
 	gocache, err := exec.Command(goBin, "env", "GOCACHE", "GOMODCACHE").Output()
 	if err != nil {
@@ -181,6 +211,32 @@ func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
 			}
 		}
 	})
+}
+
+// readKubeconfig reads the CI kubeconfig fleet dev stored in the stand-in.
+func readKubeconfig(t *testing.T, addr, rootToken string) string {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, addr+"/v1/secret/data/harmony/lab/dev/kubeconfig", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Vault-Token", rootToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Data struct {
+			Data struct {
+				Kubeconfig string `json:"kubeconfig"`
+			} `json:"data"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Data.Data.Kubeconfig == "" {
+		t.Fatalf("read the CI kubeconfig from the stand-in: %s, %v", resp.Status, err)
+	}
+	return body.Data.Data.Kubeconfig
 }
 
 // foreignExampleContainers are the containers named as the reference
