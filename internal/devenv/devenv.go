@@ -30,6 +30,12 @@
 // <data>/endpoints.json (ReadEndpoints), and its fleet-agent connects like
 // the in-process devices do.
 //
+// When the registry `task setup:podman` runs answers, fleet dev also gives
+// the reference harmony program's "dev" context what CI gives harmony (Ship):
+// a CI machine key, the stand-in's JWT role and secrets at the paths harmony
+// reads, and a kubeconfig limited to the namespace's Deployments; it prints
+// the lines that build the program and run `harmony ship` against it.
+//
 // Only cmd/fleet imports it (internal/hygiene checks); tests may.
 package devenv
 
