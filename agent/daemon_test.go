@@ -315,7 +315,7 @@ func TestANotificationIsOnlyAHintTheStoredIntentIsWhatRuns(t *testing.T) {
 	// reads (an agent that applied notified values would run it).
 	kvD1, kvD2 := "$KV."+events.BucketIntent+".d1", "$KV."+events.BucketIntent+".d2"
 	for _, f := range []struct {
-		data          []byte
+		data         []byte
 		subject, seq string // the stream headers (none when empty)
 	}{
 		{[]byte("not json"), kvD1, "999"},
