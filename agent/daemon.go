@@ -90,14 +90,15 @@ type daemon struct {
 	notified []byte
 	stored   *storedValue
 	// poke wakes the loop for a pass; retry is the pending retry of a pass
-	// that found the engine unavailable, backoff its delay.
+	// that found the engine or the secret source unavailable, backoff its
+	// delay.
 	poke    func()
 	retry   *time.Timer
 	backoff time.Duration
 }
 
-// Retry delays after the engine was found unavailable: doubling from the
-// first to the last.
+// Retry delays after the engine (or the secret source) was found
+// unavailable: doubling from the first to the last.
 const (
 	firstEngineRetry = time.Second
 	lastEngineRetry  = time.Minute
@@ -401,6 +402,14 @@ func (d *daemon) reconcile(ctx context.Context) string {
 		switch {
 		case err == nil:
 			d.status(ctx, e, events.WorkloadConverged, "")
+		case isUnavailable(err):
+			// A component the workload needs (the secret source) is down:
+			// not the workload's failure either. Checked before the engine:
+			// a refused connection to OpenBao is not the engine's.
+			ue, _ := AsUnavailable(err)
+			unavailable = true
+			d.log.WarnContext(ctx, ue.Component+" unavailable; retrying", "deployment", e.Namespace+"/"+e.Name, "error", err)
+			d.status(ctx, e, events.WorkloadPending, ue.Component+" unavailable, retrying: "+err.Error())
 		case runtime.IsUnavailable(err):
 			// Not the workload's failure: the engine is down (restarting,
 			// socket gone). Say so and retry; the rollout waits.
@@ -450,8 +459,15 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	return passConverged
 }
 
-// scheduleRetry arranges another pass after a backoff when the engine was
-// unavailable, and resets the backoff when it was not.
+// isUnavailable reports whether err holds an *UnavailableError.
+func isUnavailable(err error) bool {
+	_, ok := AsUnavailable(err)
+	return ok
+}
+
+// scheduleRetry arranges another pass after a backoff when the engine or
+// the secret source was unavailable, and resets the backoff when neither
+// was.
 func (d *daemon) scheduleRetry(unavailable bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()

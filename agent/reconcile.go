@@ -139,7 +139,10 @@ func (r *Reconciler) ownsAny(c runtime.Container) bool {
 // ownership, images) before any change, then the init container, then the
 // services, then removal of the Deployment's containers the score no longer
 // has. It returns a *PreflightError when nothing could be done, an
-// *InitFailedError when the init container failed (services untouched).
+// *InitFailedError when the init container failed (services untouched). A
+// transient failure of the secret source (secret_env values, pull
+// secrets) is an *UnavailableError in the chain (AsUnavailable): the
+// Deployment waits and the pass is retried.
 func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	s, err := score.Parse(e.Score)
 	if err != nil {
@@ -402,7 +405,7 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		raw, err := r.Credentials.PullCredential(ctx, s.ImagePullSecret)
 		if err != nil {
 			r.Metrics.secretFailed(ctx)
-			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, err)
+			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, secretSourceErr(err))
 		}
 		cred, err := ParsePullCredential(raw)
 		if err != nil {

@@ -7,10 +7,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/nationtech/harmony-fleet/score"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 // Secrets resolves secret references (OpenBao in production). The agent
@@ -23,6 +27,55 @@ type Secrets interface {
 // ErrNoSecrets: a score references secrets but the agent has no secret
 // source configured.
 var ErrNoSecrets = errors.New("the score references secrets but no secret source is configured")
+
+// ComponentSecretSource names the secret source in an *UnavailableError.
+const ComponentSecretSource = "secret source"
+
+// UnavailableError: a component the agent depends on (the secret source)
+// could not answer now: it refused or dropped the connection, timed out,
+// or answered with a server error (OpenBao's 503 while sealed). It says
+// nothing about the workload: the agent reports the Deployment Pending and
+// retries the pass with the engine's backoff. Component names what was
+// unavailable; the message never holds a secret value.
+type UnavailableError struct {
+	Component string
+	Err       error
+}
+
+func (e *UnavailableError) Error() string { return e.Component + " unavailable: " + e.Err.Error() }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// AsUnavailable returns the *UnavailableError in err's chain, if any.
+func AsUnavailable(err error) (*UnavailableError, bool) {
+	var ue *UnavailableError
+	ok := errors.As(err, &ue)
+	return ue, ok
+}
+
+// secretSourceErr marks a transient failure of the secret source as an
+// *UnavailableError; a definite answer (a missing secret or key, a
+// permission denied, a refused login, a bad reference) is returned as it
+// is. Transient: openbao.ErrUnavailable, or a transport error or timeout
+// from any other source.
+func secretSourceErr(err error) error {
+	if err == nil || !transient(err) {
+		return err
+	}
+	return &UnavailableError{Component: ComponentSecretSource, Err: err}
+}
+
+// transient reports whether err is a failure to reach a server that may
+// pass: openbao.ErrUnavailable, a failed dial, a refused or reset
+// connection, a connection closed mid-answer, a timeout.
+func transient(err error) bool {
+	var op *net.OpError
+	var ne net.Error
+	return errors.Is(err, openbao.ErrUnavailable) || errors.As(err, &op) || (errors.As(err, &ne) && ne.Timeout()) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // resolvedService is a service with its environment resolved.
 type resolvedService struct {
@@ -53,6 +106,7 @@ func resolve(ctx context.Context, s score.Score, secrets Secrets) (resolved, err
 			}
 			v, err := secrets.Resolve(ctx, se.Secret, se.Key)
 			if err != nil {
+				err = secretSourceErr(err)
 				return resolvedService{}, fmt.Errorf("%s: secret_env %s (secret %s, key %s): %w", svc.Name, se.Name, se.Secret, se.Key, err)
 			}
 			env[se.Name] = v

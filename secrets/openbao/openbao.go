@@ -20,10 +20,13 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/openbao/openbao/api/v2"
@@ -50,7 +53,7 @@ type Config struct {
 }
 
 // Typed errors; every error of the package wraps one of them or a
-// transport error.
+// transport error (a transport error that may pass, ErrUnavailable too).
 var (
 	// ErrNotFound: no secret (or no live version of it) at the path.
 	ErrNotFound = errors.New("openbao: secret not found")
@@ -61,7 +64,27 @@ var (
 	ErrLogin = errors.New("openbao: login refused")
 	// ErrConfig: the Config is unusable.
 	ErrConfig = errors.New("openbao: invalid configuration")
+	// ErrUnavailable: the server could not answer now (connection refused
+	// or reset, a timeout, a 5xx such as 503 while sealed or on standby):
+	// the same call may succeed later.
+	ErrUnavailable = errors.New("openbao: server unavailable")
 )
+
+// unavailable reports whether err is a transient failure to reach the
+// server: a 5xx answer, a transport error (failed dial, refused or reset
+// connection, connection closed mid-answer) or a timeout. A TLS
+// verification failure is not one: retrying does not change it.
+func unavailable(err error) bool {
+	var re *api.ResponseError
+	if errors.As(err, &re) {
+		return re.StatusCode >= 500
+	}
+	var op *net.OpError
+	var ne net.Error
+	return errors.As(err, &op) || (errors.As(err, &ne) && ne.Timeout()) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF)
+}
 
 // Client is a logged-in (or token-holding) OpenBao client. Safe for
 // concurrent use.
@@ -134,6 +157,9 @@ func (c *Client) Login(ctx context.Context, jwt string) error {
 		if errors.As(err, &re) && (re.StatusCode == http.StatusBadRequest || re.StatusCode == http.StatusForbidden) {
 			return fmt.Errorf("%w: role %q at auth/%s: %s", ErrLogin, c.cfg.Role, c.cfg.JWTMount, strings.Join(re.Errors, "; "))
 		}
+		if unavailable(err) {
+			return fmt.Errorf("%w: login with role %q at auth/%s: %w", ErrUnavailable, c.cfg.Role, c.cfg.JWTMount, err)
+		}
 		return fmt.Errorf("openbao: login with role %q at auth/%s: %w", c.cfg.Role, c.cfg.JWTMount, err)
 	}
 	if sec == nil || sec.Auth == nil || sec.Auth.ClientToken == "" {
@@ -176,6 +202,10 @@ func classify(op, path string, err error) error {
 		return fmt.Errorf("%w: %s %s", ErrPermissionDenied, op, path)
 	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
 		return fmt.Errorf("%w: %s", ErrNotFound, path)
+	case unavailable(err) && errors.As(err, &re):
+		return fmt.Errorf("%w: %s %s: status %d: %s", ErrUnavailable, op, path, re.StatusCode, strings.Join(re.Errors, "; "))
+	case unavailable(err):
+		return fmt.Errorf("%w: %s %s: %w", ErrUnavailable, op, path, err)
 	case errors.As(err, &re):
 		return fmt.Errorf("openbao: %s %s: status %d: %s", op, path, re.StatusCode, strings.Join(re.Errors, "; "))
 	}
