@@ -11,12 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings"
-	"github.com/containers/podman/v5/pkg/bindings/containers"
-
 	"github.com/nationtech/harmony-fleet/internal/devenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 )
 
 // gettingStartedBlock is a command block of docs/getting-started.md marked
@@ -80,47 +75,7 @@ func printedLine(t *testing.T, out, doc string) string {
 // one's form and runs the printed one.
 func TestGettingStartedRunsAsDocumented(t *testing.T) {
 	blocks := gettingStartedBlocks(t)
-	needKube(t)
-	natsCLI(t)
-	podmantest.TestRegistry(t)
-	if _, err := exec.LookPath("buildah"); err != nil {
-		testenv.Missing(t, "buildah", devenv.SetupPodmanCommand, err)
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go on PATH to build the reference program: %v", err)
-	}
-	sock := filepath.Join(repoRoot(t), ".cache", "run", "podman.sock")
-	conn, err := bindings.NewConnection(t.Context(), "unix://"+sock)
-	if err != nil {
-		testenv.Missing(t, "the Podman API service", devenv.SetupPodmanCommand, err)
-	}
-	began := time.Now()
-	t.Cleanup(func() {
-		// Only what this test made: podman-1's containers created since it
-		// began.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(conn), time.Minute)
-		defer cancel()
-		list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true).
-			WithFilters(map[string][]string{"label": {"fleet.nationtech.io/device=" + devenv.PodmanDevice}}))
-		if err != nil {
-			t.Errorf("list podman-1's containers: %v", err)
-		}
-		for _, c := range list {
-			if !c.Created.Before(began.Add(-time.Second)) {
-				if _, err := containers.Remove(cctx, c.ID, new(containers.RemoveOptions).WithForce(true).WithTimeout(0).WithIgnore(true)); err != nil {
-					t.Errorf("remove %s: %v", c.Names, err)
-				}
-			}
-		}
-	})
-	var foreign []string
-	if err := testenv.Poll(t.Context(), 5*time.Minute, func() bool {
-		foreign = foreignExampleContainers(t, conn)
-		return len(foreign) == 0
-	}); err != nil {
-		t.Fatalf("the Podman engine still runs the example's containers of other devices after 5 minutes (%s): remove them", strings.Join(foreign, ", "))
-	}
+	_, goBin, sock, _ := shipPrerequisites(t)
 
 	// A new user's home: fleet dev's default data folder is
 	// ~/.cache/fleet-dev, as the guide's paths say.

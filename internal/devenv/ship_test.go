@@ -39,51 +39,7 @@ var (
 // until every device runs the digests; a second ship of the same tag makes
 // no new generation.
 func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
-	needKube(t)
-	natsCLI(t)
-	reg := podmantest.TestRegistry(t)
-	if _, err := exec.LookPath("buildah"); err != nil {
-		testenv.Missing(t, "buildah", devenv.SetupPodmanCommand, err)
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skipf("no go on PATH to build the reference program: %v", err)
-	}
-	sock := filepath.Join(repoRoot(t), ".cache", "run", "podman.sock")
-	conn, err := bindings.NewConnection(t.Context(), "unix://"+sock)
-	if err != nil {
-		testenv.Missing(t, "the Podman API service", devenv.SetupPodmanCommand, err)
-	}
-	began := time.Now()
-	t.Cleanup(func() {
-		// Only what this test made: podman-1's containers created since it
-		// began.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(conn), time.Minute)
-		defer cancel()
-		list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true).
-			WithFilters(map[string][]string{"label": {"fleet.nationtech.io/device=" + devenv.PodmanDevice}}))
-		if err != nil {
-			t.Errorf("list podman-1's containers: %v", err)
-		}
-		for _, c := range list {
-			if !c.Created.Before(began.Add(-time.Second)) {
-				if _, err := containers.Remove(cctx, c.ID, new(containers.RemoveOptions).WithForce(true).WithTimeout(0).WithIgnore(true)); err != nil {
-					t.Errorf("remove %s: %v", c.Names, err)
-				}
-			}
-		}
-	})
-
-	// The engine is the machine's: the end-to-end test of internal/e2e
-	// runs the same container names for devices of its own. Wait until
-	// none is left (it removes them when it ends).
-	var foreign []string
-	if err := testenv.Poll(t.Context(), 5*time.Minute, func() bool {
-		foreign = foreignExampleContainers(t, conn)
-		return len(foreign) == 0
-	}); err != nil {
-		t.Fatalf("the Podman engine still runs the example's containers of other devices after 5 minutes (%s): remove them", strings.Join(foreign, ", "))
-	}
+	reg, goBin, sock, conn := shipPrerequisites(t)
 
 	p := startDev(t, t.TempDir(), "--devices", "2", "--runtime", "podman", "--podman-socket", sock)
 	defer p.stop(t)
@@ -314,4 +270,54 @@ func TestTheDevContextDefaultsAreFleetDevsDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shipPrerequisites checks what harmony ship against fleet dev needs (kube
+// binaries, the nats CLI, the test registry, buildah, go, the Podman API
+// service), removes at cleanup the podman-1 containers created while the
+// test ran, and waits until no other device's example containers are left
+// on the shared engine (the end-to-end test of internal/e2e runs the same
+// container names).
+func shipPrerequisites(t *testing.T) (reg podmantest.Registry, goBin, sock string, conn context.Context) {
+	t.Helper()
+	needKube(t)
+	natsCLI(t)
+	reg = podmantest.TestRegistry(t)
+	if _, err := exec.LookPath("buildah"); err != nil {
+		testenv.Missing(t, "buildah", devenv.SetupPodmanCommand, err)
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go on PATH to build the reference program: %v", err)
+	}
+	sock = filepath.Join(repoRoot(t), ".cache", "run", "podman.sock")
+	conn, err = bindings.NewConnection(t.Context(), "unix://"+sock)
+	if err != nil {
+		testenv.Missing(t, "the Podman API service", devenv.SetupPodmanCommand, err)
+	}
+	began := time.Now()
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(conn), time.Minute)
+		defer cancel()
+		list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true).
+			WithFilters(map[string][]string{"label": {"fleet.nationtech.io/device=" + devenv.PodmanDevice}}))
+		if err != nil {
+			t.Errorf("list podman-1's containers: %v", err)
+		}
+		for _, c := range list {
+			if !c.Created.Before(began.Add(-time.Second)) {
+				if _, err := containers.Remove(cctx, c.ID, new(containers.RemoveOptions).WithForce(true).WithTimeout(0).WithIgnore(true)); err != nil {
+					t.Errorf("remove %s: %v", c.Names, err)
+				}
+			}
+		}
+	})
+	var foreign []string
+	if err := testenv.Poll(t.Context(), 5*time.Minute, func() bool {
+		foreign = foreignExampleContainers(t, conn)
+		return len(foreign) == 0
+	}); err != nil {
+		t.Fatalf("the Podman engine still runs the example's containers of other devices after 5 minutes (%s): remove them", strings.Join(foreign, ", "))
+	}
+	return reg, goBin, sock, conn
 }
