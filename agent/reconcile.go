@@ -148,7 +148,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err != nil {
 		return &PreflightError{Reason: err.Error()}
 	}
-	res, err := resolve(ctx, s, r.secrets())
+	res, err := resolve(ctx, s, r.secretsFor(e))
 	if err != nil {
 		return &PreflightError{Reason: err.Error(), Err: err}
 	}

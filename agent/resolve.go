@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
@@ -160,4 +161,10 @@ func (r resolved) hash() string {
 	b, _ := json.Marshal(doc) // plain strings and slices: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// secretsFor is the secret source a pass resolves entry e's score from.
+func (r *Reconciler) secretsFor(e events.IntentEntry) Secrets {
+	_ = e
+	return r.secrets()
 }
