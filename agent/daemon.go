@@ -95,6 +95,13 @@ type daemon struct {
 	poke    func()
 	retry   *time.Timer
 	backoff time.Duration
+	// newer is set when a change notification arrives: a running pass
+	// whose intent is older is cancelled (see Run).
+	newer bool
+	// passSeq is the intent sequence the running pass applies, once it
+	// has read it (passRead).
+	passSeq  uint64
+	passRead bool
 }
 
 // Retry delays after the engine (or the secret source) was found
@@ -174,6 +181,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Reconciler.Metrics == nil {
 		o.Reconciler.Metrics = o.Metrics
 	}
+	if o.Reconciler.Pins == nil {
+		o.Reconciler.Pins = &SecretPins{}
+	}
 	o.Metrics.attach(o.Conn)
 	defer o.Metrics.detach(o.Conn)
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
@@ -204,8 +214,10 @@ func Run(ctx context.Context, o Options) error {
 		switch {
 		case !ok:
 			d.notified = v
+			d.newer = true
 		case d.stored == nil || sv.seq > d.stored.seq:
 			d.stored = &sv
+			d.newer = d.newer || sv.seq > d.passSeq
 		}
 		d.mu.Unlock()
 		poke()
@@ -224,14 +236,12 @@ func Run(ctx context.Context, o Options) error {
 	}
 	defer func() { _ = cmdSub.Unsubscribe() }()
 
-	// Re-read after every reconnect, and re-report current state then.
-	reconnected := make(chan struct{}, 1)
-	o.Conn.SetReconnectHandler(func(*nats.Conn) {
-		select {
-		case reconnected <- struct{}{}:
-		default:
-		}
-	})
+	// Re-read after every (re)connect, and re-report current state then.
+	// The status channel also tells of the first connect of a connection
+	// made while the server could not be reached (an agent booted
+	// offline: nats.RetryOnFailedConnect).
+	connected := o.Conn.StatusChanged(nats.CONNECTED)
+	defer o.Conn.RemoveStatusListener(connected)
 
 	d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
 	d.heartbeat(ctx)
@@ -240,6 +250,36 @@ func Run(ctx context.Context, o Options) error {
 	defer hb.Stop()
 	resync := time.NewTicker(o.ResyncInterval)
 	defer resync.Stop()
+
+	// Passes run beside this loop, one at a time, so that heartbeats,
+	// commands and notifications keep flowing while one waits for a pull,
+	// an init container or a 30 s stop. A wake while a pass runs is
+	// remembered (again) and runs right after it; a newer intent cancels
+	// it (see cancelIfNewer).
+	var (
+		running bool
+		again   bool
+		cancel  context.CancelFunc
+		done    = make(chan struct{}, 1)
+	)
+	defer func() {
+		if running {
+			cancel()
+			<-done
+		}
+	}()
+	start := func() {
+		var pctx context.Context
+		pctx, cancel = context.WithCancel(ctx)
+		running, again = true, false
+		d.mu.Lock()
+		d.newer, d.passSeq, d.passRead = false, 0, false
+		d.mu.Unlock()
+		go func() {
+			d.pass(pctx)
+			done <- struct{}{}
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -248,19 +288,44 @@ func Run(ctx context.Context, o Options) error {
 			d.heartbeat(ctx)
 		case <-resync.C:
 			poke()
-		case <-reconnected:
+		case _, ok := <-connected:
+			if !ok { // the listener was removed: never again
+				connected = nil
+				continue
+			}
 			d.flushOffline(ctx)
-			d.mu.Lock()
-			d.reported = map[[2]string]events.WorkloadStatus{}
-			d.mu.Unlock()
+			d.rereport(ctx)
 			d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
 			poke()
 		case m := <-cmds:
 			d.command(ctx, m, poke)
 		case <-wake:
-			d.pass(ctx)
+			if !running {
+				start()
+				continue
+			}
+			again = true
+			if d.cancelIfNewer() {
+				cancel()
+			}
+		case <-done:
+			cancel()
+			running = false
+			if again {
+				start()
+			}
 		}
 	}
+}
+
+// cancelIfNewer reports whether a change notification newer than the
+// running pass's intent arrived: the pass is then cancelled, and the next
+// one starts from the newer value. A pass that has not read its intent yet
+// is not cancelled (it reads the newest value anyway).
+func (d *daemon) cancelIfNewer() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.newer && d.passRead
 }
 
 // readIntent returns the stored value a notification carried, when one is
@@ -386,20 +451,35 @@ func (d *daemon) reconcile(ctx context.Context) string {
 		return passError
 	}
 	d.mu.Lock()
+	d.passSeq, d.passRead = seq, true
+	d.newer = d.notified != nil || (d.stored != nil && d.stored.seq > seq)
 	if seq < d.lastSeq {
 		d.mu.Unlock()
 		return "" // an older value than one already applied
 	}
 	d.lastSeq = seq
 	d.mu.Unlock()
+	d.o.Reconciler.Pins.Keep(intent.Deployments)
 
 	want := map[[2]string]bool{}
 	unavailable, failed := false, false
 	for _, e := range intent.Deployments {
 		want[[2]string{e.Namespace, e.Name}] = true
-		d.status(ctx, e, events.WorkloadApplying, "")
+		if ctx.Err() != nil {
+			return "" // cancelled by a newer intent, or the agent stops
+		}
+		if !d.reportedRevision(e) {
+			// The first pass of a revision says it is applying; a pass
+			// that repairs or re-checks a revision already reported
+			// (a resync) reports only a change of its outcome.
+			d.status(ctx, e, events.WorkloadApplying, "")
+		}
 		err := d.o.Reconciler.Apply(ctx, e)
 		switch {
+		case ctx.Err() != nil:
+			// Cancelled mid-apply: nothing is reported; the next pass
+			// finishes from the containers' labels.
+			return ""
 		case err == nil:
 			d.status(ctx, e, events.WorkloadConverged, "")
 		case isUnavailable(err):
@@ -422,6 +502,9 @@ func (d *daemon) reconcile(ctx context.Context) string {
 			d.status(ctx, e, events.WorkloadFailed, err.Error())
 		}
 	}
+	if ctx.Err() != nil {
+		return ""
+	}
 	have, err := d.o.Reconciler.Deployments(ctx)
 	if runtime.IsUnavailable(err) {
 		unavailable = true
@@ -436,6 +519,9 @@ func (d *daemon) reconcile(ctx context.Context) string {
 			continue
 		}
 		if err := d.o.Reconciler.Remove(ctx, k[0], k[1]); err != nil {
+			if ctx.Err() != nil {
+				return ""
+			}
 			d.log.WarnContext(ctx, "remove deployment", "deployment", k[0]+"/"+k[1], "error", err)
 			if runtime.IsUnavailable(err) {
 				unavailable = true
@@ -498,7 +584,8 @@ func (d *daemon) status(ctx context.Context, e events.IntentEntry, phase events.
 		RevisionID: e.RevisionID, Phase: phase, Error: errText, Since: time.Now().UTC()}
 	d.mu.Lock()
 	last, ok := d.reported[k]
-	same := ok && last.UID == ws.UID && last.Generation == ws.Generation && last.Phase == ws.Phase && last.Error == ws.Error
+	same := ok && last.UID == ws.UID && last.Generation == ws.Generation && last.RevisionID == ws.RevisionID &&
+		last.Phase == ws.Phase && last.Error == ws.Error
 	if !same {
 		d.reported[k] = ws
 	}
@@ -511,6 +598,35 @@ func (d *daemon) status(ctx context.Context, e events.IntentEntry, phase events.
 		opts = append(opts, events.WithCorrelation(e.UID, e.Generation))
 	}
 	d.report(ctx, events.Keys{Device: d.o.Device}, ws, opts...)
+}
+
+// reportedRevision reports whether the last report of e's Deployment was
+// about e's revision (same UID, generation and revision id).
+func (d *daemon) reportedRevision(e events.IntentEntry) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	last, ok := d.reported[[2]string{e.Namespace, e.Name}]
+	return ok && last.UID == e.UID && last.Generation == e.Generation && last.RevisionID == e.RevisionID
+}
+
+// rereport sends the last status of every Deployment again, unchanged
+// (same phase, error and since): after a reconnect the control plane hears
+// the device's current state even if a report was lost with the
+// connection, and no Deployment goes back through Applying for it.
+func (d *daemon) rereport(ctx context.Context) {
+	d.mu.Lock()
+	last := make([]events.WorkloadStatus, 0, len(d.reported))
+	for _, ws := range d.reported {
+		last = append(last, ws)
+	}
+	d.mu.Unlock()
+	for _, ws := range last {
+		var opts []events.Option
+		if ws.UID != "" {
+			opts = append(opts, events.WithCorrelation(ws.UID, ws.Generation))
+		}
+		d.report(ctx, events.Keys{Device: d.o.Device}, ws, opts...)
+	}
 }
 
 func (d *daemon) heartbeat(ctx context.Context) {
@@ -621,7 +737,11 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 	case err != nil:
 		res.Error = "the agent.command's data does not decode" // not its text: it may quote the data
 	case cmd.Command == CommandReconcileNow:
+		// Read every secret value again: the one way, besides a new
+		// revision and a restart, for a rotated secret to reach the
+		// device's current revision.
 		res.OK = true
+		d.o.Reconciler.Pins.Forget()
 		poke()
 	case cmd.Command == CommandReportInventory:
 		res.OK = true

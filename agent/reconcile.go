@@ -63,6 +63,11 @@ type Reconciler struct {
 	// host path (Podman refuses a bind mount whose source does not exist;
 	// the agent's command creates the folder). Nil: not checked.
 	EnsureHostPath func(path string) error
+	// Pins keep the secret values each revision was first resolved with
+	// (the agent does not watch the secret source). Run sets a fresh one
+	// when it is nil; nil in a Reconciler used alone: every Apply reads
+	// the source.
+	Pins *SecretPins
 	// Metrics, when set, count failed engine calls, image pulls and
 	// unresolved secret references. Run sets the agent's (Options.Metrics)
 	// when it is nil.

@@ -13,13 +13,13 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 // Secrets resolves secret references (OpenBao in production). The agent
-// does not watch the source: a value is read when a score is resolved.
+// does not watch the source: a value is read when a revision is first
+// resolved, and kept for that revision (SecretPins).
 type Secrets interface {
 	// Resolve returns the value of key in the secret at path.
 	Resolve(ctx context.Context, path, key string) (string, error)
@@ -161,10 +161,4 @@ func (r resolved) hash() string {
 	b, _ := json.Marshal(doc) // plain strings and slices: cannot fail
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// secretsFor is the secret source a pass resolves entry e's score from.
-func (r *Reconciler) secretsFor(e events.IntentEntry) Secrets {
-	_ = e
-	return r.secrets()
 }
