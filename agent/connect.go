@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -35,9 +36,19 @@ type ConnectOptions struct {
 	// Logger receives the credential source's logs. Default: discard.
 	Logger *slog.Logger
 	// NATSOptions are added after the device's own (name, token callback,
-	// inbox prefix, reconnecting forever); a later option wins.
+	// inbox prefix, reconnecting forever with DefaultReconnectWait and
+	// DefaultReconnectJitter); a later option wins.
 	NATSOptions []nats.Option
 }
+
+// How a device reconnects: after DefaultReconnectWait plus a random jitter
+// of up to DefaultReconnectJitter (TLS or not), so that a fleet that lost
+// its server together does not come back in one instant and overload the
+// auth callout (docs/security.md sizes it: devices ÷ connects per second).
+const (
+	DefaultReconnectWait   = 2 * time.Second
+	DefaultReconnectJitter = 5 * time.Second
+)
 
 // DeviceConn is a device's NATS connection and the id_token source it
 // authenticates with (the agent's secret store logs in with the same
@@ -57,8 +68,17 @@ func (d *DeviceConn) Close() { d.Conn.Close() }
 // Connect makes the device's id_token source from its machine key (unless
 // o.Source is given) and connects to NATS with it: the connection is named
 // "fleet-agent <device>", uses the device's inbox prefix (the auth callout
-// allows no other) and reconnects forever, presenting a fresh id_token each
-// time.
+// allows no other) and reconnects forever with a jittered wait, presenting
+// a fresh id_token each time.
+//
+// Connect does not need the network: a device that boots offline gets a
+// connection that is still connecting (nats.RetryOnFailedConnect), and
+// the provider's discovery document is read by the first grant when it
+// cannot be read now (credential.Options.DeferDiscovery). Refused
+// connects (the provider or the callout answering no) are retried too
+// (nats.IgnoreAuthErrorAbort): nothing transient ends the agent, so
+// systemd never loops restarting it. Only a bad key or option is an
+// error.
 func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 	if o.URL == "" {
 		return nil, errors.New("agent: connect: the NATS URL is empty: give the server's URL")
@@ -78,7 +98,7 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 		}
 		var err error
 		src, err = credential.New(ctx, credential.Options{Issuer: issuer, Key: *o.Key, Audience: cmp.Or(o.Audience, o.Key.Audience),
-			HTTPClient: o.HTTPClient, Logger: o.Logger})
+			HTTPClient: o.HTTPClient, Logger: o.Logger, DeferDiscovery: true})
 		if err != nil {
 			return nil, fmt.Errorf("agent: connect: %w", err)
 		}
@@ -86,7 +106,9 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 	if o.Device == "" {
 		return nil, errors.New("agent: connect: the device id is empty and the key file names none: give the device's id")
 	}
-	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1))
+	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1),
+		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(),
+		nats.ReconnectWait(DefaultReconnectWait), nats.ReconnectJitter(DefaultReconnectJitter, DefaultReconnectJitter))
 	nc, err := nats.Connect(o.URL, append(opts, o.NATSOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("agent: connect device %s to NATS at %s: %w", o.Device, o.URL, err)

@@ -135,7 +135,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	} else {
 		// --insecure-no-auth: a development server without the callout.
 		var err error
-		if nc, err = nats.Connect(*natsURL, nats.Name("fleet-agent "+*device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device))); err != nil {
+		if nc, err = nats.Connect(*natsURL, nats.Name("fleet-agent "+*device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device)),
+			nats.RetryOnFailedConnect(true), nats.ReconnectWait(agent.DefaultReconnectWait),
+			nats.ReconnectJitter(agent.DefaultReconnectJitter, agent.DefaultReconnectJitter)); err != nil {
 			return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
 		}
 	}

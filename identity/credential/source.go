@@ -47,6 +47,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// DeferDiscovery lets New succeed when the provider cannot be reached:
+	// the discovery document is then read by the first grant, and again
+	// by every later one until it is read (an agent that boots without
+	// network). Default: New reads it and fails without it.
+	DeferDiscovery bool
 }
 
 // Validate checks the options.
@@ -76,7 +81,10 @@ type Token struct {
 
 // Source obtains and caches a device's id_token. Safe for concurrent use.
 type Source struct {
-	o    Options
+	o      Options
+	hc     *http.Client
+	scopes []string
+	// ts is nil until the discovery document was read (DeferDiscovery).
 	ts   profile.TokenSource
 	log  *slog.Logger
 	now  func() time.Time
@@ -102,18 +110,34 @@ func New(ctx context.Context, o Options) (*Source, error) {
 		scopes = append(scopes, ProjectAudienceScope(o.Audience))
 	}
 	scopes = append(scopes, o.ExtraScopes...)
-	ts, err := profile.NewJWTProfileTokenSource(ctx, o.Issuer, o.Key.UserID, o.Key.KeyID, []byte(o.Key.Key), scopes, profile.WithHTTPClient(hc))
-	if err != nil {
-		return nil, fmt.Errorf("%w: discovery at %s: %v", ErrGrant, o.Issuer, redact(err, o.Key))
-	}
-	s := &Source{o: o, ts: ts, log: o.Logger, now: o.Now}
+	s := &Source{o: o, hc: hc, scopes: scopes, log: o.Logger, now: o.Now}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if err := s.discover(ctx); err != nil {
+		if !o.DeferDiscovery {
+			return nil, err
+		}
+		s.log.Warn("OpenID Provider not reachable; discovery is retried with the first grant", "issuer", o.Issuer, "err", err)
+	}
 	return s, nil
+}
+
+// discover reads the provider's discovery document, unless it was read.
+// The caller holds s.mu, or s is not shared yet.
+func (s *Source) discover(ctx context.Context) error {
+	if s.ts != nil {
+		return nil
+	}
+	ts, err := profile.NewJWTProfileTokenSource(ctx, s.o.Issuer, s.o.Key.UserID, s.o.Key.KeyID, []byte(s.o.Key.Key), s.scopes, profile.WithHTTPClient(s.hc))
+	if err != nil {
+		return fmt.Errorf("%w: discovery at %s: %v", ErrGrant, s.o.Issuer, redact(err, s.o.Key))
+	}
+	s.ts = ts
+	return nil
 }
 
 // Subject is the machine user id the Source authenticates as.
@@ -160,6 +184,9 @@ func (s *Source) refreshBefore(t Token) time.Duration {
 }
 
 func (s *Source) grant(ctx context.Context) (Token, error) {
+	if err := s.discover(ctx); err != nil {
+		return Token{}, err
+	}
 	tok, err := s.ts.TokenCtx(ctx)
 	if err != nil {
 		return Token{}, fmt.Errorf("%w: subject %s: %v", ErrGrant, s.o.Key.UserID, redact(err, s.o.Key))
