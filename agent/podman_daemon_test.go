@@ -1,0 +1,106 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+	"github.com/nationtech/harmony-fleet/score"
+)
+
+// TestAPassNeverBlocksTheAgentOnRealPodman: the agent on real Podman keeps
+// sending heartbeats and answering commands while a pass waits on an init
+// container that does not end, and a newer intent cancels that pass: the
+// newer revision converges and the waiting init container is replaced.
+func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	runs := podmantest.BuildImage(t, "runs", runsFile)
+	ok0 := podmantest.BuildImage(t, "exit0", exit0File)
+	srv, st := natstest.Provisioned(t)
+	kv, err := st.JetStream().KeyValue(w.ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
+	ctx, cancel := context.WithCancel(w.ctx)
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, HeartbeatInterval: 50 * time.Millisecond})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent.Run: %v", err)
+		}
+	}()
+	put := func(gen int64, s score.Score) {
+		t.Helper()
+		b, err := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: []events.IntentEntry{w.entry(gen, s)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(w.ctx, "d1", b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reported := func(gen int64, phase events.WorkloadPhase) bool {
+		for r, err := range st.Replay(w.ctx, "fleet.report.d1.workload", events.FromStart()) {
+			if err != nil {
+				return false
+			}
+			if ws, err := events.Decode[events.WorkloadStatus](r.Event); err == nil && ws.Generation == gen && ws.Phase == phase {
+				return true
+			}
+		}
+		return false
+	}
+
+	hangs := score.Score{Data: score.PodmanV0{
+		InitContainer: &score.Service{Name: w.name("migrate"), Image: runs}, // never exits
+		Services:      []score.Service{{Name: w.name("api"), Image: runs}},
+	}}
+	put(1, hangs)
+	testenv.Eventually(t, "the init container to run", time.Minute, func() bool {
+		return w.byName()[w.name("migrate")].State == runtime.StateRunning
+	})
+	// Heartbeats are telemetry: the stream keeps the last few per
+	// device; their sequence says how many were made.
+	beat := func() uint64 {
+		r, err := st.Last(w.ctx, "fleet.report.d1.heartbeat")
+		if err != nil {
+			return 0
+		}
+		return r.Sequence
+	}
+	beats := beat()
+	testenv.Eventually(t, "heartbeats while the pass waits on the init container", time.Minute, func() bool {
+		return beat() >= beats+3
+	})
+	if w.byName()[w.name("migrate")].State != runtime.StateRunning {
+		t.Fatal("the init container ended before the newer intent came")
+	}
+
+	fixed := hangs
+	fixed.Data.InitContainer = &score.Service{Name: w.name("migrate"), Image: ok0}
+	put(2, fixed)
+	testenv.Eventually(t, "generation 2 to converge", 2*time.Minute, func() bool { return reported(2, events.WorkloadConverged) })
+	cs := w.byName()
+	if c := cs[w.name("migrate")]; c.Image == runs || c.State != runtime.StateExited || c.ExitCode != 0 {
+		t.Errorf("init container %+v, want generation 2's, exited 0", c)
+	}
+	if c := cs[w.name("api")]; c.State != runtime.StateRunning || c.Labels[agent.LabelGeneration] != "2" {
+		t.Errorf("service %+v, want generation 2's, running", c)
+	}
+	if reported(1, events.WorkloadConverged) || reported(1, events.WorkloadFailed) {
+		t.Error("the cancelled generation 1 was reported converged or failed")
+	}
+}
