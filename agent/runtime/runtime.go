@@ -75,6 +75,11 @@ type Container struct {
 	State    State
 	ExitCode int
 	Ports    []PortBinding
+	// StartedAt is when the container was last started; zero when it never
+	// was or the runtime does not say (the simulated runtime without a
+	// clock). The reconciler bounds an init container it finds running by
+	// the time left since then.
+	StartedAt time.Time
 }
 
 // RegistryAuth is a pull credential, passed per call and never stored,
@@ -100,7 +105,8 @@ type Runtime interface {
 	// ImageExists reports whether the image is present locally.
 	ImageExists(ctx context.Context, ref string) (bool, error)
 	// Pull fetches an image; auth may be nil. A refused credential is
-	// ErrAuth; a missing image is ErrImageNotFound.
+	// ErrAuth; a missing image is ErrImageNotFound; a registry that cannot
+	// be reached or answers with a server error is ErrRegistryUnavailable.
 	Pull(ctx context.Context, ref string, auth *RegistryAuth) error
 	// Create creates (does not start) a container; ErrNameInUse when the
 	// name is taken.
@@ -126,6 +132,14 @@ var ErrAuth = errors.New("registry authentication failed")
 
 // ErrImageNotFound: the registry has no such image.
 var ErrImageNotFound = errors.New("image not found")
+
+// ErrRegistryUnavailable: the engine could not reach the registry to pull
+// (connection refused or reset, DNS failure, timeout, TLS handshake
+// timeout) or the registry answered with a server error (5xx). It says
+// nothing about the workload and may pass: the agent retries. It is not
+// ErrUnavailable (the engine itself answered) and IsUnavailable is false
+// for it.
+var ErrRegistryUnavailable = errors.New("registry unavailable")
 
 // ErrUnavailable: the container engine cannot be reached (its API socket
 // refuses or drops the connection). It says nothing about the workload: the

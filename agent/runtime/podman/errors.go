@@ -55,6 +55,46 @@ func isImageNotFound(err error) bool {
 	return containsAny(err, notFoundMarkers)
 }
 
+// registryUnavailableMarkers are the phrases of a pull that failed because
+// the registry could not be reached or failed to answer, as Podman streams
+// them (go.podman.io/image wraps Go's transport errors as text, e.g.
+// "pinging container registry 127.0.0.1:1: Get …: dial tcp 127.0.0.1:1:
+// connect: connection refused"). Neither a TLS certificate that does not
+// verify nor a 4xx is here: those are definite answers.
+var registryUnavailableMarkers = []string{
+	"connection refused",
+	"connection reset by peer",
+	"no such host",       // DNS: the name does not resolve (now)
+	"server misbehaving", // DNS: the resolver failed
+	"temporary failure in name resolution",
+	"no route to host",
+	"network is unreachable",
+	"i/o timeout",
+	"tls handshake timeout",
+	"client.timeout exceeded",
+	"timeout awaiting response headers",
+	"unexpected eof",
+	"received unexpected http status: 5", // 500, 502, 503, 504 …
+	"status code: 5",
+	"statuscode: 5",
+	"service unavailable",
+	"bad gateway",
+	"gateway timeout",
+	"internal server error",
+	"too many requests", // 429: the registry asks us to come back later
+}
+
+// isRegistryUnavailable reports whether err from images.Pull means the
+// registry could not be reached or answered with a server error: a
+// condition that may pass, not a verdict on the image or the credential.
+// Call it after isAuthFailure and isImageNotFound, which win.
+func isRegistryUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	return containsAny(err, registryUnavailableMarkers)
+}
+
 func containsAny(err error, markers []string) bool {
 	msg := strings.ToLower(err.Error())
 	for _, m := range markers {

@@ -18,29 +18,40 @@ func TestPullErrorsAreClassified(t *testing.T) {
 		name         string
 		err          error
 		auth, absent bool
+		unavailable  bool
 	}{
 		{"an anonymous pull refused by the registry is an auth failure",
-			errors.New("initializing source docker://127.0.0.1:5000/smoke@sha256:ab55: reading manifest sha256:ab55 in 127.0.0.1:5000/smoke: unauthorized: authentication required"), true, false},
+			errors.New("initializing source docker://127.0.0.1:5000/smoke@sha256:ab55: reading manifest sha256:ab55 in 127.0.0.1:5000/smoke: unauthorized: authentication required"), true, false, false},
 		{"a refusal wrapped by the caller still is",
-			fmt.Errorf("pull: %w", errors.New("reading manifest: unauthorized: authentication required")), true, false},
+			fmt.Errorf("pull: %w", errors.New("reading manifest: unauthorized: authentication required")), true, false, false},
 		{"wrong credentials are an auth failure",
-			errors.New("unable to retrieve auth token: invalid username/password: unauthorized: authentication required"), true, false},
+			errors.New("unable to retrieve auth token: invalid username/password: unauthorized: authentication required"), true, false, false},
 		{"an HTTP 401 error model is an auth failure",
-			&errorhandling.ErrorModel{Message: "login failed", ResponseCode: 401}, true, false},
+			&errorhandling.ErrorModel{Message: "login failed", ResponseCode: 401}, true, false, false},
 		{"a denied repository is an auth failure",
-			errors.New("reading manifest latest in docker.io/acme/x: requested access to the resource is denied"), true, false},
+			errors.New("reading manifest latest in docker.io/acme/x: requested access to the resource is denied"), true, false, false},
 		{"a missing repository is an absent image",
-			errors.New("initializing source docker://127.0.0.1:5000/nothere/x:latest: reading manifest latest in 127.0.0.1:5000/nothere/x: manifest unknown: manifest unknown"), false, true},
+			errors.New("initializing source docker://127.0.0.1:5000/nothere/x:latest: reading manifest latest in 127.0.0.1:5000/nothere/x: manifest unknown: manifest unknown"), false, true, false},
 		{"a missing digest is an absent image",
-			errors.New("reading manifest sha256:0000 in 127.0.0.1:5000/podmantest/smoke: manifest unknown: manifest unknown"), false, true},
+			errors.New("reading manifest sha256:0000 in 127.0.0.1:5000/podmantest/smoke: manifest unknown: manifest unknown"), false, true, false},
 		{"an unknown repository name is an absent image",
-			errors.New("reading manifest v1 in reg/x: name unknown: repository name not known to registry"), false, true},
-		{"a refused connection is neither",
-			errors.New("pinging container registry 127.0.0.1:5999: dial tcp 127.0.0.1:5999: connect: connection refused"), false, false},
+			errors.New("reading manifest v1 in reg/x: name unknown: repository name not known to registry"), false, true, false},
+		{"a refused connection is an unavailable registry",
+			errors.New("pinging container registry 127.0.0.1:5999: dial tcp 127.0.0.1:5999: connect: connection refused"), false, false, true},
+		{"a name that does not resolve is an unavailable registry",
+			errors.New(`pinging container registry reg.invalid: Get "https://reg.invalid/v2/": dial tcp: lookup reg.invalid on 10.0.0.1:53: no such host`), false, false, true},
+		{"a timeout is an unavailable registry",
+			errors.New(`pinging container registry 10.1.2.3:5000: Get "https://10.1.2.3:5000/v2/": dial tcp 10.1.2.3:5000: i/o timeout`), false, false, true},
+		{"a TLS handshake timeout is an unavailable registry",
+			errors.New(`pinging container registry r:5000: Get "https://r:5000/v2/": net/http: TLS handshake timeout`), false, false, true},
+		{"a registry answering 503 is an unavailable registry",
+			errors.New("reading manifest v1 in r:5000/x: received unexpected HTTP status: 503 Service Unavailable"), false, false, true},
+		{"a ping answered 502 is an unavailable registry",
+			errors.New("pinging container registry r:5000: StatusCode: 502, <html>bad gateway</html>"), false, false, true},
 		{"an untrusted certificate is neither",
-			errors.New("x509: certificate signed by unknown authority"), false, false},
-		{"an invalid reference is neither", errors.New("invalid reference format"), false, false},
-		{"no error is neither", nil, false, false},
+			errors.New("x509: certificate signed by unknown authority"), false, false, false},
+		{"an invalid reference is neither", errors.New("invalid reference format"), false, false, false},
+		{"no error is neither", nil, false, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -49,6 +60,9 @@ func TestPullErrorsAreClassified(t *testing.T) {
 			}
 			if got := isImageNotFound(tt.err); got != tt.absent {
 				t.Errorf("isImageNotFound = %v, want %v", got, tt.absent)
+			}
+			if got := isRegistryUnavailable(tt.err) && !tt.auth && !tt.absent; got != tt.unavailable {
+				t.Errorf("isRegistryUnavailable (after auth and absence) = %v, want %v", got, tt.unavailable)
 			}
 		})
 	}

@@ -119,14 +119,19 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
 				})
 			}
 		}
+		var started time.Time
+		if c.StartedAt > 0 {
+			started = time.Unix(c.StartedAt, 0)
+		}
 		out = append(out, runtime.Container{
-			ID:       c.ID,
-			Name:     name,
-			Image:    c.Image,
-			Labels:   c.Labels,
-			State:    state(c.State),
-			ExitCode: int(c.ExitCode),
-			Ports:    ports,
+			ID:        c.ID,
+			Name:      name,
+			Image:     c.Image,
+			Labels:    c.Labels,
+			State:     state(c.State),
+			ExitCode:  int(c.ExitCode),
+			Ports:     ports,
+			StartedAt: started,
 		})
 	}
 	return out, nil
@@ -150,6 +155,9 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 	if data.State != nil {
 		c.State = state(data.State.Status)
 		c.ExitCode = int(data.State.ExitCode)
+		if !data.State.StartedAt.IsZero() && data.State.StartedAt.Unix() > 0 {
+			c.StartedAt = data.State.StartedAt
+		}
 	}
 	if data.HostConfig != nil {
 		c.Ports = portBindings(data.HostConfig.PortBindings)
@@ -236,7 +244,8 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 // X-Registry-Auth header only; when nil the pull is anonymous unless the
 // host's Podman holds credentials of its own (the agent never stores any).
 // A refused credential is runtime.ErrAuth, a registry without the image
-// runtime.ErrImageNotFound.
+// runtime.ErrImageNotFound, a registry that cannot be reached or answers
+// with a server error runtime.ErrRegistryUnavailable.
 func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
 	opts := new(images.PullOptions).WithQuiet(true)
 	var secrets []string
@@ -254,6 +263,8 @@ func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAu
 		return redact(fmt.Errorf("podman: pull %s: %w: %w", ref, runtime.ErrAuth, err), runtime.ErrAuth, secrets...)
 	case isImageNotFound(err):
 		return redact(fmt.Errorf("podman: pull %s: %w: %w", ref, runtime.ErrImageNotFound, err), runtime.ErrImageNotFound, secrets...)
+	case !runtime.IsUnavailable(err) && isRegistryUnavailable(err): // the engine answered; the registry did not
+		return redact(fmt.Errorf("podman: pull %s: %w: %w", ref, runtime.ErrRegistryUnavailable, err), runtime.ErrRegistryUnavailable, secrets...)
 	default:
 		return redact(fmt.Errorf("podman: pull %s: %w", ref, err), nil, secrets...)
 	}

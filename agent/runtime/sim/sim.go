@@ -3,8 +3,8 @@
 // require a pull credential. It stands in for Podman in scale tests (one
 // Runtime per simulated device, thousands per process) and in `fleet dev`.
 //
-// Invariants: it is deterministic (IDs count up per Runtime, no clocks, no
-// randomness, no goroutines), safe for concurrent use, and it behaves like
+// Invariants: it is deterministic (IDs count up per Runtime, no clocks
+// unless Options.Now is set, no randomness, no goroutines), safe for concurrent use, and it behaves like
 // Podman wherever the runtime/runtimetest conformance suite says how Podman
 // behaves; it never puts a password or an environment value into an error.
 // What it does not simulate: restart policies (stored, never acted on),
@@ -71,6 +71,9 @@ type Options struct {
 	// Behave decides what a container does when started; nil means
 	// DefaultBehaviour. It must be deterministic and safe for concurrent use.
 	Behave func(spec runtime.ContainerSpec) Behaviour
+	// Now, when set, is the clock Start reads to report a container's
+	// StartedAt; nil leaves StartedAt zero (the runtime reads no clock).
+	Now func() time.Time
 }
 
 var exitPattern = regexp.MustCompile(`exit-(\d+)`)
@@ -92,6 +95,9 @@ func DefaultBehaviour(spec runtime.ContainerSpec) Behaviour {
 type Runtime struct {
 	// unavailable makes every engine call fail with runtime.ErrUnavailable.
 	unavailable atomic.Bool
+	// registryDown makes every Pull fail with runtime.ErrRegistryUnavailable.
+	registryDown atomic.Bool
+	now          func() time.Time
 
 	behave   func(spec runtime.ContainerSpec) Behaviour
 	hostPath func(path string) bool
@@ -112,6 +118,7 @@ type container struct {
 	behaviour Behaviour
 	state     runtime.State
 	exitCode  int
+	startedAt time.Time
 	// exited is closed when the container exits or is removed; a start
 	// after an exit makes a new one.
 	exited  chan struct{}
@@ -125,6 +132,7 @@ func New(opts Options) *Runtime {
 	r := &Runtime{
 		behave:   opts.Behave,
 		hostPath: opts.HostPathExists,
+		now:      opts.Now,
 		images:   make(map[string]bool, len(opts.LocalImages)),
 		registry: maps.Clone(opts.Registry),
 		byID:     make(map[string]*container),
@@ -154,6 +162,12 @@ func (r *Runtime) down(op string) error {
 	}
 	return nil
 }
+
+// SetRegistryUnavailable makes every Pull fail with
+// runtime.ErrRegistryUnavailable while down is true, as a pull from a
+// registry that refuses connections, does not resolve or answers 503 does;
+// the engine itself keeps answering.
+func (r *Runtime) SetRegistryUnavailable(down bool) { r.registryDown.Store(down) }
 
 // AddImage makes ref present locally, as if it had been built or pulled.
 func (r *Runtime) AddImage(ref string) {
@@ -243,13 +257,14 @@ func (c *container) exit(code int) {
 
 func (c *container) view() runtime.Container {
 	return runtime.Container{
-		ID:       c.id,
-		Name:     c.spec.Name,
-		Image:    c.spec.Image,
-		Labels:   maps.Clone(c.spec.Labels),
-		State:    c.state,
-		ExitCode: c.exitCode,
-		Ports:    slices.Clone(c.spec.Ports),
+		ID:        c.id,
+		Name:      c.spec.Name,
+		Image:     c.spec.Image,
+		Labels:    maps.Clone(c.spec.Labels),
+		State:     c.state,
+		ExitCode:  c.exitCode,
+		Ports:     slices.Clone(c.spec.Ports),
+		StartedAt: c.startedAt,
 	}
 }
 
@@ -305,13 +320,17 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 // auth: runtime.ErrImageNotFound when it does not serve it, runtime.ErrAuth
 // when the image requires a credential other than auth. Like a registry, it
 // checks the image before the credential only when the credential is right
-// or not required.
+// or not required. While SetRegistryUnavailable(true) every pull is
+// runtime.ErrRegistryUnavailable.
 func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
 	if err := r.down("pull"); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: pull %s: %w", ref, err)
+	}
+	if r.registryDown.Load() {
+		return fmt.Errorf("sim: pull %s: connection refused: %w", ref, runtime.ErrRegistryUnavailable)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -413,6 +432,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	}
 	c.state = runtime.StateRunning
 	c.exitCode = 0
+	if r.now != nil {
+		c.startedAt = r.now()
+	}
 	if c.behaviour.Exits {
 		c.exit(c.behaviour.ExitCode)
 	}

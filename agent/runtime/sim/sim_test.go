@@ -9,6 +9,7 @@ import (
 	goruntime "runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/runtimetest"
@@ -286,5 +287,49 @@ func BenchmarkTenThousandDevices(b *testing.B) {
 		goruntime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/devices, "heap-B/device")
 		goruntime.KeepAlive(fleet)
+	}
+}
+
+func TestAnUnavailableRegistryFailsPullsButNotTheEngine(t *testing.T) {
+	rt := sim.New(sim.Options{Registry: map[string]sim.RegistryImage{imgMissing: {}}})
+	rt.SetRegistryUnavailable(true)
+	err := rt.Pull(t.Context(), imgMissing, nil)
+	if !errors.Is(err, runtime.ErrRegistryUnavailable) || runtime.IsUnavailable(err) {
+		t.Fatalf("got %v, want runtime.ErrRegistryUnavailable and not an unavailable engine", err)
+	}
+	if _, err := rt.List(t.Context()); err != nil {
+		t.Errorf("the engine stopped answering: %v", err)
+	}
+	rt.SetRegistryUnavailable(false)
+	if err := rt.Pull(t.Context(), imgMissing, nil); err != nil {
+		t.Errorf("pull after the registry came back: %v", err)
+	}
+}
+
+func TestStartedAtIsReportedOnlyWithAClock(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name string
+		now  func() time.Time
+		want time.Time
+	}{
+		{"without a clock StartedAt stays zero", nil, time.Time{}},
+		{"with a clock StartedAt is the time of the start", func() time.Time { return at }, at},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rt := sim.New(sim.Options{LocalImages: []string{imgRunning}, Now: tt.now})
+			id, err := rt.Create(t.Context(), runtime.ContainerSpec{Name: "c", Image: imgRunning})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := rt.Start(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+			c, err := rt.Inspect(t.Context(), id)
+			if err != nil || !c.StartedAt.Equal(tt.want) {
+				t.Errorf("StartedAt = %v (%v), want %v", c.StartedAt, err, tt.want)
+			}
+		})
 	}
 }
