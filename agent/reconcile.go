@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,6 +37,10 @@ const (
 // DefaultStopTimeout is how long a container gets to stop before it is
 // killed, on replacement and removal.
 const DefaultStopTimeout = 30 * time.Second
+
+// DefaultInitTimeout is how long an init container may run, counted from its
+// start, before the agent stops and removes it (Reconciler.InitTimeout).
+const DefaultInitTimeout = 10 * time.Minute
 
 // PullCredentials reads device pull secrets by reference.
 type PullCredentials interface {
@@ -72,6 +77,19 @@ type Reconciler struct {
 	// unresolved secret references. Run sets the agent's (Options.Metrics)
 	// when it is nil.
 	Metrics *Metrics
+	// InitTimeout bounds an init container's run, counted from its start
+	// (the runtime's Container.StartedAt; from the pass that finds it
+	// running when the runtime does not say). One running past it is
+	// stopped and removed and Apply returns an *InitTimeoutError. 0 means
+	// DefaultInitTimeout.
+	InitTimeout time.Duration
+	// PortInUse, when set, is asked in preflight whether a process that is
+	// not a container listens on a wanted host port (proto "tcp" or
+	// "udp"); HostPortInUse is the host's. It is asked only for ports no
+	// running container publishes: rootless Podman's port forwarder
+	// listens for the running containers. Nil: not checked (the start of
+	// the service fails instead, after its old container was replaced).
+	PortInUse func(proto string, port uint16) (bool, error)
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
@@ -96,6 +114,42 @@ type InitFailedError struct {
 
 func (e *InitFailedError) Error() string {
 	return fmt.Sprintf("init container %s exited with code %d", e.Name, e.ExitCode)
+}
+
+// InitTimeoutError: the init container ran longer than Reconciler.InitTimeout
+// and was stopped and removed; services were left untouched. The next pass
+// runs it again.
+type InitTimeoutError struct {
+	Name    string
+	Timeout time.Duration
+}
+
+func (e *InitTimeoutError) Error() string {
+	return fmt.Sprintf("init container %s still ran after %s, the agent's init timeout, and was stopped and removed: "+
+		"make it finish sooner (an init container must exit) or raise the agent's init timeout", e.Name, e.Timeout)
+}
+
+// ServiceDownError: after the pass a service of the current revision is
+// exited and its restart policy keeps it down (policy "no", or
+// "on-failure" after exit code 0). Services are long-running; one-shot
+// work belongs in init_container.
+type ServiceDownError struct {
+	Name          string
+	ExitCode      int
+	RestartPolicy string
+}
+
+func (e *ServiceDownError) Error() string {
+	return fmt.Sprintf("service %s is down: it exited with code %d and its restart_policy %q keeps it down; "+
+		"services are long-running: set restart_policy to unless-stopped or always, or move one-shot work to init_container",
+		e.Name, e.ExitCode, e.RestartPolicy)
+}
+
+func (r *Reconciler) initTimeout() time.Duration {
+	if r.InitTimeout > 0 {
+		return r.InitTimeout
+	}
+	return DefaultInitTimeout
 }
 
 func (r *Reconciler) stopTimeout() time.Duration {
@@ -144,10 +198,23 @@ func (r *Reconciler) ownsAny(c runtime.Container) bool {
 // ownership, images) before any change, then the init container, then the
 // services, then removal of the Deployment's containers the score no longer
 // has. It returns a *PreflightError when nothing could be done, an
-// *InitFailedError when the init container failed (services untouched). A
-// transient failure of the secret source (secret_env values, pull
-// secrets) is an *UnavailableError in the chain (AsUnavailable): the
-// Deployment waits and the pass is retried.
+// *InitFailedError or *InitTimeoutError when the init container failed
+// (services untouched), a *ServiceDownError when a service is exited after
+// the pass and its restart policy keeps it down. A transient failure of
+// the secret source (secret_env values, pull secrets) or of a registry
+// (runtime.ErrRegistryUnavailable) is an *UnavailableError in the chain (AsUnavailable): the Deployment waits
+// and the pass is retried.
+//
+// A service is stopped before its successor starts only when the
+// successor needs its name or one of its host ports, so a renamed service
+// or a host port moving between services converges in one pass, and a
+// service whose ports do not move stays up until its own turn.
+//
+// Apply may be cancelled at any point (ctx): what it leaves — a container
+// created but not started, an old container stopped but not removed, an
+// init container still running — is what the next pass repairs, and an
+// init container of the same revision still running is waited for again,
+// not restarted.
 func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	s, err := score.Parse(e.Score)
 	if err != nil {
@@ -170,7 +237,10 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err := r.applyServices(ctx, e, res, mine); err != nil {
 		return err
 	}
-	return r.removeStale(ctx, res, mine)
+	if err := r.removeStale(ctx, res, mine); err != nil {
+		return err
+	}
+	return r.checkServicesUp(ctx, e, res)
 }
 
 // containers lists every container of the runtime, and those of this
@@ -197,21 +267,35 @@ func (r *Reconciler) labels(e events.IntentEntry, revision, role string) map[str
 }
 
 // runInit runs the init container to completion, unless it already
-// completed at this revision (replacing one of another revision). An
-// *InitFailedError when it exits non-zero.
+// completed at this revision (replacing one of another revision). One of
+// this revision found running (a cancelled pass, a killed agent) is waited
+// for, within the bound left since it started; one found created is
+// started. An *InitFailedError when it exits non-zero, an
+// *InitTimeoutError when it outlives the bound.
 func (r *Reconciler) runInit(ctx context.Context, e events.IntentEntry, res resolved, mine map[string]runtime.Container) error {
 	ic := res.init
 	if ic == nil {
 		return nil
 	}
 	cur, exists := mine[ic.Name]
-	if exists && cur.Labels[LabelRevision] == res.revision && cur.State == runtime.StateExited && cur.ExitCode == 0 {
+	current := exists && cur.Labels[LabelRevision] == res.revision
+	switch {
+	case current && cur.State == runtime.StateExited && cur.ExitCode == 0:
 		return nil // done
+	case current && cur.State == runtime.StateRunning:
+		r.log().InfoContext(ctx, "init container still running; waiting for it", "deployment", e.Namespace+"/"+e.Name, "container", ic.Name)
+		return r.waitInit(ctx, e, cur, cur.StartedAt)
+	case current && cur.State == runtime.StateCreated:
+		if err := r.rt().Start(ctx, cur.ID); err != nil {
+			return fmt.Errorf("start init container %s: %w", ic.Name, err)
+		}
+		return r.waitInit(ctx, e, cur, time.Now())
 	}
 	if exists {
 		if err := r.stopRemove(ctx, cur); err != nil {
 			return err
 		}
+		delete(mine, ic.Name)
 	}
 	spec := containerSpec(*ic, r.labels(e, res.revision, "init"))
 	spec.RestartPolicy = runtime.RestartNo // always, whatever the score says
@@ -220,17 +304,45 @@ func (r *Reconciler) runInit(ctx context.Context, e events.IntentEntry, res reso
 	if err != nil {
 		return fmt.Errorf("create init container %s: %w", ic.Name, err)
 	}
+	c := runtime.Container{ID: id, Name: ic.Name, State: runtime.StateCreated}
 	if err := r.rt().Start(ctx, id); err != nil {
 		return fmt.Errorf("start init container %s: %w", ic.Name, err)
 	}
-	code, err := r.rt().Wait(ctx, id)
-	if err != nil {
-		return fmt.Errorf("wait for init container %s: %w", ic.Name, err)
+	return r.waitInit(ctx, e, c, time.Now())
+}
+
+// waitInit waits for the running init container c, started at started
+// (now when zero), until the init timeout since then: an *InitFailedError
+// when it exits non-zero; an *InitTimeoutError, after stopping and
+// removing it, when the bound passes first. When ctx ends first the
+// container is left running for the next pass.
+func (r *Reconciler) waitInit(ctx context.Context, e events.IntentEntry, c runtime.Container, started time.Time) error {
+	bound := r.initTimeout()
+	if started.IsZero() {
+		started = time.Now()
+	}
+	wctx, cancel := context.WithDeadline(ctx, started.Add(bound))
+	defer cancel()
+	code, err := r.rt().Wait(wctx, c.ID)
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return fmt.Errorf("wait for init container %s: %w", c.Name, ctx.Err())
+	case wctx.Err() != nil:
+		r.log().WarnContext(ctx, "init container outlived the init timeout; stopping it", "deployment", e.Namespace+"/"+e.Name,
+			"container", c.Name, "timeout", bound)
+		c.State = runtime.StateRunning
+		if err := r.stopRemove(ctx, c); err != nil {
+			return fmt.Errorf("init container %s outlived the init timeout of %s: %w", c.Name, bound, err)
+		}
+		return &InitTimeoutError{Name: c.Name, Timeout: bound}
+	default:
+		return fmt.Errorf("wait for init container %s: %w", c.Name, err)
 	}
 	if code != 0 {
-		return &InitFailedError{Name: ic.Name, ExitCode: code}
+		return &InitFailedError{Name: c.Name, ExitCode: code}
 	}
-	r.log().InfoContext(ctx, "init container completed", "deployment", e.Namespace+"/"+e.Name, "container", ic.Name)
+	r.log().InfoContext(ctx, "init container completed", "deployment", e.Namespace+"/"+e.Name, "container", c.Name)
 	return nil
 }
 
@@ -245,22 +357,27 @@ func (r *Reconciler) applyServices(ctx context.Context, e events.IntentEntry, re
 }
 
 // applyService leaves a service container of this revision as it is
-// (starting it if it was created but never started), and replaces one of
-// another revision or creates a missing one.
+// (starting it if it was created but never started, or exited and its
+// restart policy restarts it: after a reboot or a crash), and replaces one
+// of another revision or creates a missing one. Before the new container
+// starts, the containers of the Deployment that hold its name or one of
+// its host ports are stopped and removed — its own old container, a
+// renamed or dropped service, another service the port moves from — and
+// nothing else.
 func (r *Reconciler) applyService(ctx context.Context, e events.IntentEntry, revision string, svc resolvedService, mine map[string]runtime.Container) error {
 	cur, exists := mine[svc.Name]
 	if exists && cur.Labels[LabelRevision] == revision {
-		if cur.State == runtime.StateCreated { // created but never started (a crash mid-pass)
-			if err := r.rt().Start(ctx, cur.ID); err != nil {
-				return fmt.Errorf("start service %s: %w", svc.Name, err)
-			}
-		}
-		return nil // running or stopped by its own restart policy: leave it
+		return r.keepService(ctx, e, svc, cur)
 	}
-	if exists {
-		if err := r.stopRemove(ctx, cur); err != nil {
+	for _, c := range holders(svc, revision, mine) {
+		if c.Name != svc.Name {
+			r.log().InfoContext(ctx, "stopping a container that holds a host port of a new service", "deployment", e.Namespace+"/"+e.Name,
+				"container", c.Name, "service", svc.Name)
+		}
+		if err := r.stopRemove(ctx, c); err != nil {
 			return err
 		}
+		delete(mine, c.Name)
 	}
 	id, err := r.rt().Create(ctx, containerSpec(svc, r.labels(e, revision, "service")))
 	if err != nil {
@@ -271,6 +388,106 @@ func (r *Reconciler) applyService(ctx context.Context, e events.IntentEntry, rev
 	}
 	r.log().InfoContext(ctx, "service started", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name)
 	return nil
+}
+
+// holders are the containers of the Deployment (mine) that must go before
+// svc's new container starts: the one with its name, and those of another
+// revision, not exited, that publish one of its host ports (containers of
+// this revision never do: preflight refuses a host port published twice).
+// Sorted by name.
+func holders(svc resolvedService, revision string, mine map[string]runtime.Container) []runtime.Container {
+	want := map[string]bool{}
+	ports, _ := portBindings(svc.Ports) // checked in preflight
+	for _, p := range ports {
+		want[portKey(p)] = true
+	}
+	var out []runtime.Container
+	for _, c := range mine {
+		if c.Name == svc.Name {
+			out = append(out, c)
+			continue
+		}
+		if c.State == runtime.StateExited || c.Labels[LabelRevision] == revision {
+			continue
+		}
+		if slices.ContainsFunc(c.Ports, func(p runtime.PortBinding) bool { return want[portKey(p)] }) {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b runtime.Container) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// portKey is "proto/port" of a host port ("tcp" when unset).
+func portKey(p runtime.PortBinding) string {
+	proto := p.Protocol
+	if proto == "" {
+		proto = "tcp"
+	}
+	return proto + "/" + strconv.Itoa(int(p.HostPort))
+}
+
+// keepService starts a service container of the current revision that is
+// not running when it should: created but never started (a crash between
+// create and start), or exited and restarted by its restart policy
+// (restarts). Running or kept down by its policy, it is left alone
+// (checkServicesUp reports the latter).
+func (r *Reconciler) keepService(ctx context.Context, e events.IntentEntry, svc resolvedService, cur runtime.Container) error {
+	switch {
+	case cur.State == runtime.StateCreated:
+	case cur.State == runtime.StateExited && restarts(restartPolicy(svc), cur.ExitCode):
+		r.log().InfoContext(ctx, "restarting an exited service", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name,
+			"exit_code", cur.ExitCode, "restart_policy", restartPolicy(svc))
+	default:
+		return nil
+	}
+	if err := r.rt().Start(ctx, cur.ID); err != nil {
+		return fmt.Errorf("start service %s: %w", svc.Name, err)
+	}
+	return nil
+}
+
+// restartPolicy is the policy svc's container was created with.
+func restartPolicy(svc resolvedService) string {
+	if svc.RestartPolicy == "" {
+		return runtime.RestartUnlessStopped
+	}
+	return string(svc.RestartPolicy)
+}
+
+// restarts reports whether policy restarts a container that exited with
+// code: always and unless-stopped do, on-failure for a non-zero code, no
+// never.
+func restarts(policy string, code int) bool {
+	switch policy {
+	case runtime.RestartAlways, runtime.RestartUnlessStopped:
+		return true
+	case runtime.RestartOnFailure:
+		return code != 0
+	default:
+		return false
+	}
+}
+
+// checkServicesUp returns a *ServiceDownError (several joined) for each
+// service of the current revision that is exited after the pass and whose
+// restart policy keeps it down. Exit code 0 is no exception: a service is
+// long-running, and after a reboot Podman shows a container that was
+// running as exited with its last exit code, usually 0.
+func (r *Reconciler) checkServicesUp(ctx context.Context, e events.IntentEntry, res resolved) error {
+	_, mine, err := r.containers(ctx, e.Namespace, e.Name)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, svc := range res.services {
+		c, ok := mine[svc.Name]
+		if !ok || c.Labels[LabelRevision] != res.revision || c.State != runtime.StateExited || restarts(restartPolicy(svc), c.ExitCode) {
+			continue
+		}
+		errs = append(errs, &ServiceDownError{Name: svc.Name, ExitCode: c.ExitCode, RestartPolicy: restartPolicy(svc)})
+	}
+	return errors.Join(errs...)
 }
 
 // removeStale removes the Deployment's containers the score no longer has.
@@ -299,7 +516,9 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 		svcs = append(svcs, *res.init)
 	}
 	svcs = append(svcs, res.services...)
-	if problems := conflicts(svcs, all, mine); len(problems) > 0 {
+	problems := conflicts(svcs, all, mine)
+	problems = append(problems, r.hostListeners(ctx, svcs, all)...)
+	if len(problems) > 0 {
 		return &PreflightError{Reason: strings.Join(problems, "; ")}
 	}
 	if err := r.ensureHostPaths(svcs); err != nil {
@@ -348,6 +567,47 @@ func conflicts(svcs []resolvedService, all []runtime.Container, mine map[string]
 			k := proto + "/" + strconv.Itoa(int(p.HostPort))
 			if svc, clash := hostPorts[k]; clash {
 				problems = append(problems, fmt.Sprintf("host port %s wanted by %s is used by container %q (%s)", k, svc, c.Name, owner(c)))
+			}
+		}
+	}
+	return problems
+}
+
+// hostListeners asks PortInUse, when set, about every wanted host port no
+// running container publishes (rootless Podman's port forwarder listens for
+// those; a foreign holder is reported by conflicts) and lists those a
+// process that is not a container listens on. A port that cannot be checked
+// is logged and let through: the service's start then says why.
+func (r *Reconciler) hostListeners(ctx context.Context, svcs []resolvedService, all []runtime.Container) []string {
+	if r.PortInUse == nil {
+		return nil
+	}
+	published := map[string]bool{}
+	for _, c := range all {
+		if c.State == runtime.StateExited || c.State == runtime.StateCreated {
+			continue
+		}
+		for _, p := range c.Ports {
+			published[portKey(p)] = true
+		}
+	}
+	var problems []string
+	for _, s := range svcs {
+		ports, _ := portBindings(s.Ports) // a bad one is reported by conflicts
+		for _, p := range ports {
+			k := portKey(p)
+			if published[k] {
+				continue
+			}
+			proto, _, _ := strings.Cut(k, "/")
+			inUse, err := r.PortInUse(proto, p.HostPort)
+			if err != nil {
+				r.log().WarnContext(ctx, "cannot check whether a host port is free", "port", k, "service", s.Name, "error", err)
+				continue
+			}
+			if inUse {
+				problems = append(problems, fmt.Sprintf("host port %s wanted by %s is in use by a process that is not a container: "+
+					"stop that process or publish %s on another host port", k, s.Name, s.Name))
 			}
 		}
 	}
@@ -422,7 +682,11 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		auth = &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}
 	}
 	if err := r.rt().Pull(ctx, s.Image, auth); err != nil {
-		return fmt.Errorf("pull %s: %w", s.Image, err)
+		err = fmt.Errorf("pull %s: %w", s.Image, err)
+		if errors.Is(err, runtime.ErrRegistryUnavailable) {
+			return &UnavailableError{Component: ComponentRegistry, Err: err}
+		}
+		return err
 	}
 	return nil
 }

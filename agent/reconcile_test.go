@@ -70,10 +70,12 @@ type world struct {
 	sec secrets
 }
 
-func newWorld(t *testing.T) *world {
+// newWorld is a simulated device with the images of the reconcile tests;
+// opts change the simulated runtime's options.
+func newWorld(t *testing.T, opts ...func(*sim.Options)) *world {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
-	rt := sim.New(sim.Options{
+	o := sim.Options{
 		LocalImages: []string{"reg.example/migrate:v1", "reg.example/migrate:v2", "reg.example/api:v1", "reg.example/api:v2",
 			"reg.example/worker:v1", "reg.example/migrate-exit-3:v1", "foreign:v1"},
 		Registry: map[string]sim.RegistryImage{
@@ -85,7 +87,11 @@ func newWorld(t *testing.T) *world {
 			}
 			return sim.DefaultBehaviour(spec)
 		},
-	})
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	rt := sim.New(o)
 	sec := secrets{"lab/db#password": secretValue}
 	return &world{t: t, ctx: ctx, rt: rt, sec: sec, r: &agent.Reconciler{Runtime: rt, Secrets: sec, StopTimeout: time.Second,
 		Credentials: creds{"hub-pull": `{"registry":"HUB.example:5000","username":"puller","password":"pull-pass"}`,

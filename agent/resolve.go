@@ -32,6 +32,11 @@ var ErrNoSecrets = errors.New("the score references secrets but no secret source
 // ComponentSecretSource names the secret source in an *UnavailableError.
 const ComponentSecretSource = "secret source"
 
+// ComponentRegistry names an image registry in an *UnavailableError: a pull
+// failed with runtime.ErrRegistryUnavailable (the registry could not be
+// reached or answered with a server error).
+const ComponentRegistry = "registry"
+
 // UnavailableError: a component the agent depends on (the secret source)
 // could not answer now: it refused or dropped the connection, timed out,
 // or answered with a server error (OpenBao's 503 while sealed). It says

@@ -1,0 +1,211 @@
+package agent_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/score"
+)
+
+// canceller cancels a pass at one call, as the daemon does when a newer
+// intent arrives: the call named at ("create api", "stop api", "wait
+// migrate" …) reaches the engine, then the pass's context ends and the
+// call reports the cancellation, as a request whose answer was lost. Each
+// Wait is announced on waits.
+type canceller struct {
+	*recorder
+	at     string
+	cancel context.CancelFunc
+	waits  chan string
+}
+
+func newCanceller(rt runtime.Runtime, at string, cancel context.CancelFunc) *canceller {
+	return &canceller{recorder: newRecorder(rt), at: at, cancel: cancel, waits: make(chan string, 16)}
+}
+
+// after cancels when op on idOrName is the call to cancel at.
+func (c *canceller) after(op, idOrName string, err error) error {
+	c.mu.Lock()
+	name, ok := c.names[idOrName]
+	c.mu.Unlock()
+	if !ok {
+		name = idOrName
+	}
+	if err != nil || op+" "+name != c.at {
+		return err
+	}
+	c.cancel()
+	return fmt.Errorf("%s %s: %w", op, name, context.Canceled)
+}
+
+func (c *canceller) Create(ctx context.Context, spec runtime.ContainerSpec) (string, error) {
+	id, err := c.recorder.Create(ctx, spec)
+	return id, c.after("create", id, err)
+}
+
+func (c *canceller) Start(ctx context.Context, id string) error {
+	return c.after("start", id, c.recorder.Start(ctx, id))
+}
+
+func (c *canceller) Stop(ctx context.Context, id string, timeout time.Duration) error {
+	return c.after("stop", id, c.recorder.Stop(ctx, id, timeout))
+}
+
+func (c *canceller) Remove(ctx context.Context, id string, force bool) error {
+	return c.after("remove", id, c.recorder.Remove(ctx, id, force))
+}
+
+func (c *canceller) Wait(ctx context.Context, id string) (int, error) {
+	c.mu.Lock()
+	name := c.names[id]
+	c.mu.Unlock()
+	c.waits <- name
+	if "wait "+name == c.at {
+		c.cancel() // the pass ends while it waits
+	}
+	return c.recorder.Wait(ctx, id)
+}
+
+// runningInit is a score whose init container runs until it is told to
+// exit (the sim's api image runs until stopped).
+func runningInit() score.Score {
+	s := baseScore()
+	s.Data.InitContainer.Image = "reg.example/api:v2"
+	return s
+}
+
+func TestACancelledPassLeavesOnlyWhatTheNextPassRepairs(t *testing.T) {
+	changed := baseScore()
+	changed.Data.Services[0].Image = "reg.example/api:v2"
+	tests := []struct {
+		name string
+		at   string
+		// score of the cancelled pass and the next one (generation 2).
+		score score.Score
+		// kept are containers the cancelled pass left that the next pass
+		// must keep (same ID), not replace.
+		kept []string
+		// exitInit makes the next pass's init container exit 0 once it is
+		// waited for.
+		exitInit bool
+	}{
+		{"cancelled after creating a service: the next pass starts that container", "create api", changed, []string{"migrate", "api"}, false},
+		{"cancelled after starting a service: the next pass keeps it", "start api", changed, []string{"migrate", "api"}, false},
+		{"cancelled after stopping the old service: the next pass removes it and starts the new one", "stop api", changed, []string{"migrate"}, false},
+		{"cancelled after removing the old init container: the next pass runs the new one", "remove migrate", changed, nil, false},
+		{"cancelled after creating the init container: the next pass starts and waits for that container", "create migrate", changed, []string{"migrate"}, false},
+		{"cancelled while waiting for the init container: the next pass waits for the same container", "wait migrate", runningInit(), []string{"migrate"}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			if err := w.r.Apply(w.ctx, entry(t, 1, baseScore())); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(w.ctx)
+			defer cancel()
+			w.r.Runtime = newCanceller(w.rt, tt.at, cancel)
+			if err := w.r.Apply(ctx, entry(t, 2, tt.score)); !errors.Is(err, context.Canceled) {
+				t.Fatalf("the cancelled pass returned %v, want context.Canceled", err)
+			}
+			left := w.containers()
+
+			next := newCanceller(w.rt, "", func() {})
+			w.r.Runtime = next
+			done := make(chan error, 1)
+			go func() { done <- w.r.Apply(w.ctx, entry(t, 2, tt.score)) }()
+			if tt.exitInit {
+				select {
+				case name := <-next.waits:
+					if name != "migrate" {
+						t.Fatalf("the next pass waited for %s", name)
+					}
+				case err := <-done:
+					t.Fatalf("the next pass ended without waiting for the init container: %v", err)
+				}
+				if err := w.rt.Exit("migrate", 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("the next pass: %v", err)
+			}
+			after := w.containers()
+			if len(after) != 3 {
+				t.Errorf("%d containers after the next pass, want 3 (no duplicate, nothing stale): %v", len(after), after)
+			}
+			revision := after["api"].Labels[agent.LabelRevision]
+			for name, c := range after {
+				want := runtime.StateRunning
+				if name == "migrate" {
+					want = runtime.StateExited
+				}
+				if c.State != want || c.Labels[agent.LabelRevision] != revision {
+					t.Errorf("%s: %s at revision %s, want %s at %s", name, c.State, c.Labels[agent.LabelRevision], want, revision)
+				}
+			}
+			for _, name := range tt.kept {
+				if after[name].ID != left[name].ID {
+					t.Errorf("%s was replaced; want the container the cancelled pass left", name)
+				}
+			}
+		})
+	}
+}
+
+func TestAnInitContainerPastItsTimeoutIsStoppedAndRemoved(t *testing.T) {
+	w := newWorld(t)
+	if err := w.r.Apply(w.ctx, entry(t, 1, baseScore())); err != nil {
+		t.Fatal(err)
+	}
+	before := w.containers()
+	w.r.InitTimeout = 50 * time.Millisecond
+	err := w.r.Apply(w.ctx, entry(t, 2, runningInit()))
+	var te *agent.InitTimeoutError
+	if !errors.As(err, &te) || te.Name != "migrate" || te.Timeout != 50*time.Millisecond {
+		t.Fatalf("got %v, want an InitTimeoutError for migrate after 50ms", err)
+	}
+	for _, want := range []string{"migrate", "50ms", "init timeout", "make it finish sooner"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	after := w.containers()
+	if _, ok := after["migrate"]; ok {
+		t.Error("the init container is still there")
+	}
+	for _, name := range []string{"api", "worker"} {
+		if after[name].ID != before[name].ID || after[name].State != runtime.StateRunning {
+			t.Errorf("service %s was touched after the init container timed out", name)
+		}
+	}
+}
+
+func TestAResumedWaitKeepsTheBoundCountedFromTheInitContainersStart(t *testing.T) {
+	w := newWorld(t, func(o *sim.Options) {
+		o.Now = func() time.Time { return time.Now().Add(-time.Hour) } // it started an hour ago
+	})
+	w.r.InitTimeout = time.Minute
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	w.r.Runtime = newCanceller(w.rt, "wait migrate", cancel)
+	if err := w.r.Apply(ctx, entry(t, 1, runningInit())); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled pass returned %v", err)
+	}
+	w.r.Runtime = w.rt
+	err := w.r.Apply(w.ctx, entry(t, 1, runningInit()))
+	var te *agent.InitTimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("got %v, want an InitTimeoutError at once: the minute since its start has passed", err)
+	}
+	if _, ok := w.containers()["migrate"]; ok {
+		t.Error("the init container is still there")
+	}
+}
