@@ -15,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -245,4 +246,111 @@ func TestPreflightRefusesAHostPortAProcessThatIsNotAContainerListensOn(t *testin
 			t.Fatal(err)
 		}
 	})
+}
+
+// freePort returns a TCP port that was free on the host a moment ago.
+func freePort(t *testing.T) uint16 {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return uint16(l.Addr().(*net.TCPAddr).Port)
+}
+
+func TestServicesThatMoveANameOrAHostPortConvergeOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	w.r.StopTimeout = 2 * time.Second
+	w.r.PortInUse = agent.HostPortInUse
+	v1 := podmantest.BuildImage(t, "runs", runsFile)
+	v2 := podmantest.BuildImage(t, "runs", "LABEL fleet-test=v2\n"+runsFile)
+	ok0 := podmantest.BuildImage(t, "exit0", exit0File)
+	p1, p2 := freePort(t), freePort(t)
+	port := func(p uint16) string { return fmt.Sprintf("%d:8080", p) }
+	n := w.name
+	steps := []struct {
+		name  string
+		score score.PodmanV0
+		// calls are the container changes of the pass, in order.
+		calls []string
+		// running is every running container's host ports after it.
+		running map[string][]uint16
+	}{
+		{"the first pass starts web on its port and worker",
+			score.PodmanV0{Services: []score.Service{svc(n("web"), v1, port(p1)), svc(n("worker"), v1)}},
+			[]string{"create " + n("web"), "start " + n("web"), "create " + n("worker"), "start " + n("worker")},
+			map[string][]uint16{n("web"): {p1}, n("worker"): {}}},
+		{"a plain image change replaces each service in turn, stop old then start new, its host port kept",
+			score.PodmanV0{Services: []score.Service{svc(n("web"), v2, port(p1)), svc(n("worker"), v1)}},
+			[]string{"stop " + n("web"), "remove " + n("web"), "create " + n("web"), "start " + n("web"),
+				"stop " + n("worker"), "remove " + n("worker"), "create " + n("worker"), "start " + n("worker")},
+			map[string][]uint16{n("web"): {p1}, n("worker"): {}}},
+		{"web renamed web2 with the same host port frees it before web2 starts",
+			score.PodmanV0{Services: []score.Service{svc(n("web2"), v2, port(p1)), svc(n("worker"), v1)}},
+			[]string{"stop " + n("web"), "remove " + n("web"), "create " + n("web2"), "start " + n("web2"),
+				"stop " + n("worker"), "remove " + n("worker"), "create " + n("worker"), "start " + n("worker")},
+			map[string][]uint16{n("web2"): {p1}, n("worker"): {}}},
+		{"the host port moving from web2 to worker while both stay converges",
+			score.PodmanV0{Services: []score.Service{svc(n("worker"), v1, port(p1)), svc(n("web2"), v2, port(p2))}},
+			[]string{"stop " + n("web2"), "remove " + n("web2"), "stop " + n("worker"), "remove " + n("worker"),
+				"create " + n("worker"), "start " + n("worker"), "create " + n("web2"), "start " + n("web2")},
+			map[string][]uint16{n("worker"): {p1}, n("web2"): {p2}}},
+		{"the init container takes the name of a former service",
+			score.PodmanV0{InitContainer: &score.Service{Name: n("web2"), Image: ok0},
+				Services: []score.Service{svc(n("worker"), v1, port(p2))}},
+			[]string{"stop " + n("web2"), "remove " + n("web2"), "create " + n("web2"), "start " + n("web2"),
+				"stop " + n("worker"), "remove " + n("worker"), "create " + n("worker"), "start " + n("worker")},
+			map[string][]uint16{n("worker"): {p2}}},
+		{"a service takes the name of the former init container",
+			score.PodmanV0{Services: []score.Service{svc(n("web2"), v1, port(p2)), svc(n("worker"), v1)}},
+			[]string{"remove " + n("web2"), "stop " + n("worker"), "remove " + n("worker"), "create " + n("web2"), "start " + n("web2"),
+				"create " + n("worker"), "start " + n("worker")},
+			map[string][]uint16{n("web2"): {p2}, n("worker"): {}}},
+	}
+	rec := newRecorder(w.rt)
+	w.r.Runtime = rec
+	for i, st := range steps {
+		if !t.Run(st.name, func(t *testing.T) {
+			if err := w.r.Apply(w.ctx, w.entry(int64(i+1), score.Score{Data: st.score})); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(st.calls, rec.take()); diff != "" {
+				t.Errorf("container changes (-want +got):\n%s", diff)
+			}
+			all, err := w.rt.List(w.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string][]uint16{}
+			for name, ports := range portsOf(all) {
+				if strings.HasSuffix(name, w.suffix) {
+					got[name] = ports
+				}
+			}
+			if diff := cmp.Diff(st.running, got); diff != "" {
+				t.Errorf("running containers' host ports (-want +got):\n%s", diff)
+			}
+		}) {
+			break // the next step starts from this one's state
+		}
+	}
+}
+
+func TestPreflightRefusesAHostPortAProcessThatIsNotAContainerListensOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	w.r.StopTimeout = 2 * time.Second
+	w.r.PortInUse = agent.HostPortInUse
+	runs := podmantest.BuildImage(t, "runs", runsFile)
+	port := listen(t, "tcp")
+	s := score.Score{Data: score.PodmanV0{Services: []score.Service{svc(w.name("web"), runs, fmt.Sprintf("%d:8080", port))}}}
+	err := w.r.Apply(w.ctx, w.entry(1, s))
+	var pe *agent.PreflightError
+	want := fmt.Sprintf("host port tcp/%d wanted by %s is in use by a process that is not a container", port, w.name("web"))
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want a preflight error with %q", err, want)
+	}
+	if _, ok := w.byName()[w.name("web")]; ok {
+		t.Error("preflight failed but created the service")
+	}
 }
