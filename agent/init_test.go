@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -207,5 +209,95 @@ func TestAResumedWaitKeepsTheBoundCountedFromTheInitContainersStart(t *testing.T
 	}
 	if _, ok := w.containers()["migrate"]; ok {
 		t.Error("the init container is still there")
+	}
+}
+
+// sleeperFile runs for $SLEEP seconds (an hour by default) and exits 0,
+// also on SIGTERM.
+const sleeperFile = "CMD [\"sh\", \"-c\", \"trap 'exit 0' TERM; sleep ${SLEEP:-3600} & wait\"]\n"
+
+// sleeperScore is a score whose init container sleeps for secs seconds,
+// then a service.
+func sleeperScore(t *testing.T, w *podmanWorld, secs int) score.Score {
+	sleeper := podmantest.BuildImage(t, "sleeper", sleeperFile)
+	return score.Score{Data: score.PodmanV0{
+		InitContainer: &score.Service{Name: w.name("migrate"), Image: sleeper,
+			Env: []score.EnvVar{{Name: "SLEEP", Value: strconv.Itoa(secs)}}},
+		Services: []score.Service{{Name: w.name("api"), Image: sleeper}},
+	}}
+}
+
+func TestAnInitContainerPastItsTimeoutIsStoppedAndRemovedOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	w.r.StopTimeout = 2 * time.Second
+	w.r.InitTimeout = 3 * time.Second
+	s := sleeperScore(t, w, 3600)
+	start := time.Now()
+	err := w.r.Apply(w.ctx, w.entry(1, s))
+	var te *agent.InitTimeoutError
+	if !errors.As(err, &te) || te.Name != w.name("migrate") || te.Timeout != 3*time.Second {
+		t.Fatalf("got %v, want an InitTimeoutError for the init container after 3s", err)
+	}
+	if elapsed := time.Since(start); elapsed < 3*time.Second {
+		t.Errorf("the pass ended after %s, before the bound", elapsed)
+	}
+	cs := w.byName()
+	if _, ok := cs[w.name("migrate")]; ok {
+		t.Error("the init container is still there")
+	}
+	if _, ok := cs[w.name("api")]; ok {
+		t.Error("the service was created although the init container did not complete")
+	}
+}
+
+func TestACancelledWaitForTheInitContainerIsResumedOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	w.r.StopTimeout = 2 * time.Second
+	w.r.InitTimeout = time.Minute
+	s := sleeperScore(t, w, 4)
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	w.r.Runtime = newCanceller(w.rt, "wait "+w.name("migrate"), cancel)
+	if err := w.r.Apply(ctx, w.entry(1, s)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled pass returned %v", err)
+	}
+	left := w.byName()[w.name("migrate")]
+	if left.State != runtime.StateRunning || left.StartedAt.IsZero() {
+		t.Fatalf("after the cancelled pass the init container is %+v, want running with its start time", left)
+	}
+	w.r.Runtime = w.rt
+	if err := w.r.Apply(w.ctx, w.entry(1, s)); err != nil {
+		t.Fatal(err)
+	}
+	cs := w.byName()
+	if c := cs[w.name("migrate")]; c.ID != left.ID || c.State != runtime.StateExited || c.ExitCode != 0 {
+		t.Errorf("init container %+v, want the same container (%s) exited 0: waited for, not restarted", c, left.ID)
+	}
+	if c := cs[w.name("api")]; c.State != runtime.StateRunning {
+		t.Errorf("service %+v", c)
+	}
+}
+
+func TestAResumedWaitKeepsTheBoundCountedFromTheInitContainersStartOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	w.r.StopTimeout = 2 * time.Second
+	w.r.InitTimeout = 8 * time.Second
+	s := sleeperScore(t, w, 3600)
+	ctx, cancel := context.WithTimeout(w.ctx, 4*time.Second) // the daemon gives up on the pass
+	defer cancel()
+	if err := w.r.Apply(ctx, w.entry(1, s)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the first pass returned %v", err)
+	}
+	if c := w.byName()[w.name("migrate")]; c.State != runtime.StateRunning {
+		t.Fatalf("the cancelled pass left the init container %s, want running", c.State)
+	}
+	start := time.Now()
+	err := w.r.Apply(w.ctx, w.entry(1, s))
+	var te *agent.InitTimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("got %v, want an InitTimeoutError", err)
+	}
+	if elapsed := time.Since(start); elapsed > w.r.InitTimeout-time.Second {
+		t.Errorf("the resumed pass waited %s: the bound was counted again from the resume, not from the start", elapsed)
 	}
 }
