@@ -2,12 +2,14 @@ package agent_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -87,5 +89,44 @@ func TestAnUnreachableRegistryLeavesTheDeploymentPendingUntilItAnswers(t *testin
 		if s.Phase == events.WorkloadFailed {
 			t.Errorf("a failure was reported while the registry was unavailable: %+v", s)
 		}
+	}
+}
+
+func TestAnUnreachableRegistryIsUnavailableAndAMissingTagAFailureOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	reg := podmantest.TestRegistry(t)
+	w.r.Credentials = creds{"hub": fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, reg.Password)}
+	closed := strings.TrimPrefix(refusedAddress(t), "http://")
+	tests := []struct {
+		name        string
+		image       string
+		pullSecret  string
+		unavailable bool
+		want        error
+	}{
+		{"a registry that refuses connections is unavailable", closed + "/fleet-agent-test/none:v1", "", true, runtime.ErrRegistryUnavailable},
+		{"a tag the test registry does not have is a failure", reg.Addr + "/fleet-agent-test/private:no-such-tag", "hub", false, runtime.ErrImageNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: tt.image, ImagePullSecret: tt.pullSecret}}}}
+			err := w.r.Apply(w.ctx, w.entry(1, s))
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			ue, ok := agent.AsUnavailable(err)
+			if ok != tt.unavailable || (ok && ue.Component != agent.ComponentRegistry) {
+				t.Errorf("AsUnavailable = %+v, %v; want %v with component %q", ue, ok, tt.unavailable, agent.ComponentRegistry)
+			}
+			if runtime.IsUnavailable(err) {
+				t.Error("Podman answered, but the error says the engine is unavailable")
+			}
+			if strings.Contains(err.Error(), reg.Password) {
+				t.Error("the error shows the registry password")
+			}
+			if _, ok := w.byName()[w.name("api")]; ok {
+				t.Error("a failed pull created the service")
+			}
+		})
 	}
 }
