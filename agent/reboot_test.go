@@ -4,10 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -95,6 +97,96 @@ func TestADownServiceIsReportedFailedNotConverged(t *testing.T) {
 	for _, s := range e.statuses() {
 		if s.Phase == events.WorkloadConverged {
 			t.Errorf("converged was reported while worker was down: %+v", s)
+		}
+	}
+}
+
+// ignoresTermFile's sleep, as PID 1, ignores SIGTERM: a stop with no grace
+// ends it by SIGKILL, exit code 137.
+const ignoresTermFile = "CMD [\"sleep\", \"3600\"]\n"
+
+// TestServicesRunAgainAfterARebootOnRealPodman approximates a reboot on the
+// shared Podman service, which cannot be rebooted: at boot libpod's refresh
+// (resetContainerState) puts every container that ran during the last boot
+// in the exited state, keeping its last exit code (0 for one that was still
+// running), and one that never started in the configured ("created")
+// state; without podman-restart.service nothing starts them. The test
+// stops each service with `podman stop` while no pass runs — exited with
+// 0, or 137 for one killed because it ignores SIGTERM — which Podman
+// records as stopped by the user, so its own restart policy does not bring
+// it back either, as at boot; and it replaces one service by a container
+// with the same spec and labels that never started, as a container created
+// but not started before the power went off. Then one pass must bring back
+// every service its restart policy restarts, and report the one it keeps
+// down.
+func TestServicesRunAgainAfterARebootOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	w.r.StopTimeout = 2 * time.Second
+	runs := podmantest.BuildImage(t, "runs", runsFile)
+	deaf := podmantest.BuildImage(t, "ignores-term", ignoresTermFile)
+	svcs := []struct {
+		name   string
+		image  string
+		policy score.RestartPolicy
+		// never: the service is left configured, never started.
+		never bool
+		// exitCode is what the stop leaves.
+		exitCode int
+		up       bool
+	}{
+		{"always", runs, "always", false, 0, true},
+		{"unless", runs, "unless-stopped", false, 0, true},
+		{"onfail", deaf, "on-failure", false, 137, true},
+		{"never", runs, "unless-stopped", true, 0, true},
+		{"once", runs, "no", false, 0, false},
+	}
+	s := score.Score{Data: score.PodmanV0{}}
+	for _, sv := range svcs {
+		s.Data.Services = append(s.Data.Services, score.Service{Name: w.name(sv.name), Image: sv.image, RestartPolicy: sv.policy})
+	}
+	if err := w.r.Apply(w.ctx, w.entry(1, s)); err != nil {
+		t.Fatal(err)
+	}
+	before := w.byName()
+	for _, sv := range svcs {
+		c := before[w.name(sv.name)]
+		if sv.never {
+			if err := w.rt.Remove(w.ctx, c.ID, true); err != nil {
+				t.Fatal(err)
+			}
+			id, err := w.rt.Create(w.ctx, runtime.ContainerSpec{Name: c.Name, Image: sv.image, Labels: c.Labels, RestartPolicy: string(sv.policy)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.ID = id
+			before[c.Name] = c
+			continue
+		}
+		grace := w.r.StopTimeout
+		if sv.exitCode == 137 {
+			grace = 0
+		}
+		if err := w.rt.Stop(w.ctx, c.ID, grace); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := w.rt.Inspect(w.ctx, c.ID); err != nil || got.State != runtime.StateExited || got.ExitCode != sv.exitCode {
+			t.Fatalf("%s after the stop: %+v, %v; want exited %d", sv.name, got, err, sv.exitCode)
+		}
+	}
+
+	err := w.r.Apply(w.ctx, w.entry(1, s))
+	var down *agent.ServiceDownError
+	if !errors.As(err, &down) || down.Name != w.name("once") || down.ExitCode != 0 || down.RestartPolicy != "no" {
+		t.Fatalf("got %v, want a ServiceDownError for %s only", err, w.name("once"))
+	}
+	after := w.byName()
+	for _, sv := range svcs {
+		c := after[w.name(sv.name)]
+		if c.ID != before[w.name(sv.name)].ID {
+			t.Errorf("%s was replaced; want the same container started again", sv.name)
+		}
+		if up := c.State == runtime.StateRunning; up != sv.up {
+			t.Errorf("%s (restart_policy %q) is %s, want running %v", sv.name, sv.policy, c.State, sv.up)
 		}
 	}
 }
