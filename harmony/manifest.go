@@ -196,8 +196,8 @@ func validateTag(tag string) error {
 }
 
 // checkDeployRef accepts a registry digest (repo@sha256:…, optionally with
-// a tag before it) or an explicit dev-* tag, and refuses latest and every
-// other tag.
+// a tag before it) or an explicit dev-* tag with a non-empty suffix, and
+// refuses latest, a bare "dev-" and every other tag.
 func checkDeployRef(name, ref string) error {
 	fix := "pass the registry digest (repo@sha256:<64 hex>) or an explicit dev-* tag"
 	if repo, digest, ok := strings.Cut(ref, "@"); ok {
@@ -219,6 +219,8 @@ func checkDeployRef(name, ref string) error {
 		return fmt.Errorf("%w: --image %s=%s: tag latest is mutable: %s", ErrMutableTag, name, ref, fix)
 	case !strings.HasPrefix(tag, "dev-"):
 		return fmt.Errorf("%w: --image %s=%s: tag %q can be moved to another image: %s", ErrMutableTag, name, ref, tag, fix)
+	case tag == "dev-":
+		return usageError("--image %s=%s: tag \"dev-\" names no build: put the build after dev- (for example dev-<branch>-<commit>), or pass the registry digest (repo@sha256:<64 hex>)", name, ref)
 	}
 	return nil
 }

@@ -23,6 +23,8 @@ func TestDeployRefs(t *testing.T) {
 		{"a registry digest is accepted", "hub.example/app/web@" + digest, nil, ""},
 		{"a tag pinned by a digest is accepted", "hub.example/app/web:v1@" + digest, nil, ""},
 		{"a dev tag is accepted", "hub.example:5000/app/web:dev-1234", nil, ""},
+		{"a dev tag with nothing after dev- is refused naming the flag and the fix", "hub.example/app/web:dev-", ErrUsage, `--image web=hub.example/app/web:dev-: tag "dev-" names no build: put the build after dev-`},
+		{"a dev tag of one character after dev- is accepted", "hub.example/app/web:dev-1", nil, ""},
 		{"latest is refused with the fix", "hub.example/app/web:latest", ErrMutableTag, "--image web=hub.example/app/web:latest"},
 		{"no tag means latest and is refused", "hub.example/app/web", ErrMutableTag, "dev-* tag"},
 		{"a registry port is not taken for a tag", "hub.example:5000/app/web", ErrMutableTag, "no tag"},
