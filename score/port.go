@@ -5,6 +5,13 @@ import (
 	"strconv"
 )
 
+// MaxPublishedPorts is how many port mappings the services of a score
+// publish at most together. The Deployment CRD's rule against a host port
+// published twice compares every pair of mappings, so its cost grows with
+// the square of their number; this bound keeps it within the API server's
+// CEL cost budget.
+const MaxPublishedPorts = 256
+
 // Protocol is the transport of a published port.
 type Protocol string
 
@@ -64,4 +71,52 @@ func ParsePorts(ports []string) ([]Port, error) {
 		out = append(out, pp)
 	}
 	return out, nil
+}
+
+// PortClashFix is the fix of a PortClash, for messages that name both
+// mappings.
+const PortClashFix = "publish each host port once per protocol (a port without /udp is tcp), or give one of them another host port"
+
+// PortClash is a port mapping that publishes a host port with a protocol
+// that an earlier mapping already publishes: Podman (and the agent's
+// preflight) would refuse the second.
+type PortClash struct {
+	// Service and Mapping locate the mapping: services[Service].ports[Mapping].
+	Service, Mapping int
+	// FirstService and FirstMapping locate the earlier mapping.
+	FirstService, FirstMapping int
+	// Host and Protocol are the host port both publish.
+	Host     uint16
+	Protocol Protocol
+}
+
+// HostPortClashes returns, in order, every mapping of ports (ports[i] is the
+// i-th service's list) that publishes a host port and protocol an earlier
+// mapping, of the same service or an earlier one, already publishes. A
+// mapping without a protocol is tcp ("8080:80" and "8080:81/tcp" clash;
+// "8080:80/tcp" and "8080:80/udp" do not), leading zeros do not count, and a
+// malformed mapping is skipped (ParsePort reports it).
+func HostPortClashes(ports [][]string) []PortClash {
+	type hostPort struct {
+		host  uint16
+		proto Protocol
+	}
+	type at struct{ service, mapping int }
+	first := map[hostPort]at{}
+	var out []PortClash
+	for i, list := range ports {
+		for j, p := range list {
+			pp, err := ParsePort(p)
+			if err != nil {
+				continue
+			}
+			k := hostPort{pp.Host, pp.Protocol}
+			if f, dup := first[k]; dup {
+				out = append(out, PortClash{Service: i, Mapping: j, FirstService: f.service, FirstMapping: f.mapping, Host: pp.Host, Protocol: pp.Protocol})
+				continue
+			}
+			first[k] = at{i, j}
+		}
+	}
+	return out
 }

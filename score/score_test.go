@@ -2,6 +2,7 @@ package score_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -63,6 +64,24 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 			[]string{`score.data.services[0].ports[1] "8080:70000": use host:container with numbers in 1..65535`}},
 		{"65 ports are too many", func(s *score.Score) { s.Data.Services[0].Ports = make([]string, 65) },
 			[]string{"score.data.services[0].ports: has 65 entries: use at most 64"}},
+		{"one host port published twice in a service is named with the fix", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8080:81"} },
+			[]string{`score.data.services[0].ports[1] "8080:81": host port tcp/8080 is published twice by api (ports[0] and ports[1]): publish each host port once per protocol`}},
+		{"one host port published by two services is named", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "web", Image: "web:v1", Ports: []string{"9090:90", "8080:80/tcp"}})
+		}, []string{`score.data.services[1].ports[1] "8080:80/tcp": host port tcp/8080 is published by both api and web (services[0].ports[0] and services[1].ports[1])`}},
+		{"a port without a protocol clashes with the same port over tcp", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80/tcp", "8080:80"} },
+			[]string{`score.data.services[0].ports[1] "8080:80": host port tcp/8080 is published twice`}},
+		{"leading zeros do not hide a clash", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "08080:80"} },
+			[]string{`score.data.services[0].ports[1] "08080:80": host port tcp/8080 is published twice`}},
+		{"one host port over tcp and over udp is valid", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80/tcp", "8080:80/udp"} }, nil},
+		{"one host port over udp in two services is named", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "dns2", Image: "dns:v1", Ports: []string{"53:5353/udp"}})
+		}, []string{`score.data.services[1].ports[0] "53:5353/udp": host port udp/53 is published by both api and dns2 (services[0].ports[1] and services[1].ports[0])`}},
+		{"one container port behind two host ports is valid", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8081:80"} }, nil},
+		{"256 ports across services are valid", func(s *score.Score) { s.Data.Services = portServices(4, 64) }, nil},
+		{"257 ports across services are too many", func(s *score.Score) {
+			s.Data.Services = append(portServices(4, 64), score.Service{Name: "extra", Image: "x:v1", Ports: []string{"1:1"}})
+		}, []string{"score.data.services: publish 257 ports in all: use at most 256 ports across all services"}},
 		{"an env name starting with a digit is named", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "1MODE" },
 			[]string{`score.data.services[0].env[0].name "1MODE": use a letter or '_'`}},
 		{"an env value over 4096 characters is named", func(s *score.Score) { s.Data.Services[0].Env[0].Value = strings.Repeat("é", 4097) },
@@ -113,6 +132,20 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 			}
 		})
 	}
+}
+
+// portServices is n services of perService distinct host ports each, no
+// host port used twice.
+func portServices(n, perService int) []score.Service {
+	var out []score.Service
+	for i := range n {
+		svc := score.Service{Name: fmt.Sprintf("s%d", i), Image: "s:v1"}
+		for j := range perService {
+			svc.Ports = append(svc.Ports, fmt.Sprintf("%d:80", 10000+i*perService+j))
+		}
+		out = append(out, svc)
+	}
+	return out
 }
 
 func TestAnErrorQuotesAtMost100CharactersOfAValue(t *testing.T) {
@@ -214,5 +247,32 @@ func TestParseDecodesAndValidates(t *testing.T) {
 	}
 	if _, err := score.Parse([]byte(`[`)); err == nil || !strings.HasPrefix(err.Error(), "score: ") {
 		t.Errorf("JSON that does not decode: %v", err)
+	}
+}
+
+func TestHostPortClashesNamesEveryMappingThatRepeatsAHostPortAndProtocol(t *testing.T) {
+	tests := []struct {
+		name  string
+		ports [][]string
+		want  []score.PortClash
+	}{
+		{"distinct host ports do not clash", [][]string{{"8080:80", "8081:80"}, {"9090:90"}}, nil},
+		{"one host port over tcp and over udp does not clash", [][]string{{"8080:80/tcp"}, {"8080:80/udp"}}, nil},
+		{"one host port twice in a service clashes", [][]string{{"8080:80", "8080:81"}},
+			[]score.PortClash{{Service: 0, Mapping: 1, FirstService: 0, FirstMapping: 0, Host: 8080, Protocol: score.TCP}}},
+		{"a port without a protocol clashes with tcp in another service", [][]string{{"53:53/udp", "8080:80"}, {"8080:8080/tcp"}},
+			[]score.PortClash{{Service: 1, Mapping: 0, FirstService: 0, FirstMapping: 1, Host: 8080, Protocol: score.TCP}}},
+		{"leading zeros do not hide a clash", [][]string{{"00053:53/udp"}, {"53:5353/udp"}},
+			[]score.PortClash{{Service: 1, Mapping: 0, FirstService: 0, FirstMapping: 0, Host: 53, Protocol: score.UDP}}},
+		{"every repeat names the first mapping", [][]string{{"1:1", "1:2"}, {"1:3"}},
+			[]score.PortClash{{Service: 0, Mapping: 1, Host: 1, Protocol: score.TCP}, {Service: 1, Mapping: 0, Host: 1, Protocol: score.TCP}}},
+		{"malformed mappings are skipped", [][]string{{"x", "8080"}, {"x"}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, score.HostPortClashes(tc.ports)); diff != "" {
+				t.Errorf("clashes (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

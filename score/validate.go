@@ -73,7 +73,11 @@ func Parse(raw []byte) (Score, error) {
 //     '_', '.' and '-', keys of 1 to 253 characters; at most 32 volumes
 //     with absolute host and container paths (at most 4096 characters); a
 //     restart policy that is empty or one of RestartPolicies; an image pull
-//     secret that is empty or a name like a container's of at most 253.
+//     secret that is empty or a name like a container's of at most 253;
+//   - at most MaxPublishedPorts (256) ports in all services together, and
+//     no host port published twice with one protocol, in one service or in
+//     two (HostPortClashes: a port without a protocol is tcp, so "8080:80"
+//     and "8080:81/tcp" clash; "8080:80/tcp" and "8080:80/udp" do not).
 //
 // It returns nil or a *ValidationError listing every broken rule, each a
 // *FieldError whose Field is the JSON path under "score".
@@ -109,7 +113,33 @@ func Validate(s Score) error {
 			v.add(field+".name", svc.Name, "is also init_container.name: give the init container a name of its own")
 		}
 	}
+	v.hostPorts(d.Services)
 	return v.err()
+}
+
+// hostPorts checks that the services publish at most MaxPublishedPorts
+// mappings together and no host port twice with one protocol
+// (HostPortClashes).
+func (v *validator) hostPorts(services []Service) {
+	total := 0
+	ports := make([][]string, len(services))
+	for i, svc := range services {
+		total += len(svc.Ports)
+		ports[i] = svc.Ports
+	}
+	for _, c := range HostPortClashes(ports) {
+		// The agent's preflight words a clash the same way.
+		svc, first := services[c.Service].Name, services[c.FirstService].Name
+		what := fmt.Sprintf("host port %s/%d is published by both %s and %s (services[%d].ports[%d] and services[%d].ports[%d])",
+			c.Protocol, c.Host, first, svc, c.FirstService, c.FirstMapping, c.Service, c.Mapping)
+		if c.Service == c.FirstService {
+			what = fmt.Sprintf("host port %s/%d is published twice by %s (ports[%d] and ports[%d])", c.Protocol, c.Host, svc, c.FirstMapping, c.Mapping)
+		}
+		v.add(fmt.Sprintf("score.data.services[%d].ports[%d]", c.Service, c.Mapping), services[c.Service].Ports[c.Mapping], what+": "+PortClashFix)
+	}
+	if total > MaxPublishedPorts {
+		v.add("score.data.services", "", fmt.Sprintf("publish %d ports in all: use at most %d ports across all services", total, MaxPublishedPorts))
+	}
 }
 
 // ValidateName checks a container name: 1 to 63 letters, digits, '_', '.'
