@@ -2,6 +2,7 @@ package k8s_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -82,6 +83,21 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 			[]string{"ports", "1..65535"}},
 		{"a port above 65535 is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Ports = []string{"8080:70000"} },
 			[]string{"ports", "1..65535"}},
+		{"one host port published twice in a service is refused naming the fix", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Ports = []string{"8080:80", "8080:81"} },
+			[]string{"services[].ports: a host port is published twice with one protocol", "publish each host port once per protocol"}},
+		{"one host port published by two services is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, fleetv1.PodmanService{Name: "web", Image: "web:v1", Ports: []string{"8080:80/tcp"}})
+		}, []string{"a host port is published twice"}},
+		{"32 services of 64 ports each are refused by the total, within the CEL cost budget", func(d *fleetv1.Deployment) {
+			d.Spec.Score.Data.Services = nil
+			for i := range 32 {
+				svc := fleetv1.PodmanService{Name: fmt.Sprintf("s%d", i), Image: "s:v1"}
+				for j := range 64 {
+					svc.Ports = append(svc.Ports, fmt.Sprintf("%d:80", 1+i*64+j))
+				}
+				d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, svc)
+			}
+		}, []string{"services[].ports: the services publish more than 256 ports in all: use at most 256"}},
 		{"a container name with a space is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Name = "my api" },
 			[]string{"services[0].name", "should match"}},
 		{"two services with the same name are refused", func(d *fleetv1.Deployment) {
@@ -125,6 +141,9 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error lacks %q:\n%v", w, err)
 				}
+			}
+			if strings.Contains(err.Error(), "budget") {
+				t.Errorf("a rule ran out of its CEL cost budget instead of naming the field:\n%v", err)
 			}
 		})
 	}

@@ -170,6 +170,31 @@ func TestScoreValidateAndTheAPIServerAgree(t *testing.T) {
 		{"a port with a host address is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"127.0.0.1:80:80"} }, false},
 		{"64 ports are valid", func(s *score.Score) { s.Data.Services[0].Ports = portList(64) }, true},
 		{"65 ports are refused", func(s *score.Score) { s.Data.Services[0].Ports = portList(65) }, false},
+		{"one host port published twice in a service is refused", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8080:81"} }, false},
+		{"one host port published by two services is refused", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "web", Image: "reg.example/web:v1", Ports: []string{"8080:80"}})
+		}, false},
+		{"a port without a protocol clashes with the same host port over tcp", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "web", Image: "reg.example/web:v1", Ports: []string{"8080:80/tcp"}})
+		}, false},
+		{"leading zeros do not hide a host port published twice", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "08080:80"} }, false},
+		{"one host port over udp in two services is refused", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "dns2", Image: "reg.example/dns:v1", Ports: []string{"53:5353/udp"}})
+		}, false},
+		{"one host port over tcp and over udp is valid", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80/tcp", "8080:80/udp"} }, true},
+		{"one host port over tcp and udp in two services is valid", func(s *score.Score) {
+			s.Data.Services = append(s.Data.Services, score.Service{Name: "web", Image: "reg.example/web:v1", Ports: []string{"8080:8080/udp"}})
+		}, true},
+		{"one container port behind two host ports is valid", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8081:80"} }, true},
+		{"256 distinct ports across services are valid within the CEL cost budget", func(s *score.Score) { s.Data.Services = portServices(4, 64) }, true},
+		{"255 distinct ports and one published twice are refused", func(s *score.Score) {
+			s.Data.Services = portServices(4, 64)
+			s.Data.Services[3].Ports[63] = s.Data.Services[0].Ports[0]
+		}, false},
+		{"257 ports across services are refused", func(s *score.Score) {
+			s.Data.Services = append(portServices(4, 64), score.Service{Name: "extra", Image: "reg.example/x:v1", Ports: []string{"1:1"}})
+		}, false},
+		{"32 services of 64 ports each are refused by the total, not by the cost budget", func(s *score.Score) { s.Data.Services = portServices(32, 64) }, false},
 		{"an env name starting with '_' is valid", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "_MODE" }, true},
 		{"an env name starting with a digit is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "1MODE" }, false},
 		{"an env name with '-' is refused", func(s *score.Score) { s.Data.Services[0].Env[0].Name = "MY-MODE" }, false},
@@ -288,6 +313,20 @@ func portList(n int) []string {
 	var out []string
 	for i := range n {
 		out = append(out, fmt.Sprintf("%d:80", 10000+i))
+	}
+	return out
+}
+
+// portServices is n services of perService ports each, no host port used
+// twice.
+func portServices(n, perService int) []score.Service {
+	var out []score.Service
+	for i := range n {
+		svc := score.Service{Name: fmt.Sprintf("s%d", i), Image: "reg.example/s:v1"}
+		for j := range perService {
+			svc.Ports = append(svc.Ports, fmt.Sprintf("%d:80", 1+i*perService+j))
+		}
+		out = append(out, svc)
 	}
 	return out
 }

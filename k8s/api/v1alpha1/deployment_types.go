@@ -90,6 +90,17 @@ type Score struct {
 
 // PodmanV0 is one optional init container followed by services.
 //
+// The services publish at most 256 ports together, and no host port twice
+// with one protocol (a port without one is tcp). The check compares every
+// pair, so its CEL cost grows with the square of the ports: the total bound
+// keeps it within the API server's per-rule budget, and the rule skips the
+// comparison (the bound's rule refuses) above it. A port's key is an int,
+// host port * 2 + 1 for udp, so that leading zeros do not count and no
+// string is built. flatten and distinct are
+// CEL list functions of Kubernetes 1.34, accepted by API servers from 1.35.
+//
+// +kubebuilder:validation:XValidation:rule="self.services.map(s, has(s.ports) ? size(s.ports) : 0).sum() <= 256",message="services[].ports: the services publish more than 256 ports in all: use at most 256 across all services"
+// +kubebuilder:validation:XValidation:rule="size(self.services.map(s, has(s.ports) ? s.ports.map(p, int(p.split(':')[0]) * 2 + (p.endsWith('/udp') ? 1 : 0)) : []).flatten()) > 256 || size(self.services.map(s, has(s.ports) ? s.ports.map(p, int(p.split(':')[0]) * 2 + (p.endsWith('/udp') ? 1 : 0)) : []).flatten().distinct()) == size(self.services.map(s, has(s.ports) ? s.ports.map(p, int(p.split(':')[0]) * 2 + (p.endsWith('/udp') ? 1 : 0)) : []).flatten())",message="services[].ports: a host port is published twice with one protocol (in one service or in two; a port without /udp is tcp): publish each host port once per protocol, or give one of them another host port"
 // +kubebuilder:validation:XValidation:rule="!has(self.init_container) || !has(self.init_container.ports) || size(self.init_container.ports) == 0",message="init_container.ports must be empty: an init container cannot publish host ports"
 // +kubebuilder:validation:XValidation:rule="self.services.all(s, self.services.exists_one(o, o.name == s.name))",message="services[].name must be unique"
 // +kubebuilder:validation:XValidation:rule="!has(self.init_container) || self.services.all(s, s.name != self.init_container.name)",message="init_container.name must differ from every services[].name"
