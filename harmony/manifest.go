@@ -33,9 +33,9 @@ var (
 // container from is set, that services name declared images and every
 // declared image is used, and what the Fleet Deployment's schema would
 // refuse only after every image was built and pushed (container names,
-// duplicate names, ports, an init container with ports). Container names and
-// port mappings are checked with the score package's rules, the Deployment
-// CRD's.
+// duplicate names, ports, a host port published twice, an init container
+// with ports). Container names and port mappings are checked with the score
+// package's rules, the Deployment CRD's.
 func validateApp(app HarmonyApp) error {
 	images := map[string]bool{}
 	for i, im := range app.Images() {
@@ -84,10 +84,20 @@ func validateApp(app HarmonyApp) error {
 			return fmt.Errorf("%w: Deployment().Init (%s).Ports must be empty: an init container runs to completion and publishes no port; publish ports on a service in Deployment().Services", ErrManifest, d.Init.Name)
 		}
 	}
+	ports, total := make([][]string, len(d.Services)), 0
 	for i, s := range d.Services {
 		if err := check(fmt.Sprintf("Deployment().Services[%d]", i), s); err != nil {
 			return err
 		}
+		ports[i], total = s.Ports, total+len(s.Ports)
+	}
+	if cs := score.HostPortClashes(ports); len(cs) > 0 {
+		c, s, f := cs[0], d.Services[cs[0].Service], d.Services[cs[0].FirstService]
+		return fmt.Errorf("%w: Deployment().Services[%d] (%s).Ports[%d] %q: host port %s/%d is also published by Deployment().Services[%d] (%s).Ports[%d]: %s",
+			ErrManifest, c.Service, s.Name, c.Mapping, s.Ports[c.Mapping], c.Protocol, c.Host, c.FirstService, f.Name, c.FirstMapping, score.PortClashFix)
+	}
+	if total > score.MaxPublishedPorts {
+		return fmt.Errorf("%w: Deployment().Services publish %d ports in all: use at most %d across all services", ErrManifest, total, score.MaxPublishedPorts)
 	}
 	used := usedImages(d)
 	for i, im := range app.Images() {

@@ -2,6 +2,7 @@ package harmony
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -172,6 +173,21 @@ func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
 		{"a port without a host side", func(m *manifest) { m.d.Services[0].Ports = []string{"80"} }, `Deployment().Services[0] (web).Ports[0] "80" is not a port mapping`},
 		{"a port out of range", func(m *manifest) { m.d.Services[0].Ports = []string{"8080:80", "70000:80"} }, `Ports[1] "70000:80"`},
 		{"a port zero", func(m *manifest) { m.d.Services[0].Ports = []string{"0:80"} }, `Ports[0] "0:80"`},
+		{"one host port published twice by a service names both and the fix", func(m *manifest) { m.d.Services[0].Ports = []string{"8080:80", "8080:81"} },
+			`Deployment().Services[0] (web).Ports[1] "8080:81": host port tcp/8080 is also published by Deployment().Services[0] (web).Ports[0]: publish each host port once per protocol`},
+		{"one host port published by two services, one without a protocol", func(m *manifest) {
+			m.d.Services[0].Ports = []string{"8080:80"}
+			m.d.Services = append(m.d.Services, Service{Name: "api", Image: "web", Ports: []string{"9090:90", "8080:8080/tcp"}})
+		}, `Deployment().Services[1] (api).Ports[1] "8080:8080/tcp": host port tcp/8080 is also published by Deployment().Services[0] (web).Ports[0]`},
+		{"more than 256 ports in all", func(m *manifest) {
+			for i := range 5 {
+				svc := Service{Name: fmt.Sprintf("s%d", i), Image: "web"}
+				for j := range 60 {
+					svc.Ports = append(svc.Ports, fmt.Sprintf("%d:80", 1+i*60+j))
+				}
+				m.d.Services = append(m.d.Services, svc)
+			}
+		}, "Deployment().Services publish 300 ports in all: use at most 256"},
 		{"a port with an unknown protocol", func(m *manifest) { m.d.Services[0].Ports = []string{"53:53/sctp"} }, `Ports[0] "53:53/sctp"`},
 	}
 	for _, tc := range tests {
@@ -188,7 +204,7 @@ func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
 
 func TestValidPortsAreAccepted(t *testing.T) {
 	m := manifest{images: []Image{{Name: "web", Context: "web"}}, d: Deployment{Name: "shop", Services: []Service{
-		{Name: "web", Image: "web", Ports: []string{"1:1", "8080:80", "53:53/udp", "443:8443/tcp", "65535:65535"}}}}}
+		{Name: "web", Image: "web", Ports: []string{"1:1", "8080:80", "53:53/udp", "443:8443/tcp", "65535:65535", "8080:80/udp"}}}}}
 	if err := validateApp(m); err != nil {
 		t.Fatal(err)
 	}
