@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
+	hostPathRoots := hostPathRootFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		if r, err = podmanRuntime(ctx, *socket); err != nil {
 			return err
 		}
-		ensure = func(p string) error { return os.MkdirAll(p, 0o755) }
+		ensure = hostPathRoots.ensure
 	default:
 		return fmt.Errorf("--runtime %q: use podman or sim", *rt)
 	}
