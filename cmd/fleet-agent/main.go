@@ -71,6 +71,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	baoKV := fs.String("openbao-kv-mount", openbao.DefaultKVMount, "path of OpenBao's KV version 2 engine")
 	baoPrefix := fs.String("openbao-device-prefix", os.Getenv("FLEET_OPENBAO_DEVICE_PREFIX"), "KV path under which <prefix>/registry/device-pull/<reference> pull secrets live ($FLEET_OPENBAO_DEVICE_PREFIX)")
 	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
+	initTimeout := fs.Duration("init-timeout", agent.DefaultInitTimeout, "how long an init container may run before the agent stops it and reports the Deployment failed")
 	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
@@ -112,6 +113,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 
 	var r runtime.Runtime
 	var ensure func(string) error
+	var portInUse func(string, uint16) (bool, error)
 	switch *rt {
 	case "sim":
 		r = sim.New(sim.Options{})
@@ -121,6 +123,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			return err
 		}
 		ensure = hostPathRoots.ensure
+		portInUse = agent.HostPortInUse
 	default:
 		return fmt.Errorf("--runtime %q: use podman or sim", *rt)
 	}
@@ -144,7 +147,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	defer nc.Close()
 
-	rec := &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure}
+	if *initTimeout <= 0 {
+		return fmt.Errorf("--init-timeout %s: give a positive duration, e.g. 10m", *initTimeout)
+	}
+	rec := &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure, PortInUse: portInUse, InitTimeout: *initTimeout}
 	if *baoURL != "" {
 		ds, err := deviceSecrets(openbao.Config{Address: *baoURL, Role: *baoRole, JWTMount: *baoJWT, KVMount: *baoKV}, *baoCA, idToken, *baoPrefix)
 		if err != nil {
