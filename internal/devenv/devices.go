@@ -123,6 +123,7 @@ func runDevice(ctx context.Context, o Options, natsURL, issuer, audience string,
 	if d.podman {
 		rec.Runtime = eng.rt
 		rec.EnsureHostPath = func(p string) error { return os.MkdirAll(p, 0o755) }
+		rec.PortInUse = agent.HostPortInUse
 	} else {
 		rec.Runtime = openRegistry{sim.New(sim.Options{Behave: behave})}
 	}
