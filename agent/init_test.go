@@ -190,6 +190,22 @@ func TestAnInitContainerPastItsTimeoutIsStoppedAndRemoved(t *testing.T) {
 	}
 }
 
+func TestATimedOutInitContainerIsRemovedEvenWhenThePassIsCancelledWhileItStops(t *testing.T) {
+	w := newWorld(t)
+	w.r.InitTimeout = 50 * time.Millisecond
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	w.r.Runtime = newCanceller(w.rt, "stop migrate", cancel)
+	err := w.r.Apply(ctx, entry(t, 1, runningInit()))
+	var te *agent.InitTimeoutError
+	if !errors.As(err, &te) {
+		t.Fatalf("got %v, want an InitTimeoutError", err)
+	}
+	if _, ok := w.containers()["migrate"]; ok {
+		t.Error("the stopped init container was left: the next pass could take it for completed")
+	}
+}
+
 func TestAResumedWaitKeepsTheBoundCountedFromTheInitContainersStart(t *testing.T) {
 	w := newWorld(t, func(o *sim.Options) {
 		o.Now = func() time.Time { return time.Now().Add(-time.Hour) } // it started an hour ago

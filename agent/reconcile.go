@@ -332,7 +332,11 @@ func (r *Reconciler) waitInit(ctx context.Context, e events.IntentEntry, c runti
 		r.log().WarnContext(ctx, "init container outlived the init timeout; stopping it", "deployment", e.Namespace+"/"+e.Name,
 			"container", c.Name, "timeout", bound)
 		c.State = runtime.StateRunning
-		if err := r.stopRemove(ctx, c); err != nil {
+		// Not cut short by a cancelled pass: stopped but not removed, an
+		// init container that exits 0 on SIGTERM would pass for completed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.stopTimeout()+time.Minute)
+		defer cancel()
+		if err := r.stopRemove(rctx, c); err != nil {
 			return fmt.Errorf("init container %s outlived the init timeout of %s: %w", c.Name, bound, err)
 		}
 		return &InitTimeoutError{Name: c.Name, Timeout: bound}
