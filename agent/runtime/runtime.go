@@ -80,6 +80,20 @@ type Container struct {
 	// clock). The reconciler bounds an init container it finds running by
 	// the time left since then.
 	StartedAt time.Time
+	// FinishedAt is when the container last exited as the engine saw it;
+	// zero when it never did or the runtime does not say. After a reboot
+	// Podman shows a container that was running as exited with its last
+	// exit code but no new FinishedAt: before StartedAt (see
+	// ExitUnrecorded).
+	FinishedAt time.Time
+}
+
+// ExitUnrecorded reports whether c is exited without the engine having seen
+// it exit since its last start (FinishedAt before StartedAt): the host went
+// down while it ran, and its ExitCode is stale. False when the runtime
+// reports no start time.
+func (c Container) ExitUnrecorded() bool {
+	return c.State == StateExited && !c.StartedAt.IsZero() && c.FinishedAt.Before(c.StartedAt)
 }
 
 // RegistryAuth is a pull credential, passed per call and never stored,

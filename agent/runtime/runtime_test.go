@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 )
@@ -36,6 +37,35 @@ func TestIsUnavailableTellsTransportErrorsFromRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := runtime.IsUnavailable(tc.err); got != tc.want {
 				t.Fatalf("IsUnavailable(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExitUnrecordedTellsARebootsExitFromARealOne(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name string
+		c    runtime.Container
+		want bool
+	}{
+		{"an exit after the start is recorded",
+			runtime.Container{State: runtime.StateExited, StartedAt: start, FinishedAt: start.Add(time.Second)}, false},
+		{"an exit in the same second as the start is recorded",
+			runtime.Container{State: runtime.StateExited, StartedAt: start, FinishedAt: start}, false},
+		{"an exited container that never finished since its start went down with the host",
+			runtime.Container{State: runtime.StateExited, StartedAt: start}, true},
+		{"an exited container whose finish is older than its start went down with the host",
+			runtime.Container{State: runtime.StateExited, StartedAt: start, FinishedAt: start.Add(-time.Hour)}, true},
+		{"a running container is not exited",
+			runtime.Container{State: runtime.StateRunning, StartedAt: start}, false},
+		{"without a start time nothing can be told",
+			runtime.Container{State: runtime.StateExited}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.c.ExitUnrecorded(); got != tt.want {
+				t.Errorf("ExitUnrecorded = %v, want %v", got, tt.want)
 			}
 		})
 	}

@@ -119,19 +119,23 @@ func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
 				})
 			}
 		}
-		var started time.Time
+		var started, finished time.Time
 		if c.StartedAt > 0 {
 			started = time.Unix(c.StartedAt, 0)
 		}
+		if c.ExitedAt > 0 {
+			finished = time.Unix(c.ExitedAt, 0)
+		}
 		out = append(out, runtime.Container{
-			ID:        c.ID,
-			Name:      name,
-			Image:     c.Image,
-			Labels:    c.Labels,
-			State:     state(c.State),
-			ExitCode:  int(c.ExitCode),
-			Ports:     ports,
-			StartedAt: started,
+			ID:         c.ID,
+			Name:       name,
+			Image:      c.Image,
+			Labels:     c.Labels,
+			State:      state(c.State),
+			ExitCode:   int(c.ExitCode),
+			Ports:      ports,
+			StartedAt:  started,
+			FinishedAt: finished,
 		})
 	}
 	return out, nil
@@ -155,8 +159,11 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 	if data.State != nil {
 		c.State = state(data.State.Status)
 		c.ExitCode = int(data.State.ExitCode)
-		if !data.State.StartedAt.IsZero() && data.State.StartedAt.Unix() > 0 {
+		if data.State.StartedAt.Unix() > 0 {
 			c.StartedAt = data.State.StartedAt
+		}
+		if data.State.FinishedAt.Unix() > 0 {
+			c.FinishedAt = data.State.FinishedAt
 		}
 	}
 	if data.HostConfig != nil {

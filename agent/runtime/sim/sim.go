@@ -4,13 +4,14 @@
 // Runtime per simulated device, thousands per process) and in `fleet dev`.
 //
 // Invariants: it is deterministic (IDs count up per Runtime, no clocks
-// unless Options.Now is set, no randomness, no goroutines), safe for concurrent use, and it behaves like
-// Podman wherever the runtime/runtimetest conformance suite says how Podman
-// behaves; it never puts a password or an environment value into an error.
-// What it does not simulate: restart policies (stored, never acted on),
-// mount contents (a mount's host path is checked only when
-// Options.HostPathExists is set), host ports held by non-container
-// processes, and the time a stop takes.
+// unless Options.Now is set, no randomness, no goroutines), safe for
+// concurrent use, and it behaves like Podman wherever the
+// runtime/runtimetest conformance suite says how Podman behaves; it never
+// puts a password or an environment value into an error. Reboot puts its
+// containers in the states Podman leaves after a host restart. What it does
+// not simulate: restart policies (stored, never acted on), mount contents
+// (a mount's host path is checked only when Options.HostPathExists is set),
+// host ports held by non-container processes, and the time a stop takes.
 //
 // It may be imported by agent packages and their tests, cmd/fleet-agent
 // (--runtime sim), internal/devenv (the simulated devices of `fleet dev`)
@@ -71,8 +72,8 @@ type Options struct {
 	// Behave decides what a container does when started; nil means
 	// DefaultBehaviour. It must be deterministic and safe for concurrent use.
 	Behave func(spec runtime.ContainerSpec) Behaviour
-	// Now, when set, is the clock Start reads to report a container's
-	// StartedAt; nil leaves StartedAt zero (the runtime reads no clock).
+	// Now, when set, is the clock read to report a container's StartedAt
+	// and FinishedAt; nil leaves them zero (the runtime reads no clock).
 	Now func() time.Time
 }
 
@@ -113,12 +114,15 @@ type Runtime struct {
 // container is one simulated container; its fields are guarded by
 // Runtime.mu.
 type container struct {
-	id        string
-	spec      runtime.ContainerSpec
-	behaviour Behaviour
-	state     runtime.State
-	exitCode  int
-	startedAt time.Time
+	id         string
+	spec       runtime.ContainerSpec
+	behaviour  Behaviour
+	state      runtime.State
+	exitCode   int
+	startedAt  time.Time
+	finishedAt time.Time
+	// now is the runtime's clock (nil: none).
+	now func() time.Time
 	// exited is closed when the container exits or is removed; a start
 	// after an exit makes a new one.
 	exited  chan struct{}
@@ -223,6 +227,25 @@ func (r *Runtime) Exit(idOrName string, code int) error {
 	return nil
 }
 
+// Reboot puts the containers in the state Podman leaves them in after the
+// host restarts (libpod's refresh, resetContainerState): every container
+// that was running (or in another started state) is exited with its last
+// exit code kept — 0 when it never exited before — and no new finish time,
+// so its FinishedAt stays before its StartedAt; a created one stays
+// created. Nothing is started again. Waiters of the running containers
+// return, as their processes end with the host.
+func (r *Runtime) Reboot() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.byID {
+		if c.state == runtime.StateCreated || c.state == runtime.StateExited {
+			continue
+		}
+		c.state = runtime.StateExited
+		close(c.exited)
+	}
+}
+
 // lookup finds a container by name, full ID or unique ID prefix, as Podman
 // does. The caller holds r.mu.
 func (r *Runtime) lookup(idOrName string) (*container, error) {
@@ -252,19 +275,23 @@ func (r *Runtime) lookup(idOrName string) (*container, error) {
 func (c *container) exit(code int) {
 	c.state = runtime.StateExited
 	c.exitCode = code
+	if c.now != nil {
+		c.finishedAt = c.now()
+	}
 	close(c.exited)
 }
 
 func (c *container) view() runtime.Container {
 	return runtime.Container{
-		ID:        c.id,
-		Name:      c.spec.Name,
-		Image:     c.spec.Image,
-		Labels:    maps.Clone(c.spec.Labels),
-		State:     c.state,
-		ExitCode:  c.exitCode,
-		Ports:     slices.Clone(c.spec.Ports),
-		StartedAt: c.startedAt,
+		ID:         c.id,
+		Name:       c.spec.Name,
+		Image:      c.spec.Image,
+		Labels:     maps.Clone(c.spec.Labels),
+		State:      c.state,
+		ExitCode:   c.exitCode,
+		Ports:      slices.Clone(c.spec.Ports),
+		StartedAt:  c.startedAt,
+		FinishedAt: c.finishedAt,
 	}
 }
 
@@ -396,7 +423,7 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (strin
 		}
 	}
 	spec.Mounts = slices.Clone(spec.Mounts)
-	c := &container{id: id, spec: spec, behaviour: behaviour, state: runtime.StateCreated, exited: make(chan struct{})}
+	c := &container{id: id, spec: spec, behaviour: behaviour, state: runtime.StateCreated, exited: make(chan struct{}), now: r.now}
 	r.byID[id] = c
 	r.byName[spec.Name] = c
 	return id, nil

@@ -333,3 +333,43 @@ func TestStartedAtIsReportedOnlyWithAClock(t *testing.T) {
 		})
 	}
 }
+
+func TestRebootLeavesContainersAsPodmansRefreshDoes(t *testing.T) {
+	rt := sim.New(sim.Options{LocalImages: []string{imgRunning, imgExit3}, Now: time.Now})
+	ids := map[string]string{}
+	for name, img := range map[string]string{"running": imgRunning, "exited": imgExit3, "created": imgRunning} {
+		id, err := rt.Create(t.Context(), runtime.ContainerSpec{Name: name, Image: img})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != "created" {
+			if err := rt.Start(t.Context(), id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids[name] = id
+	}
+	rt.Reboot()
+	tests := []struct {
+		name       string
+		container  string
+		state      runtime.State
+		exitCode   int
+		unrecorded bool
+	}{
+		{"a running container is exited with exit code 0 and no exit recorded", "running", runtime.StateExited, 0, true},
+		{"an exited container keeps its exit code and its recorded exit", "exited", runtime.StateExited, 3, false},
+		{"a created container stays created", "created", runtime.StateCreated, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := rt.Inspect(t.Context(), ids[tt.container])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.State != tt.state || c.ExitCode != tt.exitCode || c.ExitUnrecorded() != tt.unrecorded {
+				t.Errorf("%+v: want %s, exit code %d, unrecorded %v", c, tt.state, tt.exitCode, tt.unrecorded)
+			}
+		})
+	}
+}
