@@ -1,13 +1,16 @@
 package agent_test
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
@@ -16,9 +19,9 @@ import (
 // After a reboot Podman's refresh (libpod resetContainerState) leaves every
 // container that ran during the last boot exited, keeping its last exit
 // code, and one that never started configured ("created"); nothing starts
-// them without podman-restart.service. The simulated runtime's Exit puts a
-// service in the first state; the second is
-// TestACrashBetweenCreateAndStartIsRepairedWithoutADuplicate's.
+// them without podman-restart.service. The simulated runtime's Reboot puts
+// its containers in exactly those states; its Exit ends one service with a
+// chosen code.
 
 func TestAnExitedServiceIsRestartedPerItsRestartPolicy(t *testing.T) {
 	tests := []struct {
@@ -79,6 +82,79 @@ func TestAnExitedServiceIsRestartedPerItsRestartPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestAfterASimulatedRebootServicesRunAgainAndAnInterruptedInitContainerReruns(t *testing.T) {
+	var hang atomic.Bool // the init container runs until the host goes down
+	w := newWorld(t, func(o *sim.Options) {
+		o.Now = time.Now
+		behave := o.Behave
+		o.Behave = func(spec runtime.ContainerSpec) sim.Behaviour {
+			if spec.Labels[agent.LabelRole] == "init" && hang.Load() {
+				return sim.Behaviour{}
+			}
+			return behave(spec)
+		}
+	})
+	s := baseScore()
+	s.Data.Services = append(s.Data.Services,
+		score.Service{Name: "always", Image: "reg.example/worker:v1", RestartPolicy: "always"},
+		score.Service{Name: "onfail", Image: "reg.example/worker:v1", RestartPolicy: "on-failure"},
+		score.Service{Name: "once", Image: "reg.example/worker:v1", RestartPolicy: "no"})
+	if err := w.r.Apply(w.ctx, entry(t, 1, s)); err != nil {
+		t.Fatal(err)
+	}
+	before := w.containers()
+	w.rt.Reboot()
+	for name, c := range w.containers() {
+		if name != "migrate" && (c.State != runtime.StateExited || c.ExitCode != 0 || !c.ExitUnrecorded()) {
+			t.Fatalf("%s after the reboot: %+v, want exited 0 with no exit recorded", name, c)
+		}
+	}
+
+	t.Run("each service its policy restarts runs again, the same container; one with policy no is reported down", func(t *testing.T) {
+		err := w.r.Apply(w.ctx, entry(t, 1, s))
+		var down *agent.ServiceDownError
+		if !errors.As(err, &down) || down.Name != "once" || down.RestartPolicy != "no" {
+			t.Fatalf("got %v, want a ServiceDownError for once alone", err)
+		}
+		after := w.containers()
+		for _, name := range []string{"api", "worker", "always", "onfail"} {
+			if after[name].ID != before[name].ID || after[name].State != runtime.StateRunning {
+				t.Errorf("%s: %+v, want the same container running again", name, after[name])
+			}
+		}
+		if after["migrate"].ID != before["migrate"].ID {
+			t.Error("the init container that completed before the reboot was rerun")
+		}
+	})
+	t.Run("an init container running when the host went down is run again, not taken for completed", func(t *testing.T) {
+		next := s
+		next.Data.Services = next.Data.Services[:2]
+		ctx, cancel := context.WithCancel(w.ctx)
+		defer cancel()
+		hang.Store(true)
+		w.r.Runtime = newCanceller(w.rt, "wait migrate", cancel)
+		if err := w.r.Apply(ctx, entry(t, 2, next)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("the pass the reboot interrupts returned %v", err)
+		}
+		interrupted := w.containers()["migrate"]
+		w.rt.Reboot()
+		hang.Store(false)
+		w.r.Runtime = w.rt
+		if err := w.r.Apply(w.ctx, entry(t, 2, next)); err != nil {
+			t.Fatal(err)
+		}
+		after := w.containers()
+		if c := after["migrate"]; c.ID == interrupted.ID || c.State != runtime.StateExited || c.ExitCode != 0 || c.ExitUnrecorded() {
+			t.Errorf("init container %+v, want a new one that ran to exit 0 (the interrupted one was %s)", c, interrupted.ID)
+		}
+		for _, name := range []string{"api", "worker"} {
+			if after[name].State != runtime.StateRunning || after[name].Labels[agent.LabelRevision] != after["migrate"].Labels[agent.LabelRevision] {
+				t.Errorf("%s: %+v", name, after[name])
+			}
+		}
+	})
 }
 
 // TestADownServiceIsReportedFailedNotConverged: the daemon reports a
@@ -169,8 +245,9 @@ func TestServicesRunAgainAfterARebootOnRealPodman(t *testing.T) {
 		if err := w.rt.Stop(w.ctx, c.ID, grace); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := w.rt.Inspect(w.ctx, c.ID); err != nil || got.State != runtime.StateExited || got.ExitCode != sv.exitCode {
-			t.Fatalf("%s after the stop: %+v, %v; want exited %d", sv.name, got, err, sv.exitCode)
+		if got, err := w.rt.Inspect(w.ctx, c.ID); err != nil || got.State != runtime.StateExited || got.ExitCode != sv.exitCode ||
+			got.FinishedAt.IsZero() || got.ExitUnrecorded() {
+			t.Fatalf("%s after the stop: %+v, %v; want exited %d, the exit recorded", sv.name, got, err, sv.exitCode)
 		}
 	}
 

@@ -131,7 +131,7 @@ func (e *InitTimeoutError) Error() string {
 
 // ServiceDownError: after the pass a service of the current revision is
 // exited and its restart policy keeps it down (policy "no", or
-// "on-failure" after exit code 0). Services are long-running; one-shot
+// "on-failure" after an exit with code 0 the engine saw). Services are long-running; one-shot
 // work belongs in init_container.
 type ServiceDownError struct {
 	Name          string
@@ -202,8 +202,8 @@ func (r *Reconciler) ownsAny(c runtime.Container) bool {
 // (services untouched), a *ServiceDownError when a service is exited after
 // the pass and its restart policy keeps it down. A transient failure of
 // the secret source (secret_env values, pull secrets) or of a registry
-// (runtime.ErrRegistryUnavailable) is an *UnavailableError in the chain (AsUnavailable): the Deployment waits
-// and the pass is retried.
+// (runtime.ErrRegistryUnavailable) is an *UnavailableError in the chain
+// (AsUnavailable): the Deployment waits and the pass is retried.
 //
 // A service is stopped before its successor starts only when the
 // successor needs its name or one of its host ports, so a renamed service
@@ -280,8 +280,8 @@ func (r *Reconciler) runInit(ctx context.Context, e events.IntentEntry, res reso
 	cur, exists := mine[ic.Name]
 	current := exists && cur.Labels[LabelRevision] == res.revision
 	switch {
-	case current && cur.State == runtime.StateExited && cur.ExitCode == 0:
-		return nil // done
+	case current && cur.State == runtime.StateExited && cur.ExitCode == 0 && !cur.ExitUnrecorded():
+		return nil // done (an unrecorded exit is a reboot's: it never completed)
 	case current && cur.State == runtime.StateRunning:
 		r.log().InfoContext(ctx, "init container still running; waiting for it", "deployment", e.Namespace+"/"+e.Name, "container", ic.Name)
 		return r.waitInit(ctx, e, cur, cur.StartedAt)
@@ -439,7 +439,7 @@ func portKey(p runtime.PortBinding) string {
 func (r *Reconciler) keepService(ctx context.Context, e events.IntentEntry, svc resolvedService, cur runtime.Container) error {
 	switch {
 	case cur.State == runtime.StateCreated:
-	case cur.State == runtime.StateExited && restarts(restartPolicy(svc), cur.ExitCode):
+	case cur.State == runtime.StateExited && restarts(restartPolicy(svc), failed(cur)):
 		r.log().InfoContext(ctx, "restarting an exited service", "deployment", e.Namespace+"/"+e.Name, "container", svc.Name,
 			"exit_code", cur.ExitCode, "restart_policy", restartPolicy(svc))
 	default:
@@ -459,18 +459,25 @@ func restartPolicy(svc resolvedService) string {
 	return string(svc.RestartPolicy)
 }
 
-// restarts reports whether policy restarts a container that exited with
-// code: always and unless-stopped do, on-failure for a non-zero code, no
-// never.
-func restarts(policy string, code int) bool {
+// restarts reports whether policy restarts an exited container that
+// failed or not: always and unless-stopped do, on-failure when it failed,
+// no never.
+func restarts(policy string, failed bool) bool {
 	switch policy {
 	case runtime.RestartAlways, runtime.RestartUnlessStopped:
 		return true
 	case runtime.RestartOnFailure:
-		return code != 0
+		return failed
 	default:
 		return false
 	}
+}
+
+// failed reports whether the exited container c failed: a non-zero exit
+// code, or an exit the engine never saw (the host went down while it ran;
+// the exit code Podman shows then is stale).
+func failed(c runtime.Container) bool {
+	return c.ExitCode != 0 || c.ExitUnrecorded()
 }
 
 // checkServicesUp returns a *ServiceDownError (several joined) for each
@@ -486,7 +493,7 @@ func (r *Reconciler) checkServicesUp(ctx context.Context, e events.IntentEntry, 
 	var errs []error
 	for _, svc := range res.services {
 		c, ok := mine[svc.Name]
-		if !ok || c.Labels[LabelRevision] != res.revision || c.State != runtime.StateExited || restarts(restartPolicy(svc), c.ExitCode) {
+		if !ok || c.Labels[LabelRevision] != res.revision || c.State != runtime.StateExited || restarts(restartPolicy(svc), failed(c)) {
 			continue
 		}
 		errs = append(errs, &ServiceDownError{Name: svc.Name, ExitCode: c.ExitCode, RestartPolicy: restartPolicy(svc)})
