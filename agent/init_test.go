@@ -317,3 +317,63 @@ func TestAResumedWaitKeepsTheBoundCountedFromTheInitContainersStartOnRealPodman(
 		t.Errorf("the resumed pass waited %s: the bound was counted again from the resume, not from the start", elapsed)
 	}
 }
+
+func TestACancelledPassLeavesOnlyWhatTheNextPassRepairsOnRealPodman(t *testing.T) {
+	runs := podmantest.BuildImage(t, "runs", runsFile)
+	runs2 := podmantest.BuildImage(t, "runs", "LABEL fleet-test=v2\n"+runsFile)
+	ok0 := podmantest.BuildImage(t, "exit0", exit0File)
+	tests := []struct {
+		name string
+		at   string
+		// kept are containers the cancelled pass left that the next pass
+		// must keep (same ID).
+		kept []string
+	}{
+		{"cancelled after creating a service: the next pass starts that container", "create api", []string{"migrate", "api"}},
+		{"cancelled after stopping the old service: the next pass removes it and starts the new one", "stop api", []string{"migrate"}},
+		{"cancelled after creating the init container: the next pass starts and waits for that container", "create migrate", []string{"migrate"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newPodmanWorld(t)
+			w.r.StopTimeout = 2 * time.Second
+			sc := func(img string) score.Score {
+				return score.Score{Data: score.PodmanV0{
+					InitContainer: &score.Service{Name: w.name("migrate"), Image: ok0},
+					Services:      []score.Service{{Name: w.name("api"), Image: img}, {Name: w.name("worker"), Image: runs}},
+				}}
+			}
+			if err := w.r.Apply(w.ctx, w.entry(1, sc(runs))); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(w.ctx)
+			defer cancel()
+			w.r.Runtime = newCanceller(w.rt, tt.at+"-"+w.suffix, cancel)
+			if err := w.r.Apply(ctx, w.entry(2, sc(runs2))); !errors.Is(err, context.Canceled) {
+				t.Fatalf("the cancelled pass returned %v, want context.Canceled", err)
+			}
+			left := w.byName()
+			w.r.Runtime = w.rt
+			if err := w.r.Apply(w.ctx, w.entry(2, sc(runs2))); err != nil {
+				t.Fatalf("the next pass: %v", err)
+			}
+			after := w.byName()
+			revision := after[w.name("api")].Labels[agent.LabelRevision]
+			for _, n := range []string{"migrate", "api", "worker"} {
+				c := after[w.name(n)]
+				want := runtime.StateRunning
+				if n == "migrate" {
+					want = runtime.StateExited
+				}
+				if c.State != want || c.Labels[agent.LabelRevision] != revision {
+					t.Errorf("%s: %s at revision %s, want %s at %s", n, c.State, c.Labels[agent.LabelRevision], want, revision)
+				}
+			}
+			for _, n := range tt.kept {
+				if after[w.name(n)].ID != left[w.name(n)].ID {
+					t.Errorf("%s was replaced; want the container the cancelled pass left", n)
+				}
+			}
+		})
+	}
+}
