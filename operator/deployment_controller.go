@@ -28,9 +28,11 @@ type EventStore interface {
 const conflictRetry = 50 * time.Millisecond
 
 // FieldOwnerRevisions is the server-side-apply field manager of the status
-// fields the Deployment controller owns (observedGeneration and the
-// TargetsResolved condition). The revision, counts and phase belong to the
-// rollout runner, so they always describe the same revision.
+// fields the Deployment controller owns: the TargetsResolved condition.
+// observedGeneration, the revision, counts, phase and Ready belong to the
+// rollout runner and are written in one patch, so they always describe the
+// same revision: a generation is observed only together with a phase of
+// that generation.
 const FieldOwnerRevisions = "fleet-operator-revisions"
 
 // DeploymentReconciler turns each Deployment generation into one revision
@@ -143,7 +145,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		r.Log.InfoContext(ctx, "revision created", "deployment", req.String(), "generation", d.Generation,
 			"revision", rev.RevisionID, "targets", len(rev.Targets), "canaries", len(rev.Canaries))
 	} else {
-		if d.Status.ObservedGeneration == rev.Generation && meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved) != nil {
+		if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved); c != nil && c.ObservedGeneration == rev.Generation {
 			return ctrl.Result{}, nil // revision and status are done
 		}
 		res = resolutionOf(rev, &d, r.Groups)
@@ -271,13 +273,14 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 		status = metav1.ConditionFalse
 	}
 	// Only the fields this controller owns: a DeploymentStatus would also
-	// carry zero counts and take them from the rollout runner.
+	// carry zero counts and take them from the rollout runner. Not
+	// observedGeneration: the rollout runner writes it with the phase of
+	// the same revision (a phase left from the previous revision must
+	// never be read as this generation's).
 	type revisionStatus struct {
-		ObservedGeneration int64              `json:"observedGeneration"`
-		Conditions         []metav1.Condition `json:"conditions"`
+		Conditions []metav1.Condition `json:"conditions"`
 	}
 	st := revisionStatus{
-		ObservedGeneration: rev.Generation,
 		Conditions: ownConditions(d.Status.Conditions, metav1.Condition{
 			Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
 			ObservedGeneration: rev.Generation,

@@ -10,16 +10,21 @@ import (
 )
 
 // Status returns the Deployment status fields the rollout projection owns:
-// the revision it describes, phase, counts, latest failure and the Ready
-// condition. Every time in it comes from events, so a rebuild from zero gives
-// the same status as the live projection. The zero Rollout has no status.
+// observedGeneration, the revision it describes, phase, counts, latest
+// failure and the Ready condition. observedGeneration is the revision's
+// generation and comes in the same status as the phase and Ready that
+// describe it, so no reader ever sees a generation paired with the phase of
+// an earlier one. Every time in it comes from events, so a rebuild from zero
+// gives the same status as the live projection. The zero Rollout has no
+// status.
 func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 	if r.UID == "" {
 		return fleetv1.DeploymentStatus{}, false
 	}
 	c := r.Counts()
 	st := fleetv1.DeploymentStatus{
-		Revision: &fleetv1.RevisionRef{UID: r.UID, Generation: r.Generation, ID: r.RevisionID},
+		ObservedGeneration: r.Generation,
+		Revision:           &fleetv1.RevisionRef{UID: r.UID, Generation: r.Generation, ID: r.RevisionID},
 		Counts: fleetv1.RolloutCounts{Total: int32(c.Total), Succeeded: int32(c.Succeeded), Pending: int32(c.Pending), Failed: int32(c.Failed),
 			Canaries: int32(c.Canaries), CanariesSucceeded: int32(c.CanariesSucceeded), CanariesFailed: int32(c.CanariesFailed)},
 	}

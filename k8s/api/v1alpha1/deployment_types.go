@@ -216,8 +216,11 @@ const (
 
 // DeploymentStatus describes exactly one revision: Revision says which.
 type DeploymentStatus struct {
-	// ObservedGeneration is the generation the operator has made a revision
-	// of.
+	// ObservedGeneration is the generation the phase, counts and Ready
+	// condition describe (the generation of Revision). It moves to a new
+	// generation only together with a phase of that generation, so
+	// `kubectl wait --for=condition=Ready` right after an apply waits for
+	// the applied generation.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
 	// Revision the rest of the status describes.
