@@ -42,8 +42,8 @@ type Revision struct {
 	Results []DeviceResult `json:"results"`
 }
 
-// DeviceResult is a target's latest report of one revision (the one with
-// the latest since time, as the rollout projection keeps it).
+// DeviceResult is a target's latest report of one revision (the last one
+// in stream order, as the rollout projection keeps it).
 type DeviceResult struct {
 	Device string `json:"device"`
 	Canary bool   `json:"canary,omitempty"`
@@ -269,7 +269,8 @@ func (f *deploymentFold) finish() *DeploymentTimeline {
 }
 
 // addResult counts a target's report of rv and keeps it as the target's
-// result unless an earlier-since report is already kept.
+// result: reports come in stream order, so the last one is the latest,
+// whatever the device's clock says.
 func addResult(rv *Revision, rec events.Record, d events.WorkloadStatus) {
 	i := slices.IndexFunc(rv.Results, func(r DeviceResult) bool { return r.Device == rec.Event.Keys.Device })
 	if i < 0 {
@@ -277,9 +278,7 @@ func addResult(rv *Revision, rec events.Record, d events.WorkloadStatus) {
 	}
 	r := &rv.Results[i]
 	r.Reports++
-	if r.Phase == "" || !d.Since.Before(r.Since) {
-		r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
-	}
+	r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
 }
 
 // ignoredReport says why the rollout fold ignored a report ("" when it
@@ -289,9 +288,6 @@ func ignoredReport(before, after projections.Rollout, device string, d events.Wo
 	case after.UID == d.UID && after.Generation == d.Generation:
 		if !after.IsTarget(device) {
 			return "device is not a frozen target of this revision"
-		}
-		if res, ok := after.Results[device]; !ok || res.Phase != d.Phase || !res.Since.Equal(d.Since) || res.Error != d.Error {
-			return "older than a report already folded"
 		}
 		return ""
 	case before.UID == d.UID && d.Generation < before.Generation:

@@ -94,11 +94,10 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 			if reported[dev] == nil {
 				reported[dev] = map[events.Keys]Report{}
 			}
-			// The latest by since time, as the rollout projection keeps it.
-			if prev, ok := reported[dev][k]; !ok || !d.Since.Before(prev.Since) {
-				reported[dev][k] = Report{Namespace: d.Namespace, Deployment: d.Deployment, UID: d.UID, Generation: d.Generation,
-					RevisionID: d.RevisionID, Phase: d.Phase, Error: d.Error, Since: d.Since.UTC(), Stored: rec.Stored.UTC(), ID: rec.Event.ID.String()}
-			}
+			// The latest in stream order, as the rollout projection keeps
+			// it (never by the device's clock).
+			reported[dev][k] = Report{Namespace: d.Namespace, Deployment: d.Deployment, UID: d.UID, Generation: d.Generation,
+				RevisionID: d.RevisionID, Phase: d.Phase, Error: d.Error, Since: d.Since.UTC(), Stored: rec.Stored.UTC(), ID: rec.Event.ID.String()}
 		} else {
 			intent.Apply(rec.Event)
 		}

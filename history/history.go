@@ -89,8 +89,8 @@ type Entry struct {
 	// rollout projection folds it (Deployment timelines only).
 	Stage projections.Stage `json:"stage,omitempty"`
 	// Ignored says why the rollout projection ignored a workload report
-	// (an older revision, a device outside the frozen targets, a report
-	// older than one already folded); empty when it counted.
+	// (an older revision, a device outside the frozen targets); empty when
+	// it counted.
 	Ignored string `json:"ignored,omitempty"`
 	// Data is the event's data as stored.
 	Data json.RawMessage `json:"data"`

@@ -128,9 +128,7 @@ func (f *fleetRun) report(device, name string, rev events.DeploymentRevisionCrea
 	if f.reported[device] == nil {
 		f.reported[device] = map[string]history.Report{}
 	}
-	if prev, ok := f.reported[device][name]; ok && since.Before(prev.Since) {
-		return // the newer report stays the latest
-	}
+	// The latest in stream order, whatever the device's clock says.
 	f.reported[device][name] = history.Report{Namespace: "lab", Deployment: name, UID: rev.UID, Generation: rev.Generation,
 		RevisionID: rev.RevisionID, Phase: phase, Error: errText, Since: since.UTC(), ID: ev.ID.String()}
 }

@@ -22,10 +22,18 @@ const (
 )
 
 // DeviceResult is the latest report of one target for the current revision.
+// Latest is in stream order: the fold takes reports in the order the
+// stream stored them, and a later report always replaces an earlier one.
+// Since is the device's own clock (a device without a real-time clock jumps
+// in time at boot): shown, never used to order reports.
 type DeviceResult struct {
 	Phase events.WorkloadPhase
 	Error string
 	Since time.Time
+	// Order is the report's position among the reports this fold took for
+	// the Deployment (1, 2, …): stream order, which decides which of two
+	// devices' failures is the latest.
+	Order uint64 `json:",omitempty"`
 }
 
 // Rollout is the state of one Deployment's current revision, folded from its
@@ -47,11 +55,17 @@ type Rollout struct {
 	StageAt time.Time
 	// Results holds the latest report per target.
 	Results map[string]DeviceResult
-	// LastFailure is the most recent failure report of a target.
+	// LastFailure is the latest failure report of a target, in stream
+	// order; LastFailAt is the time the device's clock gave it.
 	LastFailure *events.RolloutTransition
 	LastFailAt  time.Time
+	// lastFailOrder is LastFailure's Order.
+	lastFailOrder uint64
 	// Deleted is true once the Deployment was deleted.
 	Deleted bool
+	// reports counts the reports this fold took (of any revision): the
+	// Order of the next one.
+	reports uint64
 	// early holds reports and transitions of revisions this fold has not seen
 	// yet: streams are read separately, so a report or transition may be
 	// folded before its revision event. They are merged when it arrives.
@@ -122,7 +136,7 @@ func (r Rollout) applyRevision(ev events.Event) Rollout {
 		return r
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
-		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}}
+		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports}
 	key := revKey{d.UID, d.Generation}
 	if f := r.early[key]; f != nil {
 		n.mergeEarly(f)
@@ -158,7 +172,8 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 }
 
 // applyReport folds a workload report: a target's report of the current
-// revision, or an early fact of a later one.
+// revision, or an early fact of a later one. Reports come in stream order,
+// so the report folded last is the device's latest, whatever its Since says.
 func (r Rollout) applyReport(ev events.Event, inPlace bool) Rollout {
 	d, err := events.Decode[events.WorkloadStatus](ev)
 	if err != nil {
@@ -169,30 +184,29 @@ func (r Rollout) applyReport(ev events.Event, inPlace bool) Rollout {
 		if !r.newer(d.UID, d.Generation) {
 			return r // a report of an older revision
 		}
-		return r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
-			if prev, ok := f.results[device]; !ok || !d.Since.Before(prev.Since) {
-				f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
-				if d.Phase == events.WorkloadFailed {
-					f.failures[device] = f.results[device]
-				}
+		order := r.reports + 1
+		n := r.withEarly(d.UID, d.Generation, func(f *earlyFacts) {
+			f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since, Order: order}
+			if d.Phase == events.WorkloadFailed {
+				f.failures[device] = f.results[device]
 			}
 		})
+		n.reports = order
+		return n
 	}
 	if !r.IsTarget(device) {
 		return r
 	}
-	prev, seen := r.Results[device]
-	if seen && d.Since.Before(prev.Since) {
-		return r // an older report arriving late
-	}
+	prev := r.Results[device]
 	n := r
+	n.reports++
 	if !inPlace {
 		n.Results = maps(r.Results)
 	}
 	if !n.countsOK {
 		n.counts, n.countsOK = n.computeCounts(), true
 	}
-	res := DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since}
+	res := DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since, Order: n.reports}
 	canary := n.IsCanary(device)
 	tally(&n.counts, prev.Phase, canary, -1)
 	tally(&n.counts, res.Phase, canary, +1)
@@ -274,16 +288,17 @@ func (r Rollout) IsCurrent(uid string, generation int64) bool {
 	return r.UID == uid && r.Generation == generation
 }
 
-// noteFailure records res as the latest failure when it is one. Ties in
-// time go to the greater device id, so the answer never depends on the order
-// reports were folded in.
+// noteFailure records res as the latest failure when it is one: the one of
+// the greatest Order (stream order, never the device's clock). Early
+// failures are merged in any order, so the Order decides, not the call
+// order.
 func (r *Rollout) noteFailure(device string, res DeviceResult) {
 	if res.Phase != events.WorkloadFailed {
 		return
 	}
-	if r.LastFailure == nil || res.Since.After(r.LastFailAt) || (res.Since.Equal(r.LastFailAt) && device >= r.LastFailure.Device) {
+	if r.LastFailure == nil || res.Order >= r.lastFailOrder {
 		r.LastFailure = &events.RolloutTransition{Device: device, Error: res.Error}
-		r.LastFailAt = res.Since
+		r.LastFailAt, r.lastFailOrder = res.Since, res.Order
 	}
 }
 
@@ -444,19 +459,19 @@ func (r Rollout) Next() []events.RolloutTransition {
 	return out
 }
 
-// failure returns the most recent failure, among canaries only if
-// canariesOnly.
+// failure returns the latest failure in stream order, among canaries only
+// if canariesOnly.
 func (r Rollout) failure(canariesOnly bool) *events.RolloutTransition {
 	var best *events.RolloutTransition
-	var at time.Time
+	var order uint64
 	for _, d := range r.Targets {
 		res := r.Results[d]
 		if res.Phase != events.WorkloadFailed || (canariesOnly && !r.IsCanary(d)) {
 			continue
 		}
-		if best == nil || res.Since.After(at) {
+		if best == nil || res.Order >= order {
 			best = &events.RolloutTransition{Device: d, Error: res.Error}
-			at = res.Since
+			order = res.Order
 		}
 	}
 	return best

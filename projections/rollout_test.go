@@ -16,6 +16,10 @@ import (
 
 var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
+// farFuture is a report time (seconds after t0) from a device clock ten
+// years ahead.
+const farFuture = 10 * 365 * 24 * 3600
+
 type step struct {
 	// exactly one of these
 	revision *events.DeploymentRevisionCreated
@@ -123,10 +127,18 @@ func TestRolloutStateMachine(t *testing.T) {
 			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, C, 1), rep("a", 1, C, 1), rep("b", 1, C, 2), rep("b", 1, C, 2)},
 			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
 			projections.StageSucceeded, []string{"a", "b"}},
-		{"an older report arriving after a newer one is ignored",
+		{"a later report in the stream wins even when the device's clock puts it earlier (a clock that jumped back at boot)",
 			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, C, 5), rep("a", 1, F, 1), rep("b", 1, C, 6)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutFailed},
+			projections.StageFailed, []string{"a", "b"}},
+		{"a report from a clock in the far future does not hide the device's later reports",
+			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, A, farFuture), rep("a", 1, C, 1), rep("b", 1, C, 2)},
 			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
 			projections.StageSucceeded, []string{"a", "b"}},
+		{"reports folded before their revision keep stream order too",
+			[]step{rep("a", 1, A, farFuture), rep("a", 1, C, 1), rev(1, []string{"a"}, nil)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a"}},
 		{"reports for an older revision are ignored",
 			[]step{rev(1, []string{"a"}, nil), rev(2, []string{"a", "b"}, nil), rep("a", 1, F, 1), rep("a", 2, C, 2), rep("b", 1, C, 3)},
 			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutStarted, events.TypeRolloutReleased},
@@ -170,6 +182,38 @@ func TestRolloutCountsAndFailure(t *testing.T) {
 	}
 	if r.LastFailure == nil || r.LastFailure.Device != "b" || r.LastFailure.Error != "exit 3" {
 		t.Errorf("last failure %+v", r.LastFailure)
+	}
+}
+
+// TestTheLatestFailureIsTheLatestInTheStream: which failure is the latest
+// is stream order, never the devices' clocks, also for reports folded
+// before their revision.
+func TestTheLatestFailureIsTheLatestInTheStream(t *testing.T) {
+	F := events.WorkloadFailed
+	fail := func(device string, at int) step {
+		return step{report: &report{device: device, gen: 1, uid: "u1", phase: F, err: "exit " + device, at: at}}
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		want  string
+	}{
+		{"a failure stored later with an earlier clock is the latest",
+			[]step{rev(1, []string{"a", "b", "c"}, nil), fail("b", farFuture), fail("c", 1)}, "c"},
+		{"a failure stored later with an earlier clock is the latest when both came before the revision",
+			[]step{fail("c", farFuture), fail("b", 1), fail("a", 2), fail("c", 3), fail("b", -farFuture), rev(1, []string{"a", "b", "c"}, nil)}, "b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r, _ := drive(t, tc.steps)
+			if r.LastFailure == nil || r.LastFailure.Device != tc.want || r.LastFailure.Error != "exit "+tc.want {
+				t.Errorf("last failure %+v, want %s's", r.LastFailure, tc.want)
+			}
+			st, _ := r.Status()
+			if st.LatestFailure == nil || st.LatestFailure.Device != tc.want {
+				t.Errorf("status latestFailure %+v, want %s's", st.LatestFailure, tc.want)
+			}
+		})
 	}
 }
 

@@ -36,8 +36,12 @@ type rolloutSnapshot struct {
 	Results     map[string]DeviceResult   `json:"results"`
 	LastFailure *events.RolloutTransition `json:"lastFailure,omitempty"`
 	LastFailAt  time.Time                 `json:"lastFailAt"`
-	Deleted     bool                      `json:"deleted"`
-	Early       []earlySnapshot           `json:"early,omitempty"`
+	// LastFailOrder and Reports: absent from snapshots of earlier builds
+	// (then 0; the next reports still order after each other).
+	LastFailOrder uint64          `json:"lastFailOrder,omitempty"`
+	Reports       uint64          `json:"reports,omitempty"`
+	Deleted       bool            `json:"deleted"`
+	Early         []earlySnapshot `json:"early,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -45,7 +49,7 @@ type rolloutSnapshot struct {
 func (r Rollout) MarshalJSON() ([]byte, error) {
 	s := rolloutSnapshot{UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID, Targets: r.Targets, Canaries: r.Canaries,
 		Stage: r.Stage, ReleasedAll: r.ReleasedAll, StageAt: r.StageAt, Results: r.Results, LastFailure: r.LastFailure,
-		LastFailAt: r.LastFailAt, Deleted: r.Deleted}
+		LastFailAt: r.LastFailAt, LastFailOrder: r.lastFailOrder, Reports: r.reports, Deleted: r.Deleted}
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
 			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll})
@@ -67,7 +71,7 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 	}
 	*r = Rollout{UID: s.UID, Generation: s.Generation, RevisionID: s.RevisionID, Targets: s.Targets, Canaries: s.Canaries,
 		Stage: s.Stage, ReleasedAll: s.ReleasedAll, StageAt: s.StageAt, Results: s.Results, LastFailure: s.LastFailure,
-		LastFailAt: s.LastFailAt, Deleted: s.Deleted}
+		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted}
 	if r.Results == nil && r.UID != "" {
 		r.Results = map[string]DeviceResult{}
 	}

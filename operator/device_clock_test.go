@@ -1,0 +1,99 @@
+package operator_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// reportAt publishes a device report whose event time is at: the device's
+// own clock, which the operator must never use to order reports.
+func (e *devEnv) reportAt(id string, data events.Data, at time.Time) {
+	e.t.Helper()
+	ev, err := events.New(events.Keys{Device: id}, data, events.WithTime(at))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.Report(e.ctx, ev); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// TestDeviceClocksNeverOrderTelemetry: a device without a real-time clock
+// reports times ten years behind or ahead; liveness follows the time the
+// server stored each heartbeat and the inventory follows stream order.
+func TestDeviceClocksNeverOrderTelemetry(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rtc")
+	e.create(id, nil)
+	e.start(3 * time.Second)
+	decade := 10 * 365 * 24 * time.Hour
+
+	t.Run("a heartbeat from a clock ten years behind makes the device Online now", func(t *testing.T) {
+		began := time.Now()
+		e.reportAt(id, events.DeviceHeartbeat{AgentVersion: "1.0.0"}, began.Add(-decade))
+		d := e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+		if hb := d.Status.LastHeartbeat; hb == nil || hb.Time.Before(began.Add(-time.Minute)) {
+			t.Errorf("lastHeartbeat %v, want the time the server stored it (after %s)", hb, began.Add(-time.Minute))
+		}
+	})
+	t.Run("a heartbeat from a clock ten years ahead does not keep the device Online", func(t *testing.T) {
+		e.reportAt(id, events.DeviceHeartbeat{AgentVersion: "1.0.0"}, time.Now().Add(decade))
+		e.waitDevice(id, "Stale once the server's stale-after passed", func(d *fleetv1.Device) bool {
+			return d.Status.Liveness == fleetv1.LivenessStale
+		})
+	})
+	t.Run("the inventory stored last wins whatever its clock says", func(t *testing.T) {
+		e.reportAt(id, events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.6.0", AgentVersion: "1.0.0"}, time.Now().Add(decade))
+		e.waitDevice(id, "kernel 6.6.0", func(d *fleetv1.Device) bool {
+			return d.Status.Inventory != nil && d.Status.Inventory.Kernel == "6.6.0"
+		})
+		e.reportAt(id, events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.1"}, time.Now().Add(-decade))
+		e.waitDevice(id, "kernel 6.1.0 of the later report", func(d *fleetv1.Device) bool {
+			return d.Status.Inventory != nil && d.Status.Inventory.Kernel == "6.1.0" && d.Status.Inventory.AgentVersion == "1.0.1"
+		})
+	})
+}
+
+// TestTheRolloutTakesReportsInStreamOrder: a device's later workload report
+// decides its result even when its clock puts it ten years earlier, and a
+// report from ten years ahead does not hide the reports after it.
+func TestTheRolloutTakesReportsInStreamOrder(t *testing.T) {
+	e := newEnv(t)
+	a, b := "clock-a-"+e.ns, "clock-b-"+e.ns
+	e.device(a, map[string]string{"role": "clock"})
+	e.device(b, map[string]string{"role": "clock"})
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "clock"})
+	rev := e.revisionOf("api", 1)
+	decade := 10 * 365 * 24 * time.Hour
+	reportAt := func(device string, phase events.WorkloadPhase, errText string, since time.Time) {
+		t.Helper()
+		ev := e.workloadReport(device, "api", rev, phase, errText)
+		wd, err := events.Decode[events.WorkloadStatus](ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wd.Since = since.UTC()
+		ev, err = events.New(ev.Keys, wd, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(since))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Report(e.ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reportAt(a, events.WorkloadApplying, "", time.Now().Add(decade))
+	reportAt(a, events.WorkloadConverged, "", time.Now())
+	reportAt(b, events.WorkloadApplying, "", time.Now())
+	reportAt(b, events.WorkloadFailed, "exit 3", time.Now().Add(-decade))
+	d := e.waitPhase("api", fleetv1.PhaseFailed)
+	if d.Status.Counts.Succeeded != 1 || d.Status.Counts.Failed != 1 {
+		t.Errorf("counts %+v, want a converged (after its far-future report) and b failed (its later report)", d.Status.Counts)
+	}
+	if f := d.Status.LatestFailure; f == nil || f.Device != b || f.Error != "exit 3" {
+		t.Errorf("latestFailure %+v, want %s's", f, b)
+	}
+}
