@@ -281,6 +281,19 @@ func TestAllowedGroupsWithoutAGroupSourceMatchesNoDevice(t *testing.T) {
 		c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == fleetv1.ReasonNoGroupSource
 	})
+	t.Run("a revision without targets is Failed with Ready False NoTargets, never Succeeded", func(t *testing.T) {
+		d := e.waitPhase("api", fleetv1.PhaseFailed)
+		if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse ||
+			c.Reason != fleetv1.ReasonNoTargets || c.ObservedGeneration != 1 {
+			t.Errorf("Ready condition %+v, want False/%s of generation 1", c, fleetv1.ReasonNoTargets)
+		}
+		if d.Status.ObservedGeneration != 1 || d.Status.Counts.Total != 0 {
+			t.Errorf("observedGeneration %d, counts %+v", d.Status.ObservedGeneration, d.Status.Counts)
+		}
+		if diff := cmp.Diff([]events.Type{events.TypeRolloutStarted, events.TypeRolloutFailed}, e.transitions("api")); diff != "" {
+			t.Errorf("transitions (-want +got):\n%s", diff)
+		}
+	})
 }
 
 func TestAllowedGroupsWithAGroupSource(t *testing.T) {

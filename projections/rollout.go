@@ -418,6 +418,12 @@ func (r Rollout) Next() []events.RolloutTransition {
 		out = append(out, mk(events.TypeRolloutStarted, nil, nil))
 		stage = StageStarted
 	}
+	if len(r.Targets) == 0 {
+		// Nothing can converge: the revision fails at once, saying why,
+		// rather than succeed with nothing deployed. Devices that appear
+		// later are not in it; the next generation resolves again.
+		return append(out, mk(events.TypeRolloutFailed, nil, &events.RolloutTransition{Error: NoTargetsError}))
+	}
 	c := r.Counts()
 	if stage == StageStarted {
 		if len(r.Canaries) > 0 {
@@ -476,6 +482,10 @@ func (r Rollout) failure(canariesOnly bool) *events.RolloutTransition {
 	}
 	return best
 }
+
+// NoTargetsError is the error of the rollout.failed transition of a
+// revision without frozen targets.
+const NoTargetsError = "the revision has no targets"
 
 func sortedCopy(s []string) []string {
 	out := slices.Clone(s)

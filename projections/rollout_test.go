@@ -152,10 +152,10 @@ func TestRolloutStateMachine(t *testing.T) {
 			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanaryFailed, events.TypeRolloutFailed,
 				events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
 			projections.StageSucceeded, []string{"a"}},
-		{"a revision without targets succeeds at once",
+		{"a revision without targets fails at once instead of succeeding with nothing deployed",
 			[]step{rev(1, nil, nil)},
-			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
-			projections.StageSucceeded, nil},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutFailed},
+			projections.StageFailed, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,6 +51,10 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 			ready.Reason = fleetv1.ReasonCanaryFailed
 		}
 		ready.Message = fmt.Sprintf("revision %s: %d failed, %d succeeded, %d pending of %d", r.RevisionID, c.Failed, c.Succeeded, c.Pending, c.Total)
+		if c.Total == 0 {
+			ready.Reason = fleetv1.ReasonNoTargets
+			ready.Message = fmt.Sprintf("revision %s has no targets: no eligible device matched when it was created (the TargetsResolved condition says why); apply a new generation once devices match", r.RevisionID)
+		}
 	}
 	if r.LastFailure != nil {
 		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: r.LastFailure.Error, Time: metav1.NewTime(r.LastFailAt)}

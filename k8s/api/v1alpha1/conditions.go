@@ -34,6 +34,10 @@ const (
 	ReasonCanaryFailed = "CanaryFailed"
 	// ReasonRolloutFailed: a target failed.
 	ReasonRolloutFailed = "RolloutFailed"
+	// ReasonNoTargets: the revision has no frozen target, so nothing can
+	// converge: its phase is Failed, never Succeeded. TargetsResolved says
+	// why; a new generation resolves the targets again.
+	ReasonNoTargets = "NoTargets"
 	// ReasonPolicySynced: the OpenBao policy names exactly the referenced
 	// pull secrets and every group role carries it.
 	ReasonPolicySynced = "PolicySynced"
