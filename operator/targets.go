@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -22,16 +24,18 @@ type Resolution struct {
 const noGroupSourceMessage = "allowedGroups is set but the operator has no group source, so no device matches (fail closed); configure a group source or remove allowedGroups"
 
 // ResolveTargets applies the rollout semantics: targets are the devices whose
-// labels match the selector, minus quarantined ones (label blacklist), and,
-// when allowedGroups is set, only members of one of those groups according to
-// groups. When allowedGroups is set and groups is nil, no device matches
-// (fail closed). Canaries are the targets labelled canary=true.
+// labels match the selector, minus quarantined ones (label blacklist) and
+// minus Devices marked DuplicateDeviceID (another namespace's Device owns
+// that device id), and, when allowedGroups is set, only members of one of
+// those groups according to groups. When allowedGroups is set and groups is
+// nil, no device matches (fail closed). Canaries are the targets labelled
+// canary=true.
 func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
 	if len(d.Spec.AllowedGroups) > 0 && groups == nil {
 		return Resolution{Reason: fleetv1.ReasonNoGroupSource, Message: noGroupSourceMessage}, nil
 	}
 	var r Resolution
-	quarantined := 0
+	quarantined, duplicates := 0, 0
 	for i := range devices {
 		dev := &devices[i]
 		if !dev.DeletionTimestamp.IsZero() || !matches(d.Spec.TargetSelector.MatchLabels, dev.Labels) {
@@ -39,6 +43,10 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 		}
 		if _, q := dev.Labels[fleetv1.LabelBlacklist]; q {
 			quarantined++
+			continue
+		}
+		if duplicateID(dev) {
+			duplicates++
 			continue
 		}
 		if len(d.Spec.AllowedGroups) > 0 {
@@ -59,12 +67,44 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 	slices.Sort(r.Canaries)
 	if len(r.Targets) == 0 {
 		r.Reason = fleetv1.ReasonNoMatchingDevices
-		r.Message = fmt.Sprintf("no eligible device matches the selector (%d quarantined)", quarantined)
+		r.Message = fmt.Sprintf("no eligible device matches the selector (%d quarantined, %d duplicate device ids)", quarantined, duplicates)
 		return r, nil
 	}
 	r.Reason = fleetv1.ReasonResolved
 	r.Message = fmt.Sprintf("%d targets, %d canaries, %d quarantined excluded", len(r.Targets), len(r.Canaries), quarantined)
+	if duplicates > 0 {
+		r.Message += fmt.Sprintf(", %d duplicate device ids excluded", duplicates)
+	}
 	return r, nil
+}
+
+// duplicateID reports whether the Device controller marked dev as a
+// duplicate device id (Online condition, reason DuplicateDeviceID).
+func duplicateID(dev *fleetv1.Device) bool {
+	c := meta.FindStatusCondition(dev.Status.Conditions, fleetv1.ConditionOnline)
+	return c != nil && c.Reason == fleetv1.ReasonDuplicateDeviceID
+}
+
+// servedIn returns the Devices of namespace ns that serve their device id:
+// the oldest Device of each name across namespaces (as the Device
+// controller decides, olderNamesake), so a younger namesake is never a
+// target, also before the Device controller marked it DuplicateDeviceID.
+func servedIn(all []fleetv1.Device, ns string) []fleetv1.Device {
+	owner := map[string]*fleetv1.Device{}
+	for i := range all {
+		d := &all[i]
+		if o := owner[d.Name]; o == nil || older(d, o) {
+			owner[d.Name] = d
+		}
+	}
+	var out []fleetv1.Device
+	for i := range all {
+		d := &all[i]
+		if d.Namespace == ns && owner[d.Name] == d {
+			out = append(out, *d)
+		}
+	}
+	return out
 }
 
 func matches(selector, labels map[string]string) bool {
