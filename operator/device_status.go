@@ -64,8 +64,8 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 		want.LastHeartbeat = heartbeatTime(hb)
 	}
 	if !statusEqual(want, d.Status) {
-		// Writing anyway: refresh lastHeartbeat for free.
-		want.LastHeartbeat = heartbeatTime(hb)
+		// lastHeartbeat stays the one of the last liveness transition:
+		// it is what the Liveness-Since column shows.
 		return next, r.applyStatus(ctx, d, want)
 	}
 	if labelsChange {

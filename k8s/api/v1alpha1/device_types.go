@@ -25,7 +25,7 @@ const (
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:scope=Namespaced,shortName=fdev,categories=fleet
 // +kubebuilder:printcolumn:name="Liveness",type=string,JSONPath=`.status.liveness`
-// +kubebuilder:printcolumn:name="Last-Heartbeat",type=date,JSONPath=`.status.lastHeartbeat`
+// +kubebuilder:printcolumn:name="Liveness-Since",type=date,JSONPath=`.status.lastHeartbeat`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.inventory.agentVersion`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is the device id: a DNS label (at most 63 lowercase letters, digits and '-', no dots)"
@@ -60,6 +60,11 @@ const (
 // DeviceStatus is what the device reported, changed on transitions only
 // (never per heartbeat).
 type DeviceStatus struct {
+	// LastHeartbeat is the stream time of the heartbeat the last liveness
+	// transition was decided on: for Online, the heartbeat that brought the
+	// device Online; for Stale, when it was last heard from. It is written
+	// on liveness transitions only, never per heartbeat (the printer column
+	// Liveness-Since shows it); the live heartbeat is in the stream.
 	// +optional
 	LastHeartbeat *metav1.Time `json:"lastHeartbeat,omitempty"`
 	// +optional
