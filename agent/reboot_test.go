@@ -249,6 +249,9 @@ func TestServicesRunAgainAfterARebootOnRealPodman(t *testing.T) {
 			got.FinishedAt.IsZero() || got.ExitUnrecorded() {
 			t.Fatalf("%s after the stop: %+v, %v; want exited %d, the exit recorded", sv.name, got, err, sv.exitCode)
 		}
+		if listed := w.byName()[c.Name]; listed.FinishedAt.IsZero() || listed.ExitUnrecorded() {
+			t.Fatalf("%s as listed after the stop: %+v; want the exit recorded", sv.name, listed)
+		}
 	}
 
 	err := w.r.Apply(w.ctx, w.entry(1, s))
