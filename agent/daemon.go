@@ -102,6 +102,8 @@ type daemon struct {
 	// has read it (passRead).
 	passSeq  uint64
 	passRead bool
+	// restored: Restore ran, or an intent was read (it is not needed).
+	restored bool
 }
 
 // Retry delays after the engine (or the secret source) was found
@@ -382,6 +384,10 @@ func (d *daemon) directGet(ctx context.Context) (events.DeviceIntent, uint64, []
 
 // directGetOnce is directGet, uncounted.
 func (d *daemon) directGetOnce(ctx context.Context) (events.DeviceIntent, uint64, []byte, error) {
+	if !d.o.Conn.IsConnected() {
+		// Not now: the next (re)connect wakes a pass that reads it.
+		return events.DeviceIntent{}, 0, nil, fmt.Errorf("read intent: %w", nats.ErrDisconnected)
+	}
 	subj, _ := events.IntentDirectGetSubject(d.o.Device)
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -448,8 +454,12 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	intent, seq, err := d.readIntent(ctx)
 	if err != nil {
 		d.log.WarnContext(ctx, "intent not read; will retry on the next change or reconnect", "error", err)
+		d.restoreOnce(ctx)
 		return passError
 	}
+	d.mu.Lock()
+	d.restored = true // the intent decides from now on
+	d.mu.Unlock()
 	d.mu.Lock()
 	d.passSeq, d.passRead = seq, true
 	d.newer = d.notified != nil || (d.stored != nil && d.stored.seq > seq)
@@ -543,6 +553,27 @@ func (d *daemon) reconcile(ctx context.Context) string {
 		return passFailed
 	}
 	return passConverged
+}
+
+// restoreOnce brings back the services a reboot left down (Restore) the
+// first time the intent cannot be read, unless one was read before: a
+// device that boots offline runs its workloads again without the control
+// plane.
+func (d *daemon) restoreOnce(ctx context.Context) {
+	d.mu.Lock()
+	done := d.restored
+	d.restored = true
+	d.mu.Unlock()
+	if done || ctx.Err() != nil {
+		return
+	}
+	started, err := d.o.Reconciler.Restore(ctx)
+	if len(started) > 0 {
+		d.log.InfoContext(ctx, "intent not readable: restarted the services a reboot left down", "services", started)
+	}
+	if err != nil {
+		d.log.WarnContext(ctx, "restore services without the intent", "error", err)
+	}
 }
 
 // isUnavailable reports whether err holds an *UnavailableError.

@@ -246,27 +246,29 @@ func TestReportsMadeWhileDisconnectedAreSentOnReconnect(t *testing.T) {
 	down := time.Now()
 	// Let many heartbeats fall due while the server is away.
 	poll("heartbeats to fall due", func() bool { return time.Since(down) > 500*time.Millisecond })
+	restart := time.Now() // every heartbeat made before this was made offline
 	natstest.StartWith(t, natsembed.Options{StoreDir: store, Port: port, Sync: natsembed.FastSync})
 	poll("the agent to reconnect", nc.IsConnected)
 	back := time.Now()
 	poll("the admin to reconnect", admin.IsConnected)
-	offline := func() int {
+	made := func(from, to time.Time) int {
 		n := 0
 		for r, err := range st.Replay(w.ctx, "fleet.report.d1.heartbeat", events.FromStart()) {
 			if err != nil {
 				return -1
 			}
-			if r.Event.Time.After(down) && r.Event.Time.Before(back) {
+			if r.Event.Time.After(from) && r.Event.Time.Before(to) {
 				n++
 			}
 		}
 		return n
 	}
-	poll("a heartbeat made offline to arrive", func() bool { return offline() >= 1 })
-	// About 20 fell due; coalescing keeps the last (one more may be made in
-	// the instant between the reconnect and the test seeing it).
-	if n := offline(); n > 2 {
-		t.Errorf("%d heartbeats made while disconnected were stored, want them coalesced into 1", n)
+	poll("a heartbeat made offline to arrive", func() bool { return made(down, back) >= 1 })
+	// About 20 fell due while the server was down; coalescing keeps the
+	// last. (Between the restart and the test seeing the reconnect, on a
+	// loaded machine, more may be made and sent live: not counted.)
+	if n := made(down, restart); n > 1 {
+		t.Errorf("%d heartbeats made while the server was down were stored, want them coalesced into 1", n)
 	}
 }
 

@@ -32,6 +32,10 @@ const (
 	LabelRevision = "fleet.nationtech.io/revision"
 	// LabelRole is "init" or "service".
 	LabelRole = "fleet.nationtech.io/role"
+	// LabelRestartPolicy is the restart policy a service was created with,
+	// so that Restore can bring services back without the score (an agent
+	// that boots offline).
+	LabelRestartPolicy = "fleet.nationtech.io/restart-policy"
 )
 
 // DefaultStopTimeout is how long a container gets to stop before it is
@@ -765,6 +769,9 @@ func containerSpec(s resolvedService, labels map[string]string) runtime.Containe
 		RestartPolicy: string(s.RestartPolicy)}
 	if spec.RestartPolicy == "" {
 		spec.RestartPolicy = runtime.RestartUnlessStopped
+	}
+	if labels[LabelRole] == "service" {
+		labels[LabelRestartPolicy] = spec.RestartPolicy
 	}
 	for _, v := range s.Volumes {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})
