@@ -62,6 +62,8 @@ type TaskRunCreated struct {
 	Generation int64    `json:"generation"`
 	Task       string   `json:"task"`
 	Targets    []string `json:"targets"`
+	// Agent is the executable of an agent-upgrade (nil otherwise).
+	Agent *AgentArtifact `json:"agent,omitempty"`
 }
 
 // EventType implements Data.
@@ -171,13 +173,27 @@ func (WorkloadStatus) EventType() Type { return TypeWorkloadStatus }
 
 // TaskStatus is the data of TypeTaskStatus.
 type TaskStatus struct {
-	Namespace string    `json:"namespace"`
-	TaskRun   string    `json:"taskRun"`
-	UID       string    `json:"uid"`
-	Phase     string    `json:"phase"`
-	Error     string    `json:"error,omitempty"`
-	Since     time.Time `json:"since"`
+	Namespace string `json:"namespace"`
+	TaskRun   string `json:"taskRun"`
+	UID       string `json:"uid"`
+	// Task is the task's name (TaskSystemUpgrade, TaskAgentUpgrade).
+	Task string `json:"task,omitempty"`
+	// Phase is TaskPending, TaskRunning, TaskSucceeded or TaskFailed.
+	Phase string `json:"phase"`
+	Error string `json:"error,omitempty"`
+	// Output is the end of the operation's output, at most
+	// MaxTaskOutput bytes (the beginning is cut when longer).
+	Output string `json:"output,omitempty"`
+	// Changes are the packages a system-upgrade changed.
+	Changes []PackageChange `json:"changes,omitempty"`
+	// AgentVersion is the version the agent reports after an
+	// agent-upgrade (the new one, or the restored one).
+	AgentVersion string    `json:"agentVersion,omitempty"`
+	Since        time.Time `json:"since"`
 }
+
+// MaxTaskOutput bounds TaskStatus.Output.
+const MaxTaskOutput = 16 << 10
 
 // EventType implements Data.
 func (TaskStatus) EventType() Type { return TypeTaskStatus }

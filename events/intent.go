@@ -9,6 +9,62 @@ import "encoding/json"
 type DeviceIntent struct {
 	Device      string        `json:"device"`
 	Deployments []IntentEntry `json:"deployments"`
+	// Tasks are the TaskRuns' tasks the device must run, each at most
+	// once, sorted by namespace then TaskRun name. A task leaves the
+	// value when its TaskRun is deleted; one already running is never
+	// interrupted for that.
+	Tasks []TaskEntry `json:"tasks,omitempty"`
+}
+
+// Task names: the closed set of maintenance operations (the root updater
+// knows nothing else).
+const (
+	// TaskSystemUpgrade: apt-get update, then a non-interactive
+	// full-upgrade keeping existing configuration files.
+	TaskSystemUpgrade = "system-upgrade"
+	// TaskAgentUpgrade: install the agent executable TaskEntry.Agent names,
+	// restart the agent, and restore the previous one if the new one does
+	// not come back reporting its version.
+	TaskAgentUpgrade = "agent-upgrade"
+)
+
+// Task phases a device reports in device.task.status.
+const (
+	TaskPending   = "Pending"
+	TaskRunning   = "Running"
+	TaskSucceeded = "Succeeded"
+	TaskFailed    = "Failed"
+)
+
+// TaskEntry is one TaskRun's task for a device.
+type TaskEntry struct {
+	Namespace string `json:"namespace"`
+	// TaskRun is the TaskRun's name; UID its uid (the task's identity: a
+	// device runs a task of one UID at most once).
+	TaskRun string `json:"taskRun"`
+	UID     string `json:"uid"`
+	// Task is TaskSystemUpgrade or TaskAgentUpgrade.
+	Task string `json:"task"`
+	// Agent is the executable of an agent-upgrade (nil otherwise).
+	Agent *AgentArtifact `json:"agent,omitempty"`
+}
+
+// AgentArtifact is an agent executable to install: where to download it,
+// its sha256 (checked before anything is installed) and the version the
+// new agent must report to be kept.
+type AgentArtifact struct {
+	URL     string `json:"url"`
+	SHA256  string `json:"sha256"`
+	Version string `json:"version"`
+}
+
+// PackageChange is one package a system-upgrade changed.
+type PackageChange struct {
+	Package string `json:"package"`
+	// From is the version before ("" when newly installed); To the version
+	// after ("" when removed).
+	From string `json:"from,omitempty"`
+	To   string `json:"to,omitempty"`
 }
 
 // IntentEntry is one Deployment revision a device must run.
