@@ -117,13 +117,11 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	if !appended {
-		// Every namespace's Devices: a device id is served by the oldest
-		// Device of that name, so a younger namesake here is no target.
 		var devices fleetv1.DeviceList
-		if err := r.Client.List(ctx, &devices); err != nil {
-			return ctrl.Result{}, fmt.Errorf("list devices for %s: %w", req, err)
+		if err := r.Client.List(ctx, &devices, client.InNamespace(d.Namespace)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list devices of %s: %w", d.Namespace, err)
 		}
-		res, err = ResolveTargets(ctx, &d, servedIn(devices.Items, d.Namespace), r.Groups)
+		res, err = ResolveTargets(ctx, &d, devices.Items, r.Groups)
 		if err != nil {
 			return ctrl.Result{}, err
 		}

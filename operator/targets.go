@@ -85,28 +85,6 @@ func duplicateID(dev *fleetv1.Device) bool {
 	return c != nil && c.Reason == fleetv1.ReasonDuplicateDeviceID
 }
 
-// servedIn returns the Devices of namespace ns that serve their device id:
-// the oldest Device of each name across namespaces (as the Device
-// controller decides, olderNamesake), so a younger namesake is never a
-// target, also before the Device controller marked it DuplicateDeviceID.
-func servedIn(all []fleetv1.Device, ns string) []fleetv1.Device {
-	owner := map[string]*fleetv1.Device{}
-	for i := range all {
-		d := &all[i]
-		if o := owner[d.Name]; o == nil || older(d, o) {
-			owner[d.Name] = d
-		}
-	}
-	var out []fleetv1.Device
-	for i := range all {
-		d := &all[i]
-		if d.Namespace == ns && owner[d.Name] == d {
-			out = append(out, *d)
-		}
-	}
-	return out
-}
-
 func matches(selector, labels map[string]string) bool {
 	for k, v := range selector {
 		if got, ok := labels[k]; !ok || got != v {
