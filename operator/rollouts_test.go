@@ -220,3 +220,44 @@ func TestDeletionRemovesTheIntentOfEveryTarget(t *testing.T) {
 		return errors.Is(err, jetstream.ErrKeyNotFound)
 	})
 }
+
+// TestTheRolloutTakesReportsInStreamOrder: a device's later workload report
+// decides its result even when its clock puts it ten years earlier, and a
+// report from ten years ahead does not hide the reports after it.
+func TestTheRolloutTakesReportsInStreamOrder(t *testing.T) {
+	e := newEnv(t)
+	a, b := "clock-a-"+e.ns, "clock-b-"+e.ns
+	e.device(a, map[string]string{"role": "clock"})
+	e.device(b, map[string]string{"role": "clock"})
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "clock"})
+	rev := e.revisionOf("api", 1)
+	decade := 10 * 365 * 24 * time.Hour
+	reportAt := func(device string, phase events.WorkloadPhase, errText string, since time.Time) {
+		t.Helper()
+		ev := e.workloadReport(device, "api", rev, phase, errText)
+		wd, err := events.Decode[events.WorkloadStatus](ev)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wd.Since = since.UTC()
+		ev, err = events.New(ev.Keys, wd, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(since))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.store.Report(e.ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reportAt(a, events.WorkloadApplying, "", time.Now().Add(decade))
+	reportAt(a, events.WorkloadConverged, "", time.Now())
+	reportAt(b, events.WorkloadApplying, "", time.Now())
+	reportAt(b, events.WorkloadFailed, "exit 3", time.Now().Add(-decade))
+	d := e.waitPhase("api", fleetv1.PhaseFailed)
+	if d.Status.Counts.Succeeded != 1 || d.Status.Counts.Failed != 1 {
+		t.Errorf("counts %+v, want a converged (after its far-future report) and b failed (its later report)", d.Status.Counts)
+	}
+	if f := d.Status.LatestFailure; f == nil || f.Device != b || f.Error != "exit 3" {
+		t.Errorf("latestFailure %+v, want %s's", f, b)
+	}
+}
