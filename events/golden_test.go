@@ -377,5 +377,10 @@ func goldenStory(t *testing.T) []events.Event {
 	add(events.Keys{Device: "rpi-2"}, events.CommandResult{CommandID: cmd.ID.String(), Command: "report-inventory", OK: true})
 	add(events.Keys{Device: "rpi-2"}, events.DeviceInventory{OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", Kernel: "6.6.51+rpt-rpi-v8", AgentVersion: "0.9.0"})
 	telemetry("rpi-2")
+	// batch's only target is quarantined mid-rollout: the runner removes
+	// it from the revision's accounting, which then has no targets.
+	br := rollouts[batch]
+	runner(batch, add(batch, events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{UID: br.UID, Generation: br.Generation,
+		RevisionID: br.RevisionID, Counts: br.Counts(), Device: "rpi-4", Error: "Device quarantined"}), events.WithCorrelation(br.UID, br.Generation)))
 	return out
 }

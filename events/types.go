@@ -40,6 +40,11 @@ const (
 	TypeRolloutSucceeded Type = "rollout.succeeded"
 	// TypeRolloutFailed: the rollout failed.
 	TypeRolloutFailed Type = "rollout.failed"
+	// TypeRolloutTargetRemoved: a frozen target was removed from the
+	// revision's accounting (its Device was deleted or quarantined, or it
+	// reported no result within the operator's target timeout); Device and
+	// Error say which and why.
+	TypeRolloutTargetRemoved Type = "rollout.target-removed"
 )
 
 // Device reports (streams FLEET_REPORTS and FLEET_TELEMETRY).
@@ -89,6 +94,7 @@ var catalogue = []TypeInfo{
 	{TypeRolloutReleased, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutSucceeded, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutFailed, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutTargetRemoved, 1, FamilyDeploymentRollout, ""},
 	{TypeDeviceHeartbeat, 1, FamilyReport, ReportHeartbeat},
 	{TypeDeviceInventory, 1, FamilyReport, ReportInventory},
 	{TypeWorkloadStatus, 1, FamilyReport, ReportWorkload},

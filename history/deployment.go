@@ -314,9 +314,14 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 		s = fmt.Sprintf("rollout succeeded: all %d targets converged", c.Total)
 	case events.TypeRolloutFailed:
 		s = "rollout failed"
-		if d.Device != "" {
+		switch {
+		case d.Device != "":
 			s += fmt.Sprintf(": %s: %s", d.Device, d.Error)
+		case d.Error != "":
+			s += ": " + d.Error
 		}
+	case events.TypeRolloutTargetRemoved:
+		s = fmt.Sprintf("target %s removed: %s", d.Device, d.Error)
 	default:
 		s = string(t)
 	}

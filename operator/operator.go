@@ -65,6 +65,10 @@ type Options struct {
 	// StaleAfter is how long a device stays Online after its last
 	// heartbeat; 0: DefaultStaleAfter (90s).
 	StaleAfter time.Duration
+	// TargetTimeout is how long a frozen target may go without a result
+	// of a revision after it was handed it before it is removed from the
+	// revision's accounting; 0: DefaultTargetTimeout (1h).
+	TargetTimeout time.Duration
 	// Skips counts the stored records the operator's readers skip because
 	// they do not decode (fleet_events_skipped_records_total). Run
 	// registers it with controller-runtime's metrics registry
@@ -176,9 +180,14 @@ func Run(ctx context.Context, o Options) error {
 	if err := ps.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
+	removals := make(chan TargetRemoval, 1024)
+	tw := &TargetWatch{Client: mgr.GetClient(), Out: removals}
+	if err := tw.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
-		Metrics: o.Metrics}
+		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, Removals: removals}
 	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -53,6 +53,8 @@ type env struct {
 	skips *events.SkipCounter
 	// metrics, when set, are the operator's metrics.
 	metrics *operator.Metrics
+	// targetTimeout, when set, is the operator's target timeout.
+	targetTimeout time.Duration
 }
 
 var nsCounter int
@@ -111,7 +113,7 @@ func (e *env) startOperator() (stop func()) {
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
-			Metrics: e.metrics})
+			Metrics: e.metrics, TargetTimeout: e.targetTimeout})
 	}()
 	stopped := false
 	stop = func() {

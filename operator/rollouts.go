@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
 )
 
 // FieldOwnerRollouts is the server-side-apply field manager of the status
@@ -80,6 +83,25 @@ type RolloutRunner struct {
 	Skips *events.SkipCounter
 	// Metrics, when set, records what the runner does (fleet_rollout_*).
 	Metrics *Metrics
+	// TargetTimeout is how long a frozen target may go without a result
+	// (Converged or Failed) of a revision after it was handed it, before
+	// the runner removes it from the revision's accounting. Default
+	// DefaultTargetTimeout.
+	TargetTimeout time.Duration
+	// Removals, when set, tells the runner of Devices deleted or
+	// quarantined (TargetWatch): each is removed from the accounting of
+	// every rollout in progress in its namespace that has it as a target.
+	Removals <-chan TargetRemoval
+}
+
+// DefaultTargetTimeout is RolloutRunner.TargetTimeout when zero.
+const DefaultTargetTimeout = time.Hour
+
+// TargetRemoval is a Device that can no longer take part in a rollout.
+type TargetRemoval struct {
+	Namespace, Device string
+	// Reason is why: "deleted" or "quarantined".
+	Reason string
 }
 
 // sourced is what a read hands the Run goroutine.
@@ -99,6 +121,9 @@ type runner struct {
 	s      *runnerState
 	intent *intentWriter
 	ckpt   checkpoints
+	// pending are the removals (Removals) not yet appended to every
+	// rollout they concern.
+	pending map[TargetRemoval]bool
 }
 
 // Run runs until ctx ends.
@@ -112,10 +137,16 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 	if r.CheckpointInterval == 0 {
 		r.CheckpointInterval = 30 * time.Second
 	}
+	if r.TargetTimeout < 0 {
+		return fmt.Errorf("rollout runner: target timeout is %s: use a positive duration (default %s)", r.TargetTimeout, DefaultTargetTimeout)
+	}
+	if r.TargetTimeout == 0 {
+		r.TargetTimeout = DefaultTargetTimeout
+	}
 	if js, ok := r.Store.(interface{ JetStream() jetstream.JetStream }); ok && r.JS == nil {
 		r.JS = js.JetStream()
 	}
-	run := &runner{RolloutRunner: r, s: newRunnerState(),
+	run := &runner{RolloutRunner: r, s: newRunnerState(), pending: map[TargetRemoval]bool{},
 		intent: &intentWriter{kv: r.KV, js: r.JS, log: r.Log, metrics: r.Metrics, written: map[string]string{}},
 		ckpt:   checkpoints{store: r.Checkpoints, log: r.Log, metrics: r.Metrics}}
 	r.Metrics.setLive(false)
@@ -156,7 +187,15 @@ func (r *runner) run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			if s.live {
+				r.removeTargets(ctx, time.Now())
 				writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
+			}
+		case rm := <-r.Removals:
+			// Kept until every rollout it concerns has it removed: acted
+			// on once live, retried on the next tick after a conflict.
+			r.pending[rm] = true
+			if s.live {
+				r.removeTargets(ctx, time.Now())
 			}
 		case <-ckpt.C:
 			if s.live && s.changed {
@@ -199,6 +238,7 @@ func (r *runner) goLive(ctx context.Context) error {
 	for _, k := range s.sortedKeys() {
 		r.decide(ctx, k)
 	}
+	r.removeTargets(ctx, time.Now())
 	writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
 	r.Metrics.setLive(true)
 	r.Log.InfoContext(ctx, "rollout runner caught up", "deployments", len(s.rollouts))
@@ -295,6 +335,108 @@ func (m sourced) seq() uint64 {
 		return m.skip.Sequence
 	}
 	return m.rec.Sequence
+}
+
+// removeTargets appends a rollout.target-removed transition for every
+// frozen target of a rollout in progress that can no longer take part: its
+// Device was deleted or quarantined (pending), or it has had no result of
+// the revision for TargetTimeout since it was handed it (judged at now, the
+// operator's clock against the operator's own transition times). Then the
+// state machine decides again.
+func (r *runner) removeTargets(ctx context.Context, now time.Time) {
+	s := r.s
+	for _, k := range s.sortedKeys() {
+		ro := s.rollouts[k]
+		if ro.Terminal() {
+			continue
+		}
+		var out []projections.RemovedTarget
+		for rm := range r.pending {
+			if rm.Namespace == k.ns && ro.IsTarget(rm.Device) {
+				out = append(out, projections.RemovedTarget{Device: rm.Device, Reason: "Device " + rm.Reason})
+			}
+		}
+		out = append(out, silentTargets(ro, now, r.TargetTimeout)...)
+		if len(out) == 0 {
+			continue
+		}
+		slices.SortFunc(out, func(a, b projections.RemovedTarget) int { return strings.Compare(a.Device, b.Device) })
+		out = slices.CompactFunc(out, func(a, b projections.RemovedTarget) bool { return a.Device == b.Device })
+		for _, rm := range out {
+			if !r.appendTransition(ctx, k, events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{
+				UID: ro.UID, Generation: ro.Generation, RevisionID: ro.RevisionID, Counts: s.rollouts[k].Counts(), Device: rm.Device, Error: rm.Reason})) {
+				break // a conflict or an error: the next tick tries again
+			}
+		}
+		r.decide(ctx, k)
+	}
+	// A removal is done once no rollout in progress has it as a target.
+	for rm := range r.pending {
+		done := true
+		for k, ro := range s.rollouts {
+			if k.ns == rm.Namespace && !ro.Terminal() && ro.IsTarget(rm.Device) {
+				done = false
+				break
+			}
+		}
+		if done {
+			delete(r.pending, rm)
+		}
+	}
+}
+
+// silentTargets are the targets of ro handed the revision at least timeout
+// before now without a result (Converged or Failed) of it since.
+func silentTargets(ro projections.Rollout, now time.Time, timeout time.Duration) []projections.RemovedTarget {
+	first := ro.CanariesAt
+	if first.IsZero() {
+		first = ro.ReleasedAt
+	}
+	if first.IsZero() || now.Sub(first) < timeout {
+		return nil // nobody was handed it long enough ago
+	}
+	var out []projections.RemovedTarget
+	for _, d := range ro.Released() {
+		at := ro.HandedAt(d)
+		if at.IsZero() || now.Sub(at) < timeout {
+			continue
+		}
+		switch ro.Results[d].Phase {
+		case events.WorkloadConverged, events.WorkloadFailed:
+			continue
+		}
+		out = append(out, projections.RemovedTarget{Device: d,
+			Reason: fmt.Sprintf("no result (Converged or Failed) within the target timeout (%s) of being handed the revision", timeout)})
+	}
+	return out
+}
+
+// appendTransition appends one transition of Deployment k with the
+// expected last sequence of its rollout subject and folds it; false on a
+// conflict (another runner appended first: its events come and the
+// decision is taken again) or an error.
+func (r *runner) appendTransition(ctx context.Context, k depKey, tr events.RolloutTransition) bool {
+	s := r.s
+	ro := s.rollouts[k]
+	ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, events.WithCorrelation(ro.UID, ro.Generation))
+	if err != nil {
+		r.Log.ErrorContext(ctx, "build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)
+		return false
+	}
+	pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(s.rolloutSeq[k]))
+	if errors.Is(err, events.ErrConflict) {
+		r.Log.DebugContext(ctx, "rollout transition conflict", "deployment", k.ns+"/"+k.name, "type", tr.EventType())
+		return false
+	}
+	if err != nil {
+		r.Log.ErrorContext(ctx, "append rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(), "error", err)
+		return false
+	}
+	s.appended(k, pos.Sequence, ev)
+	r.Metrics.transition(k, string(tr.EventType()))
+	r.Log.InfoContext(ctx, "rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(),
+		"revision", ro.RevisionID, "device", tr.Device, "reason", tr.Error)
+	return true
 }
 
 // decide appends the state machine's next transitions for one Deployment

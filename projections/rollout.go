@@ -63,6 +63,14 @@ type Rollout struct {
 	lastFailOrder uint64
 	// Deleted is true once the Deployment was deleted.
 	Deleted bool
+	// Removed lists the frozen targets removed from the revision's
+	// accounting (rollout.target-removed), in the order they were removed;
+	// they are no longer in Targets or Canaries.
+	Removed []RemovedTarget
+	// CanariesAt and ReleasedAt are the times of the canary-stage and
+	// released transitions (zero: not yet): when targets were handed the
+	// revision. Operator times, never a device's.
+	CanariesAt, ReleasedAt time.Time
 	// reports counts the reports this fold took (of any revision): the
 	// Order of the next one.
 	reports uint64
@@ -81,8 +89,16 @@ type revKey struct {
 	gen int64
 }
 
+// RemovedTarget is a frozen target removed from a revision's accounting.
+type RemovedTarget struct {
+	Device string `json:"device"`
+	Reason string `json:"reason"`
+}
+
 type earlyFacts struct {
-	results map[string]DeviceResult
+	removed                []RemovedTarget
+	canariesAt, releasedAt time.Time
+	results                map[string]DeviceResult
 	// failures holds each device's latest failure report.
 	failures    map[string]DeviceResult
 	stage       Stage
@@ -169,6 +185,10 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 	if f.stage != StageNone {
 		r.Stage, r.ReleasedAll, r.StageAt = f.stage, f.releasedAll, f.stageAt
 	}
+	r.CanariesAt, r.ReleasedAt = f.canariesAt, f.releasedAt
+	for _, rm := range f.removed {
+		*r = r.removeTarget(rm.Device, rm.Reason)
+	}
 }
 
 // applyReport folds a workload report: a target's report of the current
@@ -231,16 +251,76 @@ func (r Rollout) applyTransition(ev events.Event) Rollout {
 				f.stage, f.stageAt = st, ev.Time
 			}
 			f.releasedAll = f.releasedAll || ev.Type == events.TypeRolloutReleased
+			switch ev.Type {
+			case events.TypeRolloutCanaryStage:
+				f.canariesAt = ev.Time
+			case events.TypeRolloutReleased:
+				f.releasedAt = ev.Time
+			case events.TypeRolloutTargetRemoved:
+				f.removed = append(slices.Clip(f.removed), RemovedTarget{Device: d.Device, Reason: d.Error})
+			}
 		})
 	}
 	n := r
 	if st := stageAfter(ev.Type, r.Stage); st != r.Stage {
 		n.Stage, n.StageAt = st, ev.Time
 	}
-	if ev.Type == events.TypeRolloutReleased {
+	switch ev.Type {
+	case events.TypeRolloutCanaryStage:
+		if n.CanariesAt.IsZero() {
+			n.CanariesAt = ev.Time
+		}
+	case events.TypeRolloutReleased:
 		n.ReleasedAll = true
+		if n.ReleasedAt.IsZero() {
+			n.ReleasedAt = ev.Time
+		}
+	case events.TypeRolloutTargetRemoved:
+		return n.removeTarget(d.Device, d.Error)
 	}
 	return n
+}
+
+// removeTarget takes device out of the revision's accounting: out of
+// Targets and Canaries (so out of the counts), into Removed. A device that
+// is no target (removed already) changes nothing.
+func (r Rollout) removeTarget(device, reason string) Rollout {
+	if !r.IsTarget(device) {
+		return r
+	}
+	n := r
+	n.Targets = without(r.Targets, device)
+	if r.IsCanary(device) {
+		n.Canaries = without(r.Canaries, device)
+	}
+	n.Removed = append(slices.Clip(r.Removed), RemovedTarget{Device: device, Reason: reason})
+	n.countsOK = false
+	return n
+}
+
+// HandedAt is when device, a target, was handed the revision (zero: not
+// yet): the canary stage for canaries, the release for the rest.
+func (r Rollout) HandedAt(device string) time.Time {
+	if r.IsCanary(device) && !r.CanariesAt.IsZero() {
+		return r.CanariesAt
+	}
+	return r.ReleasedAt
+}
+
+// Terminal reports whether the rollout of the revision is over (Succeeded
+// or Failed) or there is none to run (no revision, or deleted).
+func (r Rollout) Terminal() bool {
+	return r.UID == "" || r.Deleted || r.Stage == StageSucceeded || r.Stage == StageFailed
+}
+
+func without(s []string, x string) []string {
+	out := make([]string, 0, len(s))
+	for _, v := range s {
+		if v != x {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // withEarly returns a copy of r with fn applied to the early facts of
@@ -256,6 +336,7 @@ func (r Rollout) withEarly(uid string, gen int64, fn func(*earlyFacts)) Rollout 
 	f := &earlyFacts{results: map[string]DeviceResult{}, failures: map[string]DeviceResult{}}
 	if old != nil {
 		f.stage, f.stageAt, f.releasedAll = old.stage, old.stageAt, old.releasedAll
+		f.removed, f.canariesAt, f.releasedAt = old.removed, old.canariesAt, old.releasedAt
 		for k, v := range old.failures {
 			f.failures[k] = v
 		}
@@ -419,9 +500,10 @@ func (r Rollout) Next() []events.RolloutTransition {
 		stage = StageStarted
 	}
 	if len(r.Targets) == 0 {
-		// Nothing can converge: the revision fails at once, saying why,
-		// rather than succeed with nothing deployed. Devices that appear
-		// later are not in it; the next generation resolves again.
+		// Nothing can converge: the revision fails, saying why, rather
+		// than succeed with nothing deployed (no target from the start, or
+		// every one removed). Devices that appear later are not in it; the
+		// next generation resolves again.
 		return append(out, mk(events.TypeRolloutFailed, nil, &events.RolloutTransition{Error: NoTargetsError}))
 	}
 	c := r.Counts()
@@ -437,6 +519,12 @@ func (r Rollout) Next() []events.RolloutTransition {
 	if stage == StageCanary {
 		if c.CanariesFailed > 0 {
 			f := r.failure(true)
+			return append(out, mk(events.TypeRolloutCanaryFailed, nil, f), mk(events.TypeRolloutFailed, nil, f))
+		}
+		if len(r.Canaries) == 0 {
+			// Every canary was removed: the rest is never released
+			// without a converged canary still in the revision.
+			f := &events.RolloutTransition{Error: NoCanariesError}
 			return append(out, mk(events.TypeRolloutCanaryFailed, nil, f), mk(events.TypeRolloutFailed, nil, f))
 		}
 		if c.CanariesSucceeded == c.Canaries {
@@ -486,6 +574,10 @@ func (r Rollout) failure(canariesOnly bool) *events.RolloutTransition {
 // NoTargetsError is the error of the rollout.failed transition of a
 // revision without frozen targets.
 const NoTargetsError = "the revision has no targets"
+
+// NoCanariesError is the error of the canary-failed and failed transitions
+// of a revision whose canaries were all removed from its accounting.
+const NoCanariesError = "every canary was removed from the revision (deleted, quarantined or no result in time): the rest is not released without a converged canary"
 
 func sortedCopy(s []string) []string {
 	out := slices.Clone(s)

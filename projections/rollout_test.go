@@ -24,7 +24,12 @@ type step struct {
 	// exactly one of these
 	revision *events.DeploymentRevisionCreated
 	report   *report
+	// removed is a target the runner removes from the revision's
+	// accounting (rollout.target-removed of the current revision).
+	removed string
 }
+
+func removed(device string) step { return step{removed: device} }
 
 type report struct {
 	device string
@@ -82,6 +87,10 @@ func drive(t *testing.T, steps []step) (projections.Rollout, []events.Type) {
 			p := s.report
 			r = r.Apply(mustNew(t, events.Keys{Device: p.device}, events.WorkloadStatus{Namespace: "lab", Deployment: "api",
 				UID: p.uid, Generation: p.gen, Phase: p.phase, Error: p.err, Since: t0.Add(time.Duration(p.at) * time.Second)}))
+		case s.removed != "":
+			r = r.Apply(mustNew(t, dep, events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{
+				UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID, Device: s.removed, Error: "Device deleted"})))
+			log = append(log, events.TypeRolloutTargetRemoved)
 		}
 		decide()
 	}
@@ -152,6 +161,28 @@ func TestRolloutStateMachine(t *testing.T) {
 			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanaryFailed, events.TypeRolloutFailed,
 				events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged, events.TypeRolloutReleased, events.TypeRolloutSucceeded},
 			projections.StageSucceeded, []string{"a"}},
+		{"a removed target no longer holds the rollout open",
+			[]step{rev(1, []string{"a", "b"}, nil), rep("a", 1, C, 1), removed("b")},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutTargetRemoved, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a"}},
+		{"a report of a removed target is ignored",
+			[]step{rev(1, []string{"a", "b"}, nil), removed("b"), rep("b", 1, F, 1), rep("a", 1, C, 2)},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutTargetRemoved, events.TypeRolloutSucceeded},
+			projections.StageSucceeded, []string{"a"}},
+		{"removing the converged-pending canary releases the rest once the other canary converged",
+			[]step{rev(1, []string{"a", "b", "c"}, []string{"a", "b"}), rep("a", 1, C, 1), removed("b")},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutTargetRemoved,
+				events.TypeRolloutCanariesConverged, events.TypeRolloutReleased},
+			projections.StageReleased, []string{"a", "c"}},
+		{"removing every canary fails the canary stage instead of releasing the rest",
+			[]step{rev(1, []string{"a", "b"}, []string{"a"}), removed("a")},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutTargetRemoved,
+				events.TypeRolloutCanaryFailed, events.TypeRolloutFailed},
+			projections.StageFailed, nil},
+		{"removing the last target fails the revision: it has no targets",
+			[]step{rev(1, []string{"a"}, nil), removed("a")},
+			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutReleased, events.TypeRolloutTargetRemoved, events.TypeRolloutFailed},
+			projections.StageFailed, nil},
 		{"a revision without targets fails at once instead of succeeding with nothing deployed",
 			[]step{rev(1, nil, nil)},
 			[]events.Type{events.TypeRolloutStarted, events.TypeRolloutFailed},
@@ -310,4 +341,60 @@ func TestFoldInPlaceEqualsApplyAndItsCountsStayExact(t *testing.T) {
 	if string(a) != string(b) {
 		t.Fatalf("Fold and Apply differ:\n%s\n%s", a, b)
 	}
+}
+
+// TestARemovalSurvivesACheckpointAndAnEarlyFold: a target removal folded
+// before its revision (the streams are read side by side) or carried
+// through a snapshot gives the same state as folding in order.
+func TestARemovalSurvivesACheckpointAndAnEarlyFold(t *testing.T) {
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	revision := mustNew(t, dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r", Score: json.RawMessage(`{}`),
+		Targets: []string{"a", "b", "c"}, Canaries: []string{"a"}})
+	tr := func(typ events.Type, d events.RolloutTransition) events.Event {
+		d.UID, d.Generation, d.RevisionID = "u1", 1, "r"
+		return mustNew(t, dep, events.NewRolloutTransition(typ, d))
+	}
+	transitions := []events.Event{tr(events.TypeRolloutStarted, events.RolloutTransition{}),
+		tr(events.TypeRolloutCanaryStage, events.RolloutTransition{Released: []string{"a"}}),
+		tr(events.TypeRolloutTargetRemoved, events.RolloutTransition{Device: "b", Error: "Device quarantined"})}
+
+	var inOrder projections.Rollout
+	inOrder = inOrder.Apply(revision)
+	for _, ev := range transitions {
+		inOrder = inOrder.Apply(ev)
+	}
+	var early projections.Rollout
+	for _, ev := range transitions {
+		early = early.Apply(ev)
+	}
+	early = early.Apply(revision)
+	b, err := json.Marshal(inOrder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var restored projections.Rollout
+	if err := json.Unmarshal(b, &restored); err != nil {
+		t.Fatal(err)
+	}
+	want := []projections.RemovedTarget{{Device: "b", Reason: "Device quarantined"}}
+	for name, r := range map[string]projections.Rollout{"in order": inOrder, "early": early, "restored": restored} {
+		if diff := cmp.Diff(want, r.Removed); diff != "" || !slices.Equal(r.Targets, []string{"a", "c"}) || r.Counts().Total != 2 {
+			t.Errorf("%s: removed (-want +got):\n%s\ntargets %v, counts %+v", name, diff, r.Targets, r.Counts())
+		}
+		if r.CanariesAt.IsZero() {
+			t.Errorf("%s: the canary stage's time is lost", name)
+		}
+	}
+	if a, b := mustJSON(t, early), mustJSON(t, inOrder); a != b {
+		t.Errorf("early and in-order folds differ:\n%s\n%s", a, b)
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -22,6 +22,9 @@ type earlySnapshot struct {
 	Stage       Stage                   `json:"stage,omitempty"`
 	StageAt     time.Time               `json:"stageAt"`
 	ReleasedAll bool                    `json:"releasedAll,omitempty"`
+	Removed     []RemovedTarget         `json:"removed,omitempty"`
+	CanariesAt  time.Time               `json:"canariesAt,omitzero"`
+	ReleasedAt  time.Time               `json:"releasedAt,omitzero"`
 }
 
 type rolloutSnapshot struct {
@@ -40,6 +43,9 @@ type rolloutSnapshot struct {
 	// (then 0; the next reports still order after each other).
 	LastFailOrder uint64          `json:"lastFailOrder,omitempty"`
 	Reports       uint64          `json:"reports,omitempty"`
+	Removed       []RemovedTarget `json:"removed,omitempty"`
+	CanariesAt    time.Time       `json:"canariesAt,omitzero"`
+	ReleasedAt    time.Time       `json:"releasedAt,omitzero"`
 	Deleted       bool            `json:"deleted"`
 	Early         []earlySnapshot `json:"early,omitempty"`
 }
@@ -49,10 +55,11 @@ type rolloutSnapshot struct {
 func (r Rollout) MarshalJSON() ([]byte, error) {
 	s := rolloutSnapshot{UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID, Targets: r.Targets, Canaries: r.Canaries,
 		Stage: r.Stage, ReleasedAll: r.ReleasedAll, StageAt: r.StageAt, Results: r.Results, LastFailure: r.LastFailure,
-		LastFailAt: r.LastFailAt, LastFailOrder: r.lastFailOrder, Reports: r.reports, Deleted: r.Deleted}
+		LastFailAt: r.LastFailAt, LastFailOrder: r.lastFailOrder, Reports: r.reports, Deleted: r.Deleted,
+		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt}
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
-			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll})
+			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll, Removed: f.removed, CanariesAt: f.canariesAt, ReleasedAt: f.releasedAt})
 	}
 	slices.SortFunc(s.Early, func(a, b earlySnapshot) int {
 		if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -71,7 +78,8 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 	}
 	*r = Rollout{UID: s.UID, Generation: s.Generation, RevisionID: s.RevisionID, Targets: s.Targets, Canaries: s.Canaries,
 		Stage: s.Stage, ReleasedAll: s.ReleasedAll, StageAt: s.StageAt, Results: s.Results, LastFailure: s.LastFailure,
-		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted}
+		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted,
+		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt}
 	if r.Results == nil && r.UID != "" {
 		r.Results = map[string]DeviceResult{}
 	}
@@ -79,7 +87,8 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		if r.early == nil {
 			r.early = map[revKey]*earlyFacts{}
 		}
-		f := &earlyFacts{results: e.Results, failures: e.Failures, stage: e.Stage, stageAt: e.StageAt, releasedAll: e.ReleasedAll}
+		f := &earlyFacts{results: e.Results, failures: e.Failures, stage: e.Stage, stageAt: e.StageAt, releasedAll: e.ReleasedAll,
+			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt}
 		if f.results == nil {
 			f.results = map[string]DeviceResult{}
 		}

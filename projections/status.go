@@ -56,6 +56,15 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 			ready.Message = fmt.Sprintf("revision %s has no targets: no eligible device matched when it was created (the TargetsResolved condition says why); apply a new generation once devices match", r.RevisionID)
 		}
 	}
+	if n := len(r.Removed); n > 0 {
+		st.Counts.Removed = int32(n)
+		for _, rm := range r.Removed[:min(n, fleetv1.MaxRemovedListed)] {
+			st.Removed = append(st.Removed, fleetv1.RemovedTarget{Device: rm.Device, Reason: rm.Reason})
+		}
+		if !r.Terminal() {
+			ready.Message += fmt.Sprintf("; %d removed (see status.removed)", n)
+		}
+	}
 	if r.LastFailure != nil {
 		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: r.LastFailure.Error, Time: metav1.NewTime(r.LastFailAt)}
 	}

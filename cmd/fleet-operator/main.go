@@ -45,6 +45,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	groupFile := fs.String("group-file", "", "static device group file (JSON); without one, allowedGroups fails closed")
 	statusInterval := fs.Duration("status-interval", 2*time.Second, "least time between two status patches of one Deployment")
 	staleAfter := fs.Duration("stale-after", 90*time.Second, "how long a device stays Online after its last heartbeat")
+	targetTimeout := fs.Duration("target-timeout", operator.DefaultTargetTimeout, "how long a rollout target may go without a result (Converged or Failed) after it was handed the revision before it is removed from the revision's accounting")
 	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint (0: off)")
 	healthAddr := fs.String("health-addr", "0", "address of /healthz and /readyz (0: off)")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
@@ -72,7 +73,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	logger := slog.New(handler)
 
 	var cfgErr error
-	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr}
+	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr}
 	if *kubeconfig != "" {
 		o.RESTConfig, cfgErr = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {

@@ -233,6 +233,13 @@ type DeploymentStatus struct {
 	// LatestFailure is the most recent device failure of this revision.
 	// +optional
 	LatestFailure *DeviceFailure `json:"latestFailure,omitempty"`
+	// Removed are frozen targets removed from this revision's accounting:
+	// their Device was deleted or quarantined, or they reported no result
+	// within the operator's target timeout. They count in no total. The
+	// first MaxRemovedListed are listed; counts.removed has the number.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Removed []RemovedTarget `json:"removed,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -246,8 +253,22 @@ type RevisionRef struct {
 	ID         string `json:"id"`
 }
 
-// RolloutCounts are the revision's target counts.
+// MaxRemovedListed is how many removed targets a Deployment status lists.
+const MaxRemovedListed = 100
+
+// RemovedTarget is a frozen target removed from a revision's accounting,
+// and why.
+type RemovedTarget struct {
+	Device string `json:"device"`
+	Reason string `json:"reason"`
+}
+
+// RolloutCounts are the revision's target counts. Removed targets are in
+// none of the others.
 type RolloutCounts struct {
+	// Removed is how many frozen targets were removed from the accounting.
+	// +optional
+	Removed           int32 `json:"removed,omitempty"`
 	Total             int32 `json:"total"`
 	Succeeded         int32 `json:"succeeded"`
 	Pending           int32 `json:"pending"`
