@@ -1,20 +1,149 @@
-// Command fleet-updater runs the root updater. It is not implemented in this build: it exits
-// with an error saying so rather than pretending to run.
+// Command fleet-updater is the root updater of a device: it serves the
+// fixed maintenance operations (system-upgrade, agent-upgrade) to the
+// fleet-agent user on a Unix socket. `fleet-updater client` asks it, as the
+// agent would (for operators and tests). See docs/updater.md.
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
+	"log/slog"
 	"os"
+	"os/signal"
+	"os/user"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/updater"
 )
 
+// version is stamped at build time (-ldflags -X main.version=…).
+var version = "dev"
+
 func main() {
-	if err := run(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "client" {
+		err = client(ctx, os.Args[2:], os.Stdout)
+	} else {
+		err = run(ctx, os.Args[1:], os.Stderr)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleet-updater:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	return errors.New("not implemented yet: this build does not include the root updater")
+func run(ctx context.Context, args []string, logOut io.Writer) error {
+	fs := flag.NewFlagSet("fleet-updater", flag.ContinueOnError)
+	socket := fs.String("socket", updater.DefaultSocket, "Unix socket to serve")
+	group := fs.String("socket-group", "fleet-agent", "group of the socket (mode 0660), name or gid; empty: the daemon's (mode 0600)")
+	allowed := fs.String("allowed-user", "fleet-agent", "the only user (name or uid) that may talk to the updater: the agent's")
+	stateDir := fs.String("state-dir", updater.DefaultStateDir, "folder of the task records")
+	aptGet := fs.String("apt-get", "/usr/bin/apt-get", "apt-get binary")
+	dpkg := fs.String("dpkg", "/usr/bin/dpkg", "dpkg binary")
+	dpkgQuery := fs.String("dpkg-query", "/usr/bin/dpkg-query", "dpkg-query binary")
+	lockTimeout := fs.Duration("dpkg-lock-timeout", 10*time.Minute, "how long apt waits for the dpkg lock")
+	taskTimeout := fs.Duration("task-timeout", 2*time.Hour, "bound of one task")
+	link := fs.String("agent-link", "/usr/local/bin/fleet-agent", "the agent executable the unit runs (a symbolic link the updater switches)")
+	dir := fs.String("agent-dir", "/usr/local/lib/fleet-agent", "folder of the installed agent executables, fleet-agent-<version>")
+	restart := fs.String("restart-command", strings.Join(updater.DefaultRestartCommand, " "), "command that restarts the agent (split on spaces)")
+	health := fs.Duration("health-timeout", 2*time.Minute, "how long a new agent has to report its version after its restart")
+	maxSize := fs.Int64("max-agent-size", 256<<20, "largest agent download in bytes")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Println(version)
+		return nil
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	uid, err := lookupUID(*allowed)
+	if err != nil {
+		return fmt.Errorf("--allowed-user: %w", err)
+	}
+	gid := -1
+	if *group != "" {
+		if gid, err = lookupGID(*group); err != nil {
+			return fmt.Errorf("--socket-group: %w", err)
+		}
+	}
+	argv := strings.Fields(*restart)
+	if len(argv) == 0 {
+		return errors.New("--restart-command is empty: give the command that restarts the agent, e.g. systemctl restart fleet-agent")
+	}
+	logger := slog.New(slog.NewJSONHandler(logOut, nil)).With("version", version)
+	return updater.Run(ctx, updater.Options{
+		Socket: *socket, SocketGID: gid, AllowedUID: uid, StateDir: *stateDir, TaskTimeout: *taskTimeout, Logger: logger,
+		Apt: updater.Apt{AptGet: *aptGet, Dpkg: *dpkg, DpkgQuery: *dpkgQuery, LockTimeout: *lockTimeout},
+		Agent: updater.AgentInstall{Link: *link, Dir: *dir, HealthTimeout: *health, MaxSize: *maxSize,
+			Activator: updater.CommandActivator{Argv: argv}},
+	})
+}
+
+func lookupUID(s string) (uint32, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return uint32(n), nil
+	}
+	u, err := user.Lookup(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w (create the user, or give a uid)", err)
+	}
+	n, err := strconv.ParseUint(u.Uid, 10, 32)
+	return uint32(n), err
+}
+
+func lookupGID(s string) (int, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		return n, nil
+	}
+	g, err := user.LookupGroup(s)
+	if err != nil {
+		return 0, fmt.Errorf("%w (create the group, or give a gid)", err)
+	}
+	return strconv.Atoi(g.Gid)
+}
+
+// client sends one request and prints the response as JSON; with --wait it
+// polls the task's status until it is done.
+func client(ctx context.Context, args []string, out io.Writer) error {
+	fs := flag.NewFlagSet("fleet-updater client", flag.ContinueOnError)
+	socket := fs.String("socket", updater.DefaultSocket, "the updater's socket")
+	op := fs.String("op", updater.OpStatus, "system-upgrade, agent-upgrade, status or hello")
+	id := fs.String("id", "", "task id")
+	url := fs.String("url", "", "agent-upgrade: the executable's URL")
+	sum := fs.String("sha256", "", "agent-upgrade: its sha256")
+	ver := fs.String("version", "", "agent-upgrade: the version it must report; hello: the agent's version")
+	wait := fs.Duration("wait", 0, "poll the task until done, at most this long")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c := updater.Client{Socket: *socket}
+	req := updater.Request{ID: *id, Op: *op}
+	switch *op {
+	case updater.OpAgentUpgrade:
+		req.Agent = &events.AgentArtifact{URL: *url, SHA256: *sum, Version: *ver}
+	case updater.OpHello:
+		req.Version = *ver
+	}
+	resp, err := c.Do(ctx, req)
+	if err == nil && *wait > 0 && *op != updater.OpHello && !resp.Done() {
+		wctx, cancel := context.WithTimeout(ctx, *wait)
+		defer cancel()
+		resp, err = c.Wait(wctx, *id, 200*time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(resp, "", "  ")
+	fmt.Fprintln(out, string(b))
+	return err
 }
