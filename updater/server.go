@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -203,16 +204,25 @@ func (s *server) serve(tctx context.Context, wg *sync.WaitGroup, c *net.UnixConn
 	_ = c.SetDeadline(time.Now().Add(requestTimeout))
 	if err := checkPeer(c, s.o.AllowedUID); err != nil {
 		s.log.Warn("connection refused", "error", err)
+		drain(c)
 		s.reply(c, Response{Code: CodeRefused, Error: err.Error()})
 		return
 	}
 	req, err := DecodeRequest(c)
 	if err != nil {
 		s.log.Warn("request refused", "error", err)
+		drain(c)
 		s.reply(c, Response{Code: CodeInvalid, Error: err.Error()})
 		return
 	}
 	s.reply(c, s.handle(tctx, wg, req))
+}
+
+// drain discards what the peer sent (at most 64 KiB, within the
+// connection's deadline) so that closing does not reset the connection
+// before the peer reads the refusal.
+func drain(c *net.UnixConn) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
 }
 
 func (s *server) reply(c *net.UnixConn, r Response) {
