@@ -48,6 +48,12 @@ type Options struct {
 	// Skips counts the commands the agent skips because they do not decode
 	// (stream FLEET_COMMANDS). Nil-safe.
 	Skips *events.SkipCounter
+	// Updater is the root updater the intent's tasks run through; nil:
+	// every task fails with ErrNoUpdater.
+	Updater Updater
+	// TaskPoll is how often a running task is asked about (default
+	// DefaultTaskPoll).
+	TaskPoll time.Duration
 	// Metrics, when set, record passes, intent reads, the offline report
 	// buffer and the connection's state; the Reconciler records to them too
 	// when it has no Metrics of its own. Nil: nothing recorded.
@@ -104,6 +110,8 @@ type daemon struct {
 	passRead bool
 	// restored: Restore ran, or an intent was read (it is not needed).
 	restored bool
+	// tasks runs the intent's tasks (see tasks.go).
+	tasks *taskRunner
 }
 
 // Retry delays after the engine (or the secret source) was found
@@ -190,6 +198,12 @@ func Run(ctx context.Context, o Options) error {
 	defer o.Metrics.detach(o.Conn)
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
 	defer d.stopRetry()
+	d.tasks = newTaskRunner(d)
+	tctx, stopTasks := context.WithCancel(ctx)
+	var tasksDone sync.WaitGroup
+	defer tasksDone.Wait()
+	defer stopTasks()
+	tasksDone.Go(func() { d.tasks.run(tctx) })
 
 	notifySubj, _ := events.IntentNotifySubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)
@@ -469,6 +483,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	}
 	d.lastSeq = seq
 	d.mu.Unlock()
+	d.tasks.feed(ctx, intent.Tasks)
 	d.o.Reconciler.Pins.Keep(intent.Deployments)
 
 	want := map[[2]string]bool{}
@@ -710,6 +725,8 @@ func offlineKey(ev events.Event, data events.Data) string {
 		return "workload/" + d.Namespace + "/" + d.Deployment
 	case events.CommandResult:
 		return "command/" + d.CommandID
+	case events.TaskStatus:
+		return "task/" + d.UID
 	}
 	return string(ev.Type)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/metrics"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
+	"github.com/nationtech/harmony-fleet/updater"
 )
 
 // version is stamped at build time (-ldflags -X main.version=…).
@@ -73,11 +74,17 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
 	initTimeout := fs.Duration("init-timeout", agent.DefaultInitTimeout, "how long an init container may run before the agent stops it and reports the Deployment failed")
 	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
+	updaterSocket := fs.String("updater-socket", os.Getenv("FLEET_UPDATER_SOCKET"), "the root updater's socket, e.g. /run/fleet-updater/updater.sock ($FLEET_UPDATER_SOCKET; empty: tasks fail with \"no updater configured\")")
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
 	hostPathRoots := hostPathRootFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *showVersion {
+		fmt.Fprintln(os.Stdout, version)
+		return nil
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil))
 
@@ -178,10 +185,14 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if msrv != nil {
 		g.Go(func() error { return msrv.Run(gctx) })
 	}
+	var upd agent.Updater
+	if *updaterSocket != "" {
+		upd = updater.Client{Socket: *updaterSocket}
+	}
 	g.Go(func() error {
 		return agent.Run(gctx, agent.Options{
 			Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
-			Reconciler: rec, Metrics: am,
+			Reconciler: rec, Metrics: am, Updater: upd,
 		})
 	})
 	return g.Wait()
