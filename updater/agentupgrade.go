@@ -153,6 +153,15 @@ func (a AgentInstall) upgradeAgent(ctx context.Context, art events.AgentArtifact
 	}
 	fmt.Fprintf(out, "activation failed: %v\n", err)
 	if ctx.Err() != nil {
+		// The updater stops: point the link back (the agent's next start
+		// runs the previous executable, as the failed task says); no
+		// restart now.
+		if prev != "" {
+			if rerr := switchLink(a.Link, prev); rerr != nil {
+				return "", fmt.Errorf("%w; restoring %s failed: %w", err, prev, rerr)
+			}
+			return "", fmt.Errorf("%w; %s points at the previous executable %s again (the agent was not restarted)", err, a.Link, prev)
+		}
 		return "", err
 	}
 	if prev == "" {
@@ -276,6 +285,22 @@ func copyFile(from, to string) error {
 		return err
 	}
 	return os.Rename(f.Name(), to)
+}
+
+// restore points the link back at prev when it points elsewhere and
+// restarts the agent: after an agent-upgrade the updater was stopped in.
+func (a AgentInstall) restore(ctx context.Context, prev string) (string, error) {
+	a = a.withDefaults()
+	if cur, err := os.Readlink(a.Link); err == nil && cur == prev {
+		return fmt.Sprintf("%s points at the previous executable %s", a.Link, prev), nil
+	}
+	if err := switchLink(a.Link, prev); err != nil {
+		return "", err
+	}
+	if err := a.Activator.Activate(ctx); err != nil {
+		return "", fmt.Errorf("restored %s -> %s but restarting the agent failed: %w", a.Link, prev, err)
+	}
+	return fmt.Sprintf("restored %s -> %s and restarted the agent", a.Link, prev), nil
 }
 
 // switchLink points link at target atomically (a new link renamed over the

@@ -21,6 +21,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
+	"github.com/nationtech/harmony-fleet/updater"
 )
 
 // TestAgentUpgradeKeepsAGoodAgentAndRestoresAfterABadOne runs the real
@@ -32,7 +33,8 @@ import (
 // stamped v2-good) is activated and says hello with its version; a bad one
 // (exits at start) is rolled back to the previous executable, restarted,
 // and the task fails saying why; a download whose sha256 differs is never
-// installed.
+// installed; an updater killed (SIGKILL) while it waits for the new agent's
+// hello restores the previous executable when it starts again.
 func TestAgentUpgradeKeepsAGoodAgentAndRestoresAfterABadOne(t *testing.T) {
 	updaterBin := buildBinary(t, "cmd/fleet-updater", "test")
 	v1 := buildBinary(t, "cmd/fleet-agent", "v1")
@@ -97,20 +99,27 @@ echo $! > %[1]s
 	})
 
 	var updLog testenv.SyncBuffer
-	upd := exec.Command(updaterBin, "--socket", sock, "--socket-group", "", "--allowed-user", strconv.Itoa(os.Getuid()),
-		"--state-dir", filepath.Join(dir, "state"), "--agent-link", link, "--agent-dir", lib,
-		"--restart-command", "/bin/sh "+restart, "--health-timeout", "5s")
-	upd.Stdout, upd.Stderr = &updLog, &updLog
-	if err := upd.Start(); err != nil {
-		t.Fatal(err)
+	startUpdater := func() *exec.Cmd {
+		t.Helper()
+		upd := exec.Command(updaterBin, "--socket", sock, "--socket-group", "", "--allowed-user", strconv.Itoa(os.Getuid()),
+			"--state-dir", filepath.Join(dir, "state"), "--agent-link", link, "--agent-dir", lib,
+			"--restart-command", "/bin/sh "+restart, "--health-timeout", "10s")
+		upd.Stdout, upd.Stderr = &updLog, &updLog
+		if err := upd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = upd.Process.Signal(syscall.SIGTERM)
+			_ = upd.Wait()
+		})
+		return upd
 	}
 	t.Cleanup(func() {
-		_ = upd.Process.Signal(syscall.SIGTERM)
-		_ = upd.Wait()
 		if t.Failed() {
 			t.Logf("updater log:\n%s", updLog.String())
 		}
 	})
+	upd := startUpdater()
 	testenv.Eventually(t, "the updater's socket", 10*time.Second, func() bool {
 		c, err := net.Dial("unix", sock)
 		if err == nil {
@@ -208,6 +217,29 @@ echo $! > %[1]s
 		}
 		if _, err := os.Stat(filepath.Join(lib, "fleet-agent-v4")); err == nil {
 			t.Error("the mismatching download was installed")
+		}
+		if want := filepath.Join(lib, "fleet-agent-v2-good"); linked() != want {
+			t.Errorf("the link points to %s, want %s", linked(), want)
+		}
+	})
+	t.Run("an updater killed while it waits for the new agent restores the previous one when it starts again", func(t *testing.T) {
+		put(events.TaskEntry{Namespace: "lab", TaskRun: "agent-v5", UID: "up-kill", Task: events.TaskAgentUpgrade, Agent: artifact("/v3-bad", "v5-bad")})
+		c := updater.Client{Socket: sock}
+		testenv.Eventually(t, "the updater to wait for the new agent", time.Minute, func() bool {
+			r, err := c.Status(ctx, "up-kill")
+			return err == nil && strings.Contains(r.Output, "waiting up to")
+		})
+		if err := upd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		_ = upd.Wait()
+		if want := filepath.Join(lib, "fleet-agent-v5-bad"); linked() != want {
+			t.Fatalf("the link points to %s before the restart, want %s", linked(), want)
+		}
+		upd = startUpdater()
+		got := final("up-kill")
+		if got.Phase != events.TaskFailed || !strings.Contains(got.Error, "interrupted") || !strings.Contains(got.Error, "restored") {
+			t.Fatalf("status %+v", got)
 		}
 		if want := filepath.Join(lib, "fleet-agent-v2-good"); linked() != want {
 			t.Errorf("the link points to %s, want %s", linked(), want)

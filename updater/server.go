@@ -184,7 +184,13 @@ func (s *server) recover() error {
 			r.Error += " (the next system-upgrade repairs dpkg first: dpkg --configure -a)"
 		}
 		if r.Op == OpAgentUpgrade && r.Previous != "" {
-			r.Error += fmt.Sprintf(" (the previous agent executable was %s; check where %s points)", r.Previous, s.o.Agent.withDefaults().Link)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			msg, err := s.o.Agent.restore(ctx, r.Previous)
+			cancel()
+			if err != nil {
+				msg = "the previous agent executable was not restored: " + err.Error()
+			}
+			r.Error += " (" + msg + ")"
 		}
 		if err := s.store.put(r); err != nil {
 			return err
