@@ -64,9 +64,11 @@ func (a Apt) SystemUpgrade(ctx context.Context, out io.Writer) ([]events.Package
 	if err != nil {
 		return nil, err
 	}
+	if err := a.repair(ctx, out); err != nil {
+		return nil, err
+	}
 	lock := "DPkg::Lock::Timeout=" + strconv.Itoa(int(a.LockTimeout.Seconds()))
 	steps := [][]string{
-		{a.Dpkg, "--force-confold", "--force-confdef", "--configure", "-a"},
 		{a.AptGet, "-o", lock, "update"},
 		{a.AptGet, "-y", "-o", lock, "-o", "Dpkg::Options::=--force-confold", "-o", "Dpkg::Options::=--force-confdef", "full-upgrade"},
 	}
@@ -80,6 +82,33 @@ func (a Apt) SystemUpgrade(ctx context.Context, out io.Writer) ([]events.Package
 		return nil, err
 	}
 	return diffPackages(before, after), nil
+}
+
+// repair finishes what an interrupted dpkg left half done (dpkg
+// --configure -a). dpkg has no lock timeout of its own: while another
+// process holds the dpkg lock it is tried again, with a growing delay, for
+// up to LockTimeout.
+func (a Apt) repair(ctx context.Context, out io.Writer) error {
+	argv := []string{a.Dpkg, "--force-confold", "--force-confdef", "--configure", "-a"}
+	deadline := time.Now().Add(a.LockTimeout)
+	wait := time.Second
+	for {
+		var attempt tailBuffer
+		attempt.max = 4 << 10
+		err := run(ctx, io.MultiWriter(out, &attempt), argv)
+		if err == nil || ctx.Err() != nil || !strings.Contains(attempt.String(), "lock") || time.Now().After(deadline) {
+			return err
+		}
+		fmt.Fprintf(out, "dpkg is locked by another process; trying again in %s\n", wait)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		wait = min(2*wait, 15*time.Second)
+	}
 }
 
 // run runs one fixed command with aptEnv, its output to out.

@@ -47,7 +47,7 @@ func debianImage(t *testing.T, ctx context.Context) {
 	if _, err := os.Stat(tarball); err != nil {
 		mm, lerr := exec.LookPath("mmdebstrap")
 		if lerr != nil {
-			t.Fatalf("%s is missing and mmdebstrap is not installed: apt-get install -y mmdebstrap, then\n"+
+			t.Fatalf("%s is missing and mmdebstrap is not installed: run scripts/check-fresh-debian.sh as root (it installs mmdebstrap and makes it), or apt-get install -y mmdebstrap, then\n"+
 				"mmdebstrap --variant=apt --mode=root bookworm %s \"$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/debian.sources)\"", tarball, tarball)
 		}
 		mirror, merr := exec.Command("awk", "/^URIs:/ {print $2; exit}", "/etc/apt/sources.list.d/debian.sources").Output()
@@ -149,16 +149,26 @@ type debian struct {
 // code.
 func (d debian) exec(user string, argv ...string) (string, int) {
 	d.t.Helper()
+	out, code, err := d.try(user, argv...)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return out, code
+}
+
+// try is exec for any goroutine: it returns an error instead of failing
+// the test.
+func (d debian) try(user string, argv ...string) (string, int, error) {
 	sid, err := containers.ExecCreate(d.ctx, d.id, &handlers.ExecCreateConfig{ExecOptions: dockerContainer.ExecOptions{
 		Cmd: argv, User: user, AttachStdout: true, AttachStderr: true}})
 	if err != nil {
-		d.t.Fatalf("exec %v: %v", argv, err)
+		return "", 0, fmt.Errorf("exec %v: %w", argv, err)
 	}
 	var buf testenv.SyncBuffer
 	var w io.Writer = &buf
 	if err := containers.ExecStartAndAttach(d.ctx, sid, new(containers.ExecStartAndAttachOptions).
 		WithOutputStream(w).WithErrorStream(w).WithAttachOutput(true).WithAttachError(true)); err != nil {
-		d.t.Fatalf("exec %v: %v", argv, err)
+		return "", 0, fmt.Errorf("exec %v: %w", argv, err)
 	}
 	var code int
 	if err := testenv.Poll(d.ctx, 30*time.Second, func() bool {
@@ -169,9 +179,9 @@ func (d debian) exec(user string, argv ...string) (string, int) {
 		code = in.ExitCode
 		return true
 	}); err != nil {
-		d.t.Fatalf("exec %v did not end: %v", argv, err)
+		return "", 0, fmt.Errorf("exec %v did not end: %w", argv, err)
 	}
-	return buf.String(), code
+	return buf.String(), code, nil
 }
 
 // must runs argv as root and fails the test unless it exits 0.
@@ -336,6 +346,44 @@ func TestSystemUpgradeInADebianRoot(t *testing.T) {
 			t.Errorf("the repair is not in the output:\n%s", r.Output)
 		}
 		if v := d.version("fleet-upd-block"); v != "install ok installed 2" {
+			t.Errorf("fleet-upd-block: %q", v)
+		}
+	})
+	t.Run("a system-upgrade waits for the dpkg lock another apt holds", func(t *testing.T) {
+		d.t = t
+		buildRepo(t, repo, deb{name: "fleet-upd-demo", version: "2"}, block,
+			deb{name: "fleet-upd-block", version: "3", postinst: block.postinst})
+		d.must("sh", "-c", "rm -f /postinst-started && touch /block && apt-get update -qq")
+		other := make(chan error, 1)
+		go func() {
+			// Another apt, holding the lock while its postinst waits.
+			_, code, err := d.try("root", "sh", "-c", "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fleet-upd-block=3")
+			if err == nil && code != 0 {
+				err = fmt.Errorf("apt-get install exited %d", code)
+			}
+			other <- err
+		}()
+		testenv.Eventually(t, "the other apt's postinst to run", 2*time.Minute, func() bool {
+			_, code := d.exec("root", "test", "-e", "/postinst-started")
+			return code == 0
+		})
+		c := d.ask("fleet-agent", "--op", "system-upgrade", "--id", "t5")
+		if c.Phase != events.TaskRunning {
+			t.Fatalf("response %+v, want Running", c)
+		}
+		testenv.Eventually(t, "the updater to wait for the lock", time.Minute, func() bool {
+			r := d.ask("fleet-agent", "--op", "status", "--id", "t5")
+			return strings.Contains(r.Output, "dpkg is locked by another process")
+		})
+		d.must("rm", "/block")
+		if err := <-other; err != nil {
+			t.Fatalf("the other apt: %v", err)
+		}
+		r := d.ask("fleet-agent", "--op", "system-upgrade", "--id", "t5", "--wait", "5m")
+		if r.Phase != events.TaskSucceeded {
+			t.Fatalf("phase %s: %s\n%s", r.Phase, r.Error, r.Output)
+		}
+		if v := d.version("fleet-upd-block"); v != "install ok installed 3" {
 			t.Errorf("fleet-upd-block: %q", v)
 		}
 	})
