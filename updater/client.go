@@ -26,10 +26,12 @@ type Client struct {
 
 // RemoteError is the updater's refusal of a request (Response.Code set).
 type RemoteError struct {
+	// Code is the Response's code (CodeBusy, …); Msg its error.
 	Code string
 	Msg  string
 }
 
+// Error implements error.
 func (e *RemoteError) Error() string { return "updater: " + e.Msg }
 
 // Is maps the code back to this package's sentinels.

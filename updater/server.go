@@ -43,7 +43,9 @@ type Options struct {
 	Agent AgentInstall
 	// TaskTimeout bounds one task (default 2 hours).
 	TaskTimeout time.Duration
-	Logger      *slog.Logger
+	// Logger receives the daemon's log (task ids, operations, phases,
+	// refused peers; never a request's body). Nil: discarded.
+	Logger *slog.Logger
 }
 
 // Validate checks the options.
