@@ -44,10 +44,12 @@ type taskRunner struct {
 	wake chan struct{}
 
 	mu sync.Mutex // guards the fields below
-	// queue holds the tasks waiting to run, in intent order; known every
-	// task UID seen (queued, running or done), never run again by this
-	// process; last the last status reported per UID.
+	// queue holds the tasks waiting to run, in intent order; fresh those
+	// of them not reported yet; known every task UID seen (queued,
+	// running or done), never run again by this process; last the last
+	// status reported per UID.
 	queue []events.TaskEntry
+	fresh []events.TaskEntry
 	known map[string]bool
 	last  map[string]events.TaskStatus
 }
@@ -83,9 +85,10 @@ func validateTask(e events.TaskEntry) error {
 	return updater.Request{V: updater.ProtocolVersion, ID: e.UID, Op: e.Task, Agent: e.Agent}.Validate()
 }
 
-// feed takes the intent's tasks: a new valid one is reported Pending and
-// queued, a new invalid one reported Failed with the reason; a queued task
-// no longer on the intent is dropped (one running is not interrupted).
+// feed takes the intent's tasks: a new valid one is queued (the runner
+// reports it, see announce), a new invalid one reported Failed with the
+// reason; a queued task no longer on the intent is dropped (one running is
+// not interrupted).
 func (t *taskRunner) feed(ctx context.Context, tasks []events.TaskEntry) {
 	var report []events.TaskStatus
 	t.mu.Lock()
@@ -101,7 +104,7 @@ func (t *taskRunner) feed(ctx context.Context, tasks []events.TaskEntry) {
 			continue
 		}
 		t.queue = append(t.queue, e)
-		report = append(report, statusOf(e, events.TaskPending, ""))
+		t.fresh = append(t.fresh, e)
 	}
 	t.queue = slices.DeleteFunc(t.queue, func(e events.TaskEntry) bool {
 		if on[e.UID] {
@@ -110,6 +113,7 @@ func (t *taskRunner) feed(ctx context.Context, tasks []events.TaskEntry) {
 		delete(t.known, e.UID) // it may come back; it never ran
 		return true
 	})
+	t.fresh = slices.DeleteFunc(t.fresh, func(e events.TaskEntry) bool { return !on[e.UID] })
 	t.mu.Unlock()
 	for _, st := range report {
 		t.report(ctx, st)
@@ -149,6 +153,41 @@ func sameStatus(a, b events.TaskStatus) bool {
 		slices.Equal(a.Changes, b.Changes) && a.Namespace == b.Namespace && a.TaskRun == b.TaskRun && a.Task == b.Task
 }
 
+// announce reports each newly queued task as the updater knows it: its
+// record when it ran or runs already (an agent that restarted, or was just
+// upgraded, reports the stored result rather than starting over at
+// Pending), Pending otherwise. A finished one leaves the queue.
+func (t *taskRunner) announce(ctx context.Context) {
+	t.mu.Lock()
+	fresh := t.fresh
+	t.fresh = nil
+	t.mu.Unlock()
+	for _, e := range fresh {
+		st := statusOf(e, events.TaskPending, "")
+		if t.d.o.Updater != nil {
+			r, err := t.d.o.Updater.Status(ctx, e.UID)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err == nil && r.Done():
+				st = finalStatus(e, r)
+				t.mu.Lock()
+				t.queue = slices.DeleteFunc(t.queue, func(q events.TaskEntry) bool { return q.UID == e.UID })
+				t.mu.Unlock()
+			case err == nil:
+				st.Phase = events.TaskRunning
+			}
+		}
+		t.report(ctx, st)
+	}
+}
+
+func finalStatus(e events.TaskEntry, r updater.Response) events.TaskStatus {
+	st := statusOf(e, r.Phase, r.Error)
+	st.Output, st.Changes, st.AgentVersion = r.Output, r.Changes, r.AgentVersion
+	return st
+}
+
 // run runs queued tasks one at a time until ctx ends, and says hello to
 // the updater once the agent is connected to NATS.
 func (t *taskRunner) run(ctx context.Context) {
@@ -164,6 +203,7 @@ func (t *taskRunner) run(ctx context.Context) {
 				t.log.WarnContext(ctx, "hello to the updater; retrying", "error", err)
 			}
 		}
+		t.announce(ctx)
 		t.mu.Lock()
 		var e events.TaskEntry
 		next := len(t.queue) > 0
@@ -206,9 +246,7 @@ func (t *taskRunner) runOne(ctx context.Context, e events.TaskEntry) {
 		case ctx.Err() != nil:
 			return // the agent stops; the next one asks again (same id)
 		case err == nil && r.Done():
-			st := statusOf(e, r.Phase, r.Error)
-			st.Output, st.Changes, st.AgentVersion = r.Output, r.Changes, r.AgentVersion
-			t.report(ctx, st)
+			t.report(ctx, finalStatus(e, r))
 			return
 		case err == nil:
 			started = true
@@ -216,7 +254,10 @@ func (t *taskRunner) runOne(ctx context.Context, e events.TaskEntry) {
 		case errors.Is(err, updater.ErrBusy):
 			t.report(ctx, statusOf(e, events.TaskPending, "waiting: the updater runs another task"))
 		case errors.Is(err, updater.ErrUnknownTask):
-			started = false // the record is gone: ask again (never a second run: no record means it never ran)
+			// It started, yet the updater has no record: its state was
+			// lost. Not asked again: that could run the task twice.
+			t.report(ctx, statusOf(e, events.TaskFailed, "the updater has lost the record of this task (its state folder was emptied?); not run again"))
+			return
 		case errors.As(err, &re):
 			t.report(ctx, statusOf(e, events.TaskFailed, err.Error()))
 			return
@@ -228,6 +269,9 @@ func (t *taskRunner) runOne(ctx context.Context, e events.TaskEntry) {
 		case <-ctx.Done():
 			tm.Stop()
 			return
+		case <-t.wake:
+			tm.Stop()
+			t.announce(ctx) // tasks that arrived meanwhile
 		case <-tm.C:
 		}
 	}

@@ -206,6 +206,9 @@ func TestATaskRunsThroughTheUpdaterOnceAndIsReportedOnChange(t *testing.T) {
 		if n := e.upgrades(); n != 1 {
 			t.Errorf("full-upgrade ran %d times, want once", n)
 		}
+		if d := cmp.Diff([]string{events.TaskSucceeded}, phases(e.reports("task-a")[before:])); d != "" {
+			t.Errorf("the restarted agent's reports (-want +got):\n%s", d)
+		}
 	})
 }
 
