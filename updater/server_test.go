@@ -65,13 +65,20 @@ func (f fakeApt) upgrades(t *testing.T) int {
 // called (or the test ends) and waits until its socket answers.
 func startUpdater(t *testing.T, o updater.Options) (updater.Client, func()) {
 	t.Helper()
+	return startUpdaterWithGroup(t, o, -1)
+}
+
+// startUpdaterWithGroup is startUpdater with the socket's group gid (-1:
+// none, mode 0600).
+func startUpdaterWithGroup(t *testing.T, o updater.Options, gid int) (updater.Client, func()) {
+	t.Helper()
 	if o.Socket == "" {
 		o.Socket = filepath.Join(t.TempDir(), "updater.sock")
 	}
 	if o.StateDir == "" {
 		o.StateDir = t.TempDir()
 	}
-	o.SocketGID = -1
+	o.SocketGID = gid
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- updater.Run(ctx, o) }()
