@@ -125,6 +125,7 @@ func Run(ctx context.Context, o Options) error {
 	defer cancelTasks()
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
+	slots := make(chan struct{}, maxConnections)
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -133,7 +134,17 @@ func Run(ctx context.Context, o Options) error {
 			}
 			break
 		}
-		wg.Go(func() { s.serve(tctx, &wg, c) })
+		select {
+		case slots <- struct{}{}:
+		default:
+			s.log.Warn("connection dropped: too many open connections", "max", maxConnections)
+			_ = c.Close()
+			continue
+		}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			s.serve(tctx, &wg, c)
+		})
 	}
 	cancelTasks()
 	wg.Wait()
@@ -201,6 +212,10 @@ func (s *server) recover() error {
 	}
 	return nil
 }
+
+// maxConnections bounds the connections served at once; more are closed
+// unanswered (one agent needs one at a time).
+const maxConnections = 16
 
 // requestTimeout bounds reading a request and writing its response.
 const requestTimeout = 10 * time.Second

@@ -283,3 +283,36 @@ func TestRawHostileRequestsAreRefusedAndTheUpdaterKeepsServing(t *testing.T) {
 		t.Fatalf("the updater stopped serving: %v", err)
 	}
 }
+
+func TestPeersHoldingConnectionsOpenCannotStarveTheAgentForLong(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "u.sock")
+	c, _ := startUpdater(t, updater.Options{Socket: sock, AllowedUID: uint32(os.Getuid()), Apt: newFakeApt(t).apt()})
+	var held []net.Conn
+	for range 16 {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, conn)
+	}
+	// Beyond the bound a connection is closed unanswered.
+	testenv.Eventually(t, "a connection beyond the bound to be closed", 10*time.Second, func() bool {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			return false
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = conn.Write([]byte(`{"v":1,"op":"hello","version":"1"}`))
+		_ = conn.(*net.UnixConn).CloseWrite()
+		b := make([]byte, 64)
+		n, _ := conn.Read(b)
+		return n == 0
+	})
+	for _, h := range held {
+		_ = h.Close()
+	}
+	testenv.Eventually(t, "the updater to serve again", 10*time.Second, func() bool {
+		return c.Hello(context.Background(), "1") == nil
+	})
+}
