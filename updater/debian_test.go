@@ -1,3 +1,10 @@
+// The Podman bindings build only with the project's tags (remote
+// exclude_graphdriver_btrfs containers_image_openpgp, as every test run
+// passes them); without them this file is left out and the rest of the
+// package's tests still build.
+
+//go:build remote
+
 package updater_test
 
 import (
@@ -69,29 +76,6 @@ func debianImage(t *testing.T, ctx context.Context) {
 	if _, err := images.Import(ctx, f, new(images.ImportOptions).WithReference(DebianImage)); err != nil {
 		t.Fatalf("import %s as %s: %v", tarball, DebianImage, err)
 	}
-}
-
-// buildBinary builds a static binary of pkg (a folder of the module) with
-// main.version stamped, into a folder of its own others may read.
-func buildBinary(t *testing.T, pkg, version string) string {
-	t.Helper()
-	root, err := podmantest.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp",
-		"-ldflags", "-X main.version="+version, "-o", bin, "./"+pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", pkg, err, out)
-	}
-	return bin
 }
 
 // deb is a test package: name, version, and a postinst script (optional).
