@@ -42,52 +42,72 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, args []string, logOut io.Writer) error {
+// flags are the daemon's command line.
+type flags struct {
+	socket, group, allowed, stateDir string
+	aptGet, dpkg, dpkgQuery          string
+	link, dir, restart               string
+	lockTimeout, taskTimeout, health time.Duration
+	maxSize                          int64
+	version                          bool
+}
+
+// parse reads the daemon's command line.
+func parse(args []string) (flags, error) {
+	var f flags
 	fs := flag.NewFlagSet("fleet-updater", flag.ContinueOnError)
-	socket := fs.String("socket", updater.DefaultSocket, "Unix socket to serve")
-	group := fs.String("socket-group", "fleet-agent", "group of the socket (mode 0660), name or gid; empty: the daemon's (mode 0600)")
-	allowed := fs.String("allowed-user", "fleet-agent", "the only user (name or uid) that may talk to the updater: the agent's")
-	stateDir := fs.String("state-dir", updater.DefaultStateDir, "folder of the task records")
-	aptGet := fs.String("apt-get", "/usr/bin/apt-get", "apt-get binary")
-	dpkg := fs.String("dpkg", "/usr/bin/dpkg", "dpkg binary")
-	dpkgQuery := fs.String("dpkg-query", "/usr/bin/dpkg-query", "dpkg-query binary")
-	lockTimeout := fs.Duration("dpkg-lock-timeout", 10*time.Minute, "how long apt waits for the dpkg lock")
-	taskTimeout := fs.Duration("task-timeout", 2*time.Hour, "bound of one task")
-	link := fs.String("agent-link", "/usr/local/bin/fleet-agent", "the agent executable the unit runs (a symbolic link the updater switches)")
-	dir := fs.String("agent-dir", "/usr/local/lib/fleet-agent", "folder of the installed agent executables, fleet-agent-<version>")
-	restart := fs.String("restart-command", strings.Join(updater.DefaultRestartCommand, " "), "command that restarts the agent (split on spaces)")
-	health := fs.Duration("health-timeout", 2*time.Minute, "how long a new agent has to report its version after its restart")
-	maxSize := fs.Int64("max-agent-size", 256<<20, "largest agent download in bytes")
-	showVersion := fs.Bool("version", false, "print the version and exit")
+	fs.StringVar(&f.socket, "socket", updater.DefaultSocket, "Unix socket to serve")
+	fs.StringVar(&f.group, "socket-group", "fleet-agent", "group of the socket (mode 0660), name or gid; empty: the daemon's (mode 0600)")
+	fs.StringVar(&f.allowed, "allowed-user", "fleet-agent", "the only user (name or uid) that may talk to the updater: the agent's")
+	fs.StringVar(&f.stateDir, "state-dir", updater.DefaultStateDir, "folder of the task records")
+	fs.StringVar(&f.aptGet, "apt-get", "/usr/bin/apt-get", "apt-get binary")
+	fs.StringVar(&f.dpkg, "dpkg", "/usr/bin/dpkg", "dpkg binary")
+	fs.StringVar(&f.dpkgQuery, "dpkg-query", "/usr/bin/dpkg-query", "dpkg-query binary")
+	fs.DurationVar(&f.lockTimeout, "dpkg-lock-timeout", 10*time.Minute, "how long apt waits for the dpkg lock")
+	fs.DurationVar(&f.taskTimeout, "task-timeout", 2*time.Hour, "bound of one task")
+	fs.StringVar(&f.link, "agent-link", "/usr/local/bin/fleet-agent", "the agent executable the unit runs (a symbolic link the updater switches)")
+	fs.StringVar(&f.dir, "agent-dir", "/usr/local/lib/fleet-agent", "folder of the installed agent executables, fleet-agent-<version>")
+	fs.StringVar(&f.restart, "restart-command", strings.Join(updater.DefaultRestartCommand, " "), "command that restarts the agent (split on spaces)")
+	fs.DurationVar(&f.health, "health-timeout", 2*time.Minute, "how long a new agent has to report its version after its restart")
+	fs.Int64Var(&f.maxSize, "max-agent-size", 256<<20, "largest agent download in bytes")
+	fs.BoolVar(&f.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
+		return flags{}, err
+	}
+	if fs.NArg() > 0 {
+		return flags{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, args []string, logOut io.Writer) error {
+	f, err := parse(args)
+	if err != nil {
 		return err
 	}
-	if *showVersion {
+	if f.version {
 		fmt.Println(version)
 		return nil
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	uid, err := lookupUID(*allowed)
+	uid, err := lookupUID(f.allowed)
 	if err != nil {
 		return fmt.Errorf("--allowed-user: %w", err)
 	}
 	gid := -1
-	if *group != "" {
-		if gid, err = lookupGID(*group); err != nil {
+	if f.group != "" {
+		if gid, err = lookupGID(f.group); err != nil {
 			return fmt.Errorf("--socket-group: %w", err)
 		}
 	}
-	argv := strings.Fields(*restart)
+	argv := strings.Fields(f.restart)
 	if len(argv) == 0 {
 		return errors.New("--restart-command is empty: give the command that restarts the agent, e.g. systemctl restart fleet-agent")
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil)).With("version", version)
 	return updater.Run(ctx, updater.Options{
-		Socket: *socket, SocketGID: gid, AllowedUID: uid, StateDir: *stateDir, TaskTimeout: *taskTimeout, Logger: logger,
-		Apt: updater.Apt{AptGet: *aptGet, Dpkg: *dpkg, DpkgQuery: *dpkgQuery, LockTimeout: *lockTimeout},
-		Agent: updater.AgentInstall{Link: *link, Dir: *dir, HealthTimeout: *health, MaxSize: *maxSize,
+		Socket: f.socket, SocketGID: gid, AllowedUID: uid, StateDir: f.stateDir, TaskTimeout: f.taskTimeout, Logger: logger,
+		Apt: updater.Apt{AptGet: f.aptGet, Dpkg: f.dpkg, DpkgQuery: f.dpkgQuery, LockTimeout: f.lockTimeout},
+		Agent: updater.AgentInstall{Link: f.link, Dir: f.dir, HealthTimeout: f.health, MaxSize: f.maxSize,
 			Activator: updater.CommandActivator{Argv: argv}},
 	})
 }
