@@ -78,3 +78,18 @@ const (
 // FinalizerDeployment lets the operator append the removal intent before a
 // Deployment disappears.
 const FinalizerDeployment = "fleet.nationtech.io/removal-intent"
+
+// Reasons of the TaskRun Ready condition (TargetsResolved uses the
+// Deployment's reasons).
+const (
+	// ReasonTaskSucceeded: every frozen target succeeded.
+	ReasonTaskSucceeded = "TaskSucceeded"
+	// ReasonTaskInProgress: targets have not all finished.
+	ReasonTaskInProgress = "TaskInProgress"
+	// ReasonTaskFailed: every target finished and at least one failed.
+	ReasonTaskFailed = "TaskFailed"
+)
+
+// FinalizerTaskRun lets the operator append taskrun.deleted, which takes
+// the task out of its targets' intent, before a TaskRun disappears.
+const FinalizerTaskRun = "fleet.nationtech.io/taskrun-removal-intent"
