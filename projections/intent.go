@@ -30,7 +30,10 @@ type intentRev struct {
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
 // desired state. A device holds a Deployment's newest revision that was
 // released to it, unless a newer revision no longer targets it or the
-// Deployment was deleted. The answer depends only on the facts, not on how
+// Deployment was deleted; and the task of every TaskRun that froze it as a
+// target, until that TaskRun is deleted (intent_tasks.go). Both kinds of
+// entry live in the one value of the device, so neither path erases the
+// other's entries. The answer depends only on the facts, not on how
 // the two streams interleave, so a live projection and a rebuild from zero
 // give byte-identical values.
 //
@@ -43,12 +46,17 @@ type Intent struct {
 	devices map[string]map[depKey]IntentEntry
 	// byDep: deployment → devices that appear in any of its revisions.
 	byDep map[depKey]map[string]bool
+	// tasks: TaskRun UID → what the fold knows of it; deviceTasks: device
+	// → TaskRun → entry, the materialised task entries.
+	tasks       map[taskKey]*intentTask
+	deviceTasks map[string]map[taskKey]TaskEntry
 }
 
 // NewIntent returns an empty fold.
 func NewIntent() *Intent {
 	return &Intent{deps: map[depKey]map[revKey]*intentRev{}, order: map[depKey]int{},
-		devices: map[string]map[depKey]IntentEntry{}, byDep: map[depKey]map[string]bool{}}
+		devices: map[string]map[depKey]IntentEntry{}, byDep: map[depKey]map[string]bool{},
+		tasks: map[taskKey]*intentTask{}, deviceTasks: map[string]map[taskKey]TaskEntry{}}
 }
 
 func (s *Intent) rev(k depKey, rk revKey) *intentRev {
@@ -79,6 +87,9 @@ func (s *Intent) touch(k depKey, devices ...string) {
 // Apply folds one event and returns the devices whose value may have
 // changed. Events of other families are ignored.
 func (s *Intent) Apply(ev events.Event) []string {
+	if changed, ok := s.applyTask(ev); ok {
+		return changed
+	}
 	k := depKey{ev.Keys.Namespace, ev.Keys.Name}
 	switch ev.Type {
 	case events.TypeDeploymentRevisionCreated:
@@ -181,9 +192,14 @@ func (s *Intent) recompute(k depKey) []string {
 
 // Devices lists every device with a value, sorted.
 func (s *Intent) Devices() []string {
-	out := make([]string, 0, len(s.devices))
+	out := make([]string, 0, len(s.devices)+len(s.deviceTasks))
 	for d := range s.devices {
 		out = append(out, d)
+	}
+	for d := range s.deviceTasks {
+		if _, dup := s.devices[d]; !dup {
+			out = append(out, d)
+		}
 	}
 	slices.Sort(out)
 	return out
@@ -193,10 +209,11 @@ func (s *Intent) Devices() []string {
 // device has nothing to run (its key must not exist).
 func (s *Intent) Value(device string) ([]byte, bool) {
 	entries := s.devices[device]
-	if len(entries) == 0 {
+	tasks := s.tasksOf(device)
+	if len(entries) == 0 && len(tasks) == 0 {
 		return nil, false
 	}
-	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries))}
+	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries)), Tasks: tasks}
 	for _, e := range entries {
 		v.Deployments = append(v.Deployments, e)
 	}

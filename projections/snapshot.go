@@ -1,6 +1,7 @@
 package projections
 
 import (
+	"bytes"
 	"encoding/json"
 	"slices"
 	"strings"
@@ -127,6 +128,13 @@ func setKeys(m map[string]bool) []string {
 	return out
 }
 
+// intentSnapshot is the snapshot of an Intent fold. Snapshots of earlier
+// builds are the bare Deployments list (no TaskRun facts).
+type intentSnapshot struct {
+	Deployments []intentDepSnapshot  `json:"deployments"`
+	Tasks       []intentTaskSnapshot `json:"tasks,omitempty"`
+}
+
 // MarshalJSON encodes the fold's facts; the per-device values are derived
 // from them again on restore.
 func (s *Intent) MarshalJSON() ([]byte, error) {
@@ -151,17 +159,23 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	return json.Marshal(deps)
+	return json.Marshal(intentSnapshot{Deployments: deps, Tasks: s.taskSnapshots()})
 }
 
 // UnmarshalJSON restores a fold written by MarshalJSON.
 func (s *Intent) UnmarshalJSON(b []byte) error {
-	var deps []intentDepSnapshot
-	if err := json.Unmarshal(b, &deps); err != nil {
+	var snap intentSnapshot
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '[' {
+		// An earlier build's snapshot: Deployments only.
+		if err := json.Unmarshal(b, &snap.Deployments); err != nil {
+			return err
+		}
+	} else if err := json.Unmarshal(b, &snap); err != nil {
 		return err
 	}
 	*s = *NewIntent()
-	for _, d := range deps {
+	s.restoreTasks(snap.Tasks)
+	for _, d := range snap.Deployments {
 		k := depKey{d.Namespace, d.Name}
 		s.order[k] = d.Order
 		for _, rs := range d.Revisions {
