@@ -162,18 +162,23 @@ type intentHead struct {
 	seq uint64
 }
 
-// head reads where the Deployment's intent subject stands. When the last
-// record does not decode (a JetStream answer aimed at the stream), it is
-// skipped and counted: the sequence is still its own (the next append
-// expects it), the event is the last one before it that decodes.
+// head reads where the Deployment's intent subject stands (readHead).
 func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intentHead, error) {
-	rec, err := r.Store.Last(ctx, subject)
+	return readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
+}
+
+// readHead reads where an intent subject stands. When the last record does
+// not decode (a JetStream answer aimed at the stream), it is skipped and
+// counted: the sequence is still its own (the next append expects it), the
+// event is the last one before it that decodes.
+func readHead(ctx context.Context, store EventStore, reader EventReader, skips *events.SkipCounter, log *slog.Logger, subject string) (intentHead, error) {
+	rec, err := store.Last(ctx, subject)
 	if errors.Is(err, events.ErrNotFound) {
 		return intentHead{}, nil
 	}
 	if re, ok := events.AsRecordError(err); ok {
-		r.Skips.Skip(ctx, r.Log, re)
-		prev, err := r.lastDecodable(ctx, subject)
+		skips.Skip(ctx, log, re)
+		prev, err := lastDecodable(ctx, reader, subject)
 		if err != nil {
 			return intentHead{}, err
 		}
@@ -185,15 +190,14 @@ func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intent
 	return intentHead{last: &rec, seq: rec.Sequence}, nil
 }
 
-// lastDecodable replays one Deployment's intent subject (a handful of
-// events) for its last record that decodes; nil when none does or there is
-// no Reader.
-func (r *DeploymentReconciler) lastDecodable(ctx context.Context, subject string) (*events.Record, error) {
-	if r.Reader == nil {
+// lastDecodable replays one intent subject (a handful of events) for its
+// last record that decodes; nil when none does or there is no reader.
+func lastDecodable(ctx context.Context, reader EventReader, subject string) (*events.Record, error) {
+	if reader == nil {
 		return nil, nil
 	}
 	var last *events.Record
-	for rec, err := range r.Reader.Replay(ctx, subject, events.FromStart()) {
+	for rec, err := range reader.Replay(ctx, subject, events.FromStart()) {
 		if _, skip := events.AsRecordError(err); skip {
 			continue
 		}

@@ -1,6 +1,5 @@
 // Package operator holds the Fleet controllers for the namespaced
-// Deployment and Device resources of group fleet.nationtech.io (the TaskRun
-// resource has its CRD and types; no controller acts on it yet):
+// Deployment, TaskRun and Device resources of group fleet.nationtech.io:
 //
 //   - the Deployment controller resolves targets (selector ∩ not quarantined
 //     ∩ allowedGroups membership from a GroupSource, failing closed without
@@ -11,6 +10,14 @@
 //   - the rollout runner folds intent, rollout transitions and workload
 //     reports, appends the state machine's transitions, writes the
 //     fleet-intent KV and patches Deployment status, checkpointing its folds;
+//   - the TaskRun controller resolves a new TaskRun's targets by the same
+//     rules and freezes them in exactly one taskrun.created event per
+//     TaskRun UID; deletion appends taskrun.deleted behind a finalizer. The
+//     rollout runner writes both kinds of entry (Deployments and tasks) into
+//     the one fleet-intent value of each device;
+//   - the TaskRun runner folds TaskRun intent and device.task.status
+//     reports into TaskRun status (phase, counts, latest failure,
+//     per-device results), rebuilding from the streams at every start;
 //   - the Device controller projects heartbeats and inventory onto Device
 //     status on transitions only, mirrors self-reported labels (never the
 //     reserved ones) and keeps the fleet-identity KV in sync;

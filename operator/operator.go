@@ -38,7 +38,8 @@ type Options struct {
 	// events.BucketOperatorState). Nil: rebuild from zero at each start.
 	Checkpoints jetstream.ObjectStore
 	// StatusInterval is the least time between two status patches of one
-	// Deployment by the rollout runner. Default 2s.
+	// Deployment by the rollout runner, and of one TaskRun by the TaskRun
+	// runner. Default 2s.
 	StatusInterval time.Duration
 	// Groups is the device group source; nil: none (allowedGroups fails
 	// closed).
@@ -189,6 +190,16 @@ func Run(ctx context.Context, o Options) error {
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
 		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, Removals: removals}
 	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	tr := &TaskRunReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
+		Log: o.Logger.With("controller", "taskrun"), Skips: o.Skips}
+	if err := tr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	tasks := &TaskRunRunner{Reader: o.Reader, Status: KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
+		StatusInterval: o.StatusInterval, Skips: o.Skips}
+	if err := mgr.Add(manager.RunnableFunc(tasks.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {

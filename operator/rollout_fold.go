@@ -115,6 +115,14 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 	var wd events.WorkloadStatus // sourceReports
 	switch source {
 	case sourceIntent, sourceRollouts:
+		if ev.Type == events.TypeTaskRunCreated || ev.Type == events.TypeTaskRunDeleted {
+			// A TaskRun's task entries: the devices' values only, no
+			// rollout (the TaskRun runner folds its status).
+			for _, d := range s.intent.Apply(ev) {
+				s.dirtyKV[d] = true
+			}
+			return folded{}
+		}
 		k = depKey{ev.Keys.Namespace, ev.Keys.Name}
 		if source == sourceRollouts && rec.Sequence > s.rolloutSeq[k] {
 			s.rolloutSeq[k] = rec.Sequence

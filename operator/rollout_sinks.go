@@ -186,6 +186,12 @@ func (w *intentWriter) flush(ctx context.Context, intent *projections.Intent, di
 // object store.
 const CheckpointObject = "rollout-runner"
 
+// checkpointVersion is the version of the checkpoints this build writes and
+// restores. 2: the intent source includes TaskRun intent (a version 1
+// checkpoint's position passed TaskRun events it never folded, so it is
+// rebuilt from the first event).
+const checkpointVersion = 2
+
 // checkpoint is the snapshot the runner writes: its folds and the last
 // sequence it folded of each stream it reads.
 type checkpoint struct {
@@ -222,7 +228,7 @@ func (c checkpoints) restore(ctx context.Context, s *runnerState) {
 	if err == nil {
 		err = json.Unmarshal(b, &cp)
 	}
-	if err != nil || cp.Version != 1 || cp.Intent == nil {
+	if err != nil || cp.Version != checkpointVersion || cp.Intent == nil {
 		c.log.WarnContext(ctx, "checkpoint unusable, rebuilding from the first event", "error", err)
 		return
 	}
@@ -257,7 +263,7 @@ func (c checkpoints) save(s *runnerState) {
 	if c.store == nil || !s.changed {
 		return
 	}
-	cp := checkpoint{Version: 1, Seqs: s.seqs, Rollouts: map[string]projections.Rollout{}, Intent: s.intent, RolloutSeq: map[string]uint64{},
+	cp := checkpoint{Version: checkpointVersion, Seqs: s.seqs, Rollouts: map[string]projections.Rollout{}, Intent: s.intent, RolloutSeq: map[string]uint64{},
 		RevisedAt: map[string]time.Time{}}
 	for k, ro := range s.rollouts {
 		cp.Rollouts[k.ns+"/"+k.name] = ro

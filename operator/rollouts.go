@@ -24,7 +24,9 @@ const FieldOwnerRollouts = "fleet-operator-rollouts"
 
 // Filters the rollout runner reads, by source.
 var runnerFilters = [3]string{
-	sourceIntent:   "fleet.intent.deployment.*.*",
+	// Deployment and TaskRun intent: both kinds of entry go into one
+	// fleet-intent value per device.
+	sourceIntent:   "fleet.intent.*.*.*",
 	sourceRollouts: "fleet.rollout.deployment.*.*",
 	sourceReports:  "fleet.report.*.workload",
 }

@@ -31,30 +31,64 @@ const noGroupSourceMessage = "allowedGroups is set but the operator has no group
 // nil, no device matches (fail closed). Canaries are the targets labelled
 // canary=true.
 func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
-	if len(d.Spec.AllowedGroups) > 0 && groups == nil {
-		return Resolution{Reason: fleetv1.ReasonNoGroupSource, Message: noGroupSourceMessage}, nil
+	r, ex, err := resolve(ctx, d.Spec.TargetSelector, d.Spec.AllowedGroups, devices, groups)
+	if err != nil || r.Reason != fleetv1.ReasonResolved {
+		return r, err
+	}
+	r.Message = fmt.Sprintf("%d targets, %d canaries, %d quarantined excluded", len(r.Targets), len(r.Canaries), ex.quarantined)
+	if ex.duplicates > 0 {
+		r.Message += fmt.Sprintf(", %d duplicate device ids excluded", ex.duplicates)
+	}
+	return r, nil
+}
+
+// ResolveTaskRunTargets applies the rules of ResolveTargets to a TaskRun. A
+// TaskRun has no canary stage: Canaries is always empty.
+func ResolveTaskRunTargets(ctx context.Context, tr *fleetv1.TaskRun, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
+	r, ex, err := resolve(ctx, tr.Spec.TargetSelector, tr.Spec.AllowedGroups, devices, groups)
+	if err != nil {
+		return r, err
+	}
+	r.Canaries = nil
+	if r.Reason == fleetv1.ReasonResolved {
+		r.Message = fmt.Sprintf("%d targets, %d quarantined excluded", len(r.Targets), ex.quarantined)
+		if ex.duplicates > 0 {
+			r.Message += fmt.Sprintf(", %d duplicate device ids excluded", ex.duplicates)
+		}
+	}
+	return r, nil
+}
+
+// excluded counts the matching devices resolve left out.
+type excluded struct{ quarantined, duplicates int }
+
+// resolve is the target rule shared by Deployments and TaskRuns; the
+// caller words the message of a resolution with targets.
+func resolve(ctx context.Context, selector fleetv1.TargetSelector, allowedGroups []string, devices []fleetv1.Device, groups GroupSource) (Resolution, excluded, error) {
+	if len(allowedGroups) > 0 && groups == nil {
+		return Resolution{Reason: fleetv1.ReasonNoGroupSource, Message: noGroupSourceMessage}, excluded{}, nil
 	}
 	var r Resolution
-	quarantined, duplicates := 0, 0
+	var ex excluded
 	for i := range devices {
 		dev := &devices[i]
-		if !dev.DeletionTimestamp.IsZero() || !matches(d.Spec.TargetSelector.MatchLabels, dev.Labels) {
+		if !dev.DeletionTimestamp.IsZero() || !matches(selector.MatchLabels, dev.Labels) {
 			continue
 		}
 		if _, q := dev.Labels[fleetv1.LabelBlacklist]; q {
-			quarantined++
+			ex.quarantined++
 			continue
 		}
 		if duplicateID(dev) {
-			duplicates++
+			ex.duplicates++
 			continue
 		}
-		if len(d.Spec.AllowedGroups) > 0 {
+		if len(allowedGroups) > 0 {
 			gs, err := groups.Groups(ctx, dev.Namespace, dev.Name)
 			if err != nil {
-				return Resolution{}, fmt.Errorf("groups of device %s/%s: %w", dev.Namespace, dev.Name, err)
+				return Resolution{}, ex, fmt.Errorf("groups of device %s/%s: %w", dev.Namespace, dev.Name, err)
 			}
-			if !slices.ContainsFunc(gs, func(g string) bool { return slices.Contains(d.Spec.AllowedGroups, g) }) {
+			if !slices.ContainsFunc(gs, func(g string) bool { return slices.Contains(allowedGroups, g) }) {
 				continue
 			}
 		}
@@ -67,15 +101,11 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 	slices.Sort(r.Canaries)
 	if len(r.Targets) == 0 {
 		r.Reason = fleetv1.ReasonNoMatchingDevices
-		r.Message = fmt.Sprintf("no eligible device matches the selector (%d quarantined, %d duplicate device ids)", quarantined, duplicates)
-		return r, nil
+		r.Message = fmt.Sprintf("no eligible device matches the selector (%d quarantined, %d duplicate device ids)", ex.quarantined, ex.duplicates)
+		return r, ex, nil
 	}
 	r.Reason = fleetv1.ReasonResolved
-	r.Message = fmt.Sprintf("%d targets, %d canaries, %d quarantined excluded", len(r.Targets), len(r.Canaries), quarantined)
-	if duplicates > 0 {
-		r.Message += fmt.Sprintf(", %d duplicate device ids excluded", duplicates)
-	}
-	return r, nil
+	return r, ex, nil
 }
 
 // duplicateID reports whether the Device controller marked dev as a

@@ -1,0 +1,247 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// FieldOwnerTaskRunStatus is the server-side-apply field manager of the
+// TaskRun status fields the TaskRun runner owns: observedGeneration, phase,
+// counts, latestFailure, results and the Ready condition.
+const FieldOwnerTaskRunStatus = "fleet-operator-taskrun-status"
+
+// Filters the TaskRun runner reads.
+const (
+	filterTaskRunIntent = "fleet.intent.taskrun.*.*"
+	filterTaskReports   = "fleet.report.*.task"
+)
+
+// TaskRunStatusWriter receives the status the TaskRun runner folded for one
+// TaskRun. A TaskRun that no longer exists is not an error.
+type TaskRunStatusWriter interface {
+	WriteTaskRunStatus(ctx context.Context, namespace, name string, st fleetv1.TaskRunStatus) error
+}
+
+// WriteTaskRunStatus applies st to TaskRun namespace/name (field manager
+// FieldOwnerTaskRunStatus). A TaskRun that is gone is skipped.
+func (k KubeStatus) WriteTaskRunStatus(ctx context.Context, namespace, name string, st fleetv1.TaskRunStatus) error {
+	err := applyStatus(ctx, k.Client, "TaskRun", namespace, name, &st, FieldOwnerTaskRunStatus)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// TaskRunRunner folds TaskRun intent and the devices' task reports
+// (taskrun_fold.go) into each TaskRun's status, and writes a status when it
+// changed, at most once per StatusInterval per TaskRun.
+//
+// It keeps no state of its own: every start rebuilds from the first event.
+// The intent stream is read to its end before the first report, then both
+// are followed; reports are folded in the report stream's order, so a
+// rebuild gives the same status as the live fold.
+//
+// Device input is data, never control: a report that does not decode is
+// skipped and counted on Skips; a report about a TaskRun UID the device is
+// not a frozen target of, of another UID, or with an unknown phase is
+// ignored and counted (Ignored). The device a report is about is the one
+// its subject names.
+type TaskRunRunner struct {
+	Reader EventReader
+	// Status receives each changed TaskRun's status. Required: KubeStatus
+	// writes it to the Kubernetes API.
+	Status TaskRunStatusWriter
+	Log    *slog.Logger
+	// StatusInterval is the least time between two status writes of one
+	// TaskRun. Default 2s.
+	StatusInterval time.Duration
+	// Skips counts the records that do not decode. Nil: only logged.
+	Skips *events.SkipCounter
+
+	ignored atomic.Uint64
+}
+
+// Ignored returns how many task reports the runner ignored: reports that
+// decode but are not about a frozen target of the TaskRun UID they name,
+// name an unknown phase, come after the device's result, or were dropped
+// at the bound on reports of UIDs not created yet.
+func (r *TaskRunRunner) Ignored() uint64 { return r.ignored.Load() }
+
+// Run runs until ctx ends, then returns after its readers stopped.
+func (r *TaskRunRunner) Run(ctx context.Context) error {
+	if r.Status == nil {
+		return errors.New("taskrun runner: no status writer: set Status (KubeStatus writes to the Kubernetes API)")
+	}
+	if r.Log == nil {
+		r.Log = slog.New(slog.DiscardHandler)
+	}
+	interval := r.StatusInterval
+	if interval == 0 {
+		interval = 2 * time.Second
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	in := make(chan sourced, 1024)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	// The reports are read only after the intent's history: a report
+	// always finds the creation of its TaskRun if it was stored before.
+	intentCaught := make(chan struct{})
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.read(ctx, 0, filterTaskRunIntent, in, intentCaught)
+	}()
+	go func() {
+		defer wg.Done()
+		select {
+		case <-intentCaught:
+		case <-ctx.Done():
+			return
+		}
+		r.read(ctx, 1, filterTaskReports, in, nil)
+	}()
+
+	f := newTaskFold()
+	written := map[trKey]string{}
+	live := 0
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if live == 2 {
+				r.write(ctx, f, written)
+			}
+		case m := <-in:
+			switch {
+			case m.err != nil:
+				return fmt.Errorf("taskrun runner: %w", m.err)
+			case m.caught:
+				if live++; live == 2 {
+					r.Log.InfoContext(ctx, "taskrun runner caught up", "taskruns", len(f.runs))
+					r.write(ctx, f, written)
+				}
+			case m.skip != nil:
+				r.Skips.Skip(ctx, r.Log, m.skip)
+			default:
+				r.fold(ctx, f, m)
+			}
+		}
+	}
+}
+
+// fold applies one record and counts what the fold ignored.
+func (r *TaskRunRunner) fold(ctx context.Context, f *taskFold, m sourced) {
+	before := f.ignored + f.dropped
+	var err error
+	if m.source == 0 {
+		err = f.foldIntent(m.rec)
+	} else {
+		err = f.foldReport(m.rec)
+	}
+	if err != nil {
+		r.Skips.Skip(ctx, r.Log, events.InvalidData(m.rec, err))
+		return
+	}
+	if n := f.ignored + f.dropped - before; n > 0 {
+		if r.ignored.Add(n) == n { // the first
+			r.Log.WarnContext(ctx, "a task report ignored: it is not about a frozen target of the TaskRun UID it names, or names an unknown phase or task (later ones are counted, not logged)",
+				"subject", m.rec.Subject, "seq", m.rec.Sequence)
+		}
+	}
+}
+
+// write hands the status of every TaskRun that changed to the writer; one
+// that fails stays dirty for the next tick.
+func (r *TaskRunRunner) write(ctx context.Context, f *taskFold, written map[trKey]string) {
+	for k := range f.dirty {
+		run := f.runs[k]
+		if run == nil {
+			delete(f.dirty, k)
+			continue
+		}
+		st := run.status()
+		b, _ := json.Marshal(st)
+		if written[k] == string(b) {
+			delete(f.dirty, k)
+			continue
+		}
+		if err := r.Status.WriteTaskRunStatus(ctx, k.ns, k.name, st); err != nil {
+			if ctx.Err() == nil {
+				r.Log.ErrorContext(ctx, "write taskrun status", "taskrun", k.ns+"/"+k.name, "error", err)
+			}
+			continue
+		}
+		written[k] = string(b)
+		delete(f.dirty, k)
+	}
+	for k := range written {
+		if f.runs[k] == nil {
+			delete(written, k)
+		}
+	}
+}
+
+// read replays filter from the start, marks the catch-up (and closes
+// caught, when set), then follows.
+func (r *TaskRunRunner) read(ctx context.Context, source int, filter string, out chan<- sourced, caught chan<- struct{}) {
+	send := func(m sourced) bool {
+		select {
+		case out <- m:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	var last uint64
+	for rec, err := range r.Reader.Replay(ctx, filter, events.FromStart()) {
+		m, ok := sourcedOf(ctx, source, rec, err)
+		if !ok {
+			if m.err != nil {
+				send(m)
+			}
+			return
+		}
+		last = m.seq()
+		if !send(m) {
+			return
+		}
+	}
+	if !send(sourced{source: source, caught: true}) {
+		return
+	}
+	if caught != nil {
+		close(caught)
+	}
+	for rec, err := range r.Reader.Follow(ctx, filter, events.FromSequence(last+1)) {
+		m, ok := sourcedOf(ctx, source, rec, err)
+		if !ok {
+			if m.err != nil {
+				send(m)
+			}
+			return
+		}
+		if m.seq() <= last {
+			continue
+		}
+		if !send(m) {
+			return
+		}
+	}
+}
