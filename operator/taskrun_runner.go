@@ -14,6 +14,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/projections"
 )
 
 // FieldOwnerTaskRunStatus is the server-side-apply field manager of the
@@ -44,7 +45,7 @@ func (k KubeStatus) WriteTaskRunStatus(ctx context.Context, namespace, name stri
 }
 
 // TaskRunRunner folds TaskRun intent and the devices' task reports
-// (taskrun_fold.go) into each TaskRun's status, and writes a status when it
+// (projections.TaskRuns) into each TaskRun's status, and writes a status when it
 // changed, at most once per StatusInterval per TaskRun.
 //
 // It keeps no state of its own: every start rebuilds from the first event.
@@ -115,8 +116,8 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 		r.read(ctx, 1, filterTaskReports, in, nil)
 	}()
 
-	f := newTaskFold()
-	written := map[trKey]string{}
+	f := projections.NewTaskRuns()
+	written := map[projections.TaskRunKey]string{}
 	live := 0
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
@@ -134,7 +135,7 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 				return fmt.Errorf("taskrun runner: %w", m.err)
 			case m.caught:
 				if live++; live == 2 {
-					r.Log.InfoContext(ctx, "taskrun runner caught up", "taskruns", len(f.runs))
+					r.Log.InfoContext(ctx, "taskrun runner caught up", "taskruns", f.Len())
 					r.write(ctx, f, written)
 				}
 			case m.skip != nil:
@@ -147,52 +148,45 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 }
 
 // fold applies one record and counts what the fold ignored.
-func (r *TaskRunRunner) fold(ctx context.Context, f *taskFold, m sourced) {
-	before := f.ignored + f.dropped
+func (r *TaskRunRunner) fold(ctx context.Context, f *projections.TaskRuns, m sourced) {
+	var why string
 	var err error
+	before := f.Ignored()
 	if m.source == 0 {
-		err = f.foldIntent(m.rec)
+		err = f.ApplyIntent(m.rec)
 	} else {
-		err = f.foldReport(m.rec)
+		why, err = f.ApplyReport(m.rec)
 	}
 	if err != nil {
 		r.Skips.Skip(ctx, r.Log, events.InvalidData(m.rec, err))
 		return
 	}
-	if n := f.ignored + f.dropped - before; n > 0 {
-		if r.ignored.Add(n) == n { // the first
-			r.Log.WarnContext(ctx, "a task report ignored: it is not about a frozen target of the TaskRun UID it names, or names an unknown phase or task (later ones are counted, not logged)",
-				"subject", m.rec.Subject, "seq", m.rec.Sequence)
-		}
+	if n := f.Ignored() - before; n > 0 && r.ignored.Add(n) == n { // the first
+		r.Log.WarnContext(ctx, "a task report ignored (later ones are counted, not logged)", "reason", why,
+			"subject", m.rec.Subject, "seq", m.rec.Sequence)
 	}
 }
 
 // write hands the status of every TaskRun that changed to the writer; one
 // that fails stays dirty for the next tick.
-func (r *TaskRunRunner) write(ctx context.Context, f *taskFold, written map[trKey]string) {
-	for k := range f.dirty {
-		run := f.runs[k]
-		if run == nil {
-			delete(f.dirty, k)
-			continue
-		}
-		st := run.status()
+func (r *TaskRunRunner) write(ctx context.Context, f *projections.TaskRuns, written map[projections.TaskRunKey]string) {
+	for _, k := range f.TakeDirty() {
+		st, _ := f.Status(k)
 		b, _ := json.Marshal(st)
 		if written[k] == string(b) {
-			delete(f.dirty, k)
 			continue
 		}
-		if err := r.Status.WriteTaskRunStatus(ctx, k.ns, k.name, st); err != nil {
+		if err := r.Status.WriteTaskRunStatus(ctx, k.Namespace, k.Name, st); err != nil {
 			if ctx.Err() == nil {
-				r.Log.ErrorContext(ctx, "write taskrun status", "taskrun", k.ns+"/"+k.name, "error", err)
+				r.Log.ErrorContext(ctx, "write taskrun status", "taskrun", k.Namespace+"/"+k.Name, "error", err)
 			}
+			f.MarkDirty(k)
 			continue
 		}
 		written[k] = string(b)
-		delete(f.dirty, k)
 	}
 	for k := range written {
-		if f.runs[k] == nil {
+		if f.UID(k) == "" {
 			delete(written, k)
 		}
 	}

@@ -1,4 +1,4 @@
-package operator
+package projections_test
 
 import (
 	"testing"
@@ -8,9 +8,17 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/projections"
 )
 
-// The TaskRun fold without its runner: records in, status out.
+func foldRecord(t *testing.T, seq uint64, keys events.Keys, d events.Data) events.Record {
+	t.Helper()
+	return events.Record{Event: mustNew(t, keys, d), Sequence: seq}
+}
+
+var upgrade = projections.TaskRunKey{Namespace: "lab", Name: "upgrade"}
+
+// The TaskRun fold: records in, status out.
 
 func createdRecord(t *testing.T, uid string, targets ...string) events.Record {
 	t.Helper()
@@ -80,31 +88,30 @@ func TestTheTaskRunFold(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newTaskFold()
+			f := projections.NewTaskRuns()
 			for _, s := range tc.steps(t) {
 				var err error
 				if s.intent {
-					err = f.foldIntent(s.rec)
+					err = f.ApplyIntent(s.rec)
 				} else {
-					err = f.foldReport(s.rec)
+					_, err = f.ApplyReport(s.rec)
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
 			}
-			run := f.runs[trKey{"lab", "upgrade"}]
-			if run == nil {
+			st, ok := f.Status(upgrade)
+			if !ok {
 				t.Fatal("no TaskRun state")
 			}
-			st := run.status()
 			if st.Phase != tc.wantPhase {
 				t.Errorf("phase %s, want %s", st.Phase, tc.wantPhase)
 			}
 			if diff := cmp.Diff(tc.wantCounts, st.Counts); diff != "" {
 				t.Errorf("counts (-want +got):\n%s", diff)
 			}
-			if f.ignored != tc.wantIgnored {
-				t.Errorf("ignored %d, want %d", f.ignored, tc.wantIgnored)
+			if f.Ignored() != tc.wantIgnored {
+				t.Errorf("ignored %d, want %d", f.Ignored(), tc.wantIgnored)
 			}
 		})
 	}
@@ -115,12 +122,15 @@ func TestTaskRunResultsAreOmittedAboveTheBound(t *testing.T) {
 	for i := range fleetv1.MaxTaskRunResults + 1 {
 		targets = append(targets, string(rune('a'+i/26))+string(rune('a'+i%26)))
 	}
-	f := newTaskFold()
-	if err := f.foldIntent(createdRecord(t, "u", targets...)); err != nil {
+	f := projections.NewTaskRuns()
+	if err := f.ApplyIntent(createdRecord(t, "u", targets...)); err != nil {
 		t.Fatal(err)
 	}
-	st := f.runs[trKey{"lab", "upgrade"}].status()
+	st, _ := f.Status(upgrade)
 	if st.Results != nil || st.Counts.Targets != int32(len(targets)) {
 		t.Errorf("results %d, counts %+v: want none above %d targets", len(st.Results), st.Counts, fleetv1.MaxTaskRunResults)
+	}
+	if got := f.Results(upgrade); len(got) != len(targets) {
+		t.Errorf("Results gives %d rows, want every target (%d)", len(got), len(targets))
 	}
 }

@@ -1,4 +1,4 @@
-package operator
+package projections
 
 import (
 	"cmp"
@@ -13,12 +13,49 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
-// The TaskRun runner's fold: TaskRun intent (taskrun.created,
-// taskrun.deleted) and the devices' device.task.status reports in, each
-// TaskRun's status out. No I/O here.
+// TaskRuns is the fold of TaskRun intent (taskrun.created,
+// taskrun.deleted) and the devices' device.task.status reports into each
+// TaskRun's status: phase, counts, latest failure, per-device results and
+// the Ready condition. The operator's TaskRun runner writes what it gives
+// to the TaskRuns' status; `fleet history taskrun` shows it with every
+// device's result.
+//
+// Reports are folded in the order they are given (the report stream's
+// order); a report about a TaskRun UID whose creation was not folded yet
+// is kept (bounded) until it is. Device input is data: a report that is
+// not about a frozen target of the UID it names, names another TaskRun's
+// or a deleted UID, an unknown phase or another task, or comes after the
+// device's result, is ignored and counted (Ignored says why).
+//
+// TaskRuns is mutable and not safe for concurrent use; it does no I/O.
+type TaskRuns struct {
+	runs map[TaskRunKey]*taskRunState
+	// uids are every UID created (→ its TaskRun) and deleted: a report of a
+	// known UID for another TaskRun, or of a deleted one, is ignored.
+	uids    map[string]TaskRunKey
+	deleted map[string]bool
+	// early are the reports of UIDs not created yet, in stream order.
+	early      map[string][]taskReport
+	earlyCount int
+	// dirty are the TaskRuns whose status may have changed.
+	dirty map[TaskRunKey]bool
+	// ignored counts the reports not applied; dropped those past
+	// maxEarlyTaskReports.
+	ignored, dropped uint64
+}
 
-// trKey names a TaskRun.
-type trKey struct{ ns, name string }
+// TaskRunKey names a TaskRun.
+type TaskRunKey struct{ Namespace, Name string }
+
+// Reasons a task report is ignored.
+const (
+	IgnoredNotTarget    = "device is not a frozen target of this TaskRun"
+	IgnoredOtherUID     = "report of another or a deleted TaskRun UID"
+	IgnoredUnknownPhase = "unknown phase"
+	IgnoredOtherTask    = "report names another task"
+	IgnoredAfterResult  = "the device already reported its result (a task runs once)"
+	IgnoredEarlyBound   = "too many reports of TaskRuns not created yet"
+)
 
 // taskRunState is what the fold knows of the current UID of one TaskRun.
 type taskRunState struct {
@@ -58,33 +95,17 @@ type taskReport struct {
 // not exist makes them). Past the bound a report is dropped and counted.
 const maxEarlyTaskReports = 4096
 
-// taskFold is the TaskRun runner's state, owned by its Run goroutine.
-type taskFold struct {
-	runs map[trKey]*taskRunState
-	// uids are every UID created (→ its TaskRun) and deleted: a report of a
-	// known UID for another TaskRun, or of a deleted one, is ignored.
-	uids    map[string]trKey
-	deleted map[string]bool
-	// early are the reports of UIDs not created yet, in stream order.
-	early      map[string][]taskReport
-	earlyCount int
-	// dirty are the TaskRuns whose status may have changed.
-	dirty map[trKey]bool
-	// ignored counts the reports the fold did not apply (not a target,
-	// another UID, an unknown phase or task, a late report after a
-	// result); dropped those past maxEarlyTaskReports.
-	ignored, dropped uint64
+// NewTaskRuns returns an empty fold.
+func NewTaskRuns() *TaskRuns {
+	return &TaskRuns{runs: map[TaskRunKey]*taskRunState{}, uids: map[string]TaskRunKey{}, deleted: map[string]bool{},
+		early: map[string][]taskReport{}, dirty: map[TaskRunKey]bool{}}
 }
 
-func newTaskFold() *taskFold {
-	return &taskFold{runs: map[trKey]*taskRunState{}, uids: map[string]trKey{}, deleted: map[string]bool{},
-		early: map[string][]taskReport{}, dirty: map[trKey]bool{}}
-}
-
-// foldIntent applies a taskrun.created or taskrun.deleted event.
-func (f *taskFold) foldIntent(rec events.Record) error {
+// ApplyIntent folds a taskrun.created or taskrun.deleted record (others are
+// ignored); an error only when its data does not decode.
+func (f *TaskRuns) ApplyIntent(rec events.Record) error {
 	ev := rec.Event
-	k := trKey{ev.Keys.Namespace, ev.Keys.Name}
+	k := TaskRunKey{ev.Keys.Namespace, ev.Keys.Name}
 	switch ev.Type {
 	case events.TypeTaskRunCreated:
 		c, err := events.Decode[events.TaskRunCreated](ev)
@@ -110,7 +131,7 @@ func (f *taskFold) foldIntent(rec events.Record) error {
 			delete(f.early, c.UID)
 			f.earlyCount -= len(early)
 			for _, r := range early {
-				f.apply(k, st, r)
+				_ = f.apply(k, st, r) // counted in ignored
 			}
 		}
 	case events.TypeTaskRunDeleted:
@@ -131,51 +152,59 @@ func (f *taskFold) foldIntent(rec events.Record) error {
 	return nil
 }
 
-// foldReport applies one device.task.status report; the device is the one
-// the subject names (the reader refuses an envelope naming another). It
-// returns an error only when the data does not decode.
-func (f *taskFold) foldReport(rec events.Record) error {
+// ApplyReport folds one device.task.status record; the device is the one
+// its subject names (the reader refuses an envelope naming another). It
+// returns why the report was ignored ("" when it counted, or is kept until
+// its TaskRun's creation), and an error only when the data does not
+// decode.
+func (f *TaskRuns) ApplyReport(rec events.Record) (ignored string, err error) {
 	st, err := events.Decode[events.TaskStatus](rec.Event)
 	if err != nil {
-		return err
+		return "", err
 	}
 	r := taskReport{device: rec.Event.Keys.Device, st: st, stored: cmp.Or(rec.Stored, rec.Event.Time)}
-	k := trKey{st.Namespace, st.TaskRun}
+	k := TaskRunKey{st.Namespace, st.TaskRun}
 	if run := f.runs[k]; run != nil && run.uid == st.UID {
-		f.apply(k, run, r)
-		return nil
+		return f.apply(k, run, r), nil
 	}
 	if _, known := f.uids[st.UID]; known || f.deleted[st.UID] || st.UID == "" {
-		f.ignored++ // another TaskRun's UID, or a deleted one
-		return nil
+		f.ignored++
+		return IgnoredOtherUID, nil
 	}
 	if f.earlyCount >= maxEarlyTaskReports {
 		f.dropped++
-		return nil
+		return IgnoredEarlyBound, nil
 	}
 	f.early[st.UID] = append(f.early[st.UID], r)
 	f.earlyCount++
-	return nil
+	return "", nil
 }
 
-// apply folds one report of the TaskRun's current UID.
-func (f *taskFold) apply(k trKey, run *taskRunState, r taskReport) {
+// Ignored returns how many reports the fold did not apply, the dropped
+// ones included.
+func (f *TaskRuns) Ignored() uint64 { return f.ignored + f.dropped }
+
+// apply folds one report of the TaskRun's current UID and says why it was
+// ignored ("" when it counted).
+func (f *TaskRuns) apply(k TaskRunKey, run *taskRunState, r taskReport) string {
+	why := ""
 	switch {
-	case r.st.Namespace != k.ns || r.st.TaskRun != k.name || r.st.UID != run.uid,
-		!run.isTarget[r.device],
-		r.st.Task != "" && r.st.Task != run.task:
-		f.ignored++
-		return
-	}
-	switch r.st.Phase {
-	case events.TaskPending, events.TaskRunning, events.TaskSucceeded, events.TaskFailed:
+	case r.st.Namespace != k.Namespace || r.st.TaskRun != k.Name || r.st.UID != run.uid:
+		why = IgnoredOtherUID
+	case !run.isTarget[r.device]:
+		why = IgnoredNotTarget
+	case r.st.Task != "" && r.st.Task != run.task:
+		why = IgnoredOtherTask
+	case r.st.Phase != events.TaskPending && r.st.Phase != events.TaskRunning && r.st.Phase != events.TaskSucceeded && r.st.Phase != events.TaskFailed:
+		why = IgnoredUnknownPhase
 	default:
-		f.ignored++
-		return
+		if prev, ok := run.results[r.device]; ok && final(prev.phase) {
+			why = IgnoredAfterResult
+		}
 	}
-	if prev, ok := run.results[r.device]; ok && final(prev.phase) {
-		f.ignored++ // a device runs a task once: its result stays
-		return
+	if why != "" {
+		f.ignored++
+		return why
 	}
 	res := taskResult{phase: r.st.Phase, agentVersion: r.st.AgentVersion, changed: int32(min(len(r.st.Changes), 1<<30)),
 		since: cmp.Or(r.st.Since, r.stored)}
@@ -188,6 +217,76 @@ func (f *taskFold) apply(k trKey, run *taskRunState, r taskReport) {
 		run.ready, run.readySince = s, r.stored
 	}
 	f.dirty[k] = true
+	return ""
+}
+
+// Status returns the status of TaskRun k as folded so far; false when its
+// creation was not folded (or it was deleted). The same streams always
+// give the same status.
+func (f *TaskRuns) Status(k TaskRunKey) (fleetv1.TaskRunStatus, bool) {
+	run := f.runs[k]
+	if run == nil {
+		return fleetv1.TaskRunStatus{}, false
+	}
+	return run.status(), true
+}
+
+// Results returns every frozen target's result of TaskRun k, sorted by
+// device, whatever the number of targets (Status carries them only up to
+// fleetv1.MaxTaskRunResults).
+func (f *TaskRuns) Results(k TaskRunKey) []fleetv1.TaskDeviceResult {
+	run := f.runs[k]
+	if run == nil {
+		return nil
+	}
+	return run.resultList()
+}
+
+// UID returns the UID of TaskRun k the fold follows ("" when none).
+func (f *TaskRuns) UID(k TaskRunKey) string {
+	if run := f.runs[k]; run != nil {
+		return run.uid
+	}
+	return ""
+}
+
+// TakeDirty returns the TaskRuns whose status may have changed since the
+// last call, sorted, and forgets them. A deleted TaskRun is not among them.
+func (f *TaskRuns) TakeDirty() []TaskRunKey {
+	out := make([]TaskRunKey, 0, len(f.dirty))
+	for k := range f.dirty {
+		if f.runs[k] != nil {
+			out = append(out, k)
+		}
+	}
+	clear(f.dirty)
+	slices.SortFunc(out, func(a, b TaskRunKey) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return out
+}
+
+// MarkDirty makes TaskRun k part of the next TakeDirty (a status write
+// that failed, to be retried).
+func (f *TaskRuns) MarkDirty(k TaskRunKey) { f.dirty[k] = true }
+
+// Len returns how many TaskRuns the fold follows.
+func (f *TaskRuns) Len() int { return len(f.runs) }
+
+// resultList lists every target's result, sorted by device.
+func (run *taskRunState) resultList() []fleetv1.TaskDeviceResult {
+	out := make([]fleetv1.TaskDeviceResult, 0, len(run.targets))
+	for _, t := range run.targets {
+		r, ok := run.results[t]
+		dr := fleetv1.TaskDeviceResult{Device: t, Phase: events.TaskPending}
+		if ok {
+			dr.Phase, dr.Message, dr.AgentVersion, dr.ChangedPackages = r.phase, r.message, r.agentVersion, r.changed
+			since := metav1.NewTime(r.since.UTC().Truncate(time.Second))
+			dr.Since = &since
+		}
+		out = append(out, dr)
+	}
+	return out
 }
 
 func final(phase string) bool { return phase == events.TaskSucceeded || phase == events.TaskFailed }
@@ -241,17 +340,7 @@ func (run *taskRunState) status() fleetv1.TaskRunStatus {
 	phase := taskRunPhase(c)
 	st := fleetv1.TaskRunStatus{ObservedGeneration: run.generation, Phase: phase, Counts: c, LatestFailure: run.failure}
 	if len(run.targets) <= fleetv1.MaxTaskRunResults {
-		st.Results = []fleetv1.TaskDeviceResult{}
-		for _, t := range run.targets {
-			r, ok := run.results[t]
-			dr := fleetv1.TaskDeviceResult{Device: t, Phase: events.TaskPending}
-			if ok {
-				dr.Phase, dr.Message, dr.AgentVersion, dr.ChangedPackages = r.phase, r.message, r.agentVersion, r.changed
-				since := metav1.NewTime(r.since.UTC().Truncate(time.Second))
-				dr.Since = &since
-			}
-			st.Results = append(st.Results, dr)
-		}
+		st.Results = run.resultList()
 	}
 	ready := metav1.Condition{Type: fleetv1.ConditionReady, Status: run.ready, ObservedGeneration: run.generation,
 		LastTransitionTime: metav1.NewTime(run.readySince.UTC().Truncate(time.Second))}
