@@ -32,7 +32,7 @@ func ParseFormat(s string) (Format, error) {
 }
 
 // Answer is what a History query returns: *DeploymentTimeline,
-// *DeviceTimeline or *FleetState.
+// *TaskRunTimeline, *DeviceTimeline or *FleetState.
 type Answer interface {
 	writeText(w io.Writer) error
 }

@@ -27,6 +27,7 @@ const historyUsage = `usage: fleet history <query> [flags]
 Answers from the JetStream streams alone (no Kubernetes API needed):
 
   fleet history deployment <namespace>/<name>   revisions, rollout transitions, per-device results
+  fleet history taskrun <namespace>/<name>      a TaskRun's targets and every device's result, reports
   fleet history device <device-id>              intents received, reports, inventory changes, commands
   fleet history fleet --at <RFC 3339 time>      every device's desired vs reported state and every
                                                 Deployment's rollout state, as of that time
@@ -58,9 +59,10 @@ type historyOptions struct {
 
 // historyQuery is a validated `fleet history` query.
 type historyQuery struct {
-	// kind is deployment, device or fleet.
+	// kind is deployment, taskrun, device or fleet.
 	kind string
-	// namespace and name are the Deployment (deployment).
+	// namespace and name are the Deployment (deployment) or TaskRun
+	// (taskrun).
 	namespace, name string
 	// device is the device id (device).
 	device string
@@ -122,7 +124,7 @@ func parseHistory(args []string, errOut io.Writer, getenv func(string) string) (
 	o.creds = cmp.Or(o.creds, getenv("NATS_CREDS"))
 	if len(pos) == 0 {
 		fs.Usage()
-		return o, historyQuery{}, errors.New("history: no query given: use deployment, device or fleet")
+		return o, historyQuery{}, errors.New("history: no query given: use deployment, taskrun, device or fleet")
 	}
 	format, err := history.ParseFormat(o.output)
 	if err != nil {
@@ -157,10 +159,11 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 func historyQueryOf(pos []string, atFlag string, usage func()) (historyQuery, error) {
 	q := historyQuery{kind: pos[0]}
 	switch q.kind {
-	case "deployment", "device":
+	case "deployment", "taskrun", "device":
 		if len(pos) != 2 {
 			return q, fmt.Errorf("history %s: give exactly one %s", q.kind, map[string]string{
 				"deployment": "<namespace>/<name>, e.g. fleet history deployment lab/analysis-api",
+				"taskrun":    "<namespace>/<name>, e.g. fleet history taskrun lab/upgrade-2026-12",
 				"device":     "<device-id>, e.g. fleet history device sim-1"}[q.kind])
 		}
 		if atFlag != "" {
@@ -180,14 +183,14 @@ func historyQueryOf(pos []string, atFlag string, usage func()) (historyQuery, er
 		q.at = at
 	default:
 		usage()
-		return q, fmt.Errorf("history: unknown query %q: use deployment, device or fleet", q.kind)
+		return q, fmt.Errorf("history: unknown query %q: use deployment, taskrun, device or fleet", q.kind)
 	}
 	switch q.kind {
-	case "deployment":
+	case "deployment", "taskrun":
 		var ok bool
 		q.namespace, q.name, ok = strings.Cut(pos[1], "/")
 		if !ok || q.namespace == "" || q.name == "" || strings.Contains(q.name, "/") {
-			return q, fmt.Errorf("history deployment: %q is not <namespace>/<name>: give both, e.g. lab/analysis-api", pos[1])
+			return q, fmt.Errorf("history %s: %q is not <namespace>/<name>: give both, e.g. lab/analysis-api", q.kind, pos[1])
 		}
 	case "device":
 		q.device = pos[1]
@@ -221,6 +224,8 @@ func queryHistory(ctx context.Context, o historyOptions, q historyQuery, errOut 
 	switch q.kind {
 	case "deployment":
 		answer, err = h.Deployment(ctx, q.namespace, q.name)
+	case "taskrun":
+		answer, err = h.TaskRun(ctx, q.namespace, q.name)
 	case "device":
 		answer, err = h.Device(ctx, q.device)
 	case "fleet":

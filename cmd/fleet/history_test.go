@@ -86,6 +86,25 @@ func historyServer(t *testing.T) (string, time.Time) {
 	report("sim-2", "api", api, events.WorkloadConverged, "")
 	web := rev("web", "w1", "sim-2")
 	report("sim-2", "web", web, events.WorkloadFailed, "init container exited with 3")
+	// A TaskRun: sim-1 upgraded its agent, sim-2's upgrade failed.
+	upgrade := events.Keys{Namespace: "lab", Name: "agent-v2"}
+	for _, ev := range []struct {
+		keys events.Keys
+		d    events.Data
+	}{
+		{upgrade, events.TaskRunCreated{UID: "t1", Generation: 1, Task: events.TaskAgentUpgrade, Targets: []string{"sim-1", "sim-2"},
+			Agent: &events.AgentArtifact{URL: "https://downloads.example.com/fleet-agent", SHA256: strings.Repeat("ab", 32), Version: "0.2.0"}}},
+		{events.Keys{Device: "sim-1"}, events.TaskStatus{Namespace: "lab", TaskRun: "agent-v2", UID: "t1", Task: events.TaskAgentUpgrade,
+			Phase: events.TaskSucceeded, AgentVersion: "0.2.0", Since: time.Now().UTC()}},
+		{events.Keys{Device: "sim-2"}, events.TaskStatus{Namespace: "lab", TaskRun: "agent-v2", UID: "t1", Task: events.TaskAgentUpgrade,
+			Phase: events.TaskFailed, Error: "sha256 mismatch", AgentVersion: "0.1.0", Since: time.Now().UTC()}},
+	} {
+		e, err := events.New(ev.keys, ev.d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.Write(t, ctx, st, e)
+	}
 	return srv.ClientURL(), canaryStage
 }
 
@@ -110,6 +129,13 @@ func TestFleetHistoryAnswersFromTheStreams(t *testing.T) {
 		{"flags may follow the query and json decodes into the timeline",
 			append(append([]string{"deployment"}, creds...), "lab/api", "-o", "json"), noEnv,
 			[]string{`"revisionId": "1-a1"`}, &history.DeploymentTimeline{}},
+		{"a TaskRun's timeline shows every device's result",
+			append([]string{"taskrun", "lab/agent-v2"}, creds...), noEnv,
+			[]string{"TaskRun lab/agent-v2", "task agent-upgrade (uid t1)", "agent 0.2.0", "now: Failed, 1/2 succeeded, 1 failed", "RESULTS",
+				"sim-1   Succeeded", "sim-2   Failed", "sha256 mismatch", "TIMELINE", "taskrun.created"}, nil},
+		{"a TaskRun's timeline as json decodes into the timeline",
+			append([]string{"taskrun", "lab/agent-v2", "-o", "json"}, creds...), noEnv,
+			[]string{`"uid": "t1"`, `"agentVersion": "0.2.0"`}, &history.TaskRunTimeline{}},
 		{"a device's timeline shows the intent it received and its heartbeats summarised",
 			append([]string{"device", "sim-2"}, creds...), noEnv,
 			[]string{"Device sim-2", "intent changed by rollout.released: +lab/api generation 1", "lab/web generation 1: Failed",
@@ -174,7 +200,11 @@ func TestFleetHistoryRefusesBadInputNamingTheFix(t *testing.T) {
 		args []string
 		want []string // every one must be in the error
 	}{
-		{"no query says which exist", nil, []string{"no query", "deployment, device or fleet"}},
+		{"no query says which exist", nil, []string{"no query", "deployment, taskrun, device or fleet"}},
+		{"a TaskRun without a namespace names the form", append([]string{"taskrun", "upgrade"}, creds...),
+			[]string{"history taskrun", `"upgrade" is not <namespace>/<name>`}},
+		{"an unknown TaskRun has no events", append([]string{"taskrun", "lab/nope"}, creds...),
+			[]string{"no events found", "TaskRun lab/nope", "check the namespace and name"}},
 		{"an unknown query says which exist", append([]string{"timeline"}, creds...), []string{`unknown query "timeline"`}},
 		{"a time that is not RFC 3339 names --at and the format", append([]string{"fleet", "--at", "yesterday"}, creds...),
 			[]string{"--at", `"yesterday"`, "RFC 3339", "2026-01-02T15:04:05Z"}},
