@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
@@ -97,6 +98,13 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Every operator reconciles every namespace of the shared API server,
+	// and device ids are unique across namespaces (the oldest Device of a
+	// name serves it): a test's objects go with it, or the next test's
+	// operators would act on them (revisions in their stores, namesakes
+	// never targets). Registered before the operators' stops, so it runs
+	// after them; the finalizers go first, no operator is left to act.
+	t.Cleanup(func() { removeAll(t, c, ns) })
 	return &env{t: t, ctx: ctx, srv: srv, c: c, store: st, ns: ns, kv: kv, obj: obj}
 }
 
@@ -432,5 +440,33 @@ func TestAConditionKeepsItsTransitionTimeUntilItsStatusChanges(t *testing.T) {
 	third := resolved(3)
 	if third.Status != metav1.ConditionTrue || !first.LastTransitionTime.Before(&third.LastTransitionTime) {
 		t.Errorf("generation 3 (status flips): TargetsResolved %+v, want True since after %s", third, first.LastTransitionTime)
+	}
+}
+
+// removeAll deletes a test's Deployments, TaskRuns and Devices, finalizers
+// dropped.
+func removeAll(t *testing.T, c client.Client, ns string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lists := []client.ObjectList{&fleetv1.DeploymentList{}, &fleetv1.TaskRunList{}, &fleetv1.DeviceList{}}
+	for _, l := range lists {
+		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+			t.Errorf("list the test's objects: %v", err)
+			continue
+		}
+		_ = meta.EachListItem(l, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			if len(obj.GetFinalizers()) > 0 {
+				patch := client.MergeFrom(obj.DeepCopyObject().(client.Object))
+				obj.SetFinalizers(nil)
+				if err := c.Patch(ctx, obj, patch); client.IgnoreNotFound(err) != nil {
+					t.Errorf("drop the finalizers of %s: %v", obj.GetName(), err)
+				}
+			}
+			if err := c.Delete(ctx, obj); client.IgnoreNotFound(err) != nil {
+				t.Errorf("delete %s: %v", obj.GetName(), err)
+			}
+			return nil
+		})
 	}
 }
