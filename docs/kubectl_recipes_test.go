@@ -25,18 +25,20 @@ func TestMain(m *testing.M) {
 	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
 }
 
-// TestKubectlRecipes runs the kubectl recipes of operator.md and then of
-// devices.md, in order, with the real kubectl and nats CLIs against a real
+// TestKubectlRecipes runs the kubectl recipes of operator.md, devices.md
+// and tasks.md, in order, with the real kubectl and nats CLIs against a real
 // API server, the operator, and a device reporting heartbeats and inventory.
 func TestKubectlRecipes(t *testing.T) {
 	srv := kubeapi.Shared(t)
 	nats := natsCLI(t)
 	rs := recipes(t, "operator.md", "kubectl-recipe")
 	devRecipes := recipes(t, "devices.md", "kubectl-recipe")
-	if len(rs) < 5 || len(devRecipes) < 8 {
-		t.Fatalf("found %d kubectl recipes in operator.md and %d in devices.md; the marker format changed?", len(rs), len(devRecipes))
+	taskRecipes := recipes(t, "tasks.md", "kubectl-recipe")
+	if len(rs) < 5 || len(devRecipes) < 8 || len(taskRecipes) < 7 {
+		t.Fatalf("found %d kubectl recipes in operator.md, %d in devices.md and %d in tasks.md; the marker format changed?",
+			len(rs), len(devRecipes), len(taskRecipes))
 	}
-	rs = append(rs, devRecipes...)
+	rs = append(append(rs, devRecipes...), taskRecipes...)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	nsrv, st := natstest.Provisioned(t)
