@@ -24,6 +24,8 @@ type DeviceTimeline struct {
 	// Intent is the device's desired state after the last event: its
 	// fleet-intent value as the intent projection folds it (empty: no key).
 	Intent []events.IntentEntry `json:"intent"`
+	// Tasks are the task entries of that value.
+	Tasks []events.TaskEntry `json:"tasks,omitempty"`
 	// Heartbeats summarises the heartbeats the telemetry stream still holds.
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	// Inventory is the latest inventory report, if any.
@@ -105,15 +107,17 @@ type deviceFold struct {
 	device string
 	tl     *DeviceTimeline
 	intent *projections.Intent
-	// current is the device's desired state so far: namespace/name → entry.
-	current map[string]events.IntentEntry
+	// current is the device's desired state so far: "namespace/name" of a
+	// Deployment, "task namespace/name" of a TaskRun → what identifies its
+	// entry.
+	current map[string]desiredEntry
 	// relevant is set by a heartbeat or inventory report, which may add no
 	// entry but still show the device exists.
 	relevant bool
 }
 
 func newDeviceFold(h *History, device string) *deviceFold {
-	return &deviceFold{h: h, device: device, intent: projections.NewIntent(), current: map[string]events.IntentEntry{},
+	return &deviceFold{h: h, device: device, intent: projections.NewIntent(), current: map[string]desiredEntry{},
 		tl: &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}}}}
 }
 
@@ -303,28 +307,36 @@ func (f *deviceFold) finishIntent() error {
 	if err := json.Unmarshal(v, &di); err != nil {
 		return fmt.Errorf("history of device %s: decode intent: %w", f.device, err)
 	}
-	f.tl.Intent = di.Deployments
+	f.tl.Intent, f.tl.Tasks = di.Deployments, di.Tasks
 	return nil
 }
 
+// desiredEntry is one entry of a device's desired state: id identifies it
+// (a change of id is a change of the entry), text describes it.
+type desiredEntry struct{ id, text string }
+
 // intentChange builds the entry for a change of the device's desired state
 // caused by rec, and updates current.
-func (h *History) intentChange(rec events.Record, intent *projections.Intent, device string, current map[string]events.IntentEntry) Entry {
+func (h *History) intentChange(rec events.Record, intent *projections.Intent, device string, current map[string]desiredEntry) Entry {
 	e := entryOf(rec)
 	e.Type, e.Device = EntryIntentChanged, device
-	next := map[string]events.IntentEntry{}
+	next := map[string]desiredEntry{}
 	if v, ok := intent.Value(device); ok {
 		var di events.DeviceIntent
 		if err := json.Unmarshal(v, &di); err == nil {
 			for _, en := range di.Deployments {
-				next[en.Namespace+"/"+en.Name] = en
+				next[en.Namespace+"/"+en.Name] = desiredEntry{id: fmt.Sprintf("%s/%d", en.UID, en.Generation),
+					text: fmt.Sprintf("generation %d (%s)", en.Generation, en.RevisionID)}
+			}
+			for _, t := range di.Tasks {
+				next["task "+t.Namespace+"/"+t.TaskRun] = desiredEntry{id: t.UID, text: fmt.Sprintf("%s (uid %s)", t.Task, t.UID)}
 			}
 		}
 	}
 	var parts []string
 	for _, k := range slices.Sorted(maps.Keys(next)) {
-		if old, ok := current[k]; !ok || old.UID != next[k].UID || old.Generation != next[k].Generation {
-			parts = append(parts, fmt.Sprintf("+%s generation %d (%s)", k, next[k].Generation, next[k].RevisionID))
+		if old, ok := current[k]; !ok || old.id != next[k].id {
+			parts = append(parts, fmt.Sprintf("+%s %s", k, next[k].text))
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(current)) {

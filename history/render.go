@@ -162,6 +162,16 @@ func (tl *DeviceTimeline) writeText(w io.Writer) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
+	if len(tl.Tasks) > 0 {
+		fmt.Fprintln(w, "\nTASKS NOW")
+		t = newTable(w, "TASKRUN", "TASK", "UID")
+		for _, e := range tl.Tasks {
+			t.row(e.Namespace+"/"+e.TaskRun, e.Task, e.UID)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
 	fmt.Fprintln(w, "\nTIMELINE")
 	t = newTable(w, "TIME", "EVENT", "TYPE", "SUMMARY")
 	for _, e := range tl.Entries {

@@ -119,3 +119,54 @@ func TestTaskRunHistoryShowsEveryDevicesResult(t *testing.T) {
 		}
 	})
 }
+
+func TestADevicesTimelineShowsItsTaskEntriesComeAndGo(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, st := natstest.Provisioned(t)
+	write := func(keys events.Keys, d events.Data) {
+		t.Helper()
+		ev, err := events.New(keys, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.Write(t, ctx, st, ev)
+	}
+	tr := events.Keys{Namespace: "lab", Name: "upgrade"}
+	write(tr, events.TaskRunCreated{UID: "u1", Generation: 1, Task: events.TaskSystemUpgrade, Targets: []string{"edge-1"}})
+	write(events.Keys{Namespace: "lab", Name: "agent"}, events.TaskRunCreated{UID: "u2", Generation: 1, Task: events.TaskAgentUpgrade,
+		Targets: []string{"edge-1"}, Agent: &events.AgentArtifact{URL: "https://example.com/a", SHA256: strings.Repeat("a", 64), Version: "v2"}})
+	write(tr, events.TaskRunDeleted{UID: "u1"})
+	h, err := history.New(history.Options{Reader: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tl, err := h.Device(ctx, "edge-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changes []string
+	for _, e := range tl.Entries {
+		if e.Type == history.EntryIntentChanged {
+			changes = append(changes, e.Summary)
+		}
+	}
+	want := []string{
+		"intent changed by taskrun.created: +task lab/upgrade system-upgrade (uid u1)",
+		"intent changed by taskrun.created: +task lab/agent agent-upgrade (uid u2)",
+		"intent changed by taskrun.deleted: -task lab/upgrade",
+	}
+	if diff := cmp.Diff(want, changes); diff != "" {
+		t.Errorf("intent changes (-want +got):\n%s", diff)
+	}
+	if len(tl.Tasks) != 1 || tl.Tasks[0].TaskRun != "agent" {
+		t.Errorf("tasks now %+v, want the agent-upgrade only", tl.Tasks)
+	}
+	var b bytes.Buffer
+	if err := history.Write(&b, tl, history.FormatText); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "TASKS NOW") || !strings.Contains(b.String(), "lab/agent") {
+		t.Errorf("text lacks the tasks now:\n%s", b.String())
+	}
+}
