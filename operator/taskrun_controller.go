@@ -81,10 +81,10 @@ func (r *TaskRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	var res Resolution
 	if !appended {
 		var devices fleetv1.DeviceList
-		if err := r.Client.List(ctx, &devices); err != nil {
-			return ctrl.Result{}, fmt.Errorf("list devices for %s: %w", req, err)
+		if err := r.Client.List(ctx, &devices, client.InNamespace(tr.Namespace)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("list devices of %s: %w", tr.Namespace, err)
 		}
-		res, err = ResolveTaskRunTargets(ctx, &tr, servedIn(devices.Items, tr.Namespace), r.Groups)
+		res, err = ResolveTaskRunTargets(ctx, &tr, devices.Items, r.Groups)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
