@@ -299,6 +299,18 @@ func TestTaskReportsDriveTheTaskRunStatusAndARestartRebuildsIt(t *testing.T) {
 	other.UID = "another-uid"
 	e.taskReport(e.id("rpi-2"), other, "upgrade", events.TaskFailed, "another UID", events.TaskStatus{})
 	e.publishRaw("fleet.report."+e.id("rpi-3")+".task", []byte("not json"))
+	// rpi-9 forges a Failed report in rpi-2's name, on its own subject:
+	// the device a report is about is the one its subject names.
+	forged, err := events.New(events.Keys{Device: e.id("rpi-2")}, events.TaskStatus{Namespace: e.ns, TaskRun: "upgrade", UID: c.UID,
+		Task: c.Task, Phase: events.TaskFailed, Error: "forged", Since: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := forged.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.publishRaw("fleet.report."+e.id("rpi-9")+".task", raw)
 
 	failedAt := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	e.taskReport(e.id("rpi-1"), c, "upgrade", events.TaskSucceeded, "", events.TaskStatus{Changes: []events.PackageChange{
@@ -330,8 +342,11 @@ func TestTaskReportsDriveTheTaskRunStatusAndARestartRebuildsIt(t *testing.T) {
 	if tr.Status.ObservedGeneration != 1 {
 		t.Errorf("observedGeneration %d", tr.Status.ObservedGeneration)
 	}
-	if n := e.skips.Skipped(events.StreamReports, ""); n == 0 {
+	if n := e.skips.Skipped(events.StreamReports, events.ReasonNotAnEnvelope); n == 0 {
 		t.Error("the undecodable report was not counted")
+	}
+	if n := e.skips.Skipped(events.StreamReports, events.ReasonSubjectMismatch); n == 0 {
+		t.Error("the forged report was not counted")
 	}
 
 	t.Run("an operator restart rebuilds the same status from the streams, a late report after a result changing nothing", func(t *testing.T) {
