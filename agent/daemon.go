@@ -51,9 +51,13 @@ type Options struct {
 	// Updater is the root updater the intent's tasks run through; nil:
 	// every task fails with ErrNoUpdater.
 	Updater Updater
-	// TaskPoll is how often a running task is asked about (default
+	// TaskPoll is how often a running task is asked about, and a task
+	// waiting for its maintenance window looked at again (default
 	// DefaultTaskPoll).
 	TaskPoll time.Duration
+	// Now is the device's clock, in its local time zone, on which
+	// maintenance windows are read. Default time.Now.
+	Now func() time.Time
 	// Metrics, when set, record passes, intent reads, the offline report
 	// buffer and the connection's state; the Reconciler records to them too
 	// when it has no Metrics of its own. Nil: nothing recorded.

@@ -82,6 +82,11 @@ func validateTask(e events.TaskEntry) error {
 	default:
 		return fmt.Errorf("unknown task %q: this agent knows %s and %s", e.Task, events.TaskSystemUpgrade, events.TaskAgentUpgrade)
 	}
+	if e.Window != nil {
+		if err := e.Window.Validate(); err != nil {
+			return err
+		}
+	}
 	return updater.Request{V: updater.ProtocolVersion, ID: e.UID, Op: e.Task, Agent: e.Agent}.Validate()
 }
 
@@ -204,13 +209,10 @@ func (t *taskRunner) run(ctx context.Context) {
 			}
 		}
 		t.announce(ctx)
-		t.mu.Lock()
-		var e events.TaskEntry
-		next := len(t.queue) > 0
-		if next {
-			e, t.queue = t.queue[0], t.queue[1:]
+		e, next, waiting := t.next()
+		for _, st := range waiting {
+			t.report(ctx, st)
 		}
-		t.mu.Unlock()
 		if next {
 			t.runOne(ctx, e)
 			continue
@@ -222,6 +224,40 @@ func (t *taskRunner) run(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
+}
+
+// next takes the first queued task that may start now: one without a
+// maintenance window, one whose window is open in the device's local time,
+// or one the updater already runs (a started task is followed to its end,
+// whatever the time). The others stay queued, reported Pending with when
+// their window opens; each poll looks again, so a device that was offline
+// during a window runs the task in its next one.
+func (t *taskRunner) next() (events.TaskEntry, bool, []events.TaskStatus) {
+	now := t.now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var waiting []events.TaskStatus
+	for i, e := range t.queue {
+		if e.Window != nil && t.last[e.UID].Phase != events.TaskRunning {
+			open, opens, err := e.Window.Open(now)
+			if err == nil && !open {
+				waiting = append(waiting, statusOf(e, events.TaskPending, fmt.Sprintf(
+					"waiting for the maintenance window (%s, device local time): it opens at %s", e.Window, opens.Format("2006-01-02 15:04 MST"))))
+				continue
+			}
+		}
+		t.queue = slices.Delete(t.queue, i, i+1)
+		return e, true, waiting
+	}
+	return events.TaskEntry{}, false, waiting
+}
+
+// now is the device's clock, in its local time zone.
+func (t *taskRunner) now() time.Time {
+	if t.d.o.Now != nil {
+		return t.d.o.Now()
+	}
+	return time.Now()
 }
 
 // runOne asks the updater to run e (or for its record) and follows it to

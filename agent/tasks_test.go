@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,6 +36,8 @@ type taskEnv struct {
 	aptDir  string
 	client  updater.Client
 	stopAgt func()
+	// now, when set, is the agents' clock.
+	now func() time.Time
 }
 
 func newTaskEnv(t *testing.T) *taskEnv {
@@ -98,7 +101,7 @@ func (e *taskEnv) startAgent(noUpdater bool) {
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	o := agent.Options{Device: "d1", Conn: e.nc, Reconciler: newWorld(e.t).r, AgentVersion: "test", HeartbeatInterval: time.Hour,
-		TaskPoll: 20 * time.Millisecond}
+		TaskPoll: 20 * time.Millisecond, Now: e.now}
 	if !noUpdater {
 		o.Updater = e.client
 	}
@@ -267,4 +270,54 @@ func TestATaskRemovedFromTheIntentWhileRunningIsNotInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitPhase("task-r", events.TaskSucceeded)
+}
+
+// TestATaskWithAMaintenanceWindowStartsOnlyInsideIt: outside its daily
+// window (device local time) a task waits, reported Pending with when the
+// window opens, and nothing runs; inside it the task runs; a device that
+// missed a window (offline, or the task came after it closed) runs it in
+// the next one.
+func TestATaskWithAMaintenanceWindowStartsOnlyInsideIt(t *testing.T) {
+	loc := time.FixedZone("device", -5*3600)
+	var clock atomic.Int64 // unix seconds; reads counted
+	var reads atomic.Int64
+	clock.Store(time.Date(2026, 12, 5, 1, 0, 0, 0, loc).Unix())
+	e := newTaskEnv(t)
+	e.now = func() time.Time { reads.Add(1); return time.Unix(clock.Load(), 0).In(loc) }
+	e.startAgent(false)
+	task := upgrade("task-w")
+	task.Window = &events.MaintenanceWindow{Start: "02:00", Duration: "1h"}
+	e.put(task)
+	got := e.waitPhase("task-w", events.TaskPending)
+	testenv.Eventually(t, "the waiting report", 20*time.Second, func() bool {
+		rs := e.reports("task-w")
+		got = rs[len(rs)-1]
+		return strings.Contains(got.Error, "waiting for the maintenance window")
+	})
+	if !strings.Contains(got.Error, "02:00 for 1h") || !strings.Contains(got.Error, "2026-12-05 02:00") {
+		t.Errorf("pending report %q does not say which window and when it opens", got.Error)
+	}
+	from := reads.Load()
+	testenv.Eventually(t, "the runner to look at the clock again", 20*time.Second, func() bool { return reads.Load() >= from+5 })
+	if n := e.upgrades(); n != 0 {
+		t.Fatalf("full-upgrade ran %d times before the window opened", n)
+	}
+
+	t.Run("after the window closed it waits for tomorrow's", func(t *testing.T) {
+		clock.Store(time.Date(2026, 12, 5, 3, 0, 0, 0, loc).Unix())
+		testenv.Eventually(t, "the report naming tomorrow's window", 20*time.Second, func() bool {
+			rs := e.reports("task-w")
+			return strings.Contains(rs[len(rs)-1].Error, "2026-12-06 02:00")
+		})
+		if n := e.upgrades(); n != 0 {
+			t.Fatalf("full-upgrade ran %d times outside the window", n)
+		}
+	})
+	t.Run("inside the next window it runs", func(t *testing.T) {
+		clock.Store(time.Date(2026, 12, 6, 2, 30, 0, 0, loc).Unix())
+		e.waitPhase("task-w", events.TaskSucceeded)
+		if n := e.upgrades(); n != 1 {
+			t.Errorf("full-upgrade ran %d times, want once", n)
+		}
+	})
 }

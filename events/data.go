@@ -64,6 +64,8 @@ type TaskRunCreated struct {
 	Targets    []string `json:"targets"`
 	// Agent is the executable of an agent-upgrade (nil otherwise).
 	Agent *AgentArtifact `json:"agent,omitempty"`
+	// Window is the TaskRun's maintenance window (nil: none).
+	Window *MaintenanceWindow `json:"window,omitempty"`
 }
 
 // EventType implements Data.

@@ -47,6 +47,9 @@ type TaskEntry struct {
 	Task string `json:"task"`
 	// Agent is the executable of an agent-upgrade (nil otherwise).
 	Agent *AgentArtifact `json:"agent,omitempty"`
+	// Window, when set, is the daily window in the device's local time
+	// inside which the task may start; nil: at once.
+	Window *MaintenanceWindow `json:"window,omitempty"`
 }
 
 // AgentArtifact is an agent executable to install: where to download it,

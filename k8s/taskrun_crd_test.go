@@ -49,6 +49,11 @@ func TestValidTaskRunsAreAccepted(t *testing.T) {
 			tr.Spec.Agent.URL = "http://mirror.lan/fleet-agent"
 			return tr
 		}()},
+		{"a maintenance window across midnight is accepted", func() *fleetv1.TaskRun {
+			tr := systemUpgrade("valid-window")
+			tr.Spec.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "23:30", Duration: "1h30m"}
+			return tr
+		}()},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -104,6 +109,21 @@ func TestInvalidTaskRunsAreRefusedNamingTheField(t *testing.T) {
 			tr.Spec.Agent.Version = ""
 			return tr
 		}, []string{"spec.agent.version"}},
+		{"a maintenance window start that is not HH:MM is refused", func() *fleetv1.TaskRun {
+			tr := systemUpgrade("bad-window-start")
+			tr.Spec.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "2:00", Duration: "2h"}
+			return tr
+		}, []string{"spec.maintenanceWindow.start"}},
+		{"a maintenance window longer than a day is refused", func() *fleetv1.TaskRun {
+			tr := systemUpgrade("long-window")
+			tr.Spec.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "02:00", Duration: "25h"}
+			return tr
+		}, []string{"maintenanceWindow.duration must be hours and minutes from 1m to 24h"}},
+		{"a maintenance window in seconds is refused", func() *fleetv1.TaskRun {
+			tr := systemUpgrade("seconds-window")
+			tr.Spec.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "02:00", Duration: "30s"}
+			return tr
+		}, []string{"maintenanceWindow.duration must be hours and minutes from 1m to 24h"}},
 		{"a name with a dot is refused", func() *fleetv1.TaskRun {
 			return systemUpgrade("upgrade.now")
 		}, []string{"metadata.name must be a DNS label"}},

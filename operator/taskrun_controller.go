@@ -131,6 +131,9 @@ func taskRunEvent(tr *fleetv1.TaskRun, res Resolution) (events.Event, error) {
 	if a := tr.Spec.Agent; a != nil {
 		data.Agent = &events.AgentArtifact{URL: a.URL, SHA256: a.SHA256, Version: a.Version}
 	}
+	if w := tr.Spec.MaintenanceWindow; w != nil {
+		data.Window = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
+	}
 	ev, err := events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, data, events.WithCorrelation(string(tr.UID), tr.Generation))
 	if err != nil {
 		return events.Event{}, err

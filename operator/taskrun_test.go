@@ -34,6 +34,7 @@ func (e *env) taskRun(name string, task fleetv1.TaskName, selector map[string]st
 		Spec: fleetv1.TaskRunSpec{Task: task, AllowedGroups: groups, TargetSelector: fleetv1.TargetSelector{MatchLabels: selector}}}
 	if task == fleetv1.TaskAgentUpgrade {
 		tr.Spec.Agent = &fleetv1.AgentArtifact{URL: "https://downloads.example.com/fleet-agent", SHA256: agentSHA, Version: "v2.0.0"}
+		tr.Spec.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "02:00", Duration: "2h"}
 	}
 	if err := e.c.Create(e.ctx, tr); err != nil {
 		e.t.Fatal(err)
@@ -146,13 +147,14 @@ func TestATaskRunFreezesItsTargetsInOneCreationAndWritesTheirIntent(t *testing.T
 
 	c := e.created("agent")
 	want := events.TaskRunCreated{UID: string(tr.UID), Generation: 1, Task: events.TaskAgentUpgrade, Targets: []string{e.id("rpi-1"), e.id("rpi-2")},
-		Agent: &events.AgentArtifact{URL: "https://downloads.example.com/fleet-agent", SHA256: agentSHA, Version: "v2.0.0"}}
+		Agent:  &events.AgentArtifact{URL: "https://downloads.example.com/fleet-agent", SHA256: agentSHA, Version: "v2.0.0"},
+		Window: &events.MaintenanceWindow{Start: "02:00", Duration: "2h"}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("taskrun.created (-want +got):\n%s", diff)
 	}
 	e.waitFor("the targets' task entries", func() bool { return e.hasTask(e.id("rpi-1"), "agent") && e.hasTask(e.id("rpi-2"), "agent") })
 	if got := e.deviceIntent(e.id("rpi-1")).Tasks; !cmp.Equal(got, []events.TaskEntry{{Namespace: e.ns, TaskRun: "agent", UID: c.UID,
-		Task: events.TaskAgentUpgrade, Agent: want.Agent}}) {
+		Task: events.TaskAgentUpgrade, Agent: want.Agent, Window: want.Window}}) {
 		t.Errorf("rpi-1 tasks %+v", got)
 	}
 	for _, d := range []string{e.id("rpi-3"), e.id("rpi-4")} {

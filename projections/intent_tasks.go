@@ -57,7 +57,7 @@ func (s *Intent) applyTask(ev events.Event) (changed []string, handled bool) {
 			return nil, true // duplicate
 		}
 		t.known = true
-		t.entry = TaskEntry{Namespace: ev.Keys.Namespace, TaskRun: ev.Keys.Name, UID: d.UID, Task: d.Task, Agent: d.Agent}
+		t.entry = TaskEntry{Namespace: ev.Keys.Namespace, TaskRun: ev.Keys.Name, UID: d.UID, Task: d.Task, Agent: d.Agent, Window: d.Window}
 		t.targets = slices.Clone(d.Targets)
 		slices.Sort(t.targets)
 		t.targets = slices.Compact(t.targets)
