@@ -4,7 +4,8 @@
 // the component. Nothing silently skips in CI.
 //
 // Only tests and the test harnesses (internal/testenv/kubeapi,
-// internal/testenv/podmantest, internal/callouttest) import this package
+// internal/testenv/podmantest, internal/testenv/debianroot,
+// internal/callouttest) import this package
 // (internal/hygiene checks).
 package testenv
 

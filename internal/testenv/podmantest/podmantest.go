@@ -16,7 +16,8 @@
 // CI=true, skip elsewhere, naming `go tool -modfile=tools/go.mod task
 // setup:podman`.
 //
-// Only tests import this package. It links no Kubernetes code (only the
+// Only tests and the Debian root harness (internal/testenv/debianroot)
+// import this package. It links no Kubernetes code (only the
 // sigs.k8s.io/yaml library the Podman bindings use), so agent tests may use
 // it; internal/hygiene checks both.
 package podmantest
