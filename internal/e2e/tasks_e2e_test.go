@@ -28,6 +28,7 @@ import (
 const (
 	tasksNamespace  = "e2e-tasks"
 	tasksAgentV1    = "v1-e2e"
+	tasksAgentV2    = "v2-e2e"
 	tasksAgentLib   = "/usr/local/lib/fleet-agent"
 	tasksAgentLink  = "/usr/local/bin/fleet-agent"
 	tasksUpdSocket  = "/run/fleet-updater/updater.sock"
@@ -80,7 +81,8 @@ exec /opt/fleet-updater/fleet-updater --socket ` + tasksUpdSocket + ` --state-di
 // applied with kubectl upgrades a real package 1 → 2 with apt and its
 // status says so; a second finds nothing to do; an agent-upgrade TaskRun
 // to a build that exits at start, served over HTTP by the test, fails
-// saying why, and the agent v1 runs again and reports its version.
+// saying why, and the agent v1 runs again and reports its version; one to
+// a good build (v2) succeeds and v2 reports its version.
 func TestATaskRunAppliedWithKubectlUpgradesARealDebianRootAndABadAgentUpgradeIsRolledBack(t *testing.T) {
 	start := time.Now()
 	srv := kubeapi.Shared(t)
@@ -91,16 +93,20 @@ func TestATaskRunAppliedWithKubectlUpgradesARealDebianRootAndABadAgentUpgradeIsR
 
 	updaterBin := debianroot.BuildBinary(t, "cmd/fleet-updater", "e2e")
 	agentBin := debianroot.BuildBinary(t, "cmd/fleet-agent", tasksAgentV1)
+	agentV2 := debianroot.BuildBinary(t, "cmd/fleet-agent", tasksAgentV2)
 	repo := debianroot.NewRepo(t)
 	debianroot.WriteRepo(t, repo, debianroot.Package{Name: "fleet-e2e-demo", Version: "1"}, debianroot.Package{Name: "fleet-e2e-demo", Version: "2"})
 
-	// The bad agent build, served over HTTP as a release would be.
+	// The agent builds, served over HTTP as releases would be.
 	web := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/fleet-agent-bad" {
+		switch r.URL.Path {
+		case "/fleet-agent-bad":
+			_, _ = w.Write([]byte(badAgent))
+		case "/fleet-agent-" + tasksAgentV2:
+			http.ServeFile(w, r, agentV2)
+		default:
 			http.NotFound(w, r)
-			return
 		}
-		_, _ = w.Write([]byte(badAgent))
 	}))
 	defer web.Close()
 
@@ -279,6 +285,24 @@ spec:
 			return err == nil && hb.AgentVersion == tasksAgentV1
 		})
 		kubectl("", "wait", "fdev/"+device, "-n", tasksNamespace, "--for=jsonpath={.status.inventory.agentVersion}="+tasksAgentV1, "--timeout=10s")
+	})
+	t.Run("an agent-upgrade TaskRun to a good build installs it beside the previous one and the new agent reports its version", func(t *testing.T) {
+		d := d.For(t)
+		b, err := os.ReadFile(agentV2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256(b)
+		apply("agent-good", "agent-upgrade", fmt.Sprintf("  agent: {url: %q, sha256: %s, version: %s}\n", web.URL+"/fleet-agent-"+tasksAgentV2, hex.EncodeToString(sum[:]), tasksAgentV2))
+		tr := finished(t, "agent-good")
+		if r := tr.Status.Results[0]; tr.Status.Phase != "Succeeded" || r.Phase != events.TaskSucceeded || r.AgentVersion != tasksAgentV2 {
+			t.Fatalf("status %+v, want Succeeded with agent version %s", tr.Status, tasksAgentV2)
+		}
+		if link := strings.TrimSpace(d.Must("readlink", tasksAgentLink)); link != tasksAgentLib+"/fleet-agent-"+tasksAgentV2 {
+			t.Errorf("the agent link points to %s", link)
+		}
+		d.Must("test", "-x", tasksAgentLib+"/fleet-agent-"+tasksAgentV1)
+		kubectl("", "wait", "fdev/"+device, "-n", tasksNamespace, "--for=jsonpath={.status.inventory.agentVersion}="+tasksAgentV2, "--timeout=60s")
 	})
 	t.Logf("the TaskRun end-to-end test took %s", time.Since(start).Round(time.Second))
 }
