@@ -125,6 +125,8 @@ type deploymentFold struct {
 	// stored independently) until it comes.
 	pending map[revKey][]events.Record
 	ro      projections.Rollout
+	// chunks assembles chunked revisions (intent stream only).
+	chunks events.RevisionAssembler
 }
 
 func newDeploymentFold(h *History, namespace, name string) *deploymentFold {
@@ -139,12 +141,31 @@ func newDeploymentFold(h *History, namespace, name string) *deploymentFold {
 func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 	e := entryOf(rec)
 	e.Deployment = f.namespace + "/" + f.name
+	chunks := 0
+	if rec.Stream == events.StreamIntent {
+		// A chunk is listed and kept for its revision; a revision is
+		// folded whole, or skipped when its chunks are missing.
+		if d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event); err == nil {
+			chunks = d.TargetChunks
+		}
+		whole, ok, err := f.chunks.Add(rec.Event)
+		if err != nil {
+			f.h.skipData(ctx, rec, err)
+			return
+		}
+		rec.Event = whole
+		if !ok {
+			renderTargetChunk(rec, &e)
+			f.tl.Entries = append(f.tl.Entries, e)
+			return
+		}
+	}
 	before := f.ro
 	f.ro = f.ro.Apply(rec.Event)
 	keep := true
 	switch rec.Event.Type {
 	case events.TypeDeploymentRevisionCreated:
-		keep = f.revisionCreated(ctx, rec, &e)
+		keep = f.revisionCreated(ctx, rec, &e, chunks)
 	case events.TypeDeploymentRevisionTargets:
 		renderTargetChunk(rec, &e)
 	case events.TypeDeploymentDeleted:
@@ -172,7 +193,7 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 
 // revisionCreated renders a revision and records it, with the reports that
 // came before it.
-func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record, e *Entry) bool {
+func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record, e *Entry, chunks int) bool {
 	d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
 	if err != nil {
 		f.h.skipData(ctx, rec, err)
@@ -186,8 +207,8 @@ func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record,
 	}
 	e.Summary = fmt.Sprintf("revision %s created (generation %d, uid %s): %d targets %s, %d canaries %s",
 		d.RevisionID, d.Generation, d.UID, len(rv.Targets), list(rv.Targets), len(rv.Canaries), list(rv.Canaries))
-	if d.TargetChunks > 0 {
-		e.Summary += fmt.Sprintf(" (+%d target chunk events)", d.TargetChunks)
+	if chunks > 0 {
+		e.Summary += fmt.Sprintf(" (from %d target chunk events)", chunks)
 	}
 	k := revKeyOf(d.UID, d.Generation)
 	if f.revs[k] != nil {

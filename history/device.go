@@ -114,6 +114,8 @@ type deviceFold struct {
 	// relevant is set by a heartbeat or inventory report, which may add no
 	// entry but still show the device exists.
 	relevant bool
+	// chunks assembles chunked revisions (intent stream only).
+	chunks events.RevisionAssembler
 }
 
 func newDeviceFold(h *History, device string) *deviceFold {
@@ -126,6 +128,18 @@ func newDeviceFold(h *History, device string) *deviceFold {
 // the event does not concern the device, is summarised, or does not
 // decode).
 func (f *deviceFold) add(ctx context.Context, rec events.Record) {
+	if rec.Stream == events.StreamIntent {
+		// A chunk waits for its revision; a revision is read whole, or
+		// skipped when its chunks are missing.
+		whole, ok, err := f.chunks.Add(rec.Event)
+		if err != nil {
+			f.h.skipData(ctx, rec, err)
+		}
+		if !ok {
+			return
+		}
+		rec.Event = whole
+	}
 	ev := rec.Event
 	e := entryOf(rec)
 	var keep bool

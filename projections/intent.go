@@ -85,7 +85,9 @@ func (s *Intent) touch(k depKey, devices ...string) {
 }
 
 // Apply folds one event and returns the devices whose value may have
-// changed. Events of other families are ignored.
+// changed. Events of other families are ignored, and so is a revision that
+// still names target chunks: feed revisions through an
+// events.RevisionAssembler first.
 func (s *Intent) Apply(ev events.Event) []string {
 	if changed, ok := s.applyTask(ev); ok {
 		return changed
@@ -94,8 +96,8 @@ func (s *Intent) Apply(ev events.Event) []string {
 	switch ev.Type {
 	case events.TypeDeploymentRevisionCreated:
 		d, err := events.Decode[events.DeploymentRevisionCreated](ev)
-		if err != nil {
-			return nil
+		if err != nil || d.TargetChunks > 0 {
+			return nil // a chunked revision is folded once assembled (events.RevisionAssembler)
 		}
 		r := s.rev(k, revKey{d.UID, d.Generation})
 		if r.known {

@@ -119,7 +119,9 @@ func (r Rollout) IsTarget(device string) bool {
 }
 
 // Apply folds one event into the state. Events of other revisions (older
-// generations, other UIDs) and duplicates leave the state unchanged.
+// generations, other UIDs), duplicates and a revision that still names
+// target chunks (assemble it with an events.RevisionAssembler first) leave
+// the state unchanged.
 func (r Rollout) Apply(ev events.Event) Rollout { return r.apply(ev, false) }
 
 // Fold is Apply in place: r's maps are changed rather than copied, so a
@@ -148,7 +150,9 @@ func (r Rollout) apply(ev events.Event, inPlace bool) Rollout {
 // folded for it and keeping those of revisions that may still come.
 func (r Rollout) applyRevision(ev events.Event) Rollout {
 	d, err := events.Decode[events.DeploymentRevisionCreated](ev)
-	if err != nil || !r.newer(d.UID, d.Generation) {
+	if err != nil || d.TargetChunks > 0 || !r.newer(d.UID, d.Generation) {
+		// A chunked revision is folded once assembled
+		// (events.RevisionAssembler).
 		return r
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,

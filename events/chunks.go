@@ -1,0 +1,159 @@
+package events
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ChunkBytes is the most target and canary id bytes one
+// TypeDeploymentRevisionTargets event carries: half of MaxEventSize, so a
+// chunk with its envelope and JSON quoting always fits.
+const ChunkBytes = MaxEventSize / 2
+
+// ErrChunksMissing is returned by RevisionAssembler.Add for a chunked
+// revision whose chunks it has not read (all of them, in order, just before
+// the revision on its subject).
+var ErrChunksMissing = errors.New("target chunks of the revision are missing")
+
+// TargetsDigest is the digest of a complete frozen target list: "sha256:"
+// and the hex sha256 of the sorted ids joined by newlines.
+func TargetsDigest(targets []string) string {
+	sum := sha256.Sum256([]byte(strings.Join(slices.Sorted(slices.Values(targets)), "\n")))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// ChunkRevision splits a revision whose target and canary ids exceed
+// maxBytes (ChunkBytes when 0) into chunks of at most maxBytes each. The
+// revision it returns carries no targets or canaries, the chunk count and
+// the digest of the complete target list; the chunks carry the targets,
+// then the canaries, in order. A revision that fits is returned unchanged,
+// with no chunks.
+func ChunkRevision(d DeploymentRevisionCreated, maxBytes int) (DeploymentRevisionCreated, []DeploymentRevisionTargets) {
+	if maxBytes <= 0 {
+		maxBytes = ChunkBytes
+	}
+	size := func(ids []string) int {
+		n := 0
+		for _, id := range ids {
+			n += len(id) + 3 // quotes and comma
+		}
+		return n
+	}
+	if size(d.Targets)+size(d.Canaries) <= maxBytes {
+		return d, nil
+	}
+	var chunks []DeploymentRevisionTargets
+	cur := DeploymentRevisionTargets{UID: d.UID, Generation: d.Generation, Chunk: 1, Targets: []string{}}
+	n := 0
+	add := func(id string, canary bool) {
+		if n > 0 && n+len(id)+3 > maxBytes {
+			chunks = append(chunks, cur)
+			cur = DeploymentRevisionTargets{UID: d.UID, Generation: d.Generation, Chunk: len(chunks) + 1, Targets: []string{}}
+			n = 0
+		}
+		n += len(id) + 3
+		if canary {
+			cur.Canaries = append(cur.Canaries, id)
+		} else {
+			cur.Targets = append(cur.Targets, id)
+		}
+	}
+	for _, t := range d.Targets {
+		add(t, false)
+	}
+	for _, c := range d.Canaries {
+		add(c, true)
+	}
+	chunks = append(chunks, cur)
+	out := d
+	out.Targets, out.Canaries = []string{}, []string{}
+	out.TargetChunks, out.TargetsDigest = len(chunks), TargetsDigest(d.Targets)
+	return out, chunks
+}
+
+// RevisionAssembler puts chunked revisions back together for readers of
+// Deployment intent subjects. Feed it every event of those subjects in
+// subject order (only those: chunks are intent events). The rule: a
+// revision with TargetChunks n is complete only when the n chunks read
+// just before it on its subject are chunks 1..n of the same UID and
+// generation, in order, and their targets match its TargetsDigest. Chunk 1
+// starts a new set, so chunks left by an attempt that never appended its
+// revision (a crash, a lost race) are orphans and ignored.
+type RevisionAssembler struct {
+	pending map[Keys]*chunkSet
+}
+
+type chunkSet struct {
+	uid               string
+	generation        int64
+	chunks            int
+	targets, canaries []string
+	broken            bool
+}
+
+// Add folds one event. It returns the event to fold, with a chunked
+// revision made whole (its Targets and Canaries complete, TargetChunks 0),
+// and true; false for a chunk (kept until its revision comes) and for a
+// revision that cannot be made whole (the error says why; ErrChunksMissing
+// when the chunks were not read). Other events are returned as they are.
+func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
+	switch ev.Type {
+	case TypeDeploymentRevisionTargets:
+		if a.pending == nil {
+			a.pending = map[Keys]*chunkSet{}
+		}
+		d, err := Decode[DeploymentRevisionTargets](ev)
+		if err != nil {
+			delete(a.pending, ev.Keys)
+			return ev, false, err
+		}
+		set := a.pending[ev.Keys]
+		if d.Chunk == 1 || set == nil {
+			set = &chunkSet{uid: d.UID, generation: d.Generation, broken: d.Chunk != 1}
+			a.pending[ev.Keys] = set
+		}
+		if d.UID != set.uid || d.Generation != set.generation || d.Chunk != set.chunks+1 {
+			set.broken = true
+		}
+		set.chunks++
+		set.targets = append(set.targets, d.Targets...)
+		set.canaries = append(set.canaries, d.Canaries...)
+		return ev, false, nil
+	case TypeDeploymentRevisionCreated:
+		set := a.pending[ev.Keys]
+		delete(a.pending, ev.Keys)
+		d, err := Decode[DeploymentRevisionCreated](ev)
+		if err != nil || d.TargetChunks == 0 {
+			return ev, true, nil // the readers judge it as before
+		}
+		if set == nil || set.broken || set.uid != d.UID || set.generation != d.Generation || set.chunks != d.TargetChunks {
+			return ev, false, fmt.Errorf("%w: revision %s (generation %d) names %d chunks", ErrChunksMissing, d.RevisionID, d.Generation, d.TargetChunks)
+		}
+		if got := TargetsDigest(set.targets); got != d.TargetsDigest {
+			return ev, false, fmt.Errorf("revision %s (generation %d): its %d chunks' targets have digest %s, the revision names %s",
+				d.RevisionID, d.Generation, d.TargetChunks, got, d.TargetsDigest)
+		}
+		d.Targets = append(d.Targets, set.targets...)
+		d.Canaries = append(d.Canaries, set.canaries...)
+		if d.Canaries == nil {
+			d.Canaries = []string{}
+		}
+		d.TargetChunks, d.TargetsDigest = 0, ""
+		raw, err := json.Marshal(d)
+		if err != nil {
+			return ev, false, fmt.Errorf("encode assembled revision: %w", err)
+		}
+		whole := ev
+		whole.Data = raw
+		return whole, true, nil
+	}
+	return ev, true, nil
+}
+
+// Pending is the number of Deployments with chunks read and no revision yet.
+func (a *RevisionAssembler) Pending() int { return len(a.pending) }
