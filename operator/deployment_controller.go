@@ -125,11 +125,11 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		ev, err := revisionEvent(&d, res)
+		evs, data, err := revisionEvents(&d, res)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
+		err = appendRevision(ctx, r.Store, evs, head.seq)
 		if errors.Is(err, events.ErrConflict) {
 			// Another writer appended first: re-read and re-decide.
 			r.Metrics.revision("conflict")
@@ -141,9 +141,9 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			return ctrl.Result{}, fmt.Errorf("append revision of %s: %w", req, err)
 		}
 		r.Metrics.revision("appended")
-		rev, _ = events.Decode[events.DeploymentRevisionCreated](ev)
+		rev = data
 		r.Log.InfoContext(ctx, "revision created", "deployment", req.String(), "generation", d.Generation,
-			"revision", rev.RevisionID, "targets", len(rev.Targets), "canaries", len(rev.Canaries))
+			"revision", rev.RevisionID, "targets", len(rev.Targets), "canaries", len(rev.Canaries), "chunks", len(evs)-1)
 	} else {
 		if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionTargetsResolved); c != nil && c.ObservedGeneration == rev.Generation {
 			return ctrl.Result{}, nil // revision and status are done
@@ -151,6 +151,22 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		res = resolutionOf(rev, &d, r.Groups)
 	}
 	return ctrl.Result{}, r.patchStatus(ctx, &d, rev, res)
+}
+
+// appendRevision appends a revision's events (revisionEvents) in order,
+// each expecting the subject's last sequence, from seq (the head's). Chunks
+// go first and the revision last: a crash or a lost race between them
+// (events.ErrConflict) leaves orphan chunks that readers ignore, and the
+// next attempt starts again from the subject's new last sequence.
+func appendRevision(ctx context.Context, store EventStore, evs []events.Event, seq uint64) error {
+	for _, ev := range evs {
+		pos, err := store.Append(ctx, ev, events.ExpectLastSubjectSequence(seq))
+		if err != nil {
+			return err
+		}
+		seq = pos.Sequence
+	}
+	return nil
 }
 
 // intentHead is where a Deployment's intent subject stands.
@@ -228,6 +244,10 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 	r := Resolution{Targets: rev.Targets, Canaries: rev.Canaries, Reason: fleetv1.ReasonResolved,
 		Message: fmt.Sprintf("%d targets, %d canaries", len(rev.Targets), len(rev.Canaries))}
 	switch {
+	case rev.TargetChunks > 0:
+		// The lists are in the chunks before the revision; the message
+		// says how many chunks rather than read them again.
+		r.Message = fmt.Sprintf("targets and canaries in %d chunk events", rev.TargetChunks)
 	case len(rev.Targets) > 0:
 	case len(d.Spec.AllowedGroups) > 0 && groups == nil:
 		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, noGroupSourceMessage

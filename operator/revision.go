@@ -31,27 +31,41 @@ func RevisionID(generation int64, scoreDigest string) string {
 	return fmt.Sprintf("%d-%s", generation, d)
 }
 
-// revisionEvent builds the revision event of a Deployment's generation.
-func revisionEvent(d *fleetv1.Deployment, r Resolution) (events.Event, error) {
+// revisionEvents builds the events of a Deployment generation's revision:
+// its deployment.revision.targets chunks when the frozen target list does
+// not fit in one event, then the deployment.revision.created event (last:
+// readers assemble a revision only when it comes). data is the revision
+// with its complete lists.
+func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
 	digest, raw, err := ScoreDigest(d.Spec.Score)
 	if err != nil {
-		return events.Event{}, err
+		return nil, data, err
 	}
-	data := events.DeploymentRevisionCreated{
+	data = events.DeploymentRevisionCreated{
 		UID: string(d.UID), Generation: d.Generation, RevisionID: RevisionID(d.Generation, digest),
 		ScoreDigest: digest, Score: raw, Targets: nonNil(r.Targets), Canaries: nonNil(r.Canaries),
 	}
-	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, data, events.WithCorrelation(string(d.UID), d.Generation))
+	keys := events.Keys{Namespace: d.Namespace, Name: d.Name}
+	corr := events.WithCorrelation(string(d.UID), d.Generation)
+	created, chunks := events.ChunkRevision(data, 0)
+	for _, c := range chunks {
+		ev, err := events.New(keys, c, corr)
+		if err != nil {
+			return nil, data, err
+		}
+		evs = append(evs, ev)
+	}
+	ev, err := events.New(keys, created, corr)
 	if err != nil {
-		return events.Event{}, err
+		return nil, data, err
 	}
 	if b, err := ev.Marshal(); err == nil && len(b) > events.MaxEventSize-4096 {
-		// Chunked target lists (deployment.revision.targets) are not
-		// written yet: refuse loudly rather than truncate.
-		return events.Event{}, fmt.Errorf("revision %s of %s/%s: %d targets do not fit in one event (%d bytes); chunked target lists are not implemented yet",
-			data.RevisionID, d.Namespace, d.Name, len(r.Targets), len(b))
+		// Only a score near 1 MiB gets here (the targets are in chunks):
+		// refuse loudly rather than truncate.
+		return nil, data, fmt.Errorf("revision %s of %s/%s does not fit in one event (%d bytes): the score is too large",
+			data.RevisionID, d.Namespace, d.Name, len(b))
 	}
-	return ev, nil
+	return append(evs, ev), data, nil
 }
 
 func nonNil(s []string) []string {

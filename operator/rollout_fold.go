@@ -2,6 +2,7 @@ package operator
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"time"
 
@@ -67,6 +68,12 @@ type runnerState struct {
 	// dropped counts the reports dropped once live because a bound was
 	// reached (maxRevisionless, maxEarlyRevisions).
 	dropped int
+	// chunks assembles chunked revisions from the intent source; refetch,
+	// when set, reads a chunked revision's subject again for a revision
+	// whose chunks this state has not read (they came before the
+	// checkpoint it resumed from).
+	chunks  events.RevisionAssembler
+	refetch func(rec events.Record) (events.Event, error)
 }
 
 func newRunnerState() *runnerState {
@@ -113,6 +120,23 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 	s.changed = true
 	var k depKey
 	var wd events.WorkloadStatus // sourceReports
+	if source == sourceIntent {
+		// Only intent subjects carry chunks: the revision is folded whole
+		// when it comes after all of its chunks; chunks and orphans alone
+		// change nothing.
+		whole, ok, err := s.chunks.Add(ev)
+		if errors.Is(err, events.ErrChunksMissing) && s.refetch != nil {
+			whole, err = s.refetch(rec)
+			ok = err == nil
+		}
+		if err != nil {
+			return folded{skip: events.InvalidData(rec, err)}
+		}
+		if !ok {
+			return folded{}
+		}
+		ev = whole
+	}
 	switch source {
 	case sourceIntent, sourceRollouts:
 		if ev.Type == events.TypeTaskRunCreated || ev.Type == events.TypeTaskRunDeleted {

@@ -163,6 +163,7 @@ func (r *runner) run(ctx context.Context) error {
 	s := r.s
 	r.ckpt.restore(ctx, s)
 	defer r.ckpt.save(s)
+	s.refetch = func(rec events.Record) (events.Event, error) { return reassemble(ctx, r.Reader, rec) }
 
 	ctx, cancel := context.WithCancel(ctx)
 	in := make(chan sourced, 1024)
@@ -476,4 +477,30 @@ func (r *runner) decide(ctx context.Context, k depKey) {
 		r.Log.InfoContext(ctx, "rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(),
 			"revision", ro.RevisionID, "succeeded", tr.Counts.Succeeded, "failed", tr.Counts.Failed, "total", tr.Counts.Total)
 	}
+}
+
+// reassemble reads a chunked revision's subject from its start, through a
+// new events.RevisionAssembler, up to the revision (rec), and returns it
+// whole.
+func reassemble(ctx context.Context, reader EventReader, rec events.Record) (events.Event, error) {
+	var a events.RevisionAssembler
+	for got, err := range reader.Replay(ctx, rec.Subject, events.FromStart()) {
+		if _, skip := events.AsRecordError(err); skip {
+			continue
+		}
+		if err != nil {
+			return events.Event{}, fmt.Errorf("read intent of %s: %w", rec.Subject, err)
+		}
+		if got.Sequence > rec.Sequence {
+			break
+		}
+		whole, ok, err := a.Add(got.Event)
+		if got.Sequence == rec.Sequence {
+			if err == nil && !ok {
+				err = fmt.Errorf("%w: record %d of %s is not a revision", events.ErrChunksMissing, rec.Sequence, rec.Subject)
+			}
+			return whole, err
+		}
+	}
+	return events.Event{}, fmt.Errorf("%w: revision %d of %s was not read again", events.ErrChunksMissing, rec.Sequence, rec.Subject)
 }

@@ -1,0 +1,219 @@
+package operator
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// statusRecorder keeps the last status the rollout runner wrote of each
+// Deployment.
+type statusRecorder struct {
+	mu   sync.Mutex
+	last map[string]fleetv1.DeploymentStatus
+}
+
+func (s *statusRecorder) WriteDeploymentStatus(_ context.Context, namespace, name string, st fleetv1.DeploymentStatus) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		s.last = map[string]fleetv1.DeploymentStatus{}
+	}
+	s.last[namespace+"/"+name] = st
+	return nil
+}
+
+func (s *statusRecorder) get(key string) (fleetv1.DeploymentStatus, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st, ok := s.last[key]
+	return st, ok
+}
+
+func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceFoldedWholeAndRebuilt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, st := natstest.Provisioned(t)
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+
+	const n, canaries = 100000, 100
+	targets := make([]string, n)
+	for i := range targets {
+		targets[i] = fmt.Sprintf("edge-device-%06d", i)
+	}
+	res := Resolution{Targets: targets, Canaries: targets[:canaries:canaries]}
+	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "big", Name: "api", UID: "uid-1", Generation: 1},
+		Spec: fleetv1.DeploymentSpec{Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Name: "api", Image: "registry.example.com/api:v1"}}}}}}
+	subject, err := events.DeploymentIntentSubject(d.Namespace, d.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := func() intentHead {
+		t.Helper()
+		h, err := readHead(ctx, st, st, nil, log, subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+
+	// An operator crashes after two chunks: orphans, and no revision.
+	crashed, _, err := revisionEvents(d, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(crashed) < 3 {
+		t.Fatalf("%d targets make %d events, want chunks and a revision", n, len(crashed))
+	}
+	if err := appendRevision(ctx, st, crashed[:2], 0); err != nil {
+		t.Fatal(err)
+	}
+	h := head()
+	if _, done := alreadyAppended(h.last, d); done {
+		t.Fatal("orphan chunks read as an appended revision")
+	}
+	// A racing operator that read the subject before them loses; the next
+	// attempt reads the new head and appends the whole revision.
+	racer, _, _ := revisionEvents(d, res)
+	if err := appendRevision(ctx, st, racer, 0); !errors.Is(err, events.ErrConflict) {
+		t.Fatalf("a racing append from a stale head: %v, want a conflict", err)
+	}
+	evs, want, err := revisionEvents(d, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := appendRevision(ctx, st, evs, h.seq); err != nil {
+		t.Fatal(err)
+	}
+	h = head()
+	rev, done := alreadyAppended(h.last, d)
+	if !done || rev.TargetChunks != len(evs)-1 || rev.TargetsDigest != events.TargetsDigest(targets) {
+		t.Fatalf("head after the append: %+v appended %v, want the revision naming %d chunks", rev.RevisionID, done, len(evs)-1)
+	}
+	for _, ev := range evs {
+		if b, _ := ev.Marshal(); len(b) > events.MaxEventSize {
+			t.Fatalf("a %s event of %d bytes", ev.Type, len(b))
+		}
+	}
+
+	// A reader assembles the revision whole, ignoring the orphans.
+	var a events.RevisionAssembler
+	var whole []events.DeploymentRevisionCreated
+	for rec, err := range st.Replay(ctx, subject, events.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, ok, err := a.Add(rec.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got, err := events.Decode[events.DeploymentRevisionCreated](ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole = append(whole, got)
+		}
+	}
+	if len(whole) != 1 {
+		t.Fatalf("%d revisions assembled, want 1", len(whole))
+	}
+	if diff := cmp.Diff(want, whole[0]); diff != "" {
+		t.Fatalf("the assembled revision differs from the frozen one (-want +got):\n%s", diff)
+	}
+
+	// The rollout runner folds it whole and hands the canaries their
+	// intent; a runner rebuilding from the first event agrees.
+	run := func(status *statusRecorder) (stop func()) {
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			done <- (&RolloutRunner{Store: st, Reader: st, KV: kv, Status: status, Log: log, StatusInterval: 20 * time.Millisecond}).Run(rctx)
+		}()
+		return func() {
+			rcancel()
+			if err := <-done; err != nil {
+				t.Errorf("rollout runner: %v", err)
+			}
+		}
+	}
+	canaryStage := func(status *statusRecorder) fleetv1.DeploymentStatus {
+		t.Helper()
+		var got fleetv1.DeploymentStatus
+		if err := testenv.Poll(ctx, time.Minute, func() bool {
+			s, ok := status.get("big/api")
+			got = s
+			return ok && s.Phase == fleetv1.PhaseCanary
+		}); err != nil {
+			t.Fatalf("%v waiting for the canary stage; last status %+v", err, got)
+		}
+		return got
+	}
+	live := &statusRecorder{}
+	stop := run(live)
+	st1 := canaryStage(live)
+	if st1.Counts.Total != n || st1.Counts.Canaries != canaries {
+		t.Errorf("counts %+v, want %d targets and %d canaries", st1.Counts, n, canaries)
+	}
+	var keys []string
+	if err := testenv.Poll(ctx, time.Minute, func() bool {
+		keys, err = kv.Keys(ctx)
+		return err == nil && len(keys) == canaries
+	}); err != nil {
+		t.Fatalf("%v waiting for the canaries' intent: %d keys", err, len(keys))
+	}
+	slices.Sort(keys)
+	if diff := cmp.Diff(res.Canaries, keys); diff != "" {
+		t.Errorf("fleet-intent keys differ from the canaries (-want +got):\n%s", diff)
+	}
+	v, err := kv.Get(ctx, targets[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var di events.DeviceIntent
+	if err := json.Unmarshal(v.Value(), &di); err != nil || len(di.Deployments) != 1 || di.Deployments[0].RevisionID != want.RevisionID {
+		t.Errorf("intent of %s: %s (%v)", targets[0], v.Value(), err)
+	}
+	stop()
+
+	rebuilt := &statusRecorder{}
+	stop = run(rebuilt)
+	st2 := canaryStage(rebuilt)
+	stop()
+	if diff := cmp.Diff(st1.Counts, st2.Counts); diff != "" || !cmp.Equal(st1.Revision, st2.Revision) {
+		t.Errorf("the rebuild differs from the live state (-live +rebuilt):\n%s", diff)
+	}
+
+	// A runner that resumed from a checkpoint taken between the chunks
+	// and the revision reads the chunks again from the store.
+	s := newRunnerState()
+	s.refetch = func(rec events.Record) (events.Event, error) { return reassemble(ctx, st, rec) }
+	last, err := st.Last(ctx, subject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.seqs[sourceIntent] = last.Sequence - 1
+	if f := s.fold(sourceIntent, last); f.skip != nil || len(s.rollouts[depKey{"big", "api"}].Targets) != n {
+		t.Errorf("the resumed fold has %d targets (skip %v), want %d", len(s.rollouts[depKey{"big", "api"}].Targets), f.skip, n)
+	}
+}
