@@ -104,7 +104,9 @@ type RolloutTransition struct {
 	Device string `json:"device,omitempty"`
 	Error  string `json:"error,omitempty"`
 	// Released lists the devices a release transition hands the revision to
-	// (canary stage: the canaries; released: the remaining targets).
+	// (canary stage: the canaries; released: the remaining targets, left
+	// out when they would not fit in one event: rollout.released hands the
+	// revision to every frozen target).
 	Released []string `json:"released,omitempty"`
 
 	typ Type

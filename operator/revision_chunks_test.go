@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func (s *statusRecorder) get(key string) (fleetv1.DeploymentStatus, bool) {
 	return st, ok
 }
 
-func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceFoldedWholeAndRebuilt(t *testing.T) {
+func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAndRebuilt(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	_, st := natstest.Provisioned(t)
@@ -143,7 +142,9 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceFoldedWholeAndRe
 	}
 
 	// The rollout runner folds it whole and hands the canaries their
-	// intent; a runner rebuilding from the first event agrees.
+	// intent; once they converge, every target gets it (the release
+	// lists none: they do not fit in one event). A runner rebuilding from
+	// the first event agrees.
 	run := func(status *statusRecorder) (stop func()) {
 		rctx, rcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
@@ -157,48 +158,69 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceFoldedWholeAndRe
 			}
 		}
 	}
-	canaryStage := func(status *statusRecorder) fleetv1.DeploymentStatus {
+	waitPhase := func(status *statusRecorder, phase fleetv1.DeploymentPhase) fleetv1.DeploymentStatus {
 		t.Helper()
 		var got fleetv1.DeploymentStatus
 		if err := testenv.Poll(ctx, time.Minute, func() bool {
 			s, ok := status.get("big/api")
 			got = s
-			return ok && s.Phase == fleetv1.PhaseCanary
+			return ok && s.Phase == phase
 		}); err != nil {
-			t.Fatalf("%v waiting for the canary stage; last status %+v", err, got)
+			t.Fatalf("%v waiting for phase %s; last status %+v", err, phase, got)
 		}
 		return got
 	}
+	keyCount := func(want int) {
+		t.Helper()
+		var keys []string
+		if err := testenv.Poll(ctx, time.Minute, func() bool {
+			keys, err = kv.Keys(ctx)
+			return err == nil && len(keys) == want
+		}); err != nil {
+			t.Fatalf("%v waiting for %d fleet-intent keys: %d", err, want, len(keys))
+		}
+	}
+	intentOf := func(device string) {
+		t.Helper()
+		v, err := kv.Get(ctx, device)
+		if err != nil {
+			t.Fatalf("intent of %s: %v", device, err)
+		}
+		var di events.DeviceIntent
+		if err := json.Unmarshal(v.Value(), &di); err != nil || len(di.Deployments) != 1 || di.Deployments[0].RevisionID != want.RevisionID {
+			t.Errorf("intent of %s: %s (%v)", device, v.Value(), err)
+		}
+	}
 	live := &statusRecorder{}
 	stop := run(live)
-	st1 := canaryStage(live)
+	st1 := waitPhase(live, fleetv1.PhaseCanary)
 	if st1.Counts.Total != n || st1.Counts.Canaries != canaries {
 		t.Errorf("counts %+v, want %d targets and %d canaries", st1.Counts, n, canaries)
 	}
-	var keys []string
-	if err := testenv.Poll(ctx, time.Minute, func() bool {
-		keys, err = kv.Keys(ctx)
-		return err == nil && len(keys) == canaries
-	}); err != nil {
-		t.Fatalf("%v waiting for the canaries' intent: %d keys", err, len(keys))
+	keyCount(canaries)
+	intentOf(targets[0])
+	for _, c := range res.Canaries {
+		ev, err := events.New(events.Keys{Device: c}, events.WorkloadStatus{Namespace: "big", Deployment: "api", UID: want.UID,
+			Generation: want.Generation, RevisionID: want.RevisionID, Phase: events.WorkloadConverged, Since: time.Now().UTC()},
+			events.WithCorrelation(want.UID, want.Generation))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Report(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
 	}
-	slices.Sort(keys)
-	if diff := cmp.Diff(res.Canaries, keys); diff != "" {
-		t.Errorf("fleet-intent keys differ from the canaries (-want +got):\n%s", diff)
-	}
-	v, err := kv.Get(ctx, targets[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var di events.DeviceIntent
-	if err := json.Unmarshal(v.Value(), &di); err != nil || len(di.Deployments) != 1 || di.Deployments[0].RevisionID != want.RevisionID {
-		t.Errorf("intent of %s: %s (%v)", targets[0], v.Value(), err)
+	st1 = waitPhase(live, fleetv1.PhaseProgressing)
+	keyCount(n)
+	for _, d := range []string{targets[canaries], targets[n/2], targets[n-1]} {
+		intentOf(d)
 	}
 	stop()
 
 	rebuilt := &statusRecorder{}
 	stop = run(rebuilt)
-	st2 := canaryStage(rebuilt)
+	st2 := waitPhase(rebuilt, fleetv1.PhaseProgressing)
+	keyCount(n)
 	stop()
 	if diff := cmp.Diff(st1.Counts, st2.Counts); diff != "" || !cmp.Equal(st1.Revision, st2.Revision) {
 		t.Errorf("the rebuild differs from the live state (-live +rebuilt):\n%s", diff)

@@ -24,7 +24,12 @@ type intentRev struct {
 	entry    IntentEntry
 	targets  map[string]bool
 	released map[string]bool
-	deleted  bool // the Deployment (this UID) was deleted
+	// releasedAll: a rollout.released without a list was folded (the
+	// remaining targets did not fit in one event): it hands the revision
+	// to every frozen target but those removed before it.
+	releasedAll bool
+	removed     map[string]bool
+	deleted     bool // the Deployment (this UID) was deleted
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -124,6 +129,21 @@ func (s *Intent) Apply(ev events.Event) []string {
 		}
 		s.rev(k, revKey{d.UID, d.Generation}).deleted = true
 		return s.recompute(k)
+	case events.TypeRolloutTargetRemoved:
+		// Only a removal before a release without a list matters: it
+		// keeps the device out of "every frozen target".
+		d, err := events.Decode[events.RolloutTransition](ev)
+		if err != nil {
+			return nil
+		}
+		r := s.rev(k, revKey{d.UID, d.Generation})
+		if !r.releasedAll {
+			if r.removed == nil {
+				r.removed = map[string]bool{}
+			}
+			r.removed[d.Device] = true
+		}
+		return nil
 	case events.TypeRolloutCanaryStage, events.TypeRolloutReleased:
 		d, err := events.Decode[events.RolloutTransition](ev)
 		if err != nil {
@@ -132,6 +152,12 @@ func (s *Intent) Apply(ev events.Event) []string {
 		r := s.rev(k, revKey{d.UID, d.Generation})
 		for _, dev := range d.Released {
 			r.released[dev] = true
+		}
+		if ev.Type == events.TypeRolloutReleased && d.Released == nil {
+			r.releasedAll = true
+			for t := range r.targets {
+				s.touch(k, t)
+			}
 		}
 		s.touch(k, d.Released...)
 		return s.recompute(k)
@@ -164,7 +190,7 @@ func (s *Intent) recompute(k depKey) []string {
 			if deletedUID[r.entry.UID] {
 				continue
 			}
-			if r.released[dev] && r.targets[dev] {
+			if (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] {
 				want = &r.entry
 				break
 			}

@@ -516,7 +516,11 @@ func (r Rollout) Next() []events.RolloutTransition {
 			out = append(out, mk(events.TypeRolloutCanaryStage, r.Canaries, nil))
 			stage = StageCanary
 		} else {
-			out = append(out, mk(events.TypeRolloutReleased, r.Targets, nil))
+			all := r.Targets
+			if idBytes(all) > events.ChunkBytes {
+				all = nil // every frozen target, as below
+			}
+			out = append(out, mk(events.TypeRolloutReleased, all, nil))
 			stage = StageReleased
 		}
 	}
@@ -542,6 +546,11 @@ func (r Rollout) Next() []events.RolloutTransition {
 			if !r.IsCanary(d) {
 				rest = append(rest, d)
 			}
+		}
+		if idBytes(rest) > events.ChunkBytes {
+			// rollout.released hands the revision to every frozen target;
+			// a list too large for one event is left out.
+			rest = nil
 		}
 		out = append(out, mk(events.TypeRolloutReleased, rest, nil))
 		stage = StageReleased
@@ -595,4 +604,13 @@ func maps(m map[string]DeviceResult) map[string]DeviceResult {
 		out[k] = v
 	}
 	return out
+}
+
+// idBytes is about how many bytes ids take in an event's JSON.
+func idBytes(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		n += len(id) + 3
+	}
+	return n
 }

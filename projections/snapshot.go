@@ -109,7 +109,11 @@ type intentRevSnapshot struct {
 	Entry      IntentEntry `json:"entry"`
 	Targets    []string    `json:"targets,omitempty"`
 	Released   []string    `json:"released,omitempty"`
-	Deleted    bool        `json:"deleted,omitempty"`
+	// ReleasedAll and Removed: a rollout.released without a list, and
+	// the targets removed before it.
+	ReleasedAll bool     `json:"releasedAll,omitempty"`
+	Removed     []string `json:"removed,omitempty"`
+	Deleted     bool     `json:"deleted,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -143,7 +147,8 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 		d := intentDepSnapshot{Namespace: k.ns, Name: k.name, Order: s.order[k]}
 		for rk, r := range revs {
 			d.Revisions = append(d.Revisions, intentRevSnapshot{UID: rk.uid, Generation: rk.gen, Known: r.known, Order: r.order,
-				Entry: r.entry, Targets: setKeys(r.targets), Released: setKeys(r.released), Deleted: r.deleted})
+				Entry: r.entry, Targets: setKeys(r.targets), Released: setKeys(r.released),
+				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -186,6 +191,13 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			}
 			for _, t := range rs.Released {
 				r.released[t] = true
+			}
+			r.releasedAll = rs.ReleasedAll
+			for _, t := range rs.Removed {
+				if r.removed == nil {
+					r.removed = map[string]bool{}
+				}
+				r.removed[t] = true
 			}
 			s.touch(k, rs.Targets...)
 			s.touch(k, rs.Released...)
