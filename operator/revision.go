@@ -31,6 +31,10 @@ func RevisionID(generation int64, scoreDigest string) string {
 	return fmt.Sprintf("%d-%s", generation, d)
 }
 
+// revisionChunkBytes is the most id bytes a target chunk carries: 0 is
+// events.ChunkBytes (tests set less, to chunk a handful of devices).
+var revisionChunkBytes = 0
+
 // revisionEvents builds the events of a Deployment generation's revision:
 // its deployment.revision.targets chunks when the frozen target list does
 // not fit in one event, then the deployment.revision.created event (last:
@@ -47,7 +51,7 @@ func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, da
 	}
 	keys := events.Keys{Namespace: d.Namespace, Name: d.Name}
 	corr := events.WithCorrelation(string(d.UID), d.Generation)
-	created, chunks := events.ChunkRevision(data, 0)
+	created, chunks := events.ChunkRevision(data, revisionChunkBytes)
 	for _, c := range chunks {
 		ev, err := events.New(keys, c, corr)
 		if err != nil {
