@@ -81,6 +81,10 @@ type Options struct {
 	// MetricsAddr). Nil: the metrics shared by the operators of this
 	// process (ProcessMetrics).
 	Metrics *Metrics
+	// LeaderElection, when enabled, lets several operator replicas run
+	// against one API server and one JetStream: only the holder of the
+	// Lease runs the controllers and runners. Zero: disabled.
+	LeaderElection LeaderElection
 }
 
 // processSkips is the skip counter of operators started without one.
@@ -120,6 +124,7 @@ func (o Options) Validate() error {
 	if o.Store == nil || o.Reader == nil || o.IntentKV == nil {
 		errs = append(errs, errors.New("operator: no event store, reader or fleet-intent bucket: pass --nats-url"))
 	}
+	errs = append(errs, o.LeaderElection.Validate())
 	return errors.Join(errs...)
 }
 
@@ -162,13 +167,28 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(o.RESTConfig, ctrl.Options{
+	mopts := ctrl.Options{
 		Scheme:                 scheme,
 		Logger:                 logr.FromSlogHandler(o.Logger.Handler()),
 		Metrics:                metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress: o.HealthAddr,
 		Controller:             config.Controller{SkipNameValidation: &o.SeveralPerProcess},
-	})
+	}
+	if le := o.LeaderElection.WithDefaults(); le.Enabled {
+		// Every runnable added below is leader-only: the controllers (the
+		// default of controller-runtime) and the RunnableFuncs (runners,
+		// telemetry consumer), which do not implement
+		// LeaderElectionRunnable. The caches, metrics and health serve on
+		// every replica. The Lease is released on a clean stop, after the
+		// runnables stopped: Run returns only then.
+		mopts.LeaderElection = true
+		mopts.LeaderElectionID = LeaseName
+		mopts.LeaderElectionNamespace = le.Namespace
+		mopts.LeaderElectionResourceLock = "leases"
+		mopts.LeaderElectionReleaseOnCancel = true
+		mopts.LeaseDuration, mopts.RenewDeadline, mopts.RetryPeriod = &le.LeaseDuration, &le.RenewDeadline, &le.RetryPeriod
+	}
+	mgr, err := ctrl.NewManager(o.RESTConfig, mopts)
 	if err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -209,12 +229,15 @@ func Run(ctx context.Context, o Options) error {
 			return fmt.Errorf("operator: %w", err)
 		}
 	}
-	o.Logger.Info("operator starting")
+	o.Logger.Info("operator starting", "leaderElection", o.LeaderElection.Enabled)
 	stopped, done := make(chan struct{}), make(chan struct{})
 	go func() { // fleet_operator_leader: 1 from election until the manager stops
 		defer close(done)
 		select {
 		case <-mgr.Elected():
+			if o.LeaderElection.Enabled {
+				o.Logger.Info("leading: the controllers and runners start", "lease", LeaseName, "namespace", o.LeaderElection.Namespace)
+			}
 			o.Metrics.setLeader(true)
 			<-stopped
 		case <-stopped:
