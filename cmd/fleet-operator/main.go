@@ -1,7 +1,9 @@
 // Command fleet-operator runs the Fleet operator (package operator): the
 // Deployment and Device controllers, the rollout runner and, when OpenBao
 // administration is configured, the pull-secret policy sync, against a
-// Kubernetes API server and a NATS JetStream server. See docs/operator.md.
+// Kubernetes API server and a NATS JetStream server. Replicas elect a leader
+// with a Lease (--leader-elect, on by default); only the leader runs them.
+// See docs/operator.md.
 package main
 
 import (
@@ -48,6 +50,12 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	targetTimeout := fs.Duration("target-timeout", operator.DefaultTargetTimeout, "how long a rollout target may go without a result (Converged or Failed) after it was handed the revision before it is removed from the revision's accounting")
 	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint (0: off)")
 	healthAddr := fs.String("health-addr", "0", "address of /healthz and /readyz (0: off)")
+	var le operator.LeaderElection
+	fs.BoolVar(&le.Enabled, "leader-elect", true, "elect one leader among the replicas with a Lease; only the leader runs the controllers and runners (false: this process leads alone, never run two)")
+	fs.StringVar(&le.Namespace, "leader-election-namespace", os.Getenv("POD_NAMESPACE"), "namespace of the Lease "+operator.LeaseName+" ($POD_NAMESPACE; default in a cluster: the service account's namespace)")
+	fs.DurationVar(&le.LeaseDuration, "leader-election-lease-duration", operator.DefaultLeaseDuration, "how long followers wait for a leader that stopped renewing (whole seconds, longer than the renew deadline)")
+	fs.DurationVar(&le.RenewDeadline, "leader-election-renew-deadline", operator.DefaultRenewDeadline, "how long the leader tries to renew before it stops leading and exits (longer than 1.2 × the retry period)")
+	fs.DurationVar(&le.RetryPeriod, "leader-election-retry-period", operator.DefaultRetryPeriod, "how often the leader renews and followers try to acquire")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	baoURL := fs.String("openbao-url", os.Getenv("FLEET_OPENBAO_URL"), "OpenBao address for the pull-secret policy sync ($FLEET_OPENBAO_URL; empty: sync disabled)")
 	baoTokenFile := fs.String("openbao-token-file", os.Getenv("FLEET_OPENBAO_TOKEN_FILE"), "file holding an OpenBao token allowed to write sys/policies/acl/fleet-deploy.* and the group roles ($FLEET_OPENBAO_TOKEN_FILE)")
@@ -73,7 +81,8 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	logger := slog.New(handler)
 
 	var cfgErr error
-	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr}
+	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
+		LeaderElection: le}
 	if *kubeconfig != "" {
 		o.RESTConfig, cfgErr = clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	} else {
@@ -101,6 +110,15 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			return err
 		}
 		o.Groups = g
+	}
+
+	if err := le.Validate(); err != nil {
+		return fmt.Errorf("--leader-election-*: %w", err)
+	}
+	if le.Enabled && le.Namespace == "" {
+		if _, err := os.Stat(serviceAccountNamespace); err != nil {
+			return errors.New("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE) outside a cluster: the namespace of the Lease " + operator.LeaseName)
+		}
 	}
 
 	nopts := []nats.Option{nats.Name("fleet-operator"), nats.MaxReconnects(-1)}
@@ -164,6 +182,10 @@ func openbaoAdmin(url, jwtMount, kvMount, tokenFile, caFile string) (*openbao.Cl
 	}
 	return c, nil
 }
+
+// serviceAccountNamespace names the namespace of the pod's service account
+// in a cluster; controller-runtime puts the Lease there by default.
+const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func envOr(key, def string) string {
 	if v := os.Getenv(key); v != "" {

@@ -29,7 +29,8 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 	done := make(chan error, 1)
 	var logs testenv.SyncBuffer
 	go func() {
-		done <- run(runCtx, []string{"--kubeconfig", srv.KubeconfigPath(), "--nats-url", nsrv.ClientURL(), "--log-format", "text"}, &logs)
+		done <- run(runCtx, []string{"--kubeconfig", srv.KubeconfigPath(), "--nats-url", nsrv.ClientURL(), "--log-format", "text",
+			"--leader-election-namespace", "default"}, &logs)
 	}()
 
 	if out, err := srv.Kubectl(ctx, nil, "create", "namespace", "lab"); err != nil {
@@ -67,6 +68,7 @@ func TestTheBinaryRunsTheOperatorFromFlags(t *testing.T) {
 func TestBadFlagsAreRefused(t *testing.T) {
 	srv := kubeapi.Shared(t)
 	kc := []string{"--kubeconfig", srv.KubeconfigPath()}
+	t.Setenv("POD_NAMESPACE", "") // the Lease namespace's default
 	empty := filepath.Join(t.TempDir(), "empty-token")
 	token := filepath.Join(t.TempDir(), "token")
 	if os.WriteFile(empty, nil, 0o600) != nil || os.WriteFile(token, []byte("s.admin\n"), 0o600) != nil {
@@ -78,6 +80,13 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		want string
 	}{
 		{"an unknown log format is refused", []string{"--log-format", "xml"}, "--log-format"},
+		{"leader election outside a cluster without a Lease namespace is refused", kc, "--leader-election-namespace"},
+		{"a lease duration not longer than the renew deadline is refused", append(kc, "--leader-election-namespace", "default",
+			"--leader-election-lease-duration", "10s"), "renew deadline"},
+		{"a lease duration in fractions of a second is refused", append(kc, "--leader-election-namespace", "default",
+			"--leader-election-lease-duration", "15500ms"), "whole seconds"},
+		{"a renew deadline within 1.2 retry periods is refused", append(kc, "--leader-election-namespace", "default",
+			"--leader-election-retry-period", "9s"), "retry period"},
 		{"OpenBao without a token file is refused", append(kc, "--openbao-url", "http://127.0.0.1:8200"), "--openbao-token-file"},
 		{"a token file without OpenBao is refused", append(kc, "--openbao-token-file", empty), "--openbao-url"},
 		{"an empty token file is refused", append(kc, "--openbao-url", "http://127.0.0.1:8200", "--openbao-token-file", empty), "is empty"},
