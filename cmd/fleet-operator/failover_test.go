@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +36,13 @@ const (
 	logLeading = "leading: the controllers and runners start"
 	logLive    = "rollout runner caught up"
 )
+
+// runs numbers the namespaces of this process's tests (the API server is
+// shared, and -count runs a test again).
+var runs atomic.Int32
+
+// fresh returns a namespace name no other test of this process uses.
+func fresh(prefix string) string { return fmt.Sprintf("%s-%d", prefix, runs.Add(1)) }
 
 // buildOperator builds this command into a temporary directory.
 func buildOperator(t *testing.T) string {
@@ -197,11 +206,12 @@ func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCom
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &failoverWorld{t: t, ctx: ctx, c: c, st: st, ns: "failover"}
+	w := &failoverWorld{t: t, ctx: ctx, c: c, st: st, ns: fresh("failover")}
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}); err != nil {
 		t.Fatal(err)
 	}
-	canary, others := "fo-canary", []string{"fo-2", "fo-3"}
+	// Device ids are global: the namespace makes them this run's.
+	canary, others := w.ns+"-canary", []string{w.ns + "-2", w.ns + "-3"}
 	for _, id := range append([]string{canary}, others...) {
 		labels := map[string]string{"role": "failover"}
 		if id == canary {

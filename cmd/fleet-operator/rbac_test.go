@@ -80,7 +80,7 @@ func TestTheDocumentedLeaseRBACIsEnoughToLead(t *testing.T) {
 	srv := kubeapi.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	ns := "lease-rbac"
+	ns := fresh("lease-rbac")
 	if out, err := srv.Kubectl(ctx, nil, "create", "namespace", ns); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
