@@ -22,7 +22,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
@@ -105,7 +104,7 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("device controller: index %s: %w", IndexDeviceID, err)
 	}
 	wake := make(chan event.GenericEvent)
-	err = mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+	err = mgr.Add(leaderOnly(func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return nil // ctx ended first
 		}

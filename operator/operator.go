@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -176,10 +175,10 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if le := o.LeaderElection.WithDefaults(); le.Enabled {
 		// Every runnable added below is leader-only: the controllers (the
-		// default of controller-runtime) and the RunnableFuncs (runners,
-		// telemetry consumer), which do not implement
-		// LeaderElectionRunnable. The caches, metrics and health serve on
-		// every replica. The Lease is released on a clean stop, after the
+		// default of controller-runtime) and the runners and telemetry
+		// consumer (leaderOnly). The caches, metrics and health serve on
+		// every replica, and so does the fleet_operator_leader goroutine
+		// below (it reports 0 on a follower). The Lease is released on a clean stop, after the
 		// runnables stopped: Run returns only then.
 		mopts.LeaderElection = true
 		mopts.LeaderElectionID = LeaseName
@@ -209,7 +208,7 @@ func Run(ctx context.Context, o Options) error {
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
 		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, Removals: removals}
-	if err := mgr.Add(manager.RunnableFunc(runner.Run)); err != nil {
+	if err := mgr.Add(leaderOnly(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	tr := &TaskRunReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
@@ -219,7 +218,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	tasks := &TaskRunRunner{Reader: o.Reader, Status: KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
 		StatusInterval: o.StatusInterval, Skips: o.Skips}
-	if err := mgr.Add(manager.RunnableFunc(tasks.Run)); err != nil {
+	if err := mgr.Add(leaderOnly(tasks.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {
