@@ -26,6 +26,12 @@
 //     read on exactly the pull secrets its score references, bound to the
 //     JWT roles of its device groups.
 //
+// With Options.LeaderElection several operators run as replicas: only the
+// holder of the Lease LeaseName runs all of the above; the others keep warm
+// caches and serve metrics and health until they take the Lease over
+// (LeaderElection.TakeoverBound). Every append stays conditional on its
+// subject's last sequence, so a takeover at any point duplicates nothing.
+//
 // Device input is data, never control: every reader skips a stored record
 // that does not decode (events.DecodeStored, the subject being
 // authoritative for the device), counts it on Options.Skips — registered
