@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -180,7 +181,9 @@ func (w *failoverWorld) rebuild() (*projections.Intent, map[events.Keys]projecti
 // API server and one JetStream, SIGKILLs the leader during the canary stage
 // and checks the takeover time against the product's bound, that every
 // transition is appended once, and that the fleet-intent values and the
-// status equal a rebuild from the streams.
+// status equal a rebuild from the streams; then it stops the new leader
+// with SIGTERM and checks that a third replica leads at its next try (the
+// Lease was released).
 func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCompletesOnce(t *testing.T) {
 	srv := kubeapi.Shared(t)
 	nsrv := natstest.Start(t, "")
@@ -372,6 +375,26 @@ func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCom
 		live.Conditions = slices.DeleteFunc(live.Conditions, func(c metav1.Condition) bool { return c.Type != fleetv1.ConditionReady })
 		if diff := cmp.Diff(wantSt, live); diff != "" {
 			t.Errorf("status (-rebuild +live):\n%s", diff)
+		}
+	})
+
+	t.Run("a leader stopped with SIGTERM releases the Lease and a new replica leads within 2.2 retry periods", func(t *testing.T) {
+		next := startOperator(t, "c", bin, args...)
+		w.waitFor("the new replica to try the Lease", 60*time.Second, func() bool { return next.said("Attempting to acquire leader lease") })
+		if err := follower.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-follower.done; err != nil {
+			t.Errorf("the leader stopped with %v, want exit 0", err)
+		}
+		follower.done <- nil // for the cleanup
+		exited := time.Now()
+		w.waitFor("the new replica to lead", time.Minute, func() bool { return next.said(logLeading) })
+		took := time.Since(exited)
+		limit := time.Duration(2.2*float64(le.RetryPeriod)) + apiLatency
+		t.Logf("led %s after the old leader exited (limit %s)", took.Round(10*time.Millisecond), limit)
+		if took > limit {
+			t.Errorf("the new replica led %s after the old leader exited, past %s: was the Lease released?", took, limit)
 		}
 	})
 }
