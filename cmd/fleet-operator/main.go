@@ -116,10 +116,13 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return fmt.Errorf("--leader-election-*: %w", err)
 	}
 	if le.Enabled && le.Namespace == "" {
-		if _, err := os.Stat(serviceAccountNamespace); err != nil {
+		ns, err := os.ReadFile(serviceAccountNamespace)
+		if err != nil || strings.TrimSpace(string(ns)) == "" {
 			return errors.New("--leader-elect needs --leader-election-namespace (or $POD_NAMESPACE) outside a cluster: the namespace of the Lease " + operator.LeaseName)
 		}
+		le.Namespace = strings.TrimSpace(string(ns))
 	}
+	o.LeaderElection = le
 
 	nopts := []nats.Option{nats.Name("fleet-operator"), nats.MaxReconnects(-1)}
 	if *natsCreds != "" {
@@ -183,8 +186,8 @@ func openbaoAdmin(url, jwtMount, kvMount, tokenFile, caFile string) (*openbao.Cl
 	return c, nil
 }
 
-// serviceAccountNamespace names the namespace of the pod's service account
-// in a cluster; controller-runtime puts the Lease there by default.
+// serviceAccountNamespace holds the namespace of the pod's service account
+// in a cluster: the Lease's when no namespace is given.
 const serviceAccountNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 func envOr(key, def string) string {
