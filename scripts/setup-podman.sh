@@ -41,7 +41,7 @@ CONF="/etc/containers/containers.conf"
 CONF_MARK="# Managed by harmony-fleet scripts/setup-podman.sh"
 PACKAGES=(podman runc conmon netavark aardvark-dns iptables catatonit uidmap
 	fuse-overlayfs buildah skopeo busybox-static docker-registry
-	apache2-utils openssl curl)
+	apache2-utils openssl curl mmdebstrap)
 
 log() { printf 'setup:podman: %s\n' "$*"; }
 
