@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -267,27 +266,10 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 			done = true
 		}
 	}
-	if !done {
-		ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
+	return finishDeletion(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, subject, head, done, func() (events.Event, error) {
+		return events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
 			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation}, events.WithCorrelation(string(d.UID), d.Generation))
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
-		if errors.Is(err, events.ErrConflict) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("append deletion of %s: %w", subject, err)
-		}
-		r.Log.InfoContext(ctx, "deployment deleted", "subject", subject, "uid", d.UID)
-	}
-	orig := d.DeepCopy()
-	controllerutil.RemoveFinalizer(d, fleetv1.FinalizerDeployment)
-	if err := r.Client.Patch(ctx, d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{}, nil
+	})
 }
 
 // patchStatus applies the fields this controller owns.

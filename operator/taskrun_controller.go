@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -171,27 +170,10 @@ func (r *TaskRunReconciler) delete(ctx context.Context, tr *fleetv1.TaskRun, sub
 			done = true
 		}
 	}
-	if !done {
-		ev, err := events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, events.TaskRunDeleted{UID: string(tr.UID)},
+	return finishDeletion(ctx, r.Client, r.Store, r.Log, tr, fleetv1.FinalizerTaskRun, subject, head, done, func() (events.Event, error) {
+		return events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, events.TaskRunDeleted{UID: string(tr.UID)},
 			events.WithCorrelation(string(tr.UID), tr.Generation))
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
-		if errors.Is(err, events.ErrConflict) {
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("append deletion of %s: %w", subject, err)
-		}
-		r.Log.InfoContext(ctx, "taskrun deleted", "subject", subject, "uid", tr.UID)
-	}
-	orig := tr.DeepCopy()
-	controllerutil.RemoveFinalizer(tr, fleetv1.FinalizerTaskRun)
-	if err := r.Client.Patch(ctx, tr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {
-		return ctrl.Result{}, err
-	}
-	return ctrl.Result{}, nil
+	})
 }
 
 // patchStatus applies the TargetsResolved condition.
