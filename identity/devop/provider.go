@@ -349,6 +349,9 @@ func (s *server) CodeExchange(ctx context.Context, r *op.ClientRequest[oidc.Acce
 	if r.Data.RedirectURI != authReq.GetRedirectURI() {
 		return nil, oidc.ErrInvalidGrant().WithDescription("redirect_uri does not correspond")
 	}
+	if _, ok := s.p.human(authReq.GetSubject()); !ok {
+		return nil, oidc.ErrInvalidGrant().WithDescription("the user was removed")
+	}
 	resp, err := op.CreateTokenResponse(ctx, authReq, r.Client, prov, true, r.Data.Code, "")
 	if err != nil {
 		return nil, err

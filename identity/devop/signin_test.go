@@ -457,6 +457,20 @@ func TestAFailedExchangeBurnsTheCode(t *testing.T) {
 	}
 }
 
+func TestARemovedUsersCodeIsRefused(t *testing.T) {
+	f := startWeb(t, devop.Options{})
+	ctx := context.Background()
+	verifier, challenge := pkce()
+	r := relyingParty(t, f.p, "dashboard", clientSecret)
+	code := signIn(t, rp.AuthURL("st-1", r, rp.WithCodeChallenge(challenge)))
+	if err := f.p.RemoveHumanUser(ctx, f.adaID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rp.CodeExchange[*oidc.IDTokenClaims](ctx, code, r, rp.WithCodeVerifier(verifier)); err == nil {
+		t.Fatal("the code of a removed user was exchanged")
+	}
+}
+
 func TestAClientSecretWorksInTheBodyAsWellAsInBasicAuth(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
