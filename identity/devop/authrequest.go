@@ -79,7 +79,6 @@ func (a *authRequest) clone() *authRequest {
 type accessToken struct {
 	subject  string
 	clientID string
-	scopes   []string
 	expires  time.Time
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/zitadel/oidc/v3/pkg/oidc"
@@ -58,7 +59,7 @@ func checkClientURI(raw string) error {
 		return fmt.Errorf("%q is not a URL", raw)
 	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
 		return fmt.Errorf("%q is not an absolute http or https URL", raw)
-	case u.Fragment != "" || u.RawFragment != "" || u.ForceQuery && u.RawQuery == "":
+	case u.Fragment != "" || strings.Contains(raw, "#"):
 		return fmt.Errorf("%q has a fragment", raw)
 	}
 	return nil

@@ -3,7 +3,6 @@ package devop
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -75,7 +74,7 @@ func (s *storage) KeySet(context.Context) ([]op.Key, error) {
 func (s *storage) CreateAccessToken(_ context.Context, req op.TokenRequest) (string, time.Time, error) {
 	id, exp := newID(), s.p.now().Add(s.p.lifetime)
 	if ar, ok := req.(*authRequest); ok {
-		s.p.storeAccessToken(id, accessToken{subject: ar.subject, clientID: ar.clientID, scopes: slices.Clone(ar.scopes), expires: exp})
+		s.p.storeAccessToken(id, accessToken{subject: ar.subject, clientID: ar.clientID, expires: exp})
 	}
 	return id, exp, nil
 }
