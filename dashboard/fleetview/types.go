@@ -517,14 +517,19 @@ type PageRef struct {
 }
 
 // Change says which pages changed since the previous Change. Pages is
-// sorted and has no duplicates.
+// sorted and has no duplicates. All says every page may have changed (more
+// than MaxPagesPerChange did); Pages is then empty.
 type Change struct {
 	At    time.Time `json:"at"`
+	All   bool      `json:"all,omitempty"`
 	Pages []PageRef `json:"pages"`
 }
 
 // Affects reports whether the change affects page p.
 func (c Change) Affects(p PageRef) bool {
+	if c.All {
+		return true
+	}
 	for _, q := range c.Pages {
 		if q == p {
 			return true

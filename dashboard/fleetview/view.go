@@ -123,6 +123,8 @@ type View struct {
 	hist    historian
 	streams Streams // nil for the mock
 	run     func(ctx context.Context) error
+	trend   *trendCounter
+	hub     *hub
 }
 
 // NewLive returns a View of a Fleet: the cache's CRs and the streams.
@@ -135,13 +137,18 @@ func NewLive(o Options) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleetview: %w", err)
 	}
-	v := &View{o: o, objs: cacheObjects{r: o.Cache, namespace: o.Namespace}, hist: h, streams: o.Streams}
+	v := &View{o: o, objs: cacheObjects{r: o.Cache, namespace: o.Namespace}, hist: h, streams: o.Streams,
+		trend: newTrendCounter(), hub: newHub()}
+	v.run = v.runLive
 	return v, nil
 }
 
-// Run follows the streams and the informers to feed the trend's live
-// heartbeat count and the change feed, until ctx ends. It returns nil
-// when ctx ends, an error when it cannot start.
+// Run follows the streams and the informers to feed the trend and the
+// change feed, until ctx ends; it returns once its goroutines stopped. It
+// returns nil when ctx ends, an error when an informer cannot be watched
+// (after stopping the rest). A stream follow that fails is logged and
+// started again past its last record. Page reads work without Run; the
+// trend and the change feed stay empty.
 func (v *View) Run(ctx context.Context) error {
 	if v.run == nil {
 		<-ctx.Done()
@@ -178,75 +185,4 @@ func (c cacheObjects) taskRuns(ctx context.Context) ([]fleetv1.TaskRun, error) {
 		return nil, fmt.Errorf("list TaskRuns from the cache: %w", err)
 	}
 	return l.Items, nil
-}
-
-func notImplemented(what string) error {
-	return fmt.Errorf("fleetview: %s: %w", what, ErrNotImplemented)
-}
-
-// Overview implements Source.
-func (v *View) Overview(ctx context.Context) (Overview, error) {
-	return Overview{}, notImplemented("overview")
-}
-
-// Devices implements Source.
-func (v *View) Devices(ctx context.Context, q DeviceQuery) (DevicePage, error) {
-	return DevicePage{}, notImplemented("devices")
-}
-
-// Device implements Source.
-func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
-	return DeviceDetail{}, notImplemented("device")
-}
-
-// Deployments implements Source.
-func (v *View) Deployments(ctx context.Context) ([]DeploymentSummary, error) {
-	return nil, notImplemented("deployments")
-}
-
-// Deployment implements Source.
-func (v *View) Deployment(ctx context.Context, namespace, name string) (DeploymentDetail, error) {
-	return DeploymentDetail{}, notImplemented("deployment")
-}
-
-// FleetAt implements Source.
-func (v *View) FleetAt(ctx context.Context, at time.Time) (FleetAt, error) {
-	return FleetAt{}, notImplemented("fleet at")
-}
-
-// TaskRuns implements Source.
-func (v *View) TaskRuns(ctx context.Context) ([]TaskRunSummary, error) {
-	return nil, notImplemented("taskruns")
-}
-
-// TaskRun implements Source.
-func (v *View) TaskRun(ctx context.Context, namespace, name string) (TaskRunDetail, error) {
-	return TaskRunDetail{}, notImplemented("taskrun")
-}
-
-// Alerts implements Source.
-func (v *View) Alerts(ctx context.Context) ([]Alert, error) {
-	return nil, notImplemented("alerts")
-}
-
-// Trend implements Source.
-func (v *View) Trend(ctx context.Context) (Trend, error) {
-	return Trend{}, notImplemented("trend")
-}
-
-// Changes implements Source.
-func (v *View) Changes(ctx context.Context) <-chan Change {
-	ch := make(chan Change)
-	go func() {
-		<-ctx.Done()
-		close(ch)
-	}()
-	return ch
-}
-
-// Mock returns a View of generated data for serve-web --mock: devices
-// devices with realistic names and labels, mixed liveness, a rollout in
-// progress, failures and TaskRuns, the same for the same seed.
-func Mock(seed int64, devices int) *View {
-	return &View{o: Options{}.withDefaults(), objs: nil}
 }
