@@ -257,4 +257,3 @@ func TestTheOIDCOptionsNeverPrintTheClientSecret(t *testing.T) {
 		}
 	}
 }
-
