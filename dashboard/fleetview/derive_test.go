@@ -167,7 +167,6 @@ func failingDeployment(name string, uid string, gen int64, failed int32, phase f
 	return d
 }
 
-
 func TestDeriveAlerts(t *testing.T) {
 	quarantined := device("q-1", fleetv1.LivenessStale, 10*time.Minute, map[string]string{fleetv1.LabelBlacklist: "true"})
 	devs := []fleetv1.Device{
