@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -22,6 +23,7 @@ import (
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/poisontest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -47,7 +49,7 @@ type fleet struct {
 	ns    string
 }
 
-func newFleet(t *testing.T, ns string) *fleet {
+func newFleet(t *testing.T, ns string, withOperator bool) *fleet {
 	t.Helper()
 	srv := kubeapi.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -71,6 +73,10 @@ func newFleet(t *testing.T, ns string) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	f := &fleet{t: t, ctx: ctx, c: c, store: st, ns: ns}
+	if !withOperator {
+		return f
+	}
 	opCtx, opCancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -84,7 +90,7 @@ func newFleet(t *testing.T, ns string) *fleet {
 			t.Errorf("operator.Run: %v", err)
 		}
 	})
-	return &fleet{t: t, ctx: ctx, c: c, store: st, ns: ns}
+	return f
 }
 
 func (f *fleet) device(name string, labels map[string]string) {
@@ -163,7 +169,7 @@ func (f *fleet) workload(device string, rev events.DeploymentRevisionCreated, na
 
 // liveView starts an informer cache on the API server and a live View on
 // it and the streams, running until the test ends.
-func (f *fleet) liveView() *fleetview.View {
+func (f *fleet) liveView(skips *events.SkipCounter) *fleetview.View {
 	f.t.Helper()
 	srv := kubeapi.Shared(f.t)
 	scheme := runtime.NewScheme()
@@ -177,7 +183,7 @@ func (f *fleet) liveView() *fleetview.View {
 	ctx, cancel := context.WithCancel(f.ctx)
 	cacheDone := make(chan error, 1)
 	go func() { cacheDone <- ca.Start(ctx) }()
-	v, err := fleetview.NewLive(fleetview.Options{Cache: ca, Informers: ca, Streams: f.store, Namespace: f.ns})
+	v, err := fleetview.NewLive(fleetview.Options{Cache: ca, Informers: ca, Streams: f.store, Namespace: f.ns, Skips: skips})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -234,8 +240,8 @@ func watchChanges(t *testing.T, ctx context.Context, v *fleetview.View) *changes
 func (c *changes) saw(p fleetview.PageRef) bool { return c.all.Load() || (*c.seen.Load())[p] }
 
 func TestLiveViewOfARealFleet(t *testing.T) {
-	f := newFleet(t, "view-live")
-	v := f.liveView()
+	f := newFleet(t, "view-live", true)
+	v := f.liveView(nil)
 	feedCtx, stopFeed := context.WithCancel(f.ctx)
 	defer stopFeed()
 	feed := watchChanges(t, feedCtx, v)
@@ -435,4 +441,84 @@ func rev0Time(t *testing.T, page fleetview.DeploymentDetail) time.Time {
 		t.Fatal("no revision")
 	}
 	return page.Revisions[len(page.Revisions)-1].Created.Add(-time.Millisecond)
+}
+
+// poison stores every poison variant of base's subject as a device can.
+func (f *fleet) poison(base events.Event) int {
+	f.t.Helper()
+	subject, err := base.Subject()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cases := poisontest.For(f.t, base)
+	for _, tc := range cases {
+		m := &nats.Msg{Subject: subject, Data: tc.Payload}
+		if natstest.DeviceWritten(subject) {
+			natstest.PublishStored(f.t, f.store.JetStream().Conn(), m)
+		} else if _, err := f.store.JetStream().PublishMsg(f.ctx, m); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	return len(cases)
+}
+
+func mustEvent(t *testing.T, keys events.Keys, d events.Data) events.Event {
+	t.Helper()
+	ev, err := events.New(keys, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func TestLiveViewSkipsAndCountsPoisonAndGoesOn(t *testing.T) {
+	f := newFleet(t, "view-poison", false)
+	f.device("edge-1", map[string]string{"role": "web"})
+	skips := events.NewSkipCounter()
+	v := f.liveView(skips)
+	dev := events.Keys{Device: "edge-1"}
+	f.poison(mustEvent(t, dev, events.DeviceHeartbeat{AgentVersion: "1"}))
+	f.poison(mustEvent(t, dev, events.DeviceInventory{OS: "linux"}))
+	f.poison(mustEvent(t, dev, events.WorkloadStatus{Namespace: f.ns, Deployment: "web", UID: "u", Generation: 1, Phase: events.WorkloadFailed}))
+	f.poison(mustEvent(t, dev, events.TaskStatus{Namespace: f.ns, TaskRun: "up", UID: "u", Phase: events.TaskFailed}))
+	f.poison(mustEvent(t, dev, events.CommandResult{CommandID: "c", Command: "reconcile-now"}))
+	f.poison(mustEvent(t, events.Keys{Namespace: f.ns, Name: "web"}, events.DeploymentRevisionCreated{UID: "u", Generation: 1}))
+	f.poison(mustEvent(t, events.Keys{Namespace: f.ns, Name: "web"}, events.NewRolloutTransition(events.TypeRolloutStarted, events.RolloutTransition{UID: "u", Generation: 1})))
+	// After the poison, one valid heartbeat and one valid failing report.
+	f.report("edge-1", events.DeviceHeartbeat{AgentVersion: "v1"})
+	f.report("edge-1", events.WorkloadStatus{Namespace: f.ns, Deployment: "web", UID: "u", Generation: 1, RevisionID: "r1",
+		Phase: events.WorkloadFailed, Error: "exit 1", Since: time.Now()})
+
+	testenv.Eventually(t, "the trend counts the valid heartbeat and report past the poison", wait, func() bool {
+		tr, err := v.Trend(f.ctx)
+		if err != nil {
+			return false
+		}
+		reports, failures, hb := 0, 0, 0
+		for _, h := range tr.Hours {
+			reports, failures, hb = reports+h.Reports, failures+h.Failures, hb+h.Heartbeats
+		}
+		if reports > 1 || hb > 1 {
+			t.Fatalf("the trend counts poison: %d reports, %d heartbeats, want 1 and 1", reports, hb)
+		}
+		return reports == 1 && failures == 1 && hb == 1
+	})
+	for _, s := range []string{events.StreamTelemetry, events.StreamReports} {
+		if skips.Skipped(s, "") == 0 {
+			t.Errorf("no record of %s counted as skipped", s)
+		}
+	}
+	d, err := v.Device(f.ctx, "edge-1")
+	if err != nil {
+		t.Fatalf("the device page of a poisoned device: %v", err)
+	}
+	if len(d.Deployments) != 1 || d.Deployments[0].Reported == nil || d.Deployments[0].Reported.Error != "exit 1" || d.Deployments[0].State != fleetview.TargetRemoved {
+		t.Errorf("edge-1's Deployments: %+v (want its one valid report, of a Deployment it no longer should run)", d.Deployments)
+	}
+	if _, err := v.FleetAt(f.ctx, time.Now()); err != nil {
+		t.Errorf("the fleet as of now, with poison in every stream: %v", err)
+	}
+	if _, err := v.Deployment(f.ctx, f.ns, "web"); err != nil && !errors.Is(err, fleetview.ErrNotFound) {
+		t.Errorf("the page of a Deployment with only poison: %v", err)
+	}
 }
