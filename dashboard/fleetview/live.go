@@ -39,14 +39,21 @@ func (v *View) runLive(ctx context.Context) error {
 		wg.Go(func() { v.follow(ctx, name, filters, from, handle) })
 	}
 	follow("heartbeats", filterHeartbeats, events.FromTime(since), func(rec events.Record) {
+		if _, err := events.Decode[events.DeviceHeartbeat](rec.Event); err != nil {
+			v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
+			return
+		}
 		v.trend.heartbeat(rec.Stored)
 		v.hub.publish(pagesOfRecord(rec)...)
 	})
 	v.trend.startLive(start)
 	follow("reports", filterReports, events.FromTime(since), func(rec events.Record) {
-		if counted, failed := reportFailed(rec); counted {
-			v.trend.report(rec.Stored, failed)
+		failed, err := reportFailed(rec)
+		if err != nil {
+			v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
+			return
 		}
+		v.trend.report(rec.Stored, failed)
 		if rec.Stored.After(start) {
 			v.hub.publish(pagesOfRecord(rec)...)
 		}

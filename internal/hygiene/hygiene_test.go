@@ -81,6 +81,10 @@ func TestImportRules(t *testing.T) {
 			[]string{module + "/operator", module + "/agent", module + "/authcallout"}, nil},
 		{"history reads the streams through events and projections only", module + "/history",
 			[]string{module + "/", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"}, []string{module + "/events", module + "/projections", module + "/k8s/api/"}},
+		// The dashboard's read models: caches and streams, never the
+		// operator's internals or the agent.
+		{"the dashboard's read models import only k8s/api, events, projections and history of the module", module + "/dashboard/fleetview",
+			[]string{module + "/"}, []string{module + "/events", module + "/projections", module + "/history", module + "/k8s/api/"}},
 		// The agent imports the credential.
 		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
