@@ -18,7 +18,7 @@ import (
 const (
 	// DefaultDashboardPort is where fleet dev serves the dashboard when
 	// the port is free (any free port otherwise), on loopback only.
-	DefaultDashboardPort = 8080
+	DefaultDashboardPort = 8280
 	// DashboardUser is the development provider's human user with the
 	// fleet-admin role; its password is new on every run.
 	DashboardUser = "admin"

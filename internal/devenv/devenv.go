@@ -5,9 +5,10 @@
 // stand-in (internal/baostandin, configured through secrets/openbao as for
 // OpenBao), the auth callout service, etcd + kube-apiserver with the Fleet
 // CRDs, the operator (connected through the callout with the fleet-operator
-// role), and the devices: N simulated ones and, when a Podman API socket
-// answers, one (PodmanDevice) on real Podman, with the example images built
-// locally. Each device is enrolled through package enroll, connects with
+// role), the web dashboard (package dashboard, on loopback, with a
+// development login printed), and the devices: N simulated ones and, when a
+// Podman API socket answers, one (PodmanDevice) on real Podman, with the
+// example images built locally. Each device is enrolled through package enroll, connects with
 // its machine key through the callout exactly like a real device, and reads
 // its secrets from the stand-in with its id_token.
 //
