@@ -240,7 +240,7 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 func fillDeploymentHistory(dd *DeploymentDetail, tl *history.DeploymentTimeline, inCache bool) {
 	st := tl.State
 	if !inCache {
-		dd.Namespace, dd.Name = tl.Namespace, tl.Name
+		dd.Namespace, dd.Name, dd.Deleted = tl.Namespace, tl.Name, true
 		if st != nil {
 			dd.Phase, dd.Generation, dd.ObservedGeneration, dd.RevisionID = st.Phase, st.Generation, st.Generation, st.RevisionID
 			dd.Targets = countsOf(st.Counts, 0)

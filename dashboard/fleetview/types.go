@@ -313,6 +313,9 @@ type DeploymentDetail struct {
 	// Timeline is the recent rollout timeline, newest first, at most
 	// MaxTimeline.
 	Timeline []TimelineEntry `json:"timeline"`
+	// Deleted is true when the Deployment is no longer in the cluster: the
+	// page is its history, its summary the rollout fold's last state.
+	Deleted bool `json:"deleted,omitempty"`
 	// HistoryError says why the stream part could not be read; the
 	// summary is still the CR's status.
 	HistoryError string `json:"historyError,omitempty"`
