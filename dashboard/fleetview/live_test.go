@@ -337,6 +337,9 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 				d, err = v.Device(f.ctx, tc.device)
 				return err == nil && len(d.Deployments) == 1 && d.Deployments[0].Reported != nil
 			})
+			if d.Heartbeats.Kept == 0 || d.Heartbeats.Last.IsZero() || len(d.Heartbeats.AgentVersions) == 0 {
+				t.Errorf("%s's heartbeats: %+v", tc.device, d.Heartbeats)
+			}
 			if got := d.Deployments[0]; got.State != tc.state || !got.Desired || got.Generation != rev.Generation {
 				t.Errorf("%s runs %+v, want state %s of generation %d", tc.device, got, tc.state, rev.Generation)
 			}

@@ -85,7 +85,7 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 		return DeviceDetail{}, fmt.Errorf("device %s: %w: no Device of that name in any namespace", id, ErrNotFound)
 	}
 	dd := DeviceDetail{DeviceRow: deviceRow(d, v.o.Now(), v.o.OfflineAfter), Conditions: conditionsOf(d.Status.Conditions),
-		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}}
+		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}}
 	tl, err := v.hist.Device(ctx, id)
 	switch {
 	case errors.Is(err, history.ErrNoEvents):
@@ -101,6 +101,11 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 	dd.Deployments = deviceDeployments(id, tl)
 	for _, t := range tl.Tasks {
 		dd.Tasks = append(dd.Tasks, DeviceTask{Namespace: t.Namespace, Name: t.TaskRun, Task: t.Task})
+	}
+	hb := tl.Heartbeats
+	dd.Heartbeats = Heartbeats{Last: hb.Last, Kept: hb.Count, Uptime: hb.Uptime, AgentVersions: make([]string, 0, len(hb.AgentVersions))}
+	for _, a := range hb.AgentVersions {
+		dd.Heartbeats.AgentVersions = append(dd.Heartbeats.AgentVersions, clean(a, MaxFieldLength))
 	}
 	dd.Timeline = newestFirst(tl.Entries, MaxTimeline, timelineEntry)
 	return dd, nil
