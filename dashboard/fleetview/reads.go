@@ -73,8 +73,8 @@ func findDevice(devs []fleetv1.Device, id string) (*fleetv1.Device, bool) {
 
 // Device implements Source.
 func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
-	if err := events.ValidateToken(events.TokenDevice, id); err != nil {
-		return DeviceDetail{}, fmt.Errorf("%w: device id: %w", ErrInvalidQuery, err)
+	if len(id) > MaxSearch {
+		return DeviceDetail{}, fmt.Errorf("%w: device id of %d bytes: a device id is at most %d characters", ErrInvalidQuery, len(id), events.MaxTokenLength)
 	}
 	devs, err := v.objs.devices(ctx)
 	if err != nil {
@@ -86,6 +86,10 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 	}
 	dd := DeviceDetail{DeviceRow: deviceRow(d, v.o.Now(), v.o.OfflineAfter), Conditions: conditionsOf(d.Status.Conditions),
 		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}}
+	if err := events.ValidateToken(events.TokenDevice, id); err != nil {
+		dd.TimelineError = fmt.Sprintf("the device has no stream subjects: %v", err)
+		return dd, nil
+	}
 	tl, err := v.hist.Device(ctx, id)
 	switch {
 	case errors.Is(err, history.ErrNoEvents):
