@@ -337,6 +337,9 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 				d, err = v.Device(f.ctx, tc.device)
 				return err == nil && len(d.Deployments) == 1 && d.Deployments[0].Reported != nil
 			})
+			if d.Heartbeats.Kept == 0 || d.Heartbeats.Last.IsZero() || len(d.Heartbeats.AgentVersions) == 0 {
+				t.Errorf("%s's heartbeats: %+v", tc.device, d.Heartbeats)
+			}
 			if got := d.Deployments[0]; got.State != tc.state || !got.Desired || got.Generation != rev.Generation {
 				t.Errorf("%s runs %+v, want state %s of generation %d", tc.device, got, tc.state, rev.Generation)
 			}
@@ -399,6 +402,7 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 	})
 	t.Run("the trend counts reports, failures and heartbeats, never the forged report", func(t *testing.T) {
 		testenv.Eventually(t, "three reports, one failure, the heartbeats", wait, func() bool {
+			// (The TaskRun subtest below adds a report; this one runs first.)
 			tr, err := v.Trend(f.ctx)
 			if err != nil {
 				return false
@@ -431,6 +435,69 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 			{Kind: fleetview.PageOverview}, {Kind: fleetview.PageTrend}} {
 			testenv.Eventually(t, fmt.Sprintf("a change of %v", p), wait, func() bool { return feed.saw(p) })
 		}
+	})
+	t.Run("a TaskRun page has every target's result, from the streams", func(t *testing.T) {
+		tr := &fleetv1.TaskRun{ObjectMeta: metav1.ObjectMeta{Name: "upgrade", Namespace: f.ns},
+			Spec: fleetv1.TaskRunSpec{Task: fleetv1.TaskSystemUpgrade, TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "paris"}}}}
+		if err := f.c.Create(f.ctx, tr); err != nil {
+			t.Fatal(err)
+		}
+		subj, err := events.TaskRunIntentSubject(f.ns, "upgrade")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var created events.TaskRunCreated
+		testenv.Eventually(t, "taskrun.created", wait, func() bool {
+			for r, err := range f.store.Replay(f.ctx, subj, events.FromStart()) {
+				if err != nil {
+					continue
+				}
+				if d, err := events.Decode[events.TaskRunCreated](r.Event); err == nil {
+					created = d
+					return true
+				}
+			}
+			return false
+		})
+		ev, err := events.New(events.Keys{Device: "web-1"}, events.TaskStatus{Namespace: f.ns, TaskRun: "upgrade", UID: created.UID, Task: created.Task,
+			Phase: events.TaskSucceeded, Since: time.Now().UTC()}, events.WithCorrelation(created.UID, created.Generation))
+		if err != nil {
+			t.Fatal(err)
+		}
+		natstest.Report(t, f.ctx, f.store, ev)
+		var d fleetview.TaskRunDetail
+		testenv.Eventually(t, "the TaskRun page with web-1 succeeded", wait, func() bool {
+			d, err = v.TaskRun(f.ctx, f.ns, "upgrade")
+			if err != nil {
+				return false
+			}
+			for _, r := range d.Results {
+				if r.Device == "web-1" && r.Phase == events.TaskSucceeded {
+					return true
+				}
+			}
+			return false
+		})
+		if len(d.Results) != 2 || d.Task != string(fleetv1.TaskSystemUpgrade) || len(d.Timeline) == 0 {
+			t.Errorf("TaskRun page: %+v", d)
+		}
+		list, err := v.TaskRuns(f.ctx)
+		if err != nil || len(list) != 1 || list[0].Name != "upgrade" {
+			t.Errorf("TaskRun list %+v, %v", list, err)
+		}
+	})
+	t.Run("a deleted Deployment's page is its history", func(t *testing.T) {
+		if err := f.c.Delete(f.ctx, &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns}}); err != nil {
+			t.Fatal(err)
+		}
+		testenv.Eventually(t, "the Deployment gone from the list, its page marked deleted", wait, func() bool {
+			list, err := v.Deployments(f.ctx)
+			if err != nil || len(list) != 0 {
+				return false
+			}
+			d, err := v.Deployment(f.ctx, f.ns, "web")
+			return err == nil && d.Deleted && len(d.Revisions) == 1 && d.RevisionID == rev.RevisionID
+		})
 	})
 }
 
