@@ -8,6 +8,7 @@ import (
 	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
@@ -126,8 +127,13 @@ func (v *View) watchInformers(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	var errs []error
 	for _, k := range kinds {
-		inf, err := v.o.Informers.GetInformer(ctx, k.obj)
+		// Not waiting for the sync: the handler sees the objects as they
+		// come, and a Run ended early is not an error.
+		inf, err := v.o.Informers.GetInformer(ctx, k.obj, cache.BlockUntilSynced(false))
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			errs = append(errs, fmt.Errorf("informer of %T: %w", k.obj, err))
 			continue
 		}

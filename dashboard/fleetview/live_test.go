@@ -414,6 +414,29 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 			return reports == 3 && failures == 1 && hb >= 4
 		})
 	})
+	t.Run("a restarted view recomputes reports and failures; heartbeats before its start are partial", func(t *testing.T) {
+		again := f.liveView(nil)
+		var tr fleetview.Trend
+		testenv.Eventually(t, "the new view's trend", wait, func() bool {
+			tr, err = again.Trend(f.ctx)
+			if err != nil {
+				return false
+			}
+			reports, failures := 0, 0
+			for _, h := range tr.Hours {
+				reports, failures = reports+h.Reports, failures+h.Failures
+			}
+			return reports == 3 && failures == 1
+		})
+		if tr.HeartbeatsSince.IsZero() {
+			t.Fatal("the new view has no live heartbeat count")
+		}
+		for _, h := range tr.Hours {
+			if h.Start.Before(tr.HeartbeatsSince) != h.HeartbeatsPartial {
+				t.Errorf("hour %s: partial %v, the live count started at %s", h.Start, h.HeartbeatsPartial, tr.HeartbeatsSince)
+			}
+		}
+	})
 	t.Run("the fleet as of a past time", func(t *testing.T) {
 		before, err := v.FleetAt(f.ctx, rev0Time(t, page))
 		if err != nil {
