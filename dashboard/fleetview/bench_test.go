@@ -149,3 +149,20 @@ func cachedFleet(b *testing.B, mock *fleetview.View) *fleetview.View {
 	}
 	return v
 }
+
+// BenchmarkOverview10000 is the overview page (liveness counts, phases,
+// alerts) of a 10,000-device fleet served from memory.
+func BenchmarkOverview10000(b *testing.B) {
+	ctx := context.Background()
+	v := fleetview.Mock(1, 10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		o, err := v.Overview(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if o.Devices.Total != 10000 {
+			b.Fatalf("%d devices", o.Devices.Total)
+		}
+	}
+}
