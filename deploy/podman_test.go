@@ -231,7 +231,7 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	calloutArgs := append(containerArgs(t, objs, "fleet-authcallout", vars), "-nats-url="+natsURL, "-metrics-addr=127.0.0.1:0")
 	began := time.Now()
 	runContainer(t, ctx, "fleet-authcallout", imgs["fleet-authcallout"].ref,
-		map[string]string{filepath.Join(dir, "callout"): "/etc/fleet-authcallout", filepath.Join(dir, "callout-secrets"): "/etc/fleet-authcallout/secrets"},
+		map[string]string{filepath.Join(dir, "callout"): "/etc/fleet-authcallout/config", filepath.Join(dir, "callout-secrets"): "/etc/fleet-authcallout/secrets"},
 		nil, calloutArgs...)
 
 	// The operator: a machine key with the role fleet-operator (the
