@@ -28,7 +28,10 @@ import (
 
 // demoImage is the image of the test's Deployment; the simulated device
 // has it locally.
-const demoImage = "localhost/fleet-demo/api:v1"
+const (
+	demoImage  = "localhost/fleet-demo/api:v1"
+	demoImage2 = "localhost/fleet-demo/api:v2"
+)
 
 // containerArgs returns the rendered args of a Deployment's first
 // container, with the $(VAR)s of vars expanded as the kubelet does.
@@ -230,9 +233,13 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	writeFile(t, dir, "callout/authcallout.json", configMapFile(t, objs, "fleet-authcallout", "authcallout.json"))
 	calloutArgs := append(containerArgs(t, objs, "fleet-authcallout", vars), "-nats-url="+natsURL, "-metrics-addr=127.0.0.1:0")
 	began := time.Now()
-	runContainer(t, ctx, "fleet-authcallout", imgs["fleet-authcallout"].ref,
-		map[string]string{filepath.Join(dir, "callout"): "/etc/fleet-authcallout/config", filepath.Join(dir, "callout-secrets"): "/etc/fleet-authcallout/secrets"},
-		nil, calloutArgs...)
+	// Two replicas, as the manifests run them: one NATS queue group.
+	var callouts []string
+	for _, r := range []string{"a", "b"} {
+		callouts = append(callouts, runContainer(t, ctx, "fleet-authcallout-"+r, imgs["fleet-authcallout"].ref,
+			map[string]string{filepath.Join(dir, "callout"): "/etc/fleet-authcallout/config", filepath.Join(dir, "callout-secrets"): "/etc/fleet-authcallout/secrets"},
+			nil, calloutArgs...))
+	}
 
 	// The operator: a machine key with the role fleet-operator (the
 	// Secret fleet-operator-nats), a token of its service account (the
@@ -255,9 +262,14 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	opArgs = replaceArg(opArgs, "--metrics-addr=", "0")
 	opArgs = replaceArg(opArgs, "--health-addr=", "127.0.0.1:0")
 	opArgs = append(opArgs, "--kubeconfig=/etc/fleet-operator/kube/kubeconfig", "--log-format=text")
-	runContainer(t, ctx, "fleet-operator", imgs["fleet-operator"].ref,
-		map[string]string{filepath.Join(dir, "operator-nats"): "/etc/fleet-operator/nats", filepath.Join(dir, "operator-kube"): "/etc/fleet-operator/kube"},
-		map[string]string{"POD_NAMESPACE": "fleet-system"}, opArgs...)
+	// Two replicas electing a leader with the Lease, as the manifests run
+	// them.
+	var operators []string
+	for _, r := range []string{"a", "b"} {
+		operators = append(operators, runContainer(t, ctx, "fleet-operator-"+r, imgs["fleet-operator"].ref,
+			map[string]string{filepath.Join(dir, "operator-nats"): "/etc/fleet-operator/nats", filepath.Join(dir, "operator-kube"): "/etc/fleet-operator/kube"},
+			map[string]string{"POD_NAMESPACE": "fleet-system"}, opArgs...))
+	}
 
 	// A device: its Device resource, then its agent (simulated runtime,
 	// in this process) through the callout container.
@@ -289,12 +301,13 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	agentCtx, stopAgent := context.WithCancel(context.Background())
 	wg.Go(func() {
 		_ = agent.Run(agentCtx, agent.Options{Device: "dev-1", Conn: dc.Conn, Labels: map[string]string{"role": "demo"}, AgentVersion: "deploy-test",
-			Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: []string{demoImage}}), Log: slog.New(slog.DiscardHandler)},
+			Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: []string{demoImage, demoImage2}}), Log: slog.New(slog.DiscardHandler)},
 			Logger:     slog.New(slog.DiscardHandler)})
 	})
 	t.Cleanup(stopAgent)
 
-	dep := `apiVersion: fleet.nationtech.io/v1alpha1
+	deployment := func(image string) []byte {
+		return []byte(`apiVersion: fleet.nationtech.io/v1alpha1
 kind: Deployment
 metadata:
   name: demo
@@ -307,23 +320,80 @@ spec:
     data:
       services:
         - name: api
-          image: ` + demoImage + `
+          image: ` + image + `
           ports: ["18080:8080"]
           restart_policy: always
-`
-	if out, err := srv.Kubectl(ctx, []byte(dep), "apply", "-n", "podman-lab", "-f", "-"); err != nil {
+`)
+	}
+	// succeeded waits until generation gen of the Deployment succeeded on
+	// the device and returns how long that took from since.
+	succeeded := func(gen int, since time.Time) time.Duration {
+		t.Helper()
+		var got string
+		want := fmt.Sprintf("%d/Succeeded/1", gen)
+		if err := testenv.Poll(ctx, 3*time.Minute, func() bool {
+			out, err := srv.Kubectl(ctx, nil, "get", "fdeploy", "demo", "-n", "podman-lab", "-o",
+				"jsonpath={.status.observedGeneration}/{.status.phase}/{.status.counts.succeeded}")
+			got = string(out)
+			return err == nil && got == want
+		}); err != nil {
+			t.Fatalf("generation %d of the Deployment did not succeed on the device: generation/phase/succeeded %q", gen, got)
+		}
+		return time.Since(since)
+	}
+	if out, err := srv.Kubectl(ctx, deployment(demoImage), "apply", "-n", "podman-lab", "-f", "-"); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	applied := time.Now()
-	var phase string
-	if err := testenv.Poll(ctx, 3*time.Minute, func() bool {
-		out, err := srv.Kubectl(ctx, nil, "get", "fdeploy", "demo", "-n", "podman-lab", "-o", "jsonpath={.status.phase}/{.status.counts.succeeded}")
-		phase = string(out)
-		return err == nil && phase == "Succeeded/1"
-	}); err != nil {
-		t.Fatalf("the Deployment did not succeed on the device: phase/succeeded %q", phase)
+	t.Logf("Deployment Succeeded on the device %s after it was applied", succeeded(1, time.Now()).Round(time.Millisecond))
+
+	// Fault: one callout replica is killed. New connects go to the other.
+	killed := time.Now()
+	if out, err := podman(ctx, "kill", callouts[0]); err != nil {
+		t.Fatalf("podman kill %s: %v\n%s", callouts[0], err, out)
 	}
-	t.Logf("Deployment Succeeded on the device %s after it was applied", time.Since(applied).Round(time.Millisecond))
+	if err := testenv.Poll(ctx, time.Minute, func() bool {
+		c, err := agent.Connect(ctx, agent.ConnectOptions{URL: natsURL, Key: &devKey, Device: "dev-1", Issuer: op.Issuer(), Audience: op.Audience()})
+		if err != nil {
+			return false
+		}
+		c.Conn.Close()
+		return true
+	}); err != nil {
+		t.Fatalf("no device connect succeeded with one callout replica left: %v", err)
+	}
+	t.Logf("callout replica killed: a new device connect succeeded %s later", time.Since(killed).Round(time.Millisecond))
+
+	// Fault: the leading operator is killed. The other takes the Lease and
+	// the next generation rolls out.
+	leader := ""
+	testenv.Eventually(t, "one operator replica logs that it leads", time.Minute, func() bool {
+		for _, c := range operators {
+			out, _ := podman(ctx, "logs", c)
+			if strings.Contains(string(out), "leading: the controllers and runners start") {
+				leader = c
+				return true
+			}
+		}
+		return false
+	})
+	killed = time.Now()
+	if out, err := podman(ctx, "kill", leader); err != nil {
+		t.Fatalf("podman kill %s: %v\n%s", leader, err, out)
+	}
+	follower := operators[0]
+	if follower == leader {
+		follower = operators[1]
+	}
+	testenv.Eventually(t, "the other operator replica leads", 2*time.Minute, func() bool {
+		out, _ := podman(ctx, "logs", follower)
+		return strings.Contains(string(out), "leading: the controllers and runners start")
+	})
+	takeover := time.Since(killed)
+	if out, err := srv.Kubectl(ctx, deployment(demoImage2), "apply", "-n", "podman-lab", "-f", "-"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	t.Logf("operator leader killed: the other replica led %s later (bound with the manifests' defaults: 23.8s); generation 2 Succeeded %s after the kill",
+		takeover.Round(time.Millisecond), succeeded(2, killed).Round(time.Millisecond))
 
 	// The operator container leads through the Lease its Role allows.
 	out, err := srv.Kubectl(ctx, nil, "get", "lease", "fleet-operator", "-n", "fleet-system", "-o", "jsonpath={.spec.holderIdentity}")
