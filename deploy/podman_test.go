@@ -395,6 +395,21 @@ spec:
 	t.Logf("operator leader killed: the other replica led %s later (bound with the manifests' defaults: 23.8s); generation 2 Succeeded %s after the kill",
 		takeover.Round(time.Millisecond), succeeded(2, killed).Round(time.Millisecond))
 
+	// Deleting the Deployment: the operator appends the deletion and drops
+	// its finalizer (a patch its role allows), and the object goes.
+	if out, err := srv.Kubectl(ctx, nil, "delete", "fdeploy", "demo", "-n", "podman-lab", "--wait", "--timeout", "2m"); err != nil {
+		t.Fatalf("the Deployment was not deleted: %v: %s", err, out)
+	}
+
+	// Nothing the operators asked the API server for was refused: the
+	// role is enough, not merely enough for this test's checks.
+	for _, c := range operators {
+		out, _ := podman(ctx, "logs", c)
+		if strings.Contains(strings.ToLower(string(out)), "forbidden") {
+			t.Errorf("operator %s was refused by the API server:\n%s", c, out)
+		}
+	}
+
 	// The operator container leads through the Lease its Role allows.
 	out, err := srv.Kubectl(ctx, nil, "get", "lease", "fleet-operator", "-n", "fleet-system", "-o", "jsonpath={.spec.holderIdentity}")
 	if err != nil || len(out) == 0 {
