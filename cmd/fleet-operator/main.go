@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster)")
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
 	natsCreds := fs.String("nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file of the operator identity ($NATS_CREDS)")
-	natsKey := natsKeyFlags(fs)
+	natsKey := natsKeyFlags(fs, nil)
 	provision := fs.Bool("provision", true, "create or update the Fleet streams and KV buckets on start")
 	replicas := fs.Int("replicas", 1, "stream replicas when provisioning (3 on a cluster)")
 	groupFile := fs.String("group-file", "", "static device group file (JSON); without one, allowedGroups fails closed")

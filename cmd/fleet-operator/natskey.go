@@ -22,13 +22,18 @@ type natsKey struct {
 	file, issuer, audience *string
 }
 
-// natsKeyFlags binds --nats-key-file, --oidc-issuer and --audience.
-func natsKeyFlags(fs *flag.FlagSet) natsKey {
+// natsKeyFlags binds --nats-key-file and --audience, and --oidc-issuer
+// unless the command binds its own issuer flag (serve-web signs users in
+// at the same provider) and passes it as issuer.
+func natsKeyFlags(fs *flag.FlagSet, issuer *string) natsKey {
+	if issuer == nil {
+		issuer = fs.String("oidc-issuer", os.Getenv("FLEET_OIDC_ISSUER"),
+			"issuer URL of the identity provider the key belongs to ($FLEET_OIDC_ISSUER; default: the key file's issuer)")
+	}
 	return natsKey{
 		file: fs.String("nats-key-file", os.Getenv("FLEET_NATS_KEY_FILE"),
 			"machine key file (Zitadel JSON key) of the operator's identity, role fleet-operator: connect through the auth callout with its id_token ($FLEET_NATS_KEY_FILE)"),
-		issuer: fs.String("oidc-issuer", os.Getenv("FLEET_OIDC_ISSUER"),
-			"issuer URL of the identity provider the key belongs to ($FLEET_OIDC_ISSUER; default: the key file's issuer)"),
+		issuer: issuer,
 		audience: fs.String("audience", os.Getenv("FLEET_AUDIENCE"),
 			"Fleet project id the id_token must name in its audience ($FLEET_AUDIENCE; default: the key file's audience)"),
 	}
