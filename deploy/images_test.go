@@ -33,6 +33,19 @@ var (
 // runImagesScript runs scripts/images.sh with the test's tag and output
 // folder and returns its images by binary name.
 func runImagesScript(ctx context.Context, tag, out string) (map[string]builtImage, error) {
+	// The images an earlier run left under these tags are removed once
+	// replaced, so runs do not pile up untagged images.
+	previous := map[string]string{}
+	for _, bin := range []string{"fleet-operator", "fleet-authcallout"} {
+		if id, err := exec.CommandContext(ctx, "podman", "image", "inspect", "--format", "{{.Id}}", "localhost/fleet-test/"+bin+":"+tag).Output(); err == nil {
+			previous[bin] = "sha256:" + strings.TrimPrefix(strings.TrimSpace(string(id)), "sha256:")
+		}
+	}
+	defer func() {
+		for _, id := range previous {
+			_ = exec.Command("podman", "image", "rm", id).Run() // still tagged or in use: kept
+		}
+	}()
 	cmd := exec.CommandContext(ctx, "bash", "../scripts/images.sh")
 	cmd.Env = append(os.Environ(), "FLEET_IMAGE_PREFIX=localhost/fleet-test", "FLEET_IMAGE_TAG="+tag, "FLEET_IMAGES_OUT="+out)
 	var stderr bytes.Buffer

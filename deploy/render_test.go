@@ -216,6 +216,30 @@ func secretRefs(pt corev1.PodTemplateSpec) []string {
 	return names
 }
 
+// configMapProblems returns the references of a pod template to a
+// ConfigMap, or to a key of one, that the rendering does not hold.
+func configMapProblems(name string, pt corev1.PodTemplateSpec, maps map[string]map[string]string) []string {
+	var bad []string
+	for _, v := range pt.Spec.Volumes {
+		if v.ConfigMap != nil && maps[v.ConfigMap.Name] == nil {
+			bad = append(bad, name+": volume "+v.Name+" names ConfigMap "+v.ConfigMap.Name+", which is not rendered")
+		}
+	}
+	for _, c := range pt.Spec.Containers {
+		for _, e := range c.Env {
+			if e.ValueFrom == nil || e.ValueFrom.ConfigMapKeyRef == nil {
+				continue
+			}
+			ref := e.ValueFrom.ConfigMapKeyRef
+			data, ok := maps[ref.Name]
+			if _, has := data[ref.Key]; !ok || !has {
+				bad = append(bad, name+": env "+e.Name+" takes key "+ref.Key+" of ConfigMap "+ref.Name+", which is not rendered")
+			}
+		}
+	}
+	return bad
+}
+
 // ingressSecrets returns the TLS Secrets of the Ingresses.
 func ingressSecrets(u *unstructured.Unstructured) []string {
 	var names []string
@@ -281,6 +305,13 @@ func TestEveryOverlayRendersObjectsThatPassTheChecks(t *testing.T) {
 			kinds := map[string]int{}
 			var refs []string
 			var bad []string
+			maps := map[string]map[string]string{}
+			for _, u := range objs {
+				if u.GetKind() == "ConfigMap" {
+					data, _, _ := unstructured.NestedStringMap(u.Object, "data")
+					maps[u.GetName()] = data
+				}
+			}
 			for _, u := range objs {
 				kinds[u.GetKind()]++
 				if u.GetKind() == "Secret" {
@@ -295,6 +326,7 @@ func TestEveryOverlayRendersObjectsThatPassTheChecks(t *testing.T) {
 				}
 				if pt, ok := podTemplate(t, u); ok {
 					bad = append(bad, checkPod(u.GetKind()+" "+u.GetName(), pt)...)
+					bad = append(bad, configMapProblems(u.GetKind()+" "+u.GetName(), pt, maps)...)
 					refs = append(refs, secretRefs(pt)...)
 				}
 			}

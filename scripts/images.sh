@@ -65,10 +65,15 @@ for bin in fleet-operator fleet-authcallout; do
 		--label "org.opencontainers.image.version=$version" \
 		--label "org.opencontainers.image.created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)" \
 		"$ctr"
+	previous="$(buildah inspect --type image --format '{{.FromImageID}}' "$prefix/$bin:$tag" 2>/dev/null || true)"
 	buildah commit --quiet --timestamp "$epoch" --identity-label=false --iidfile "$out/$bin.iid" \
 		--rm "$ctr" "$prefix/$bin:$tag" >/dev/null
 	ctr=""
 	id="$(cat "$out/$bin.iid")"
+	# The image this tag named before, now untagged: removed unless in use.
+	if [[ -n "$previous" && "sha256:$previous" != "$id" && "$previous" != "$id" ]]; then
+		buildah rmi "$previous" >/dev/null 2>&1 || true
+	fi
 	size="$(podman image inspect --format '{{.Size}}' "$prefix/$bin:$tag" 2>/dev/null || echo unknown)"
 	echo "$prefix/$bin:$tag $id $size"
 done
