@@ -123,6 +123,11 @@ func (p *Plane) startServer() error {
 			SysPassword: p.secrets.SysPassword, Issuer: p.secrets.Issuer}
 	}
 	p.conf = p.o.Config
+	if len(p.o.Servers) > 0 {
+		var err error
+		p.conf, err = serverConfig(p.secrets, p.o.StaticUser)
+		return err
+	}
 	if p.conf == "" {
 		var err error
 		if p.conf, err = serverConfig(p.secrets, p.o.StaticUser); err != nil {
