@@ -83,10 +83,11 @@ type intentWriter struct {
 var errNoAck = errors.New("no acknowledgement")
 
 // kvWindow is how many fleet-intent puts flush keeps in flight;
-// kvAckTimeout how long it waits for one acknowledgement.
+// kvAckTimeout how long it waits for the next acknowledgement before it
+// stops waiting for the puts in flight (retried on the runner's next tick).
 const (
 	kvWindow     = 256
-	kvAckTimeout = 30 * time.Second
+	kvAckTimeout = 10 * time.Second
 )
 
 // sync makes the bucket equal to the fold once caught up: it reads what
@@ -122,7 +123,21 @@ func (w *intentWriter) flush(ctx context.Context, intent *projections.Intent, di
 		fut      jetstream.PubAckFuture
 	}
 	var inflight []put
+	// A put published while the bucket's stream has no leader (a cluster
+	// electing one) is never answered: once no acknowledgement came for
+	// kvAckTimeout, the flush stops waiting and takes only the answers
+	// already there, so that it blocks the runner kvAckTimeout at most,
+	// not kvAckTimeout per put. The puts not acknowledged stay dirty.
+	stalled, unacked := false, 0
 	settle := func(p put) {
+		var timeout <-chan time.Time
+		if !stalled {
+			timeout = time.After(kvAckTimeout)
+		} else {
+			closed := make(chan time.Time)
+			close(closed)
+			timeout = closed
+		}
 		select {
 		case <-p.fut.Ok():
 			w.written[p.dev] = p.val
@@ -131,12 +146,18 @@ func (w *intentWriter) flush(ctx context.Context, intent *projections.Intent, di
 		case err := <-p.fut.Err():
 			w.log.ErrorContext(ctx, "put fleet-intent", "device", p.dev, "error", err)
 			w.metrics.intentWrite("put", err)
-		case <-time.After(kvAckTimeout):
-			w.log.ErrorContext(ctx, "put fleet-intent: no acknowledgement", "device", p.dev, "timeout", kvAckTimeout)
+		case <-timeout:
+			stalled = true
+			unacked++
 			w.metrics.intentWrite("put", errNoAck)
 		case <-ctx.Done():
 		}
 	}
+	defer func() {
+		if unacked > 0 {
+			w.log.ErrorContext(ctx, "put fleet-intent: no acknowledgement; the puts are retried", "devices", unacked, "timeout", kvAckTimeout)
+		}
+	}()
 	for dev := range dirty {
 		val, ok := intent.Value(dev)
 		prev, had := w.written[dev]
