@@ -21,8 +21,12 @@ var (
 	chaosSeed     = flag.Uint64("chaos.seed", 0, "TestChaos's fault schedule seed (0: from the clock; the run prints it)")
 )
 
-// logLeading is what a fleet-operator process logs when it leads.
-const logLeading = "leading: the controllers and runners start"
+// Log records the run waits for: a fleet-operator process leads; a
+// fleet-authcallout process subscribed.
+const (
+	logLeading        = "leading: the controllers and runners start"
+	logCalloutServing = "auth callout serving"
+)
 
 // opProc is a running fleet-operator process.
 type opProc struct {
@@ -43,43 +47,53 @@ func (p *opProc) kill() {
 	<-p.done
 }
 
-// buildOperator builds cmd/fleet-operator into the test's folder.
-func buildOperator(t *testing.T) string {
+// buildBinaries builds cmd/fleet-operator and cmd/fleet-authcallout into
+// the test's folder and returns that folder.
+func buildBinaries(t *testing.T) string {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin := filepath.Join(t.TempDir(), "fleet-operator")
-	cmd := exec.Command("go", "build", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp", "-o", bin, "./cmd/fleet-operator")
+	dir := t.TempDir()
+	cmd := exec.Command("go", "build", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp", "-o", dir+"/",
+		"./cmd/fleet-operator", "./cmd/fleet-authcallout")
 	cmd.Dir, cmd.Env = root, append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build fleet-operator: %v\n%s", err, out)
+		t.Fatalf("go build fleet-operator fleet-authcallout: %v\n%s", err, out)
 	}
-	return bin
+	return dir
+}
+
+// startProc runs bin with args and env added to this process's; it is
+// killed when the test ends, and its last log lines shown if it failed.
+func startProc(t *testing.T, name, bin string, args, env []string) *opProc {
+	t.Helper()
+	p := &opProc{logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(bin, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("%s logs (last lines):\n%s", name, tail(p.logs.String(), 30))
+		}
+	})
+	return p
 }
 
 // startOperator runs a fleet-operator replica with leader election; its
 // NATS URL (with the admin user's password) is in its environment only.
-func (w *world) startOperator(bin string) *opProc {
+func (w *world) startOperator(bins string) *opProc {
 	w.t.Helper()
-	p := &opProc{logs: &testenv.SyncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--kubeconfig", w.kube.KubeconfigPath(), "--log-format", "text", "--replicas", "3",
-		"--status-interval", "200ms", "--leader-election-namespace", w.ns, "--leader-election-lease-duration", "6s",
-		"--leader-election-renew-deadline", "4s", "--leader-election-retry-period", "1s")
-	p.cmd.Env = append(os.Environ(), "NATS_URL="+w.adminURL())
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		w.t.Fatal(err)
-	}
-	go func() { _ = p.cmd.Wait(); close(p.done) }()
-	w.t.Cleanup(func() {
-		p.kill()
-		if w.t.Failed() {
-			w.t.Logf("operator process logs (last lines):\n%s", tail(p.logs.String(), 30))
-		}
-	})
-	return p
+	return startProc(w.t, "operator", filepath.Join(bins, "fleet-operator"), []string{"--kubeconfig", w.kube.KubeconfigPath(),
+		"--log-format", "text", "--replicas", "3", "--status-interval", "200ms", "--leader-election-namespace", w.ns,
+		"--leader-election-lease-duration", "6s", "--leader-election-renew-deadline", "4s", "--leader-election-retry-period", "1s"},
+		[]string{"NATS_URL=" + w.adminURL()})
 }
 
 // outcome is what one fault did, for the figures.
@@ -90,7 +104,10 @@ type outcome struct {
 	// when another replica was seen leading (zero: not seen).
 	leaderBefore bool
 	takeover     time.Time
-	note         string
+	// ledOn are the streams (ledger, FLEET_ROLLOUT) the killed server led.
+	ledOn []string
+	// serving is when a restarted callout process was seen subscribed.
+	serving time.Time
 }
 
 // TestChaos is the bounded chaos run (`task chaos` runs it for 5 minutes;
@@ -111,9 +128,9 @@ func TestChaos(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *chaosDuration+15*time.Minute)
 	defer cancel()
-	bin := buildOperator(t)
-	w := startWorld(t, ctx, worldOptions{servers: 3, devices: 12, perProcess: 3, calloutReplicas: 1})
-	ops := []*opProc{w.startOperator(bin), w.startOperator(bin)}
+	bins := buildBinaries(t)
+	w := startWorld(t, ctx, worldOptions{servers: 3, devices: 12, perProcess: 3, calloutProcs: 2, bins: bins})
+	ops := []*opProc{w.startOperator(bins), w.startOperator(bins)}
 	leader := func() int {
 		for i, p := range ops {
 			if p.said(logLeading) {
@@ -126,8 +143,9 @@ func TestChaos(t *testing.T) {
 	w.startLedger()
 
 	faults, err := chaos.NewSchedule(chaos.ScheduleOptions{Seed: seed, Duration: *chaosDuration,
-		Targets: map[chaos.Kind]int{chaos.KindNATS: 3, chaos.KindOperator: len(ops), chaos.KindAgent: len(w.agents)},
-		MinGap:  2 * time.Second, MaxGap: 6 * time.Second, MinDown: time.Second, MaxDown: 5 * time.Second})
+		Targets: map[chaos.Kind]int{chaos.KindNATS: 3, chaos.KindOperator: len(ops), chaos.KindCallout: len(w.callouts),
+			chaos.KindAgent: len(w.agents)},
+		MinGap: 2 * time.Second, MaxGap: 6 * time.Second, MinDown: time.Second, MaxDown: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +174,11 @@ func TestChaos(t *testing.T) {
 			w.deploy(gen)
 			nextChange = now.Add(changeEvery)
 		}
+		for _, o := range outs { // a callout back, seen within a tick
+			if o.f.Kind == chaos.KindCallout && !o.restored.IsZero() && o.serving.IsZero() && w.callouts[o.f.Target].said(logCalloutServing) {
+				o.serving = now
+			}
+		}
 		for _, o := range outs { // an operator takeover, seen within a tick
 			if o.leaderBefore && o.takeover.IsZero() {
 				for i, p := range ops {
@@ -166,7 +189,7 @@ func TestChaos(t *testing.T) {
 			}
 		}
 		if cur != nil && now.Sub(cur.killed) >= cur.f.Down {
-			w.restore(cur, ops, bin)
+			w.restore(cur, ops, bins)
 			cur = nil
 		}
 		if cur == nil && next < len(faults) && now.Sub(start) >= faults[next].At {
@@ -207,8 +230,10 @@ func (w *world) inject(o *outcome, ops []*opProc, leader func() int) {
 	o.killed = time.Now()
 	switch o.f.Kind {
 	case chaos.KindNATS:
-		if info, err := w.streamInfo(events.StreamRollout); err == nil && info.Cluster != nil && info.Cluster.Leader == w.cluster.Name(o.f.Target) {
-			o.note = "led " + events.StreamRollout
+		for _, st := range []string{ledgerStream, events.StreamRollout} {
+			if info, err := w.streamInfo(st); err == nil && info.Cluster != nil && info.Cluster.Leader == w.cluster.Name(o.f.Target) {
+				o.ledOn = append(o.ledOn, st)
+			}
 		}
 		if err := w.cluster.Kill(o.f.Target); err != nil {
 			w.t.Fatal(err)
@@ -216,6 +241,8 @@ func (w *world) inject(o *outcome, ops []*opProc, leader func() int) {
 	case chaos.KindOperator:
 		o.leaderBefore = leader() == o.f.Target
 		ops[o.f.Target].kill()
+	case chaos.KindCallout:
+		w.callouts[o.f.Target].kill()
 	case chaos.KindAgent:
 		w.agents[o.f.Target].kill()
 	default:
@@ -224,7 +251,7 @@ func (w *world) inject(o *outcome, ops []*opProc, leader func() int) {
 }
 
 // restore starts o's process again.
-func (w *world) restore(o *outcome, ops []*opProc, bin string) {
+func (w *world) restore(o *outcome, ops []*opProc, bins string) {
 	w.t.Helper()
 	o.restored = time.Now()
 	switch o.f.Kind {
@@ -233,7 +260,9 @@ func (w *world) restore(o *outcome, ops []*opProc, bin string) {
 			w.t.Fatal(err)
 		}
 	case chaos.KindOperator:
-		ops[o.f.Target] = w.startOperator(bin)
+		ops[o.f.Target] = w.startOperator(bins)
+	case chaos.KindCallout:
+		w.callouts[o.f.Target] = w.startCallout()
 	case chaos.KindAgent:
 		w.agents[o.f.Target] = startAgents(w.t, w.cluster.URL(), w.keys, w.agents[o.f.Target].devices, w.events)
 	}
@@ -243,14 +272,14 @@ func (w *world) restore(o *outcome, ops []*opProc, bin string) {
 func (w *world) recovery(o *outcome) string {
 	switch o.f.Kind {
 	case chaos.KindNATS:
-		s := "ledger "
-		if at, ok := w.ledger.FirstAckAfter(o.killed); ok {
-			s += "acknowledged again after " + at.Sub(o.killed).Round(time.Millisecond).String()
-		} else {
-			s += "never acknowledged again"
+		s := "led " + strings.Join(o.ledOn, " and ")
+		if len(o.ledOn) == 0 {
+			s = "led neither the ledger nor " + events.StreamRollout
 		}
-		if o.note != "" {
-			s += " (the server " + o.note + ")"
+		if at, ok := w.ledger.FirstAckAfter(o.killed); ok {
+			s += "; ledger acknowledged again after " + at.Sub(o.killed).Round(time.Millisecond).String()
+		} else {
+			s += "; ledger never acknowledged again"
 		}
 		return s
 	case chaos.KindOperator:
@@ -261,6 +290,12 @@ func (w *world) recovery(o *outcome) string {
 			return "the leader: no takeover seen before the replica was back"
 		}
 		return "the leader: the other replica led after " + o.takeover.Sub(o.killed).Round(100*time.Millisecond).String()
+	case chaos.KindCallout:
+		if o.serving.IsZero() {
+			return "the other replica answered meanwhile; the restarted one was not seen serving before the run ended"
+		}
+		return "the other replica answered meanwhile; the restarted one served " + o.serving.Sub(o.restored).Round(100*time.Millisecond).String() +
+			" after its start (seen within 0.1 s)"
 	case chaos.KindAgent:
 		devs := w.agents[o.f.Target].devices
 		mine := map[string]bool{}

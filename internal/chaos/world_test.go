@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/chaos"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/natscluster"
@@ -57,6 +59,10 @@ type worldOptions struct {
 	perProcess int // devices per agent process
 	// calloutReplicas are the plane's in-process callout replicas.
 	calloutReplicas int
+	// calloutProcs, when positive, runs the callout as that many
+	// fleet-authcallout processes (from bins) instead of in the plane.
+	calloutProcs int
+	bins         string
 	// inProcessOperator runs operator.Run in the test process on the
 	// plane's connection (through the callout); otherwise the test starts
 	// fleet-operator processes itself.
@@ -76,22 +82,25 @@ type world struct {
 	kv      jetstream.KeyValue
 	// admin is a static-user connection for the test's own reads and the
 	// ledger; adminJS is JetStream on it.
-	admin      *nats.Conn
-	adminJS    jetstream.JetStream
-	adminPass  string
-	kube       *kubeapi.Server
-	c          client.Client
-	ns         string
-	devices    []string
-	keys       string
-	agents     []*agentProc
-	events     chan connEvent
-	connMu     sync.Mutex // guards conns
-	conns      []connEvent
-	ledger     *chaos.Ledger
-	stopLedger func()
-	ledgerDone chan error
-	logs       *testenv.SyncBuffer
+	admin     *nats.Conn
+	adminJS   jetstream.JetStream
+	adminPass string
+	kube      *kubeapi.Server
+	c         client.Client
+	ns        string
+	devices   []string
+	keys      string
+	agents    []*agentProc
+	callouts  []*opProc
+	// calloutArgs start a fleet-authcallout process.
+	calloutArgs []string
+	events      chan connEvent
+	connMu      sync.Mutex // guards conns
+	conns       []connEvent
+	ledger      *chaos.Ledger
+	stopLedger  func()
+	ledgerDone  chan error
+	logs        *testenv.SyncBuffer
 }
 
 // startWorld starts everything; the test's cleanup stops it.
@@ -127,8 +136,27 @@ func startWorld(t *testing.T, ctx context.Context, o worldOptions) *world {
 		}
 		w.cluster.Close()
 	})
-	if w.plane, err = controlplane.Start(ctx, controlplane.Options{Servers: w.cluster.ClientURLs(), Secrets: secrets, StaticUser: static,
-		Replicas: o.calloutReplicas, Logger: logger, Provision: events.ProvisionOptions{Replicas: min(3, o.servers)}}); err != nil {
+	po := controlplane.Options{Servers: w.cluster.ClientURLs(), Secrets: secrets, StaticUser: static,
+		Replicas: o.calloutReplicas, Logger: logger, Provision: events.ProvisionOptions{Replicas: min(3, o.servers)}}
+	if o.calloutProcs > 0 {
+		// The provider's address is known before it serves, so that the
+		// callout processes start first and answer the plane's own
+		// connects.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		po.ProviderListener, po.ProviderIssuer = ln, "http://"+ln.Addr().String()
+		po.ExternalCallout, po.Replicas = true, 0
+		w.calloutArgs = calloutArgs(t, secrets, w.cluster.URL(), po.ProviderIssuer)
+		for range o.calloutProcs {
+			w.callouts = append(w.callouts, w.startCallout())
+		}
+		for _, p := range w.callouts {
+			w.waitFor("a callout process to serve", time.Minute, func() bool { return p.said(logCalloutServing) })
+		}
+	}
+	if w.plane, err = controlplane.Start(ctx, po); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -202,6 +230,39 @@ func startWorld(t *testing.T, ctx context.Context, o worldOptions) *world {
 	}
 	w.waitFor("every device to connect", 2*time.Minute, func() bool { return len(w.connectedDevices()) == len(w.devices) })
 	return w
+}
+
+// calloutArgs writes the callout's secrets to files (mode 0600) and
+// returns a fleet-authcallout command line naming them.
+func calloutArgs(t *testing.T, s *controlplane.Secrets, natsURL, issuer string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	file := func(name, v string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(v), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	issuerSeed, err := s.Issuer.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	xkeySeed, err := s.XKey.Seed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--nats-url", natsURL, "--callout-user", "fleet-authcallout", "--callout-password-file", file("callout", s.CalloutPassword),
+		"--reader-user", "fleet-identity-reader", "--reader-password-file", file("reader", s.ReaderPassword),
+		"--system-user", "fleet-authcallout-sys", "--system-password-file", file("sys", s.SysPassword),
+		"--issuer-seed-file", file("issuer", string(issuerSeed)), "--xkey-seed-file", file("xkey", string(xkeySeed)),
+		"--oidc-issuer", issuer, "--audience", devop.DefaultAudience, "--log-format", "text"}
+}
+
+// startCallout starts a fleet-authcallout process.
+func (w *world) startCallout() *opProc {
+	w.t.Helper()
+	return startProc(w.t, "callout", filepath.Join(w.o.bins, "fleet-authcallout"), w.calloutArgs, nil)
 }
 
 // record collects the agents' connection events.

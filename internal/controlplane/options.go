@@ -84,6 +84,12 @@ type Options struct {
 	// Replicas is the number of callout replicas (one queue group), each
 	// with its own connections; they share one Verifier. Default 1.
 	Replicas int
+	// ExternalCallout, with Servers, runs no callout replica in the plane:
+	// the callout runs elsewhere (fleet-authcallout processes the chaos run
+	// kills), started before Start with the provider's issuer
+	// (ProviderListener, ProviderIssuer) and Secrets, and Start's own
+	// connections (the operator's) are answered by it.
+	ExternalCallout bool
 	// CalloutMetrics, when set, records what the callout replicas and
 	// their Verifier do (fleet_authcallout_*).
 	CalloutMetrics *authcallout.Metrics
@@ -106,6 +112,9 @@ func (o Options) Validate() error {
 	}
 	if len(o.Servers) > 0 && (o.Secrets == nil || o.Plain || o.Config != "") {
 		errs = append(errs, errors.New("controlplane: Servers needs Secrets (the servers run Secrets.ServerConfig) and neither Plain nor Config"))
+	}
+	if o.ExternalCallout && (len(o.Servers) == 0 || o.Replicas != 0) {
+		errs = append(errs, errors.New("controlplane: ExternalCallout needs Servers and no Replicas: the callout runs elsewhere"))
 	}
 	if o.Replicas < 0 {
 		errs = append(errs, fmt.Errorf("controlplane: Replicas %d is negative", o.Replicas))

@@ -67,7 +67,9 @@ func Start(ctx context.Context, o Options) (*Plane, error) {
 		}
 		return nil, err
 	}
-	o.Replicas = max(o.Replicas, 1)
+	if !o.ExternalCallout {
+		o.Replicas = max(o.Replicas, 1)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
