@@ -235,6 +235,7 @@ func (w *world) inject(o *outcome, ops []*opProc, leader func() int) {
 				o.ledOn = append(o.ledOn, st)
 			}
 		}
+		o.killed = time.Now()
 		if err := w.cluster.Kill(o.f.Target); err != nil {
 			w.t.Fatal(err)
 		}

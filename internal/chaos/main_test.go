@@ -33,6 +33,9 @@ const (
 	envKeys   = "FLEET_CHAOS_KEYS"   // folder of the key files
 )
 
+// rereportInterval is the agents' re-report interval here.
+const rereportInterval = 15 * time.Second
+
 // maxGenerations bounds the generations a test rolls out: every device
 // has their images locally.
 const maxGenerations = 200
@@ -104,8 +107,12 @@ func runAgents(devices []string, url, keys string) error {
 		wg.Go(func() {
 			defer dc.Close()
 			dlog := log.With("device", dev)
+			// A short re-report: a report lost while the reports stream
+			// elects a leader is re-sent within it (the product's is 5
+			// minutes).
 			err := agent.Run(ctx, agent.Options{Device: dev, Conn: dc.Conn, Labels: map[string]string{"role": "chaos"}, AgentVersion: "chaos",
-				Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: images}), Log: dlog}, Logger: dlog})
+				RereportInterval: rereportInterval,
+				Reconciler:       &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: images}), Log: dlog}, Logger: dlog})
 			if err != nil && ctx.Err() == nil {
 				errs <- fmt.Errorf("%s: %w", dev, err)
 				cancel()
