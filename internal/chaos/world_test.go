@@ -531,9 +531,34 @@ func (w *world) waitSucceeded(gen int64, timeout time.Duration) time.Time {
 				_ = f.Close()
 			}
 		}
-		w.t.Fatalf("%v waiting for generation %d to succeed on %d devices; status: %s", err, gen, len(w.devices), w.statusLine())
+		w.t.Fatalf("%v waiting for generation %d to succeed on %d devices; status: %s; stored reports: %s", err, gen, len(w.devices),
+			w.statusLine(), w.reportsOf(gen))
 	}
 	return time.Now()
+}
+
+// reportsOf says which devices have a Converged report of generation gen
+// in the reports stream (a failure's diagnosis: lost reports, or a runner
+// that did not read them).
+func (w *world) reportsOf(gen int64) string {
+	ctx, cancel := context.WithTimeout(w.ctx, 30*time.Second)
+	defer cancel()
+	converged := map[string]bool{}
+	n := 0
+	for r, err := range w.st.Replay(ctx, "fleet.report.*.workload", events.FromStart()) {
+		if err != nil {
+			return fmt.Sprintf("unreadable (%v)", err)
+		}
+		d, err := events.Decode[events.WorkloadStatus](r.Event)
+		if err != nil || d.Namespace != w.ns || d.Generation != gen {
+			continue
+		}
+		n++
+		if d.Phase == events.WorkloadConverged {
+			converged[r.Event.Keys.Device] = true
+		}
+	}
+	return fmt.Sprintf("%d reports of generation %d, %d of %d devices Converged", n, gen, len(converged), len(w.devices))
 }
 
 // transitionsOnce checks that every rollout transition of the Deployment
