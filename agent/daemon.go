@@ -44,7 +44,13 @@ type Options struct {
 	// ResyncInterval re-reads the intent and reconciles even without a
 	// change notification (repairs drift). Default 5 minutes.
 	ResyncInterval time.Duration
-	Logger         *slog.Logger
+	// RereportInterval re-sends the last report of every Deployment, as
+	// it was: reports are never acknowledged, and one published while a
+	// cluster's reports stream elects a new leader is lost though the
+	// connection never dropped (a rollout would wait for it until the
+	// operator's target timeout). Default 5 minutes.
+	RereportInterval time.Duration
+	Logger           *slog.Logger
 	// Skips counts the commands the agent skips because they do not decode
 	// (stream FLEET_COMMANDS). Nil-safe.
 	Skips *events.SkipCounter
@@ -180,6 +186,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.HeartbeatInterval == 0 {
 		o.HeartbeatInterval = 30 * time.Second
 	}
+	if o.RereportInterval == 0 {
+		o.RereportInterval = 5 * time.Minute
+	}
 	if o.ResyncInterval == 0 {
 		o.ResyncInterval = 5 * time.Minute
 	}
@@ -270,6 +279,8 @@ func Run(ctx context.Context, o Options) error {
 	defer hb.Stop()
 	resync := time.NewTicker(o.ResyncInterval)
 	defer resync.Stop()
+	rereport := time.NewTicker(o.RereportInterval)
+	defer rereport.Stop()
 
 	// Passes run beside this loop, one at a time, so that heartbeats,
 	// commands and notifications keep flowing while one waits for a pull,
@@ -306,6 +317,8 @@ func Run(ctx context.Context, o Options) error {
 			return nil
 		case <-hb.C:
 			d.heartbeat(ctx)
+		case <-rereport.C:
+			d.rereport(ctx)
 		case <-resync.C:
 			poke()
 		case _, ok := <-connected:

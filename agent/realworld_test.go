@@ -230,3 +230,22 @@ func TestTheAgentDoesNotWatchTheSecretSource(t *testing.T) {
 		}
 	})
 }
+
+// TestTheLastReportIsSentAgainEveryRereportInterval: reports are never
+// acknowledged, so one lost while a cluster's reports stream elects a new
+// leader (no reconnect) would never be sent again; the agent re-sends the
+// last report of every Deployment, unchanged, every RereportInterval.
+func TestTheLastReportIsSentAgainEveryRereportInterval(t *testing.T) {
+	e := startAgent(t, func(o *agent.Options) { o.RereportInterval = 50 * time.Millisecond })
+	e.put(entry(t, 1, baseScore()))
+	e.waitStatus(1, events.WorkloadConverged)
+	before := e.count("fleet.report.d1.workload")
+	testenv.Eventually(t, "the converged report to be sent again three times", 20*time.Second, func() bool {
+		return e.count("fleet.report.d1.workload") >= before+3
+	})
+	st := e.statuses()
+	last, prev := st[len(st)-1], st[len(st)-2]
+	if last.Phase != events.WorkloadConverged || last.Generation != 1 || !last.Since.Equal(prev.Since) {
+		t.Errorf("re-sent report %+v after %+v: want the last report unchanged (Converged, generation 1, same since)", last, prev)
+	}
+}

@@ -121,9 +121,12 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 		}
 	}
 	// Device reports are stored before they are flushed (async persist
-	// mode): agents re-report their current state on every reconnect, so a
-	// power loss costs at most the last moments of report history, never a
-	// decision. Intent, rollout and commands are fsynced before the ack when
+	// mode) on one server: agents re-report their current state on every
+	// reconnect, so a power loss costs at most the last moments of report
+	// history, never a decision. JetStream refuses async persist on a
+	// replicated stream (err_code 10052): with Replicas > 1 they use the
+	// default mode, and replication is what protects them (ADR 0002,
+	// "Addendum: R3"). Intent, rollout and commands are fsynced before the ack when
 	// the server syncs always (ADR 0002). The two streams devices write
 	// never acknowledge (NoAck): reports arrive from the device account
 	// through a stream import with whatever reply subject the device chose,
@@ -131,7 +134,9 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	// account (ADR 0006). Agents publish reports without expecting one.
 	reports := history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
 		[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}, o.ReportsMaxAge, jetstream.DiscardOld)
-	reports.PersistMode = jetstream.AsyncPersistMode
+	if o.Replicas == 1 {
+		reports.PersistMode = jetstream.AsyncPersistMode
+	}
 	reports.MaxMsgsPerSubject = o.ReportsPerSubject
 	reports.NoAck = true
 	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
@@ -139,7 +144,9 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject
 	telemetry.MaxBytes = -1
 	telemetry.DenyDelete, telemetry.DenyPurge = false, false
-	telemetry.PersistMode = jetstream.AsyncPersistMode
+	if o.Replicas == 1 {
+		telemetry.PersistMode = jetstream.AsyncPersistMode
+	}
 	telemetry.NoAck = true
 	return []jetstream.StreamConfig{
 		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",

@@ -114,10 +114,11 @@ type kvSlot struct {
 var errNoAck = errors.New("no acknowledgement")
 
 // kvWindow is how many fleet-intent puts flush keeps in flight;
-// kvAckTimeout how long it waits for one acknowledgement.
+// kvAckTimeout how long it waits for the next acknowledgement before it
+// stops waiting for the puts in flight (retried on the runner's next tick).
 const (
 	kvWindow     = 256
-	kvAckTimeout = 30 * time.Second
+	kvAckTimeout = 10 * time.Second
 )
 
 // kvConflict reports whether a conditional write lost against another
@@ -311,16 +312,44 @@ func (w *intentWriter) write(ctx context.Context, intent intentValues, round, di
 			conflicted[dev] = true
 		}
 	}
+	// A write published while the bucket's stream has no leader (a cluster
+	// electing one) is never answered: once no acknowledgement came for
+	// kvAckTimeout, the flush stops waiting and takes only the answers
+	// already there, so that it blocks the runner kvAckTimeout at most,
+	// not kvAckTimeout per write. The writes not acknowledged stay dirty;
+	// each may have landed, so the writer forgets the key's revision (the
+	// next write conflicts and re-reads if it did).
+	stalled, unacked := false, 0
+	unanswered := func(p pending) {
+		unacked++
+		w.metrics.intentWrite(p.op, errNoAck)
+		delete(w.written, p.dev)
+	}
+	defer func() {
+		if unacked > 0 {
+			w.log.ErrorContext(ctx, "write fleet-intent: no acknowledgement; the writes are retried", "devices", unacked, "timeout", kvAckTimeout)
+		}
+	}()
 	settle := func(p pending) {
+		if stalled {
+			select {
+			case ack := <-p.fut.Ok():
+				done(p.op, p.dev, kvSlot{val: p.val, rev: ack.Sequence}, nil)
+			case err := <-p.fut.Err():
+				done(p.op, p.dev, kvSlot{}, err)
+			default:
+				unanswered(p)
+			}
+			return
+		}
 		select {
 		case ack := <-p.fut.Ok():
 			done(p.op, p.dev, kvSlot{val: p.val, rev: ack.Sequence}, nil)
 		case err := <-p.fut.Err():
 			done(p.op, p.dev, kvSlot{}, err)
 		case <-time.After(kvAckTimeout):
-			w.log.ErrorContext(ctx, p.op+" fleet-intent: no acknowledgement", "device", p.dev, "timeout", kvAckTimeout)
-			w.metrics.intentWrite(p.op, errNoAck)
-			delete(w.written, p.dev) // the write may have landed: the next one conflicts and re-reads
+			stalled = true
+			unanswered(p)
 		case <-ctx.Done():
 		}
 	}

@@ -126,6 +126,11 @@ type runner struct {
 	// pending are the removals (Removals) not yet appended to every
 	// rollout they concern.
 	pending map[TargetRemoval]bool
+	// undecided are the Deployments whose last decision failed to append
+	// for another reason than a conflict (no answer from the stream while
+	// a cluster elects a new leader, a lost connection): decided again on
+	// the next tick, as no event may come to trigger it.
+	undecided map[depKey]bool
 }
 
 // Run runs until ctx ends.
@@ -148,7 +153,7 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 	if js, ok := r.Store.(interface{ JetStream() jetstream.JetStream }); ok && r.JS == nil {
 		r.JS = js.JetStream()
 	}
-	run := &runner{RolloutRunner: r, s: newRunnerState(), pending: map[TargetRemoval]bool{},
+	run := &runner{RolloutRunner: r, s: newRunnerState(), pending: map[TargetRemoval]bool{}, undecided: map[depKey]bool{},
 		intent: &intentWriter{kv: r.KV, js: r.JS, log: r.Log, metrics: r.Metrics, written: map[string]kvSlot{}},
 		ckpt:   checkpoints{store: r.Checkpoints, log: r.Log, metrics: r.Metrics}}
 	r.Metrics.setLive(false)
@@ -197,11 +202,8 @@ func (r *runner) run(ctx context.Context) error {
 			return nil
 		case <-tick.C:
 			if s.live {
+				r.retry(ctx) // also the fleet-intent writes that failed or conflicted
 				r.removeTargets(ctx, time.Now())
-				if len(s.dirtyKV) > 0 {
-					// Writes that failed or conflicted since the last record.
-					r.intent.flush(ctx, s.intent, s.dirtyKV)
-				}
 				writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
 			}
 		case u := <-kvWrites:
@@ -241,6 +243,24 @@ func (r *runner) run(ctx context.Context) error {
 				}
 			}
 		}
+	}
+}
+
+// retry decides again the Deployments whose last append failed and
+// writes the fleet-intent values whose puts failed: nothing else triggers
+// them when no new event comes (the failure was the stream's, not a
+// conflict). An append whose answer was lost but that was stored is not
+// appended twice: the retry expects the subject's last sequence and gets
+// a conflict, and the stored event is folded when it is read.
+func (r *runner) retry(ctx context.Context) {
+	for _, k := range r.s.sortedKeys() {
+		if r.undecided[k] {
+			delete(r.undecided, k)
+			r.decide(ctx, k)
+		}
+	}
+	if len(r.s.dirtyKV) > 0 {
+		r.intent.flush(ctx, r.s.intent, r.s.dirtyKV)
 	}
 }
 
@@ -476,7 +496,8 @@ func (r *runner) decide(ctx context.Context, k depKey) {
 			return
 		}
 		if err != nil {
-			r.Log.ErrorContext(ctx, "append rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(), "error", err)
+			r.Log.ErrorContext(ctx, "append rollout transition; retried on the next tick", "deployment", k.ns+"/"+k.name, "type", tr.EventType(), "error", err)
+			r.undecided[k] = true
 			return
 		}
 		s.appended(k, pos.Sequence, ev)

@@ -1,6 +1,8 @@
 package controlplane
 
 import (
+	"strings"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -11,10 +13,16 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
-// URL is the server's client URL.
-func (p *Plane) URL() string { return p.server.ClientURL() }
+// URL is the server's client URL; with Options.Servers, those URLs
+// comma-separated (as nats.Connect takes them).
+func (p *Plane) URL() string {
+	if p.server == nil {
+		return strings.Join(p.o.Servers, ",")
+	}
+	return p.server.ClientURL()
+}
 
-// Server is the embedded server.
+// Server is the embedded server (nil with Options.Servers).
 func (p *Plane) Server() *natsembed.Server { return p.server }
 
 // Config is the server configuration text the plane runs.

@@ -28,6 +28,13 @@ type Options struct {
 	ServerName string
 	// Sync is the server's fsync policy. Zero: natsembed.DefaultSync.
 	Sync natsembed.SyncPolicy
+	// Servers, when set, are the client URLs of servers started elsewhere
+	// (a cluster: internal/natscluster) with the configuration of
+	// Secrets.ServerConfig: the plane starts no server (Server is nil,
+	// StoreDir, Host, Port, ServerName and Sync are unused) and its parts
+	// connect with every URL, so that they reconnect to a survivor when
+	// one server goes. Secrets is then required.
+	Servers []string
 
 	// Logger receives the parts' logs, each with a "component" attribute
 	// (nats, oidc, authcallout); the event store logs to it as it is.
@@ -77,6 +84,12 @@ type Options struct {
 	// Replicas is the number of callout replicas (one queue group), each
 	// with its own connections; they share one Verifier. Default 1.
 	Replicas int
+	// ExternalCallout, with Servers, runs no callout replica in the plane:
+	// the callout runs elsewhere (fleet-authcallout processes the chaos run
+	// kills), started before Start with the provider's issuer
+	// (ProviderListener, ProviderIssuer) and Secrets, and Start's own
+	// connections (the operator's) are answered by it.
+	ExternalCallout bool
 	// CalloutMetrics, when set, records what the callout replicas and
 	// their Verifier do (fleet_authcallout_*).
 	CalloutMetrics *authcallout.Metrics
@@ -88,7 +101,7 @@ type Options struct {
 // Validate checks the options.
 func (o Options) Validate() error {
 	var errs []error
-	if o.StoreDir == "" {
+	if o.StoreDir == "" && len(o.Servers) == 0 {
 		errs = append(errs, errors.New("controlplane: StoreDir is empty: give the JetStream folder"))
 	}
 	if o.Port < -1 || o.Port > 65535 {
@@ -96,6 +109,12 @@ func (o Options) Validate() error {
 	}
 	if o.Config != "" && o.StaticUser != nil {
 		errs = append(errs, errors.New("controlplane: StaticUser goes into the default configuration: with Config, put the user there"))
+	}
+	if len(o.Servers) > 0 && (o.Secrets == nil || o.Plain || o.Config != "") {
+		errs = append(errs, errors.New("controlplane: Servers needs Secrets (the servers run Secrets.ServerConfig) and neither Plain nor Config"))
+	}
+	if o.ExternalCallout && (len(o.Servers) == 0 || o.Replicas != 0) {
+		errs = append(errs, errors.New("controlplane: ExternalCallout needs Servers and no Replicas: the callout runs elsewhere"))
 	}
 	if o.Replicas < 0 {
 		errs = append(errs, fmt.Errorf("controlplane: Replicas %d is negative", o.Replicas))

@@ -67,7 +67,9 @@ func Start(ctx context.Context, o Options) (*Plane, error) {
 		}
 		return nil, err
 	}
-	o.Replicas = max(o.Replicas, 1)
+	if !o.ExternalCallout {
+		o.Replicas = max(o.Replicas, 1)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -123,6 +125,11 @@ func (p *Plane) startServer() error {
 			SysPassword: p.secrets.SysPassword, Issuer: p.secrets.Issuer}
 	}
 	p.conf = p.o.Config
+	if len(p.o.Servers) > 0 {
+		var err error
+		p.conf, err = serverConfig(p.secrets, p.o.StaticUser)
+		return err
+	}
 	if p.conf == "" {
 		var err error
 		if p.conf, err = serverConfig(p.secrets, p.o.StaticUser); err != nil {

@@ -141,6 +141,21 @@ func TestOptionsErrorsNameTheField(t *testing.T) {
 			t.Errorf("Validate() = %v, want it to name %s", err, want)
 		}
 	}
+	tests := []struct {
+		name string
+		o    controlplane.Options
+		want string
+	}{
+		{"servers without the secrets they run", controlplane.Options{Servers: []string{"nats://127.0.0.1:4222"}}, "Servers needs Secrets"},
+		{"an external callout without servers", controlplane.Options{StoreDir: "x", ExternalCallout: true}, "ExternalCallout needs Servers"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.o.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Validate() = %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
 	if s := (controlplane.Secrets{CalloutPassword: "hunter2"}).String(); strings.Contains(s, "hunter2") {
 		t.Errorf("Secrets.String() = %q shows a password", s)
 	}

@@ -92,6 +92,14 @@ func (s *Secrets) vars() (authcallout.ConfigVars, error) {
 	return v, nil
 }
 
+// ServerConfig is the configuration a plane's server runs (serverConfig):
+// what servers started elsewhere for Options.Servers must run, static
+// being Options.StaticUser. It holds the passwords: write it to files only
+// the server reads.
+func (s *Secrets) ServerConfig(static *authcallout.StaticUser) (string, error) {
+	return serverConfig(s, static)
+}
+
 // serverConfig is the configuration a plane runs by default: definitions
 // of the documented variables from s (nats-server resolves them before the
 // environment), authcallout.ServerConfig, and static when not nil.

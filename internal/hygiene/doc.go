@@ -2,7 +2,8 @@
 // comment; the import rules of docs/architecture.md hold for the linked
 // dependencies of each package and binary; and only the packages named
 // there link the test harnesses (internal/testenv/..., internal/natstest,
-// internal/callouttest, internal/poisontest, agent/runtime/runtimetest),
+// internal/natscluster, internal/callouttest, internal/poisontest,
+// agent/runtime/runtimetest),
 // fleet dev (internal/devenv) and the one-machine control plane's parts
 // (internal/controlplane, internal/natsembed, identity/devop,
 // internal/baostandin, enroll), so no production binary links them. It has
