@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	goruntime "runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,13 +45,20 @@ type Options struct {
 	// ResyncInterval re-reads the intent and reconciles even without a
 	// change notification (repairs drift). Default 5 minutes.
 	ResyncInterval time.Duration
-	// RereportInterval re-sends the last report of every Deployment, as
-	// it was: reports are never acknowledged, and one published while a
+	// RereportInterval is how often the agent publishes again, byte for
+	// byte (same event id, so the same Nats-Msg-Id), every workload, task
+	// and command report it published less than EchoWindow ago. Reports
+	// are never acknowledged (ADR 0006), and one published while a
 	// cluster's reports stream elects a new leader is lost though the
-	// connection never dropped (a rollout would wait for it until the
-	// operator's target timeout). Default 5 minutes.
+	// connection never dropped; the stream stores an echo only when the
+	// original was lost (deduplication within its duplicate window), so
+	// history does not grow. Default 30s.
 	RereportInterval time.Duration
-	Logger           *slog.Logger
+	// EchoWindow is how long a report is echoed: shorter than the report
+	// streams' duplicate window (events.DefaultDuplicateWindow, 2 minutes),
+	// or an echo of a stored report could be stored again. Default 90s.
+	EchoWindow time.Duration
+	Logger     *slog.Logger
 	// Skips counts the commands the agent skips because they do not decode
 	// (stream FLEET_COMMANDS). Nil-safe.
 	Skips *events.SkipCounter
@@ -97,7 +105,10 @@ type daemon struct {
 	// offline holds reports made while disconnected, coalesced: one per
 	// key (the last heartbeat, the last inventory, the last status of each
 	// Deployment; command results each), at most MaxOfflineReports.
-	offline     map[string]*nats.Msg
+	offline map[string]*nats.Msg
+	// sent are the workload, task and command reports published less
+	// than EchoWindow ago, oldest first, at most maxEchoes (echo).
+	sent        []sentReport
 	offlineKeys []string // insertion order
 	// notified is the value of the latest change notification not yet seen
 	// by a direct get (nil: none pending); stored is the latest notified
@@ -187,7 +198,10 @@ func Run(ctx context.Context, o Options) error {
 		o.HeartbeatInterval = 30 * time.Second
 	}
 	if o.RereportInterval == 0 {
-		o.RereportInterval = 5 * time.Minute
+		o.RereportInterval = DefaultRereportInterval
+	}
+	if o.EchoWindow == 0 {
+		o.EchoWindow = DefaultEchoWindow
 	}
 	if o.ResyncInterval == 0 {
 		o.ResyncInterval = 5 * time.Minute
@@ -318,7 +332,7 @@ func Run(ctx context.Context, o Options) error {
 		case <-hb.C:
 			d.heartbeat(ctx)
 		case <-rereport.C:
-			d.rereport(ctx)
+			d.echo(ctx, time.Now())
 		case <-resync.C:
 			poke()
 		case _, ok := <-connected:
@@ -732,6 +746,63 @@ func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data,
 	}
 	if err := d.o.Conn.PublishMsg(m); err != nil {
 		d.log.WarnContext(ctx, "report not sent", "type", ev.Type, "error", err)
+		return
+	}
+	switch data.(type) {
+	case events.WorkloadStatus, events.TaskStatus, events.CommandResult:
+		d.remember(m, time.Now())
+	}
+}
+
+// Defaults of Options.RereportInterval and Options.EchoWindow.
+const (
+	DefaultRereportInterval = 30 * time.Second
+	DefaultEchoWindow       = 90 * time.Second
+)
+
+// maxEchoes bounds the reports kept for echoing; past it the oldest go.
+const maxEchoes = 1024
+
+// sentReport is a report published at a time, kept to be echoed.
+type sentReport struct {
+	m  *nats.Msg
+	at time.Time
+}
+
+// remember keeps m, published at now, for echo.
+func (d *daemon) remember(m *nats.Msg, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.sent = append(d.sent, sentReport{m: m, at: now})
+	if len(d.sent) > maxEchoes {
+		d.sent = slices.Delete(d.sent, 0, len(d.sent)-maxEchoes)
+	}
+}
+
+// echo publishes again, unchanged, every report published less than
+// EchoWindow before now, and forgets the older ones. The stream drops an
+// echo whose original it stored (same Nats-Msg-Id within its duplicate
+// window) and stores one whose original was lost.
+func (d *daemon) echo(ctx context.Context, now time.Time) {
+	d.mu.Lock()
+	keep := d.sent[:0]
+	for _, r := range d.sent {
+		if now.Sub(r.at) < d.o.EchoWindow {
+			keep = append(keep, r)
+		}
+	}
+	clear(d.sent[len(keep):])
+	d.sent = keep
+	again := slices.Clone(keep)
+	d.mu.Unlock()
+	if len(again) == 0 || !d.o.Conn.IsConnected() {
+		return
+	}
+	for _, r := range again {
+		if err := d.o.Conn.PublishMsg(r.m); err != nil {
+			d.log.WarnContext(ctx, "report echo not sent", "subject", r.m.Subject, "error", err)
+			return
+		}
 	}
 }
 
@@ -775,8 +846,13 @@ func (d *daemon) flushOffline(ctx context.Context) {
 	d.o.Metrics.setBuffered(0)
 	d.mu.Unlock()
 	for _, k := range keys {
-		if err := d.o.Conn.PublishMsg(held[k]); err != nil {
+		m := held[k]
+		if err := d.o.Conn.PublishMsg(m); err != nil {
 			d.log.WarnContext(ctx, "held report not sent", "key", k, "error", err)
+			continue
+		}
+		if strings.HasSuffix(m.Subject, ".workload") || strings.HasSuffix(m.Subject, ".task") || strings.HasSuffix(m.Subject, ".command") {
+			d.remember(m, time.Now())
 		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
@@ -231,21 +233,46 @@ func TestTheAgentDoesNotWatchTheSecretSource(t *testing.T) {
 	})
 }
 
-// TestTheLastReportIsSentAgainEveryRereportInterval: reports are never
+// TestAReportIsEchoedUnchangedAndStoredOnce: reports are never
 // acknowledged, so one lost while a cluster's reports stream elects a new
-// leader (no reconnect) would never be sent again; the agent re-sends the
-// last report of every Deployment, unchanged, every RereportInterval.
-func TestTheLastReportIsSentAgainEveryRereportInterval(t *testing.T) {
-	e := startAgent(t, func(o *agent.Options) { o.RereportInterval = 50 * time.Millisecond })
+// leader (no reconnect) would never be sent again; the agent publishes
+// each workload report again, byte for byte, every RereportInterval within
+// EchoWindow. The stream stores an echo only when the original was lost
+// (same Nats-Msg-Id within its duplicate window): history does not grow.
+func TestAReportIsEchoedUnchangedAndStoredOnce(t *testing.T) {
+	e := startAgent(t, func(o *agent.Options) { o.RereportInterval = 50 * time.Millisecond; o.EchoWindow = time.Minute })
+	sub, err := e.nc.SubscribeSync("fleet.report.d1.workload")
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.put(entry(t, 1, baseScore()))
 	e.waitStatus(1, events.WorkloadConverged)
-	before := e.count("fleet.report.d1.workload")
-	testenv.Eventually(t, "the converged report to be sent again three times", 20*time.Second, func() bool {
-		return e.count("fleet.report.d1.workload") >= before+3
+	stored := e.count("fleet.report.d1.workload")
+	var converged *nats.Msg
+	seen := 0
+	testenv.Eventually(t, "the converged report echoed three times", 30*time.Second, func() bool {
+		m, err := sub.NextMsg(time.Second)
+		if err != nil {
+			return false
+		}
+		ev, err := events.DecodeStored(m.Subject, m.Data)
+		if err != nil {
+			t.Fatalf("an echo does not decode: %v", err)
+		}
+		if ws, err := events.Decode[events.WorkloadStatus](ev); err != nil || ws.Phase != events.WorkloadConverged {
+			return false
+		}
+		if converged == nil {
+			converged = m
+			return false
+		}
+		if string(m.Data) != string(converged.Data) || m.Header.Get(nats.MsgIdHdr) != converged.Header.Get(nats.MsgIdHdr) {
+			t.Fatalf("an echo differs from the report: %s (id %s) after %s (id %s)", m.Data, m.Header.Get(nats.MsgIdHdr), converged.Data, converged.Header.Get(nats.MsgIdHdr))
+		}
+		seen++
+		return seen >= 3
 	})
-	st := e.statuses()
-	last, prev := st[len(st)-1], st[len(st)-2]
-	if last.Phase != events.WorkloadConverged || last.Generation != 1 || !last.Since.Equal(prev.Since) {
-		t.Errorf("re-sent report %+v after %+v: want the last report unchanged (Converged, generation 1, same since)", last, prev)
+	if got := e.count("fleet.report.d1.workload"); got != stored {
+		t.Errorf("the stream holds %d workload reports after the echoes, %d before: an echo of a stored report must not be stored", got, stored)
 	}
 }
