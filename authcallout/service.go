@@ -282,7 +282,7 @@ func (s *Service) respond(ctx context.Context, data []byte, serverXKey string) (
 		}
 		s.log.Debug("connect authorised", "subject", who.Subject, "device", who.Device, "role", who.Role, "host", req.ClientInformation.Host)
 	}
-	out, err := rc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
+	out, err := rc.EncodeWithSigner(s.sign.key, s.sign.sign)
 	if err != nil {
 		s.log.Error("auth callout response not encoded", "err", err)
 		return nil, reasonInternal
@@ -401,7 +401,7 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	uc.Expires = claims.Expiry.Unix()
 	who.Until = claims.Expiry
 	uc.Permissions = perms
-	out, err := uc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
+	out, err := uc.EncodeWithSigner(s.sign.key, s.sign.sign)
 	if err != nil {
 		return "", who, fmt.Errorf("authcallout: encode user JWT: %w", err)
 	}
