@@ -67,6 +67,7 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 		return nil, err
 	}
 	f := newDeploymentFold(h, namespace, name)
+	f.tl.Entries = make([]Entry, 0, len(recs))
 	for _, rec := range recs {
 		f.add(ctx, rec)
 	}
@@ -115,29 +116,41 @@ type revKey [2]string
 func revKeyOf(uid string, gen int64) revKey { return revKey{uid, fmt.Sprint(gen)} }
 
 // deploymentFold builds a Deployment timeline one record at a time, folding
-// the rollout projection alongside.
+// the rollout projection alongside, in place: a report costs O(1) whatever
+// the number of targets.
 type deploymentFold struct {
 	h               *History
 	namespace, name string
 	tl              *DeploymentTimeline
-	revs            map[revKey]*Revision
+	revs            map[revKey]*revisionResults
 	// pending keeps reports seen before their revision event (streams are
 	// stored independently) until it comes.
 	pending map[revKey][]events.Record
-	ro      projections.Rollout
+	// ro is the rollout projection, folded in place (Rollout.Fold): no
+	// copy of it is kept, so an entry takes what it shows of the state
+	// before its event from ro before folding it.
+	ro projections.Rollout
 	// chunks assembles chunked revisions (intent stream only).
 	chunks events.RevisionAssembler
 }
 
+// revisionResults is a revision and the index of its targets' rows in
+// its Results.
+type revisionResults struct {
+	rv    *Revision
+	index map[string]int
+}
+
 func newDeploymentFold(h *History, namespace, name string) *deploymentFold {
-	return &deploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*Revision{}, pending: map[revKey][]events.Record{},
+	return &deploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*revisionResults{}, pending: map[revKey][]events.Record{},
 		tl: &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}}
 }
 
-// add folds one record into the rollout projection and renders its entry
-// with the renderer of its event family. A renderer returns false to drop
-// the record; a record whose data does not decode is also undone from the
-// projection.
+// add renders one record's entry with the renderer of its event family and
+// folds the record into the rollout projection. A renderer returns false to
+// drop the record: its data does not decode, so the projection ignores it
+// too and it is not folded. A renderer sees the projection before the
+// record; the entry's stage is the one after it.
 func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 	e := entryOf(rec)
 	e.Deployment = f.namespace + "/" + f.name
@@ -160,8 +173,6 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 			return
 		}
 	}
-	before := f.ro
-	f.ro = f.ro.Apply(rec.Event)
 	keep := true
 	switch rec.Event.Type {
 	case events.TypeDeploymentRevisionCreated:
@@ -171,19 +182,16 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 	case events.TypeDeploymentDeleted:
 		renderDeleted(rec, &e)
 	case events.TypeWorkloadStatus:
-		keep = f.workloadStatus(rec, before, &e)
-		if !keep {
-			return // not undone: the projection ignores it too
-		}
+		keep = f.workloadStatus(rec, &e)
 	default:
 		if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
 			keep = f.transition(ctx, rec, &e)
 		}
 	}
 	if !keep {
-		f.ro = before
-		return
+		return // does not decode: the projection ignores it too
 	}
+	f.ro.Fold(rec.Event)
 	if e.Summary == "" {
 		e.Summary = string(rec.Event.Type)
 	}
@@ -202,9 +210,6 @@ func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record,
 	e.Generation, e.RevisionID = d.Generation, d.RevisionID
 	rv := &Revision{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest,
 		Targets: sortedSet(d.Targets), Canaries: sortedSet(d.Canaries), Created: rec.Stored.UTC(), ID: rec.Event.ID.String()}
-	for _, t := range rv.Targets {
-		rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: slices.Contains(rv.Canaries, t)})
-	}
 	e.Summary = fmt.Sprintf("revision %s created (generation %d, uid %s): %d targets %s, %d canaries %s",
 		d.RevisionID, d.Generation, d.UID, len(rv.Targets), list(rv.Targets), len(rv.Canaries), list(rv.Canaries))
 	if chunks > 0 {
@@ -215,11 +220,17 @@ func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record,
 		e.Summary += " (duplicate)"
 		return true
 	}
-	f.revs[k] = rv
+	rr := &revisionResults{rv: rv, index: make(map[string]int, len(rv.Targets))}
+	for i, t := range rv.Targets {
+		_, canary := slices.BinarySearch(rv.Canaries, t)
+		rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: canary})
+		rr.index[t] = i
+	}
+	f.revs[k] = rr
 	f.tl.Revisions = append(f.tl.Revisions, *rv)
 	for _, p := range f.pending[k] {
 		_, pd, _ := workloadKey(p)
-		addResult(rv, p, pd)
+		rr.add(p, pd)
 	}
 	delete(f.pending, k)
 	return true
@@ -242,9 +253,9 @@ func renderDeleted(rec events.Record, e *Entry) {
 }
 
 // workloadStatus renders a device's report, says whether the projection
-// ignored it, and adds it to its revision's results (or keeps it until the
-// revision comes).
-func (f *deploymentFold) workloadStatus(rec events.Record, before projections.Rollout, e *Entry) bool {
+// ignores it (f.ro is the projection before the report), and adds it to its
+// revision's results (or keeps it until the revision comes).
+func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
 	_, d, ok := workloadKey(rec)
 	if !ok {
 		return false
@@ -254,10 +265,10 @@ func (f *deploymentFold) workloadStatus(rec events.Record, before projections.Ro
 	if d.Error != "" {
 		e.Summary += ": " + d.Error
 	}
-	e.Ignored = ignoredReport(before, f.ro, rec.Event.Keys.Device, d)
+	e.Ignored = ignoredReport(f.ro, rec.Event.Keys.Device, d)
 	k := revKeyOf(d.UID, d.Generation)
-	if rv := f.revs[k]; rv != nil {
-		addResult(rv, rec, d)
+	if rr := f.revs[k]; rr != nil {
+		rr.add(rec, d)
 	} else {
 		f.pending[k] = append(f.pending[k], rec)
 	}
@@ -281,7 +292,7 @@ func (f *deploymentFold) transition(ctx context.Context, rec events.Record, e *E
 func (f *deploymentFold) finish() *DeploymentTimeline {
 	tl := f.tl
 	for i := range tl.Revisions {
-		tl.Revisions[i].Results = f.revs[revKeyOf(tl.Revisions[i].UID, tl.Revisions[i].Generation)].Results
+		tl.Revisions[i].Results = f.revs[revKeyOf(tl.Revisions[i].UID, tl.Revisions[i].Generation)].rv.Results
 	}
 	if st, ok := stateOf(f.namespace, f.name, f.ro); ok {
 		tl.State = &st
@@ -289,30 +300,31 @@ func (f *deploymentFold) finish() *DeploymentTimeline {
 	return tl
 }
 
-// addResult counts a target's report of rv and keeps it as the target's
-// result: reports come in stream order, so the last one is the latest,
-// whatever the device's clock says.
-func addResult(rv *Revision, rec events.Record, d events.WorkloadStatus) {
-	i := slices.IndexFunc(rv.Results, func(r DeviceResult) bool { return r.Device == rec.Event.Keys.Device })
-	if i < 0 {
+// add counts a target's report of the revision and keeps it as the
+// target's result: reports come in stream order, so the last one is the
+// latest, whatever the device's clock says.
+func (rr *revisionResults) add(rec events.Record, d events.WorkloadStatus) {
+	i, ok := rr.index[rec.Event.Keys.Device]
+	if !ok {
 		return // not a frozen target
 	}
-	r := &rv.Results[i]
+	r := &rr.rv.Results[i]
 	r.Reports++
 	r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
 }
 
-// ignoredReport says why the rollout fold ignored a report ("" when it
-// counted), comparing the fold before and after it.
-func ignoredReport(before, after projections.Rollout, device string, d events.WorkloadStatus) string {
+// ignoredReport says why the rollout fold ignores a report ("" when it
+// counts), given the fold before it. A report never changes the fold's
+// revision or its frozen targets, so they are the same after it.
+func ignoredReport(ro projections.Rollout, device string, d events.WorkloadStatus) string {
 	switch {
-	case after.UID == d.UID && after.Generation == d.Generation:
-		if !after.IsTarget(device) {
+	case ro.IsCurrent(d.UID, d.Generation):
+		if !ro.IsTarget(device) {
 			return "device is not a frozen target of this revision"
 		}
 		return ""
-	case before.UID == d.UID && d.Generation < before.Generation:
-		return fmt.Sprintf("report of an older revision (current: generation %d)", before.Generation)
+	case ro.UID == d.UID && d.Generation < ro.Generation:
+		return fmt.Sprintf("report of an older revision (current: generation %d)", ro.Generation)
 	}
 	return "" // kept for a revision not folded yet
 }
