@@ -269,3 +269,84 @@ func BenchmarkDeviceTimeline(b *testing.B) {
 		}
 	}
 }
+
+// TestADeviceTimelineFoldsOnlyTheDeploymentsThatTargetItAndSaysTheSame
+// compares a device's timeline with the one computed with every
+// Deployment folded into the intent projection, on a stream where
+// Deployments target the device, stop targeting it, never target it (one
+// of them releasing it by name all the same), remove it, are deleted, and
+// a TaskRun targets it.
+func TestADeviceTimelineFoldsOnlyTheDeploymentsThatTargetItAndSaysTheSame(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, st := natstest.Provisioned(t)
+	w := streamWriter{tb: t, ctx: ctx, st: st}
+	const dev = "edge-00000"
+	others := devices("edge", 1, 300)
+	with := append([]string{dev}, others...)
+
+	// a targets the device, then no longer does.
+	a1 := benchRevision("a", 1, with, nil)
+	w.revision("lab", "a", a1, 0)
+	w.transition("lab", "a", events.TypeRolloutReleased, a1, nil, "", "")
+	w.reports("lab", "a", a1, []string{dev}, events.WorkloadConverged)
+	a2 := benchRevision("a", 2, others, nil)
+	w.revision("lab", "a", a2, 0)
+	w.transition("lab", "a", events.TypeRolloutReleased, a2, nil, "", "")
+	// b never targets it, yet releases it by name, and is deleted.
+	b1 := benchRevision("b", 1, others, nil)
+	w.revision("lab", "b", b1, 0)
+	w.transition("lab", "b", events.TypeRolloutCanaryStage, b1, []string{dev, others[0]}, "", "")
+	w.transition("lab", "b", events.TypeRolloutReleased, b1, nil, "", "")
+	w.reports("lab", "b", b1, []string{dev}, events.WorkloadFailed) // a stray report
+	w.append(events.Keys{Namespace: "lab", Name: "b"}, events.DeploymentDeleted{UID: b1.UID, Generation: 1}, b1.UID, 1)
+	// c releases it as a canary, then a chunked generation removes it
+	// before the release to all, and c is deleted.
+	c1 := benchRevision("c", 1, with, []string{dev})
+	w.revision("lab", "c", c1, 0)
+	w.transition("lab", "c", events.TypeRolloutCanaryStage, c1, []string{dev}, "", "")
+	w.reports("lab", "c", c1, []string{dev}, events.WorkloadApplying)
+	c2 := benchRevision("c", 2, with, []string{dev})
+	w.revision("lab", "c", c2, 1000)
+	w.transition("lab", "c", events.TypeRolloutTargetRemoved, c2, nil, dev, "quarantined")
+	w.transition("lab", "c", events.TypeRolloutReleased, c2, nil, "", "")
+	w.append(events.Keys{Namespace: "lab", Name: "c"}, events.DeploymentDeleted{UID: c2.UID, Generation: 2}, c2.UID, 2)
+	// d targets it and stays; a TaskRun targets it.
+	d1 := benchRevision("d", 1, with, nil)
+	w.revision("lab", "d", d1, 0)
+	w.transition("lab", "d", events.TypeRolloutReleased, d1, nil, "", "")
+	w.append(events.Keys{Namespace: "lab", Name: "upgrade"}, events.TaskRunCreated{UID: "t1", Generation: 1, Task: events.TaskSystemUpgrade, Targets: with}, "t1", 1)
+
+	h, err := New(Options{Reader: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Device(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := h.referenceDevice(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changes := 0
+	for _, e := range want.Entries {
+		if e.Type == EntryIntentChanged {
+			changes++
+		}
+	}
+	if changes < 5 || len(want.Intent) != 1 || len(want.Tasks) != 1 {
+		t.Fatalf("the reference timeline has %d intent changes, intent %+v, tasks %+v: the scenario was not stored", changes, want.Intent, want.Tasks)
+	}
+	gotJSON, err := json.Marshal(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantJSON, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(gotJSON) != string(wantJSON) {
+		t.Errorf("the device timeline differs from the one folding every Deployment (-every +targeting):\n%s", cmp.Diff(want, got))
+	}
+}

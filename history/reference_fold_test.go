@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/projections"
@@ -212,4 +213,26 @@ func refIgnoredReport(before, after projections.Rollout, device string, d events
 		return fmt.Sprintf("report of an older revision (current: generation %d)", before.Generation)
 	}
 	return "" // kept for a revision not folded yet
+}
+
+// referenceDevice is Device with every Deployment folded into the intent
+// projection, as it was before the fold skipped those that never target
+// the device.
+func (h *History) referenceDevice(ctx context.Context, device string) (*DeviceTimeline, error) {
+	reads, err := deviceReads(device)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := h.collect(ctx, time.Time{}, reads...)
+	if err != nil {
+		return nil, err
+	}
+	f := newDeviceFold(h, device)
+	for _, rec := range recs {
+		f.add(ctx, rec)
+	}
+	if err := f.finishIntent(); err != nil {
+		return nil, err
+	}
+	return f.tl, nil
 }
