@@ -62,11 +62,12 @@ type DeviceResult struct {
 // Deployment, so that part is a scan). ErrNoEvents when the Deployment has
 // no intent event.
 func (h *History) Deployment(ctx context.Context, namespace, name string) (*DeploymentTimeline, error) {
-	recs, err := h.deploymentRecords(ctx, namespace, name)
+	recs, reports, err := h.deploymentRecords(ctx, namespace, name)
 	if err != nil {
 		return nil, err
 	}
 	f := newDeploymentFold(h, namespace, name)
+	f.reports = reports
 	f.tl.Entries = make([]Entry, 0, len(recs))
 	for _, rec := range recs {
 		f.add(ctx, rec)
@@ -76,38 +77,44 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 
 // deploymentRecords reads the Deployment's intent subject, then its rollout
 // subject and its workload reports stored since its first intent event, and
-// returns them merged in stored order.
-func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, error) {
+// returns them merged in stored order, with the reports' data decoded (by
+// sequence in the reports stream).
+func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, map[uint64]events.WorkloadStatus, error) {
 	intentSubj, err := events.DeploymentIntentSubject(namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("history of Deployment: %w", err)
+		return nil, nil, fmt.Errorf("history of Deployment: %w", err)
 	}
 	rolloutSubj, err := events.DeploymentRolloutSubject(namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("history of Deployment: %w", err)
+		return nil, nil, fmt.Errorf("history of Deployment: %w", err)
 	}
 	intent, err := h.collect(ctx, time.Time{}, read{filter: intentSubj, from: events.FromStart()})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(intent) == 0 {
-		return nil, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
+		return nil, nil, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
 			ErrNoEvents, namespace, name, intentSubj, events.StreamIntent)
 	}
+	reports := map[uint64]events.WorkloadStatus{}
 	rest, err := h.collect(ctx, time.Time{},
 		read{filter: rolloutSubj, from: events.FromStart()},
 		read{filter: filterWorkload, from: events.FromTime(intent[0].Stored), keep: func(rec events.Record) bool {
-			k, _, ok := workloadKey(rec)
+			k, d, ok := workloadKey(rec)
 			if !ok {
 				_, err := events.Decode[events.WorkloadStatus](rec.Event)
 				h.skipData(ctx, rec, err)
 			}
-			return ok && k.Namespace == namespace && k.Name == name
+			if !ok || k.Namespace != namespace || k.Name != name {
+				return false
+			}
+			reports[rec.Sequence] = d
+			return true
 		}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mergeSorted(intent, rest), nil
+	return mergeSorted(intent, rest), reports, nil
 }
 
 // revKey identifies a revision: its uid and generation.
@@ -132,6 +139,9 @@ type deploymentFold struct {
 	ro projections.Rollout
 	// chunks assembles chunked revisions (intent stream only).
 	chunks events.RevisionAssembler
+	// reports holds the data of the reports read, decoded by their read
+	// (by sequence in the reports stream).
+	reports map[uint64]events.WorkloadStatus
 }
 
 // revisionResults is a revision and the index of its targets' rows in
@@ -229,7 +239,7 @@ func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record,
 	f.revs[k] = rr
 	f.tl.Revisions = append(f.tl.Revisions, *rv)
 	for _, p := range f.pending[k] {
-		_, pd, _ := workloadKey(p)
+		pd, _ := f.report(p)
 		rr.add(p, pd)
 	}
 	delete(f.pending, k)
@@ -256,7 +266,7 @@ func renderDeleted(rec events.Record, e *Entry) {
 // ignores it (f.ro is the projection before the report), and adds it to its
 // revision's results (or keeps it until the revision comes).
 func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
-	_, d, ok := workloadKey(rec)
+	d, ok := f.report(rec)
 	if !ok {
 		return false
 	}
@@ -273,6 +283,16 @@ func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
 		f.pending[k] = append(f.pending[k], rec)
 	}
 	return true
+}
+
+// report returns a workload report's data: decoded when it was read, or
+// now.
+func (f *deploymentFold) report(rec events.Record) (events.WorkloadStatus, bool) {
+	if d, ok := f.reports[rec.Sequence]; ok && rec.Stream == events.StreamReports {
+		return d, true
+	}
+	_, d, ok := workloadKey(rec)
+	return d, ok
 }
 
 // transition renders a rollout transition.

@@ -17,7 +17,7 @@ import (
 
 // referenceDeployment is Deployment computed by the copying fold.
 func (h *History) referenceDeployment(ctx context.Context, namespace, name string) (*DeploymentTimeline, error) {
-	recs, err := h.deploymentRecords(ctx, namespace, name)
+	recs, _, err := h.deploymentRecords(ctx, namespace, name)
 	if err != nil {
 		return nil, err
 	}
