@@ -29,6 +29,7 @@ type envOptions struct {
 	tokenLifetime time.Duration
 	plain         bool // no xkey: plain requests
 	replicas      int  // callout services; default 1
+	metrics       *authcallout.Metrics
 }
 
 // env is a NATS server running the documented configuration, a dev OpenID
@@ -88,7 +89,7 @@ func newEnv(tb testing.TB, o envOptions) *env {
 	refusals := &refusalLog{}
 	c := callouttest.StartWith(tb, callouttest.Options{
 		TokenLifetime: o.tokenLifetime, Plain: o.plain, Replicas: o.replicas,
-		Logger: slog.New(refusals), MinKeyRefresh: time.Millisecond,
+		Logger: slog.New(refusals), MinKeyRefresh: time.Millisecond, Metrics: o.metrics,
 	})
 	return &env{
 		conf: c.Conf, storeDir: c.StoreDir, ns: c.NATS, op: c.Provider, issuer: c.Issuer, xkey: c.XKey,

@@ -14,7 +14,23 @@ import (
 
 // signer signs with the issuer's ed25519 key derived once (nkeys derives it
 // from the seed on every Sign, which costs as much as the signature).
-type signer struct{ priv ed25519.PrivateKey }
+type signer struct {
+	priv ed25519.PrivateKey
+	// key is the issuer key pair with its public key computed once: the
+	// JWT encoder asks for it on every encode, and nkeys derives it from
+	// the seed each time (a scalar multiplication, as costly as a
+	// signature).
+	key issuerKey
+}
+
+// issuerKey is a key pair whose PublicKey is the one computed at start.
+type issuerKey struct {
+	nkeys.KeyPair
+	pub string
+}
+
+// PublicKey returns the public key computed once.
+func (k issuerKey) PublicKey() (string, error) { return k.pub, nil }
 
 func newSigner(kp nkeys.KeyPair) (*signer, error) {
 	seed, err := kp.Seed()
@@ -25,7 +41,11 @@ func newSigner(kp nkeys.KeyPair) (*signer, error) {
 	if err != nil || len(raw) != ed25519.SeedSize {
 		return nil, errors.New("authcallout: Issuer seed does not decode")
 	}
-	return &signer{priv: ed25519.NewKeyFromSeed(raw)}, nil
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return nil, errors.New("authcallout: Issuer has no public key")
+	}
+	return &signer{priv: ed25519.NewKeyFromSeed(raw), key: issuerKey{KeyPair: kp, pub: pub}}, nil
 }
 
 func (s *signer) sign(_ string, data []byte) ([]byte, error) { return ed25519.Sign(s.priv, data), nil }

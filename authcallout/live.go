@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -60,19 +59,22 @@ func kickSubject(serverID string) string { return "$SYS.REQ.SERVER." + serverID 
 func (s *Service) watchIdentities(ctx context.Context) (*nats.Subscription, error) {
 	prefix := "$KV." + events.BucketIdentity + "."
 	sub, err := s.o.Watch.Subscribe(prefix+">", func(m *nats.Msg) {
-		subject := strings.TrimPrefix(m.Subject, prefix)
-		switch m.Header.Get("KV-Operation") {
-		case "DEL", "PURGE":
-			s.kick(ctx, subject, "identity removed")
-			return
+		key, e := change(m, prefix)
+		// Under the gate: every decision that read the value before this
+		// change has registered its connection, and none reads it after
+		// until the mirror holds the change.
+		s.mirror.gate.Lock()
+		s.mirror.update(key, e)
+		var conns []liveConn
+		if e.gone || e.entry.Quarantined {
+			conns = s.live.take(key)
 		}
-		e, err := decodeIdentity(m.Data)
-		if err != nil {
-			s.kick(ctx, subject, "identity entry invalid")
-			return
-		}
-		if e.Quarantined {
-			s.kick(ctx, subject, "device quarantined")
+		s.mirror.gate.Unlock()
+		switch {
+		case e.gone:
+			s.kick(ctx, key, conns, "identity removed or invalid")
+		case e.entry.Quarantined:
+			s.kick(ctx, key, conns, "device quarantined")
 		}
 	})
 	if err != nil {
@@ -85,8 +87,9 @@ func (s *Service) watchIdentities(ctx context.Context) (*nats.Subscription, erro
 	return sub, nil
 }
 
-func (s *Service) kick(ctx context.Context, subject, why string) {
-	for _, c := range s.live.take(subject) {
+// kick disconnects conns, the live connections of subject.
+func (s *Service) kick(ctx context.Context, subject string, conns []liveConn, why string) {
+	for _, c := range conns {
 		if !c.until.After(time.Now()) {
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/jwt/v2"
@@ -120,6 +121,10 @@ type Service struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	live      live
+	mirror    mirror
+	// watchSub is the live-revocation subscription while Run serves with
+	// Watch (nil otherwise): the mirror is used only with it.
+	watchSub atomic.Pointer[nats.Subscription]
 }
 
 // New creates a Service; Run serves it.
@@ -196,7 +201,8 @@ func (s *Service) Run(ctx context.Context) error {
 			_ = sub.Unsubscribe()
 			return err
 		}
-		defer func() { _ = wsub.Unsubscribe() }()
+		s.watchSub.Store(wsub)
+		defer func() { s.watchSub.Store(nil); _ = wsub.Unsubscribe() }()
 	}
 	s.readyOnce.Do(func() { close(s.ready) })
 	s.log.Info("auth callout serving", "subject", Subject, "queue", s.o.QueueGroup, "account", s.o.Account, "issuer", s.issuer, "encrypted", s.o.XKey != nil, "liveRevocation", s.o.Watch != nil)
@@ -269,7 +275,10 @@ func (s *Service) respond(ctx context.Context, data []byte, serverXKey string) (
 	}
 	rc := jwt.NewAuthorizationResponseClaims(req.UserNkey)
 	rc.Audience = req.Server.ID
-	user, who, err := s.Authorize(ctx, req)
+	now := time.Now()
+	user, who, err := s.authorize(ctx, req, func(who Who) {
+		s.live.add(who.Subject, liveConn{server: req.Server.ID, cid: req.ClientInformation.ID, until: who.Until}, now)
+	})
 	why := reasonOK
 	if err != nil {
 		why = refusalReason(err)
@@ -277,12 +286,9 @@ func (s *Service) respond(ctx context.Context, data []byte, serverXKey string) (
 		s.log.Info("connect refused", "subject", who.Subject, "device", who.Device, "host", req.ClientInformation.Host, "reason", err.Error())
 	} else {
 		rc.Jwt = user
-		if who.Device != "" {
-			s.live.add(who.Subject, liveConn{server: req.Server.ID, cid: req.ClientInformation.ID, until: who.Until}, time.Now())
-		}
 		s.log.Debug("connect authorised", "subject", who.Subject, "device", who.Device, "role", who.Role, "host", req.ClientInformation.Host)
 	}
-	out, err := rc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
+	out, err := rc.EncodeWithSigner(s.sign.key, s.sign.sign)
 	if err != nil {
 		s.log.Error("auth callout response not encoded", "err", err)
 		return nil, reasonInternal
@@ -358,6 +364,14 @@ type Who struct {
 // Authorize decides one request: it verifies the presented token, finds
 // the identity and returns the signed user JWT for req.UserNkey.
 func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestClaims) (string, Who, error) {
+	return s.authorize(ctx, req, nil)
+}
+
+// authorize is Authorize; register, when set, is called with an
+// authorised device before the identity read is released to a concurrent
+// fleet-identity change (see mirror), so that the change finds the
+// connection to disconnect.
+func (s *Service) authorize(ctx context.Context, req *jwt.AuthorizationRequestClaims, register func(Who)) (string, Who, error) {
 	var who Who
 	token := req.ConnectOptions.Token
 	claims, err := s.o.Verifier.Verify(ctx, token)
@@ -379,7 +393,9 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 		perms = OperatorPermissions()
 		account = s.o.Account
 	default:
-		id, err := s.o.Identities.Lookup(ctx, claims.Subject)
+		s.mirror.gate.RLock()
+		defer s.mirror.gate.RUnlock()
+		id, err := s.lookupIdentity(ctx, claims.Subject)
 		if err != nil {
 			if !errors.Is(err, ErrUnknownIdentity) {
 				err = lookupError{err}
@@ -401,9 +417,12 @@ func (s *Service) Authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 	uc.Expires = claims.Expiry.Unix()
 	who.Until = claims.Expiry
 	uc.Permissions = perms
-	out, err := uc.EncodeWithSigner(s.o.Issuer, s.sign.sign)
+	out, err := uc.EncodeWithSigner(s.sign.key, s.sign.sign)
 	if err != nil {
 		return "", who, fmt.Errorf("authcallout: encode user JWT: %w", err)
+	}
+	if register != nil && who.Device != "" {
+		register(who)
 	}
 	return out, who, nil
 }

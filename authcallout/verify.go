@@ -2,6 +2,8 @@ package authcallout
 
 import (
 	"context"
+	"crypto"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,7 +109,25 @@ type Verifier struct {
 	jwksURL string
 	set     jwk.Set
 	fetched time.Time
+	// thumbs maps each kid of set to its key's RFC 7638 thumbprint.
+	thumbs map[string]string
+	// verified remembers tokens that verified, by their SHA-256, until
+	// they expire or their key leaves the set (see cached).
+	verified map[[sha256.Size]byte]verified
 }
+
+// verified is a token that verified: its claims and the key it verified
+// with (kid and thumbprint).
+type verified struct {
+	claims Claims
+	kid    string
+	thumb  string
+}
+
+// maxVerified bounds the remembered tokens (about 200 bytes each). Only
+// tokens whose signature verified are remembered, so hostile input cannot
+// fill it.
+const maxVerified = 1 << 17
 
 // NewVerifier creates a Verifier. Keys are fetched on first use.
 func NewVerifier(o VerifierOptions) (*Verifier, error) {
@@ -154,6 +174,10 @@ func (v *Verifier) verify(ctx context.Context, token string) (Claims, error) {
 	if len(token) > maxTokenSize {
 		return Claims{}, fmt.Errorf("%w: longer than %d bytes", ErrMalformedToken, maxTokenSize)
 	}
+	sum := sha256.Sum256([]byte(token))
+	if c, ok := v.cached(sum); ok {
+		return c, nil
+	}
 	msg, err := jws.Parse([]byte(token), jws.WithCompact())
 	if err != nil {
 		return Claims{}, fmt.Errorf("%w: not a compact JWS", ErrMalformedToken)
@@ -171,7 +195,7 @@ func (v *Verifier) verify(ctx context.Context, token string) (Claims, error) {
 	if kid == "" {
 		return Claims{}, fmt.Errorf("%w: no kid", ErrUnknownKey)
 	}
-	key, err := v.key(ctx, kid)
+	key, thumb, err := v.key(ctx, kid)
 	if err != nil {
 		return Claims{}, err
 	}
@@ -201,7 +225,59 @@ func (v *Verifier) verify(ctx context.Context, token string) (Claims, error) {
 			sort.Strings(c.Roles)
 		}
 	}
+	v.remember(sum, verified{claims: c, kid: kid, thumb: thumb})
 	return c, nil
+}
+
+// cached returns the claims of a token that verified before, when the
+// same decision would be made again without verifying it: the token has
+// not expired, the key set is not due for its periodic refresh, and the key
+// the token verified with is still in the set with the same thumbprint (a
+// key removed from or replaced in the JWKS, once re-fetched, no longer
+// verifies a remembered token). Expiry is checked strictly (not within the
+// clock skew), so a token within its skew is verified again and refused
+// by the same check as a new one.
+func (v *Verifier) cached(sum [sha256.Size]byte) (Claims, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e, ok := v.verified[sum]
+	if !ok {
+		return Claims{}, false
+	}
+	now := v.now()
+	thumb, known := v.thumbs[e.kid]
+	if !now.Before(e.claims.Expiry) || v.set == nil || now.Sub(v.fetched) >= v.o.RefreshInterval || !known || thumb != e.thumb {
+		delete(v.verified, sum)
+		return Claims{}, false
+	}
+	c := e.claims
+	c.Roles = slices.Clone(c.Roles)
+	return c, true
+}
+
+// remember stores a token that verified, dropping expired entries when
+// the store is full (and everything when that is not enough).
+func (v *Verifier) remember(sum [sha256.Size]byte, e verified) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if e.thumb == "" || v.thumbs[e.kid] != e.thumb {
+		return // no thumbprint, or the set changed while the token was verified
+	}
+	if v.verified == nil {
+		v.verified = map[[sha256.Size]byte]verified{}
+	}
+	if len(v.verified) >= maxVerified {
+		now := v.now()
+		for k, x := range v.verified {
+			if !now.Before(x.claims.Expiry) {
+				delete(v.verified, k)
+			}
+		}
+		if len(v.verified) >= maxVerified {
+			clear(v.verified)
+		}
+	}
+	v.verified[sum] = e
 }
 
 // check is a token check that failed: its value is the metric label
@@ -254,30 +330,30 @@ func reason(err error) check {
 	return checkSignature
 }
 
-// key returns the JWKS key with kid, re-fetching the set when it is stale,
-// or when kid is unknown and the last fetch is older than
-// MinRefreshInterval.
-func (v *Verifier) key(ctx context.Context, kid string) (jwk.Key, error) {
+// key returns the JWKS key with kid and its thumbprint, re-fetching the
+// set when it is stale, or when kid is unknown and the last fetch is older
+// than MinRefreshInterval.
+func (v *Verifier) key(ctx context.Context, kid string) (jwk.Key, string, error) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.now()
 	if v.set == nil || now.Sub(v.fetched) >= v.o.RefreshInterval {
 		if err := v.fetch(ctx); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 	if k, ok := v.set.LookupKeyID(kid); ok {
-		return k, nil
+		return k, v.thumbs[kid], nil
 	}
 	if now.Sub(v.fetched) >= v.o.MinRefreshInterval {
 		if err := v.fetch(ctx); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 		if k, ok := v.set.LookupKeyID(kid); ok {
-			return k, nil
+			return k, v.thumbs[kid], nil
 		}
 	}
-	return nil, fmt.Errorf("%w: kid %q", ErrUnknownKey, kid)
+	return nil, "", fmt.Errorf("%w: kid %q", ErrUnknownKey, kid)
 }
 
 // Refresh re-fetches the key set now.
@@ -307,7 +383,22 @@ func (v *Verifier) fetchSet(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: fetch %s: %w", ErrJWKS, v.jwksURL, err)
 	}
-	v.set, v.fetched = set, v.now()
+	thumbs := make(map[string]string, set.Len())
+	for i := range set.Len() {
+		k, ok := set.Key(i)
+		if !ok || k.KeyID() == "" {
+			continue
+		}
+		if _, dup := thumbs[k.KeyID()]; dup {
+			continue // LookupKeyID finds the first one
+		}
+		tp, err := k.Thumbprint(crypto.SHA256)
+		if err != nil {
+			continue // such a key cannot verify a remembered token
+		}
+		thumbs[k.KeyID()] = string(tp)
+	}
+	v.set, v.fetched, v.thumbs = set, v.now(), thumbs
 	return nil
 }
 

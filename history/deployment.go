@@ -62,11 +62,13 @@ type DeviceResult struct {
 // Deployment, so that part is a scan). ErrNoEvents when the Deployment has
 // no intent event.
 func (h *History) Deployment(ctx context.Context, namespace, name string) (*DeploymentTimeline, error) {
-	recs, err := h.deploymentRecords(ctx, namespace, name)
+	recs, reports, err := h.deploymentRecords(ctx, namespace, name)
 	if err != nil {
 		return nil, err
 	}
 	f := newDeploymentFold(h, namespace, name)
+	f.reports = reports
+	f.tl.Entries = make([]Entry, 0, len(recs))
 	for _, rec := range recs {
 		f.add(ctx, rec)
 	}
@@ -75,38 +77,44 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 
 // deploymentRecords reads the Deployment's intent subject, then its rollout
 // subject and its workload reports stored since its first intent event, and
-// returns them merged in stored order.
-func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, error) {
+// returns them merged in stored order, with the reports' data decoded (by
+// sequence in the reports stream).
+func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, map[uint64]events.WorkloadStatus, error) {
 	intentSubj, err := events.DeploymentIntentSubject(namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("history of Deployment: %w", err)
+		return nil, nil, fmt.Errorf("history of Deployment: %w", err)
 	}
 	rolloutSubj, err := events.DeploymentRolloutSubject(namespace, name)
 	if err != nil {
-		return nil, fmt.Errorf("history of Deployment: %w", err)
+		return nil, nil, fmt.Errorf("history of Deployment: %w", err)
 	}
 	intent, err := h.collect(ctx, time.Time{}, read{filter: intentSubj, from: events.FromStart()})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(intent) == 0 {
-		return nil, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
+		return nil, nil, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
 			ErrNoEvents, namespace, name, intentSubj, events.StreamIntent)
 	}
+	reports := map[uint64]events.WorkloadStatus{}
 	rest, err := h.collect(ctx, time.Time{},
 		read{filter: rolloutSubj, from: events.FromStart()},
 		read{filter: filterWorkload, from: events.FromTime(intent[0].Stored), keep: func(rec events.Record) bool {
-			k, _, ok := workloadKey(rec)
+			k, d, ok := workloadKey(rec)
 			if !ok {
 				_, err := events.Decode[events.WorkloadStatus](rec.Event)
 				h.skipData(ctx, rec, err)
 			}
-			return ok && k.Namespace == namespace && k.Name == name
+			if !ok || k.Namespace != namespace || k.Name != name {
+				return false
+			}
+			reports[rec.Sequence] = d
+			return true
 		}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return mergeSorted(intent, rest), nil
+	return mergeSorted(intent, rest), reports, nil
 }
 
 // revKey identifies a revision: its uid and generation.
@@ -115,29 +123,44 @@ type revKey [2]string
 func revKeyOf(uid string, gen int64) revKey { return revKey{uid, fmt.Sprint(gen)} }
 
 // deploymentFold builds a Deployment timeline one record at a time, folding
-// the rollout projection alongside.
+// the rollout projection alongside, in place: a report costs O(1) whatever
+// the number of targets.
 type deploymentFold struct {
 	h               *History
 	namespace, name string
 	tl              *DeploymentTimeline
-	revs            map[revKey]*Revision
+	revs            map[revKey]*revisionResults
 	// pending keeps reports seen before their revision event (streams are
 	// stored independently) until it comes.
 	pending map[revKey][]events.Record
-	ro      projections.Rollout
+	// ro is the rollout projection, folded in place (Rollout.Fold): no
+	// copy of it is kept, so an entry takes what it shows of the state
+	// before its event from ro before folding it.
+	ro projections.Rollout
 	// chunks assembles chunked revisions (intent stream only).
 	chunks events.RevisionAssembler
+	// reports holds the data of the reports read, decoded by their read
+	// (by sequence in the reports stream).
+	reports map[uint64]events.WorkloadStatus
+}
+
+// revisionResults is a revision and the index of its targets' rows in
+// its Results.
+type revisionResults struct {
+	rv    *Revision
+	index map[string]int
 }
 
 func newDeploymentFold(h *History, namespace, name string) *deploymentFold {
-	return &deploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*Revision{}, pending: map[revKey][]events.Record{},
+	return &deploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*revisionResults{}, pending: map[revKey][]events.Record{},
 		tl: &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}}
 }
 
-// add folds one record into the rollout projection and renders its entry
-// with the renderer of its event family. A renderer returns false to drop
-// the record; a record whose data does not decode is also undone from the
-// projection.
+// add renders one record's entry with the renderer of its event family and
+// folds the record into the rollout projection. A renderer returns false to
+// drop the record: its data does not decode, so the projection ignores it
+// too and it is not folded. A renderer sees the projection before the
+// record; the entry's stage is the one after it.
 func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 	e := entryOf(rec)
 	e.Deployment = f.namespace + "/" + f.name
@@ -160,8 +183,6 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 			return
 		}
 	}
-	before := f.ro
-	f.ro = f.ro.Apply(rec.Event)
 	keep := true
 	switch rec.Event.Type {
 	case events.TypeDeploymentRevisionCreated:
@@ -171,19 +192,16 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 	case events.TypeDeploymentDeleted:
 		renderDeleted(rec, &e)
 	case events.TypeWorkloadStatus:
-		keep = f.workloadStatus(rec, before, &e)
-		if !keep {
-			return // not undone: the projection ignores it too
-		}
+		keep = f.workloadStatus(rec, &e)
 	default:
 		if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
 			keep = f.transition(ctx, rec, &e)
 		}
 	}
 	if !keep {
-		f.ro = before
-		return
+		return // does not decode: the projection ignores it too
 	}
+	f.ro.Fold(rec.Event)
 	if e.Summary == "" {
 		e.Summary = string(rec.Event.Type)
 	}
@@ -202,9 +220,6 @@ func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record,
 	e.Generation, e.RevisionID = d.Generation, d.RevisionID
 	rv := &Revision{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest,
 		Targets: sortedSet(d.Targets), Canaries: sortedSet(d.Canaries), Created: rec.Stored.UTC(), ID: rec.Event.ID.String()}
-	for _, t := range rv.Targets {
-		rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: slices.Contains(rv.Canaries, t)})
-	}
 	e.Summary = fmt.Sprintf("revision %s created (generation %d, uid %s): %d targets %s, %d canaries %s",
 		d.RevisionID, d.Generation, d.UID, len(rv.Targets), list(rv.Targets), len(rv.Canaries), list(rv.Canaries))
 	if chunks > 0 {
@@ -215,11 +230,17 @@ func (f *deploymentFold) revisionCreated(ctx context.Context, rec events.Record,
 		e.Summary += " (duplicate)"
 		return true
 	}
-	f.revs[k] = rv
+	rr := &revisionResults{rv: rv, index: make(map[string]int, len(rv.Targets))}
+	for i, t := range rv.Targets {
+		_, canary := slices.BinarySearch(rv.Canaries, t)
+		rv.Results = append(rv.Results, DeviceResult{Device: t, Canary: canary})
+		rr.index[t] = i
+	}
+	f.revs[k] = rr
 	f.tl.Revisions = append(f.tl.Revisions, *rv)
 	for _, p := range f.pending[k] {
-		_, pd, _ := workloadKey(p)
-		addResult(rv, p, pd)
+		pd, _ := f.report(p)
+		rr.add(p, pd)
 	}
 	delete(f.pending, k)
 	return true
@@ -242,10 +263,10 @@ func renderDeleted(rec events.Record, e *Entry) {
 }
 
 // workloadStatus renders a device's report, says whether the projection
-// ignored it, and adds it to its revision's results (or keeps it until the
-// revision comes).
-func (f *deploymentFold) workloadStatus(rec events.Record, before projections.Rollout, e *Entry) bool {
-	_, d, ok := workloadKey(rec)
+// ignores it (f.ro is the projection before the report), and adds it to its
+// revision's results (or keeps it until the revision comes).
+func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
+	d, ok := f.report(rec)
 	if !ok {
 		return false
 	}
@@ -254,14 +275,24 @@ func (f *deploymentFold) workloadStatus(rec events.Record, before projections.Ro
 	if d.Error != "" {
 		e.Summary += ": " + d.Error
 	}
-	e.Ignored = ignoredReport(before, f.ro, rec.Event.Keys.Device, d)
+	e.Ignored = ignoredReport(f.ro, rec.Event.Keys.Device, d)
 	k := revKeyOf(d.UID, d.Generation)
-	if rv := f.revs[k]; rv != nil {
-		addResult(rv, rec, d)
+	if rr := f.revs[k]; rr != nil {
+		rr.add(rec, d)
 	} else {
 		f.pending[k] = append(f.pending[k], rec)
 	}
 	return true
+}
+
+// report returns a workload report's data: decoded when it was read, or
+// now.
+func (f *deploymentFold) report(rec events.Record) (events.WorkloadStatus, bool) {
+	if d, ok := f.reports[rec.Sequence]; ok && rec.Stream == events.StreamReports {
+		return d, true
+	}
+	_, d, ok := workloadKey(rec)
+	return d, ok
 }
 
 // transition renders a rollout transition.
@@ -281,7 +312,7 @@ func (f *deploymentFold) transition(ctx context.Context, rec events.Record, e *E
 func (f *deploymentFold) finish() *DeploymentTimeline {
 	tl := f.tl
 	for i := range tl.Revisions {
-		tl.Revisions[i].Results = f.revs[revKeyOf(tl.Revisions[i].UID, tl.Revisions[i].Generation)].Results
+		tl.Revisions[i].Results = f.revs[revKeyOf(tl.Revisions[i].UID, tl.Revisions[i].Generation)].rv.Results
 	}
 	if st, ok := stateOf(f.namespace, f.name, f.ro); ok {
 		tl.State = &st
@@ -289,30 +320,31 @@ func (f *deploymentFold) finish() *DeploymentTimeline {
 	return tl
 }
 
-// addResult counts a target's report of rv and keeps it as the target's
-// result: reports come in stream order, so the last one is the latest,
-// whatever the device's clock says.
-func addResult(rv *Revision, rec events.Record, d events.WorkloadStatus) {
-	i := slices.IndexFunc(rv.Results, func(r DeviceResult) bool { return r.Device == rec.Event.Keys.Device })
-	if i < 0 {
+// add counts a target's report of the revision and keeps it as the
+// target's result: reports come in stream order, so the last one is the
+// latest, whatever the device's clock says.
+func (rr *revisionResults) add(rec events.Record, d events.WorkloadStatus) {
+	i, ok := rr.index[rec.Event.Keys.Device]
+	if !ok {
 		return // not a frozen target
 	}
-	r := &rv.Results[i]
+	r := &rr.rv.Results[i]
 	r.Reports++
 	r.Phase, r.Error, r.Since, r.ReportID = d.Phase, d.Error, d.Since.UTC(), rec.Event.ID.String()
 }
 
-// ignoredReport says why the rollout fold ignored a report ("" when it
-// counted), comparing the fold before and after it.
-func ignoredReport(before, after projections.Rollout, device string, d events.WorkloadStatus) string {
+// ignoredReport says why the rollout fold ignores a report ("" when it
+// counts), given the fold before it. A report never changes the fold's
+// revision or its frozen targets, so they are the same after it.
+func ignoredReport(ro projections.Rollout, device string, d events.WorkloadStatus) string {
 	switch {
-	case after.UID == d.UID && after.Generation == d.Generation:
-		if !after.IsTarget(device) {
+	case ro.IsCurrent(d.UID, d.Generation):
+		if !ro.IsTarget(device) {
 			return "device is not a frozen target of this revision"
 		}
 		return ""
-	case before.UID == d.UID && d.Generation < before.Generation:
-		return fmt.Sprintf("report of an older revision (current: generation %d)", before.Generation)
+	case ro.UID == d.UID && d.Generation < ro.Generation:
+		return fmt.Sprintf("report of an older revision (current: generation %d)", ro.Generation)
 	}
 	return "" // kept for a revision not folded yet
 }

@@ -56,7 +56,9 @@ const (
 // Device returns the timeline of one device. It reads the whole intent and
 // rollout streams (a device's desired state is derived from every
 // Deployment's events), and the device's own report, telemetry and command
-// subjects. ErrNoEvents when nothing concerns the device.
+// subjects. Only the Deployments a revision of which names the device as a
+// target are folded into the intent projection: the others can never be in
+// its desired state. ErrNoEvents when nothing concerns the device.
 func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, error) {
 	if err := events.ValidateToken(events.TokenDevice, device); err != nil {
 		return nil, fmt.Errorf("history of device: %w", err)
@@ -70,6 +72,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 		return nil, err
 	}
 	f := newDeviceFold(h, device)
+	f.prepare(recs)
 	for _, rec := range recs {
 		f.add(ctx, rec)
 	}
@@ -116,11 +119,59 @@ type deviceFold struct {
 	relevant bool
 	// chunks assembles chunked revisions (intent stream only).
 	chunks events.RevisionAssembler
+	// assembled holds what chunks made of each intent record (by
+	// sequence), when prepare read them; targeting holds the Deployments
+	// a revision of which names the device as a target (nil: every
+	// Deployment is folded); revisionNames says, for each revision event
+	// that decoded, whether it names the device.
+	assembled     map[uint64]assembly
+	targeting     map[deploymentKey]bool
+	revisionNames map[uint64]bool
 }
+
+// assembly is what a RevisionAssembler made of one record.
+type assembly struct {
+	whole events.Event
+	ok    bool
+	err   error
+}
+
+// deploymentKey is a Deployment's namespace and name, as the intent
+// projection keys its events.
+type deploymentKey struct{ namespace, name string }
 
 func newDeviceFold(h *History, device string) *deviceFold {
 	return &deviceFold{h: h, device: device, intent: projections.NewIntent(), current: map[string]desiredEntry{},
 		tl: &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}}}}
+}
+
+// prepare reads the intent records of recs before the fold: it assembles
+// chunked revisions (once, for the fold too) and finds the Deployments a
+// revision of which names the device as a target. The intent projection
+// keeps each Deployment's state apart, and a device is in a Deployment's
+// desired state only through a revision that names it, so the other
+// Deployments' events never change the device's value: the fold skips them.
+func (f *deviceFold) prepare(recs []events.Record) {
+	f.assembled, f.targeting, f.revisionNames = map[uint64]assembly{}, map[deploymentKey]bool{}, map[uint64]bool{}
+	for _, rec := range recs {
+		if rec.Stream != events.StreamIntent {
+			continue
+		}
+		whole, ok, err := f.chunks.Add(rec.Event)
+		f.assembled[rec.Sequence] = assembly{whole: whole, ok: ok, err: err}
+		if err != nil || !ok || whole.Type != events.TypeDeploymentRevisionCreated {
+			continue
+		}
+		d, err := events.Decode[events.DeploymentRevisionCreated](whole)
+		if err != nil {
+			continue
+		}
+		names := slices.Contains(d.Targets, f.device)
+		f.revisionNames[rec.Sequence] = names
+		if names {
+			f.targeting[deploymentKey{whole.Keys.Namespace, whole.Keys.Name}] = true
+		}
+	}
 }
 
 // add folds one record: it renders the record's entry with the renderer of
@@ -131,14 +182,17 @@ func (f *deviceFold) add(ctx context.Context, rec events.Record) {
 	if rec.Stream == events.StreamIntent {
 		// A chunk waits for its revision; a revision is read whole, or
 		// skipped when its chunks are missing.
-		whole, ok, err := f.chunks.Add(rec.Event)
-		if err != nil {
-			f.h.skipData(ctx, rec, err)
+		a, read := f.assembled[rec.Sequence]
+		if !read {
+			a.whole, a.ok, a.err = f.chunks.Add(rec.Event)
 		}
-		if !ok {
+		if a.err != nil {
+			f.h.skipData(ctx, rec, a.err)
+		}
+		if !a.ok {
 			return
 		}
-		rec.Event = whole
+		rec.Event = a.whole
 	}
 	ev := rec.Event
 	e := entryOf(rec)
@@ -170,7 +224,16 @@ func (f *deviceFold) add(ctx context.Context, rec events.Record) {
 
 // applyIntent folds an intent or rollout event into the intent projection,
 // adding an intent-changed entry when the device's desired state changes.
+// An event of a Deployment no revision of which targets the device is not
+// folded: it cannot change the device's desired state.
 func (f *deviceFold) applyIntent(rec events.Record) {
+	if f.targeting != nil {
+		info, _ := rec.Event.Type.Info()
+		k := deploymentKey{rec.Event.Keys.Namespace, rec.Event.Keys.Name}
+		if (info.Family == events.FamilyDeploymentIntent || info.Family == events.FamilyDeploymentRollout) && !f.targeting[k] {
+			return
+		}
+	}
 	if changed := f.intent.Apply(rec.Event); slices.Contains(changed, f.device) {
 		f.tl.Entries = append(f.tl.Entries, f.h.intentChange(rec, f.intent, f.device, f.current))
 	}
@@ -179,6 +242,9 @@ func (f *deviceFold) applyIntent(rec events.Record) {
 // revisionCreated renders a revision that freezes the device as a target.
 func (f *deviceFold) revisionCreated(ctx context.Context, rec events.Record, e *Entry) bool {
 	f.applyIntent(rec)
+	if names, decoded := f.revisionNames[rec.Sequence]; decoded && !names {
+		return false // read before the fold: not a target
+	}
 	d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
 	if err != nil {
 		f.h.skipData(ctx, rec, err)

@@ -101,7 +101,9 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 		} else {
 			intent.Apply(rec.Event)
 		}
-		rollouts[k] = rollouts[k].Apply(rec.Event)
+		ro := rollouts[k] // the only copy: folded in place (O(1) a report)
+		ro.Fold(rec.Event)
+		rollouts[k] = ro
 	}
 
 	devices := map[string]bool{}

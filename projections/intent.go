@@ -2,6 +2,7 @@ package projections
 
 import (
 	"encoding/json"
+	"iter"
 	"slices"
 	"strings"
 
@@ -160,7 +161,11 @@ func (s *Intent) Apply(ev events.Event) []string {
 			}
 		}
 		s.touch(k, d.Released...)
-		return s.recompute(k)
+		if r.releasedAll {
+			return s.recompute(k)
+		}
+		// A listed release changes only the listed devices' values.
+		return s.recomputeDevices(k, d.Released)
 	}
 	return nil
 }
@@ -168,6 +173,25 @@ func (s *Intent) Apply(ev events.Event) []string {
 // recompute rebuilds the entries of every device of one Deployment and
 // returns those that changed.
 func (s *Intent) recompute(k depKey) []string {
+	return s.recomputeSome(k, func(yield func(string) bool) {
+		for dev := range s.byDep[k] {
+			if !yield(dev) {
+				return
+			}
+		}
+	})
+}
+
+// recomputeDevices rebuilds the entries of devs for one Deployment (a
+// release that names them changes nothing else) and returns those that
+// changed.
+func (s *Intent) recomputeDevices(k depKey, devs []string) []string {
+	return s.recomputeSome(k, slices.Values(devs))
+}
+
+// recomputeSome rebuilds the entries of devs (each at most once) for one
+// Deployment and returns those that changed, sorted.
+func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 	// Known revisions, newest first. A revision of a UID whose deletion was
 	// seen never counts.
 	var revs []*intentRev
@@ -184,7 +208,7 @@ func (s *Intent) recompute(k depKey) []string {
 		}
 	}
 	var changed []string
-	for dev := range s.byDep[k] {
+	for dev := range devs {
 		var want *IntentEntry
 		for _, r := range revs {
 			if deletedUID[r.entry.UID] {
@@ -215,7 +239,7 @@ func (s *Intent) recompute(k depKey) []string {
 		}
 	}
 	slices.Sort(changed)
-	return changed
+	return slices.Compact(changed)
 }
 
 // Devices lists every device with a value, sorted.

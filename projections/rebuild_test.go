@@ -17,7 +17,8 @@ import (
 )
 
 // fleet is the live side of the rebuild test: it folds events as they are
-// appended, like the operator's runner does, and decides transitions.
+// appended, like the operator's runner does (in place: Rollout.Fold), and
+// decides transitions.
 type fleet struct {
 	rollouts map[events.Keys]projections.Rollout
 	intent   *projections.Intent
@@ -35,7 +36,9 @@ func (f *fleet) apply(ev events.Event) {
 	} else {
 		f.intent.Apply(ev)
 	}
-	f.rollouts[k] = f.rollouts[k].Apply(ev)
+	ro := f.rollouts[k]
+	ro.Fold(ev)
+	f.rollouts[k] = ro
 }
 
 // snapshot is every KV value and every status, as bytes.

@@ -70,6 +70,8 @@ type Options struct {
 	// MinKeyRefresh is the verifier's least time between two JWKS fetches;
 	// zero: the production default.
 	MinKeyRefresh time.Duration
+	// Metrics records the callout services' answers; optional.
+	Metrics *authcallout.Metrics
 }
 
 var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
@@ -129,6 +131,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 		StoreDir: e.StoreDir, Port: -1, Sync: natsembed.FastSync, Logger: o.Logger,
 		Secrets: sec, Config: DocumentedConfig(tb), Plain: o.Plain,
 		SigningKey: signingKey(), TokenLifetime: o.TokenLifetime, MinKeyRefresh: o.MinKeyRefresh, Replicas: o.Replicas,
+		CalloutMetrics: o.Metrics,
 	})
 	if err != nil {
 		tb.Fatal(err)
