@@ -449,16 +449,20 @@ func TestAConditionKeepsItsTransitionTimeUntilItsStatusChanges(t *testing.T) {
 }
 
 // removeAll deletes a test's Deployments, TaskRuns and Devices, finalizers
-// dropped.
+// dropped; within 30 s, and 50 ms more per object (a benchmark's thousands
+// of Devices).
 func removeAll(t testing.TB, c client.Client, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	lists := []client.ObjectList{&fleetv1.DeploymentList{}, &fleetv1.TaskRunList{}, &fleetv1.DeviceList{}}
 	for _, l := range lists {
-		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+		lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := c.List(lctx, l, client.InNamespace(ns))
+		lcancel()
+		if err != nil {
 			t.Errorf("list the test's objects: %v", err)
 			continue
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+time.Duration(meta.LenList(l))*50*time.Millisecond)
+		defer cancel()
 		_ = meta.EachListItem(l, func(o runtime.Object) error {
 			obj := o.(client.Object)
 			if len(obj.GetFinalizers()) > 0 {
