@@ -24,30 +24,52 @@ type liveConn struct {
 // quarantined or removed.
 type live struct {
 	mu    sync.Mutex // guards conns
-	conns map[string][]liveConn
+	conns map[string]*liveList
+}
+
+// liveList is one identity's connections; expired ones are dropped when
+// the list reaches pruneAt, which then doubles what is left (a device
+// that reconnects often costs O(1) a connect, not O(its connections)).
+type liveList struct {
+	conns   []liveConn
+	pruneAt int
 }
 
 func (l *live) add(subject string, c liveConn, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.conns == nil {
-		l.conns = map[string][]liveConn{}
+		l.conns = map[string]*liveList{}
 	}
-	keep := l.conns[subject][:0]
-	for _, x := range l.conns[subject] {
+	ll := l.conns[subject]
+	if ll == nil {
+		ll = &liveList{}
+		l.conns[subject] = ll
+	}
+	ll.conns = append(ll.conns, c)
+	if len(ll.conns) < ll.pruneAt {
+		return
+	}
+	keep := ll.conns[:0]
+	for _, x := range ll.conns {
 		if x.until.After(now) {
 			keep = append(keep, x)
 		}
 	}
-	l.conns[subject] = append(keep, c)
+	clear(ll.conns[len(keep):])
+	ll.conns = keep
+	ll.pruneAt = max(8, 2*len(keep))
 }
 
 func (l *live) take(subject string) []liveConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	c := l.conns[subject]
+	ll := l.conns[subject]
 	delete(l.conns, subject)
-	return c
+	if ll == nil {
+		return nil
+	}
+	return ll.conns
 }
 
 // kickSubject is the system request that disconnects a client by id.

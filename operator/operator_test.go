@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 // env is one test's world: a namespace on the shared API server, an
 // embedded JetStream and a way to start operators.
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	srv    *kubeapi.Server
 	c      client.Client
@@ -56,13 +56,16 @@ type env struct {
 	metrics *operator.Metrics
 	// targetTimeout, when set, is the operator's target timeout.
 	targetTimeout time.Duration
+	// deviceController runs the Device controller (fleet-identity, Device
+	// status) on the env's store.
+	deviceController bool
 }
 
 var nsCounter int
 
 // cluster gives a test the shared API server, a client that can watch, a
 // fresh namespace named prefix-N, and a context bounded to two minutes.
-func cluster(t *testing.T, prefix string) (context.Context, *kubeapi.Server, client.WithWatch, string) {
+func cluster(t testing.TB, prefix string) (context.Context, *kubeapi.Server, client.WithWatch, string) {
 	t.Helper()
 	srv := kubeapi.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -86,7 +89,7 @@ func cluster(t *testing.T, prefix string) (context.Context, *kubeapi.Server, cli
 	return ctx, srv, c, ns
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx, srv, c, ns := cluster(t, "op")
 	_, st := natstest.Provisioned(t)
@@ -118,11 +121,13 @@ func (e *env) startOperator() (stop func()) {
 	if e.logs != nil {
 		logger = slog.New(e.logs)
 	}
-	go func() {
-		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
-			Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
-			Metrics: e.metrics, TargetTimeout: e.targetTimeout})
-	}()
+	o := operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
+		Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
+		Metrics: e.metrics, TargetTimeout: e.targetTimeout}
+	if e.deviceController {
+		o.Devices = e.store
+	}
+	go func() { done <- operator.Run(ctx, o) }()
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -444,16 +449,20 @@ func TestAConditionKeepsItsTransitionTimeUntilItsStatusChanges(t *testing.T) {
 }
 
 // removeAll deletes a test's Deployments, TaskRuns and Devices, finalizers
-// dropped.
-func removeAll(t *testing.T, c client.Client, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+// dropped; within 30 s, and 50 ms more per object (a benchmark's thousands
+// of Devices).
+func removeAll(t testing.TB, c client.Client, ns string) {
 	lists := []client.ObjectList{&fleetv1.DeploymentList{}, &fleetv1.TaskRunList{}, &fleetv1.DeviceList{}}
 	for _, l := range lists {
-		if err := c.List(ctx, l, client.InNamespace(ns)); err != nil {
+		lctx, lcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := c.List(lctx, l, client.InNamespace(ns))
+		lcancel()
+		if err != nil {
 			t.Errorf("list the test's objects: %v", err)
 			continue
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second+time.Duration(meta.LenList(l))*50*time.Millisecond)
+		defer cancel()
 		_ = meta.EachListItem(l, func(o runtime.Object) error {
 			obj := o.(client.Object)
 			if len(obj.GetFinalizers()) > 0 {

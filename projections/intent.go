@@ -52,6 +52,9 @@ type Intent struct {
 	devices map[string]map[depKey]IntentEntry
 	// byDep: deployment → devices that appear in any of its revisions.
 	byDep map[depKey]map[string]bool
+	// holders: deployment → devices whose value holds one of its
+	// revisions (the keys of devices with an entry for it).
+	holders map[depKey]map[string]bool
 	// tasks: TaskRun UID → what the fold knows of it; deviceTasks: device
 	// → TaskRun → entry, the materialised task entries.
 	tasks       map[taskKey]*intentTask
@@ -61,7 +64,7 @@ type Intent struct {
 // NewIntent returns an empty fold.
 func NewIntent() *Intent {
 	return &Intent{deps: map[depKey]map[revKey]*intentRev{}, order: map[depKey]int{},
-		devices: map[string]map[depKey]IntentEntry{}, byDep: map[depKey]map[string]bool{},
+		devices: map[string]map[depKey]IntentEntry{}, byDep: map[depKey]map[string]bool{}, holders: map[depKey]map[string]bool{},
 		tasks: map[taskKey]*intentTask{}, deviceTasks: map[string]map[taskKey]TaskEntry{}}
 }
 
@@ -117,7 +120,14 @@ func (s *Intent) Apply(ev events.Event) []string {
 			r.targets[t] = true
 		}
 		s.touch(k, d.Targets...)
-		return s.recompute(k)
+		// The newest revision changes only its targets and the devices
+		// that hold a value of this Deployment (a device it does not
+		// target loses the value; one that holds none keeps holding none).
+		affected := slices.Clone(d.Targets)
+		for dev := range s.holders[k] {
+			affected = append(affected, dev)
+		}
+		return s.recomputeDevices(k, affected)
 	case events.TypeDeploymentDeleted:
 		d, err := events.Decode[events.DeploymentDeleted](ev)
 		if err != nil {
@@ -229,12 +239,17 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 			if len(s.devices[dev]) == 0 {
 				delete(s.devices, dev)
 			}
+			delete(s.holders[k], dev)
 			changed = append(changed, dev)
 		case want != nil && (!has || cur.UID != want.UID || cur.Generation != want.Generation):
 			if s.devices[dev] == nil {
 				s.devices[dev] = map[depKey]IntentEntry{}
 			}
 			s.devices[dev][k] = *want
+			if s.holders[k] == nil {
+				s.holders[k] = map[string]bool{}
+			}
+			s.holders[k][dev] = true
 			changed = append(changed, dev)
 		}
 	}
