@@ -32,7 +32,7 @@ import (
 
 // injectionStreams are every stream and bucket the control plane holds.
 var injectionStreams = []string{
-	events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands,
+	events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.StreamAudit,
 	"KV_" + events.BucketIntent, "KV_" + events.BucketIdentity, "OBJ_" + events.BucketOperatorState,
 }
 

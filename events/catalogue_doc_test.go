@@ -18,7 +18,7 @@ func TestEveryTypeIsInTheCatalogueDoc(t *testing.T) {
 			t.Errorf("docs/events.md does not list %s", ti.Type)
 		}
 	}
-	for _, s := range []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.BucketIntent, events.BucketIdentity} {
+	for _, s := range []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.StreamAudit, events.BucketIntent, events.BucketIdentity} {
 		if !strings.Contains(string(doc), s) {
 			t.Errorf("docs/events.md does not describe %s", s)
 		}

@@ -225,3 +225,43 @@ type AgentCommand struct {
 
 // EventType implements Data.
 func (AgentCommand) EventType() Type { return TypeAgentCommand }
+
+// Dashboard device actions (DashboardDeviceAction.Action).
+const (
+	// ActionQuarantine: the blacklist label was added to the Device.
+	ActionQuarantine = "quarantine"
+	// ActionRelease: the blacklist label was removed from the Device.
+	ActionRelease = "release"
+	// ActionCommand: an agent.command was appended for the device.
+	ActionCommand = "command"
+)
+
+// DashboardDeviceAction is the data of TypeDashboardDeviceAction.
+type DashboardDeviceAction struct {
+	// Action is ActionQuarantine, ActionRelease or ActionCommand.
+	Action string `json:"action"`
+	// Namespace is the Device resource's namespace.
+	Namespace string `json:"namespace"`
+	// User is the signed-in user's display name; UserSubject the OIDC
+	// subject (iss-scoped user id) of the id_token they signed in with.
+	User        string `json:"user"`
+	UserSubject string `json:"userSubject"`
+	// Command and CommandID name the agent command and the id of its
+	// agent.command event, for ActionCommand.
+	Command   string `json:"command,omitempty"`
+	CommandID string `json:"commandId,omitempty"`
+}
+
+// EventType implements Data.
+func (DashboardDeviceAction) EventType() Type { return TypeDashboardDeviceAction }
+
+// DashboardAlertAcknowledged is the data of TypeDashboardAlertAcknowledged.
+type DashboardAlertAcknowledged struct {
+	// Alert is the alert's id (its subject token is AlertKey(Alert)).
+	Alert       string `json:"alert"`
+	User        string `json:"user"`
+	UserSubject string `json:"userSubject"`
+}
+
+// EventType implements Data.
+func (DashboardAlertAcknowledged) EventType() Type { return TypeDashboardAlertAcknowledged }

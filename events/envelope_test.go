@@ -119,17 +119,19 @@ func TestEnvelopeErrors(t *testing.T) {
 func TestEveryCatalogueTypeHasAStructAndASubject(t *testing.T) {
 	keys := events.Keys{Namespace: "lab", Name: "api", Device: "d1"}
 	structs := map[events.Type]events.Data{
-		events.TypeDeploymentRevisionCreated: events.DeploymentRevisionCreated{},
-		events.TypeDeploymentRevisionTargets: events.DeploymentRevisionTargets{},
-		events.TypeDeploymentDeleted:         events.DeploymentDeleted{},
-		events.TypeTaskRunCreated:            events.TaskRunCreated{},
-		events.TypeTaskRunDeleted:            events.TaskRunDeleted{},
-		events.TypeDeviceHeartbeat:           events.DeviceHeartbeat{},
-		events.TypeDeviceInventory:           events.DeviceInventory{},
-		events.TypeWorkloadStatus:            events.WorkloadStatus{},
-		events.TypeTaskStatus:                events.TaskStatus{},
-		events.TypeCommandResult:             events.CommandResult{},
-		events.TypeAgentCommand:              events.AgentCommand{},
+		events.TypeDeploymentRevisionCreated:  events.DeploymentRevisionCreated{},
+		events.TypeDeploymentRevisionTargets:  events.DeploymentRevisionTargets{},
+		events.TypeDeploymentDeleted:          events.DeploymentDeleted{},
+		events.TypeTaskRunCreated:             events.TaskRunCreated{},
+		events.TypeTaskRunDeleted:             events.TaskRunDeleted{},
+		events.TypeDeviceHeartbeat:            events.DeviceHeartbeat{},
+		events.TypeDeviceInventory:            events.DeviceInventory{},
+		events.TypeWorkloadStatus:             events.WorkloadStatus{},
+		events.TypeTaskStatus:                 events.TaskStatus{},
+		events.TypeCommandResult:              events.CommandResult{},
+		events.TypeAgentCommand:               events.AgentCommand{},
+		events.TypeDashboardDeviceAction:      events.DashboardDeviceAction{},
+		events.TypeDashboardAlertAcknowledged: events.DashboardAlertAcknowledged{},
 	}
 	for _, ti := range events.Catalogue() {
 		t.Run(string(ti.Type), func(t *testing.T) {

@@ -53,7 +53,7 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 	if *update {
 		writeGolden(t)
 	}
-	streams := []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands}
+	streams := []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.StreamAudit}
 	type typeVersion struct {
 		t events.Type
 		v int
@@ -80,7 +80,7 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 				continue
 			}
 			seen[typeVersion{ev.Type, ev.Version}] = true
-			if stream != events.StreamTelemetry && stream != events.StreamCommands && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
+			if stream != events.StreamTelemetry && stream != events.StreamCommands && stream != events.StreamAudit && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
 				fold = append(fold, ev)
 			}
 		}
@@ -133,6 +133,10 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.CommandResult](ev)
 	case events.TypeAgentCommand:
 		_, err = events.Decode[events.AgentCommand](ev)
+	case events.TypeDashboardDeviceAction:
+		_, err = events.Decode[events.DashboardDeviceAction](ev)
+	case events.TypeDashboardAlertAcknowledged:
+		_, err = events.Decode[events.DashboardAlertAcknowledged](ev)
 	default:
 		if info, ok := ev.Type.Info(); !ok || info.Family != events.FamilyDeploymentRollout {
 			return fmt.Errorf("%s: no data struct known to this test", ev.Type)
@@ -395,5 +399,12 @@ func goldenStory(t *testing.T) []events.Event {
 	br := rollouts[batch]
 	runner(batch, add(batch, events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{UID: br.UID, Generation: br.Generation,
 		RevisionID: br.RevisionID, Counts: br.Counts(), Device: "rpi-4", Error: "Device quarantined"}), events.WithCorrelation(br.UID, br.Generation)))
+	// An operator quarantines rpi-4 from the dashboard, asks rpi-2 for
+	// its inventory and acknowledges an alert.
+	add(events.Keys{Device: "rpi-4"}, events.DashboardDeviceAction{Action: events.ActionQuarantine, Namespace: "ops", User: "ada", UserSubject: "312909075212468632"})
+	cmd2 := add(events.Keys{Device: "rpi-2"}, events.AgentCommand{Command: "report-inventory", RequestedBy: "ada"})
+	add(events.Keys{Device: "rpi-2"}, events.DashboardDeviceAction{Action: events.ActionCommand, Namespace: "lab", User: "ada", UserSubject: "312909075212468632",
+		Command: "report-inventory", CommandID: cmd2.ID.String()})
+	add(events.Keys{Name: events.AlertKey("device-stale/lab/rpi-3")}, events.DashboardAlertAcknowledged{Alert: "device-stale/lab/rpi-3", User: "ada", UserSubject: "312909075212468632"})
 	return out
 }

@@ -150,6 +150,8 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 		telemetry,
 		history(StreamCommands, "Fleet agent commands (audit trail)",
 			[]string{"fleet.command.*"}, o.ReportsMaxAge, jetstream.DiscardOld),
+		history(StreamAudit, "Fleet dashboard actions and alert acknowledgements, each naming the user (append-only history)",
+			[]string{"fleet.dashboard.device.*", "fleet.dashboard.alert.*"}, 0, jetstream.DiscardNew),
 	}
 }
 

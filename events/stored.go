@@ -87,20 +87,25 @@ func decodeStored(subject string, payload []byte) (Event, SkipReason, error) {
 // familyKeys returns k without the keys family f does not use.
 func familyKeys(f Family, k Keys) Keys {
 	switch f {
-	case FamilyReport, FamilyCommand:
+	case FamilyReport, FamilyCommand, FamilyDashboardDevice:
 		return Keys{Device: k.Device}
+	case FamilyDashboardAlert:
+		return Keys{Name: k.Name}
 	default:
 		return Keys{Namespace: k.Namespace, Name: k.Name}
 	}
 }
 
 // onlyFamilyKeys reports whether k sets no key that family f does not use:
-// namespace and name for intent and rollout subjects, device for report and
-// command subjects.
+// namespace and name for intent and rollout subjects, device for report,
+// command and dashboard device subjects, name alone for dashboard alert
+// subjects.
 func onlyFamilyKeys(f Family, k Keys) bool {
 	switch f {
-	case FamilyReport, FamilyCommand:
+	case FamilyReport, FamilyCommand, FamilyDashboardDevice:
 		return k.Namespace == "" && k.Name == ""
+	case FamilyDashboardAlert:
+		return k.Namespace == "" && k.Device == ""
 	default:
 		return k.Device == ""
 	}

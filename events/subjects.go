@@ -1,6 +1,8 @@
 package events
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 )
@@ -23,6 +25,12 @@ const (
 	// StreamCommands holds agent commands, an audit trail of what was asked
 	// of each device.
 	StreamCommands = "FLEET_COMMANDS"
+	// StreamAudit holds what operators did through the dashboard:
+	// quarantines, releases, agent commands asked and alert
+	// acknowledgements, each naming the user. History, append-only; the
+	// dashboard's alert acknowledgements are the last event of each alert
+	// subject.
+	StreamAudit = "FLEET_AUDIT"
 
 	// BucketIntent is the KV projection of per-device desired state: one key
 	// per device.
@@ -43,9 +51,12 @@ const (
 	rootRollout = "fleet.rollout"
 	rootReport  = "fleet.report"
 	rootCommand = "fleet.command"
+	rootAudit   = "fleet.dashboard"
 
 	kindDeployment = "deployment"
 	kindTaskRun    = "taskrun"
+	kindDevice     = "device"
+	kindAlert      = "alert"
 )
 
 // ReportKind is the last token of a device report subject.
@@ -88,6 +99,11 @@ const (
 	FamilyReport Family = "report"
 	// FamilyCommand: fleet.command.<device>
 	FamilyCommand Family = "command"
+	// FamilyDashboardDevice: fleet.dashboard.device.<device>
+	FamilyDashboardDevice Family = "dashboard-device"
+	// FamilyDashboardAlert: fleet.dashboard.alert.<name>, name being the
+	// alert's key (AlertKey).
+	FamilyDashboardAlert Family = "dashboard-alert"
 )
 
 // Keys are the subject keys of an event: the tokens its subject is built
@@ -112,6 +128,10 @@ func (k Keys) Subject(f Family, rk ReportKind) (string, error) {
 		return ReportSubject(k.Device, rk)
 	case FamilyCommand:
 		return CommandSubject(k.Device)
+	case FamilyDashboardDevice:
+		return DashboardDeviceSubject(k.Device)
+	case FamilyDashboardAlert:
+		return DashboardAlertSubject(k.Name)
 	}
 	return "", fmt.Errorf("%w: unknown family %q", ErrInvalidSubject, f)
 }
@@ -168,6 +188,36 @@ func CommandSubject(device string) (string, error) {
 		return "", err
 	}
 	return rootCommand + "." + device, nil
+}
+
+// DashboardDeviceSubject is fleet.dashboard.device.<device>: what operators
+// did to one device through the dashboard.
+func DashboardDeviceSubject(device string) (string, error) {
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	return rootAudit + "." + kindDevice + "." + device, nil
+}
+
+// DashboardAlertSubject is fleet.dashboard.alert.<key>: the
+// acknowledgements of one alert, key being AlertKey of the alert's id.
+func DashboardAlertSubject(key string) (string, error) {
+	if err := ValidateToken(TokenName, key); err != nil {
+		return "", err
+	}
+	return rootAudit + "." + kindAlert + "." + key, nil
+}
+
+// DashboardAlertsFilter is fleet.dashboard.alert.*: every alert's
+// acknowledgements.
+const DashboardAlertsFilter = rootAudit + "." + kindAlert + ".*"
+
+// AlertKey is the subject token of an alert id: "a" and the first 31 hex
+// digits of its SHA-256, so any id (whatever characters it holds) maps to
+// one valid token. The id itself travels in the event's data.
+func AlertKey(alertID string) string {
+	sum := sha256.Sum256([]byte(alertID))
+	return "a" + hex.EncodeToString(sum[:])[:31]
 }
 
 // IntentKey is the fleet-intent KV key of a device: the device id itself.
@@ -245,7 +295,7 @@ func ParseSubject(subject string) (Ref, error) {
 	}
 	t := strings.Split(subject, ".")
 	if len(t) < 3 || t[0] != "fleet" {
-		return bad("must start with fleet.intent, fleet.rollout, fleet.report or fleet.command")
+		return bad("must start with fleet.intent, fleet.rollout, fleet.report, fleet.command or fleet.dashboard")
 	}
 	var ref Ref
 	switch t[1] {
@@ -289,6 +339,24 @@ func ParseSubject(subject string) (Ref, error) {
 			return Ref{}, err
 		}
 		ref = Ref{Family: FamilyCommand, Keys: Keys{Device: t[2]}}
+	case "dashboard":
+		if len(t) != 4 {
+			return bad("must have 4 tokens: fleet.dashboard.<kind>.<key>")
+		}
+		switch t[2] {
+		case kindDevice:
+			if err := ValidateToken(TokenDevice, t[3]); err != nil {
+				return Ref{}, err
+			}
+			ref = Ref{Family: FamilyDashboardDevice, Keys: Keys{Device: t[3]}}
+		case kindAlert:
+			if err := ValidateToken(TokenName, t[3]); err != nil {
+				return Ref{}, err
+			}
+			ref = Ref{Family: FamilyDashboardAlert, Keys: Keys{Name: t[3]}}
+		default:
+			return bad("unknown kind token " + t[2])
+		}
 	default:
 		return bad("unknown root " + t[1])
 	}
@@ -311,6 +379,8 @@ func StreamOf(subject string) (string, error) {
 		return StreamRollout, nil
 	case "command":
 		return StreamCommands, nil
+	case "dashboard":
+		return StreamAudit, nil
 	case "report":
 		if len(t) == 4 {
 			switch ReportKind(t[3]) {

@@ -67,6 +67,16 @@ const (
 	TypeAgentCommand Type = "agent.command"
 )
 
+// Dashboard actions (stream FLEET_AUDIT): what an operator did through the
+// dashboard, naming the user.
+const (
+	// TypeDashboardDeviceAction: an operator quarantined or released a
+	// device, or asked its agent for a command.
+	TypeDashboardDeviceAction Type = "dashboard.device.action"
+	// TypeDashboardAlertAcknowledged: an operator acknowledged an alert.
+	TypeDashboardAlertAcknowledged Type = "dashboard.alert.acknowledged"
+)
+
 // TypeInfo describes one event type for the catalogue.
 type TypeInfo struct {
 	Type Type
@@ -101,6 +111,8 @@ var catalogue = []TypeInfo{
 	{TypeTaskStatus, 1, FamilyReport, ReportTask},
 	{TypeCommandResult, 1, FamilyReport, ReportCommand},
 	{TypeAgentCommand, 1, FamilyCommand, ""},
+	{TypeDashboardDeviceAction, 1, FamilyDashboardDevice, ""},
+	{TypeDashboardAlertAcknowledged, 1, FamilyDashboardAlert, ""},
 }
 
 // Catalogue returns every event type this build knows.

@@ -6,9 +6,20 @@
 // revokes keys, rotates its signing key and has a configurable token
 // lifetime.
 //
+// For the dashboard in `fleet dev` it also signs in human users as Zitadel
+// does: the authorization code flow for registered web clients
+// (RegisterWebClient) with PKCE S256 required of every client, a login
+// page of its own (/login: user name and password, CreateHumanUser; the
+// password is kept only as a bcrypt hash and never logged), id_tokens with
+// the same roles claim plus preferred_username, name and email, userinfo
+// and end_session. Authorization requests expire after 10 minutes, codes
+// after one minute, and a code is redeemed once. There are no refresh
+// tokens and no single sign-on session.
+//
 // It exists for tests and `fleet dev` only. It is NOT for production:
 // production uses Zitadel. Nothing here is a token shortcut: every token
-// comes out of the same grant a device performs against Zitadel.
+// comes out of the same grant a device (or, for a person, the dashboard)
+// performs against Zitadel.
 //
 // Logging: devop's own records go to Options.Logger; zitadel/oidc's op
 // package logs route registration and request errors through slog.Default

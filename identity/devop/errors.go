@@ -10,5 +10,5 @@ var ErrUnknownUser = errors.New("devop: unknown machine user")
 var ErrUnknownKey = errors.New("devop: unknown machine key")
 
 // ErrNotSupported answers every OpenID Provider flow this provider does not
-// implement (authorization code, refresh, client credentials, ...).
+// implement (refresh, client credentials, introspection, ...).
 var ErrNotSupported = errors.New("devop: not supported by the development provider")

@@ -92,10 +92,14 @@ type Provider struct {
 	adminToken string
 	op         *op.Provider
 
-	mu      sync.Mutex // guards the fields below
-	users   map[string]*machineUser
-	signing signingKey   // current signing key
-	verify  []signingKey // every key in the JWKS, signing key first
+	mu           sync.Mutex // guards the fields below
+	users        map[string]*machineUser
+	humans       map[string]*humanUser
+	clients      map[string]*webClient
+	authRequests map[string]*authRequest
+	tokens       map[string]accessToken // human users' access tokens by id
+	signing      signingKey             // current signing key
+	verify       []signingKey           // every key in the JWKS, signing key first
 }
 
 // New creates a provider listening on o.Addr (or o.Listener); Run serves
@@ -127,6 +131,11 @@ func New(o Options) (*Provider, error) {
 		now:        o.Now,
 		ln:         ln,
 		users:      map[string]*machineUser{},
+
+		humans:       map[string]*humanUser{},
+		clients:      map[string]*webClient{},
+		authRequests: map[string]*authRequest{},
+		tokens:       map[string]accessToken{},
 	}
 	if p.issuer == "" {
 		p.issuer = "http://" + ln.Addr().String()
@@ -154,7 +163,16 @@ func New(o Options) (*Provider, error) {
 	p.signing = signingKey{id: newID(), key: key}
 	p.verify = []signingKey{p.signing}
 
-	cfg := &op.Config{SupportedScopes: []string{oidc.ScopeOpenID}, SupportedClaims: []string{RolesClaim}}
+	cfg := &op.Config{
+		SupportedScopes: []string{oidc.ScopeOpenID, oidc.ScopeProfile, oidc.ScopeEmail},
+		SupportedClaims: []string{
+			RolesClaim, "sub", "iss", "aud", "exp", "iat", "auth_time", "nonce", "azp",
+			"preferred_username", "name", "email", "email_verified",
+		},
+		CodeMethodS256:           true,
+		AuthMethodPost:           true,
+		DefaultLogoutRedirectURI: loggedOutPath,
+	}
 	if _, err := rand.Read(cfg.CryptoKey[:]); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("devop: crypto key: %w", err)
@@ -168,9 +186,10 @@ func New(o Options) (*Provider, error) {
 	srv := &server{LegacyServer: op.NewLegacyServer(prov, *op.DefaultEndpoints), p: p}
 	mux := http.NewServeMux()
 	mux.Handle("/management/v1/", p.managementHandler())
-	mux.Handle("/", op.RegisterLegacyServer(srv, func(w http.ResponseWriter, _ *http.Request) {
-		http.Error(w, "interactive login is not supported by the development provider", http.StatusNotImplemented)
-	}))
+	login := p.loginHandler()
+	mux.Handle(loginPath, login)
+	mux.Handle(loggedOutPath, login)
+	mux.Handle("/", op.RegisterLegacyServer(srv, op.AuthorizeCallbackHandler(prov)))
 	p.handler = mux
 	return p, nil
 }
@@ -187,8 +206,8 @@ func (p *Provider) Audience() string { return p.audience }
 // TokenLifetime is the lifetime of issued tokens.
 func (p *Provider) TokenLifetime() time.Duration { return p.lifetime }
 
-// Handler is the provider's HTTP handler (discovery, JWKS, token, the
-// management API).
+// Handler is the provider's HTTP handler (discovery, JWKS, authorization
+// with its login page, token, userinfo, end_session, the management API).
 func (p *Provider) Handler() http.Handler { return p.handler }
 
 // Run serves the provider until ctx ends, then shuts the HTTP server down
@@ -257,9 +276,11 @@ type publicKey struct{ signingKey }
 
 func (k publicKey) Key() any { return &k.key.PublicKey }
 
-// server overrides the JWT-profile grant of op's LegacyServer: op returns
-// only an access token for it, Zitadel also returns an id_token when scope
-// openid is asked for, and Fleet needs that id_token.
+// server overrides three methods of op's LegacyServer. The JWT-profile
+// grant: op returns only an access token for it, Zitadel also returns an
+// id_token when scope openid is asked for, and Fleet needs that id_token.
+// Authorize and CodeExchange: op checks PKCE only when the client sends
+// it (or is public); this provider requires S256 PKCE of every client.
 type server struct {
 	*op.LegacyServer
 	p *Provider
@@ -288,6 +309,52 @@ func (s *server) JWTProfile(ctx context.Context, r *op.Request[oidc.JWTProfileGr
 		if err != nil {
 			return nil, err
 		}
+	}
+	return op.NewResponse(resp), nil
+}
+
+// Authorize refuses an authorization request without a code_challenge or
+// with a method other than S256, then lets op store it and redirect to the
+// login page. op has already checked the redirect_uri, so the refusal goes
+// back to the client as an error redirect.
+func (s *server) Authorize(ctx context.Context, r *op.ClientRequest[oidc.AuthRequest]) (*op.Redirect, error) {
+	if r.Data.CodeChallenge == "" {
+		return nil, oidc.ErrInvalidRequest().WithDescription("code_challenge is required: use PKCE with code_challenge_method S256")
+	}
+	if r.Data.CodeChallengeMethod != oidc.CodeChallengeMethodS256 {
+		return nil, oidc.ErrInvalidRequest().WithDescription("code_challenge_method must be S256")
+	}
+	return s.LegacyServer.Authorize(ctx, r)
+}
+
+// CodeExchange verifies the code_verifier of every client (op's skips it
+// for a confidential client that sends none), then lets op issue the
+// tokens. The code is redeemed (unusable) by the first attempt, whatever
+// its outcome.
+func (s *server) CodeExchange(ctx context.Context, r *op.ClientRequest[oidc.AccessTokenRequest]) (*op.Response, error) {
+	prov := s.p.op
+	authReq, err := op.AuthRequestByCode(ctx, prov.Storage(), r.Data.Code)
+	if err != nil {
+		return nil, err
+	}
+	if r.Data.CodeVerifier == "" {
+		return nil, oidc.ErrInvalidRequest().WithDescription("code_verifier required")
+	}
+	if err := op.AuthorizeCodeChallenge(r.Data.CodeVerifier, authReq.GetCodeChallenge()); err != nil {
+		return nil, err
+	}
+	if r.Client.GetID() != authReq.GetClientID() {
+		return nil, oidc.ErrInvalidGrant().WithDescription("code was issued to another client")
+	}
+	if r.Data.RedirectURI != authReq.GetRedirectURI() {
+		return nil, oidc.ErrInvalidGrant().WithDescription("redirect_uri does not correspond")
+	}
+	if _, ok := s.p.human(authReq.GetSubject()); !ok {
+		return nil, oidc.ErrInvalidGrant().WithDescription("the user was removed")
+	}
+	resp, err := op.CreateTokenResponse(ctx, authReq, r.Client, prov, true, r.Data.Code, "")
+	if err != nil {
+		return nil, err
 	}
 	return op.NewResponse(resp), nil
 }

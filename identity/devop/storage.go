@@ -11,9 +11,11 @@ import (
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
 
-// storage implements op.Storage over the Provider's users and keys. Only the
-// methods the JWT-profile grant, discovery and JWKS use do anything; every
-// other flow answers ErrNotSupported.
+// storage implements op.Storage over the Provider's users, keys, web
+// clients and authorization requests: the JWT-profile grant, discovery,
+// JWKS, the authorization code flow (with userinfo and end_session). Every
+// other flow (refresh, client credentials, introspection, revocation)
+// answers ErrNotSupported.
 type storage struct{ p *Provider }
 
 var _ op.Storage = (*storage)(nil)
@@ -67,24 +69,44 @@ func (s *storage) KeySet(context.Context) ([]op.Key, error) {
 	return keys, nil
 }
 
-func (s *storage) CreateAccessToken(context.Context, op.TokenRequest) (string, time.Time, error) {
-	return newID(), s.p.now().Add(s.p.lifetime), nil
+// CreateAccessToken issues an access token id. A human user's token is
+// kept (until it expires) for userinfo; a machine user's is not.
+func (s *storage) CreateAccessToken(_ context.Context, req op.TokenRequest) (string, time.Time, error) {
+	id, exp := newID(), s.p.now().Add(s.p.lifetime)
+	if ar, ok := req.(*authRequest); ok {
+		s.p.storeAccessToken(id, accessToken{subject: ar.subject, clientID: ar.clientID, expires: exp})
+	}
+	return id, exp, nil
 }
 
 // SetUserinfoFromRequest asserts the user's roles in the id_token, as a
 // Zitadel project with "assert roles on authentication" does.
+// For a human user it also sets preferred_username, name and email.
 func (s *storage) SetUserinfoFromRequest(_ context.Context, ui *oidc.UserInfo, req op.IDTokenRequest, _ []string) error {
-	ui.Subject = req.GetSubject()
-	roles := s.p.rolesOf(req.GetSubject())
+	s.p.setUserinfo(ui, req.GetSubject())
+	return nil
+}
+
+// setUserinfo sets the claims of a user: the subject, the roles (as
+// Zitadel asserts project roles) and, for a human user, the profile and
+// email claims.
+func (p *Provider) setUserinfo(ui *oidc.UserInfo, subject string) {
+	ui.Subject = subject
+	if h, ok := p.human(subject); ok {
+		ui.PreferredUsername = h.name
+		ui.Name = h.name
+		ui.Email = h.email()
+		ui.EmailVerified = true
+	}
+	roles := p.rolesOf(subject)
 	if len(roles) == 0 {
-		return nil
+		return
 	}
 	m := make(map[string]map[string]string, len(roles))
 	for _, r := range roles {
 		m[r] = map[string]string{devOrgID: devOrgDomain}
 	}
 	ui.AppendClaims(RolesClaim, m)
-	return nil
 }
 
 func (s *storage) SetUserinfoFromScopes(_ context.Context, ui *oidc.UserInfo, userID, _ string, _ []string) error {
@@ -100,44 +122,75 @@ func (s *storage) Health(context.Context) error { return nil }
 
 func notSupported(what string) error { return fmt.Errorf("%w: %s", ErrNotSupported, what) }
 
-func (s *storage) CreateAuthRequest(context.Context, *oidc.AuthRequest, string) (op.AuthRequest, error) {
-	return nil, notSupported("authorization requests")
+// CreateAuthRequest stores an authorization request. op has checked the
+// client, the exact redirect_uri, the scopes and the response type;
+// server.Authorize has required PKCE with S256.
+func (s *storage) CreateAuthRequest(_ context.Context, r *oidc.AuthRequest, _ string) (op.AuthRequest, error) {
+	return s.p.newAuthRequest(r), nil
 }
-func (s *storage) AuthRequestByID(context.Context, string) (op.AuthRequest, error) {
-	return nil, notSupported("authorization requests")
+
+func (s *storage) AuthRequestByID(_ context.Context, id string) (op.AuthRequest, error) {
+	return s.p.authRequestByID(id)
 }
-func (s *storage) AuthRequestByCode(context.Context, string) (op.AuthRequest, error) {
-	return nil, notSupported("authorization codes")
+
+// AuthRequestByCode redeems a code: it answers once per code.
+func (s *storage) AuthRequestByCode(_ context.Context, code string) (op.AuthRequest, error) {
+	return s.p.redeemCode(code)
 }
-func (s *storage) SaveAuthCode(context.Context, string, string) error {
-	return notSupported("authorization codes")
+
+func (s *storage) SaveAuthCode(_ context.Context, id, code string) error {
+	return s.p.saveAuthCode(id, code)
 }
-func (s *storage) DeleteAuthRequest(context.Context, string) error {
-	return notSupported("authorization requests")
+
+func (s *storage) DeleteAuthRequest(_ context.Context, id string) error {
+	s.p.deleteAuthRequest(id)
+	return nil
 }
+
+// TerminateSession ends a user's sign-in at a client: the provider keeps
+// no single sign-on session (every authorization asks for the password),
+// so this drops the access tokens userinfo would answer.
+func (s *storage) TerminateSession(_ context.Context, userID, clientID string) error {
+	s.p.endSessions(userID, clientID)
+	return nil
+}
+
+func (s *storage) GetClientByClientID(_ context.Context, clientID string) (op.Client, error) {
+	if c, ok := s.p.webClient(clientID); ok {
+		return c, nil
+	}
+	return nil, oidc.ErrInvalidClient().WithDescription("unknown client_id").WithParent(notSupported("client " + strings.TrimSpace(clientID)))
+}
+
+// AuthorizeClientIDSecret authenticates a confidential web client.
+func (s *storage) AuthorizeClientIDSecret(_ context.Context, clientID, secret string) error {
+	if c, ok := s.p.webClient(clientID); ok && c.secretMatches(secret) {
+		return nil
+	}
+	return oidc.ErrInvalidClient().WithDescription("client authentication failed")
+}
+
+// SetUserinfoFromToken answers userinfo for a live access token of a human
+// user.
+func (s *storage) SetUserinfoFromToken(_ context.Context, ui *oidc.UserInfo, tokenID, subject, _ string) error {
+	if _, ok := s.p.accessTokenOf(tokenID, subject); !ok {
+		return oidc.ErrAccessDenied().WithDescription("access token unknown or expired")
+	}
+	s.p.setUserinfo(ui, subject)
+	return nil
+}
+
 func (s *storage) CreateAccessAndRefreshTokens(context.Context, op.TokenRequest, string) (string, string, time.Time, error) {
 	return "", "", time.Time{}, notSupported("refresh tokens")
 }
 func (s *storage) TokenRequestByRefreshToken(context.Context, string) (op.RefreshTokenRequest, error) {
 	return nil, notSupported("refresh tokens")
 }
-func (s *storage) TerminateSession(context.Context, string, string) error {
-	return notSupported("sessions")
-}
 func (s *storage) RevokeToken(context.Context, string, string, string) *oidc.Error {
 	return oidc.ErrUnsupportedGrantType().WithDescription("token revocation is not supported: remove the machine key")
 }
 func (s *storage) GetRefreshTokenInfo(context.Context, string, string) (string, string, error) {
 	return "", "", op.ErrInvalidRefreshToken
-}
-func (s *storage) GetClientByClientID(_ context.Context, clientID string) (op.Client, error) {
-	return nil, notSupported("client " + strings.TrimSpace(clientID))
-}
-func (s *storage) AuthorizeClientIDSecret(context.Context, string, string) error {
-	return notSupported("client secrets")
-}
-func (s *storage) SetUserinfoFromToken(context.Context, *oidc.UserInfo, string, string, string) error {
-	return notSupported("userinfo")
 }
 func (s *storage) SetIntrospectionFromToken(context.Context, *oidc.IntrospectionResponse, string, string, string) error {
 	return notSupported("introspection")

@@ -70,16 +70,19 @@ func (p *Provider) CreateMachineUser(_ context.Context, name string, roles ...st
 	return u.id, nil
 }
 
-// SetRoles replaces a user's roles.
+// SetRoles replaces a user's roles (a machine or a human user).
 func (p *Provider) SetRoles(_ context.Context, userID string, roles ...string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	u, ok := p.users[userID]
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownUser, userID)
+	if u, ok := p.users[userID]; ok {
+		u.roles = slices.Clone(roles)
+		return nil
 	}
-	u.roles = slices.Clone(roles)
-	return nil
+	if u, ok := p.humans[userID]; ok {
+		u.roles = slices.Clone(roles)
+		return nil
+	}
+	return fmt.Errorf("%w: %s", ErrUnknownUser, userID)
 }
 
 // RemoveMachineUser deletes a user and its keys: no new token is issued for
@@ -173,6 +176,9 @@ func (p *Provider) rolesOf(userID string) []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if u, ok := p.users[userID]; ok {
+		return slices.Clone(u.roles)
+	}
+	if u, ok := p.humans[userID]; ok {
 		return slices.Clone(u.roles)
 	}
 	return nil

@@ -1,0 +1,17 @@
+package fleetview
+
+import "errors"
+
+// ErrNotFound: the device, Deployment or TaskRun a page asks for does not
+// exist in the cache.
+var ErrNotFound = errors.New("not found")
+
+// ErrInvalidQuery: a query parameter is invalid; the error names it and says
+// how to fix it. The HTTP layer answers 400 with it.
+var ErrInvalidQuery = errors.New("invalid query")
+
+// ErrInvalidOptions: the Options of NewLive are invalid.
+var ErrInvalidOptions = errors.New("invalid fleetview options")
+
+// ErrNotImplemented: the source cannot answer this read (a mock without it).
+var ErrNotImplemented = errors.New("not implemented")

@@ -1,0 +1,150 @@
+package fleetview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Subject filters the live View follows.
+var (
+	filterHeartbeats = []string{"fleet.report.*.heartbeat"}
+	filterReports    = []string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}
+	filterIntent     = []string{"fleet.intent.>"}
+	filterRollout    = []string{"fleet.rollout.>"}
+	filterInventory  = []string{"fleet.report.*.inventory"}
+	filterCommands   = []string{"fleet.command.*"}
+)
+
+// retryAfter is how long a follow waits before starting again after an
+// error (the server restarting, the connection lost).
+const retryAfter = 2 * time.Second
+
+// runLive follows the streams and the informers until ctx ends.
+func (v *View) runLive(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := v.o.Now()
+	since := start.Add(-TrendHours * time.Hour)
+	var wg sync.WaitGroup
+	follow := func(name string, filters []string, from events.Start, handle func(events.Record)) {
+		wg.Go(func() { v.follow(ctx, name, filters, from, handle) })
+	}
+	follow("heartbeats", filterHeartbeats, events.FromTime(since), func(rec events.Record) {
+		v.trend.heartbeat(rec.Stored)
+		v.hub.publish(pagesOfRecord(rec)...)
+	})
+	v.trend.startLive(start)
+	follow("reports", filterReports, events.FromTime(since), func(rec events.Record) {
+		if counted, failed := reportFailed(rec); counted {
+			v.trend.report(rec.Stored, failed)
+		}
+		if rec.Stored.After(start) {
+			v.hub.publish(pagesOfRecord(rec)...)
+		}
+	})
+	for _, f := range []struct {
+		name    string
+		filters []string
+	}{{"intent", filterIntent}, {"rollout", filterRollout}, {"inventory", filterInventory}, {"commands", filterCommands}} {
+		follow(f.name, f.filters, events.FromTime(start), func(rec events.Record) { v.hub.publish(pagesOfRecord(rec)...) })
+	}
+	var err error
+	if v.o.Informers != nil {
+		err = v.watchInformers(ctx, &wg)
+	}
+	if err == nil {
+		<-ctx.Done()
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// follow follows filters, handing every decoded record to handle, until ctx
+// ends. After an error it starts again past the last record handled, so
+// nothing is counted twice. Undecodable records are skipped and counted.
+func (v *View) follow(ctx context.Context, name string, filters []string, from events.Start, handle func(events.Record)) {
+	for {
+		for rec, err := range v.streams.FollowSubjects(ctx, filters, from) {
+			if re, ok := events.AsRecordError(err); ok {
+				v.o.Skips.Skip(ctx, v.o.Logger, re)
+				from = events.FromSequence(rec.Sequence + 1)
+				continue
+			}
+			if err != nil {
+				if ctx.Err() == nil {
+					v.o.Logger.Warn("dashboard follow failed; starting again", "follow", name, "err", err, "after", retryAfter)
+				}
+				break
+			}
+			from = events.FromSequence(rec.Sequence + 1)
+			handle(rec)
+		}
+		t := time.NewTimer(retryAfter)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// watchInformers registers handlers on the Device, Deployment and TaskRun
+// informers that publish the pages an object's change affects, and removes
+// them when ctx ends.
+func (v *View) watchInformers(ctx context.Context, wg *sync.WaitGroup) error {
+	kinds := []struct {
+		obj   client.Object
+		pages func(client.Object) []PageRef
+	}{
+		{&fleetv1.Device{}, func(o client.Object) []PageRef {
+			return []PageRef{{Kind: PageDevice, Key: o.GetName()}, {Kind: PageDevices}, {Kind: PageOverview}, {Kind: PageAlerts}}
+		}},
+		{&fleetv1.Deployment{}, func(o client.Object) []PageRef {
+			return []PageRef{{Kind: PageDeployment, Key: o.GetNamespace() + "/" + o.GetName()}, {Kind: PageDeployments}, {Kind: PageOverview}, {Kind: PageAlerts}}
+		}},
+		{&fleetv1.TaskRun{}, func(o client.Object) []PageRef {
+			return []PageRef{{Kind: PageTaskRun, Key: o.GetNamespace() + "/" + o.GetName()}, {Kind: PageTaskRuns}, {Kind: PageOverview}, {Kind: PageAlerts}}
+		}},
+	}
+	var errs []error
+	for _, k := range kinds {
+		inf, err := v.o.Informers.GetInformer(ctx, k.obj)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("informer of %T: %w", k.obj, err))
+			continue
+		}
+		pages := k.pages
+		handle := func(obj any) {
+			if t, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if o, ok := obj.(client.Object); ok {
+				v.hub.publish(pages(o)...)
+			}
+		}
+		reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc: handle, UpdateFunc: func(_, n any) { handle(n) }, DeleteFunc: handle})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("handler on the informer of %T: %w", k.obj, err))
+			continue
+		}
+		wg.Go(func() {
+			<-ctx.Done()
+			if err := inf.RemoveEventHandler(reg); err != nil {
+				v.o.Logger.Debug("removing an informer handler", "err", err)
+			}
+		})
+	}
+	return errors.Join(errs...)
+}

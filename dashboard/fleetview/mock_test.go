@@ -1,0 +1,97 @@
+package fleetview_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+)
+
+func TestMockServesEveryPage(t *testing.T) {
+	ctx := context.Background()
+	var src fleetview.Source = fleetview.Mock(42, 2000)
+	ov, err := src.Overview(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ov.Devices.Total != 2000 || ov.Devices.Online == 0 || ov.Devices.Stale == 0 || ov.Devices.Offline == 0 {
+		t.Errorf("the mock's liveness is not mixed: %+v", ov.Devices)
+	}
+	phases := map[string]int{}
+	for _, p := range ov.Deployments {
+		phases[p.Phase] = p.Count
+	}
+	if phases["Succeeded"] == 0 || phases["Failed"] == 0 || phases["Progressing"] == 0 || phases["Canary"] == 0 {
+		t.Errorf("the mock's Deployments are not in every phase: %+v", ov.Deployments)
+	}
+	if ov.Alerts.Total == 0 || ov.Quarantined != 2 {
+		t.Errorf("alerts %+v, quarantined %d: want alerts and 2 quarantined", ov.Alerts, ov.Quarantined)
+	}
+	page, err := src.Devices(ctx, fleetview.DeviceQuery{Selector: "region=eu-west", Limit: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Items) != 20 || page.Matched >= page.Total {
+		t.Errorf("page of eu-west devices: %d items, %d matched of %d", len(page.Items), page.Matched, page.Total)
+	}
+	deps, err := src.Deployments(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range deps {
+		dd, err := src.Deployment(ctx, d.Namespace, d.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(dd.Devices) == 0 || len(dd.Revisions) == 0 || dd.Stage == "" {
+			t.Errorf("Deployment %s/%s: %d device rows, %d revisions, stage %q", d.Namespace, d.Name, len(dd.Devices), len(dd.Revisions), dd.Stage)
+		}
+		if dd.Canary && dd.CanaryStage == nil {
+			t.Errorf("Deployment %s/%s has canaries but no canary stage", d.Namespace, d.Name)
+		}
+	}
+	dev, err := src.Device(ctx, page.Items[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dev.Deployments) == 0 || len(dev.Timeline) == 0 {
+		t.Errorf("device %s: %d Deployments, %d timeline entries", dev.ID, len(dev.Deployments), len(dev.Timeline))
+	}
+	trs, err := src.TaskRuns(ctx)
+	if err != nil || len(trs) != 2 {
+		t.Fatalf("TaskRuns: %v, %v", trs, err)
+	}
+	tr, err := src.TaskRun(ctx, trs[0].Namespace, trs[0].Name)
+	if err != nil || len(tr.Results) == 0 {
+		t.Fatalf("TaskRun: %d results, %v", len(tr.Results), err)
+	}
+	trend, err := src.Trend(ctx)
+	if err != nil || len(trend.Hours) != fleetview.TrendHours {
+		t.Fatalf("trend: %d hours, %v", len(trend.Hours), err)
+	}
+	if _, err := src.FleetAt(ctx, time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Device(ctx, "no-such-device"); !errors.Is(err, fleetview.ErrNotFound) {
+		t.Errorf("an unknown device: %v, want ErrNotFound", err)
+	}
+}
+
+func TestMockIsTheSameForTheSameSeed(t *testing.T) {
+	ctx := context.Background()
+	a, err := fleetview.Mock(7, 300).Devices(ctx, fleetview.DeviceQuery{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := fleetview.Mock(7, 300).Devices(ctx, fleetview.DeviceQuery{Limit: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, b); diff != "" {
+		t.Errorf("two mocks of one seed differ (-first +second):\n%s", diff)
+	}
+}
