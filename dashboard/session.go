@@ -6,10 +6,12 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -25,6 +27,26 @@ type User struct {
 	Name    string `json:"name"`
 	// Admin is true when the id_token carried the fleet-admin role.
 	Admin bool `json:"admin"`
+}
+
+// ParseSessionKey reads a session key file's content: exactly
+// SessionKeySize bytes, or that many bytes written as hex or base64 on one
+// line. The error never quotes the content.
+func ParseSessionKey(raw []byte) ([]byte, error) {
+	if len(raw) == SessionKeySize {
+		return raw, nil
+	}
+	text := strings.TrimSpace(string(raw))
+	if b, err := hex.DecodeString(text); err == nil && len(b) == SessionKeySize {
+		return b, nil
+	}
+	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
+		if b, err := enc.DecodeString(text); err == nil && len(b) == SessionKeySize {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: a session key is %d random bytes, raw or as hex or base64 (head -c 32 /dev/urandom | base64 > session.key); this is %d bytes of something else",
+		ErrInvalidOptions, SessionKeySize, len(raw))
 }
 
 // session is what the session cookie holds, sealed: nobody without the key

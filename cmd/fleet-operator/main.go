@@ -3,7 +3,8 @@
 // administration is configured, the pull-secret policy sync, against a
 // Kubernetes API server and a NATS JetStream server. Replicas elect a leader
 // with a Lease (--leader-elect, on by default); only the leader runs them.
-// See docs/operator.md.
+// `fleet-operator serve-web [--mock]` serves the web dashboard instead
+// (package dashboard). See docs/operator.md and docs/dashboard.md.
 package main
 
 import (
@@ -38,6 +39,9 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, logOut io.Writer) error {
+	if len(args) > 0 && args[0] == "serve-web" {
+		return serveWeb(ctx, args[1:], logOut)
+	}
 	fs := flag.NewFlagSet("fleet-operator", flag.ContinueOnError)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster)")
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")

@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+
+	"github.com/nats-io/nats.go"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/nationtech/harmony-fleet/dashboard"
+	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// serveWeb is `fleet-operator serve-web [--mock]`: the operator's web
+// dashboard (package dashboard). See docs/dashboard.md.
+func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
+	fs := flag.NewFlagSet("fleet-operator serve-web", flag.ContinueOnError)
+	listen := fs.String("listen", envOr("FLEET_DASHBOARD_LISTEN", ":8080"), "address to serve on ($FLEET_DASHBOARD_LISTEN)")
+	public := fs.String("public-url", os.Getenv("FLEET_DASHBOARD_URL"), "URL users reach the dashboard at, e.g. https://fleet.example.com ($FLEET_DASHBOARD_URL; with --mock default http://127.0.0.1:<port>)")
+	issuer := fs.String("oidc-issuer", os.Getenv("FLEET_OIDC_ISSUER"), "issuer URL of the OpenID Provider (Zitadel) users sign in with ($FLEET_OIDC_ISSUER)")
+	clientID := fs.String("oidc-client-id", os.Getenv("FLEET_OIDC_CLIENT_ID"), "client id of the dashboard's web application ($FLEET_OIDC_CLIENT_ID)")
+	secretFile := fs.String("oidc-client-secret-file", os.Getenv("FLEET_OIDC_CLIENT_SECRET_FILE"), "file holding the web application's client secret ($FLEET_OIDC_CLIENT_SECRET_FILE; empty: a public client, PKCE only)")
+	keyFile := fs.String("session-key-file", os.Getenv("FLEET_DASHBOARD_SESSION_KEY_FILE"), "file holding 32 random bytes that seal the session cookies ($FLEET_DASHBOARD_SESSION_KEY_FILE; with --mock default: random per start)")
+	lifetime := fs.Duration("session-lifetime", dashboard.DefaultSessionLifetime, "how long a session lasts after sign-in")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster)")
+	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
+	natsCreds := fs.String("nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file of the operator identity ($NATS_CREDS)")
+	namespace := fs.String("namespace", "", "show only the Deployments and TaskRuns of this namespace (default: all)")
+	mock := fs.Bool("mock", false, "serve generated data with a labelled mock sign-in: no Kubernetes, NATS or identity provider needed (every page says so)")
+	mockDevices := fs.Int("mock-devices", 240, "how many devices --mock generates")
+	mockSeed := fs.Int64("mock-seed", 1, "seed of --mock's generated data")
+	logFormat := fs.String("log-format", "json", "log format: json or text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve-web takes no arguments; got %q", fs.Args())
+	}
+	var handler slog.Handler
+	switch *logFormat {
+	case "json":
+		handler = slog.NewJSONHandler(logOut, nil)
+	case "text":
+		handler = slog.NewTextHandler(logOut, nil)
+	default:
+		return fmt.Errorf("--log-format %q: use json or text", *logFormat)
+	}
+	logger := slog.New(handler).With("component", "dashboard")
+
+	so := dashboard.Options{Logger: logger, PublicURL: *public, SessionLifetime: *lifetime, Mock: *mock}
+	switch {
+	case *keyFile != "":
+		key, err := readSessionKey(*keyFile)
+		if err != nil {
+			return err
+		}
+		so.SessionKey = key
+	case *mock:
+		so.SessionKey = make([]byte, dashboard.SessionKeySize)
+		_, _ = rand.Read(so.SessionKey)
+	default:
+		return errors.New("--session-key-file is required: a file of 32 random bytes (head -c 32 /dev/urandom > session.key), the same for every replica")
+	}
+	if *mock {
+		if *issuer != "" {
+			return errors.New("--mock signs in mock users: drop --oidc-issuer")
+		}
+		so.MockSignIn = true
+	} else {
+		if *issuer == "" || *clientID == "" {
+			return errors.New("--oidc-issuer and --oidc-client-id are required (the Zitadel web application of the dashboard); --mock needs neither")
+		}
+		o := &dashboard.OIDC{Issuer: *issuer, ClientID: *clientID}
+		if *secretFile != "" {
+			raw, err := os.ReadFile(*secretFile)
+			if err != nil {
+				return fmt.Errorf("--oidc-client-secret-file: %w", err)
+			}
+			o.ClientSecret = strings.TrimSpace(string(raw))
+			if o.ClientSecret == "" {
+				return fmt.Errorf("--oidc-client-secret-file %s is empty", *secretFile)
+			}
+		}
+		so.OIDC = o
+	}
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("--listen %s: %w", *listen, err)
+	}
+	if so.PublicURL == "" && *mock {
+		so.PublicURL = "http://" + net.JoinHostPort("127.0.0.1", fmt.Sprint(ln.Addr().(*net.TCPAddr).Port))
+	}
+	if so.PublicURL == "" {
+		ln.Close()
+		return errors.New("--public-url is required: the URL users reach the dashboard at (https://...)")
+	}
+
+	if *mock {
+		if *mockDevices < 0 {
+			ln.Close()
+			return fmt.Errorf("--mock-devices %d: give 0 or more", *mockDevices)
+		}
+		view := fleetview.Mock(*mockSeed, *mockDevices)
+		so.View, so.Actions, so.Acks = view, dashboard.NewMockActions(), dashboard.NewMemoryAcks()
+		srv, err := dashboard.New(so)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		fmt.Fprintf(logOut, "fleet-operator serve-web --mock: mock data at %s (mock sign-in, nothing real)\n", so.PublicURL)
+		g, gctx := errgroup.WithContext(ctx)
+		g.Go(func() error { return view.Run(gctx) })
+		g.Go(func() error { return srv.Run(gctx, ln) })
+		if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
+	}
+
+	cfg, err := kubeConfig(*kubeconfig)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	nopts := []nats.Option{nats.Name("fleet-dashboard"), nats.MaxReconnects(-1)}
+	if *natsCreds != "" {
+		nopts = append(nopts, nats.UserCredentials(*natsCreds))
+	}
+	nc, err := nats.Connect(*natsURL, nopts...)
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
+	}
+	defer nc.Close()
+	st, err := events.NewStore(nc, events.StoreOptions{Logger: logger})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return dashboard.RunFleet(ctx, dashboard.FleetOptions{Server: so, RESTConfig: cfg, Store: st, Namespace: *namespace}, ln)
+}
+
+func kubeConfig(path string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if path != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	} else {
+		cfg, err = ctrl.GetConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	return cfg, nil
+}
+
+// readSessionKey reads the session key file: exactly 32 bytes, or 32
+// bytes as 64 hex digits or base64 on one line.
+func readSessionKey(path string) ([]byte, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--session-key-file: %w", err)
+	}
+	key, err := dashboard.ParseSessionKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("--session-key-file %s: %w", path, err)
+	}
+	return key, nil
+}

@@ -1,0 +1,422 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/dashboard"
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/identity/credential"
+	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/internal/controlplane"
+	"github.com/nationtech/harmony-fleet/internal/natsembed"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+)
+
+func TestMain(m *testing.M) {
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
+}
+
+const (
+	adaPassword  = "ada-correct-horse-7f1e"
+	bobPassword  = "bob-battery-staple-92ab"
+	clientID     = "fleet-dashboard"
+	clientSecret = "dashboard-client-secret-5d2c8e"
+)
+
+// fleet is a one-machine Fleet: the control plane (NATS with the callout
+// and the development provider), a kube-apiserver, the operator, two
+// agents on the simulated runtime, and the dashboard, whose logs and the
+// plane's are kept to be searched for secrets.
+type fleet struct {
+	t         *testing.T
+	plane     *controlplane.Plane
+	kube      client.Client
+	ns        string
+	key       []byte
+	logs      *testenv.SyncBuffer
+	stopAgent map[string]context.CancelFunc
+	dash      context.CancelFunc
+	dashDone  chan error
+	listeners []net.Listener
+	base      string
+}
+
+func startFleet(t *testing.T) *fleet {
+	t.Helper()
+	srv := kubeapi.Shared(t)
+	f := &fleet{t: t, logs: &testenv.SyncBuffer{}, stopAgent: map[string]context.CancelFunc{}, ns: "dash-" + strings.ToLower(fmt.Sprint(time.Now().UnixNano()%1e6))}
+	log := slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var err error
+	f.plane, err = controlplane.Start(ctx, controlplane.Options{StoreDir: t.TempDir(), Port: -1, Sync: natsembed.FastSync, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.plane.Close() })
+	scheme := runtime.NewScheme()
+	if err := fleetv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cfg := srv.RESTConfig()
+	if f.kube, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kube.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}); err != nil {
+		t.Fatal(err)
+	}
+	p := f.plane
+	p.Go("operator", func(ctx context.Context) error {
+		return operator.Run(ctx, operator.Options{RESTConfig: cfg, Store: p.Store(), Reader: p.Store(), IntentKV: p.Intent(), Devices: p.Store(),
+			StaleAfter: 3 * time.Second, Logger: log.With("component", "operator"), SeveralPerProcess: true})
+	})
+	for _, d := range []string{"d1", "d2"} {
+		f.startDevice(ctx, d, log)
+	}
+	// Users: ada has the fleet-admin role, bob none.
+	if _, err := p.Provider().CreateHumanUser(ctx, "ada", adaPassword, dashboard.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Provider().CreateHumanUser(ctx, "bob", bobPassword); err != nil {
+		t.Fatal(err)
+	}
+	// Two listeners, so the dashboard can restart at another address
+	// with the same registered client.
+	var redirects, logouts []string
+	for range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.listeners = append(f.listeners, ln)
+		redirects = append(redirects, "http://"+ln.Addr().String()+"/callback")
+		logouts = append(logouts, "http://"+ln.Addr().String()+"/signed-out")
+	}
+	if err := p.Provider().RegisterWebClient(devop.WebClient{ID: clientID, Secret: clientSecret, RedirectURIs: redirects, PostLogoutRedirectURIs: logouts}); err != nil {
+		t.Fatal(err)
+	}
+	f.key = key(t)
+	f.startDashboard(0, log)
+	t.Cleanup(f.stopDashboard)
+	return f
+}
+
+// startDevice enrolls device d, creates its Device resource and runs its
+// agent on the simulated runtime.
+func (f *fleet) startDevice(ctx context.Context, d string, log *slog.Logger) {
+	t, p := f.t, f.plane
+	path := filepath.Join(t.TempDir(), d+".json")
+	subject, err := p.EnrollDevice(ctx, d, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: d, Namespace: f.ns, Labels: map[string]string{"site": "lab"}},
+		Spec: fleetv1.DeviceSpec{IdentitySubject: subject}}
+	if err := f.kube.Create(ctx, dev); err != nil {
+		t.Fatal(err)
+	}
+	kf, err := credential.ReadKeyFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actx, stop := context.WithCancel(p.Context())
+	f.stopAgent[d] = stop
+	p.Go("agent "+d, func(context.Context) error {
+		dc, err := agent.Connect(actx, agent.ConnectOptions{URL: p.URL(), Key: &kf, Device: d, Issuer: kf.Issuer, Audience: kf.Audience,
+			Logger: log.With("device", d)})
+		if err != nil {
+			if actx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		defer dc.Close()
+		err = agent.Run(actx, agent.Options{Device: d, Conn: dc.Conn, AgentVersion: "test", Logger: log.With("device", d),
+			Reconciler: &agent.Reconciler{Device: d, Runtime: sim.New(sim.Options{}), Log: log.With("device", d)}})
+		if actx.Err() != nil {
+			return nil
+		}
+		return err
+	})
+}
+
+// startDashboard serves the dashboard on listener i.
+func (f *fleet) startDashboard(i int, log *slog.Logger) {
+	f.t.Helper()
+	ln := f.listeners[i]
+	f.base = "http://" + ln.Addr().String()
+	ready := make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	f.dash, f.dashDone = cancel, make(chan error, 1)
+	go func() {
+		f.dashDone <- dashboard.RunFleet(ctx, dashboard.FleetOptions{
+			Server: dashboard.Options{Logger: log.With("component", "dashboard"), PublicURL: f.base, SessionKey: f.key,
+				OIDC: &dashboard.OIDC{Issuer: f.plane.Provider().Issuer(), ClientID: clientID, ClientSecret: clientSecret}},
+			RESTConfig: kubeapi.Shared(f.t).RESTConfig(), Store: f.plane.Store(), Namespace: f.ns,
+			Ready: func(*dashboard.Server) { close(ready) }}, ln)
+	}()
+	select {
+	case <-ready:
+	case err := <-f.dashDone:
+		f.t.Fatalf("the dashboard stopped before it was ready: %v", err)
+	case <-time.After(2 * time.Minute):
+		f.t.Fatal("the dashboard's cache did not sync within 2 minutes")
+	}
+}
+
+func (f *fleet) stopDashboard() {
+	if f.dash == nil {
+		return
+	}
+	f.dash()
+	if err := <-f.dashDone; err != nil {
+		f.t.Errorf("the dashboard: %v", err)
+	}
+	f.dash = nil
+}
+
+var (
+	hiddenField = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
+	formAction  = regexp.MustCompile(`<form method="post" action="([^"]+)"`)
+)
+
+// signIn follows the real sign-in: the dashboard sends the browser to the
+// provider, whose login form takes the user name and password; the
+// provider sends it back to /callback. It returns the final page.
+func signIn(t *testing.T, b *browser, base, user, password string) (int, string) {
+	t.Helper()
+	status, final, body := b.get(base + "/devices")
+	id := hiddenField.FindStringSubmatch(body)
+	action := formAction.FindStringSubmatch(body)
+	if status != http.StatusOK || id == nil || action == nil {
+		t.Fatalf("the provider's login form: %d at %s\n%s", status, final, body)
+	}
+	at, err := url.Parse(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := at.Parse(action[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	status, _, body = b.post(target.String(), url.Values{"authRequestID": {id[1]}, "username": {user}, "password": {password}}, "")
+	return status, body
+}
+
+func TestTheDashboardOfAFleet(t *testing.T) {
+	f := startFleet(t)
+	ctx := context.Background()
+	ada := newBrowser(t, f.base)
+
+	t.Run("a fleet-admin signs in through the provider's login form", func(t *testing.T) {
+		status, body := signIn(t, ada, f.base, "ada", adaPassword)
+		if status != http.StatusOK || !strings.Contains(body, "Signed in as <strong>ada</strong>") || !strings.Contains(body, "<h1>Devices</h1>") {
+			t.Fatalf("after sign-in: %d\n%s", status, body)
+		}
+		testenv.Eventually(t, "both devices listed", time.Minute, func() bool {
+			_, _, body := ada.get(f.base + "/devices")
+			return strings.Contains(body, `href="/devices/d1"`) && strings.Contains(body, `href="/devices/d2"`)
+		})
+	})
+
+	t.Run("a user without the fleet-admin role gets 403", func(t *testing.T) {
+		bob := newBrowser(t, f.base)
+		status, body := signIn(t, bob, f.base, "bob", bobPassword)
+		if status != http.StatusForbidden || !strings.Contains(body, "fleet-admin") {
+			t.Fatalf("bob: %d\n%s", status, body)
+		}
+	})
+
+	devicePage := func() string {
+		status, _, body := ada.get(f.base + "/devices/d1")
+		if status != http.StatusOK {
+			t.Fatalf("the device page: %d\n%s", status, body)
+		}
+		return body
+	}
+	labelled := func() bool {
+		var d fleetv1.Device
+		if err := f.kube.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "d1"}, &d); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := d.Labels[fleetv1.LabelBlacklist]
+		return ok
+	}
+	audit := func() []events.DashboardDeviceAction {
+		subj, _ := events.DashboardDeviceSubject("d1")
+		var out []events.DashboardDeviceAction
+		for rec, err := range f.plane.Store().Replay(ctx, subj, events.FromStart()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, err := events.Decode[events.DashboardDeviceAction](rec.Event)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, a)
+		}
+		return out
+	}
+
+	t.Run("a quarantine without the right CSRF token is refused and changes nothing", func(t *testing.T) {
+		token := csrf(t, devicePage())
+		for _, form := range []url.Values{{}, {"csrf": {token[:len(token)-2] + "xx"}}} {
+			status, _, body := ada.post(f.base+"/devices/d1/quarantine", form, f.base)
+			if status != http.StatusForbidden {
+				t.Errorf("status %d, want 403\n%s", status, body)
+			}
+		}
+		if labelled() || len(audit()) != 0 {
+			t.Errorf("after refused requests: labelled %v, audit %v", labelled(), audit())
+		}
+	})
+
+	t.Run("quarantine sets the label, records ada, and the callout refuses the device", func(t *testing.T) {
+		status, final, body := ada.post(f.base+"/devices/d1/quarantine", url.Values{"csrf": {csrf(t, devicePage())}}, f.base)
+		if status != http.StatusOK || !strings.Contains(final, "done=quarantined") {
+			t.Fatalf("quarantine: %d at %s\n%s", status, final, body)
+		}
+		var d fleetv1.Device
+		if err := f.kube.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "d1"}, &d); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := d.Labels[fleetv1.LabelBlacklist]; !ok || d.Annotations[dashboard.AnnotationUser] != "ada" || d.Annotations[dashboard.AnnotationAction] != "quarantine" {
+			t.Errorf("Device labels %v annotations %v", d.Labels, d.Annotations)
+		}
+		managed := false
+		for _, m := range d.ManagedFields {
+			managed = managed || m.Manager == dashboard.FieldManager
+		}
+		if !managed {
+			t.Errorf("no managed fields of %s: %v", dashboard.FieldManager, d.ManagedFields)
+		}
+		a := audit()
+		if len(a) != 1 || a[0].Action != events.ActionQuarantine || a[0].User != "ada" || a[0].UserSubject == "" || a[0].Namespace != f.ns {
+			t.Errorf("audit events %+v", a)
+		}
+		testenv.Eventually(t, "the device page saying the callout refuses d1", time.Minute, func() bool {
+			return strings.Contains(devicePage(), "the auth callout refuses this device")
+		})
+	})
+
+	t.Run("release removes the label and records ada", func(t *testing.T) {
+		status, final, body := ada.post(f.base+"/devices/d1/release", url.Values{"csrf": {csrf(t, devicePage())}}, f.base)
+		if status != http.StatusOK || !strings.Contains(final, "done=released") {
+			t.Fatalf("release: %d at %s\n%s", status, final, body)
+		}
+		if labelled() {
+			t.Error("the blacklist label is still there")
+		}
+		a := audit()
+		if len(a) != 2 || a[1].Action != events.ActionRelease || a[1].User != "ada" {
+			t.Errorf("audit events %+v", a)
+		}
+		testenv.Eventually(t, "the device page saying the callout admits d1", time.Minute, func() bool {
+			return strings.Contains(devicePage(), "the auth callout admits its identity")
+		})
+	})
+
+	t.Run("a command is published, recorded and its result shown", func(t *testing.T) {
+		body := devicePage()
+		status, final, body := ada.post(f.base+"/devices/d2/command", url.Values{"csrf": {csrf(t, body)}, "command": {agent.CommandReportInventory}}, f.base)
+		if status != http.StatusOK || !strings.Contains(final, "command=") {
+			t.Fatalf("command: %d at %s\n%s", status, final, body)
+		}
+		u, _ := url.Parse(final)
+		id := u.Query().Get("command")
+		subj, _ := events.CommandSubject("d2")
+		rec, err := f.plane.Store().Last(ctx, subj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := events.Decode[events.AgentCommand](rec.Event)
+		if err != nil || rec.Event.ID.String() != id || cmd.Command != agent.CommandReportInventory || cmd.RequestedBy != "ada" {
+			t.Errorf("the stored command %s: %+v (%v), want id %s from ada", rec.Event.ID, cmd, err, id)
+		}
+		testenv.Eventually(t, "the agent's answer on the device page", time.Minute, func() bool {
+			_, _, body := ada.get(final)
+			return strings.Contains(body, "Succeeded</span>: the agent answered “report-inventory”")
+		})
+	})
+
+	t.Run("an alert acknowledgement survives a dashboard restart", func(t *testing.T) {
+		f.stopAgent["d2"]()
+		var alertID string
+		idField := regexp.MustCompile(`name="alert" value="([^"]+)"`)
+		testenv.Eventually(t, "an alert for the stopped device d2", 2*time.Minute, func() bool {
+			_, _, body := ada.get(f.base + "/alerts")
+			m := idField.FindStringSubmatch(body)
+			if m != nil && strings.Contains(body, "device d2 is") {
+				alertID = m[1]
+			}
+			return alertID != ""
+		})
+		_, _, body := ada.get(f.base + "/alerts")
+		status, _, body := ada.post(f.base+"/alerts/ack", url.Values{"csrf": {csrf(t, body)}, "alert": {htmlUnescape(alertID)}}, f.base)
+		if status != http.StatusOK || !strings.Contains(body, "Acknowledged by ada") {
+			t.Fatalf("ack: %d\n%s", status, body)
+		}
+		f.stopDashboard()
+		f.startDashboard(1, slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+		ada.origin = f.base
+		testenv.Eventually(t, "the acknowledgement after the restart", time.Minute, func() bool {
+			_, _, body := ada.get(f.base + "/alerts")
+			return strings.Contains(body, "Acknowledged by ada")
+		})
+	})
+
+	t.Run("no secret is in any log record", func(t *testing.T) {
+		logs := f.logs.String()
+		secrets := map[string]string{"ada's password": adaPassword, "bob's password": bobPassword, "the client secret": clientSecret,
+			"the session key (hex)": hex.EncodeToString(f.key), "the session key (base64)": base64.StdEncoding.EncodeToString(f.key),
+			"the session key (base64url)": base64.RawURLEncoding.EncodeToString(f.key), "the session key (raw)": string(f.key)}
+		for what, s := range secrets {
+			if strings.Contains(logs, s) {
+				t.Errorf("the logs contain %s", what)
+			}
+		}
+		u, _ := url.Parse(f.base)
+		for _, c := range ada.c.Jar.Cookies(u) {
+			if strings.Contains(logs, c.Value) {
+				t.Errorf("the logs contain the cookie %s", c.Name)
+			}
+		}
+		if jwt := regexp.MustCompile(`eyJ[A-Za-z0-9_-]{10,}\.eyJ`).FindString(logs); jwt != "" {
+			t.Errorf("the logs contain a JWT: %.40s…", jwt)
+		}
+		if strings.Contains(logs, "code=") {
+			t.Error("the logs contain an authorization code parameter")
+		}
+	})
+}
+
+// htmlUnescape undoes html/template's escaping of an attribute value.
+func htmlUnescape(s string) string {
+	r := strings.NewReplacer("&#43;", "+", "&amp;", "&", "&#39;", "'", "&#34;", `"`, "&lt;", "<", "&gt;", ">")
+	return r.Replace(s)
+}
