@@ -78,6 +78,18 @@ func TestEveryMockPageRendersWithTheMockBanner(t *testing.T) {
 	if len(seen) != 3 {
 		t.Fatalf("the mock lists link to pages of kinds %v, want devices, deployments and taskruns", seen)
 	}
+	// The fleet as of a revision, which a Deployment page links to.
+	for _, p := range pages {
+		if strings.HasPrefix(p, "/deployments/") {
+			_, _, body := b.get(base + p)
+			m := regexp.MustCompile(`href="(/fleet\?at=[^"]+)"`).FindStringSubmatch(body)
+			if m == nil {
+				t.Fatalf("the Deployment page %s links to no fleet-as-of page:\n%s", p, body)
+			}
+			pages = append(pages, m[1])
+			break
+		}
+	}
 	for _, p := range pages {
 		t.Run(p, func(t *testing.T) {
 			status, _, body := b.get(base + p)

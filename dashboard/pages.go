@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
 )
@@ -299,7 +300,7 @@ func (s *Server) handleDeployment(w http.ResponseWriter, r *http.Request) {
 	}
 	p := s.base(r, "Deployment "+ns+"/"+name, "deployments")
 	p.Live, p.Data = fleetview.PageRef{Kind: fleetview.PageDeployment, Key: ns + "/" + name}, dep
-	p.AutoRefresh = running(dep.Phase)
+	p.AutoRefresh = running(dep.Phase) && !dep.Deleted
 	s.render(w, r, http.StatusOK, "deployment", p)
 }
 
@@ -375,4 +376,24 @@ func (s *Server) handleAck(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/alerts?done=acknowledged", http.StatusSeeOther)
+}
+
+// handleFleetAt is the fleet as it was at ?at= (RFC 3339): every device's
+// desired and reported state and every Deployment's rollout, folded from the
+// streams. Beyond the spec; the revision history links here.
+func (s *Server) handleFleetAt(w http.ResponseWriter, r *http.Request) {
+	raw := r.URL.Query().Get("at")
+	at, err := time.Parse(time.RFC3339Nano, raw)
+	if err != nil {
+		s.errorPage(w, r, http.StatusBadRequest, "Invalid query", "at must be a time in RFC 3339 form, e.g. 2026-12-02T03:04:05Z.")
+		return
+	}
+	fa, err := s.o.View.FleetAt(r.Context(), at)
+	if err != nil {
+		s.viewError(w, r, "fleet state", err)
+		return
+	}
+	p := s.base(r, "The fleet as of "+at.UTC().Format("2006-01-02 15:04:05 UTC"), "")
+	p.Data = fa
+	s.render(w, r, http.StatusOK, "fleetat", p)
 }

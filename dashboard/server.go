@@ -125,6 +125,7 @@ func (s *Server) routes() http.Handler {
 	admin("POST /devices/{id}/command", s.handleCommand)
 	admin("GET /deployments", s.handleDeployments)
 	admin("GET /deployments/{ns}/{name}", s.handleDeployment)
+	admin("GET /fleet", s.handleFleetAt)
 	admin("GET /taskruns", s.handleTaskRuns)
 	admin("GET /taskruns/{ns}/{name}", s.handleTaskRun)
 	admin("GET /alerts", s.handleAlerts)

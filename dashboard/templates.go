@@ -21,7 +21,7 @@ var templateFS embed.FS
 var staticFS embed.FS
 
 // pageNames are the templates, each templates/<name>.html with the layout.
-var pageNames = []string{"overview", "devices", "device", "deployments", "deployment", "taskruns", "taskrun", "alerts",
+var pageNames = []string{"overview", "devices", "device", "deployments", "deployment", "taskruns", "taskrun", "alerts", "fleetat",
 	"forbidden", "error", "mocklogin", "signedout"}
 
 type templates map[string]*template.Template
@@ -69,6 +69,9 @@ var funcs = template.FuncMap{
 		return s
 	},
 	"short": func(s string, n int) string { return bounded(s, n) },
+	"fleetat": func(t time.Time) string {
+		return "/fleet?" + url.Values{"at": {t.UTC().Format(time.RFC3339Nano)}}.Encode()
+	},
 }
 
 // pageHref is the address of a page a change or an alert names.

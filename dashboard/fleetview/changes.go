@@ -142,7 +142,10 @@ func pagesOfRecord(rec events.Record) []PageRef {
 		events.TypeRolloutReleased, events.TypeRolloutSucceeded, events.TypeRolloutFailed, events.TypeRolloutTargetRemoved:
 		return []PageRef{{Kind: PageDeployment, Key: dep}, {Kind: PageDeployments}, {Kind: PageOverview}, {Kind: PageAlerts}}
 	case events.TypeDeviceHeartbeat:
-		return []PageRef{{Kind: PageDevice, Key: k.Device}, {Kind: PageTrend}}
+		// Only the trend: a fleet heartbeats all the time, and a device's
+		// liveness changes reach its page through the informer (the
+		// operator patches the Device).
+		return []PageRef{{Kind: PageTrend}}
 	case events.TypeDeviceInventory:
 		return []PageRef{{Kind: PageDevice, Key: k.Device}}
 	case events.TypeWorkloadStatus:

@@ -13,5 +13,7 @@ var ErrInvalidQuery = errors.New("invalid query")
 // ErrInvalidOptions: the Options of NewLive are invalid.
 var ErrInvalidOptions = errors.New("invalid fleetview options")
 
-// ErrNotImplemented: the source cannot answer this read (a mock without it).
+// ErrNotImplemented: the source cannot answer this read. Neither the live
+// View nor the mock returns it today; a Source that cannot serve a page
+// (a future one, or a page the HTTP layer adds before its data) does.
 var ErrNotImplemented = errors.New("not implemented")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
@@ -39,14 +40,21 @@ func (v *View) runLive(ctx context.Context) error {
 		wg.Go(func() { v.follow(ctx, name, filters, from, handle) })
 	}
 	follow("heartbeats", filterHeartbeats, events.FromTime(since), func(rec events.Record) {
+		if _, err := events.Decode[events.DeviceHeartbeat](rec.Event); err != nil {
+			v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
+			return
+		}
 		v.trend.heartbeat(rec.Stored)
 		v.hub.publish(pagesOfRecord(rec)...)
 	})
 	v.trend.startLive(start)
 	follow("reports", filterReports, events.FromTime(since), func(rec events.Record) {
-		if counted, failed := reportFailed(rec); counted {
-			v.trend.report(rec.Stored, failed)
+		failed, err := reportFailed(rec)
+		if err != nil {
+			v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
+			return
 		}
+		v.trend.report(rec.Stored, failed)
 		if rec.Stored.After(start) {
 			v.hub.publish(pagesOfRecord(rec)...)
 		}
@@ -119,8 +127,13 @@ func (v *View) watchInformers(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 	var errs []error
 	for _, k := range kinds {
-		inf, err := v.o.Informers.GetInformer(ctx, k.obj)
+		// Not waiting for the sync: the handler sees the objects as they
+		// come, and a Run ended early is not an error.
+		inf, err := v.o.Informers.GetInformer(ctx, k.obj, cache.BlockUntilSynced(false))
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
 			errs = append(errs, fmt.Errorf("informer of %T: %w", k.obj, err))
 			continue
 		}

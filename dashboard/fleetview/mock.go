@@ -20,23 +20,25 @@ import (
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
-// mockEpoch is the generated fleet's "now": fixed, so the same seed gives
-// the same pages whatever the day (liveness and alerts are relative to it).
-var mockEpoch = time.Date(2026, 3, 14, 15, 0, 0, 0, time.UTC)
-
-// Mock returns a View of generated data for serve-web --mock, the same for
-// the same seed and device count: devices with realistic names, labels and
-// inventory, mixed liveness (mostly online, some stale, some offline, a few
-// never seen, two quarantined), four Deployments (one succeeded, one
-// rolling out past its canaries, one whose canary failed, one waiting on its
-// canaries), two TaskRuns (one running, one finished with a failure), a
-// 24-hour trend and per-device timelines. Its clock is fixed at a date in
-// 2026, so liveness and alerts do not drift. It proves only the web
-// surface: nothing reads a Fleet. Run publishes a change of the overview
-// and trend every few seconds, so live updates can be seen.
+// Mock returns a View of generated data for serve-web --mock: devices
+// devices with realistic names, labels and inventory, mixed liveness (mostly
+// online, some stale, some offline, a few never seen, two quarantined), four
+// Deployments (one succeeded, one rolling out past its canaries with
+// failures, one whose canary failed, one waiting on its canaries), two
+// TaskRuns (one running, one finished with a failure), a 24-hour trend and
+// per-device timelines. Times are relative to the call, and the clock is
+// the real one; the same seed gives the same fleet relative to that
+// instant. It proves only the web surface: nothing reads a Fleet. Run
+// publishes a change of the overview and the trend every few seconds, so
+// live updates can be seen.
 func Mock(seed int64, devices int) *View {
-	g := generate(seed, max(devices, 0))
-	v := &View{o: Options{Now: func() time.Time { return mockEpoch }}.withDefaults(), objs: g, hist: g, trend: g.trend, hub: newHub()}
+	return mockAt(seed, devices, time.Now().UTC().Truncate(time.Second), time.Now)
+}
+
+// mockAt is Mock with the instant the fleet is generated at and a clock.
+func mockAt(seed int64, devices int, at time.Time, now func() time.Time) *View {
+	g := generate(seed, max(devices, 0), at)
+	v := &View{o: Options{Now: now}.withDefaults(), objs: g, hist: g, trend: g.trend, hub: newHub()}
 	v.run = func(ctx context.Context) error {
 		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()
@@ -83,9 +85,8 @@ var (
 )
 
 // generate builds the mock fleet.
-func generate(seed int64, n int) *mockFleet {
+func generate(seed int64, n int, now time.Time) *mockFleet {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
-	now := mockEpoch
 	m := &mockFleet{timeline: map[string]*history.DeploymentTimeline{}, tasks: map[string]*history.TaskRunTimeline{},
 		results: map[string][]history.Report{}, trend: newTrendCounter()}
 	for i := range n {
@@ -267,7 +268,7 @@ func generate(seed int64, n int) *mockFleet {
 			Message: fmt.Sprintf("%d of %d targets succeeded, %d failed", counts.Succeeded, counts.Total, counts.Failed)}}
 		m.deps = append(m.deps, d)
 	}
-	m.generateTaskRuns(r, seed)
+	m.generateTaskRuns(r, seed, now)
 	// Heartbeats: one per online device every 30s over the last 3 hours
 	// (the "live" part), fewer before (as the telemetry stream holds).
 	online := 0
@@ -327,15 +328,14 @@ func mockTransitions(stage projections.Stage, canary bool) []struct {
 
 // generateTaskRuns adds a running system upgrade and a finished agent
 // upgrade with a failure.
-func (m *mockFleet) generateTaskRuns(r *rand.Rand, seed int64) {
-	now := mockEpoch
+func (m *mockFleet) generateTaskRuns(r *rand.Rand, seed int64, now time.Time) {
 	for ti, tc := range []struct {
 		name     string
 		task     fleetv1.TaskName
 		selector map[string]string
 		done     bool
 	}{
-		{"bookworm-security-2026-03", fleetv1.TaskSystemUpgrade, map[string]string{"region": "eu-west"}, false},
+		{"bookworm-security", fleetv1.TaskSystemUpgrade, map[string]string{"region": "eu-west"}, false},
 		{"agent-v0-12-1", fleetv1.TaskAgentUpgrade, map[string]string{"hardware": "rpi4"}, true},
 	} {
 		t := fleetv1.TaskRun{ObjectMeta: metav1.ObjectMeta{Name: tc.name, Namespace: "fleet", UID: types.UID(fmt.Sprintf("tr-%d-%d", seed, ti)),

@@ -73,8 +73,8 @@ func findDevice(devs []fleetv1.Device, id string) (*fleetv1.Device, bool) {
 
 // Device implements Source.
 func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
-	if err := events.ValidateToken(events.TokenDevice, id); err != nil {
-		return DeviceDetail{}, fmt.Errorf("%w: device id: %w", ErrInvalidQuery, err)
+	if len(id) > MaxSearch {
+		return DeviceDetail{}, fmt.Errorf("%w: device id of %d bytes: a device id is at most %d characters", ErrInvalidQuery, len(id), events.MaxTokenLength)
 	}
 	devs, err := v.objs.devices(ctx)
 	if err != nil {
@@ -85,7 +85,11 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 		return DeviceDetail{}, fmt.Errorf("device %s: %w: no Device of that name in any namespace", id, ErrNotFound)
 	}
 	dd := DeviceDetail{DeviceRow: deviceRow(d, v.o.Now(), v.o.OfflineAfter), Conditions: conditionsOf(d.Status.Conditions),
-		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}}
+		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}}
+	if err := events.ValidateToken(events.TokenDevice, id); err != nil {
+		dd.TimelineError = fmt.Sprintf("the device has no stream subjects: %v", err)
+		return dd, nil
+	}
 	tl, err := v.hist.Device(ctx, id)
 	switch {
 	case errors.Is(err, history.ErrNoEvents):
@@ -101,6 +105,11 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 	dd.Deployments = deviceDeployments(id, tl)
 	for _, t := range tl.Tasks {
 		dd.Tasks = append(dd.Tasks, DeviceTask{Namespace: t.Namespace, Name: t.TaskRun, Task: t.Task})
+	}
+	hb := tl.Heartbeats
+	dd.Heartbeats = Heartbeats{Last: hb.Last, Kept: hb.Count, Uptime: hb.Uptime, AgentVersions: make([]string, 0, len(hb.AgentVersions))}
+	for _, a := range hb.AgentVersions {
+		dd.Heartbeats.AgentVersions = append(dd.Heartbeats.AgentVersions, clean(a, MaxFieldLength))
 	}
 	dd.Timeline = newestFirst(tl.Entries, MaxTimeline, timelineEntry)
 	return dd, nil
@@ -240,7 +249,7 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 func fillDeploymentHistory(dd *DeploymentDetail, tl *history.DeploymentTimeline, inCache bool) {
 	st := tl.State
 	if !inCache {
-		dd.Namespace, dd.Name = tl.Namespace, tl.Name
+		dd.Namespace, dd.Name, dd.Deleted = tl.Namespace, tl.Name, true
 		if st != nil {
 			dd.Phase, dd.Generation, dd.ObservedGeneration, dd.RevisionID = st.Phase, st.Generation, st.Generation, st.RevisionID
 			dd.Targets = countsOf(st.Counts, 0)

@@ -2,6 +2,7 @@ package fleetview
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -100,19 +101,19 @@ func (v *View) Trend(ctx context.Context) (Trend, error) {
 	return v.trend.trend(v.o.Now()), nil
 }
 
-// reportFailed reports whether a report record says something failed, and
-// whether it is a report the trend counts at all.
-func reportFailed(rec events.Record) (counted, failed bool) {
+// reportFailed reports whether a report record says something failed. err
+// is the data's decoding error: such a report is not counted.
+func reportFailed(rec events.Record) (failed bool, err error) {
 	switch rec.Event.Type {
 	case events.TypeWorkloadStatus:
 		d, err := events.Decode[events.WorkloadStatus](rec.Event)
-		return err == nil, err == nil && d.Phase == events.WorkloadFailed
+		return err == nil && d.Phase == events.WorkloadFailed, err
 	case events.TypeTaskStatus:
 		d, err := events.Decode[events.TaskStatus](rec.Event)
-		return err == nil, err == nil && d.Phase == events.TaskFailed
+		return err == nil && d.Phase == events.TaskFailed, err
 	case events.TypeCommandResult:
 		d, err := events.Decode[events.CommandResult](rec.Event)
-		return err == nil, err == nil && !d.OK
+		return err == nil && !d.OK, err
 	}
-	return false, false
+	return false, fmt.Errorf("%w: %s is not a report the trend counts", events.ErrUnknownType, rec.Event.Type)
 }

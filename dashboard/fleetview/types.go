@@ -108,7 +108,11 @@ type DeviceRow struct {
 	ID        string   `json:"id"`
 	Namespace string   `json:"namespace"`
 	Liveness  Liveness `json:"liveness"`
-	// LastHeartbeat is status.lastHeartbeat (zero: never).
+	// LastHeartbeat is status.lastHeartbeat (zero: never): the heartbeat
+	// the operator decided the current liveness on. For an online device
+	// that is the heartbeat that brought it online (its liveness-since), for
+	// a stale one when it was last heard from. The device page has the
+	// latest heartbeat in Heartbeats.
 	LastHeartbeat time.Time `json:"lastHeartbeat,omitzero"`
 	// Labels are metadata.labels (reported labels mirrored by the operator
 	// included), bounded (see MaxLabels).
@@ -154,12 +158,27 @@ type DeviceDetail struct {
 	Deployments []DeviceDeployment `json:"deployments"`
 	// Tasks are the task entries of the device's desired state.
 	Tasks []DeviceTask `json:"tasks,omitempty"`
+	// Heartbeats summarises the heartbeats the telemetry stream still
+	// holds for the device (the last few).
+	Heartbeats Heartbeats `json:"heartbeats"`
 	// Timeline is the device's recent events, newest first, at most
 	// MaxTimeline.
 	Timeline []TimelineEntry `json:"timeline"`
 	// TimelineError says why the timeline could not be read (the streams
 	// unreachable); the rest of the page is from the cache.
 	TimelineError string `json:"timelineError,omitempty"`
+}
+
+// Heartbeats summarises a device's heartbeats as the telemetry stream holds
+// them: only the last few per device are kept.
+type Heartbeats struct {
+	// Last is the latest heartbeat's stored time (zero: none kept).
+	Last time.Time `json:"last,omitzero"`
+	// Kept is how many the stream holds; AgentVersions the versions they
+	// name; Uptime the agent's uptime in the latest.
+	Kept          int           `json:"kept"`
+	AgentVersions []string      `json:"agentVersions"`
+	Uptime        time.Duration `json:"uptimeNs,omitempty"`
 }
 
 // MaxTimeline bounds a timeline shown on a page.
@@ -313,6 +332,9 @@ type DeploymentDetail struct {
 	// Timeline is the recent rollout timeline, newest first, at most
 	// MaxTimeline.
 	Timeline []TimelineEntry `json:"timeline"`
+	// Deleted is true when the Deployment is no longer in the cluster: the
+	// page is its history, its summary the rollout fold's last state.
+	Deleted bool `json:"deleted,omitempty"`
 	// HistoryError says why the stream part could not be read; the
 	// summary is still the CR's status.
 	HistoryError string `json:"historyError,omitempty"`

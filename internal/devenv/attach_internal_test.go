@@ -238,7 +238,7 @@ func TestThePrintedUsageSaysWhereFleetDevListensAndHowToAttachADevice(t *testing
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder
-			printUsage(&b, "/data", Info{Listen: tc.listen, Advertise: tc.advertise, Namespace: "lab", Devices: []string{"sim-1"}, Runtime: RuntimeSim})
+			printUsage(&b, "/data", Info{Listen: tc.listen, Advertise: tc.advertise, Namespace: "lab", Devices: []string{"sim-1"}, Runtime: RuntimeSim}, "")
 			for _, w := range tc.want {
 				if !strings.Contains(b.String(), w) {
 					t.Errorf("the usage lacks %q:\n%s", w, b.String())

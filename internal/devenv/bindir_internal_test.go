@@ -159,7 +159,7 @@ func TestBinDirLinksTheBinariesThePrintedStepsCall(t *testing.T) {
 				}
 			}
 			var out bytes.Buffer
-			printUsage(&out, tr.data, Info{Namespace: "lab", BinDir: b.path, NATSCLI: b.nats, NATSCLIMissing: b.natsMissing})
+			printUsage(&out, tr.data, Info{Namespace: "lab", BinDir: b.path, NATSCLI: b.nats, NATSCLIMissing: b.natsMissing}, "")
 			var printed, absent []string
 			if tc.printed != nil {
 				printed = tc.printed(tr)

@@ -5,9 +5,10 @@
 // stand-in (internal/baostandin, configured through secrets/openbao as for
 // OpenBao), the auth callout service, etcd + kube-apiserver with the Fleet
 // CRDs, the operator (connected through the callout with the fleet-operator
-// role), and the devices: N simulated ones and, when a Podman API socket
-// answers, one (PodmanDevice) on real Podman, with the example images built
-// locally. Each device is enrolled through package enroll, connects with
+// role), the web dashboard (package dashboard, on loopback, with a
+// development login printed), and the devices: N simulated ones and, when a
+// Podman API socket answers, one (PodmanDevice) on real Podman, with the
+// example images built locally. Each device is enrolled through package enroll, connects with
 // its machine key through the callout exactly like a real device, and reads
 // its secrets from the stand-in with its id_token.
 //
@@ -123,8 +124,8 @@ type Options struct {
 	Ready func(Info)
 }
 
-// Info is what a running fleet dev offers (no secret: the admin password is
-// in a file).
+// Info is what a running fleet dev offers (no secret: the passwords are in
+// files).
 type Info struct {
 	// NATSURL is the embedded server's client URL, with the advertised
 	// host.
@@ -170,6 +171,10 @@ type Info struct {
 	// MetricsURL is the base of the metrics endpoints: MetricsURL +
 	// "/operator", "/authcallout" and "/agents".
 	MetricsURL string
+	// DashboardURL is the web dashboard's URL (loopback only);
+	// DashboardUser signs in to it with the password in
+	// DashboardPasswordFile (new every run; fleet dev also prints it).
+	DashboardURL, DashboardUser, DashboardPasswordFile string
 	// StartupTime is how long the start took.
 	StartupTime time.Duration
 	// Ship is what `harmony ship` of the reference program needs
@@ -306,6 +311,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := s.serveMetrics(); err != nil {
 		return err
 	}
+	if s.dashURL, s.dashPassword, err = s.startDashboard(ctx); err != nil {
+		return err
+	}
 	info, err := s.announce()
 	if err != nil {
 		return err
@@ -345,6 +353,9 @@ type session struct {
 	devs    []device
 	ids     []string
 	ship    Ship
+	// dashURL is the dashboard's URL; dashPassword the run's password of
+	// DashboardUser (printed once, never logged).
+	dashURL, dashPassword string
 }
 
 // linkBinaries makes <data>/bin: fleet, kubectl and the nats CLI for the
@@ -534,6 +545,7 @@ func (s *session) announce() (Info, error) {
 		Devices: s.ids, Runtime: RuntimeSim, RuntimeNote: s.note, OpenBaoAddr: s.bs.addr, OpenBaoTokenFile: s.bs.tokenFile,
 		BinDir: s.bins.path, NATSCLI: s.bins.nats, NATSCLIMissing: s.bins.natsMissing,
 		MetricsURL: s.metrics.URL(metricsPath), StartupTime: time.Since(s.began), Ship: s.ship,
+		DashboardURL: s.dashURL, DashboardUser: DashboardUser, DashboardPasswordFile: filepath.Join(s.sec.dir, dashboardPasswordFile),
 	}
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
@@ -545,7 +557,7 @@ func (s *session) announce() (Info, error) {
 	}); err != nil {
 		return info, err
 	}
-	printUsage(o.Out, o.DataDir, info)
+	printUsage(o.Out, o.DataDir, info, s.dashPassword)
 	if o.Ready != nil {
 		o.Ready(info)
 	}
@@ -683,7 +695,10 @@ func replaceLink(path, target string) error {
 	return nil
 }
 
-func printUsage(w io.Writer, dataDir string, in Info) {
+// printUsage prints how to use the running plane; dashPassword is the
+// dashboard user's password of this run, printed for the developer at the
+// terminal (never logged).
+func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 	nsim := len(in.Devices)
 	devices := fmt.Sprintf("%d simulated (sim-1 … sim-%d)", nsim, nsim)
 	runtime := "simulated (" + in.RuntimeNote + ")"
@@ -707,6 +722,8 @@ func printUsage(w io.Writer, dataDir string, in Info) {
                      (canary=true: %s)
   runtime            %s
   metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
+  dashboard          %s   (loopback only; docs/dashboard.md)
+                     sign in as %s, password %s   (new every run; also in %s)
   listening on       %s
 
 %s
@@ -727,7 +744,7 @@ Next steps:
 %s
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices), runtime, in.MetricsURL, listening(in),
+		canaries(in.Devices), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile, listening(in),
 		pathSection(in), in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
 		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in))

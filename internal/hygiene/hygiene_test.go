@@ -81,6 +81,15 @@ func TestImportRules(t *testing.T) {
 			[]string{module + "/operator", module + "/agent", module + "/authcallout"}, nil},
 		{"history reads the streams through events and projections only", module + "/history",
 			[]string{module + "/", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"}, []string{module + "/events", module + "/projections", module + "/k8s/api/"}},
+		// The dashboard's read models: caches and streams, never the
+		// operator's internals or the agent.
+		{"the dashboard's read models import only k8s/api, events, projections and history of the module", module + "/dashboard/fleetview",
+			[]string{module + "/"}, []string{module + "/events", module + "/projections", module + "/history", module + "/k8s/api/"}},
+		// The dashboard's web surface runs in the operator's binary with the
+		// operator's identities, but never links its controllers, the agent
+		// or the development provider.
+		{"the dashboard never links the operator, the agent or the development provider", module + "/dashboard",
+			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/"}, nil},
 		// The agent imports the credential.
 		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
@@ -133,6 +142,8 @@ func TestWhoMayLinkWhat(t *testing.T) {
 			"identity/devop", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
 		{"the OpenBao stand-in (internal/baostandin) is linked only by fleet dev", "internal/baostandin", []string{"internal/devenv", "cmd/fleet"}},
 		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "internal/devenv"}},
+		{"the web dashboard (dashboard) is linked only by fleet-operator serve-web and fleet dev", "dashboard",
+			[]string{"cmd/fleet-operator", "internal/devenv", "cmd/fleet"}},
 		{"the local API server starter (internal/kubelocal) is linked only by fleet dev and the API server harness",
 			"internal/kubelocal", []string{"internal/devenv", "cmd/fleet", "internal/testenv/kubeapi"}},
 		{"the scale benchmark (internal/scalebench) is linked only by its command", "internal/scalebench", []string{"internal/scalebench/cmd/fleet-scale"}},

@@ -1,0 +1,339 @@
+package fleetview
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+var testNow = time.Date(2026, 5, 1, 12, 30, 0, 0, time.UTC)
+
+func device(name string, liveness fleetv1.Liveness, hbAgo time.Duration, labels map[string]string) fleetv1.Device {
+	d := fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "fleet", Labels: labels}}
+	d.Status.Liveness = liveness
+	if hbAgo >= 0 {
+		t := metav1.NewTime(testNow.Add(-hbAgo))
+		d.Status.LastHeartbeat = &t
+	}
+	return d
+}
+
+func TestParseDeviceQuery(t *testing.T) {
+	tests := []struct {
+		name  string
+		q     DeviceQuery
+		field string // "" when valid
+	}{
+		{"the zero query is every device, first page", DeviceQuery{}, ""},
+		{"a selector with set-based terms is valid", DeviceQuery{Selector: "site in (paris,lyon),tier!=core,!blacklist"}, ""},
+		{"a selector that does not parse is refused naming the selector", DeviceQuery{Selector: "site=(paris"}, "selector"},
+		{"a selector with an invalid key is refused naming the selector", DeviceQuery{Selector: "-bad-=x"}, "selector"},
+		{"an unknown liveness is refused naming liveness", DeviceQuery{Liveness: "asleep"}, "liveness"},
+		{"a search longer than the bound is refused naming search", DeviceQuery{Search: strings.Repeat("x", MaxSearch+1)}, "search"},
+		{"a negative offset is refused naming offset", DeviceQuery{Offset: -1}, "offset"},
+		{"a limit over the maximum is refused naming limit", DeviceQuery{Limit: MaxPageSize + 1}, "limit"},
+		{"a negative limit is refused naming limit", DeviceQuery{Limit: -5}, "limit"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseDeviceQuery(tc.q)
+			if tc.field == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				if f.limit <= 0 {
+					t.Errorf("limit %d after defaults", f.limit)
+				}
+				return
+			}
+			if !errors.Is(err, ErrInvalidQuery) {
+				t.Fatalf("error %v, want ErrInvalidQuery", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error %q does not name the field %q", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestPageDevices(t *testing.T) {
+	devs := []fleetv1.Device{
+		device("paris-3", fleetv1.LivenessOnline, time.Second, map[string]string{"site": "paris", "tier": "edge"}),
+		device("paris-1", fleetv1.LivenessStale, 10*time.Minute, map[string]string{"site": "paris", "tier": "core"}),
+		device("lyon-1", fleetv1.LivenessStale, 5*time.Hour, map[string]string{"site": "lyon"}),
+		device("lyon-2", fleetv1.LivenessUnknown, -1, map[string]string{"site": "lyon"}),
+		device("paris-2", fleetv1.LivenessOnline, time.Second, map[string]string{"site": "paris", "tier": "edge"}),
+	}
+	devs[0].Status.Inventory = &fleetv1.DeviceInventory{Kernel: "6.1.0-RPI"}
+	tests := []struct {
+		name    string
+		q       DeviceQuery
+		want    []string
+		matched int
+	}{
+		{"every device sorted by id", DeviceQuery{}, []string{"lyon-1", "lyon-2", "paris-1", "paris-2", "paris-3"}, 5},
+		{"a label selector keeps the matching devices", DeviceQuery{Selector: "site=paris,tier=edge"}, []string{"paris-2", "paris-3"}, 2},
+		{"a set selector keeps the matching devices", DeviceQuery{Selector: "tier in (core)"}, []string{"paris-1"}, 1},
+		{"stale is a recent missed heartbeat", DeviceQuery{Liveness: LivenessStale}, []string{"paris-1"}, 1},
+		{"offline is an old heartbeat or none", DeviceQuery{Liveness: LivenessOffline}, []string{"lyon-1", "lyon-2"}, 2},
+		{"search matches inventory case-insensitively", DeviceQuery{Search: "rpi"}, []string{"paris-3"}, 1},
+		{"search matches a label value", DeviceQuery{Search: "LYON"}, []string{"lyon-1", "lyon-2"}, 2},
+		{"a page is a window of the sorted matches", DeviceQuery{Offset: 1, Limit: 2}, []string{"lyon-2", "paris-1"}, 5},
+		{"a page past the end is empty", DeviceQuery{Offset: 10}, []string{}, 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, err := parseDeviceQuery(tc.q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := pageDevices(devs, f, testNow, time.Hour)
+			got := []string{}
+			for _, r := range p.Items {
+				got = append(got, r.ID)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("ids (-want +got):\n%s", diff)
+			}
+			if p.Matched != tc.matched || p.Total != len(devs) {
+				t.Errorf("matched %d of %d, want %d of %d", p.Matched, p.Total, tc.matched, len(devs))
+			}
+		})
+	}
+}
+
+func TestHostileDeviceDataIsBounded(t *testing.T) {
+	labels := map[string]string{}
+	for i := range MaxLabels + 10 {
+		labels[fmt.Sprintf("k%03d", i)] = strings.Repeat("v", 63)
+	}
+	d := device("odd", fleetv1.LivenessOnline, time.Second, labels)
+	d.Status.Inventory = &fleetv1.DeviceInventory{OS: "Debian\x00\x1b[31m\xff\xfe", Kernel: strings.Repeat("é", 10000), AgentVersion: "v1\nforged: line"}
+	r := deviceRow(&d, testNow, time.Hour)
+	if len(r.Labels) != MaxLabels || !r.LabelsTruncated {
+		t.Errorf("%d labels shown (truncated %v), want %d and truncated", len(r.Labels), r.LabelsTruncated, MaxLabels)
+	}
+	for _, s := range []string{r.Inventory.OS, r.Inventory.Kernel, r.Inventory.AgentVersion} {
+		if !utf8.ValidString(s) {
+			t.Errorf("%q is not valid UTF-8", s)
+		}
+		if len(s) > MaxFieldLength+len("…")+utf8.UTFMax {
+			t.Errorf("a field of %d bytes is shown, bound %d", len(s), MaxFieldLength)
+		}
+		if strings.ContainsAny(s, "\x00\x1b\n") {
+			t.Errorf("%q keeps a control character", s)
+		}
+	}
+}
+
+func TestClean(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+		max            int
+	}{
+		{"plain text is kept", "Debian 12", "Debian 12", 20},
+		{"bytes that are not UTF-8 are replaced", "a\xffb", "a\uFFFDb", 20},
+		{"control characters are replaced", "a\nb\x00", "a\uFFFDb\uFFFD", 20},
+		{"long text is cut on a rune boundary and marked", "ééééé", "éé…", 4},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clean(tc.in, tc.max); got != tc.want {
+				t.Errorf("clean(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+			}
+		})
+	}
+}
+
+func failingDeployment(name string, uid string, gen int64, failed int32, phase fleetv1.DeploymentPhase) fleetv1.Deployment {
+	d := fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "apps", UID: k8stypes.UID("uid-" + uid)}}
+	d.Status.Phase = phase
+	d.Status.Revision = &fleetv1.RevisionRef{UID: uid, Generation: gen, ID: "r"}
+	d.Status.Counts = fleetv1.RolloutCounts{Total: 10, Failed: failed, Succeeded: 10 - failed}
+	if failed > 0 {
+		d.Status.LatestFailure = &fleetv1.DeviceFailure{Device: "paris-1", Error: "exit 1", Time: metav1.NewTime(testNow.Add(-time.Minute))}
+	}
+	return d
+}
+
+func TestDeriveAlerts(t *testing.T) {
+	quarantined := device("q-1", fleetv1.LivenessStale, 10*time.Minute, map[string]string{fleetv1.LabelBlacklist: "true"})
+	devs := []fleetv1.Device{
+		device("online-1", fleetv1.LivenessOnline, time.Second, nil),
+		device("stale-1", fleetv1.LivenessStale, 10*time.Minute, nil),
+		device("gone-1", fleetv1.LivenessStale, 3*time.Hour, nil),
+		device("never-1", fleetv1.LivenessUnknown, -1, nil),
+		quarantined,
+	}
+	deps := []fleetv1.Deployment{
+		failingDeployment("ok", "u1", 1, 0, fleetv1.PhaseSucceeded),
+		failingDeployment("some-fail", "u2", 3, 2, fleetv1.PhaseProgressing),
+		failingDeployment("failed", "u3", 1, 10, fleetv1.PhaseFailed),
+	}
+	as := deriveAlerts(devs, deps, nil, testNow, time.Hour)
+	got := []string{}
+	for _, a := range as {
+		got = append(got, fmt.Sprintf("%s %s %s", a.Severity, a.Kind, a.Page.Key))
+	}
+	want := []string{
+		"critical deployment-failing apps/failed",
+		"critical device-stale gone-1",
+		"warning deployment-failing apps/some-fail",
+		"warning device-stale stale-1",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("alerts (-want +got):\n%s", diff)
+	}
+
+	t.Run("an alert's id is the same while its cause lasts", func(t *testing.T) {
+		again := deriveAlerts(devs, deps, nil, testNow.Add(10*time.Minute), time.Hour)
+		ids := map[string]bool{}
+		for _, a := range again {
+			ids[a.ID] = true
+		}
+		for _, a := range as {
+			if a.Kind == AlertDeploymentFailing && !ids[a.ID] {
+				t.Errorf("alert %s (%s) changed id ten minutes later", a.ID, a.Message)
+			}
+		}
+	})
+	t.Run("a new episode has a new id", func(t *testing.T) {
+		devs2 := []fleetv1.Device{device("stale-1", fleetv1.LivenessStale, 5*time.Minute, nil)}
+		deps2 := []fleetv1.Deployment{failingDeployment("some-fail", "u2", 4, 2, fleetv1.PhaseProgressing)}
+		for _, a := range deriveAlerts(devs2, deps2, nil, testNow, time.Hour) {
+			for _, b := range as {
+				if a.ID == b.ID {
+					t.Errorf("alert %s (%s) kept its id across episodes", a.ID, a.Message)
+				}
+			}
+		}
+	})
+	t.Run("the overview counts them", func(t *testing.T) {
+		o := overviewOf(devs, deps, nil, testNow, time.Hour)
+		if o.Alerts != (AlertCounts{Total: 4, Critical: 2, Warning: 2}) {
+			t.Errorf("alert counts %+v", o.Alerts)
+		}
+		if o.Devices != (LivenessCounts{Total: 5, Online: 1, Stale: 2, Offline: 2}) {
+			t.Errorf("device counts %+v", o.Devices)
+		}
+	})
+}
+
+func TestTrendBucketing(t *testing.T) {
+	c := newTrendCounter()
+	start := testNow.Add(-80 * time.Minute) // 11:10
+	c.startLive(start)
+	c.heartbeat(testNow.Add(-3 * time.Hour)) // 09:30: before the live count
+	c.heartbeat(testNow.Add(-time.Minute))   // 12:29
+	c.heartbeat(testNow.Truncate(time.Hour)) // 12:00 exactly: the 12:00 hour
+	c.report(testNow.Add(-time.Hour), false) // 11:30
+	c.report(testNow.Add(-time.Hour), true)
+	c.report(testNow.Add(-25*time.Hour), true) // out of the window: dropped
+	tr := c.trend(testNow)
+	if len(tr.Hours) != TrendHours {
+		t.Fatalf("%d hours", len(tr.Hours))
+	}
+	last := tr.Hours[TrendHours-1]
+	if !last.Start.Equal(testNow.Truncate(time.Hour)) || last.Heartbeats != 2 || last.HeartbeatsPartial {
+		t.Errorf("the current hour: %+v", last)
+	}
+	h11 := tr.Hours[TrendHours-2]
+	if h11.Reports != 2 || h11.Failures != 1 || !h11.HeartbeatsPartial {
+		t.Errorf("the 11:00 hour (started before the live count): %+v", h11)
+	}
+	if h9 := tr.Hours[TrendHours-4]; h9.Heartbeats != 1 || !h9.HeartbeatsPartial {
+		t.Errorf("the 09:00 hour: %+v", h9)
+	}
+	total := 0
+	for _, h := range tr.Hours {
+		total += h.Failures
+	}
+	if total != 1 {
+		t.Errorf("%d failures in the window, want 1 (the one older than 24 hours is out)", total)
+	}
+}
+
+func TestChangesAreCoalesced(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	h := newHub()
+	ch := h.subscribe(ctx, 500*time.Millisecond, time.Now)
+	// The first publish may go out alone; the rest pile up behind it.
+	for i := range 100 {
+		h.publish(PageRef{Kind: PageDevice, Key: fmt.Sprintf("d-%d", i%10)}, PageRef{Kind: PageOverview})
+	}
+	seen := map[PageRef]bool{}
+	changes := 0
+	for len(seen) < 11 {
+		select {
+		case c := <-ch:
+			changes++
+			for i, p := range c.Pages {
+				if i > 0 && c.Pages[i-1] == p {
+					t.Errorf("change lists %v twice", p)
+				}
+				seen[p] = true
+			}
+		case <-ctx.Done():
+			t.Fatalf("saw %d pages of 11", len(seen))
+		}
+	}
+	if changes > 3 {
+		t.Errorf("100 publishes came as %d changes: want them coalesced", changes)
+	}
+
+	t.Run("too many pages become All", func(t *testing.T) {
+		for i := range MaxPagesPerChange + 1 {
+			h.publish(PageRef{Kind: PageDevice, Key: fmt.Sprint(i)})
+		}
+		for {
+			select {
+			case c := <-ch:
+				if c.All {
+					if !c.Affects(PageRef{Kind: PageDevice, Key: "anything"}) {
+						t.Error("an All change does not affect a device page")
+					}
+					return
+				}
+			case <-ctx.Done():
+				t.Fatal("no All change")
+			}
+		}
+	})
+	t.Run("the channel closes when ctx ends", func(t *testing.T) {
+		cancel()
+		for range ch {
+		}
+	})
+}
+
+func TestPagesOfAForgedWorkloadReport(t *testing.T) {
+	ev, err := events.New(events.Keys{Device: "paris-1"}, events.WorkloadStatus{Namespace: "apps", Deployment: "web", Phase: events.WorkloadFailed,
+		UID: "u", Generation: 1, RevisionID: "r", Since: testNow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pagesOfRecord(events.Record{Event: ev})
+	want := []PageRef{{Kind: PageDevice, Key: "paris-1"}, {Kind: PageTrend}, {Kind: PageDeployment, Key: "apps/web"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pages (-want +got):\n%s", diff)
+	}
+	bad := ev
+	bad.Data = []byte(`{"namespace":"a.b","deployment":"*","phase":"Failed"}`)
+	for _, p := range pagesOfRecord(events.Record{Event: bad}) {
+		if p.Kind == PageDeployment {
+			t.Errorf("a report naming an invalid Deployment affects page %v", p)
+		}
+	}
+}
