@@ -28,12 +28,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	cdplog "github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv"
@@ -144,13 +149,84 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 }
 
 // Page is one browser tab. Its helpers fail the test (tb.Fatalf) on error,
-// so call them from the test's goroutine.
+// so call them from the goroutine of the test it reports to (see For).
 type Page struct {
 	tb      testing.TB
 	b       *Browser
 	ctx     context.Context
 	timeout time.Duration
-	shots   int
+	shots   *int
+	console *consoleLog
+}
+
+// consoleLog keeps the last messages of the tab's console and log: script
+// errors, Content-Security-Policy refusals, console calls.
+type consoleLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+const consoleKeep = 50
+
+func (c *consoleLog) add(msg string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.msgs) == consoleKeep {
+		c.msgs = slices.Delete(c.msgs, 0, 1)
+	}
+	c.msgs = append(c.msgs, clip(msg))
+}
+
+func (c *consoleLog) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.msgs)
+}
+
+// listen records the console of the tab: entries of the Log domain (which
+// carry the browser's own refusals, such as a Content-Security-Policy
+// violation), console calls and uncaught exceptions.
+func (c *consoleLog) listen(ev any) {
+	switch e := ev.(type) {
+	case *cdplog.EventEntryAdded:
+		if e.Entry != nil {
+			c.add(fmt.Sprintf("[%s %s] %s %s", e.Entry.Source, e.Entry.Level, e.Entry.Text, e.Entry.URL))
+		}
+	case *cdpruntime.EventConsoleAPICalled:
+		var parts []string
+		for _, a := range e.Args {
+			switch {
+			case a == nil:
+			case len(a.Value) > 0:
+				parts = append(parts, string(a.Value))
+			default:
+				parts = append(parts, a.Description)
+			}
+		}
+		c.add(fmt.Sprintf("[console %s] %s", e.Type, strings.Join(parts, " ")))
+	case *cdpruntime.EventExceptionThrown:
+		if d := e.ExceptionDetails; d != nil {
+			msg := d.Text
+			if d.Exception != nil && d.Exception.Description != "" {
+				msg += " " + d.Exception.Description
+			}
+			c.add(fmt.Sprintf("[exception] %s %s:%d", msg, d.URL, d.LineNumber))
+		}
+	}
+}
+
+// Console returns the last messages (up to 50) of the tab's console: script
+// errors, the browser's refusals (Content-Security-Policy) and console
+// calls, oldest first.
+func (p *Page) Console() []string { return p.console.list() }
+
+// For returns the page reporting to tb (a subtest's t): the same tab, whose
+// helpers then fail tb. The tab still closes when the test that opened it
+// ends.
+func (p *Page) For(tb testing.TB) *Page {
+	q := *p
+	q.tb = tb
+	return &q
 }
 
 // NewPage opens a tab in its own browser context (cookies and storage apart
@@ -164,7 +240,17 @@ func (b *Browser) NewPage(tb testing.TB) *Page {
 	if err := chromedp.Do(ctx, chromedp.EmulateViewport(Width, Height)); err != nil {
 		tb.Fatalf("open a tab: %v\nChromium's output:\n%s", err, b.output())
 	}
-	return &Page{tb: tb, b: b, ctx: ctx, timeout: DefaultTimeout}
+	p := &Page{tb: tb, b: b, ctx: ctx, timeout: DefaultTimeout, shots: new(int), console: &consoleLog{}}
+	if err := chromedp.Listen(ctx, p.console.listen); err != nil {
+		tb.Fatalf("listen to the tab's console: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		_, err := cdp.Call(ctx, t, cdplog.Enable, cdp.Empty{})
+		return err
+	})); err != nil {
+		tb.Fatalf("enable the tab's log: %v", err)
+	}
+	return p
 }
 
 // SetTimeout sets how long the page's helpers wait (DefaultTimeout unless
@@ -181,12 +267,15 @@ func (p *Page) fail(format string, args ...any) {
 	if url, err := chromedp.Run(ctx, chromedp.Location()); err == nil {
 		msg += "\npage: " + url
 	}
-	p.shots++
-	name := fmt.Sprintf("failure-%d", p.shots)
+	*p.shots++
+	name := fmt.Sprintf("failure-%d", *p.shots)
 	if png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot()); err == nil {
 		if path, err := p.writeShot(name, png); err == nil {
 			msg += "\nscreenshot: " + path
 		}
+	}
+	if c := p.console.list(); len(c) > 0 {
+		msg += "\nthe browser's console (last " + strconv.Itoa(len(c)) + "):\n  " + strings.Join(c, "\n  ")
 	}
 	p.tb.Fatal(msg)
 }
@@ -222,11 +311,27 @@ func (p *Page) URL() string {
 	return u
 }
 
-// WaitVisible waits until an element matching the CSS selector is visible.
+// WaitVisible waits until an element matching the CSS selector is visible
+// (it has a box and is not hidden). It polls, so an element a live update
+// replaces meanwhile counts.
 func (p *Page) WaitVisible(selector string) {
 	p.tb.Helper()
-	if _, err := run(p, chromedp.WaitVisible(chromedp.CSS(selector))); err != nil {
-		p.fail("wait %s for %s to be visible: %v", p.timeout, selector, err)
+	js := `(() => { const e = document.querySelector(` + strconv.Quote(selector) + `); if (!e) return 0;
+	const r = e.getBoundingClientRect(); return (r.width > 0 && r.height > 0 && getComputedStyle(e).visibility !== "hidden") ? 2 : 1 })()`
+	state := 0
+	err := testenv.Poll(p.ctx, p.timeout, func() bool {
+		ctx, cancel := context.WithTimeout(p.ctx, 10*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](js))
+		state = n
+		return err == nil && n == 2
+	})
+	switch {
+	case err == nil:
+	case state == 1:
+		p.fail("timed out after %s waiting for %s to be visible: it is there but hidden or empty", p.timeout, selector)
+	default:
+		p.fail("timed out after %s waiting for %s to be visible: no element matches it", p.timeout, selector)
 	}
 }
 
@@ -330,9 +435,14 @@ func (p *Page) textOf(selector string) (string, bool) {
 }
 
 // Click clicks the first element matching selector once it is visible.
+// A page that replaces the element meanwhile (a live update) is clicked
+// again on the new one.
 func (p *Page) Click(selector string) {
 	p.tb.Helper()
-	if _, err := run(p, chromedp.Click(chromedp.CSS(selector))); err != nil {
+	if err := p.retryReplaced(func(ctx context.Context) error {
+		_, err := chromedp.Run(ctx, chromedp.Click(chromedp.CSS(selector)))
+		return err
+	}); err != nil {
 		p.fail("click %s: %v", selector, err)
 	}
 }
@@ -341,10 +451,11 @@ func (p *Page) Click(selector string) {
 // the page it leads to; it returns that document's HTTP status.
 func (p *Page) ClickAndWaitLoad(selector string) int {
 	p.tb.Helper()
-	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
-	defer cancel()
-	resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(selector)))
-	if err != nil {
+	var resp *network.Response
+	if err := p.retryReplaced(func(ctx context.Context) (err error) {
+		resp, err = chromedp.RunResponse(ctx, chromedp.Click(chromedp.CSS(selector)))
+		return err
+	}); err != nil {
 		p.fail("click %s and wait for the next page: %v", selector, err)
 	}
 	if resp == nil {
@@ -353,14 +464,43 @@ func (p *Page) ClickAndWaitLoad(selector string) int {
 	return int(resp.Status)
 }
 
+// replaced reports whether err says the element went away between the
+// query and the action: the page replaced it (a live update).
+func replaced(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "Could not find node with given id") || strings.Contains(s, "No node with given id") ||
+		strings.Contains(s, "Node is detached") || strings.Contains(s, "node not found")
+}
+
+// retryReplaced runs act under the page's deadline, again while it fails
+// because the page replaced the element it acted on.
+func (p *Page) retryReplaced(act func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(p.ctx, p.timeout)
+	defer cancel()
+	var err error
+	if perr := testenv.Poll(ctx, p.timeout, func() bool {
+		err = act(ctx)
+		return !replaced(err)
+	}); perr != nil && err == nil {
+		err = perr
+	}
+	return err
+}
+
 // Fill types value into the form field matching selector, replacing what it
 // held (key events, as a person would).
 func (p *Page) Fill(selector, value string) {
 	p.tb.Helper()
-	if _, err := run(p, chromedp.Steps(
-		chromedp.Clear(chromedp.CSS(selector)),
-		chromedp.SendKeys(chromedp.CSS(selector), value),
-	)); err != nil {
+	if err := p.retryReplaced(func(ctx context.Context) error {
+		_, err := chromedp.Run(ctx, chromedp.Steps(
+			chromedp.Clear(chromedp.CSS(selector)),
+			chromedp.SendKeys(chromedp.CSS(selector), value),
+		))
+		return err
+	}); err != nil {
 		p.fail("fill %s: %v", selector, err)
 	}
 }
