@@ -57,12 +57,10 @@ func (a *StreamAcks) Acknowledge(ctx context.Context, alert string, u User) (Ack
 	if err != nil {
 		return Ack{}, err
 	}
-	pos, err := a.store.Append(ctx, ev)
-	if err != nil {
+	if _, err := a.store.Append(ctx, ev); err != nil {
 		return Ack{}, fmt.Errorf("store the acknowledgement: %w", err)
 	}
 	a.log.Info("alert acknowledged", "alert", alert, "user", u.Name, "user_subject", u.Subject, "event", ev.ID.String())
-	_ = pos
 	return Ack{Alert: alert, User: u.Name, Time: ev.Time}, nil
 }
 

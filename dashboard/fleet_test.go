@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/base64"
 	"encoding/hex"
@@ -37,6 +38,13 @@ import (
 func TestMain(m *testing.M) {
 	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
 }
+
+// A device heartbeats five times within the operator's stale-after, so a
+// running agent stays online and a stopped one goes stale within seconds.
+const (
+	heartbeat  = time.Second
+	staleAfter = 5 * time.Second
+)
 
 const (
 	adaPassword  = "ada-correct-horse-7f1e"
@@ -93,7 +101,7 @@ func startFleet(t *testing.T) *fleet {
 	p := f.plane
 	p.Go("operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{RESTConfig: cfg, Store: p.Store(), Reader: p.Store(), IntentKV: p.Intent(), Devices: p.Store(),
-			StaleAfter: 3 * time.Second, Logger: log.With("component", "operator"), SeveralPerProcess: true})
+			StaleAfter: staleAfter, Logger: log.With("component", "operator"), SeveralPerProcess: true})
 	})
 	for _, d := range []string{"d1", "d2"} {
 		f.startDevice(ctx, d, log)
@@ -156,7 +164,7 @@ func (f *fleet) startDevice(ctx context.Context, d string, log *slog.Logger) {
 			return err
 		}
 		defer dc.Close()
-		err = agent.Run(actx, agent.Options{Device: d, Conn: dc.Conn, AgentVersion: "test", Logger: log.With("device", d),
+		err = agent.Run(actx, agent.Options{Device: d, Conn: dc.Conn, AgentVersion: "test", Logger: log.With("device", d), HeartbeatInterval: heartbeat,
 			Reconciler: &agent.Reconciler{Device: d, Runtime: sim.New(sim.Options{}), Log: log.With("device", d)}})
 		if actx.Err() != nil {
 			return nil
@@ -296,7 +304,7 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		}
 	})
 
-	t.Run("quarantine sets the label, records ada, and the callout refuses the device", func(t *testing.T) {
+	t.Run("quarantine sets the label, records ada, and the callout refuses and disconnects the device", func(t *testing.T) {
 		status, final, body := ada.post(f.base+"/devices/d1/quarantine", url.Values{"csrf": {csrf(t, devicePage())}}, f.base)
 		if status != http.StatusOK || !strings.Contains(final, "done=quarantined") {
 			t.Fatalf("quarantine: %d at %s\n%s", status, final, body)
@@ -322,9 +330,13 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		testenv.Eventually(t, "the device page saying the callout refuses d1", time.Minute, func() bool {
 			return strings.Contains(devicePage(), "the auth callout refuses this device")
 		})
+		// Disconnected: its heartbeats stop, the operator marks it stale.
+		testenv.Eventually(t, "the device page showing d1 stale", time.Minute, func() bool {
+			return strings.Contains(devicePage(), `<span class="live live-stale">stale</span>`)
+		})
 	})
 
-	t.Run("release removes the label and records ada", func(t *testing.T) {
+	t.Run("release removes the label, records ada, and the device comes back", func(t *testing.T) {
 		status, final, body := ada.post(f.base+"/devices/d1/release", url.Values{"csrf": {csrf(t, devicePage())}}, f.base)
 		if status != http.StatusOK || !strings.Contains(final, "done=released") {
 			t.Fatalf("release: %d at %s\n%s", status, final, body)
@@ -339,9 +351,13 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		testenv.Eventually(t, "the device page saying the callout admits d1", time.Minute, func() bool {
 			return strings.Contains(devicePage(), "the auth callout admits its identity")
 		})
+		testenv.Eventually(t, "d1 reconnected and online again", 3*time.Minute, func() bool {
+			return strings.Contains(devicePage(), `<span class="live live-online">online</span>`)
+		})
 	})
 
-	t.Run("a command is published, recorded and its result shown", func(t *testing.T) {
+	t.Run("a command is published, recorded and its result shown, and the device page's live stream says it changed", func(t *testing.T) {
+		changed := follow(t, ada, f.base+"/live?page=device&key=d2")
 		body := devicePage()
 		status, final, body := ada.post(f.base+"/devices/d2/command", url.Values{"csrf": {csrf(t, body)}, "command": {agent.CommandReportInventory}}, f.base)
 		if status != http.StatusOK || !strings.Contains(final, "command=") {
@@ -362,6 +378,11 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 			_, _, body := ada.get(final)
 			return strings.Contains(body, "Succeeded</span>: the agent answered “report-inventory”")
 		})
+		select {
+		case <-changed:
+		case <-time.After(time.Minute):
+			t.Error("the live stream of d2's page sent no change within a minute of the command's answer")
+		}
 	})
 
 	t.Run("an alert acknowledgement survives a dashboard restart", func(t *testing.T) {
@@ -419,4 +440,36 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 func htmlUnescape(s string) string {
 	r := strings.NewReplacer("&#43;", "+", "&amp;", "&", "&#39;", "'", "&#34;", `"`, "&lt;", "<", "&gt;", ">")
 	return r.Replace(s)
+}
+
+// follow opens a live-update stream and returns a channel closed at its
+// first change event; the stream ends with the test.
+func follow(t *testing.T, b *browser, u string) <-chan struct{} {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		t.Fatalf("live stream %s: status %d", u, resp.StatusCode)
+	}
+	changed := make(chan struct{})
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if sc.Text() == "event: change" {
+				close(changed)
+				return
+			}
+		}
+	}()
+	return changed
 }

@@ -64,7 +64,9 @@ func (s *Server) viewError(w http.ResponseWriter, r *http.Request, what string, 
 type overviewData struct {
 	Overview fleetview.Overview
 	Alerts   []alertRow
-	Trend    *fleetview.Trend
+	// AlertsError says why the alerts are missing.
+	AlertsError string
+	Trend       *fleetview.Trend
 	// TrendError says why the trend is missing.
 	TrendError string
 }
@@ -82,6 +84,9 @@ func (s *Server) handleOverview(w http.ResponseWriter, r *http.Request) {
 				d.Alerts = append(d.Alerts, a)
 			}
 		}
+	} else {
+		s.log.Warn("alerts unreadable", "err", err)
+		d.AlertsError = "the alerts cannot be read right now"
 	}
 	if tr, err := s.o.View.Trend(r.Context()); err == nil {
 		d.Trend = &tr

@@ -17,3 +17,7 @@ var ErrInvalidOptions = errors.New("invalid fleetview options")
 // View nor the mock returns it today; a Source that cannot serve a page
 // (a future one, or a page the HTTP layer adds before its data) does.
 var ErrNotImplemented = errors.New("not implemented")
+
+// ErrAlreadyRunning: Run was called on a View that already ran; a View's
+// trend would count every record twice.
+var ErrAlreadyRunning = errors.New("fleetview: the View already runs: call Run once")

@@ -11,7 +11,8 @@ import (
 
 func TestMockServesEveryPage(t *testing.T) {
 	ctx := context.Background()
-	var src fleetview.Source = fleetview.Mock(42, 2000)
+	mock := fleetview.Mock(42, 2000)
+	var src fleetview.Source = mock
 	ov, err := src.Overview(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +74,14 @@ func TestMockServesEveryPage(t *testing.T) {
 	}
 	if _, err := src.FleetAt(ctx, time.Now()); err != nil {
 		t.Fatal(err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := mock.Run(ended); err != nil {
+		t.Errorf("Run until its context ends: %v", err)
+	}
+	if err := mock.Run(ended); !errors.Is(err, fleetview.ErrAlreadyRunning) {
+		t.Errorf("a second Run: %v, want ErrAlreadyRunning", err)
 	}
 	if _, err := src.Device(ctx, "no-such-device"); !errors.Is(err, fleetview.ErrNotFound) {
 		t.Errorf("an unknown device: %v, want ErrNotFound", err)

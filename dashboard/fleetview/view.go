@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -125,6 +126,9 @@ type View struct {
 	run     func(ctx context.Context) error
 	trend   *trendCounter
 	hub     *hub
+	// running is set by the first Run: a second would count the trend
+	// twice.
+	running atomic.Bool
 }
 
 // NewLive returns a View of a Fleet: the cache's CRs and the streams.
@@ -148,8 +152,12 @@ func NewLive(o Options) (*View, error) {
 // returns nil when ctx ends, an error when an informer cannot be watched
 // (after stopping the rest). A stream follow that fails is logged and
 // started again past its last record. Page reads work without Run; the
-// trend and the change feed stay empty.
+// trend and the change feed stay empty. A View runs once: a second Run
+// returns ErrAlreadyRunning.
 func (v *View) Run(ctx context.Context) error {
+	if !v.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
 	if v.run == nil {
 		<-ctx.Done()
 		return nil
