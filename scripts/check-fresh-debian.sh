@@ -79,7 +79,9 @@ log "the browser step ended with exit 0 in $(( $(date +%s) - start )) s"
 # The same lists the scripts install, checked from outside their own logic.
 packages=""
 for script in setup-podman.sh setup-browser.sh; do
-	packages+="$(sed -n '/^PACKAGES=(/,/)/p' "$ROOT/scripts/$script" | tr -d '()\t' | sed 's/^PACKAGES=//' | tr '\n' ' ') "
+	# From the PACKAGES=( line to the first line that closes it (the same
+	# line for a one-line list).
+	packages+="$(awk '/^PACKAGES=\(/ {f = 1} f {print} f && /\)/ {exit}' "$ROOT/scripts/$script" | tr -d '()\t' | sed 's/^PACKAGES=//' | tr '\n' ' ') "
 done
 # shellcheck disable=SC2086,SC2016 # a list of package names; a dpkg format
 status="$(chroot "$target" dpkg-query -W -f='${Package} ${db:Status-Status}\n' $packages)"
