@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -264,7 +265,11 @@ func (f *fleet) startDevice(ctx context.Context, d string, canary bool) {
 	}
 	log := f.log.With("device", d)
 	f.agents[d] = f.run("agent "+d, func(ctx context.Context) error {
-		dc, err := agent.Connect(ctx, agent.ConnectOptions{URL: p.URL(), Key: &kf, Device: d, Issuer: kf.Issuer, Audience: kf.Audience, Logger: log})
+		// A quarantined device's reconnections are refused: into the
+		// fleet's log, not nats.go's default printing to stderr.
+		quiet := nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { log.Info("nats", "err", err) })
+		dc, err := agent.Connect(ctx, agent.ConnectOptions{URL: p.URL(), Key: &kf, Device: d, Issuer: kf.Issuer, Audience: kf.Audience, Logger: log,
+			NATSOptions: []nats.Option{quiet}})
 		if err != nil {
 			return err
 		}
