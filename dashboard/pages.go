@@ -357,6 +357,16 @@ func (s *Server) alertRows(r *http.Request) ([]alertRow, error) {
 	return rows, nil
 }
 
+// MaxAlertsShown bounds the alerts page: the first ones in the read
+// model's order (critical first, then newest).
+const MaxAlertsShown = 500
+
+// alertsData is the alerts page.
+type alertsData struct {
+	Rows  []alertRow
+	Total int
+}
+
 func (s *Server) handleAlerts(w http.ResponseWriter, r *http.Request) {
 	rows, err := s.alertRows(r)
 	if err != nil {
@@ -364,7 +374,11 @@ func (s *Server) handleAlerts(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p := s.base(r, "Alerts", "alerts")
-	p.Live, p.Data = fleetview.PageRef{Kind: fleetview.PageAlerts}, rows
+	d := alertsData{Total: len(rows), Rows: rows}
+	if len(rows) > MaxAlertsShown {
+		d.Rows = rows[:MaxAlertsShown]
+	}
+	p.Live, p.Data = fleetview.PageRef{Kind: fleetview.PageAlerts}, d
 	if r.URL.Query().Get("done") == "acknowledged" {
 		p.Notice = "Alert acknowledged."
 	}

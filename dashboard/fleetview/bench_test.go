@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
@@ -148,4 +149,102 @@ func cachedFleet(b *testing.B, mock *fleetview.View) *fleetview.View {
 		b.Fatalf("%v: %d devices in the cache, want 10000", err, total)
 	}
 	return v
+}
+
+// BenchmarkOverview10000 is the overview page (liveness counts, phases,
+// alerts) of a 10,000-device fleet served from memory.
+func BenchmarkOverview10000(b *testing.B) {
+	ctx := context.Background()
+	v := fleetview.Mock(1, 10000)
+	b.ReportAllocs()
+	for b.Loop() {
+		o, err := v.Overview(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if o.Devices.Total != 10000 {
+			b.Fatalf("%d devices", o.Devices.Total)
+		}
+	}
+}
+
+// BenchmarkDeploymentPage1000 is a Deployment page whose revision has 1,000
+// targets that each reported twice, read from a real JetStream: the
+// history package's replay of its intent and rollout subjects and of the
+// workload reports since its first revision, folded by the projections
+// ("replayed"); and the same page while the View runs, served from its
+// memo ("memoized while running").
+func BenchmarkDeploymentPage1000(b *testing.B) {
+	srv := kubeapi.Shared(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	b.Cleanup(cancel)
+	_, st := natstest.Provisioned(b)
+	targets := make([]string, 1000)
+	for i := range targets {
+		targets[i] = fmt.Sprintf("edge-%04d", i)
+	}
+	rev := events.DeploymentRevisionCreated{UID: "bench-uid", Generation: 1, RevisionID: "1-bench", ScoreDigest: "sha256:bench",
+		Score: []byte(`{"type":"PodmanV0","data":{"services":[]}}`), Targets: targets}
+	ev, err := events.New(events.Keys{Namespace: "bench", Name: "web"}, rev, events.WithCorrelation(rev.UID, rev.Generation))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.Append(ctx, ev); err != nil {
+		b.Fatal(err)
+	}
+	for _, phase := range []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged} {
+		var evs []events.Event
+		for _, d := range targets {
+			ev, err := events.New(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "bench", Deployment: "web", UID: rev.UID,
+				Generation: 1, RevisionID: rev.RevisionID, Phase: phase, Since: time.Now()})
+			if err != nil {
+				b.Fatal(err)
+			}
+			evs = append(evs, ev)
+		}
+		if err := st.Report(ctx, evs...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	scheme := runtime.NewScheme()
+	if err := fleetv1.AddToScheme(scheme); err != nil {
+		b.Fatal(err)
+	}
+	ca, err := cache.New(srv.RESTConfig(), cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{"bench": {}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		b.Fatal("the informer cache did not sync")
+	}
+	v, err := fleetview.NewLive(fleetview.Options{Cache: ca, Streams: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := testenv.Poll(ctx, time.Minute, func() bool {
+		d, err := v.Deployment(ctx, "bench", "web")
+		return err == nil && len(d.Devices) == 1000 && d.Devices[999].State == fleetview.TargetSucceeded
+	}); err != nil {
+		b.Fatalf("%v: the page never showed 1,000 converged targets", err)
+	}
+	page := func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := v.Deployment(ctx, "bench", "web"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("replayed", page)
+	// While the View runs it follows the streams and keeps the timeline
+	// until a change of the Deployment is seen.
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- v.Run(runCtx) }()
+	b.Run("memoized while running", page)
+	stop()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
 }

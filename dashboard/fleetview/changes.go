@@ -19,6 +19,8 @@ const MaxPagesPerChange = 256
 type hub struct {
 	mu   sync.Mutex // guards subs
 	subs map[*subscriber]struct{}
+	// onPublish, when set, sees every publish first (the timeline memo).
+	onPublish func([]PageRef)
 }
 
 // subscriber is one Changes channel's pending set.
@@ -35,6 +37,9 @@ func newHub() *hub { return &hub{subs: map[*subscriber]struct{}{}} }
 func (h *hub) publish(pages ...PageRef) {
 	if len(pages) == 0 {
 		return
+	}
+	if h.onPublish != nil {
+		h.onPublish(pages)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

@@ -65,6 +65,8 @@ func (v *View) runLive(ctx context.Context) error {
 	}{{"intent", filterIntent}, {"rollout", filterRollout}, {"inventory", filterInventory}, {"commands", filterCommands}} {
 		follow(f.name, f.filters, events.FromTime(start), func(rec events.Record) { v.hub.publish(pagesOfRecord(rec)...) })
 	}
+	v.following.Store(true)
+	defer v.following.Store(false)
 	var err error
 	if v.o.Informers != nil {
 		err = v.watchInformers(ctx, &wg)

@@ -221,7 +221,7 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 			break
 		}
 	}
-	tl, err := v.hist.Deployment(ctx, namespace, name)
+	tl, err := v.deploymentTimeline(ctx, namespace, name)
 	switch {
 	case errors.Is(err, history.ErrNoEvents):
 		if !inCache {
@@ -241,6 +241,15 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 	}
 	fillDeploymentHistory(&dd, tl, inCache)
 	return dd, nil
+}
+
+// deploymentTimeline reads a Deployment's timeline, from the memo while
+// the View follows the streams.
+func (v *View) deploymentTimeline(ctx context.Context, namespace, name string) (*history.DeploymentTimeline, error) {
+	if v.memo == nil || !v.following.Load() {
+		return v.hist.Deployment(ctx, namespace, name)
+	}
+	return v.memo.deployment(ctx, namespace, name, v.o.Now(), v.hist.Deployment)
 }
 
 // fillDeploymentHistory fills the stream part of a Deployment page from its

@@ -129,6 +129,11 @@ type View struct {
 	// running is set by the first Run: a second would count the trend
 	// twice.
 	running atomic.Bool
+	// memo keeps Deployment timelines while following is true (the live
+	// View's Run follows the streams, so it sees every change); nil for
+	// the mock.
+	memo      *timelineMemo
+	following atomic.Bool
 }
 
 // NewLive returns a View of a Fleet: the cache's CRs and the streams.
@@ -142,7 +147,8 @@ func NewLive(o Options) (*View, error) {
 		return nil, fmt.Errorf("fleetview: %w", err)
 	}
 	v := &View{o: o, objs: cacheObjects{r: o.Cache, namespace: o.Namespace}, hist: h, streams: o.Streams,
-		trend: newTrendCounter(), hub: newHub()}
+		trend: newTrendCounter(), hub: newHub(), memo: newTimelineMemo()}
+	v.hub.onPublish = v.memo.invalidate
 	v.run = v.runLive
 	return v, nil
 }
