@@ -29,6 +29,16 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 
 	t.Run("the admin signs in on the development provider's login page", func(t *testing.T) {
 		admin := admin.For(t)
+		// A wrong password first: the form says so, and only that.
+		admin.Open(f.URL + "/")
+		admin.WaitVisible("#username")
+		admin.Fill("#username", adminUser)
+		admin.Fill("#password", "not-"+adminPassword)
+		if status := admin.ClickAndWaitLoad(`button[type=submit]`); status != http.StatusUnauthorized {
+			t.Errorf("a wrong password: %d, want 401", status)
+		}
+		admin.WaitText("#login-error", "Wrong user name or password")
+		admin.CheckAccessibility("the login page after a wrong password")
 		signIn(t, admin, f.URL, issuer, adminUser, adminPassword, http.StatusOK)
 		admin.WaitText("header", "Signed in as "+adminUser)
 		admin.WaitVisible(`nav[aria-label="Main"]`)
