@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -17,8 +18,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/agent"
@@ -128,6 +131,11 @@ func startFleet(t *testing.T) *fleet {
 	if err := p.Provider().RegisterWebClient(devop.WebClient{ID: clientID, Secret: clientSecret, RedirectURIs: redirects, PostLogoutRedirectURIs: logouts}); err != nil {
 		t.Fatal(err)
 	}
+	// The dashboard runs as the service account docs/dashboard.md gives
+	// RBAC to.
+	if out, err := srv.Kubectl(ctx, dashboardRBAC(t, f.ns), "apply", "-f", "-"); err != nil {
+		t.Fatalf("apply the documented RBAC: %v: %s", err, out)
+	}
 	f.key = key(t)
 	f.startDashboard(0, log)
 	t.Cleanup(f.stopDashboard)
@@ -185,7 +193,7 @@ func (f *fleet) startDashboard(i int, log *slog.Logger) {
 		f.dashDone <- dashboard.RunFleet(ctx, dashboard.FleetOptions{
 			Server: dashboard.Options{Logger: log.With("component", "dashboard"), PublicURL: f.base, SessionKey: f.key,
 				OIDC: &dashboard.OIDC{Issuer: f.plane.Provider().Issuer(), ClientID: clientID, ClientSecret: clientSecret}},
-			RESTConfig: kubeapi.Shared(f.t).RESTConfig(), Store: f.plane.Store(), Namespace: f.ns,
+			RESTConfig: f.asDashboard(), Store: f.plane.Store(), Namespace: f.ns,
 			Ready: func(*dashboard.Server) { close(ready) }}, ln)
 	}()
 	select {
@@ -411,6 +419,17 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		})
 	})
 
+	t.Run("the dashboard's service account may patch a Device but not delete one", func(t *testing.T) {
+		c, err := client.New(f.asDashboard(), client.Options{Scheme: f.kube.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: "d2", Namespace: f.ns}}
+		if err := c.Delete(ctx, d); !apierrors.IsForbidden(err) {
+			t.Errorf("delete as the dashboard: %v, want forbidden (is the API server authorizing with RBAC?)", err)
+		}
+	})
+
 	t.Run("no secret is in any log record", func(t *testing.T) {
 		logs := f.logs.String()
 		secrets := map[string]string{"ada's password": adaPassword, "bob's password": bobPassword, "the client secret": clientSecret,
@@ -472,4 +491,33 @@ func follow(t *testing.T, b *browser, u string) <-chan struct{} {
 		}
 	}()
 	return changed
+}
+
+// dashboardRBAC returns the service account, ClusterRole and binding
+// docs/dashboard.md documents, in namespace ns.
+func dashboardRBAC(t *testing.T, ns string) []byte {
+	t.Helper()
+	doc, err := os.ReadFile("../docs/dashboard.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(doc), "### RBAC for the dashboard")
+	if !ok {
+		t.Fatal("docs/dashboard.md has no section \"RBAC for the dashboard\"")
+	}
+	_, after, ok = strings.Cut(after, "```yaml\n")
+	yaml, _, closed := strings.Cut(after, "```")
+	if !ok || !closed {
+		t.Fatal("the RBAC section of docs/dashboard.md has no YAML block")
+	}
+	return []byte(strings.ReplaceAll(yaml, "fleet-system", ns))
+}
+
+// asDashboard is the API server's configuration impersonating the
+// dashboard's service account.
+func (f *fleet) asDashboard() *rest.Config {
+	cfg := kubeapi.Shared(f.t).RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + f.ns + ":fleet-dashboard",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + f.ns, "system:authenticated"}}
+	return cfg
 }
