@@ -1,6 +1,10 @@
 package dashboard
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+)
 
 func TestSafeReturnKeepsSignInOnTheDashboard(t *testing.T) {
 	tests := []struct{ name, in, want string }{
@@ -63,5 +67,33 @@ func TestASealedValueOpensOnlyUnderItsKeyAndName(t *testing.T) {
 	}
 	if s1.open("fleet_login", v, &got) == nil {
 		t.Error("the value opens as another cookie")
+	}
+}
+
+func TestMergingPendingChangesKeepsEveryPageAndAnAllPagesChange(t *testing.T) {
+	dev := fleetview.PageRef{Kind: fleetview.PageDevice, Key: "d1"}
+	ov := fleetview.PageRef{Kind: fleetview.PageOverview}
+	tests := []struct {
+		name string
+		a, b fleetview.Change
+		want []fleetview.PageRef // pages the merge must affect
+		all  bool
+	}{
+		{"two lists are joined", fleetview.Change{Pages: []fleetview.PageRef{dev}}, fleetview.Change{Pages: []fleetview.PageRef{ov}}, []fleetview.PageRef{dev, ov}, false},
+		{"an all-pages change pending stays all pages", fleetview.Change{All: true}, fleetview.Change{Pages: []fleetview.PageRef{ov}}, []fleetview.PageRef{dev, ov}, true},
+		{"an all-pages change arriving makes it all pages", fleetview.Change{Pages: []fleetview.PageRef{dev}}, fleetview.Change{All: true}, []fleetview.PageRef{dev, ov}, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := merge(tc.a, tc.b)
+			if got.All != tc.all {
+				t.Errorf("merge(%+v, %+v).All = %v, want %v", tc.a, tc.b, got.All, tc.all)
+			}
+			for _, p := range tc.want {
+				if !got.Affects(p) {
+					t.Errorf("merge(%+v, %+v) = %+v does not affect %+v", tc.a, tc.b, got, p)
+				}
+			}
+		})
 	}
 }

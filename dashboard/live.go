@@ -50,7 +50,7 @@ func (f *feed) publish(c fleetview.Change) {
 }
 
 func merge(a, b fleetview.Change) fleetview.Change {
-	out := fleetview.Change{At: b.At, Pages: append([]fleetview.PageRef(nil), a.Pages...)}
+	out := fleetview.Change{At: b.At, All: a.All || b.All, Pages: append([]fleetview.PageRef(nil), a.Pages...)}
 	for _, p := range b.Pages {
 		if !a.Affects(p) {
 			out.Pages = append(out.Pages, p)

@@ -118,14 +118,6 @@ func (r *DeviceReconciler) unregister(ctx context.Context, subject, device strin
 // its identity key between the read and the write.
 const kvRaceRetry = 100 * time.Millisecond
 
-// kvRace reports whether a conditional KV write failed because another writer
-// changed the key first.
-func kvRace(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) ||
-		(errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence)
-}
-
 // identityOutcome is what syncIdentity decided.
 type identityOutcome struct {
 	// acted: syncIdentity changed the Device (its watch calls again) or lost
@@ -180,7 +172,7 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 	switch {
 	case e == nil:
 		_, err := kv.Create(ctx, key, want)
-		if kvRace(err) {
+		if kvConflict(err) {
 			return lostRace, nil
 		}
 		if err != nil {
@@ -199,7 +191,7 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 			}, nil
 		}
 		_, err := kv.Update(ctx, key, want, e.Revision())
-		if kvRace(err) {
+		if kvConflict(err) {
 			return lostRace, nil
 		}
 		if err != nil {

@@ -149,7 +149,7 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 		r.JS = js.JetStream()
 	}
 	run := &runner{RolloutRunner: r, s: newRunnerState(), pending: map[TargetRemoval]bool{},
-		intent: &intentWriter{kv: r.KV, js: r.JS, log: r.Log, metrics: r.Metrics, written: map[string]string{}},
+		intent: &intentWriter{kv: r.KV, js: r.JS, log: r.Log, metrics: r.Metrics, written: map[string]kvSlot{}},
 		ckpt:   checkpoints{store: r.Checkpoints, log: r.Log, metrics: r.Metrics}}
 	r.Metrics.setLive(false)
 	defer r.Metrics.setLive(false)
@@ -179,6 +179,13 @@ func (r *runner) run(ctx context.Context) error {
 			r.read(ctx, i, filter, s.seqs[i], in)
 		}()
 	}
+	// Writes to fleet-intent by anyone else are repaired (intentWriter.foreign).
+	kvWrites := make(chan kvUpdate, 1024)
+	if r.intent.js != nil {
+		if err := r.intent.watch(ctx, kvWrites); err != nil {
+			return err
+		}
+	}
 	ckpt := time.NewTicker(r.CheckpointInterval)
 	defer ckpt.Stop()
 	caught := 0
@@ -191,7 +198,15 @@ func (r *runner) run(ctx context.Context) error {
 		case <-tick.C:
 			if s.live {
 				r.removeTargets(ctx, time.Now())
+				if len(s.dirtyKV) > 0 {
+					// Writes that failed or conflicted since the last record.
+					r.intent.flush(ctx, s.intent, s.dirtyKV)
+				}
 				writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
+			}
+		case u := <-kvWrites:
+			if s.live && r.intent.foreign(ctx, u, s.dirtyKV) {
+				r.Log.WarnContext(ctx, "fleet-intent written by another writer: putting the fold's value back on the next tick", "device", u.key, "revision", u.rev)
 			}
 		case rm := <-r.Removals:
 			// Kept until every rollout it concerns has it removed: acted

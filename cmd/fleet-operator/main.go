@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, then in-cluster)")
 	natsURL := fs.String("nats-url", envOr("NATS_URL", nats.DefaultURL), "NATS server URL ($NATS_URL)")
 	natsCreds := fs.String("nats-creds", os.Getenv("NATS_CREDS"), "NATS credentials file of the operator identity ($NATS_CREDS)")
+	natsKey := natsKeyFlags(fs, nil)
 	provision := fs.Bool("provision", true, "create or update the Fleet streams and KV buckets on start")
 	replicas := fs.Int("replicas", 1, "stream replicas when provisioning (3 on a cluster)")
 	groupFile := fs.String("group-file", "", "static device group file (JSON); without one, allowedGroups fails closed")
@@ -132,6 +133,11 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if *natsCreds != "" {
 		nopts = append(nopts, nats.UserCredentials(*natsCreds))
 	}
+	keyOpts, err := natsKey.options(ctx, *natsCreds != "", logger)
+	if err != nil {
+		return err
+	}
+	nopts = append(nopts, keyOpts...)
 	nc, err := nats.Connect(*natsURL, nopts...)
 	if err != nil {
 		return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)

@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +17,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
@@ -78,6 +83,7 @@ func TestBadFlagsAreRefused(t *testing.T) {
 	if os.WriteFile(empty, nil, 0o600) != nil || os.WriteFile(token, []byte("s.admin\n"), 0o600) != nil {
 		t.Fatal("cannot write the token files")
 	}
+	key := operatorKeyFile(t)
 	tests := []struct {
 		name string
 		args []string
@@ -94,6 +100,11 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"OpenBao without a token file is refused", append(kc, "--openbao-url", "http://127.0.0.1:8200"), "--openbao-token-file"},
 		{"a token file without OpenBao is refused", append(kc, "--openbao-token-file", empty), "--openbao-url"},
 		{"an empty token file is refused", append(kc, "--openbao-url", "http://127.0.0.1:8200", "--openbao-token-file", empty), "is empty"},
+		{"a NATS key file and a credentials file together are refused", append(kc, "--leader-election-namespace", "default",
+			"--nats-key-file", key, "--nats-creds", token), "--nats-creds"},
+		{"a missing NATS key file is named", append(kc, "--leader-election-namespace", "default", "--nats-key-file", "no-such-key.json"), "no-such-key.json"},
+		{"a NATS key file without an issuer asks for --oidc-issuer", append(kc, "--leader-election-namespace", "default",
+			"--nats-key-file", key), "--oidc-issuer"},
 		{"a missing CA file is named", append(kc, "--openbao-url", "https://127.0.0.1:8200", "--openbao-token-file", token, "--openbao-ca-file", "no-such-ca.pem"), "no-such-ca.pem"},
 	}
 	for _, tc := range tests {
@@ -104,4 +115,20 @@ func TestBadFlagsAreRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// operatorKeyFile writes a machine key file (a Zitadel JSON key, no issuer)
+// and returns its path.
+func operatorKeyFile(t *testing.T) string {
+	t.Helper()
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pemKey := pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(rk)})
+	p := filepath.Join(t.TempDir(), "operator-key.json")
+	if err := credential.WriteKeyFile(p, credential.KeyFile{Type: "serviceaccount", KeyID: "k1", Key: string(pemKey), UserID: "operator"}); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

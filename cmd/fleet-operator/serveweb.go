@@ -30,6 +30,9 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 	listen := fs.String("listen", envOr("FLEET_DASHBOARD_LISTEN", ":8080"), "address to serve on ($FLEET_DASHBOARD_LISTEN)")
 	public := fs.String("public-url", os.Getenv("FLEET_DASHBOARD_URL"), "URL users reach the dashboard at, e.g. https://fleet.example.com ($FLEET_DASHBOARD_URL; with --mock default http://127.0.0.1:<port>)")
 	issuer := fs.String("oidc-issuer", os.Getenv("FLEET_OIDC_ISSUER"), "issuer URL of the OpenID Provider (Zitadel) users sign in with ($FLEET_OIDC_ISSUER)")
+	// The dashboard's own NATS identity: a machine key at the same
+	// provider (role fleet-operator), like the operator's.
+	natsKey := natsKeyFlags(fs, issuer)
 	clientID := fs.String("oidc-client-id", os.Getenv("FLEET_OIDC_CLIENT_ID"), "client id of the dashboard's web application ($FLEET_OIDC_CLIENT_ID)")
 	secretFile := fs.String("oidc-client-secret-file", os.Getenv("FLEET_OIDC_CLIENT_SECRET_FILE"), "file holding the web application's client secret ($FLEET_OIDC_CLIENT_SECRET_FILE; empty: a public client, PKCE only)")
 	keyFile := fs.String("session-key-file", os.Getenv("FLEET_DASHBOARD_SESSION_KEY_FILE"), "file holding 32 random bytes that seal the session cookies ($FLEET_DASHBOARD_SESSION_KEY_FILE; with --mock default: random per start)")
@@ -129,6 +132,11 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 		return nil
 	}
 
+	keyOpts, err := natsKey.options(ctx, *natsCreds != "", logger)
+	if err != nil {
+		ln.Close()
+		return err
+	}
 	cfg, err := kubeConfig(*kubeconfig)
 	if err != nil {
 		ln.Close()
@@ -138,6 +146,7 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 	if *natsCreds != "" {
 		nopts = append(nopts, nats.UserCredentials(*natsCreds))
 	}
+	nopts = append(nopts, keyOpts...)
 	nc, err := nats.Connect(*natsURL, nopts...)
 	if err != nil {
 		ln.Close()

@@ -55,7 +55,7 @@ func benchQueries(b *testing.B, v fleetview.Source) {
 // list, filter, sort and page. "mock" serves the generated fleet from
 // memory; "informer cache" is the live View reading 10,000 Device CRs
 // (the mock's names and labels) from a controller-runtime informer cache
-// synced with a real API server. The figures are in docs/dashboard-data.md
+// synced with a real API server. The figures are in docs/dashboard.md
 // (the dashboard's bound is 300 ms of server time per page).
 func BenchmarkDeviceList10000(b *testing.B) {
 	mock := fleetview.Mock(1, 10000)

@@ -22,16 +22,23 @@ const (
 	// DashboardUser is the development provider's human user with the
 	// fleet-admin role; its password is new on every run.
 	DashboardUser = "admin"
+	// DashboardViewer is a human user without the fleet-admin role (the
+	// dashboard refuses it: its 403 page); its password is new on every
+	// run, in <data>/secrets/dashboard-viewer.password.
+	DashboardViewer = "viewer"
 	// dashboardClientID is the dashboard's web client at the development
 	// provider.
 	dashboardClientID = "fleet-dashboard"
 	// dashboardPasswordFile is the file under <data>/secrets holding the
 	// run's dashboard password (mode 0600).
 	dashboardPasswordFile = "dashboard.password"
+	// dashboardViewerPasswordFile holds DashboardViewer's password.
+	dashboardViewerPasswordFile = "dashboard-viewer.password"
 )
 
 // startDashboard starts the dashboard on loopback: a human user
-// DashboardUser with the fleet-admin role and a random password, a web
+// DashboardUser with the fleet-admin role and a random password (and
+// DashboardViewer without the role, to see the refusal), a web
 // client with a random secret at the development provider, a random
 // session key, all for this run only; the dashboard serves in the plane's
 // run group. It returns the dashboard's URL and the password.
@@ -46,6 +53,17 @@ func (s *session) startDashboard(ctx context.Context) (string, string, error) {
 	}
 	file := filepath.Join(s.sec.dir, dashboardPasswordFile)
 	if err := os.WriteFile(file, []byte(password+"\n"), 0o600); err != nil {
+		return "", "", fmt.Errorf("fleet dev: %s: %w", file, err)
+	}
+	viewerPassword, err := controlplane.RandomPassword()
+	if err != nil {
+		return "", "", fmt.Errorf("fleet dev: dashboard viewer password: %w", err)
+	}
+	if _, err := op.CreateHumanUser(ctx, DashboardViewer, viewerPassword); err != nil {
+		return "", "", fmt.Errorf("fleet dev: dashboard viewer: %w", err)
+	}
+	file = filepath.Join(s.sec.dir, dashboardViewerPasswordFile)
+	if err := os.WriteFile(file, []byte(viewerPassword+"\n"), 0o600); err != nil {
 		return "", "", fmt.Errorf("fleet dev: %s: %w", file, err)
 	}
 	secret, err := controlplane.RandomPassword()

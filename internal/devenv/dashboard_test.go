@@ -16,9 +16,10 @@ import (
 )
 
 var (
-	reDashboard = regexp.MustCompile(`(?m)^  dashboard          (http://127\.0\.0\.1:\d+)   \(loopback only`)
-	reDashLogin = regexp.MustCompile(`(?m)^ +sign in as (\S+), password (\S+)   \(new every run; also in (\S+)\)$`)
-	reLoginForm = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
+	reDashboard  = regexp.MustCompile(`(?m)^  dashboard          (http://127\.0\.0\.1:\d+)   \(loopback only`)
+	reDashLogin  = regexp.MustCompile(`(?m)^ +sign in as (\S+), password (\S+)   \(new every run; also in (\S+)\)$`)
+	reLoginForm  = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
+	reDashViewer = regexp.MustCompile(`(?m)^ +(\S+) has no fleet-admin role \(the 403 page\): password in (\S+)$`)
 )
 
 func TestFleetDevServesTheDashboardAndItsPrintedLoginSignsIn(t *testing.T) {
@@ -67,5 +68,32 @@ func TestFleetDevServesTheDashboardAndItsPrintedLoginSignsIn(t *testing.T) {
 	})
 	if strings.Contains(p.stderr.String(), password) {
 		t.Error("fleet dev's logs contain the dashboard password")
+	}
+
+	// The printed user without fleet-admin signs in and is refused.
+	v := reDashViewer.FindStringSubmatch(p.out)
+	if v == nil {
+		t.Fatalf("fleet dev prints no user without the fleet-admin role:\n%s", p.out)
+	}
+	if v[2] != filepath.Join(dir, "secrets", "dashboard-viewer.password") {
+		t.Errorf("the viewer's password file is %s, want <data>/secrets/dashboard-viewer.password", v[2])
+	}
+	vb, err := os.ReadFile(v[2])
+	if err != nil {
+		t.Fatal(err)
+	}
+	vjar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c = &http.Client{Jar: vjar, Timeout: time.Minute}
+	_, at, body = read(c.Get(base + "/devices"))
+	if id = reLoginForm.FindStringSubmatch(body); id == nil {
+		t.Fatalf("the dashboard did not lead the viewer to the provider's login form (at %s):\n%s", at, body)
+	}
+	u, _ = url.Parse(at)
+	status, _, body = read(c.PostForm(u.Scheme+"://"+u.Host+u.Path, url.Values{"authRequestID": {id[1]}, "username": {v[1]}, "password": {strings.TrimSpace(string(vb))}}))
+	if status != http.StatusForbidden || strings.Contains(body, `href="/devices/sim-1"`) {
+		t.Errorf("the user without fleet-admin got %d (want 403) and must see no device:\n%s", status, body)
 	}
 }

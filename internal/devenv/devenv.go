@@ -175,6 +175,9 @@ type Info struct {
 	// DashboardUser signs in to it with the password in
 	// DashboardPasswordFile (new every run; fleet dev also prints it).
 	DashboardURL, DashboardUser, DashboardPasswordFile string
+	// DashboardViewer is a user without the fleet-admin role, which the
+	// dashboard refuses; its password is in DashboardViewerPasswordFile.
+	DashboardViewer, DashboardViewerPasswordFile string
 	// StartupTime is how long the start took.
 	StartupTime time.Duration
 	// Ship is what `harmony ship` of the reference program needs
@@ -546,6 +549,7 @@ func (s *session) announce() (Info, error) {
 		BinDir: s.bins.path, NATSCLI: s.bins.nats, NATSCLIMissing: s.bins.natsMissing,
 		MetricsURL: s.metrics.URL(metricsPath), StartupTime: time.Since(s.began), Ship: s.ship,
 		DashboardURL: s.dashURL, DashboardUser: DashboardUser, DashboardPasswordFile: filepath.Join(s.sec.dir, dashboardPasswordFile),
+		DashboardViewer: DashboardViewer, DashboardViewerPasswordFile: filepath.Join(s.sec.dir, dashboardViewerPasswordFile),
 	}
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
@@ -724,6 +728,7 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
   metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
   dashboard          %s   (loopback only; docs/dashboard.md)
                      sign in as %s, password %s   (new every run; also in %s)
+                     %s has no fleet-admin role (the 403 page): password in %s
   listening on       %s
 
 %s
@@ -744,7 +749,8 @@ Next steps:
 %s
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile, listening(in),
+		canaries(in.Devices), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
+		in.DashboardViewer, in.DashboardViewerPasswordFile, listening(in),
 		pathSection(in), in.Kubeconfig, in.Kubectl,
 		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
 		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in))
