@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv/browser"
 )
@@ -26,6 +27,9 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 	issuer := f.plane.Provider().Issuer()
 	b := browser.Start(t)
 	admin := b.NewPage(t)
+	// Rollouts, liveness and restarts take seconds; a loaded machine
+	// (CI runs packages in parallel) stretches them.
+	admin.SetTimeout(pageTimeout)
 
 	t.Run("the admin signs in on the development provider's login page", func(t *testing.T) {
 		admin := admin.For(t)
@@ -52,6 +56,7 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 
 	t.Run("a user without the fleet-admin role is refused", func(t *testing.T) {
 		viewer := b.NewPage(t) // a browser context of its own: no admin cookie
+		viewer.SetTimeout(pageTimeout)
 		signIn(t, viewer, f.URL, issuer, viewerUser, viewerPassword, http.StatusForbidden)
 		viewer.WaitText("main", "needs the fleet-admin role")
 		if n := viewer.Count(`nav[aria-label="Main"]`); n != 0 {
@@ -198,6 +203,9 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 		checkConsole(t, admin)
 	})
 }
+
+// pageTimeout is how long a step waits for what it expects to see.
+const pageTimeout = 90 * time.Second
 
 // signIn opens the dashboard in p, which sends it to the development
 // provider's login page; checks that page with axe-core, signs in as user
