@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# check-fresh-debian.sh runs the package step of scripts/setup-podman.sh in a
-# fresh Debian 12 root, where dpkg has never heard of Podman or any package
-# the tests need: the situation of a new machine, reproduced on this one.
+# check-fresh-debian.sh runs the package step of scripts/setup-podman.sh and
+# scripts/setup-browser.sh in a fresh Debian 12 root, where dpkg has never
+# heard of Podman, Chromium or any package the tests need: the situation of a
+# new machine, reproduced on this one.
 #
 # The root is made once with mmdebstrap (variant apt, from this machine's
 # Debian mirror, about 20 s) and cached as .cache/fresh-debian/bookworm.tar;
 # each run unpacks it into a new folder, binds /proc and /dev, copies
 # resolv.conf and this checkout's scripts, runs
-# `bash scripts/setup-podman.sh --packages-only` inside with chroot, checks
-# every package is then installed, and removes the folder. It needs root
+# `bash scripts/setup-podman.sh --packages-only` and
+# `bash scripts/setup-browser.sh` inside with chroot, checks every package is
+# then installed (and chromium starts), and removes the folder. It needs root
 # (chroot, mount) and installs mmdebstrap on this machine when missing.
 #
 # Usage: scripts/check-fresh-debian.sh [--keep]
@@ -69,8 +71,18 @@ start=$(date +%s)
 chroot "$target" bash -c 'cd /src && bash scripts/setup-podman.sh --packages-only'
 log "the package step ended with exit 0 in $(( $(date +%s) - start )) s"
 
-# The same list the script installs, checked from outside its own logic.
-packages="$(sed -n '/^PACKAGES=(/,/)/p' "$ROOT/scripts/setup-podman.sh" | tr -d '()\t' | sed 's/^PACKAGES=//' | tr '\n' ' ')"
+log "running: bash scripts/setup-browser.sh (in the fresh root)"
+start=$(date +%s)
+chroot "$target" bash -c 'cd /src && bash scripts/setup-browser.sh'
+log "the browser step ended with exit 0 in $(( $(date +%s) - start )) s"
+
+# The same lists the scripts install, checked from outside their own logic.
+packages=""
+for script in setup-podman.sh setup-browser.sh; do
+	# From the PACKAGES=( line to the first line that closes it (the same
+	# line for a one-line list).
+	packages+="$(awk '/^PACKAGES=\(/ {f = 1} f {print} f && /\)/ {exit}' "$ROOT/scripts/$script" | tr -d '()\t' | sed 's/^PACKAGES=//' | tr '\n' ' ') "
+done
 # shellcheck disable=SC2086,SC2016 # a list of package names; a dpkg format
 status="$(chroot "$target" dpkg-query -W -f='${Package} ${db:Status-Status}\n' $packages)"
 printf '%s\n' "$status" | sed 's/^/  /'

@@ -243,3 +243,109 @@ func TestEveryScriptPassesShellcheck(t *testing.T) {
 		t.Errorf("shellcheck %s: %v\n%s", strings.Join(scripts, " "), err, out)
 	}
 }
+
+// runBrowserSetup runs setup-browser.sh with args against a fake dpkg whose
+// state is the given lines, a fake apt-get that records its calls and marks
+// what it installs, and a fake chromium (chromiumBody; none when empty).
+func runBrowserSetup(t *testing.T, state, chromiumBody string, args ...string) (stdout, stderr string, code int, calls []string) {
+	t.Helper()
+	dir := t.TempDir()
+	stateFile, callsFile := filepath.Join(dir, "state"), filepath.Join(dir, "calls")
+	if err := os.WriteFile(stateFile, []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"dpkg-query": fakeDpkgQuery,
+		"sudo":       `exec "$@"`,
+		"apt-get": `echo "$*" >> "$FAKE_APT_CALLS"
+if [[ " $* " == *" install "* ]]; then
+	for a in "$@"; do case "$a" in -*|install) ;; *) echo "$a installed" >> "$FAKE_DPKG_STATE" ;; esac; done
+fi
+exit 0`,
+	}
+	if chromiumBody != "" {
+		files["chromium"] = chromiumBody
+	}
+	bin := fakeBin(t, files)
+	// PATH holds the fakes and links to the few real commands the scripts
+	// use, never the machine's own folders, which may hold a real chromium.
+	for _, c := range []string{"bash", "env", "id", "dirname", "date", "mkdir", "tail", "mktemp", "cat", "rm", "grep", "wc", "sed", "tr", "sleep", "tee", "chmod"} {
+		real, err := exec.LookPath(c)
+		if err != nil {
+			t.Fatalf("%s, which the setup scripts use: %v", c, err)
+		}
+		if err := os.Symlink(real, filepath.Join(bin, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, stderr, code = bash(t, []string{
+		"PATH=" + bin,
+		"FAKE_DPKG_STATE=" + stateFile, "FAKE_APT_CALLS=" + callsFile,
+		"APT_LOG=" + filepath.Join(dir, "apt.log"), "POLICY_RC_D=" + filepath.Join(dir, "policy-rc.d"),
+		"APT_LOCK_TIMEOUT=60",
+	}, `bash ./setup-browser.sh "$@"`, args...)
+	b, _ := os.ReadFile(callsFile)
+	if s := strings.TrimSpace(string(b)); s != "" {
+		calls = strings.Split(s, "\n")
+	}
+	return stdout, stderr, code, calls
+}
+
+func TestTheBrowserSetup(t *testing.T) {
+	const chromium = `echo "Chromium 156.0.8078.114 built on Debian GNU/Linux 12 (bookworm)"`
+	t.Run("on a machine where dpkg knows nothing, chromium and a font are installed and chromium is started once", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, calls := runBrowserSetup(t, "", chromium)
+		if code != 0 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		inst := installCalls(calls)
+		if len(inst) != 1 || !strings.Contains(" "+inst[0]+" ", " chromium ") || !strings.Contains(" "+inst[0]+" ", " fonts-liberation ") ||
+			!strings.Contains(inst[0], "--no-install-recommends") {
+			t.Errorf("apt-get install calls %q: want one installing chromium and fonts-liberation without recommends", inst)
+		}
+		if !strings.Contains(stdout, "Chromium 156") {
+			t.Errorf("stdout lacks chromium's version:\n%s", stdout)
+		}
+	})
+	t.Run("on a machine that has them nothing is installed", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, calls := runBrowserSetup(t, "chromium installed\nfonts-liberation installed\n", chromium)
+		if code != 0 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		if len(calls) != 0 {
+			t.Errorf("apt-get ran on a machine that has the packages: %q", calls)
+		}
+	})
+	t.Run("--check installs nothing and names what is missing and the task that installs it", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, calls := runBrowserSetup(t, "fonts-liberation installed\n", chromium, "--check")
+		if code == 0 {
+			t.Fatalf("--check passed on a machine without chromium\nstdout:\n%s", stdout)
+		}
+		if len(calls) != 0 {
+			t.Errorf("--check ran apt-get: %q", calls)
+		}
+		if !strings.Contains(stderr, "not installed: chromium") || strings.Contains(stderr, "fonts-liberation") || !strings.Contains(stderr, "task setup:browser") {
+			t.Errorf("stderr does not name chromium alone and the task:\n%s", stderr)
+		}
+	})
+	t.Run("a chromium that does not start fails the setup with its own error", func(t *testing.T) {
+		t.Parallel()
+		stdout, stderr, code, _ := runBrowserSetup(t, "chromium installed\nfonts-liberation installed\n", `echo "error while loading shared libraries: libnss3.so" >&2; exit 127`)
+		if code == 0 {
+			t.Fatalf("exit 0 although chromium does not start\nstdout:\n%s", stdout)
+		}
+		if !strings.Contains(stderr, "does not start") || !strings.Contains(stderr, "libnss3.so") {
+			t.Errorf("stderr lacks the failure and chromium's message:\n%s", stderr)
+		}
+	})
+	t.Run("an installed package without chromium on PATH is reported", func(t *testing.T) {
+		t.Parallel()
+		_, stderr, code, _ := runBrowserSetup(t, "chromium installed\nfonts-liberation installed\n", "")
+		if code == 0 || !strings.Contains(stderr, "is not on PATH") {
+			t.Errorf("exit %d, stderr:\n%s\nwant a failure saying chromium is not on PATH", code, stderr)
+		}
+	})
+}

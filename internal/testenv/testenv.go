@@ -5,7 +5,7 @@
 //
 // Only tests and the test harnesses (internal/testenv/kubeapi,
 // internal/testenv/podmantest, internal/testenv/debianroot,
-// internal/callouttest) import this package
+// internal/testenv/browser, internal/callouttest) import this package
 // (internal/hygiene checks).
 package testenv
 

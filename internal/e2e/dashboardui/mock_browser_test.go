@@ -1,0 +1,112 @@
+package dashboardui
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"net"
+	"net/http"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/dashboard"
+	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+	"github.com/nationtech/harmony-fleet/internal/testenv/browser"
+)
+
+// serveMock serves the dashboard of `serve-web --mock` (generated data for
+// 40 devices, mock sign-in) on a free loopback port until the test ends.
+func serveMock(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + ln.Addr().String()
+	key := make([]byte, dashboard.SessionKeySize)
+	if _, err := rand.Read(key); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := dashboard.New(dashboard.Options{
+		PublicURL: url, SessionKey: key, Mock: true, MockSignIn: true,
+		View: fleetview.Mock(1, 40), Actions: dashboard.NewMockActions(), Acks: dashboard.NewMemoryAcks(),
+	})
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, ln) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("the mock dashboard stopped with %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Errorf("the mock dashboard did not stop within a minute")
+		}
+	})
+	return url
+}
+
+// TestEveryPageOfTheMockDashboardPassesAxe walks every page of the mock
+// dashboard (its generated fleet fills every table: failed rollouts, stale
+// devices, TaskRuns, alerts) and checks each with axe-core; the mock
+// sign-in page and the 403 page too.
+func TestEveryPageOfTheMockDashboardPassesAxe(t *testing.T) {
+	url := serveMock(t)
+	b := browser.Start(t)
+
+	viewer := b.NewPage(t)
+	viewer.Open(url + "/")
+	viewer.WaitVisible("#role-none")
+	viewer.CheckAccessibility("the mock sign-in page")
+	viewer.Click("#role-none")
+	if status := viewer.ClickAndWaitLoad(`form[action="/login/mock"] button[type=submit]`); status != http.StatusForbidden {
+		t.Errorf("the mock viewer got %d, want 403", status)
+	}
+	viewer.CheckAccessibility("the 403 page")
+
+	p := b.NewPage(t)
+	p.Open(url + "/")
+	p.WaitVisible("#role-admin")
+	if status := p.ClickAndWaitLoad(`form[action="/login/mock"] button[type=submit]`); status != http.StatusOK {
+		t.Fatalf("the mock admin got %d, want 200", status)
+	}
+	for _, pg := range []struct {
+		path, what string
+		follow     string // a link to the detail page to check next
+		detail     string
+	}{
+		{"/", "the overview page", "", ""},
+		{"/devices", "the device list", `table a[href^="/devices/"]`, "a device page"},
+		{"/deployments", "the Deployment list", `table a[href^="/deployments/"]`, "a Deployment page"},
+		{"/taskruns", "the TaskRun list", `table a[href^="/taskruns/"]`, "a TaskRun page"},
+		{"/alerts", "the alerts page", "", ""},
+	} {
+		if status := p.Open(url + pg.path); status != http.StatusOK {
+			t.Errorf("GET %s: %d", pg.path, status)
+			continue
+		}
+		p.CheckAccessibility(pg.what + " (mock)")
+		if pg.follow == "" {
+			continue
+		}
+		p.WaitVisible(pg.follow)
+		href := browser.Eval[string](p, `document.querySelector(`+strconv.Quote(pg.follow)+`).getAttribute("href")`)
+		if status := p.Open(url + href); status != http.StatusOK {
+			t.Errorf("GET %s: %d", href, status)
+			continue
+		}
+		p.CheckAccessibility(pg.detail + " (mock, " + href + ")")
+	}
+	// A page that does not exist.
+	if status := p.Open(url + "/no-such-page"); status != http.StatusNotFound {
+		t.Errorf("GET /no-such-page: %d, want 404", status)
+	}
+	p.CheckAccessibility("the 404 page")
+}
