@@ -4,6 +4,7 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
+	"strings"
 
 	"github.com/zitadel/oidc/v3/pkg/op"
 )
@@ -61,13 +62,33 @@ type page struct {
 	Action        string
 	AuthRequestID string
 	Username      string
+	// formTarget is the origin of the sign-in request's registered
+	// redirect URI: browsers apply form-action to the redirects that
+	// follow a submitted form, and a successful sign-in ends in one to the
+	// client. "": the page has no form.
+	formTarget string
+}
+
+// origin is the scheme://host[:port] of a registered redirect URI, or ""
+// when it is not an absolute http(s) URL (RegisterWebClient refuses
+// those, so "" only keeps a malformed value out of the header).
+func origin(uri string) string {
+	u, err := url.Parse(uri)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(u.Host, " ;,'\"") {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 func writePage(w http.ResponseWriter, status int, pg page) {
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
-	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'")
+	formAction := "'self'"
+	if pg.formTarget != "" {
+		formAction += " " + pg.formTarget
+	}
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action "+formAction+"; frame-ancestors 'none'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Referrer-Policy", "no-referrer")
 	w.WriteHeader(status)
@@ -82,11 +103,12 @@ func (p *Provider) loginHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+loginPath, func(w http.ResponseWriter, r *http.Request) {
 		id := r.URL.Query().Get("authRequestID")
-		if _, err := p.authRequestByID(id); err != nil {
+		ar, err := p.authRequestByID(id)
+		if err != nil {
 			writePage(w, http.StatusBadRequest, page{Title: "Sign in", Error: expiredRequest})
 			return
 		}
-		writePage(w, http.StatusOK, page{Title: "Sign in", Action: loginPath, AuthRequestID: id})
+		writePage(w, http.StatusOK, page{Title: "Sign in", Action: loginPath, AuthRequestID: id, formTarget: origin(ar.redirectURI)})
 	})
 	mux.HandleFunc("POST "+loginPath, func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<14)
@@ -103,7 +125,8 @@ func (p *Provider) loginHandler() http.Handler {
 		userID, ok := p.checkPassword(name, password)
 		if !ok {
 			p.log.Info("sign-in refused: wrong user name or password", "client", ar.clientID)
-			writePage(w, http.StatusUnauthorized, page{Title: "Sign in", Error: wrongCredentials, Action: loginPath, AuthRequestID: id, Username: name})
+			writePage(w, http.StatusUnauthorized, page{Title: "Sign in", Error: wrongCredentials, Action: loginPath, AuthRequestID: id, Username: name,
+				formTarget: origin(ar.redirectURI)})
 			return
 		}
 		if err := p.completeAuthRequest(id, userID); err != nil {

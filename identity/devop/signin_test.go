@@ -124,6 +124,7 @@ type page struct {
 	url    *url.URL // of the last request
 	body   string
 	loc    *url.URL // Location of a redirect the browser stopped at
+	csp    string   // the Content-Security-Policy header
 }
 
 func do(t *testing.T, b *http.Client, req *http.Request) page {
@@ -137,7 +138,7 @@ func do(t *testing.T, b *http.Client, req *http.Request) page {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg := page{status: resp.StatusCode, url: resp.Request.URL, body: string(body)}
+	pg := page{status: resp.StatusCode, url: resp.Request.URL, body: string(body), csp: resp.Header.Get("Content-Security-Policy")}
 	if loc := resp.Header.Get("Location"); loc != "" {
 		if pg.loc, err = resp.Request.URL.Parse(loc); err != nil {
 			t.Fatal(err)
@@ -288,6 +289,15 @@ func TestTheLoginPageIsAPlainAccessibleForm(t *testing.T) {
 		if !strings.Contains(form.body, want) {
 			t.Errorf("the login page lacks %s:\n%s", want, form.body)
 		}
+	}
+	// A browser applies form-action to the redirects after the form is
+	// sent: the last one goes to the client's registered redirect URI.
+	if want := "form-action 'self' http://127.0.0.1:9;"; !strings.Contains(form.csp, want) {
+		t.Errorf("the login page's Content-Security-Policy %q lacks %q: a browser would block the redirect to the client after sign-in", form.csp, want)
+	}
+	again := submitLogin(t, browser(t), form, "ada", "wrong-password-9")
+	if want := "form-action 'self' http://127.0.0.1:9;"; !strings.Contains(again.csp, want) {
+		t.Errorf("the form shown again after a wrong password has the Content-Security-Policy %q, lacking %q", again.csp, want)
 	}
 }
 
