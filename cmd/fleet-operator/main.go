@@ -74,14 +74,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	var handler slog.Handler
-	switch *logFormat {
-	case "json":
-		handler = slog.NewJSONHandler(logOut, nil)
-	case "text":
-		handler = slog.NewTextHandler(logOut, nil)
-	default:
-		return fmt.Errorf("--log-format %q: use json or text", *logFormat)
+	handler, err := logHandler(*logFormat, logOut)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(handler)
 
@@ -205,4 +200,15 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// logHandler is the slog handler of --log-format: json or text on out.
+func logHandler(format string, out io.Writer) (slog.Handler, error) {
+	switch format {
+	case "json":
+		return slog.NewJSONHandler(out, nil), nil
+	case "text":
+		return slog.NewTextHandler(out, nil), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: use json or text", format)
 }

@@ -51,14 +51,9 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve-web takes no arguments; got %q", fs.Args())
 	}
-	var handler slog.Handler
-	switch *logFormat {
-	case "json":
-		handler = slog.NewJSONHandler(logOut, nil)
-	case "text":
-		handler = slog.NewTextHandler(logOut, nil)
-	default:
-		return fmt.Errorf("--log-format %q: use json or text", *logFormat)
+	handler, err := logHandler(*logFormat, logOut)
+	if err != nil {
+		return err
 	}
 	logger := slog.New(handler).With("component", "dashboard")
 
