@@ -67,6 +67,7 @@ var (
 // EnvironmentFile lines, and a new revision converges; deleting the
 // Deployment removes the container.
 func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
 	needKube(t)
 	natsCLI(t)
 	conn := podmantest.Connect(t) // fails under CI=true, skips elsewhere, without Podman

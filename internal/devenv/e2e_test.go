@@ -194,6 +194,7 @@ func checkCanaryFirst(t *testing.T, out string, canaries, others []string) {
 // answers on port 8080, and deleting the Deployments removes the
 // containers.
 func TestDevRunsTheExamplesOnAPodmanDeviceWithSecretsFromTheOpenBaoStandIn(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
 	needKube(t)
 	natsCLI(t) // the printed steps need it: fail or skip here, not in the middle
 	sock := filepath.Join(repoRoot(t), ".cache", "run", "podman.sock")

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/internal/devenv"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 // gettingStartedBlock is a command block of docs/getting-started.md marked
@@ -74,6 +75,7 @@ func printedLine(t *testing.T, out, doc string) string {
 // fleet dev prints: the test checks the documented line has the printed
 // one's form and runs the printed one.
 func TestGettingStartedRunsAsDocumented(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
 	blocks := gettingStartedBlocks(t)
 	_, goBin, sock, _ := shipPrerequisites(t)
 

@@ -39,6 +39,7 @@ var (
 // until every device runs the digests; a second ship of the same tag makes
 // no new generation.
 func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
 	reg, goBin, sock, conn := shipPrerequisites(t)
 
 	p := startDev(t, t.TempDir(), "--devices", "2", "--runtime", "podman", "--podman-socket", sock)

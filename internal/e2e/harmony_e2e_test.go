@@ -64,6 +64,7 @@ type harmonyFleet struct {
 }
 
 func TestHarmonyShipWaitsForTheRolloutOnRealPodmanAgents(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
 	srv := kubeapi.Shared(t)
 	podmantest.Connect(t)
 	reg := podmantest.TestRegistry(t)

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 // Podman → workload report → Deployment status Succeeded; kubectl delete
 // removes the containers.
 func TestADeploymentAppliedWithKubectlConvergesOnARealPodmanAgent(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
 	srv := kubeapi.Shared(t)
 	podmantest.Connect(t)
 	sock, err := podmantest.SocketPath()
