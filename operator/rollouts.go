@@ -318,38 +318,70 @@ func (r *runner) read(ctx context.Context, source int, filter string, after uint
 		}
 	}
 	last := after
-	for rec, err := range r.Reader.Replay(ctx, filter, events.FromSequence(after+1)) {
-		m, ok := sourcedOf(ctx, source, rec, err)
-		if !ok {
-			if m.err != nil {
-				send(m)
+	// each hands the records of one read to the runner, past last; it
+	// returns stop when the runner is done, or the read's error.
+	each := func(records iter.Seq2[events.Record, error]) (stop bool, err error) {
+		for rec, err := range records {
+			m, ok := sourcedOf(ctx, source, rec, err)
+			if !ok {
+				return m.err == nil, m.err
 			}
+			if m.seq() <= last {
+				continue // read again after an error
+			}
+			last = m.seq()
+			if !send(m) {
+				return true, nil
+			}
+		}
+		return false, nil
+	}
+	// A read that fails (its server died, the stream is electing a
+	// leader) is read again from after the last record handed over: the
+	// runner goes on, and its folds never see a record twice.
+	wait := readRetryMin
+	again := func(err error) bool {
+		r.Log.WarnContext(ctx, "rollout runner: reading the stream failed; reading again after the last record folded",
+			"filter", filter, "after", last, "retryIn", wait, "error", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, readRetryMax)
+		return true
+	}
+	for {
+		stop, err := each(r.Reader.Replay(ctx, filter, events.FromSequence(last+1)))
+		switch {
+		case stop:
+			return
+		case err == nil:
+		case again(err):
+			continue
+		default:
 			return
 		}
-		last = m.seq()
-		if !send(m) {
-			return
-		}
+		break
 	}
 	if !send(sourced{source: source, caught: true}) {
 		return
 	}
-	for rec, err := range r.Reader.Follow(ctx, filter, events.FromSequence(last+1)) {
-		m, ok := sourcedOf(ctx, source, rec, err)
-		if !ok {
-			if m.err != nil {
-				send(m)
-			}
-			return
-		}
-		if m.seq() <= last {
-			continue
-		}
-		if !send(m) {
+	for {
+		stop, err := each(r.Reader.Follow(ctx, filter, events.FromSequence(last+1)))
+		if stop || err == nil || !again(err) {
 			return
 		}
 	}
 }
+
+// readRetryMin and readRetryMax bound the wait before the runner reads a
+// stream again after a failed read (doubling from the first to the
+// second).
+const (
+	readRetryMin = 250 * time.Millisecond
+	readRetryMax = 10 * time.Second
+)
 
 // sourcedOf turns what a read yielded into the runner's message. A record
 // that does not decode becomes a skip and the read goes on; any other error
