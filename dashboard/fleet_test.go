@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -497,19 +496,7 @@ func follow(t *testing.T, b *browser, u string) <-chan struct{} {
 // docs/dashboard.md documents, in namespace ns.
 func dashboardRBAC(t *testing.T, ns string) []byte {
 	t.Helper()
-	doc, err := os.ReadFile("../docs/dashboard.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(doc), "### RBAC for the dashboard")
-	if !ok {
-		t.Fatal("docs/dashboard.md has no section \"RBAC for the dashboard\"")
-	}
-	_, after, ok = strings.Cut(after, "```yaml\n")
-	yaml, _, closed := strings.Cut(after, "```")
-	if !ok || !closed {
-		t.Fatal("the RBAC section of docs/dashboard.md has no YAML block")
-	}
+	yaml := testenv.DocBlock(t, "docs/dashboard.md", "### RBAC for the dashboard", "yaml")
 	return []byte(strings.ReplaceAll(yaml, "fleet-system", ns))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 )
 
@@ -189,16 +190,7 @@ func yamlObjects(t *testing.T, text string) []map[string]any {
 }
 
 func TestTheLeaseRBACIsTheOneDocsOperatorPrints(t *testing.T) {
-	doc, err := os.ReadFile("../docs/operator.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, _ := strings.Cut(string(doc), "### RBAC for the Lease")
-	_, after, _ = strings.Cut(after, "```yaml\n")
-	block, _, ok := strings.Cut(after, "```")
-	if !ok {
-		t.Fatal("docs/operator.md has no YAML block in \"RBAC for the Lease\"")
-	}
+	block := testenv.DocBlock(t, "docs/operator.md", "### RBAC for the Lease", "yaml")
 	manifest, err := os.ReadFile("base/operator/rbac.yaml")
 	if err != nil {
 		t.Fatal(err)

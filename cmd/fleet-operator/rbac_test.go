@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -23,19 +22,7 @@ import (
 // the Lease, in namespace ns.
 func leaseRBAC(t *testing.T, ns string) []byte {
 	t.Helper()
-	doc, err := os.ReadFile("../../docs/operator.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, after, ok := strings.Cut(string(doc), "### RBAC for the Lease")
-	if !ok {
-		t.Fatal("docs/operator.md has no section \"RBAC for the Lease\"")
-	}
-	_, after, ok = strings.Cut(after, "```yaml\n")
-	yaml, _, closed := strings.Cut(after, "```")
-	if !ok || !closed {
-		t.Fatal("the RBAC section of docs/operator.md has no YAML block")
-	}
+	yaml := testenv.DocBlock(t, "docs/operator.md", "### RBAC for the Lease", "yaml")
 	return []byte(strings.ReplaceAll(yaml, "fleet-system", ns))
 }
 
