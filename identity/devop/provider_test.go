@@ -2,8 +2,12 @@ package devop_test
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"io"
 	"net"
@@ -270,5 +274,55 @@ func TestAProviderOnAGivenListenerIssuesTokensForTheIssuerItIsGiven(t *testing.T
 	}
 	if iss := claims(t, tok.IDToken)["iss"]; iss != issuer {
 		t.Fatalf("id_token iss %v, want %s", iss, issuer)
+	}
+}
+
+func TestAnUploadedPublicKeyGrantsWithTheCallersPrivateKeyOnly(t *testing.T) {
+	ctx := context.Background()
+	p := start(t, devop.Options{})
+	uid, err := p.CreateMachineUser(ctx, "device-sim-1", "fleet-device")
+	if err != nil {
+		t.Fatal(err)
+	}
+	priv, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kf, err := p.AddMachinePublicKey(ctx, uid, &priv.PublicKey, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kf.Key != "" || kf.KeyID == "" || kf.UserID != uid {
+		t.Fatalf("key file %+v: want a key id and the user id, and no key", kf)
+	}
+	grant := func(k *rsa.PrivateKey) error {
+		f := kf
+		f.Key = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(k)}))
+		src, err := credential.New(ctx, credential.Options{Issuer: p.Issuer(), Key: f, Audience: p.Audience()})
+		if err != nil {
+			return err
+		}
+		_, err = src.Token(ctx)
+		return err
+	}
+	if err := grant(priv); err != nil {
+		t.Fatalf("grant with the uploaded key's private half: %v", err)
+	}
+	other, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := grant(other); err == nil {
+		t.Fatal("a grant signed by another private key under the uploaded key's id was accepted")
+	}
+	short, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.AddMachinePublicKey(ctx, uid, &short.PublicKey, time.Time{}); !errors.Is(err, devop.ErrBadKey) {
+		t.Fatalf("a 1024-bit key: error %v, want ErrBadKey", err)
+	}
+	if _, err := p.AddMachinePublicKey(ctx, "nobody", &priv.PublicKey, time.Time{}); !errors.Is(err, devop.ErrUnknownUser) {
+		t.Fatalf("an unknown user: error %v, want ErrUnknownUser", err)
 	}
 }

@@ -134,6 +134,26 @@ func (p *Provider) AddMachineKey(_ context.Context, userID string, expires time.
 	}, nil
 }
 
+// AddMachinePublicKey registers a public key the caller generated (Zitadel's
+// AddMachineKey with public_key set): the private key never reaches the
+// provider, and the returned key file carries the key id and user id but no
+// key; the caller adds its private key. The key must be RSA of at least
+// 2048 bits. A zero expires means the key never expires.
+func (p *Provider) AddMachinePublicKey(_ context.Context, userID string, pub *rsa.PublicKey, expires time.Time) (credential.KeyFile, error) {
+	if pub == nil || pub.N == nil || pub.N.BitLen() < 2048 {
+		return credential.KeyFile{}, fmt.Errorf("%w: the public key must be RSA of at least 2048 bits", ErrBadKey)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u, ok := p.users[userID]
+	if !ok {
+		return credential.KeyFile{}, fmt.Errorf("%w: %s", ErrUnknownUser, userID)
+	}
+	kid := newID()
+	u.keys[kid] = machineKey{pub: pub, expires: expires}
+	return credential.KeyFile{Type: credential.KeyTypeServiceAccount, KeyID: kid, UserID: userID}, nil
+}
+
 // RemoveMachineKey revokes a key: grants signed with it are refused from now
 // on. id_tokens issued before stay valid until they expire (as with
 // Zitadel); keep TokenLifetime short.

@@ -2,6 +2,9 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"time"
 
@@ -78,23 +81,46 @@ func (p *Plane) connect(name string, opts ...nats.Option) (*nats.Conn, error) {
 // and device as `fleet enroll` writes them). It returns the identity
 // subject.
 func (p *Plane) EnrollDevice(ctx context.Context, device, path string) (string, error) {
+	return p.enrollDevice(ctx, device, path, nil)
+}
+
+// EnrollDeviceWithKey is EnrollDevice with a key the caller generated: the
+// provider keeps its public half (as Zitadel's AddMachineKey with a public
+// key does) and the key file holds key. The scale benchmark uses it to
+// reuse cached keys instead of generating one RSA key per device per run.
+func (p *Plane) EnrollDeviceWithKey(ctx context.Context, device, path string, key *rsa.PrivateKey) (string, error) {
+	if key == nil {
+		return "", fmt.Errorf("controlplane: enroll %s: no key given", device)
+	}
+	return p.enrollDevice(ctx, device, path, key)
+}
+
+func (p *Plane) enrollDevice(ctx context.Context, device, path string, key *rsa.PrivateKey) (string, error) {
 	uid, err := p.provider.CreateMachineUser(ctx, "device-"+device)
 	if err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: %w", device, err)
 	}
-	kf, err := p.provider.AddMachineKey(ctx, uid, time.Time{})
+	var kf credential.KeyFile
+	if key == nil {
+		kf, err = p.provider.AddMachineKey(ctx, uid, time.Time{})
+	} else {
+		kf, err = p.provider.AddMachinePublicKey(ctx, uid, &key.PublicKey, time.Time{})
+	}
 	if err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: %w", device, err)
+	}
+	if key != nil {
+		kf.Key = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}))
 	}
 	v, err := events.IdentityEntry{Device: device}.Encode()
 	if err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: %w", device, err)
 	}
-	key, err := events.IdentityKey(uid)
+	ik, err := events.IdentityKey(uid)
 	if err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: %w", device, err)
 	}
-	if _, err := p.identity.Put(ctx, key, v); err != nil {
+	if _, err := p.identity.Put(ctx, ik, v); err != nil {
 		return "", fmt.Errorf("controlplane: enroll %s: identity: %w", device, err)
 	}
 	kf.Issuer, kf.Audience, kf.Device = p.provider.Issuer(), p.provider.Audience(), device

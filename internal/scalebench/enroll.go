@@ -2,6 +2,7 @@ package scalebench
 
 import (
 	"context"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,9 +27,10 @@ func keyFile(dir, dev string) string { return filepath.Join(dir, dev+".json") }
 // user and key at the development provider, the fleet-identity entry the
 // operator would project from the Device resource, and the key file (mode
 // 0600, with the issuer, audience and device as `fleet enroll` writes them).
-// The provider generates one RSA key per device (its only way to add a
-// key), so the work runs on every core at once.
-func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string, names []string) error {
+// With keys (names[i] gets keys[i]) the provider keeps each key's public
+// half; without, it generates one RSA key per device. Either way the work
+// runs on every core at once.
+func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string, names []string, keys []*rsa.PrivateKey) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var (
@@ -48,7 +50,13 @@ func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string
 					log.Info("enrolling", "device", i, "of", len(names))
 				}
 				dev := names[i-1]
-				if _, err := cp.plane.EnrollDevice(ctx, dev, keyFile(dir, dev)); err != nil {
+				var err error
+				if keys != nil {
+					_, err = cp.plane.EnrollDeviceWithKey(ctx, dev, keyFile(dir, dev), keys[i-1])
+				} else {
+					_, err = cp.plane.EnrollDevice(ctx, dev, keyFile(dir, dev))
+				}
+				if err != nil {
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("scalebench: %w", err))
 					mu.Unlock()

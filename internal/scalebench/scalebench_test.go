@@ -37,7 +37,10 @@ func TestTwentyDevicesConvergeThroughTheCalloutAndTheConsumerCountDoesNotGrow(t 
 	res, err := Run(ctx, Options{
 		Sizes: []int{10, 20}, PerProcess: 12, ConnectRate: 100, Timeout: time.Minute,
 		Exe: exe, DataDir: t.TempDir(), Out: &out,
-		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// Cached keys: enrollment uploads their public halves (the
+		// 1,000-device test below has the provider generate them).
+		KeyCache: KeyCache{Dir: t.TempDir(), PerFile: 7},
+		Logger:   slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	t.Log("\n" + out.String())
 	if err != nil {

@@ -15,10 +15,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/nationtech/harmony-fleet/internal/repo"
 	"github.com/nationtech/harmony-fleet/internal/scalebench"
 )
 
@@ -54,7 +56,32 @@ func run() error {
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
 	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
 	flag.DurationVar(&o.TokenLifetime, "token-lifetime", scalebench.DefaultTokenLifetime, "id_token lifetime of the development provider (longer than the run)")
+	flag.StringVar(&o.KeyCache.Dir, "key-cache", defaultKeyCache(), "folder caching the devices' RSA keys across runs (empty: the provider generates them every run)")
 	flag.Parse()
+	if flag.Arg(0) == "keys" {
+		// fleet-scale [-key-cache DIR] -n N keys: fill the key cache only
+		// (run it at low priority ahead of a large run).
+		n := 0
+		for _, s := range strings.Split(sizes, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return fmt.Errorf("-n %q: want comma-separated device counts such as 1000,10000", sizes)
+			}
+			n = max(n, v)
+		}
+		if o.KeyCache.Dir == "" {
+			return errors.New("keys: -key-cache is empty: name the folder to fill")
+		}
+		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		generated, err := o.KeyCache.Ensure(ctx, log, n)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("key cache %s holds keys for %d devices (%d generated now)\n", o.KeyCache.Dir, n, generated)
+		return nil
+	} else if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q: the only command is \"keys\"", flag.Args())
+	}
 	if profile != "" {
 		f, err := os.Create(profile)
 		if err != nil {
@@ -81,4 +108,14 @@ func run() error {
 		return errors.New("interrupted")
 	}
 	return err
+}
+
+// defaultKeyCache is .cache/scalebench-keys of the repository the command
+// runs in, or empty outside one.
+func defaultKeyCache() string {
+	root, err := repo.Root()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(root, ".cache", "scalebench-keys")
 }
