@@ -155,7 +155,7 @@ func TestWhoMayLinkWhat(t *testing.T) {
 		{"the Debian root harness (internal/testenv/debianroot) is linked by no package, only tests", "internal/testenv/debianroot", nil},
 		{"the browser harness (internal/testenv/browser) is linked by no package, only tests", "internal/testenv/browser", nil},
 		{"the NATS test harness (internal/natstest) is linked by no package, only tests", "internal/natstest", nil},
-		{"the NATS cluster harness (internal/natscluster) is linked only by the chaos run, and tests", "internal/natscluster", []string{"internal/chaos/..."}},
+		{"the NATS cluster harness (internal/natscluster) is linked only by the chaos run, the scale benchmark, and tests", "internal/natscluster", []string{"internal/chaos/...", "internal/scalebench/..."}},
 		{"the auth chain harness (internal/callouttest) is linked by no package, only tests", "internal/callouttest", nil},
 		{"the hostile payloads (internal/poisontest) are linked by no package, only tests", "internal/poisontest", nil},
 		{"the runtime conformance suite (agent/runtime/runtimetest) is linked by no package, only tests", "agent/runtime/runtimetest", nil},

@@ -263,6 +263,11 @@ func (c *Cluster) ClientURLs() []string {
 // takes to know the whole cluster before it learns it from the servers.
 func (c *Cluster) URL() string { return strings.Join(c.ClientURLs(), ",") }
 
+// MonitorURL is server i's HTTP monitoring address (/varz, /jsz, ...).
+func (c *Cluster) MonitorURL(i int) string {
+	return "http://127.0.0.1:" + strconv.Itoa(c.nodes[i].monitor)
+}
+
 // PID is server i's process id, or 0 when it does not run.
 func (c *Cluster) PID(i int) int {
 	n := c.nodes[i]
@@ -328,7 +333,7 @@ func (c *Cluster) Healthy(ctx context.Context, i int) bool {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://127.0.0.1:"+strconv.Itoa(c.nodes[i].monitor)+"/healthz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.MonitorURL(i)+"/healthz", nil)
 	if err != nil {
 		return false
 	}

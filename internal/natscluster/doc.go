@@ -11,6 +11,7 @@
 // repository's .cache/tools (Binary; `task setup:nats-server` builds it
 // ahead).
 //
-// Only tests and the chaos run (internal/chaos) import it (internal/hygiene
-// checks); no product binary links it.
+// Only tests, the chaos run (internal/chaos) and the scale benchmark
+// (internal/scalebench) import it (internal/hygiene checks); no product
+// binary links it.
 package natscluster

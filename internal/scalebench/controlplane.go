@@ -12,6 +12,7 @@ import (
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
+	"github.com/nationtech/harmony-fleet/internal/natscluster"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -35,8 +36,11 @@ func randomToken() string {
 // status written to a recorder: no Kubernetes API server runs).
 type controlPlane struct {
 	plane *controlplane.Plane
-	srv   *natsembed.Server
-	sec   *secrets
+	// servers are the NATS servers: the plane's embedded one, or cluster's
+	// processes (Options.Servers).
+	servers fleetServers
+	cluster *natscluster.Cluster
+	sec     *secrets
 	// store and the bucket are on the operator's connection (role
 	// fleet-operator); the runner uses it.
 	store  *events.Store
@@ -72,12 +76,24 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (*contro
 	if o.FastSync {
 		policy = natsembed.FastSync
 	}
-	var err error
-	if cp.plane, err = controlplane.Start(ctx, controlplane.Options{
+	po := controlplane.Options{
 		StoreDir: storeDir, Port: -1, ServerName: "scalebench", Sync: policy, Logger: o.Logger,
 		StaticUser: cp.sec.staticUser(), TokenLifetime: o.TokenLifetime,
-	}); err != nil {
+	}
+	if o.Servers > 0 {
+		if err := cp.startCluster(ctx, o, storeDir, &po); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if cp.plane, err = controlplane.Start(ctx, po); err != nil {
+		cp.stop()
 		return nil, fmt.Errorf("scalebench: %w", err)
+	}
+	if cp.cluster != nil {
+		cp.servers = newClusterServers(cp.cluster)
+	} else {
+		cp.servers = embeddedServer{srv: cp.plane.Server()}
 	}
 	if err := cp.startOwnParts(ctx, o); err != nil {
 		cp.stop()
@@ -86,12 +102,50 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (*contro
 	return cp, nil
 }
 
+// startCluster starts Options.Servers nats-server processes with the
+// configuration the plane's secrets and the floor user make, and points po
+// at them: R3 streams and buckets from three servers on (as production
+// runs them), two callout replicas in this process (production runs two).
+func (cp *controlPlane) startCluster(ctx context.Context, o Options, storeDir string, po *controlplane.Options) error {
+	secrets, err := controlplane.NewSecrets()
+	if err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	conf, err := secrets.ServerConfig(po.StaticUser)
+	if err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	sync := ""
+	if o.FastSync {
+		sync = "2m"
+	}
+	if cp.cluster, err = natscluster.Start(ctx, natscluster.Options{N: o.Servers, Dir: storeDir, Config: conf, SyncInterval: sync}); err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	po.Servers, po.Secrets, po.Replicas = cp.cluster.ClientURLs(), secrets, clusterCalloutReplicas
+	po.Provision = events.ProvisionOptions{Replicas: cp.replicas()}
+	return nil
+}
+
+// clusterCalloutReplicas is the number of callout replicas with
+// Options.Servers (production's).
+const clusterCalloutReplicas = 2
+
+// replicas is the streams' and buckets' replica count: 3 on a cluster of
+// at least 3 servers, else 1.
+func (cp *controlPlane) replicas() int {
+	if cp.cluster != nil && cp.cluster.N() >= 3 {
+		return 3
+	}
+	return 1
+}
+
 // startOwnParts starts what the benchmark adds to the plane: the monitor
 // connection, the floor's publisher and bucket, and the rollout runner.
 func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	var err error
 	p := cp.plane
-	cp.srv, cp.failed = p.Server(), p.Done()
+	cp.failed = p.Done()
 	cp.store, cp.intent = p.Store(), p.Intent()
 	if cp.monitor, err = p.ConnectMachine(ctx, "scalebench-monitor", authcallout.RoleOperator); err != nil {
 		return fmt.Errorf("scalebench: %w", err)
@@ -111,7 +165,7 @@ func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	fcfg := events.KeyValueConfigs(events.ProvisionOptions{})[0]
+	fcfg := events.KeyValueConfigs(events.ProvisionOptions{Replicas: cp.replicas()})[0]
 	fcfg.Bucket, fcfg.Description = floorBucket, "scalebench raw floor: plain KV puts to plain subscribers"
 	fcfg.RePublish = nil // the floor's subscribers take the puts themselves
 	if cp.floorKV, err = cp.floorJS.CreateOrUpdateKeyValue(fctx, fcfg); err != nil {
@@ -137,7 +191,12 @@ func (cp *controlPlane) stop() {
 	if cp.floorPub != nil {
 		cp.floorPub.Close()
 	}
-	_ = cp.plane.Close()
+	if cp.plane != nil {
+		_ = cp.plane.Close()
+	}
+	if cp.cluster != nil {
+		cp.cluster.Close()
+	}
 }
 
 // statusSink is the rollout runner's Deployment status writer: the

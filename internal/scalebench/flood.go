@@ -507,11 +507,11 @@ func streamFigures(s *server.Server, stream, filter string) (server.StreamState,
 func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, error) {
 	o, cp := b.o, b.cp
 	fr := &FloodResult{Flooders: o.Flooders, WorkloadOnly: o.FloodWorkloadOnly}
-	before, _, err := streamFigures(cp.srv.NATS(), events.StreamReports, "")
+	before, _, err := streamFigures(cp.plane.Server().NATS(), events.StreamReports, "")
 	if err != nil {
 		return fr, err
 	}
-	telBefore, _, err := streamFigures(cp.srv.NATS(), events.StreamTelemetry, "")
+	telBefore, _, err := streamFigures(cp.plane.Server().NATS(), events.StreamTelemetry, "")
 	if err != nil {
 		return fr, err
 	}
@@ -539,7 +539,7 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 		}
 	}
 	sample := func() {
-		if _, p, err := streamFigures(cp.srv.NATS(), events.StreamReports, runnerFilter); err == nil {
+		if _, p, err := streamFigures(cp.plane.Server().NATS(), events.StreamReports, runnerFilter); err == nil {
 			raise(&backlog, p)
 		}
 		raise(&rss, processRSS())
@@ -617,13 +617,13 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 	st := cp.status.figures(fig.generation)
 	fr.RunnerMaxFailed = max(fig.maxFailed, st.MaxFailed)
 	fr.RunnerSkipped = cp.runnerSkips.Skipped(events.StreamReports, "") - skipped
-	after, _, err := streamFigures(cp.srv.NATS(), events.StreamReports, "")
+	after, _, err := streamFigures(cp.plane.Server().NATS(), events.StreamReports, "")
 	if err != nil {
 		return fr, err
 	}
 	fr.ReportsGrowth = after.Bytes - before.Bytes
 	fr.IngestedReports = after.LastSeq - before.LastSeq
-	telAfter, _, err := streamFigures(cp.srv.NATS(), events.StreamTelemetry, "")
+	telAfter, _, err := streamFigures(cp.plane.Server().NATS(), events.StreamTelemetry, "")
 	if err != nil {
 		return fr, err
 	}

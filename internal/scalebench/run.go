@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natscluster"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
@@ -38,8 +39,10 @@ const (
 
 // Goals the figures are printed against (never asserted).
 const (
-	GoalConverged   = 10 * time.Second // for 10,000 devices
-	GoalFloorFactor = 3.0
+	GoalConverged = 10 * time.Second // for 10,000 devices
+	// GoalConverged100k is the goal at 100,000 devices (on a cluster).
+	GoalConverged100k = time.Minute
+	GoalFloorFactor   = 3.0
 )
 
 // Options configure a benchmark run.
@@ -87,6 +90,15 @@ type Options struct {
 	// FastSync runs the server with the fsync interval policy instead of the
 	// product's default (fsync on every write).
 	FastSync bool
+	// Servers, when positive, runs the run on a cluster of that many
+	// nats-server processes (internal/natscluster: the product's callout
+	// configuration, routes, fsync on every write unless FastSync) instead
+	// of the embedded server: streams and buckets R3 from 3 servers on, two
+	// callout replicas, the agent and floor processes spread over the
+	// servers in turn. One server holds about 19,900 connections (the
+	// open-file limit), so 100,000 devices need at least 6. At most
+	// natscluster.MaxNodes; no flooders.
+	Servers int
 	// KeyCache, when its Dir is set, holds the devices' RSA keys across runs
 	// (generated once, the missing ones at the start of a run, outside the
 	// measured phases); enrollment then uploads each key's public half to
@@ -121,6 +133,12 @@ func (o Options) Validate() error {
 	}
 	if o.ConnectRate < 0 || o.FloorRate < 0 {
 		errs = append(errs, errors.New("scalebench: connect rates must be positive"))
+	}
+	if o.Servers < 0 || o.Servers > natscluster.MaxNodes {
+		errs = append(errs, fmt.Errorf("scalebench: %d servers: use 0 (the embedded server) or 1..%d nats-server processes", o.Servers, natscluster.MaxNodes))
+	}
+	if o.Servers > 0 && o.Flooders > 0 {
+		errs = append(errs, errors.New("scalebench: flooders run on the embedded server only: drop -flooders or -servers"))
 	}
 	if o.Flooders < 0 || o.Flooders > MaxFlooders {
 		errs = append(errs, fmt.Errorf("scalebench: %d flooding devices: use 0..%d", o.Flooders, MaxFlooders))
@@ -194,9 +212,15 @@ type Result struct {
 	// the other, as the runner writes.
 	FloorAsync, FloorSync time.Duration
 	FloorAsyncRounds      [2]time.Duration
-	// MemBefore and MemAfter are the server process's memory before the
-	// devices connected and once they all had.
+	// MemBefore and MemAfter are this (the control plane's) process's
+	// memory before the devices connected and once they all had: with the
+	// embedded server, the server's too.
 	MemBefore, MemAfter memory
+	// Servers is the number of nats-server processes (0: the embedded
+	// server); ServerRSSBefore and ServerRSSAfter their resident memory,
+	// summed, at the same moments as MemBefore and MemAfter.
+	Servers                         int
+	ServerRSSBefore, ServerRSSAfter uint64
 	// AgentRSS is the agent processes' resident memory once every device
 	// had connected, summed.
 	AgentRSS uint64
@@ -220,10 +244,16 @@ func (r Result) Ratio() float64 {
 	return float64(r.Converged) / float64(r.FloorAsync)
 }
 
-// PerDevice is the server process's growth per connected device: RSS and
-// Go heap, bytes.
+// PerDevice is the control plane process's growth per connected device:
+// RSS and Go heap, bytes (with the embedded server, the server's too).
 func (r Result) PerDevice() (rss, heap int64) {
 	return (int64(r.MemAfter.RSS) - int64(r.MemBefore.RSS)) / int64(r.N), (int64(r.MemAfter.Heap) - int64(r.MemBefore.Heap)) / int64(r.N)
+}
+
+// ServerRSSPerDevice is the nats-server processes' RSS growth per
+// connected device, bytes (0 with the embedded server).
+func (r Result) ServerRSSPerDevice() int64 {
+	return (int64(r.ServerRSSAfter) - int64(r.ServerRSSBefore)) / int64(r.N)
 }
 
 // ConsumersGrew reports whether the consumer count grew with the devices.
@@ -260,9 +290,18 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		}
 	}
 	largest := slices.Max(o.Sizes)
-	if need := largest + o.Flooders + 100; uint64(need) > limit {
-		return nil, fmt.Errorf("scalebench: %d devices need about %d open files in the server process; the limit is %d: run at most %d (a cluster of servers is not implemented)",
-			largest, need, limit, limit-100)
+	if o.Servers == 0 {
+		if need := largest + o.Flooders + 100; uint64(need) > limit {
+			return nil, fmt.Errorf("scalebench: %d devices need about %d open files in the server process; the limit is %d: run at most %d, or run a cluster (-servers %d)",
+				largest, need, limit, limit-100, (largest+int(limit)-201)/(int(limit)-200))
+		}
+	} else {
+		// Child c connects to server c mod Servers.
+		procs := (largest + o.PerProcess - 1) / o.PerProcess
+		if need := (procs+o.Servers-1)/o.Servers*o.PerProcess + 100; uint64(need) > limit {
+			return nil, fmt.Errorf("scalebench: %d devices in %d agent processes over %d servers need about %d open files in one server; the limit is %d: add servers (-servers) or lower -per-process",
+				largest, procs, o.Servers, need, limit)
+		}
 	}
 	cp, err := startControlPlane(ctx, o, store)
 	if err != nil {
@@ -356,11 +395,15 @@ func (b *bench) size(ctx context.Context, n int) (Result, error) {
 	o, cp := b.o, b.cp
 	res := Result{N: n}
 	var err error
-	baseClients := cp.srv.NATS().NumClients()
-	if res.Consumers[0], err = consumers(cp.srv.NATS()); err != nil {
+	res.Servers = b.o.Servers
+	baseClients, err := cp.servers.clients(ctx)
+	if err != nil {
 		return res, err
 	}
-	res.MemBefore = measureMemory()
+	if res.Consumers[0], err = cp.servers.consumers(ctx); err != nil {
+		return res, err
+	}
+	res.MemBefore, res.ServerRSSBefore = measureMemory(), cp.servers.rss()
 
 	// Ramp: every device connected and its agent running (it reports its
 	// inventory after subscribing to its intent).
@@ -399,8 +442,8 @@ func (b *bench) size(ctx context.Context, n int) (Result, error) {
 	res.ConnectP50, res.ConnectP99, res.ConnectMax = time.Duration(percentile(lat, 50))*time.Microsecond,
 		time.Duration(percentile(lat, 99))*time.Microsecond, time.Duration(percentile(lat, 100))*time.Microsecond
 	res.ConnectRetries, res.AgentRSS = retries, rss
-	res.MemAfter = measureMemory()
-	if res.Consumers[1], err = consumers(cp.srv.NATS()); err != nil {
+	res.MemAfter, res.ServerRSSAfter = measureMemory(), cp.servers.rss()
+	if res.Consumers[1], err = cp.servers.consumers(ctx); err != nil {
 		return res, err
 	}
 	o.Logger.Info("devices connected", "devices", n, "ramp", res.Ramp)
@@ -417,7 +460,7 @@ func (b *bench) size(ctx context.Context, n int) (Result, error) {
 			return res, fmt.Errorf("flood: %w", err)
 		}
 	}
-	if res.Consumers[2], err = consumers(cp.srv.NATS()); err != nil {
+	if res.Consumers[2], err = cp.servers.consumers(ctx); err != nil {
 		return res, err
 	}
 	if err := stopChildren(agents); err != nil {
@@ -433,7 +476,7 @@ func (b *bench) size(ctx context.Context, n int) (Result, error) {
 	if err := awaitClients(ctx, cp, baseClients, o.Timeout); err != nil {
 		return res, err
 	}
-	if res.Consumers[3], err = consumers(cp.srv.NATS()); err != nil {
+	if res.Consumers[3], err = cp.servers.consumers(ctx); err != nil {
 		return res, err
 	}
 	return res, nil
@@ -740,7 +783,7 @@ func (b *bench) children(mode string, n int, window time.Duration, env ...string
 	var out []*child
 	for c := range count {
 		from, to := c*n/count+1, (c+1)*n/count
-		f := childFlags{url: b.cp.srv.ClientURL(), from: from, to: to, window: window}
+		f := childFlags{url: b.cp.servers.urlFor(c), from: from, to: to, window: window}
 		if mode == modeAgents || mode == modeFlood {
 			f.keys = b.keys
 		}
@@ -823,9 +866,16 @@ func awaitClients(ctx context.Context, cp *controlPlane, base int, timeout time.
 	deadline := time.Now().Add(timeout)
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for cp.srv.NATS().NumClients() > base {
+	for {
+		n, err := cp.servers.clients(ctx)
+		if err != nil {
+			return err
+		}
+		if n <= base {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %d client connections left after the children stopped (want %d)", ErrIncomplete, cp.srv.NATS().NumClients(), base)
+			return fmt.Errorf("%w: %d client connections left after the children stopped (want %d)", ErrIncomplete, n, base)
 		}
 		select {
 		case <-t.C:
@@ -833,7 +883,6 @@ func awaitClients(ctx context.Context, cp *controlPlane, base int, timeout time.
 			return ctx.Err()
 		}
 	}
-	return nil
 }
 
 // token returns the i-th dot-separated token of subject ("" when absent).
@@ -864,7 +913,11 @@ func deviceIndex(dev string) int {
 // printResult prints one size's figures and the goals.
 func printResult(w io.Writer, r Result) {
 	rss, heap := r.PerDevice()
-	fmt.Fprintf(w, "\nN=%d devices (%d agent process(es))\n", r.N, r.Children)
+	where := "the embedded server"
+	if r.Servers > 0 {
+		where = fmt.Sprintf("a cluster of %d nats-server processes", r.Servers)
+	}
+	fmt.Fprintf(w, "\nN=%d devices (%d agent process(es), %s)\n", r.N, r.Children, where)
 	fmt.Fprintf(w, "  ramp        %8s  (connects spread over %s; connect p50 %s, p99 %s, max %s; %d retried attempts)\n",
 		r.Ramp.Round(time.Millisecond), r.RampWindow.Round(time.Millisecond), r.ConnectP50.Round(time.Millisecond),
 		r.ConnectP99.Round(time.Millisecond), r.ConnectMax.Round(time.Millisecond), r.ConnectRetries)
@@ -875,11 +928,21 @@ func printResult(w io.Writer, r Result) {
 		r.FloorAsync.Round(time.Millisecond), r.FloorAsyncRounds[0].Round(time.Millisecond), r.FloorAsyncRounds[1].Round(time.Millisecond),
 		r.FloorSync.Round(time.Millisecond))
 	fmt.Fprintf(w, "  ratio       %8.1f× converged / floor (goal ≤ %.0f×: %s)\n", r.Ratio(), GoalFloorFactor, met(r.Ratio() <= GoalFloorFactor))
-	if r.N >= 10000 {
+	switch {
+	case r.N >= 100000:
+		fmt.Fprintf(w, "  goal        converged ≤ %s at 100,000 devices: %s\n", GoalConverged100k, met(r.Converged <= GoalConverged100k))
+	case r.N >= 10000:
 		fmt.Fprintf(w, "  goal        converged ≤ %s at 10,000 devices: %s\n", GoalConverged, met(r.Converged <= GoalConverged))
 	}
-	fmt.Fprintf(w, "  memory      %.1f KB RSS, %.1f KB Go heap per connected device in the server process (RSS %d → %d MB, heap %d → %d MB)\n",
-		float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
+	if r.Servers == 0 {
+		fmt.Fprintf(w, "  memory      %.1f KB RSS, %.1f KB Go heap per connected device in the server process (RSS %d → %d MB, heap %d → %d MB)\n",
+			float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
+	} else {
+		fmt.Fprintf(w, "  memory      %.1f KB RSS per connected device in the nats-server processes (RSS %d → %d MB summed)\n",
+			float64(r.ServerRSSPerDevice())/1024, r.ServerRSSBefore>>20, r.ServerRSSAfter>>20)
+		fmt.Fprintf(w, "              %.1f KB RSS, %.1f KB Go heap per device in the control plane process: callout, provider, runner (RSS %d → %d MB, heap %d → %d MB)\n",
+			float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
+	}
 	fmt.Fprintf(w, "  agents      %.1f KB RSS per device in the agent processes (%d MB in all: agent daemon, simulated runtime, client connection)\n",
 		float64(r.AgentRSS)/1024/float64(r.N), r.AgentRSS>>20)
 	fmt.Fprintf(w, "  consumers   %d before, %d connected, %d converged, %d after the floor (must not grow: %s)\n",

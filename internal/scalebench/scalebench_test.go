@@ -125,3 +125,35 @@ func TestAFloodingDeviceNeitherStopsAThousandDeviceRolloutNorChangesAnyTargetsSt
 // default, a 10 s ramp window (200 per second overloaded the callout on the
 // shared 2-core machine: 233 retried connects, a 13 s ramp).
 const testConnectRate = DefaultConnectRate
+
+func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, Options{
+		Sizes: []int{20}, PerProcess: 7, Servers: 3, ConnectRate: 100, Timeout: 2 * time.Minute,
+		Exe: exe, DataDir: t.TempDir(), Out: &out, KeyCache: KeyCache{Dir: t.TempDir(), PerFile: 10},
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := res[0]
+	if r.Children != 3 || r.Servers != 3 {
+		t.Errorf("ran in %d agent processes on %d servers, want 3 on 3 (one per server)", r.Children, r.Servers)
+	}
+	if r.ConsumersGrew() {
+		t.Errorf("consumers %v grew with the devices", r.Consumers)
+	}
+	if r.Converged <= 0 || r.FloorAsync <= 0 || r.ServerRSSBefore == 0 || r.ServerRSSAfter == 0 {
+		t.Errorf("a figure is missing: %+v", r)
+	}
+	if !strings.Contains(out.String(), "a cluster of 3 nats-server processes") || !strings.Contains(out.String(), "in the nats-server processes") {
+		t.Errorf("the printed figures do not say the run was on the cluster")
+	}
+}

@@ -51,6 +51,7 @@ func run() error {
 	flag.DurationVar(&o.Timeout, "timeout", scalebench.DefaultTimeout, "bound of each phase after its ramp window")
 	flag.IntVar(&o.Flooders, "flooders", 0, fmt.Sprintf("flooding devices (0..%d): roll out a second revision per size while they flood their report subjects", scalebench.MaxFlooders))
 	flag.BoolVar(&o.FloodWorkloadOnly, "flood-workload-only", false, "flooders publish small workload reports only (the rollout runner's worst case) instead of the mix")
+	flag.IntVar(&o.Servers, "servers", 0, "run on a cluster of this many nats-server processes (0: the embedded server; 100,000 devices need at least 6)")
 	flag.BoolVar(&o.FastSync, "fast-sync", false, "fsync every 2 minutes instead of on every write (the product default)")
 	flag.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
