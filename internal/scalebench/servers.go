@@ -38,9 +38,9 @@ type fleetServers interface {
 // embeddedServer is the one server in this process.
 type embeddedServer struct{ srv *natsembed.Server }
 
-func (e embeddedServer) count() int       { return 1 }
+func (e embeddedServer) count() int        { return 1 }
 func (e embeddedServer) urlFor(int) string { return e.srv.ClientURL() }
-func (e embeddedServer) rss() uint64      { return 0 }
+func (e embeddedServer) rss() uint64       { return 0 }
 
 func (e embeddedServer) clients(context.Context) (int, error) { return e.srv.NATS().NumClients(), nil }
 
