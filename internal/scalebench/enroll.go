@@ -23,13 +23,17 @@ func FlooderName(i int) string { return "flood-" + strconv.Itoa(i) }
 // keyFile is where the key file of device dev is written in dir.
 func keyFile(dir, dev string) string { return filepath.Join(dir, dev+".json") }
 
+// enrollIOWorkers is how many devices are enrolled at once with cached
+// keys.
+const enrollIOWorkers = 64
+
 // enroll enrolls the devices named with the plane's EnrollDevice: a machine
 // user and key at the development provider, the fleet-identity entry the
 // operator would project from the Device resource, and the key file (mode
 // 0600, with the issuer, audience and device as `fleet enroll` writes them).
 // With keys (names[i] gets keys[i]) the provider keeps each key's public
-// half; without, it generates one RSA key per device. Either way the work
-// runs on every core at once.
+// half, enrollIOWorkers devices at once; without, it generates one RSA key
+// per device, on every core at once.
 func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string, names []string, keys []*rsa.PrivateKey) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -39,7 +43,13 @@ func (cp *controlPlane) enroll(ctx context.Context, log *slog.Logger, dir string
 		mu   sync.Mutex
 		errs []error
 	)
-	for range max(1, runtime.GOMAXPROCS(0)) {
+	workers := max(1, runtime.GOMAXPROCS(0)) // the provider generates keys: CPU-bound
+	if keys != nil {
+		// Uploading a public key is cheap; the fleet-identity put waits
+		// for its fsync (on every replica): I/O-bound.
+		workers = enrollIOWorkers
+	}
+	for range workers {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1))
