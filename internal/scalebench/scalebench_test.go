@@ -136,7 +136,7 @@ func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
 	defer cancel()
 	res, err := Run(ctx, Options{
 		Sizes: []int{20}, PerProcess: 7, Servers: 3, ConnectRate: 100, Timeout: 2 * time.Minute,
-		Exe: exe, DataDir: t.TempDir(), Out: &out, KeyCache: KeyCache{Dir: t.TempDir(), PerFile: 10},
+		Exe: exe, DataDir: t.TempDir(), Out: &out, KeyCache: KeyCache{Dir: t.TempDir(), PerFile: 10}, DistinctKeys: 7,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	t.Log("\n" + out.String())
@@ -152,6 +152,9 @@ func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
 	}
 	if r.Converged <= 0 || r.FloorAsync <= 0 || r.ServerRSSBefore == 0 || r.ServerRSSAfter == 0 {
 		t.Errorf("a figure is missing: %+v", r)
+	}
+	if !strings.Contains(out.String(), "(7 distinct keys: device i has key i mod 7)") {
+		t.Errorf("the printed figures do not say the devices shared 7 keys")
 	}
 	if !strings.Contains(out.String(), "a cluster of 3 nats-server processes") || !strings.Contains(out.String(), "in the nats-server processes") {
 		t.Errorf("the printed figures do not say the run was on the cluster")

@@ -58,6 +58,7 @@ func run() error {
 	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
 	flag.DurationVar(&o.TokenLifetime, "token-lifetime", scalebench.DefaultTokenLifetime, "id_token lifetime of the development provider (longer than the run)")
 	flag.StringVar(&o.KeyCache.Dir, "key-cache", defaultKeyCache(), "folder caching the devices' RSA keys across runs (empty: the provider generates them every run)")
+	flag.IntVar(&o.DistinctKeys, "distinct-keys", 0, "use at most this many distinct cached keys, device i key i mod this (0: one key per device); each device keeps its own user, key id, token and connection")
 	flag.Parse()
 	if flag.Arg(0) == "keys" {
 		// fleet-scale [-key-cache DIR] -n N keys: fill the key cache only
