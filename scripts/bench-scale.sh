@@ -16,7 +16,9 @@
 # Environment: FLEET_SCALE (the fleet-scale binary, required),
 # BENCH_SCALE_LARGE (default 100000), BENCH_SCALE_SERVERS (default 7),
 # BENCH_SCALE_LARGE_RATE (connects per second of the large ramp, default
-# 200), BENCH_SCALE_KUBE_DEVICES (default 10000), BENCH_SCALE_STEPS (the
+# 200), BENCH_SCALE_DISTINCT_KEYS (fleet-scale's -distinct-keys for the large
+# size, default 0: one key per device), BENCH_SCALE_KUBE_DEVICES (default
+# 10000), BENCH_SCALE_STEPS (the
 # steps to run, default "1 2 3 4 5"). The whole output is also written to
 # .cache/bench/scale-<time>.log.
 set -uo pipefail
@@ -26,6 +28,7 @@ scale="${FLEET_SCALE:?FLEET_SCALE must name the fleet-scale binary (task bench:s
 large="${BENCH_SCALE_LARGE:-100000}"
 servers="${BENCH_SCALE_SERVERS:-7}"
 rate="${BENCH_SCALE_LARGE_RATE:-200}"
+distinct="${BENCH_SCALE_DISTINCT_KEYS:-0}"
 kube="${BENCH_SCALE_KUBE_DEVICES:-10000}"
 steps="${BENCH_SCALE_STEPS:-1 2 3 4 5}"
 tags="remote exclude_graphdriver_btrfs containers_image_openpgp"
@@ -48,7 +51,7 @@ step() {
 for s in $steps; do
 	case "$s" in
 	1) step "1,000 and 10,000 devices, embedded server" "$scale" -n 1000,10000 ;;
-	2) step "$large devices, $servers nats-server processes" "$scale" -n "$large" -servers "$servers" -per-process 8000 -rate "$rate" ;;
+	2) step "$large devices, $servers nats-server processes" "$scale" -n "$large" -servers "$servers" -per-process 8000 -rate "$rate" -distinct-keys "$distinct" ;;
 	3) step "$kube Devices in kube-apiserver" env FLEET_KUBE_DEVICES="$kube" go test -tags "$tags" -run '^$' -bench KubeRollout -benchtime 1x -timeout 60m ./operator/ ;;
 	4) step "auth callout" go test -tags "$tags" -run '^$' -bench 'Connect$|ReconnectStorm' -benchtime 1x -timeout 30m ./authcallout/ ;;
 	5) step "projection rebuild" go test -tags "$tags" -run '^$' -bench Rebuild -timeout 30m ./projections/ ;;
