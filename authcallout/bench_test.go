@@ -114,6 +114,73 @@ func BenchmarkConnect(b *testing.B) {
 	fmt.Printf("  callout, token presented before: %.0f/s p50 %.2f ms p99 %.2f ms = %.0f %% of the plain rate\n", sr, ms(percentile(same, .5)), ms(percentile(same, .99)), 100*sr/tr)
 	fmt.Printf("  callout, new token:              %.0f/s p50 %.2f ms p99 %.2f ms = %.0f %% of the plain rate\n", fr, ms(percentile(first, .5)), ms(percentile(first, .99)), 100*fr/tr)
 	fmt.Printf("  callout service time (request received → response sent), mean of both: %.3f ms\n", ms(service))
+
+	// Concurrent connects: throughput with several devices connecting at
+	// once (the callout's workers and the server's cores in use), the
+	// callout and plain token alternating batch by batch.
+	workers := connectWorkers()
+	cserved0, ccount0 := serviceTime(b, metrics)
+	var cd, td time.Duration
+	per := max(len(same)/4, workers)
+	for range 4 {
+		cd += concurrently(b, per, workers, func() error {
+			return connectOnce(e.ns.ClientURL(), nats.Token(tok), inbox)
+		})
+		td += concurrently(b, per, workers, func() error {
+			return connectOnce(plain.ClientURL(), nats.Token("plain-secret"))
+		})
+	}
+	cserved, ccount := serviceTime(b, metrics)
+	crate, trate := float64(4*per)/cd.Seconds(), float64(4*per)/td.Seconds()
+	b.ReportMetric(crate, "callout-concurrent-connects/s")
+	b.ReportMetric(trate, "token-concurrent-connects/s")
+	fmt.Printf("connect (n=%d each, %d goroutines, batches alternating): plain token %.0f/s, callout (token presented before) %.0f/s = %.0f %% of the plain rate; callout service time mean %.3f ms\n",
+		4*per, workers, trate, crate, 100*crate/trate, 1000*(cserved-cserved0)/(ccount-ccount0))
+}
+
+// connectWorkers is FLEET_CONNECT_WORKERS, the goroutines of the
+// concurrent connect phase (default 8).
+func connectWorkers() int {
+	if v, err := strconv.Atoi(os.Getenv("FLEET_CONNECT_WORKERS")); err == nil && v > 0 {
+		return v
+	}
+	return 8
+}
+
+// connectOnce connects and closes.
+func connectOnce(url string, opts ...nats.Option) error {
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return err
+	}
+	nc.Close()
+	return nil
+}
+
+// concurrently runs connect n times on workers goroutines and returns the
+// wall time; an error fails the benchmark.
+func concurrently(b *testing.B, n, workers int, connect func() error) time.Duration {
+	b.Helper()
+	var next atomic.Int64
+	var failed atomic.Pointer[error]
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range workers {
+		wg.Go(func() {
+			for next.Add(1) <= int64(n) {
+				if err := connect(); err != nil {
+					failed.CompareAndSwap(nil, &err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	d := time.Since(start)
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	return d
 }
 
 // serviceTime reads the callout's authorization duration histogram: its
