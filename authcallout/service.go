@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -338,7 +339,7 @@ func (s *Service) decodeRequest(data []byte, serverXKey string) (*jwt.Authorizat
 	vr := jwt.CreateValidationResults()
 	req.Validate(vr)
 	if vr.IsBlocking(true) {
-		return nil, fmt.Errorf("%w: %v", ErrBadRequest, vr.Errors())
+		return nil, fmt.Errorf("%w: %s", ErrBadRequest, validationIssues(vr))
 	}
 	if !nkeys.IsValidPublicServerKey(req.Issuer) {
 		return nil, fmt.Errorf("%w: not signed by a server key", ErrBadRequest)
@@ -425,4 +426,22 @@ func (s *Service) authorize(ctx context.Context, req *jwt.AuthorizationRequestCl
 		register(who)
 	}
 	return out, who, nil
+}
+
+// validationIssues describes what made a request's validation blocking: its
+// errors, and its time checks (nats-io/jwt's Errors leaves those out). A
+// request past its expiry is one the server has already given up on: it
+// waited longer than the server's auth timeout before the callout read it.
+func validationIssues(vr *jwt.ValidationResults) string {
+	var out []string
+	for _, i := range vr.Issues {
+		switch {
+		case i.Blocking:
+			out = append(out, i.Description)
+		case i.TimeCheck:
+			out = append(out, "time check failed: "+i.Description+
+				" (a request past its expiry waited longer than the server's auth timeout: the callout is overloaded, or the clocks differ)")
+		}
+	}
+	return strings.Join(out, "; ")
 }
