@@ -98,13 +98,21 @@ func (s *Intent) touch(k depKey, devices ...string) {
 // still names target chunks: feed revisions through an
 // events.RevisionAssembler first.
 func (s *Intent) Apply(ev events.Event) []string {
-	if changed, ok := s.applyTask(ev); ok {
+	p := NewPayload(ev)
+	return s.ApplyPayload(&p)
+}
+
+// ApplyPayload is Apply of p's event, reading the data p decoded already (a
+// revision or transition folded into a Rollout too is decoded once).
+func (s *Intent) ApplyPayload(p *Payload) []string {
+	ev := &p.Event
+	if changed, ok := s.applyTask(p); ok {
 		return changed
 	}
 	k := depKey{ev.Keys.Namespace, ev.Keys.Name}
 	switch ev.Type {
 	case events.TypeDeploymentRevisionCreated:
-		d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+		d, err := p.RevisionCreated()
 		if err != nil || d.TargetChunks > 0 {
 			return nil // a chunked revision is folded once assembled (events.RevisionAssembler)
 		}
@@ -129,7 +137,7 @@ func (s *Intent) Apply(ev events.Event) []string {
 		}
 		return s.recomputeDevices(k, affected)
 	case events.TypeDeploymentDeleted:
-		d, err := events.Decode[events.DeploymentDeleted](ev)
+		d, err := p.DeploymentDeleted()
 		if err != nil {
 			return nil
 		}
@@ -143,7 +151,7 @@ func (s *Intent) Apply(ev events.Event) []string {
 	case events.TypeRolloutTargetRemoved:
 		// Only a removal before a release without a list matters: it
 		// keeps the device out of "every frozen target".
-		d, err := events.Decode[events.RolloutTransition](ev)
+		d, err := p.RolloutTransition()
 		if err != nil {
 			return nil
 		}
@@ -156,7 +164,7 @@ func (s *Intent) Apply(ev events.Event) []string {
 		}
 		return nil
 	case events.TypeRolloutCanaryStage, events.TypeRolloutReleased:
-		d, err := events.Decode[events.RolloutTransition](ev)
+		d, err := p.RolloutTransition()
 		if err != nil {
 			return nil
 		}
