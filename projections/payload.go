@@ -43,10 +43,14 @@ const (
 // NewPayload returns ev to fold, its data not decoded yet.
 func NewPayload(ev events.Event) Payload { return Payload{Event: ev} }
 
-// once decodes p's data as T the first time and returns the memo after.
-func once[T events.Data](p *Payload, slot uint8, d *decoded[T]) (T, error) {
+// once decodes p's data as T (with decode, events.Decode[T] when nil) the
+// first time and returns the memo after.
+func once[T events.Data](p *Payload, slot uint8, d *decoded[T], decode func(events.Event) (T, error)) (T, error) {
 	if p.done&slot == 0 {
-		d.v, d.err = events.Decode[T](p.Event)
+		if decode == nil {
+			decode = events.Decode[T]
+		}
+		d.v, d.err = decode(p.Event)
 		p.done |= slot
 	}
 	return d.v, d.err
@@ -55,35 +59,35 @@ func once[T events.Data](p *Payload, slot uint8, d *decoded[T]) (T, error) {
 // WorkloadStatus is events.Decode[events.WorkloadStatus] of the event,
 // decoded once.
 func (p *Payload) WorkloadStatus() (events.WorkloadStatus, error) {
-	return once(p, slotReport, &p.report)
+	return once(p, slotReport, &p.report, decodeReport)
 }
 
 // RevisionCreated is events.Decode[events.DeploymentRevisionCreated] of
 // the event, decoded once.
 func (p *Payload) RevisionCreated() (events.DeploymentRevisionCreated, error) {
-	return once(p, slotRevision, &p.revision)
+	return once(p, slotRevision, &p.revision, nil)
 }
 
 // DeploymentDeleted is events.Decode[events.DeploymentDeleted] of the
 // event, decoded once.
 func (p *Payload) DeploymentDeleted() (events.DeploymentDeleted, error) {
-	return once(p, slotDeleted, &p.deleted)
+	return once(p, slotDeleted, &p.deleted, nil)
 }
 
 // RolloutTransition is events.Decode[events.RolloutTransition] of the
 // event, decoded once.
 func (p *Payload) RolloutTransition() (events.RolloutTransition, error) {
-	return once(p, slotTransition, &p.transition)
+	return once(p, slotTransition, &p.transition, decodeTransition)
 }
 
 // TaskRunCreated is events.Decode[events.TaskRunCreated] of the event,
 // decoded once.
 func (p *Payload) TaskRunCreated() (events.TaskRunCreated, error) {
-	return once(p, slotTaskRun, &p.taskRun)
+	return once(p, slotTaskRun, &p.taskRun, nil)
 }
 
 // TaskRunDeleted is events.Decode[events.TaskRunDeleted] of the event,
 // decoded once.
 func (p *Payload) TaskRunDeleted() (events.TaskRunDeleted, error) {
-	return once(p, slotTaskDelete, &p.taskDelete)
+	return once(p, slotTaskDelete, &p.taskDelete, nil)
 }
