@@ -59,7 +59,7 @@ func readReport(b []byte) (events.WorkloadStatus, bool) {
 	s.lit(`,"revisionId":`)
 	d.RevisionID = s.str()
 	s.lit(`,"phase":`)
-	d.Phase = events.WorkloadPhase(s.str())
+	d.Phase = s.phase()
 	if s.opt(`,"error":`) {
 		d.Error = s.str()
 	}
@@ -175,6 +175,23 @@ func (s *reader) str() string {
 	}
 	return string(q[1 : len(q)-1])
 }
+
+// phase reads a workload phase; the known ones are not allocated again.
+func (s *reader) phase() events.WorkloadPhase {
+	q := s.raw()
+	if len(q) < 2 {
+		return ""
+	}
+	for _, p := range knownPhases {
+		if string(q[1:len(q)-1]) == string(p) {
+			return p
+		}
+	}
+	return events.WorkloadPhase(q[1 : len(q)-1])
+}
+
+var knownPhases = [...]events.WorkloadPhase{events.WorkloadConverged, events.WorkloadFailed, events.WorkloadPending,
+	events.WorkloadApplying, events.WorkloadRemoved}
 
 // number reads an integer as JSON writes it: -?(0|[1-9][0-9]*).
 func (s *reader) number() []byte {

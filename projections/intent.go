@@ -59,6 +59,10 @@ type Intent struct {
 	// → TaskRun → entry, the materialised task entries.
 	tasks       map[taskKey]*intentTask
 	deviceTasks map[string]map[taskKey]TaskEntry
+	// live: deployment → its known revisions of UIDs not deleted, newest
+	// first, as recomputeSome reads them; dropped when a revision becomes
+	// known or a deletion is folded, built again on the next read.
+	live map[depKey][]*intentRev
 }
 
 // NewIntent returns an empty fold.
@@ -122,6 +126,7 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		}
 		s.order[k]++
 		r.known, r.order = true, s.order[k]
+		delete(s.live, k)
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
 			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score}
 		for _, t := range d.Targets {
@@ -147,6 +152,7 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 			}
 		}
 		s.rev(k, revKey{d.UID, d.Generation}).deleted = true
+		delete(s.live, k)
 		return s.recompute(k)
 	case events.TypeRolloutTargetRemoved:
 		// Only a removal before a release without a list matters: it
@@ -210,28 +216,11 @@ func (s *Intent) recomputeDevices(k depKey, devs []string) []string {
 // recomputeSome rebuilds the entries of devs (each at most once) for one
 // Deployment and returns those that changed, sorted.
 func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
-	// Known revisions, newest first. A revision of a UID whose deletion was
-	// seen never counts.
-	var revs []*intentRev
-	for _, r := range s.deps[k] {
-		if r.known {
-			revs = append(revs, r)
-		}
-	}
-	slices.SortFunc(revs, func(a, b *intentRev) int { return b.order - a.order })
-	deletedUID := map[string]bool{}
-	for rk, r := range s.deps[k] {
-		if r.deleted {
-			deletedUID[rk.uid] = true
-		}
-	}
+	revs := s.liveRevs(k)
 	var changed []string
 	for dev := range devs {
 		var want *IntentEntry
 		for _, r := range revs {
-			if deletedUID[r.entry.UID] {
-				continue
-			}
 			if (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] {
 				want = &r.entry
 				break
@@ -263,6 +252,32 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 	}
 	slices.Sort(changed)
 	return slices.Compact(changed)
+}
+
+// liveRevs returns the known revisions of k, newest first, but those of a
+// UID whose deletion was seen: they never count.
+func (s *Intent) liveRevs(k depKey) []*intentRev {
+	if revs, ok := s.live[k]; ok {
+		return revs
+	}
+	deletedUID := map[string]bool{}
+	for rk, r := range s.deps[k] {
+		if r.deleted {
+			deletedUID[rk.uid] = true
+		}
+	}
+	revs := []*intentRev{}
+	for _, r := range s.deps[k] {
+		if r.known && !deletedUID[r.entry.UID] {
+			revs = append(revs, r)
+		}
+	}
+	slices.SortFunc(revs, func(a, b *intentRev) int { return b.order - a.order })
+	if s.live == nil {
+		s.live = map[depKey][]*intentRev{}
+	}
+	s.live[k] = revs
+	return revs
 }
 
 // Devices lists every device with a value, sorted.
