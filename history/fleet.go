@@ -82,14 +82,15 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 	for _, rec := range recs {
 		fs.Positions[rec.Stream] = max(fs.Positions[rec.Stream], rec.Sequence)
 		k := rec.Event.Keys
+		// Decoded once: to find a report's Deployment and to fold it.
+		p := projections.NewPayload(rec.Event)
 		if rec.Event.Type == events.TypeWorkloadStatus {
-			var d events.WorkloadStatus
-			var ok bool
-			if k, d, ok = workloadKey(rec); !ok {
-				_, err := events.Decode[events.WorkloadStatus](rec.Event)
+			d, err := p.WorkloadStatus()
+			if err != nil {
 				h.skipData(ctx, rec, err)
 				continue
 			}
+			k = events.Keys{Namespace: d.Namespace, Name: d.Deployment}
 			dev := rec.Event.Keys.Device
 			if reported[dev] == nil {
 				reported[dev] = map[events.Keys]Report{}
@@ -99,10 +100,10 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 			reported[dev][k] = Report{Namespace: d.Namespace, Deployment: d.Deployment, UID: d.UID, Generation: d.Generation,
 				RevisionID: d.RevisionID, Phase: d.Phase, Error: d.Error, Since: d.Since.UTC(), Stored: rec.Stored.UTC(), ID: rec.Event.ID.String()}
 		} else {
-			intent.Apply(rec.Event)
+			intent.ApplyPayload(&p)
 		}
 		ro := rollouts[k] // the only copy: folded in place (O(1) a report)
-		ro.Fold(rec.Event)
+		ro.FoldPayload(&p)
 		rollouts[k] = ro
 	}
 

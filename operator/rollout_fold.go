@@ -137,12 +137,14 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		}
 		ev = whole
 	}
+	// The data decoded once: to route a report and to fold it.
+	p := projections.NewPayload(ev)
 	switch source {
 	case sourceIntent, sourceRollouts:
 		if ev.Type == events.TypeTaskRunCreated || ev.Type == events.TypeTaskRunDeleted {
 			// A TaskRun's task entries: the devices' values only, no
 			// rollout (the TaskRun runner folds its status).
-			for _, d := range s.intent.Apply(ev) {
+			for _, d := range s.intent.ApplyPayload(&p) {
 				s.dirtyKV[d] = true
 			}
 			return folded{}
@@ -151,7 +153,7 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		if source == sourceRollouts && rec.Sequence > s.rolloutSeq[k] {
 			s.rolloutSeq[k] = rec.Sequence
 		}
-		for _, d := range s.intent.Apply(ev) {
+		for _, d := range s.intent.ApplyPayload(&p) {
 			s.dirtyKV[d] = true
 		}
 		if ev.Type == events.TypeDeploymentRevisionCreated {
@@ -159,7 +161,7 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		}
 	case sourceReports:
 		var err error
-		wd, err = events.Decode[events.WorkloadStatus](ev)
+		wd, err = p.WorkloadStatus()
 		if err != nil {
 			// A valid envelope whose data does not decode: skipped like
 			// any undecodable record (the position already moved past it).
@@ -175,7 +177,7 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		}
 	}
 	wasRevisionless := ro.UID == ""
-	ro.Fold(ev) // the runner's own state: in place, O(1) per report
+	ro.FoldPayload(&p) // the runner's own state: in place, O(1) per report
 	s.rollouts[k] = ro
 	switch {
 	case !known && ro.UID == "":

@@ -59,6 +59,10 @@ type Intent struct {
 	// → TaskRun → entry, the materialised task entries.
 	tasks       map[taskKey]*intentTask
 	deviceTasks map[string]map[taskKey]TaskEntry
+	// live: deployment → its known revisions of UIDs not deleted, newest
+	// first, as recomputeSome reads them; dropped when a revision becomes
+	// known or a deletion is folded, built again on the next read.
+	live map[depKey][]*intentRev
 }
 
 // NewIntent returns an empty fold.
@@ -98,13 +102,21 @@ func (s *Intent) touch(k depKey, devices ...string) {
 // still names target chunks: feed revisions through an
 // events.RevisionAssembler first.
 func (s *Intent) Apply(ev events.Event) []string {
-	if changed, ok := s.applyTask(ev); ok {
+	p := NewPayload(ev)
+	return s.ApplyPayload(&p)
+}
+
+// ApplyPayload is Apply of p's event, reading the data p decoded already (a
+// revision or transition folded into a Rollout too is decoded once).
+func (s *Intent) ApplyPayload(p *Payload) []string {
+	ev := &p.Event
+	if changed, ok := s.applyTask(p); ok {
 		return changed
 	}
 	k := depKey{ev.Keys.Namespace, ev.Keys.Name}
 	switch ev.Type {
 	case events.TypeDeploymentRevisionCreated:
-		d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+		d, err := p.RevisionCreated()
 		if err != nil || d.TargetChunks > 0 {
 			return nil // a chunked revision is folded once assembled (events.RevisionAssembler)
 		}
@@ -114,6 +126,7 @@ func (s *Intent) Apply(ev events.Event) []string {
 		}
 		s.order[k]++
 		r.known, r.order = true, s.order[k]
+		delete(s.live, k)
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
 			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score}
 		for _, t := range d.Targets {
@@ -129,7 +142,7 @@ func (s *Intent) Apply(ev events.Event) []string {
 		}
 		return s.recomputeDevices(k, affected)
 	case events.TypeDeploymentDeleted:
-		d, err := events.Decode[events.DeploymentDeleted](ev)
+		d, err := p.DeploymentDeleted()
 		if err != nil {
 			return nil
 		}
@@ -139,11 +152,12 @@ func (s *Intent) Apply(ev events.Event) []string {
 			}
 		}
 		s.rev(k, revKey{d.UID, d.Generation}).deleted = true
+		delete(s.live, k)
 		return s.recompute(k)
 	case events.TypeRolloutTargetRemoved:
 		// Only a removal before a release without a list matters: it
 		// keeps the device out of "every frozen target".
-		d, err := events.Decode[events.RolloutTransition](ev)
+		d, err := p.RolloutTransition()
 		if err != nil {
 			return nil
 		}
@@ -156,7 +170,7 @@ func (s *Intent) Apply(ev events.Event) []string {
 		}
 		return nil
 	case events.TypeRolloutCanaryStage, events.TypeRolloutReleased:
-		d, err := events.Decode[events.RolloutTransition](ev)
+		d, err := p.RolloutTransition()
 		if err != nil {
 			return nil
 		}
@@ -202,28 +216,11 @@ func (s *Intent) recomputeDevices(k depKey, devs []string) []string {
 // recomputeSome rebuilds the entries of devs (each at most once) for one
 // Deployment and returns those that changed, sorted.
 func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
-	// Known revisions, newest first. A revision of a UID whose deletion was
-	// seen never counts.
-	var revs []*intentRev
-	for _, r := range s.deps[k] {
-		if r.known {
-			revs = append(revs, r)
-		}
-	}
-	slices.SortFunc(revs, func(a, b *intentRev) int { return b.order - a.order })
-	deletedUID := map[string]bool{}
-	for rk, r := range s.deps[k] {
-		if r.deleted {
-			deletedUID[rk.uid] = true
-		}
-	}
+	revs := s.liveRevs(k)
 	var changed []string
 	for dev := range devs {
 		var want *IntentEntry
 		for _, r := range revs {
-			if deletedUID[r.entry.UID] {
-				continue
-			}
 			if (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] {
 				want = &r.entry
 				break
@@ -255,6 +252,32 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 	}
 	slices.Sort(changed)
 	return slices.Compact(changed)
+}
+
+// liveRevs returns the known revisions of k, newest first, but those of a
+// UID whose deletion was seen: they never count.
+func (s *Intent) liveRevs(k depKey) []*intentRev {
+	if revs, ok := s.live[k]; ok {
+		return revs
+	}
+	deletedUID := map[string]bool{}
+	for rk, r := range s.deps[k] {
+		if r.deleted {
+			deletedUID[rk.uid] = true
+		}
+	}
+	revs := []*intentRev{}
+	for _, r := range s.deps[k] {
+		if r.known && !deletedUID[r.entry.UID] {
+			revs = append(revs, r)
+		}
+	}
+	slices.SortFunc(revs, func(a, b *intentRev) int { return b.order - a.order })
+	if s.live == nil {
+		s.live = map[depKey][]*intentRev{}
+	}
+	s.live[k] = revs
+	return revs
 }
 
 // Devices lists every device with a value, sorted.

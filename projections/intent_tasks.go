@@ -45,10 +45,11 @@ func (s *Intent) task(k taskKey) *intentTask {
 
 // applyTask folds a taskrun.created or taskrun.deleted event; handled is
 // false for events of other types.
-func (s *Intent) applyTask(ev events.Event) (changed []string, handled bool) {
+func (s *Intent) applyTask(p *Payload) (changed []string, handled bool) {
+	ev := &p.Event
 	switch ev.Type {
 	case events.TypeTaskRunCreated:
-		d, err := events.Decode[events.TaskRunCreated](ev)
+		d, err := p.TaskRunCreated()
 		if err != nil || d.UID == "" {
 			return nil, true
 		}
@@ -63,7 +64,7 @@ func (s *Intent) applyTask(ev events.Event) (changed []string, handled bool) {
 		t.targets = slices.Compact(t.targets)
 		return s.recomputeTask(taskKey{ev.Keys.Namespace, ev.Keys.Name, d.UID}), true
 	case events.TypeTaskRunDeleted:
-		d, err := events.Decode[events.TaskRunDeleted](ev)
+		d, err := p.TaskRunDeleted()
 		if err != nil || d.UID == "" {
 			return nil, true
 		}

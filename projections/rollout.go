@@ -122,34 +122,45 @@ func (r Rollout) IsTarget(device string) bool {
 // generations, other UIDs), duplicates and a revision that still names
 // target chunks (assemble it with an events.RevisionAssembler first) leave
 // the state unchanged.
-func (r Rollout) Apply(ev events.Event) Rollout { return r.apply(ev, false) }
+func (r Rollout) Apply(ev events.Event) Rollout {
+	p := NewPayload(ev)
+	return r.apply(&p, false)
+}
 
 // Fold is Apply in place: r's maps are changed rather than copied, so a
 // report costs O(1) instead of O(targets). Only for a state no other copy
 // of which is in use (the rollout runner's own).
-func (r *Rollout) Fold(ev events.Event) { *r = r.apply(ev, true) }
+func (r *Rollout) Fold(ev events.Event) {
+	p := NewPayload(ev)
+	*r = r.apply(&p, true)
+}
 
-func (r Rollout) apply(ev events.Event, inPlace bool) Rollout {
-	switch ev.Type {
+// FoldPayload is Fold of p's event, reading the data p decoded already (a
+// reader that decoded a report to route it does not decode it again).
+func (r *Rollout) FoldPayload(p *Payload) { *r = r.apply(p, true) }
+
+func (r Rollout) apply(p *Payload, inPlace bool) Rollout {
+	switch p.Event.Type {
 	case events.TypeDeploymentRevisionCreated:
-		return r.applyRevision(ev)
+		return r.applyRevision(p)
 	case events.TypeDeploymentDeleted:
 		n := r
 		n.Deleted = true
 		return n
 	case events.TypeWorkloadStatus:
-		return r.applyReport(ev, inPlace)
+		return r.applyReport(p, inPlace)
 	}
-	if info, ok := ev.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
-		return r.applyTransition(ev, inPlace)
+	if info, ok := p.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
+		return r.applyTransition(p, inPlace)
 	}
 	return r
 }
 
 // applyRevision starts the fold of a newer revision, merging the early facts
 // folded for it and keeping those of revisions that may still come.
-func (r Rollout) applyRevision(ev events.Event) Rollout {
-	d, err := events.Decode[events.DeploymentRevisionCreated](ev)
+func (r Rollout) applyRevision(p *Payload) Rollout {
+	ev := &p.Event
+	d, err := p.RevisionCreated()
 	if err != nil || d.TargetChunks > 0 || !r.newer(d.UID, d.Generation) {
 		// A chunked revision is folded once assembled
 		// (events.RevisionAssembler).
@@ -198,12 +209,12 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 // applyReport folds a workload report: a target's report of the current
 // revision, or an early fact of a later one. Reports come in stream order,
 // so the report folded last is the device's latest, whatever its Since says.
-func (r Rollout) applyReport(ev events.Event, inPlace bool) Rollout {
-	d, err := events.Decode[events.WorkloadStatus](ev)
+func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
+	d, err := p.WorkloadStatus()
 	if err != nil {
 		return r
 	}
-	device := ev.Keys.Device
+	device := p.Event.Keys.Device
 	if d.UID != r.UID || d.Generation != r.Generation {
 		if !r.newer(d.UID, d.Generation) {
 			return r // a report of an older revision
@@ -241,8 +252,9 @@ func (r Rollout) applyReport(ev events.Event, inPlace bool) Rollout {
 
 // applyTransition folds a rollout transition: the current revision's stage
 // moves forward, or an early fact of a later revision is kept.
-func (r Rollout) applyTransition(ev events.Event, inPlace bool) Rollout {
-	d, err := events.Decode[events.RolloutTransition](ev)
+func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
+	ev := &p.Event
+	d, err := p.RolloutTransition()
 	if err != nil {
 		return r
 	}

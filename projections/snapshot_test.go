@@ -41,7 +41,7 @@ func TestASnapshotResumesToTheSameState(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	resumed := newFleet()
+	resumed := newFleet(false)
 	resumed.intent = back.Intent
 	for k, r := range back.Rollouts {
 		ns, name, _ := cutKey(k)
