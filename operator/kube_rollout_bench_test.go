@@ -27,8 +27,10 @@ import (
 
 // BenchmarkKubeRollout is the rollout path with Kubernetes in it:
 // FLEET_KUBE_DEVICES (default 1,000; the issue's figure is 10,000) Device
-// objects in the real kube-apiserver, the operator running against it, and
-// `kubectl apply` of a Deployment selecting all of them. From the apply on,
+// objects in the real kube-apiserver, the operator running against it (its
+// Device controller with FLEET_KUBE_DEVICE_WORKERS workers, default
+// operator.DefaultDeviceWorkers), and `kubectl apply` of a Deployment
+// selecting all of them. From the apply on,
 // the operator's own code resolves the targets from the Devices, appends
 // the revision, writes every device's fleet-intent value and patches the
 // Deployment's status; each device's Applying and Converged reports are
@@ -81,6 +83,9 @@ func kubeRollout(b *testing.B, n int) {
 	}
 	created := time.Since(t0)
 	e.deviceController = true
+	if v, err := strconv.Atoi(os.Getenv("FLEET_KUBE_DEVICE_WORKERS")); err == nil && v > 0 {
+		e.deviceWorkers = v
+	}
 	idBefore := apiRequests(b, e)
 	recBefore := deviceReconciles(b)
 	fmt.Fprintf(os.Stderr, "kube rollout: %d Devices created in %s\n", n, created.Round(time.Millisecond))
