@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -42,6 +43,12 @@ type DeviceStore interface {
 // DefaultStaleAfter is how long a device stays Online after its last
 // heartbeat when Options.StaleAfter is zero.
 const DefaultStaleAfter = 90 * time.Second
+
+// DefaultDeviceWorkers is how many Devices the Device controller reconciles
+// at once when DeviceReconciler.Workers is zero. A reconcile mostly waits on
+// the API server and JetStream (a few milliseconds each): one worker
+// projects about 40 Devices a second, whatever the servers could take.
+const DefaultDeviceWorkers = 8
 
 // FieldOwnerDevices is the server-side-apply field manager of the Device
 // status fields the Device controller owns (all of them).
@@ -78,6 +85,9 @@ type DeviceReconciler struct {
 	Skips *events.SkipCounter
 	// Metrics, when set, counts Devices by liveness (fleet_devices).
 	Metrics *Metrics
+	// Workers is how many Devices are reconciled at once. Default
+	// DefaultDeviceWorkers.
+	Workers int
 
 	telemetry *telemetry
 
@@ -93,6 +103,12 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.StaleAfter == 0 {
 		r.StaleAfter = DefaultStaleAfter
+	}
+	if r.Workers < 0 {
+		return fmt.Errorf("device controller: workers is %d: use a positive count (default %d)", r.Workers, DefaultDeviceWorkers)
+	}
+	if r.Workers == 0 {
+		r.Workers = DefaultDeviceWorkers
 	}
 	if r.Log == nil {
 		r.Log = slog.New(slog.DiscardHandler)
@@ -116,6 +132,7 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1.Device{}).
 		Named("fleet-device").
+		WithOptions(controller.Options{MaxConcurrentReconciles: r.Workers}).
 		Watches(&fleetv1.Device{}, handler.EnqueueRequestsFromMapFunc(r.namesakes)).
 		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
 		Complete(r)
@@ -138,11 +155,14 @@ func (r *DeviceReconciler) namesakes(ctx context.Context, o client.Object) []rec
 	return out
 }
 
-// reconcile does one action per call: serve only the oldest Device of a
-// name, add the finalizer, register the identity subject, write the
-// fleet-identity value, write status, mirror labels; on deletion, delete the
-// identity key and drop the finalizer. While the device is Online it asks to
-// be called again when its last heartbeat would turn stale.
+// reconcile serves only the oldest Device of a name; for it, in order: the
+// finalizer with the identity annotation (one write), the fleet-identity
+// value, status, labels; on deletion, it deletes the identity key and drops
+// the finalizer. A call that wrote the Device's metadata ends after the
+// fleet-identity value: the Device's watch calls again for the rest. While
+// the device is Online it asks to be called again when its last heartbeat
+// would turn stale. Calls for different Devices run concurrently (Workers);
+// controller-runtime never runs two for one Device at once.
 func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Device
 	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
@@ -158,12 +178,17 @@ func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if older != nil {
 		return ctrl.Result{}, r.applyStatus(ctx, &d, duplicateStatus(&d, older))
 	}
+	wrote := false
 	if !controllerutil.ContainsFinalizer(&d, FinalizerDeviceIdentity) {
-		controllerutil.AddFinalizer(&d, FinalizerDeviceIdentity)
-		return ctrl.Result{}, r.Client.Update(ctx, &d)
+		if err := r.addFinalizer(ctx, &d); err != nil {
+			return ctrl.Result{}, err
+		}
+		wrote = true
 	}
 	id, err := r.syncIdentity(ctx, &d)
-	if err != nil || id.acted {
+	if err != nil || id.acted || wrote {
+		// After a write of the Device the cache is behind: the status is
+		// written by the call its watch event brings, from the fresh object.
 		return ctrl.Result{RequeueAfter: id.retry}, err
 	}
 	res, err := r.syncReports(ctx, &d, id.registered)
@@ -171,6 +196,26 @@ func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctr
 		res.RequeueAfter = id.retry
 	}
 	return res, err
+}
+
+// addFinalizer adds the finalizer and, for a Device that never registered an
+// identity subject, the annotation recording spec.identitySubject, in one
+// write (the fleet-identity value may be written once the finalizer is
+// stored: a deletion then waits for the key's removal). d becomes the
+// stored object. A Device with another subject recorded keeps it: the move
+// (delete the old key first) is syncIdentity's.
+func (r *DeviceReconciler) addFinalizer(ctx context.Context, d *fleetv1.Device) error {
+	controllerutil.AddFinalizer(d, FinalizerDeviceIdentity)
+	if d.Annotations[AnnotationRegisteredIdentity] == "" {
+		if d.Annotations == nil {
+			d.Annotations = map[string]string{}
+		}
+		d.Annotations[AnnotationRegisteredIdentity] = d.Spec.IdentitySubject
+	}
+	if err := r.Client.Update(ctx, d); err != nil {
+		return fmt.Errorf("add finalizer of Device %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	return nil
 }
 
 // Reconcile wraps reconcile: a write that lost an optimistic-concurrency race

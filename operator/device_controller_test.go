@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,12 +14,14 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
@@ -44,6 +47,8 @@ type devEnv struct {
 	skips *events.SkipCounter
 	// metrics, when set, are the operators' metrics.
 	metrics *operator.Metrics
+	// workers is the operators' Options.DeviceWorkers (0: the default).
+	workers int
 }
 
 func newDevEnv(t *testing.T) *devEnv {
@@ -69,7 +74,8 @@ func (e *devEnv) start(staleAfter time.Duration) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.intent,
-			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips, Metrics: e.metrics})
+			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips, Metrics: e.metrics,
+			DeviceWorkers: e.workers})
 	}()
 	e.t.Cleanup(func() {
 		cancel()
@@ -598,6 +604,138 @@ func TestADeviceIDIsServedOnceAcrossNamespaces(t *testing.T) {
 	if v, ok := e.identityOf("sub-" + id); ok {
 		t.Errorf("the deleted Device's key is left: %+v", v)
 	}
+}
+
+func TestNamesakesInSeveralNamespacesReconciledConcurrentlyServeEachIDOnce(t *testing.T) {
+	e := newDevEnv(t)
+	e.workers = 4
+	namespaces := []string{e.ns, e.ns + "-b", e.ns + "-c"}
+	for _, ns := range namespaces[1:] {
+		if err := e.c.Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, ns := range namespaces {
+		t.Cleanup(func() { removeAll(t, e.c, ns) })
+	}
+	// Every Device exists before the operator starts: its workers take the
+	// namesakes of each id at once. Each has its own identity subject.
+	ids := []string{e.id("twin-1"), e.id("twin-2"), e.id("twin-3"), e.id("twin-4")}
+	subject := func(d *fleetv1.Device) string { return "sub-" + d.Namespace + "-" + d.Name }
+	for _, ns := range namespaces {
+		for _, id := range ids {
+			d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: id, Namespace: ns}}
+			d.Spec.IdentitySubject = subject(d)
+			if err := e.c.Create(e.ctx, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// byAge returns the Devices of id, the one that serves it first: the
+	// oldest, creation times being equal the first namespace by name.
+	byAge := func(id string) []fleetv1.Device {
+		var out []fleetv1.Device
+		for _, ns := range namespaces {
+			var d fleetv1.Device
+			err := e.c.Get(e.ctx, types.NamespacedName{Namespace: ns, Name: id}, &d)
+			if client.IgnoreNotFound(err) != nil {
+				t.Fatal(err)
+			}
+			if err == nil {
+				out = append(out, d)
+			}
+		}
+		slices.SortFunc(out, func(a, b fleetv1.Device) int {
+			if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+				return c
+			}
+			return strings.Compare(a.Namespace, b.Namespace)
+		})
+		return out
+	}
+	// served checks that the first Device of each id is served (its key,
+	// the IdentityRegistered condition) and the others are not (the
+	// DuplicateDeviceID condition naming the served one, no finalizer, no
+	// key).
+	served := func(when string) {
+		t.Helper()
+		for _, id := range ids {
+			devs := byAge(id)
+			owner := devs[0]
+			e.waitIdentity(when+": the identity of the served "+owner.Namespace+"/"+id, subject(&owner), &events.IdentityEntry{Device: id})
+			for _, d := range devs[1:] {
+				var got *fleetv1.Device
+				err := testenv.Poll(e.ctx, 60*time.Second, func() bool {
+					got = &fleetv1.Device{}
+					if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: d.Namespace, Name: id}, got); err != nil {
+						t.Fatal(err)
+					}
+					c := online(got)
+					return c != nil && c.Reason == fleetv1.ReasonDuplicateDeviceID && strings.Contains(c.Message, owner.Namespace+"/"+id)
+				})
+				if err != nil {
+					t.Fatalf("%s: %v waiting for the DuplicateDeviceID condition of %s/%s naming %s: %+v", when, err, d.Namespace, id, owner.Namespace, got.Status)
+				}
+				if len(got.Finalizers) != 0 {
+					t.Errorf("%s: the unserved %s/%s has finalizers %v", when, d.Namespace, id, got.Finalizers)
+				}
+				if v, ok := e.identityOf(subject(&d)); ok {
+					t.Errorf("%s: the unserved %s/%s registered its identity: %+v", when, d.Namespace, id, v)
+				}
+			}
+		}
+	}
+	e.start(time.Minute)
+	served("at start")
+	if n, ok := crGauge(t, "controller_runtime_max_concurrent_reconciles", "fleet-device"); !ok || n != 4 {
+		t.Errorf("the Device controller runs %v workers (exported %v), want Options.DeviceWorkers 4", n, ok)
+	}
+
+	// The served Devices all go at once: each id passes to the next oldest
+	// namesake while the others are reconciled.
+	var gone []fleetv1.Device
+	for _, id := range ids {
+		owner := byAge(id)[0]
+		if err := e.c.Delete(e.ctx, &owner); err != nil {
+			t.Fatal(err)
+		}
+		gone = append(gone, owner)
+	}
+	for _, d := range gone {
+		err := testenv.Poll(e.ctx, 60*time.Second, func() bool {
+			var cur fleetv1.Device
+			return apierrors.IsNotFound(e.c.Get(e.ctx, types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, &cur))
+		})
+		if err != nil {
+			t.Fatalf("%v waiting for %s/%s to go", err, d.Namespace, d.Name)
+		}
+		if v, ok := e.identityOf(subject(&d)); ok {
+			t.Errorf("the deleted %s/%s left its key: %+v", d.Namespace, d.Name, v)
+		}
+	}
+	served("after the oldest went")
+}
+
+// crGauge reads a gauge of controller-runtime's registry for one controller.
+func crGauge(t *testing.T, name, controller string) (float64, bool) {
+	t.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == controller {
+					return m.GetGauge().GetValue(), true
+				}
+			}
+		}
+	}
+	return 0, false
 }
 
 func TestOneTelemetryConsumerServesEveryDevice(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	stdmaps "maps"
 	"os"
 	"runtime"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -25,8 +27,10 @@ import (
 
 // BenchmarkKubeRollout is the rollout path with Kubernetes in it:
 // FLEET_KUBE_DEVICES (default 1,000; the issue's figure is 10,000) Device
-// objects in the real kube-apiserver, the operator running against it, and
-// `kubectl apply` of a Deployment selecting all of them. From the apply on,
+// objects in the real kube-apiserver, the operator running against it (its
+// Device controller with FLEET_KUBE_DEVICE_WORKERS workers, default
+// operator.DefaultDeviceWorkers), and `kubectl apply` of a Deployment
+// selecting all of them. From the apply on,
 // the operator's own code resolves the targets from the Devices, appends
 // the revision, writes every device's fleet-intent value and patches the
 // Deployment's status; each device's Applying and Converged reports are
@@ -79,6 +83,11 @@ func kubeRollout(b *testing.B, n int) {
 	}
 	created := time.Since(t0)
 	e.deviceController = true
+	if v, err := strconv.Atoi(os.Getenv("FLEET_KUBE_DEVICE_WORKERS")); err == nil && v > 0 {
+		e.deviceWorkers = v
+	}
+	idBefore := apiRequests(b, e)
+	recBefore := deviceReconciles(b)
 	fmt.Fprintf(os.Stderr, "kube rollout: %d Devices created in %s\n", n, created.Round(time.Millisecond))
 	e.startOperator()
 	idkv, err := e.store.JetStream().KeyValue(ctx, events.BucketIdentity)
@@ -91,6 +100,10 @@ func kubeRollout(b *testing.B, n int) {
 	})
 	identities := time.Since(t0) - created
 	fmt.Fprintf(os.Stderr, "kube rollout: fleet-identity projected %s later\n", identities.Round(time.Millisecond))
+	idDelta := delta(idBefore, resources(apiRequests(b, e)))
+	recDelta := deviceReconciles(b)
+	recDelta.count -= recBefore.count
+	recDelta.seconds -= recBefore.seconds
 	// Let the Device controller's writes settle before counting: a second
 	// without a request on a resource (the benchmark's own GET /metrics
 	// has none), at most a minute.
@@ -156,29 +169,27 @@ func kubeRollout(b *testing.B, n int) {
 	succeeded := time.Since(start)
 	b.StopTimer()
 	stopSampling()
-	after := apiRequests(b, e)
-	delta := map[string]float64{}
-	for k, v := range after {
-		if d := v - before[k]; d > 0 {
-			delta[k] = d
-		}
-	}
+	rollout := delta(before, apiRequests(b, e))
 	fmt.Printf("kube rollout, %d Devices: created in %s, fleet-identity projected %s later\n", n, created.Round(time.Millisecond), identities.Round(time.Millisecond))
+	fmt.Printf("  while projecting: %.0f Devices/s; %.0f Device reconciles (%.1f per Device), %.1f ms each on average; API server writes on Devices %.0f (%.2f per Device): %s\n",
+		float64(n)/identities.Seconds(), recDelta.count, recDelta.count/float64(n), 1000*recDelta.seconds/max(recDelta.count, 1),
+		total(deviceWrites(idDelta)), total(deviceWrites(idDelta))/float64(n), byKey(deviceWrites(idDelta)))
 	fmt.Printf("  from kubectl apply: applied %s, revision appended %s, every fleet-intent value written %s, reports published %s, status Succeeded %s\n",
 		applied.Round(time.Millisecond), revised.Round(time.Millisecond), projected.Round(time.Millisecond), reported.Round(time.Millisecond), succeeded.Round(time.Millisecond))
 	fmt.Printf("  Go heap in use (operator, NATS server and benchmark in one process): %.1f MB before, at most %.1f MB during\n",
 		float64(heapBefore)/1e6, float64(heapMax.Load())/1e6)
-	fmt.Printf("  API server requests during the rollout: %.0f in all (%.3f per Device)\n", total(delta), total(delta)/float64(n))
-	keys := make([]string, 0, len(delta))
-	for k := range delta {
+	fmt.Printf("  API server requests during the rollout: %.0f in all (%.3f per Device)\n", total(rollout), total(rollout)/float64(n))
+	keys := make([]string, 0, len(rollout))
+	for k := range rollout {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		fmt.Printf("    %-60s %.0f\n", k, delta[k])
+		fmt.Printf("    %-60s %.0f\n", k, rollout[k])
 	}
 	b.ReportMetric(succeeded.Seconds(), "succeeded-s")
-	b.ReportMetric(total(delta), "api-requests")
+	b.ReportMetric(total(rollout), "api-requests")
+	b.ReportMetric(float64(n)/identities.Seconds(), "identities/s")
 }
 
 // waitLong is waitFor with the benchmark's deadline (the context's).
@@ -251,6 +262,69 @@ func resources(m map[string]float64) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// delta returns after - before, the keys that grew only.
+func delta(before, after map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
+// deviceWrites keeps the write requests on Devices (and their status).
+func deviceWrites(m map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, v := range m {
+		verb, res, _ := strings.Cut(k, " ")
+		if verb != "GET" && verb != "LIST" && verb != "WATCH" && strings.HasPrefix(res, fleetv1.GroupVersion.Group+"/devices") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// byKey formats the counts in key order.
+func byKey(m map[string]float64) string {
+	keys := slices.Sorted(stdmaps.Keys(m))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %.0f", k, m[k])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// reconciles is what controller-runtime's reconcile-time histogram says of
+// one controller.
+type reconciles struct{ count, seconds float64 }
+
+// deviceReconciles reads the Device controller's reconcile count and time
+// from controller-runtime's registry (controller_runtime_reconcile_time_seconds,
+// summed over the operators of this process).
+func deviceReconciles(tb testing.TB) reconciles {
+	tb.Helper()
+	fams, err := crmetrics.Registry.Gather()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var r reconciles
+	for _, f := range fams {
+		if f.GetName() != "controller_runtime_reconcile_time_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "controller" && l.GetValue() == "fleet-device" {
+					r.count += float64(m.GetHistogram().GetSampleCount())
+					r.seconds += m.GetHistogram().GetSampleSum()
+				}
+			}
+		}
+	}
+	return r
 }
 
 func total(m map[string]float64) float64 {

@@ -84,6 +84,9 @@ type Options struct {
 	// against one API server and one JetStream: only the holder of the
 	// Lease runs the controllers and runners. Zero: disabled.
 	LeaderElection LeaderElection
+	// DeviceWorkers is how many Devices the Device controller reconciles at
+	// once; 0: DefaultDeviceWorkers (8).
+	DeviceWorkers int
 }
 
 // processSkips is the skip counter of operators started without one.
@@ -223,7 +226,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Devices != nil {
 		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
-			Skips: o.Skips, Metrics: o.Metrics}
+			Skips: o.Skips, Metrics: o.Metrics, Workers: o.DeviceWorkers}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

@@ -59,6 +59,8 @@ type env struct {
 	// deviceController runs the Device controller (fleet-identity, Device
 	// status) on the env's store.
 	deviceController bool
+	// deviceWorkers is the operators' Options.DeviceWorkers (0: the default).
+	deviceWorkers int
 }
 
 var nsCounter int
@@ -123,7 +125,7 @@ func (e *env) startOperator() (stop func()) {
 	}
 	o := operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 		Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
-		Metrics: e.metrics, TargetTimeout: e.targetTimeout}
+		Metrics: e.metrics, TargetTimeout: e.targetTimeout, DeviceWorkers: e.deviceWorkers}
 	if e.deviceController {
 		o.Devices = e.store
 	}

@@ -21,8 +21,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrl "sigs.k8s.io/controller-runtime"
+	"k8s.io/client-go/rest"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -61,6 +60,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	fs.DurationVar(&le.LeaseDuration, "leader-election-lease-duration", operator.DefaultLeaseDuration, "how long followers wait for a leader that stopped renewing (whole seconds, longer than the renew deadline)")
 	fs.DurationVar(&le.RenewDeadline, "leader-election-renew-deadline", operator.DefaultRenewDeadline, "how long the leader tries to renew before it stops leading and exits (longer than 1.2 × the retry period)")
 	fs.DurationVar(&le.RetryPeriod, "leader-election-retry-period", operator.DefaultRetryPeriod, "how often the leader renews and followers try to acquire")
+	deviceWorkers := fs.Int("device-workers", operator.DefaultDeviceWorkers, "how many Devices the Device controller reconciles at once")
+	kubeQPS := fs.Float64("kube-api-qps", -1, "client-side limit of the requests per second to the Kubernetes API server (negative: none, the API server's priority and fairness limits the operator)")
+	kubeBurst := fs.Int("kube-api-burst", 100, "requests above --kube-api-qps allowed in a burst (with a positive --kube-api-qps)")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	baoURL := fs.String("openbao-url", os.Getenv("FLEET_OPENBAO_URL"), "OpenBao address for the pull-secret policy sync ($FLEET_OPENBAO_URL; empty: sync disabled)")
 	baoTokenFile := fs.String("openbao-token-file", os.Getenv("FLEET_OPENBAO_TOKEN_FILE"), "file holding an OpenBao token allowed to write sys/policies/acl/fleet-deploy.* and the group roles ($FLEET_OPENBAO_TOKEN_FILE)")
@@ -80,16 +82,14 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	logger := slog.New(handler)
 
-	var cfgErr error
-	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
-		LeaderElection: le}
-	if *kubeconfig != "" {
-		o.RESTConfig, cfgErr = clientcmd.BuildConfigFromFlags("", *kubeconfig)
-	} else {
-		o.RESTConfig, cfgErr = ctrl.GetConfig()
+	if *deviceWorkers < 1 {
+		return fmt.Errorf("--device-workers is %d: use a positive count (default %d)", *deviceWorkers, operator.DefaultDeviceWorkers)
 	}
-	if cfgErr != nil {
-		return fmt.Errorf("kubernetes configuration: %w", cfgErr)
+	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
+		LeaderElection: le, DeviceWorkers: *deviceWorkers}
+	o.RESTConfig, err = limitedKubeConfig(*kubeconfig, *kubeQPS, *kubeBurst)
+	if err != nil {
+		return err
 	}
 	o.OpenBaoNames = ps
 	switch {
@@ -164,6 +164,27 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return nil
 	}
 	return err
+}
+
+// limitedKubeConfig is kubeConfig (the kubeconfig file; empty: $KUBECONFIG,
+// then in-cluster) with the client-side rate limit of --kube-api-qps and
+// --kube-api-burst. client-go's own default (5 requests a second, bursts of
+// 10), which a kubeconfig file gives, would hold a fleet's Device controller
+// to a few Devices a second; controller-runtime's in-cluster default is no
+// client-side limit, and so is this one.
+func limitedKubeConfig(path string, qps float64, burst int) (*rest.Config, error) {
+	switch {
+	case qps == 0:
+		return nil, errors.New("--kube-api-qps is 0: use a positive rate, or -1 for no client-side limit (client-go would read 0 as 5 requests a second)")
+	case qps > 0 && burst < 1:
+		return nil, fmt.Errorf("--kube-api-burst is %d: use a positive count with --kube-api-qps %g", burst, qps)
+	}
+	cfg, err := kubeConfig(path)
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = float32(qps), burst
+	return cfg, nil
 }
 
 // openbaoAdmin returns the OpenBao client of the policy sync.

@@ -105,6 +105,9 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"a missing NATS key file is named", append(kc, "--leader-election-namespace", "default", "--nats-key-file", "no-such-key.json"), "no-such-key.json"},
 		{"a NATS key file without an issuer asks for --oidc-issuer", append(kc, "--leader-election-namespace", "default",
 			"--nats-key-file", key), "--oidc-issuer"},
+		{"no Device workers are refused", append(kc, "--device-workers", "0"), "--device-workers"},
+		{"a client-side rate of zero is refused", append(kc, "--kube-api-qps", "0"), "--kube-api-qps"},
+		{"a client-side rate without a burst is refused", append(kc, "--kube-api-qps", "50", "--kube-api-burst", "0"), "--kube-api-burst"},
 		{"a missing CA file is named", append(kc, "--openbao-url", "https://127.0.0.1:8200", "--openbao-token-file", token, "--openbao-ca-file", "no-such-ca.pem"), "no-such-ca.pem"},
 	}
 	for _, tc := range tests {
@@ -131,4 +134,29 @@ func operatorKeyFile(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+func TestTheKubernetesClientRateLimitIsTheFlags(t *testing.T) {
+	srv := kubeapi.Shared(t)
+	tests := []struct {
+		name      string
+		qps       float64
+		burst     int
+		wantQPS   float32
+		wantBurst int
+	}{
+		{"the default has no client-side limit, even from a kubeconfig file", -1, 100, -1, 100},
+		{"a positive rate and burst are the client's", 50, 75, 50, 75},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := limitedKubeConfig(srv.KubeconfigPath(), tc.qps, tc.burst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.QPS != tc.wantQPS || cfg.Burst != tc.wantBurst {
+				t.Errorf("QPS %g, burst %d; want %g, %d", cfg.QPS, cfg.Burst, tc.wantQPS, tc.wantBurst)
+			}
+		})
+	}
 }
