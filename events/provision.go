@@ -223,6 +223,21 @@ func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) 
 			return fmt.Errorf("provision KV bucket %s: read back: %w", want.Bucket, err)
 		}
 		got := s.CachedInfo().Config
+		if want.Bucket == BucketIntent && !got.AllowAtomicPublish {
+			// The rollout runner writes fleet-intent in atomic batches
+			// (ADR 0011): a bucket's configuration has no such field, so
+			// its stream is updated (again after every update of the
+			// bucket, which turns it off).
+			got.AllowAtomicPublish = true
+			if s, err = js.UpdateStream(ctx, got); err != nil {
+				return fmt.Errorf("provision KV bucket %s: allow atomic batch publish: %w", want.Bucket, err)
+			}
+			got = s.CachedInfo().Config
+			if !got.AllowAtomicPublish {
+				return fmt.Errorf("%w: stream KV_%s field allow_atomic is false, the contract says true (a server older than 2.12?); upgrade the server",
+					ErrConfigMismatch, want.Bucket)
+			}
+		}
 		exp := got
 		exp.MaxMsgsPerSubject = int64(want.History)
 		exp.MaxMsgSize = want.MaxValueSize

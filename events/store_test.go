@@ -697,6 +697,23 @@ func TestProvision(t *testing.T) {
 			}
 		}
 	})
+	t.Run("the intent bucket allows atomic batches, also after the bucket is updated again", func(t *testing.T) {
+		// The rollout runner writes fleet-intent in atomic batches; an
+		// update of the bucket (CreateOrUpdateKeyValue) turns it off.
+		if _, err := js.CreateOrUpdateKeyValue(ctx, events.KeyValueConfigs(events.ProvisionOptions{})[0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := events.Provision(ctx, js, events.ProvisionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		st, err := js.Stream(ctx, "KV_"+events.BucketIntent)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !st.CachedInfo().Config.AllowAtomicPublish {
+			t.Error("KV_fleet-intent does not allow atomic publish after provisioning")
+		}
+	})
 	t.Run("a drifted stream config is corrected", func(t *testing.T) {
 		cfg := events.StreamConfigs(events.ProvisionOptions{})[0]
 		cfg.Duplicates = time.Second

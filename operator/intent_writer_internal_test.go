@@ -29,7 +29,7 @@ func (f fold) Value(dev string) ([]byte, bool) {
 // newIntentWriter is one operator replica's fleet-intent writer on the
 // provisioned bucket; async chooses the windowed asynchronous writes the
 // runner uses when it has a JetStream context.
-func newIntentWriter(t *testing.T, st *events.Store, async bool) *intentWriter {
+func newIntentWriter(t testing.TB, st *events.Store, async bool) *intentWriter {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -204,6 +204,119 @@ func TestTheIntentWriterNeverOverwritesAValueItHasNotSeen(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// manyDevices is a fold of n devices named prefix-0000…, each value naming
+// its round.
+func manyDevices(prefix string, n int, round string) (fold, []string) {
+	f := fold{}
+	devs := make([]string, n)
+	for i := range n {
+		devs[i] = fmt.Sprintf("%s-%04d", prefix, i)
+		f[devs[i]] = fmt.Sprintf(`{"device":%q,"round":%q}`, devs[i], round)
+	}
+	return f, devs
+}
+
+// TestTheIntentWriterWritesAReleaseInAtomicBatches: a flush of many
+// devices goes in atomic batches, each write of them still conditional on
+// its key's revision; a batch the stream refuses is written one value at a
+// time, so a conflict on one key never blocks the others.
+func TestTheIntentWriterWritesAReleaseInAtomicBatches(t *testing.T) {
+	_, st := natstest.Provisioned(t)
+	ctx := context.Background()
+	n := 2*kvBatch + kvBatch/3 // batches in flight, and a short last one
+
+	t.Run("every value is written and known at the revision the bucket gave it", func(t *testing.T) {
+		w := newIntentWriter(t, st, true)
+		for _, round := range []string{"first", "second"} {
+			f, devs := manyDevices("a", n, round)
+			if left := flushAll(w, f, devs...); len(left) != 0 {
+				t.Fatalf("round %s left %d devices dirty", round, len(left))
+			}
+			for _, d := range devs {
+				e, err := w.kv.Get(ctx, d)
+				if err != nil {
+					t.Fatalf("round %s: %s: %v", round, d, err)
+				}
+				if got, want := string(e.Value()), f[d]; got != want {
+					t.Fatalf("round %s: %s holds %s, want %s", round, d, got, want)
+				}
+				if slot := w.written[d]; slot.rev != e.Revision() || slot.val != f[d] {
+					t.Fatalf("round %s: the writer knows %s at revision %d (%q), the bucket holds revision %d",
+						round, d, slot.rev, slot.val, e.Revision())
+				}
+			}
+		}
+		if w.noBatch {
+			t.Error("the writer stopped batching on a bucket provisioned for it")
+		}
+	})
+
+	t.Run("a conflict on one key refuses its batch, whose other values are then written one at a time", func(t *testing.T) {
+		w := newIntentWriter(t, st, true)
+		f, devs := manyDevices("b", n, "first")
+		flushAll(w, f, devs...)
+		foreign := devs[kvBatch+7] // in the second batch
+		if _, err := w.kv.Put(ctx, foreign, []byte(`{"v":"foreign"}`)); err != nil {
+			t.Fatal(err)
+		}
+		f, _ = manyDevices("b", n, "second")
+		left := flushAll(w, f, devs...)
+		if len(left) != 1 || !left[foreign] {
+			t.Fatalf("dirty after the flush: %d devices (%v); want only %s, whose key another writer moved", len(left), left[foreign], foreign)
+		}
+		if got := bucketValue(t, w, foreign); got != `{"v":"foreign"}` {
+			t.Errorf("%s holds %s: the writer overwrote a value it had not seen", foreign, got)
+		}
+		if got := w.written[foreign].val; got != `{"v":"foreign"}` {
+			t.Errorf("the writer did not re-read %s after the conflict: it knows %q", foreign, got)
+		}
+		for _, d := range devs {
+			if d == foreign {
+				continue
+			}
+			if got := bucketValue(t, w, d); got != f[d] {
+				t.Fatalf("%s holds %s, want the second round's value", d, got)
+			}
+		}
+		w.flush(ctx, f, left)
+		if got := bucketValue(t, w, foreign); got != f[foreign] || len(left) != 0 {
+			t.Errorf("after the next flush %s holds %s (dirty %v); want the fold's value", foreign, got, left)
+		}
+	})
+}
+
+// TestTheIntentWriterWritesOneValueAtATimeWhenTheBucketRefusesBatches: a
+// bucket provisioned by an earlier build does not allow atomic batches;
+// the writer finds out from the first refusal and writes every value, one
+// at a time.
+func TestTheIntentWriterWritesOneValueAtATimeWhenTheBucketRefusesBatches(t *testing.T) {
+	_, st := natstest.Provisioned(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := st.JetStream().Stream(ctx, "KV_"+events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.CachedInfo().Config
+	cfg.AllowAtomicPublish = false
+	if _, err := st.JetStream().UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	w := newIntentWriter(t, st, true)
+	f, devs := manyDevices("c", kvBatch+10, "first")
+	if left := flushAll(w, f, devs...); len(left) != 0 {
+		t.Fatalf("%d devices left dirty", len(left))
+	}
+	for _, d := range devs {
+		if got := bucketValue(t, w, d); got != f[d] {
+			t.Fatalf("%s holds %q, want %s", d, got, f[d])
+		}
+	}
+	if !w.noBatch {
+		t.Error("the writer did not note that the bucket refuses atomic batches")
 	}
 }
 

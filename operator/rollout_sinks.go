@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,11 +77,24 @@ func writeStatus(ctx context.Context, w DeploymentStatusWriter, log *slog.Logger
 // exited loses against the new leader instead of replacing a newer value
 // with an older fold. A conflict re-reads the key and leaves the device
 // dirty; the next flush (the next record or tick) compares again.
+//
+// With a JetStream context the writes of one flush go in atomic batches of
+// at most kvBatch (ADR 0011, "Addendum: batched intent writes"): the bucket's
+// stream stores a batch whole or not at all, each write of it still
+// conditional on its key's revision, and a server that syncs every write
+// syncs once per batch instead of once per device. A batch refused as a
+// whole (a conflict on one of its keys, a bucket provisioned without atomic
+// publish) is written again one write at a time, each conditional as
+// before, so the conflicting keys are found and re-read.
 type intentWriter struct {
 	kv jetstream.KeyValue
-	// js, when set, publishes the puts asynchronously (a window of
-	// acknowledgements in flight); nil: one synchronous put per device.
-	js      jetstream.JetStream
+	// js, when set, publishes the puts asynchronously (atomic batches, a
+	// window of writes in flight); nil: one synchronous put per device.
+	js jetstream.JetStream
+	// noBatch: the bucket refused an atomic batch because its stream does
+	// not allow them (provisioned by an earlier build): this writer writes
+	// one value at a time from then on.
+	noBatch bool
 	log     *slog.Logger
 	metrics *Metrics
 	// written is what the bucket holds per device, as this writer last
@@ -119,6 +133,26 @@ var errNoAck = errors.New("no acknowledgement")
 const (
 	kvWindow     = 256
 	kvAckTimeout = 10 * time.Second
+)
+
+// kvBatch is the most writes one atomic batch carries (the server's limit
+// is 1,000 by default), kvBatches how many batches are in flight at once.
+// A batch costs the server a staging store of its own and two syncs
+// whatever its size (about 20 ms on the benchmark's disk), so batches are
+// large; two in flight let the server stage one while it commits the other.
+const (
+	kvBatch   = 256
+	kvBatches = 2
+)
+
+// Headers of a JetStream atomic batch publish (ADR-50 of nats-architecture-
+// and-design) and the error code of a stream that does not allow it.
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+
+	errCodeAtomicPublishDisabled jetstream.ErrorCode = 10174
 )
 
 // kvConflict reports whether a conditional write lost against another
@@ -365,7 +399,7 @@ func (w *intentWriter) write(ctx context.Context, intent intentValues, round, di
 			inflight = inflight[1:]
 		}
 	}
-	subject := func(dev string) string { return "$KV." + w.kv.Bucket() + "." + dev }
+	var queued []kvWrite
 	for dev := range round {
 		val, ok := intent.Value(dev)
 		cur := w.written[dev]
@@ -376,15 +410,14 @@ func (w *intentWriter) write(ctx context.Context, intent intentValues, round, di
 				rev, err := w.kv.Create(ctx, dev, val)
 				done("put", dev, kvSlot{val: string(val), rev: rev}, err)
 			case w.js != nil:
-				async("put", dev, string(val), &nats.Msg{Subject: subject(dev), Data: val}, cur.rev)
+				queued = append(queued, kvWrite{op: "put", dev: dev, val: val, rev: cur.rev})
 			default:
 				rev, err := w.kv.Update(ctx, dev, val, cur.rev)
 				done("put", dev, kvSlot{val: string(val), rev: rev}, err)
 			}
 		case !ok && cur.val != "":
 			if w.js != nil {
-				m := &nats.Msg{Subject: subject(dev), Header: nats.Header{kvOperationHeader: []string{"DEL"}}}
-				async("delete", dev, "", m, cur.rev)
+				queued = append(queued, kvWrite{op: "delete", dev: dev, rev: cur.rev})
 				continue
 			}
 			err := w.kv.Delete(ctx, dev, jetstream.LastRevision(cur.rev))
@@ -393,10 +426,211 @@ func (w *intentWriter) write(ctx context.Context, intent intentValues, round, di
 			delete(dirty, dev)
 		}
 	}
+	if len(queued) == 0 {
+		return conflicted
+	}
+	// Atomic batches first; what they could not write goes one at a time.
+	single := w.batches(ctx, queued, done, &stalled, func(q kvWrite) {
+		unanswered(pending{op: q.op, dev: q.dev})
+	})
+	for _, q := range single {
+		async(q.op, q.dev, string(q.val), q.msg(w.kv.Bucket()), q.rev)
+	}
 	for _, p := range inflight {
 		settle(p)
 	}
 	return conflicted
+}
+
+// kvWrite is one conditional fleet-intent write: a put of val, or a
+// delete, of dev's key, expected at revision rev.
+type kvWrite struct {
+	op, dev string
+	val     []byte
+	rev     uint64
+}
+
+// msg is the write's message on bucket's subject for dev (a delete is a
+// marker with the KV-Operation header), without the condition.
+func (q kvWrite) msg(bucket string) *nats.Msg {
+	m := &nats.Msg{Subject: "$KV." + bucket + "." + q.dev, Data: q.val, Header: nats.Header{}}
+	if q.op == "delete" {
+		m.Data = nil
+		m.Header.Set(kvOperationHeader, "DEL")
+	}
+	return m
+}
+
+// batchAnswer is the server's answer to the commit of an atomic batch: the
+// stream sequence of its last message and how many it stored, or an error.
+type batchAnswer struct {
+	Seq   uint64              `json:"seq"`
+	Batch string              `json:"batch"`
+	Count int                 `json:"count"`
+	Error *jetstream.APIError `json:"error"`
+}
+
+// batches writes queued in atomic batches of at most kvBatch, kvBatches
+// batches in flight, settling each write of a stored batch through done. It
+// returns the writes still to be made one at a time: every write of a batch
+// the stream refused (a conflict on one of its keys, atomic publish not
+// allowed, any other error), and all of them once atomic publish is known
+// to be off. A batch not answered within kvAckTimeout (a stream without a
+// leader) is left to unanswered, write by write, as a single write is;
+// *stalled is shared with the single writes.
+func (w *intentWriter) batches(ctx context.Context, queued []kvWrite, done func(op, dev string, slot kvSlot, err error), stalled *bool,
+	unanswered func(kvWrite)) (single []kvWrite) {
+	if w.noBatch || len(queued) < 2 {
+		return queued
+	}
+	nc := w.js.Conn()
+	inbox := nc.NewInbox()
+	// The batch ids are unique per flush: the inbox's unique token and a
+	// count.
+	token := inbox[strings.LastIndexByte(inbox, '.')+1:]
+	answers := make(chan *nats.Msg, kvBatches+1)
+	sub, err := nc.ChanSubscribe(inbox+".*", answers)
+	if err != nil {
+		w.log.WarnContext(ctx, "write fleet-intent in batches: no inbox; writing one value at a time", "error", err)
+		return queued
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	type batch struct {
+		id     string
+		writes []kvWrite
+	}
+	var (
+		inflight []batch
+		early    = map[string]*nats.Msg{} // answers of later batches, by reply subject
+	)
+	// settle waits for the answer of the oldest batch in flight.
+	settle := func() {
+		b := inflight[0]
+		inflight = inflight[1:]
+		reply := inbox + "." + b.id
+		m, ok := early[reply]
+		delete(early, reply)
+		var timeout <-chan time.Time
+		if *stalled {
+			timeout = closedTimeChan
+		} else {
+			t := time.NewTimer(kvAckTimeout)
+			defer t.Stop()
+			timeout = t.C
+		}
+		for !ok {
+			select {
+			case a := <-answers:
+				if a.Subject == reply {
+					m, ok = a, true
+				} else {
+					early[a.Subject] = a
+				}
+				continue
+			case <-timeout:
+				*stalled = true
+				for _, q := range b.writes {
+					unanswered(q)
+				}
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		var ans batchAnswer
+		if st := m.Header.Get("Status"); st != "" {
+			ans.Error = &jetstream.APIError{Code: 503, Description: "no responders: the fleet-intent stream is unavailable"}
+		} else if err := json.Unmarshal(m.Data, &ans); err != nil {
+			ans.Error = &jetstream.APIError{Code: 500, Description: "unreadable answer to an atomic batch"}
+		}
+		switch {
+		case ans.Error != nil && ans.Error.ErrorCode == errCodeAtomicPublishDisabled:
+			if !w.noBatch {
+				w.log.WarnContext(ctx, "the fleet-intent bucket does not allow atomic batches (provisioned by an earlier build): writing one value at a time; provision the streams again to batch")
+			}
+			w.noBatch = true
+			single = append(single, b.writes...)
+		case ans.Error != nil:
+			// Stored whole or not at all: none of it was stored. One at a
+			// time finds the key that conflicted.
+			if !kvConflict(ans.Error) {
+				w.log.WarnContext(ctx, "write fleet-intent: an atomic batch was refused; writing its values one at a time", "writes", len(b.writes), "error", ans.Error)
+			}
+			single = append(single, b.writes...)
+		case ans.Batch != b.id || ans.Count != len(b.writes) || ans.Seq < uint64(len(b.writes)):
+			// Not the answer of an atomic batch (a server that ignored the
+			// batch headers stored what it could, one message at a time):
+			// the revisions are unknown, so the keys are read again on
+			// their next write, and the devices stay dirty for the next
+			// flush.
+			w.log.ErrorContext(ctx, "write fleet-intent: the server did not answer as for an atomic batch; the writes are retried one at a time",
+				"writes", len(b.writes), "batch", ans.Batch, "count", ans.Count)
+			w.noBatch = true
+			for _, q := range b.writes {
+				delete(w.written, q.dev)
+				w.metrics.intentWrite(q.op, errNoAck)
+			}
+		default:
+			// A batch is stored in one piece, in order: its first write
+			// has sequence Seq-Count+1.
+			first := ans.Seq - uint64(len(b.writes)) + 1
+			for i, q := range b.writes {
+				slot := kvSlot{val: string(q.val), rev: first + uint64(i)}
+				done(q.op, q.dev, slot, nil)
+			}
+		}
+	}
+	for n, start := 0, 0; start < len(queued); start += kvBatch {
+		writes := queued[start:min(start+kvBatch, len(queued))]
+		if w.noBatch || len(writes) < 2 {
+			single = append(single, writes...)
+			continue
+		}
+		n++
+		b := batch{id: token + "-" + strconv.Itoa(n), writes: writes}
+		if err := w.publishBatch(nc, b.id, inbox+"."+b.id, writes); err != nil {
+			// Never committed: the server drops the partial batch.
+			w.log.WarnContext(ctx, "write fleet-intent: publish an atomic batch; writing its values one at a time", "error", err)
+			single = append(single, writes...)
+			continue
+		}
+		inflight = append(inflight, b)
+		if len(inflight) >= kvBatches {
+			settle()
+		}
+	}
+	for len(inflight) > 0 {
+		settle()
+	}
+	return single
+}
+
+// closedTimeChan is a channel that is always ready: no wait.
+var closedTimeChan = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
+
+// publishBatch publishes writes as one atomic batch id, each conditional on
+// its key's revision; the last commits it and asks for the answer on reply.
+// The messages before it are core publishes without a reply (the server
+// answers only the commit).
+func (w *intentWriter) publishBatch(nc *nats.Conn, id, reply string, writes []kvWrite) error {
+	for i, q := range writes {
+		m := q.msg(w.kv.Bucket())
+		m.Header.Set(hdrBatchID, id)
+		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(q.rev, 10))
+		if i == len(writes)-1 {
+			m.Header.Set(hdrBatchCommit, "1")
+			m.Reply = reply
+		}
+		if err := nc.PublishMsg(m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CheckpointObject is the name of the runner's snapshot in its Checkpoints

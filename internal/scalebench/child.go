@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -32,6 +34,12 @@ const (
 	modeFloor  = "floor"
 	modeFlood  = "flood"
 )
+
+// EnvChildCPUProfile, when set in the parent's environment (fleet-scale
+// -child-cpuprofile), names a folder where every child process writes its
+// CPU profile: child-<mode>-<from>-<to>.pprof, from its start until it
+// stops. The children inherit it.
+const EnvChildCPUProfile = "SCALEBENCH_CHILD_CPUPROFILE"
 
 // envFloorPassword passes the floor user's password to floor children (never
 // on a command line).
@@ -112,6 +120,13 @@ func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 	if _, err := RaiseOpenFileLimit(); err != nil {
 		return err
 	}
+	if dir := os.Getenv(EnvChildCPUProfile); dir != "" {
+		stop, err := startChildProfile(dir, mode, f)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cmds := make(chan floodCmd, 4)
@@ -150,6 +165,24 @@ func RunChild(ctx context.Context, args []string, stdin io.Reader, stdout io.Wri
 		return fmt.Errorf("scalebench child: %s is not set", envFloorPassword)
 	}
 	return runFloorSubscribers(ctx, f, pw, emit, log)
+}
+
+// startChildProfile starts the CPU profile of this child process in dir;
+// stop ends it and closes the file.
+func startChildProfile(dir, mode string, f childFlags) (stop func(), err error) {
+	path := filepath.Join(dir, fmt.Sprintf("child-%s-%d-%d.pprof", mode, f.from, f.to))
+	out, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("scalebench child: CPU profile (%s): %w", EnvChildCPUProfile, err)
+	}
+	if err := pprof.StartCPUProfile(out); err != nil {
+		_ = out.Close()
+		return nil, fmt.Errorf("scalebench child: start the CPU profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = out.Close()
+	}, nil
 }
 
 // ramp collects connect results of one child's devices.

@@ -39,10 +39,11 @@ func run() error {
 		return scalebench.RunChild(ctx, os.Args[2:], os.Stdin, os.Stdout, log)
 	}
 	var (
-		o       scalebench.Options
-		sizes   string
-		verbose bool
-		profile string
+		o             scalebench.Options
+		sizes         string
+		verbose       bool
+		profile       string
+		childProfiles string
 	)
 	flag.StringVar(&sizes, "n", "1000,10000", "device counts to run, comma-separated, in order")
 	flag.IntVar(&o.PerProcess, "per-process", scalebench.DefaultPerProcess, fmt.Sprintf("most devices per agent process (1..%d)", scalebench.MaxPerProcess))
@@ -56,6 +57,7 @@ func run() error {
 	flag.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
 	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
+	flag.StringVar(&childProfiles, "child-cpuprofile", "", "write each child process's CPU profile (agents, floor subscribers, flooders; from its start until it stops) to a file in this folder")
 	flag.DurationVar(&o.TokenLifetime, "token-lifetime", scalebench.DefaultTokenLifetime, "id_token lifetime of the development provider (longer than the run)")
 	flag.StringVar(&o.KeyCache.Dir, "key-cache", defaultKeyCache(), "folder caching the devices' RSA keys across runs (empty: the provider generates them every run)")
 	flag.IntVar(&o.DistinctKeys, "distinct-keys", 0, "use at most this many distinct cached keys, device i key i mod this (0: one key per device); each device keeps its own user, key id, token and connection")
@@ -91,6 +93,19 @@ func run() error {
 		}
 		defer f.Close()
 		o.CPUProfile = f
+	}
+	if childProfiles != "" {
+		// The children inherit the environment; each writes its own file.
+		if err := os.MkdirAll(childProfiles, 0o755); err != nil {
+			return fmt.Errorf("-child-cpuprofile: %w", err)
+		}
+		abs, err := filepath.Abs(childProfiles)
+		if err != nil {
+			return fmt.Errorf("-child-cpuprofile: %w", err)
+		}
+		if err := os.Setenv(scalebench.EnvChildCPUProfile, abs); err != nil {
+			return fmt.Errorf("-child-cpuprofile: %w", err)
+		}
 	}
 	for _, s := range strings.Split(sizes, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
