@@ -54,12 +54,8 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 func (p *Provider) userByName(name string) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, u := range p.users {
-		if u.name == name {
-			return u.id, true
-		}
-	}
-	return "", false
+	id, ok := p.userNames[name]
+	return id, ok
 }
 
 func (p *Provider) mgmtCreateUser(w http.ResponseWriter, r *http.Request) {

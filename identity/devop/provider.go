@@ -94,6 +94,7 @@ type Provider struct {
 
 	mu           sync.Mutex // guards the fields below
 	users        map[string]*machineUser
+	userNames    map[string]string // machine user name → id
 	humans       map[string]*humanUser
 	clients      map[string]*webClient
 	authRequests map[string]*authRequest
@@ -131,6 +132,7 @@ func New(o Options) (*Provider, error) {
 		now:        o.Now,
 		ln:         ln,
 		users:      map[string]*machineUser{},
+		userNames:  map[string]string{},
 
 		humans:       map[string]*humanUser{},
 		clients:      map[string]*webClient{},

@@ -59,14 +59,14 @@ func (p *Provider) CreateMachineUser(_ context.Context, name string, roles ...st
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, u := range p.users {
-		if u.name == name {
-			u.roles = slices.Clone(roles)
-			return u.id, nil
-		}
+	if id, ok := p.userNames[name]; ok {
+		u := p.users[id]
+		u.roles = slices.Clone(roles)
+		return u.id, nil
 	}
 	u := &machineUser{id: newID(), name: name, roles: slices.Clone(roles), keys: map[string]machineKey{}}
 	p.users[u.id] = u
+	p.userNames[name] = u.id
 	return u.id, nil
 }
 
@@ -90,7 +90,10 @@ func (p *Provider) SetRoles(_ context.Context, userID string, roles ...string) e
 func (p *Provider) RemoveMachineUser(_ context.Context, userID string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.users, userID)
+	if u, ok := p.users[userID]; ok {
+		delete(p.userNames, u.name)
+		delete(p.users, userID)
+	}
 	return nil
 }
 

@@ -336,6 +336,10 @@ func connectDevice(ctx context.Context, f childFlags, dev string, hc *http.Clien
 // value's round tag.
 const floorAckPrefix = "scalebench.floor.ack."
 
+// floorStoredAckPrefix is where a floor subscriber answers the stored copy
+// of a value (republished by the bucket once stored).
+const floorStoredAckPrefix = "scalebench.floor.storedack."
+
 // runFloorSubscribers connects plain clients (static floor user, no
 // callout, no product code) for devices f.from..f.to, each core-subscribed
 // to its own key of the floor bucket, answering every value it sees.
@@ -370,6 +374,12 @@ func runFloorSubscribers(ctx context.Context, f childFlags, password string, emi
 			_, err := nc.Subscribe("$KV."+floorBucket+"."+dev, func(m *nats.Msg) {
 				_ = nc.Publish(ack, roundTag(m.Data))
 			})
+			if err == nil {
+				stored := floorStoredAckPrefix + dev
+				_, err = nc.Subscribe(floorStoredPrefix+dev, func(m *nats.Msg) {
+					_ = nc.Publish(stored, roundTag(m.Data))
+				})
+			}
 			if err == nil {
 				err = nc.Flush()
 			}

@@ -66,8 +66,12 @@ type controlPlane struct {
 // status patches of one Deployment (its default).
 const runnerStatusInterval = 2 * time.Second
 
-// floorBucket is the raw floor's KV bucket: configured like fleet-intent.
+// floorBucket is the raw floor's KV bucket: configured like fleet-intent
+// (its values republished to floorStoredPrefix+<device> once stored).
 const floorBucket = "scalebench-floor"
+
+// floorStoredPrefix is where the floor bucket republishes its values.
+const floorStoredPrefix = "scalebench.floor.stored."
 
 // startControlPlane starts everything the parent runs; stop undoes it.
 func startControlPlane(ctx context.Context, o Options, storeDir string) (*controlPlane, error) {
@@ -167,7 +171,11 @@ func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	defer cancel()
 	fcfg := events.KeyValueConfigs(events.ProvisionOptions{Replicas: cp.replicas()})[0]
 	fcfg.Bucket, fcfg.Description = floorBucket, "scalebench raw floor: plain KV puts to plain subscribers"
-	fcfg.RePublish = nil // the floor's subscribers take the puts themselves
+	// The floor's subscribers take the puts themselves (the core floor:
+	// delivered as published, before the stream stores them) and their
+	// republished copies (the stored floor: delivered once stored and
+	// synced, as a device's value is).
+	fcfg.RePublish = &jetstream.RePublish{Source: "$KV." + floorBucket + ".>", Destination: floorStoredPrefix + ">"}
 	if cp.floorKV, err = cp.floorJS.CreateOrUpdateKeyValue(fctx, fcfg); err != nil {
 		return fmt.Errorf("scalebench: floor bucket: %w", err)
 	}

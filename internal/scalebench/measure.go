@@ -87,6 +87,13 @@ func (c *counter) see(key string) bool {
 	return true
 }
 
+// has reports whether key was seen.
+func (c *counter) has(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[key]
+}
+
 // state returns how many keys were seen and when the last new one was.
 func (c *counter) state() (int, time.Time) {
 	c.mu.Lock()
