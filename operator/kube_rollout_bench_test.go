@@ -179,6 +179,8 @@ func kubeRollout(b *testing.B, n int) {
 	fmt.Printf("  Go heap in use (operator, NATS server and benchmark in one process): %.1f MB before, at most %.1f MB during\n",
 		float64(heapBefore)/1e6, float64(heapMax.Load())/1e6)
 	fmt.Printf("  API server requests during the rollout: %.0f in all (%.3f per Device)\n", total(rollout), total(rollout)/float64(n))
+	fmt.Printf("goal        %d Devices: no API request per Device during the rollout (fewer than one per 10 Devices): %.0f requests: %s\n",
+		n, total(rollout), map[bool]string{true: "met", false: "NOT met"}[total(rollout) < float64(n)/10])
 	keys := make([]string, 0, len(rollout))
 	for k := range rollout {
 		keys = append(keys, k)

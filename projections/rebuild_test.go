@@ -304,6 +304,8 @@ func BenchmarkRebuild(b *testing.B) {
 		pairs[i] = time.Duration(float64(time.Second) * raws[i].Seconds() / folds[i].Seconds())
 	}
 	b.ReportMetric(median(pairs).Seconds(), "ratio")
+	ratio := median(pairs).Seconds()
+	fmt.Printf("goal        projection rebuild ≥ 0.5× raw ordered replay: %.2f× (median of %d pairs): %s\n", ratio, len(pairs), map[bool]string{true: "met", false: "NOT met"}[ratio >= 0.5])
 }
 
 // median returns the median of ds (the mean of the middle two of an even
