@@ -116,25 +116,17 @@ func (p *Provider) User(_ context.Context, userID string) (MachineUser, error) {
 // AddMachineKey generates an RSA key for the user, keeps its public half and
 // returns the key file (private key included) exactly once, as Zitadel does.
 // A zero expires means the key never expires.
-func (p *Provider) AddMachineKey(_ context.Context, userID string, expires time.Time) (credential.KeyFile, error) {
+func (p *Provider) AddMachineKey(ctx context.Context, userID string, expires time.Time) (credential.KeyFile, error) {
 	priv, err := rsa.GenerateKey(rand.Reader, 2048)
 	if err != nil {
 		return credential.KeyFile{}, fmt.Errorf("devop: generate machine key: %w", err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	u, ok := p.users[userID]
-	if !ok {
-		return credential.KeyFile{}, fmt.Errorf("%w: %s", ErrUnknownUser, userID)
+	kf, err := p.AddMachinePublicKey(ctx, userID, &priv.PublicKey, expires)
+	if err != nil {
+		return credential.KeyFile{}, err
 	}
-	kid := newID()
-	u.keys[kid] = machineKey{pub: &priv.PublicKey, expires: expires}
-	return credential.KeyFile{
-		Type:   credential.KeyTypeServiceAccount,
-		KeyID:  kid,
-		Key:    string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(priv)})),
-		UserID: userID,
-	}, nil
+	kf.Key = string(pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(priv)}))
+	return kf, nil
 }
 
 // AddMachinePublicKey registers a public key the caller generated (Zitadel's
