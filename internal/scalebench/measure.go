@@ -1,11 +1,8 @@
 package scalebench
 
 import (
-	"bytes"
-	"os"
 	"runtime"
 	"runtime/debug"
-	"strconv"
 	"sync"
 	"time"
 
@@ -28,22 +25,7 @@ func measureMemory() memory {
 }
 
 // processRSS is this process's VmRSS in bytes (0 when unknown).
-func processRSS() uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for line := range bytes.Lines(b) {
-		if v, ok := bytes.CutPrefix(line, []byte("VmRSS:")); ok {
-			f := bytes.Fields(v)
-			if len(f) > 0 {
-				kb, _ := strconv.ParseUint(string(f[0]), 10, 64)
-				return kb * 1024
-			}
-		}
-	}
-	return 0
-}
+func processRSS() uint64 { return statusRSS("/proc/self/status") }
 
 // consumers is the number of JetStream consumers on the server, every
 // account and stream.

@@ -850,14 +850,12 @@ func (b *bench) warmFloor(ctx context.Context, n int, padding []byte) error {
 			return fmt.Errorf("%w: floor subscribers answering a value: %d of %d did not after %s", ErrIncomplete, len(missing), n, b.o.Timeout)
 		}
 		for _, i := range missing {
-			if _, err := b.cp.floorJS.PublishAsync("$KV."+floorBucket+"."+DeviceName(i), value, jetstream.WithStallWait(5*time.Second)); err != nil {
-				return fmt.Errorf("scalebench: floor put: %w", err)
+			if err := b.publishFloor(i, value); err != nil {
+				return err
 			}
 		}
-		select {
-		case <-b.cp.floorJS.PublishAsyncComplete():
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := b.floorPublished(ctx); err != nil {
+			return err
 		}
 		wait := time.NewTimer(time.Second)
 		select {
@@ -879,14 +877,26 @@ func (b *bench) warmFloor(ctx context.Context, n int, padding []byte) error {
 }
 
 func (b *bench) putAsync(ctx context.Context, n int, value []byte) error {
-	js := b.cp.floorJS
 	for i := 1; i <= n; i++ {
-		if _, err := js.PublishAsync("$KV."+floorBucket+"."+DeviceName(i), value, jetstream.WithStallWait(5*time.Second)); err != nil {
-			return fmt.Errorf("scalebench: floor put: %w", err)
+		if err := b.publishFloor(i, value); err != nil {
+			return err
 		}
 	}
+	return b.floorPublished(ctx)
+}
+
+// publishFloor puts value to device i's floor key asynchronously.
+func (b *bench) publishFloor(i int, value []byte) error {
+	if _, err := b.cp.floorJS.PublishAsync("$KV."+floorBucket+"."+DeviceName(i), value, jetstream.WithStallWait(5*time.Second)); err != nil {
+		return fmt.Errorf("scalebench: floor put: %w", err)
+	}
+	return nil
+}
+
+// floorPublished waits until every asynchronous floor put was acknowledged.
+func (b *bench) floorPublished(ctx context.Context) error {
 	select {
-	case <-js.PublishAsyncComplete():
+	case <-b.cp.floorJS.PublishAsyncComplete():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -20,8 +20,6 @@ import (
 // the embedded server in this process, or a cluster of nats-server
 // processes (Options.Servers).
 type fleetServers interface {
-	// count is the number of servers.
-	count() int
 	// urlFor is the client URL child process i connects to: the children
 	// are spread over the servers in turn.
 	urlFor(i int) string
@@ -38,7 +36,6 @@ type fleetServers interface {
 // embeddedServer is the one server in this process.
 type embeddedServer struct{ srv *natsembed.Server }
 
-func (e embeddedServer) count() int        { return 1 }
 func (e embeddedServer) urlFor(int) string { return e.srv.ClientURL() }
 func (e embeddedServer) rss() uint64       { return 0 }
 
@@ -57,7 +54,6 @@ func newClusterServers(c *natscluster.Cluster) clusterServers {
 	return clusterServers{c: c, http: &http.Client{Timeout: 30 * time.Second}}
 }
 
-func (s clusterServers) count() int          { return s.c.N() }
 func (s clusterServers) urlFor(i int) string { return s.c.ClientURL(i % s.c.N()) }
 
 // get decodes server i's monitoring endpoint path into v.

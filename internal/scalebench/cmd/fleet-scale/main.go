@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -62,17 +63,17 @@ func run() error {
 	flag.StringVar(&o.KeyCache.Dir, "key-cache", defaultKeyCache(), "folder caching the devices' RSA keys across runs (empty: the provider generates them every run)")
 	flag.IntVar(&o.DistinctKeys, "distinct-keys", 0, "use at most this many distinct cached keys, device i key i mod this (0: one key per device); each device keeps its own user, key id, token and connection")
 	flag.Parse()
+	for _, s := range strings.Split(sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("-n %q: want comma-separated device counts such as 1000,10000", sizes)
+		}
+		o.Sizes = append(o.Sizes, n)
+	}
 	if flag.Arg(0) == "keys" {
+		n := slices.Max(o.Sizes)
 		// fleet-scale [-key-cache DIR] -n N keys: fill the key cache only
 		// (run it at low priority ahead of a large run).
-		n := 0
-		for _, s := range strings.Split(sizes, ",") {
-			v, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil {
-				return fmt.Errorf("-n %q: want comma-separated device counts such as 1000,10000", sizes)
-			}
-			n = max(n, v)
-		}
 		if o.KeyCache.Dir == "" {
 			return errors.New("keys: -key-cache is empty: name the folder to fill")
 		}
@@ -106,13 +107,6 @@ func run() error {
 		if err := os.Setenv(scalebench.EnvChildCPUProfile, abs); err != nil {
 			return fmt.Errorf("-child-cpuprofile: %w", err)
 		}
-	}
-	for _, s := range strings.Split(sizes, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil {
-			return fmt.Errorf("-n %q: want comma-separated device counts such as 1000,10000", sizes)
-		}
-		o.Sizes = append(o.Sizes, n)
 	}
 	level := slog.LevelError
 	if verbose {
