@@ -282,6 +282,43 @@ func TestReportsNeverTouchReservedLabels(t *testing.T) {
 	})
 }
 
+// A reconcile may read a Device from a cache that is behind the API server
+// (the telemetry consumer starts reconciles no watch event brought). The
+// status it decides must not overwrite one written after the copy it read:
+// here the stale copy would release the reported label zone that a newer
+// status claimed and a newer label update set, and zone would be taken for
+// an admin's label for good.
+func TestAStatusDecidedFromAStaleDeviceIsNotWritten(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-1")
+	e.create(id, nil)
+	stale := e.get(id)
+
+	unknown := []metav1.Condition{{Type: fleetv1.ConditionOnline, Status: metav1.ConditionUnknown, Reason: fleetv1.ReasonNoHeartbeat, Message: "no heartbeat received yet"}}
+	claimed := fleetv1.DeviceStatus{Liveness: fleetv1.LivenessUnknown, ReportedLabels: map[string]string{"zone": "b"}, Conditions: unknown}
+	if err := operator.ApplyDeviceStatus(e.ctx, e.c, stale, claimed); err != nil {
+		t.Fatal(err)
+	}
+	fresh := e.get(id)
+	fresh.Labels = map[string]string{"zone": "b"}
+	if err := e.c.Update(e.ctx, fresh); err != nil {
+		t.Fatal(err)
+	}
+
+	released := fleetv1.DeviceStatus{Liveness: fleetv1.LivenessUnknown, Inventory: &fleetv1.DeviceInventory{Kernel: "6.1.1"}, Conditions: unknown}
+	err := operator.ApplyDeviceStatus(e.ctx, e.c, stale, released)
+	if !apierrors.IsConflict(err) {
+		t.Fatalf("status decided from a stale Device: error %v, want a Conflict", err)
+	}
+	d := e.get(id)
+	if diff := cmp.Diff(map[string]string{"zone": "b"}, d.Status.ReportedLabels); diff != "" {
+		t.Errorf("reportedLabels after the refused write (-want +got):\n%s", diff)
+	}
+	if err := operator.ApplyDeviceStatus(e.ctx, e.c, d, released); err != nil {
+		t.Errorf("status decided from the current Device: %v", err)
+	}
+}
+
 func TestDeviceGoesStaleWithoutHeartbeatsAndBackOnline(t *testing.T) {
 	e := newDevEnv(t)
 	id := e.id("rpi-1")

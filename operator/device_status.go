@@ -173,13 +173,19 @@ func statusEqual(a, b fleetv1.DeviceStatus) bool {
 	return true
 }
 
-// applyStatus writes want when it differs from the current status.
+// applyStatus writes want when it differs from the current status, only
+// over the version of d it was decided from: status.reportedLabels is
+// decided from d's metadata.labels, and a reconcile that read a stale cached
+// Device (the telemetry consumer calls reconciles that no watch event of the
+// Device brought) would otherwise release labels a newer write claimed,
+// leaving a report-set label looking like an admin's for good. A Conflict is
+// retried by Reconcile with the fresh object.
 func (r *DeviceReconciler) applyStatus(ctx context.Context, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
 	if statusEqual(want, d.Status) {
 		return nil
 	}
 	want.Conditions = ownConditions(d.Status.Conditions, want.Conditions...)
-	if err := applyStatus(ctx, r.Client, "Device", d.Namespace, d.Name, &want, FieldOwnerDevices); err != nil {
+	if err := applyStatusAt(ctx, r.Client, "Device", d.Namespace, d.Name, d.ResourceVersion, &want, FieldOwnerDevices); err != nil {
 		return err
 	}
 	r.Log.InfoContext(ctx, "device status", "device", d.Name, "namespace", d.Namespace, "liveness", want.Liveness,

@@ -1,9 +1,25 @@
 package operator
 
+import (
+	"context"
+	"log/slog"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
 // SetRevisionChunkBytes makes revisions chunk their targets past n id bytes
 // until the returned restore is called (0: the default).
 func SetRevisionChunkBytes(n int) (restore func()) {
 	old := revisionChunkBytes
 	revisionChunkBytes = n
 	return func() { revisionChunkBytes = old }
+}
+
+// ApplyDeviceStatus writes want as the Device controller writes a status it
+// decided from d.
+func ApplyDeviceStatus(ctx context.Context, c client.Client, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
+	r := &DeviceReconciler{Client: c, Log: slog.New(slog.DiscardHandler)}
+	return r.applyStatus(ctx, d, want)
 }

@@ -20,6 +20,16 @@ import (
 // the fields set in status are claimed, so several controllers can own
 // different parts of one status.
 func applyStatus(ctx context.Context, c client.Client, kind, namespace, name string, status any, owner string) error {
+	return applyStatusAt(ctx, c, kind, namespace, name, "", status, owner)
+}
+
+// applyStatusAt is applyStatus with an optimistic lock: when
+// resourceVersion is set, the apply is refused with a Conflict if the
+// object changed since that version. A status decided from the object's
+// other fields (the Device's reported labels are decided from its
+// metadata.labels) must use it: a plain apply carries no version, so a
+// status decided from a stale cached copy would overwrite a newer one.
+func applyStatusAt(ctx context.Context, c client.Client, kind, namespace, name, resourceVersion string, status any, owner string) error {
 	st, err := runtime.DefaultUnstructuredConverter.ToUnstructured(status)
 	if err != nil {
 		return fmt.Errorf("status of %s %s/%s: %w", kind, namespace, name, err)
@@ -30,6 +40,9 @@ func applyStatus(ctx context.Context, c client.Client, kind, namespace, name str
 		"metadata":   map[string]any{"name": name, "namespace": namespace},
 		"status":     st,
 	}}
+	if resourceVersion != "" {
+		u.SetResourceVersion(resourceVersion)
+	}
 	if err := c.Status().Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(owner), client.ForceOwnership); err != nil {
 		return fmt.Errorf("patch status of %s %s/%s: %w", kind, namespace, name, err)
 	}
