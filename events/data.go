@@ -30,7 +30,47 @@ type DeploymentRevisionCreated struct {
 	// is complete. TargetsDigest covers the complete, sorted list.
 	TargetChunks  int    `json:"targetChunks,omitempty"`
 	TargetsDigest string `json:"targetsDigest,omitempty"`
+	// Plan is the frozen rollout plan (ADR 0016); nil for the spec's
+	// rollout (canaries, then every target at once).
+	Plan *RolloutPlan `json:"plan,omitempty"`
+	// TargetBatches has one entry per Targets entry, in the same order,
+	// when Plan is set: 0 for a canary, k (1-based) for Plan.Batches[k-1].
+	TargetBatches []int `json:"targetBatches,omitempty"`
 }
+
+// RolloutPlan is a revision's frozen rollout plan: the batches after the
+// canary stage, resolved against the frozen targets, and the controls.
+type RolloutPlan struct {
+	// Batches in order; every non-canary target is in exactly one (the
+	// operator adds a last batch for targets no batch of the spec took).
+	Batches []PlanBatch `json:"batches"`
+	// Approval is ApprovalManual to hold before each batch; empty: start
+	// each batch as soon as the previous one succeeded.
+	Approval string `json:"approval,omitempty"`
+	// OnFailure is what a failed batch does: empty or OnFailureFail fails
+	// the rollout, OnFailurePause pauses it.
+	OnFailure string `json:"onFailure,omitempty"`
+}
+
+// PlanBatch is one frozen batch of a RolloutPlan.
+type PlanBatch struct {
+	// Size is how many targets the batch has.
+	Size int `json:"size"`
+	// SuccessPercent (1..100) of the batch's targets must converge.
+	SuccessPercent int `json:"successPercent"`
+	// SoakSeconds the threshold must hold before the batch succeeds.
+	SoakSeconds int64 `json:"soakSeconds,omitempty"`
+}
+
+// Rollout plan controls.
+const (
+	// ApprovalManual holds the rollout before each batch until approved.
+	ApprovalManual = "Manual"
+	// OnFailureFail fails the rollout when a batch fails (the default).
+	OnFailureFail = "Fail"
+	// OnFailurePause pauses the rollout when a batch fails.
+	OnFailurePause = "Pause"
+)
 
 // EventType implements Data.
 func (DeploymentRevisionCreated) EventType() Type { return TypeDeploymentRevisionCreated }
@@ -42,6 +82,9 @@ type DeploymentRevisionTargets struct {
 	Chunk      int      `json:"chunk"`
 	Targets    []string `json:"targets"`
 	Canaries   []string `json:"canaries,omitempty"`
+	// TargetBatches are the entries of the revision's TargetBatches for
+	// this chunk's Targets, in the same order (ADR 0016).
+	TargetBatches []int `json:"targetBatches,omitempty"`
 }
 
 // EventType implements Data.
@@ -108,6 +151,13 @@ type RolloutTransition struct {
 	// out when they would not fit in one event: rollout.released hands the
 	// revision to every frozen target).
 	Released []string `json:"released,omitempty"`
+	// Batch is the plan batch (1-based) a batch transition, an approval or
+	// awaiting-approval is about.
+	Batch int `json:"batch,omitempty"`
+	// By is who asked for an approval, a pause or a resume (the API
+	// server's name of the user); Request is the request's id.
+	By      string `json:"by,omitempty"`
+	Request string `json:"request,omitempty"`
 
 	typ Type
 }

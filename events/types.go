@@ -45,6 +45,28 @@ const (
 	// reported no result within the operator's target timeout); Device and
 	// Error say which and why.
 	TypeRolloutTargetRemoved Type = "rollout.target-removed"
+	// TypeRolloutBatchStarted: batch Batch of the revision's plan was handed
+	// the revision (Released lists the devices).
+	TypeRolloutBatchStarted Type = "rollout.batch-started"
+	// TypeRolloutBatchSoaking: batch Batch met its success threshold; its
+	// soak time runs.
+	TypeRolloutBatchSoaking Type = "rollout.batch-soaking"
+	// TypeRolloutBatchSucceeded: batch Batch met its success threshold and
+	// held it through its soak.
+	TypeRolloutBatchSucceeded Type = "rollout.batch-succeeded"
+	// TypeRolloutBatchFailed: batch Batch can no longer meet its success
+	// threshold; Device and Error name the latest failure.
+	TypeRolloutBatchFailed Type = "rollout.batch-failed"
+	// TypeRolloutAwaitingApproval: batch Batch waits for a manual approval.
+	TypeRolloutAwaitingApproval Type = "rollout.awaiting-approval"
+	// TypeRolloutApproved: By approved batch Batch (Request names the
+	// request).
+	TypeRolloutApproved Type = "rollout.approved"
+	// TypeRolloutPaused: no new batch starts until resumed; By and Request
+	// name who asked, or Error the failure that paused it.
+	TypeRolloutPaused Type = "rollout.paused"
+	// TypeRolloutResumed: By resumed a paused rollout.
+	TypeRolloutResumed Type = "rollout.resumed"
 )
 
 // Device reports (streams FLEET_REPORTS and FLEET_TELEMETRY).
@@ -105,6 +127,14 @@ var catalogue = []TypeInfo{
 	{TypeRolloutSucceeded, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutFailed, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutTargetRemoved, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutBatchStarted, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutBatchSoaking, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutBatchSucceeded, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutBatchFailed, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutAwaitingApproval, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutApproved, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutPaused, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutResumed, 1, FamilyDeploymentRollout, ""},
 	{TypeDeviceHeartbeat, 1, FamilyReport, ReportHeartbeat},
 	{TypeDeviceInventory, 1, FamilyReport, ReportInventory},
 	{TypeWorkloadStatus, 1, FamilyReport, ReportWorkload},
