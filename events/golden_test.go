@@ -314,7 +314,7 @@ func goldenStory(t *testing.T) []events.Event {
 	runner := func(dep events.Keys, ev events.Event) {
 		r := rollouts[dep].Apply(ev)
 		rollouts[dep] = r
-		for _, tr := range r.Next() {
+		for _, tr := range r.NextAt(ev.Time) {
 			next := add(dep, tr, events.WithCorrelation(r.UID, r.Generation))
 			rollouts[dep] = rollouts[dep].Apply(next)
 		}
@@ -406,5 +406,36 @@ func goldenStory(t *testing.T) []events.Event {
 	add(events.Keys{Device: "rpi-2"}, events.DashboardDeviceAction{Action: events.ActionCommand, Namespace: "lab", User: "ada", UserSubject: "312909075212468632",
 		Command: "report-inventory", CommandID: cmd2.ID.String()})
 	add(events.Keys{Name: events.AlertKey("device-stale/lab/rpi-3")}, events.DashboardAlertAcknowledged{Alert: "device-stale/lab/rpi-3", User: "ada", UserSubject: "312909075212468632"})
+
+	// A Deployment with a rollout plan (ADR 0016): three batches, manual
+	// approval, a soak, pause on failure.
+	planned := events.Keys{Namespace: "lab", Name: "planned"}
+	const plannedUID = "7c1b3e5a-0000-4000-8000-000000000005"
+	plan := &events.RolloutPlan{Approval: events.ApprovalManual, OnFailure: events.OnFailurePause, Batches: []events.PlanBatch{
+		{Size: 1, SuccessPercent: 100}, {Size: 1, SuccessPercent: 100, SoakSeconds: 5}, {Size: 2, SuccessPercent: 50}}}
+	raw, _ := json.Marshal(score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "p", Image: "registry.example.com/p:v1"}}}})
+	sum := sha256.Sum256(raw)
+	pd := events.DeploymentRevisionCreated{UID: plannedUID, Generation: 1, RevisionID: "1-" + hex.EncodeToString(sum[:])[:8],
+		ScoreDigest: "sha256:" + hex.EncodeToString(sum[:]), Score: raw, Targets: []string{"rpi-1", "rpi-2", "rpi-3", "rpi-4"},
+		Canaries: []string{}, Plan: plan, TargetBatches: []int{1, 2, 3, 3}}
+	runner(planned, add(planned, pd, events.WithCorrelation(plannedUID, 1)))
+	control := func(typ events.Type, d events.RolloutTransition) {
+		d.UID, d.Generation, d.RevisionID = plannedUID, 1, pd.RevisionID
+		runner(planned, add(planned, events.NewRolloutTransition(typ, d), events.WithCorrelation(plannedUID, 1)))
+	}
+	control(events.TypeRolloutApproved, events.RolloutTransition{Batch: 1, By: "ada", Request: "01JF0000000000000000000001"})
+	workload("rpi-1", planned, plannedUID, 1, pd.RevisionID, events.WorkloadConverged, "")
+	control(events.TypeRolloutPaused, events.RolloutTransition{By: "ada", Request: "01JF0000000000000000000002"})
+	control(events.TypeRolloutApproved, events.RolloutTransition{Batch: 2, By: "ada", Request: "01JF0000000000000000000003"})
+	control(events.TypeRolloutResumed, events.RolloutTransition{By: "ada", Request: "01JF0000000000000000000004"})
+	workload("rpi-2", planned, plannedUID, 1, pd.RevisionID, events.WorkloadConverged, "")
+	for range 4 { // the soak's 5 s pass
+		telemetry("rpi-2")
+	}
+	runner(planned, add(events.Keys{Device: "rpi-2"}, events.DeviceHeartbeat{AgentVersion: "0.9.0"}))
+	control(events.TypeRolloutApproved, events.RolloutTransition{Batch: 3, By: "ada", Request: "01JF0000000000000000000005"})
+	workload("rpi-3", planned, plannedUID, 1, pd.RevisionID, events.WorkloadFailed, "service p exited with code 1")
+	workload("rpi-4", planned, plannedUID, 1, pd.RevisionID, events.WorkloadFailed, "service p exited with code 1")
+	control(events.TypeRolloutResumed, events.RolloutTransition{By: "ada", Request: "01JF0000000000000000000006"})
 	return out
 }

@@ -203,6 +203,7 @@ func (r *runner) run(ctx context.Context) error {
 		case <-tick.C:
 			if s.live {
 				r.retry(ctx) // also the fleet-intent writes that failed or conflicted
+				r.endSoaks(ctx, time.Now())
 				r.removeTargets(ctx, time.Now())
 				writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
 			}
@@ -455,13 +456,20 @@ func (r *runner) removeTargets(ctx context.Context, now time.Time) {
 	}
 }
 
+// endSoaks decides again the rollouts whose running plan batch's soak time
+// ended by now: no event marks the end of a soak.
+func (r *runner) endSoaks(ctx context.Context, now time.Time) {
+	for _, k := range r.s.sortedKeys() {
+		if at := r.s.rollouts[k].SoakEnds(); !at.IsZero() && !now.Before(at) {
+			r.decide(ctx, k)
+		}
+	}
+}
+
 // silentTargets are the targets of ro handed the revision at least timeout
 // before now without a result (Converged or Failed) of it since.
 func silentTargets(ro projections.Rollout, now time.Time, timeout time.Duration) []projections.RemovedTarget {
-	first := ro.CanariesAt
-	if first.IsZero() {
-		first = ro.ReleasedAt
-	}
+	first := ro.FirstHandedAt()
 	if first.IsZero() || now.Sub(first) < timeout {
 		return nil // nobody was handed it long enough ago
 	}
@@ -514,7 +522,7 @@ func (r *runner) appendTransition(ctx context.Context, k depKey, tr events.Rollo
 func (r *runner) decide(ctx context.Context, k depKey) {
 	s := r.s
 	ro := s.rollouts[k]
-	for _, tr := range ro.Next() {
+	for _, tr := range ro.NextAt(time.Now()) {
 		ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, events.WithCorrelation(ro.UID, ro.Generation))
 		if err != nil {
 			r.Log.ErrorContext(ctx, "build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)

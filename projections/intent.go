@@ -31,6 +31,15 @@ type intentRev struct {
 	releasedAll bool
 	removed     map[string]bool
 	deleted     bool // the Deployment (this UID) was deleted
+	// With a rollout plan: each non-canary target's batch; the batches a
+	// rollout.batch-started handed the revision to without listing them
+	// (expanded once the revision is known); for each removed target, how
+	// many batches had started when it was removed (a batch started later
+	// is not handed to it).
+	batchOf       map[string]int
+	batches       int
+	unlisted      []int
+	removedAfterN map[string]int
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -133,6 +142,13 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 			r.targets[t] = true
 		}
 		s.touch(k, d.Targets...)
+		if d.Plan != nil && len(d.Plan.Batches) > 0 {
+			r.batchOf = batchIndex(d, sortedCopy(d.Canaries))
+			for _, b := range r.unlisted {
+				r.releaseBatch(b)
+			}
+			r.unlisted = nil
+		}
 		// The newest revision changes only its targets and the devices
 		// that hold a value of this Deployment (a device it does not
 		// target loses the value; one that holds none keeps holding none).
@@ -168,7 +184,33 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 			}
 			r.removed[d.Device] = true
 		}
+		if _, seen := r.removedAfterN[d.Device]; !seen {
+			if r.removedAfterN == nil {
+				r.removedAfterN = map[string]int{}
+			}
+			r.removedAfterN[d.Device] = r.batches
+		}
 		return nil
+	case events.TypeRolloutBatchStarted:
+		d, err := p.RolloutTransition()
+		if err != nil || d.Batch < 1 {
+			return nil
+		}
+		r := s.rev(k, revKey{d.UID, d.Generation})
+		r.batches = max(r.batches, d.Batch)
+		for _, dev := range d.Released {
+			r.released[dev] = true
+		}
+		devs := d.Released
+		if d.Released == nil {
+			if !r.known {
+				r.unlisted = append(r.unlisted, d.Batch)
+				return nil
+			}
+			devs = r.releaseBatch(d.Batch)
+		}
+		s.touch(k, devs...)
+		return s.recomputeDevices(k, devs)
 	case events.TypeRolloutCanaryStage, events.TypeRolloutReleased:
 		d, err := p.RolloutTransition()
 		if err != nil {
@@ -318,4 +360,22 @@ func (s *Intent) Value(device string) ([]byte, bool) {
 		return nil, false // cannot happen: plain strings and raw JSON from a decoded event
 	}
 	return b, true
+}
+
+// releaseBatch hands the revision to the members of plan batch b that were
+// not removed before b started, and returns them.
+func (r *intentRev) releaseBatch(b int) []string {
+	var out []string
+	for dev, in := range r.batchOf {
+		if in != b {
+			continue
+		}
+		if n, gone := r.removedAfterN[dev]; gone && n < b {
+			continue
+		}
+		r.released[dev] = true
+		out = append(out, dev)
+	}
+	slices.Sort(out)
+	return out
 }

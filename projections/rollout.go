@@ -82,6 +82,31 @@ type Rollout struct {
 	// state restored from JSON computes them again on its next report).
 	counts   events.RolloutCounts
 	countsOK bool
+
+	// Plan is the revision's frozen rollout plan (ADR 0016); nil: the
+	// spec's rollout, canaries then every target at once.
+	Plan *events.RolloutPlan
+	// Batches is the state of each plan batch, in plan order.
+	Batches []BatchState
+	// Batch is the last plan batch started (0: none yet).
+	Batch int
+	// AwaitingApproval is the batch a rollout.awaiting-approval announced
+	// that no approval answered yet (0: none).
+	AwaitingApproval int
+	// Paused is set by rollout.paused and cleared by rollout.resumed: no
+	// target is handed the revision meanwhile. PausedBy is who asked;
+	// PauseReason the failure that paused it, if one did.
+	Paused                bool
+	PausedBy, PauseReason string
+	// batchOf is each non-canary target's plan batch (1-based).
+	batchOf map[string]int
+	// tallies is BatchTallies kept up to date report by report when
+	// talliesOK.
+	tallies   []BatchTally
+	talliesOK bool
+	// requests are the request ids of the approvals, pauses and resumes
+	// folded for the revision.
+	requests map[string]bool
 }
 
 type revKey struct {
@@ -104,6 +129,9 @@ type earlyFacts struct {
 	stage       Stage
 	stageAt     time.Time
 	releasedAll bool
+	// controls are the plan's transitions and pauses and resumes, in
+	// order, folded once the revision is.
+	controls []events.Event
 }
 
 // IsCanary reports whether device is a canary of the revision.
@@ -168,6 +196,11 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
 		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports}
+	if d.Plan != nil && len(d.Plan.Batches) > 0 {
+		n.Plan = d.Plan
+		n.Batches = make([]BatchState, len(d.Plan.Batches))
+		n.batchOf = batchIndex(d, n.Canaries)
+	}
 	key := revKey{d.UID, d.Generation}
 	if f := r.early[key]; f != nil {
 		n.mergeEarly(f)
@@ -203,6 +236,12 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 	r.CanariesAt, r.ReleasedAt = f.canariesAt, f.releasedAt
 	for _, rm := range f.removed {
 		*r = r.removeTarget(rm.Device, rm.Reason)
+	}
+	for i := range f.controls {
+		p := NewPayload(f.controls[i])
+		if d, err := p.RolloutTransition(); err == nil {
+			*r = r.applyControl(&p.Event, d, true)
+		}
 	}
 }
 
@@ -245,6 +284,14 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 	canary := n.IsCanary(device)
 	tally(&n.counts, prev.Phase, canary, -1)
 	tally(&n.counts, res.Phase, canary, +1)
+	if n.planned() {
+		if !n.talliesOK {
+			n.tallies, n.talliesOK = n.computeTallies(), true
+		} else if !inPlace {
+			n.tallies = slices.Clone(n.tallies)
+		}
+		tallyBatch(n.tallies, n.BatchOf(device), prev.Phase, res.Phase)
+	}
 	n.Results[device] = res
 	n.noteFailure(device, res)
 	return n
@@ -263,6 +310,10 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 			return r
 		}
 		return r.withEarly(d.UID, d.Generation, inPlace, func(f *earlyFacts) {
+			if planControl(ev.Type) {
+				f.controls = append(slices.Clip(f.controls), *ev)
+				return
+			}
 			if st := stageAfter(ev.Type, f.stage); st != f.stage {
 				f.stage, f.stageAt = st, ev.Time
 			}
@@ -276,6 +327,9 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 				f.removed = append(slices.Clip(f.removed), RemovedTarget{Device: d.Device, Reason: d.Error})
 			}
 		})
+	}
+	if planControl(ev.Type) {
+		return r.applyControl(ev, d, inPlace)
 	}
 	n := r
 	if st := stageAfter(ev.Type, r.Stage); st != r.Stage {
@@ -310,7 +364,7 @@ func (r Rollout) removeTarget(device, reason string) Rollout {
 		n.Canaries = without(r.Canaries, device)
 	}
 	n.Removed = append(slices.Clip(r.Removed), RemovedTarget{Device: device, Reason: reason})
-	n.countsOK = false
+	n.countsOK, n.talliesOK = false, false
 	return n
 }
 
@@ -319,6 +373,9 @@ func (r Rollout) removeTarget(device, reason string) Rollout {
 func (r Rollout) HandedAt(device string) time.Time {
 	if r.IsCanary(device) && !r.CanariesAt.IsZero() {
 		return r.CanariesAt
+	}
+	if b := r.BatchOf(device); b > 0 {
+		return r.batchStarted(b)
 	}
 	return r.ReleasedAt
 }
@@ -366,6 +423,7 @@ func (r Rollout) withEarly(uid string, gen int64, inPlace bool, fn func(*earlyFa
 	old := n.early[key]
 	f := &earlyFacts{results: map[string]DeviceResult{}, failures: map[string]DeviceResult{}}
 	if old != nil {
+		f.controls = old.controls
 		f.stage, f.stageAt, f.releasedAll = old.stage, old.stageAt, old.releasedAll
 		f.removed, f.canariesAt, f.releasedAt = old.removed, old.canariesAt, old.releasedAt
 		for k, v := range old.failures {
@@ -429,7 +487,7 @@ func (r Rollout) newer(uid string, generation int64) bool {
 // transition folded again (a runner's own append read back, a duplicate) or
 // late never moves a rollout back.
 var stageRank = map[Stage]int{StageNone: 0, StageStarted: 1, StageCanary: 2, StageCanariesConverged: 3,
-	StageReleased: 4, StageSucceeded: 5, StageFailed: 5}
+	StageBatches: 4, StageReleased: 5, StageSucceeded: 6, StageFailed: 6}
 
 func stageAfter(t events.Type, cur Stage) Stage {
 	next := map[events.Type]Stage{
@@ -503,6 +561,14 @@ func (r Rollout) Released() []string {
 	switch {
 	case r.ReleasedAll:
 		return r.Targets
+	case r.planned() && r.Batch > 0:
+		out := slices.Clone(r.Canaries)
+		for _, d := range r.Targets {
+			if b := r.BatchOf(d); b > 0 && b <= r.Batch {
+				out = append(out, d)
+			}
+		}
+		return out
 	case r.Stage == StageNone || r.Stage == StageStarted:
 		return nil
 	}
@@ -513,7 +579,13 @@ func (r Rollout) Released() []string {
 // decision half of the state machine. It is empty when nothing is to be
 // decided. Appending them and folding them back in with Apply reaches a
 // state whose Next is empty or the following decision.
-func (r Rollout) Next() []events.RolloutTransition {
+//
+// Next never ends a plan batch's soak; the runner uses NextAt.
+func (r Rollout) Next() []events.RolloutTransition { return r.NextAt(time.Time{}) }
+
+// NextAt is Next at the operator's time now, which ends the soak of a plan
+// batch (SoakEnds says when).
+func (r Rollout) NextAt(now time.Time) []events.RolloutTransition {
 	if r.UID == "" || r.Deleted || r.Stage == StageSucceeded || r.Stage == StageFailed {
 		return nil
 	}
@@ -522,6 +594,10 @@ func (r Rollout) Next() []events.RolloutTransition {
 		if fail != nil {
 			d.Device, d.Error = fail.Device, fail.Error
 		}
+		return events.NewRolloutTransition(t, d)
+	}
+	mkPlan := func(t events.Type, d events.RolloutTransition) events.RolloutTransition {
+		d.UID, d.Generation, d.RevisionID, d.Counts = r.UID, r.Generation, r.RevisionID, r.Counts()
 		return events.NewRolloutTransition(t, d)
 	}
 	var out []events.RolloutTransition
@@ -538,10 +614,15 @@ func (r Rollout) Next() []events.RolloutTransition {
 		return append(out, mk(events.TypeRolloutFailed, nil, &events.RolloutTransition{Error: NoTargetsError}))
 	}
 	c := r.Counts()
+	if r.Paused && (stage == StageStarted || stage == StageCanariesConverged) {
+		return out // a pause holds every handing of the revision
+	}
 	if stage == StageStarted {
 		if len(r.Canaries) > 0 {
 			out = append(out, mk(events.TypeRolloutCanaryStage, r.Canaries, nil))
 			stage = StageCanary
+		} else if r.planned() {
+			return append(out, r.nextBatches(now, mkPlan)...)
 		} else {
 			all := r.Targets
 			if idBytes(all) > events.ChunkBytes {
@@ -550,6 +631,9 @@ func (r Rollout) Next() []events.RolloutTransition {
 			out = append(out, mk(events.TypeRolloutReleased, all, nil))
 			stage = StageReleased
 		}
+	}
+	if stage == StageBatches {
+		return append(out, r.nextBatches(now, mkPlan)...)
 	}
 	if stage == StageCanary {
 		if c.CanariesFailed > 0 {
@@ -566,6 +650,12 @@ func (r Rollout) Next() []events.RolloutTransition {
 			out = append(out, mk(events.TypeRolloutCanariesConverged, nil, nil))
 			stage = StageCanariesConverged
 		}
+	}
+	if stage == StageCanariesConverged && r.Paused {
+		return out
+	}
+	if stage == StageCanariesConverged && r.planned() {
+		return append(out, r.nextBatches(now, mkPlan)...)
 	}
 	if stage == StageCanariesConverged {
 		rest := make([]string, 0, len(r.Targets)-len(r.Canaries))

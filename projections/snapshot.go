@@ -26,6 +26,7 @@ type earlySnapshot struct {
 	Removed     []RemovedTarget         `json:"removed,omitempty"`
 	CanariesAt  time.Time               `json:"canariesAt,omitzero"`
 	ReleasedAt  time.Time               `json:"releasedAt,omitzero"`
+	Controls    []events.Event          `json:"controls,omitempty"`
 }
 
 type rolloutSnapshot struct {
@@ -49,6 +50,17 @@ type rolloutSnapshot struct {
 	ReleasedAt    time.Time       `json:"releasedAt,omitzero"`
 	Deleted       bool            `json:"deleted"`
 	Early         []earlySnapshot `json:"early,omitempty"`
+	// The plan's state (absent without a plan). TargetBatches is aligned
+	// with Targets.
+	Plan             *events.RolloutPlan `json:"plan,omitempty"`
+	TargetBatches    []int               `json:"targetBatches,omitempty"`
+	Batches          []BatchState        `json:"batches,omitempty"`
+	Batch            int                 `json:"batch,omitempty"`
+	AwaitingApproval int                 `json:"awaitingApproval,omitempty"`
+	Paused           bool                `json:"paused,omitempty"`
+	PausedBy         string              `json:"pausedBy,omitempty"`
+	PauseReason      string              `json:"pauseReason,omitempty"`
+	Requests         []string            `json:"requests,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -57,10 +69,19 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 	s := rolloutSnapshot{UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID, Targets: r.Targets, Canaries: r.Canaries,
 		Stage: r.Stage, ReleasedAll: r.ReleasedAll, StageAt: r.StageAt, Results: r.Results, LastFailure: r.LastFailure,
 		LastFailAt: r.LastFailAt, LastFailOrder: r.lastFailOrder, Reports: r.reports, Deleted: r.Deleted,
-		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt}
+		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt,
+		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
+		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: requestIDs(r.requests)}
+	if r.planned() {
+		s.TargetBatches = make([]int, len(r.Targets))
+		for i, d := range r.Targets {
+			s.TargetBatches[i] = r.BatchOf(d)
+		}
+	}
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
-			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll, Removed: f.removed, CanariesAt: f.canariesAt, ReleasedAt: f.releasedAt})
+			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll, Removed: f.removed, CanariesAt: f.canariesAt, ReleasedAt: f.releasedAt,
+			Controls: f.controls})
 	}
 	slices.SortFunc(s.Early, func(a, b earlySnapshot) int {
 		if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -80,16 +101,30 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 	*r = Rollout{UID: s.UID, Generation: s.Generation, RevisionID: s.RevisionID, Targets: s.Targets, Canaries: s.Canaries,
 		Stage: s.Stage, ReleasedAll: s.ReleasedAll, StageAt: s.StageAt, Results: s.Results, LastFailure: s.LastFailure,
 		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted,
-		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt}
+		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt,
+		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason}
 	if r.Results == nil && r.UID != "" {
 		r.Results = map[string]DeviceResult{}
+	}
+	if s.Plan != nil && len(s.Plan.Batches) > 0 {
+		r.Plan, r.Batches = s.Plan, s.Batches
+		if len(r.Batches) != len(s.Plan.Batches) {
+			r.Batches = make([]BatchState, len(s.Plan.Batches))
+		}
+		r.batchOf = batchIndex(events.DeploymentRevisionCreated{Plan: s.Plan, Targets: s.Targets, TargetBatches: s.TargetBatches}, s.Canaries)
+	}
+	for _, id := range s.Requests {
+		if r.requests == nil {
+			r.requests = map[string]bool{}
+		}
+		r.requests[id] = true
 	}
 	for _, e := range s.Early {
 		if r.early == nil {
 			r.early = map[revKey]*earlyFacts{}
 		}
 		f := &earlyFacts{results: e.Results, failures: e.Failures, stage: e.Stage, stageAt: e.StageAt, releasedAll: e.ReleasedAll,
-			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt}
+			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt, controls: e.Controls}
 		if f.results == nil {
 			f.results = map[string]DeviceResult{}
 		}
@@ -114,6 +149,13 @@ type intentRevSnapshot struct {
 	ReleasedAll bool     `json:"releasedAll,omitempty"`
 	Removed     []string `json:"removed,omitempty"`
 	Deleted     bool     `json:"deleted,omitempty"`
+	// With a rollout plan: the targets' batches, the batches started, the
+	// unlisted batch starts not expanded yet, and when each removed target
+	// was removed (batches started by then).
+	BatchOf       map[string]int `json:"batchOf,omitempty"`
+	Batches       int            `json:"batches,omitempty"`
+	Unlisted      []int          `json:"unlisted,omitempty"`
+	RemovedAfterN map[string]int `json:"removedAfterN,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -148,7 +190,8 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 		for rk, r := range revs {
 			d.Revisions = append(d.Revisions, intentRevSnapshot{UID: rk.uid, Generation: rk.gen, Known: r.known, Order: r.order,
 				Entry: r.entry, Targets: setKeys(r.targets), Released: setKeys(r.released),
-				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted})
+				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
+				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -193,6 +236,7 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 				r.released[t] = true
 			}
 			r.releasedAll = rs.ReleasedAll
+			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
 			for _, t := range rs.Removed {
 				if r.removed == nil {
 					r.removed = map[string]bool{}
@@ -205,4 +249,16 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 		s.recompute(k)
 	}
 	return nil
+}
+
+func requestIDs(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for id := range m {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

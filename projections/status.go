@@ -40,6 +40,9 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 	case StageReleased:
 		st.Phase = fleetv1.PhaseProgressing
 		ready.Message = fmt.Sprintf("revision %s: %d of %d targets converged", r.RevisionID, c.Succeeded, c.Total)
+	case StageBatches:
+		st.Phase = fleetv1.PhaseProgressing
+		ready.Message = fmt.Sprintf("revision %s: batch %d of %d; %d of %d targets converged", r.RevisionID, r.Batch, len(r.Batches), c.Succeeded, c.Total)
 	case StageSucceeded:
 		st.Phase = fleetv1.PhaseSucceeded
 		ready.Status, ready.Reason = metav1.ConditionTrue, fleetv1.ReasonRolloutSucceeded
@@ -54,6 +57,16 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 		if c.Total == 0 {
 			ready.Reason = fleetv1.ReasonNoTargets
 			ready.Message = fmt.Sprintf("revision %s has no targets: no eligible device matched when it was created (the TargetsResolved condition says why); apply a new generation once devices match", r.RevisionID)
+		}
+	}
+	if !r.Terminal() {
+		switch {
+		case r.Paused && r.PauseReason != "":
+			ready.Message += "; paused: " + r.PauseReason
+		case r.Paused:
+			ready.Message += "; paused by " + r.PausedBy
+		case r.AwaitingApproval > 0:
+			ready.Message += fmt.Sprintf("; batch %d awaits approval", r.AwaitingApproval)
 		}
 	}
 	if n := len(r.Removed); n > 0 {

@@ -1,0 +1,366 @@
+// The rollout plan's half of the fold (ADR 0016): batches after the canary
+// stage with success thresholds and soak times, manual approval, pause and
+// resume. A revision without a plan never reaches this code except for
+// pause and resume, which hold the spec's releases too.
+
+package projections
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// StageBatches is a revision with a plan releasing its batches, after the
+// canary stage (or at once, without canaries).
+const StageBatches Stage = "Batches"
+
+// BatchState is where one batch of a revision's plan is. Times are the
+// operator's, from the transitions' events.
+type BatchState struct {
+	// Started is the time of the batch's rollout.batch-started (zero: not
+	// started).
+	Started time.Time `json:"started,omitzero"`
+	// Soaking is the time of its rollout.batch-soaking (zero: not soaking).
+	Soaking time.Time `json:"soaking,omitzero"`
+	// Succeeded and Failed: the batch ended (rollout.batch-succeeded,
+	// rollout.batch-failed).
+	Succeeded bool `json:"succeeded,omitempty"`
+	Failed    bool `json:"failed,omitempty"`
+	// Approved is set by rollout.approved, when the plan asks for
+	// approval; ApprovedBy is who approved.
+	Approved   bool   `json:"approved,omitempty"`
+	ApprovedBy string `json:"approvedBy,omitempty"`
+}
+
+// Done reports whether the batch ended, succeeded or failed.
+func (b BatchState) Done() bool { return b.Succeeded || b.Failed }
+
+// BatchTally counts one batch's current members (frozen targets not
+// removed) by their latest result.
+type BatchTally struct {
+	Members, Converged, Failed int
+}
+
+// Need is how many members must converge for the batch to succeed:
+// percent of the members, rounded up.
+func (t BatchTally) Need(percent int) int {
+	return (t.Members*percent + 99) / 100
+}
+
+// planned reports whether the revision has a rollout plan.
+func (r Rollout) planned() bool { return r.Plan != nil && len(r.Plan.Batches) > 0 }
+
+// BatchOf returns the plan batch (1-based) of a non-canary target, 0 for a
+// canary, a device that is no target, or a revision without a plan.
+func (r Rollout) BatchOf(device string) int {
+	if !r.planned() || !r.IsTarget(device) || r.IsCanary(device) {
+		return 0
+	}
+	return r.batchOf[device]
+}
+
+// batchIndex resolves the frozen batch of every non-canary target from the
+// revision's TargetBatches (aligned with its Targets). An entry out of
+// range, a missing one, or 0 for a device that is no canary puts the device
+// in the plan's last batch: it is never released earlier than planned.
+func batchIndex(d events.DeploymentRevisionCreated, canaries []string) map[string]int {
+	n := len(d.Plan.Batches)
+	out := make(map[string]int, len(d.Targets))
+	for i, dev := range d.Targets {
+		if _, canary := slices.BinarySearch(canaries, dev); canary {
+			continue
+		}
+		b := n
+		if i < len(d.TargetBatches) && d.TargetBatches[i] >= 1 && d.TargetBatches[i] <= n {
+			b = d.TargetBatches[i]
+		}
+		if prev, ok := out[dev]; !ok || b > prev {
+			out[dev] = b
+		}
+	}
+	return out
+}
+
+// BatchTallies counts every batch's members by result, in plan order.
+func (r Rollout) BatchTallies() []BatchTally {
+	if !r.planned() {
+		return nil
+	}
+	if r.talliesOK {
+		return r.tallies
+	}
+	return r.computeTallies()
+}
+
+func (r Rollout) computeTallies() []BatchTally {
+	out := make([]BatchTally, len(r.Plan.Batches))
+	for _, d := range r.Targets {
+		b := r.BatchOf(d)
+		if b == 0 {
+			continue
+		}
+		t := &out[b-1]
+		t.Members++
+		switch r.Results[d].Phase {
+		case events.WorkloadConverged:
+			t.Converged++
+		case events.WorkloadFailed:
+			t.Failed++
+		}
+	}
+	return out
+}
+
+// tallyBatch moves a member of batch b from phase prev to phase next.
+func tallyBatch(ts []BatchTally, b int, prev, next events.WorkloadPhase) {
+	if b < 1 || b > len(ts) {
+		return
+	}
+	t := &ts[b-1]
+	for _, x := range []struct {
+		p events.WorkloadPhase
+		d int
+	}{{prev, -1}, {next, +1}} {
+		switch x.p {
+		case events.WorkloadConverged:
+			t.Converged += x.d
+		case events.WorkloadFailed:
+			t.Failed += x.d
+		}
+	}
+}
+
+// HasRequest reports whether an approval, pause or resume with this request
+// id was folded for the revision.
+func (r Rollout) HasRequest(id string) bool { return r.requests[id] }
+
+// applyControl folds the plan's transitions and pause and resume into a
+// copy of r (in place when inPlace). Transitions that do not apply (an
+// approval of a batch that is not next, a resume of a rollout not paused, a
+// batch transition of another batch than the one running) are kept in the
+// log and change nothing.
+func (r Rollout) applyControl(ev *events.Event, d events.RolloutTransition, inPlace bool) Rollout {
+	n := r
+	if !inPlace {
+		n.Batches = slices.Clone(r.Batches)
+		if r.requests != nil {
+			n.requests = make(map[string]bool, len(r.requests)+1)
+			for k := range r.requests {
+				n.requests[k] = true
+			}
+		}
+	}
+	if d.Request != "" {
+		if n.requests == nil {
+			n.requests = map[string]bool{}
+		}
+		n.requests[d.Request] = true
+	}
+	switch ev.Type {
+	case events.TypeRolloutPaused:
+		if !n.Paused && !n.Terminal() {
+			n.Paused, n.PausedBy, n.PauseReason = true, d.By, d.Error
+		}
+		return n
+	case events.TypeRolloutResumed:
+		if n.Paused {
+			n.Paused, n.PausedBy, n.PauseReason = false, "", ""
+		}
+		return n
+	}
+	b := d.Batch
+	if !n.planned() || b < 1 || b > len(n.Batches) {
+		return n
+	}
+	st := &n.Batches[b-1]
+	switch ev.Type {
+	case events.TypeRolloutAwaitingApproval:
+		if b == n.Batch+1 && !st.Approved {
+			n.AwaitingApproval = b
+		}
+	case events.TypeRolloutApproved:
+		// An approval counts for the next batch only: one that waits, or
+		// one whose predecessor is still running.
+		if b == n.Batch+1 && !st.Approved {
+			st.Approved, st.ApprovedBy = true, d.By
+			if n.AwaitingApproval == b {
+				n.AwaitingApproval = 0
+			}
+		}
+	case events.TypeRolloutBatchStarted:
+		if b == n.Batch+1 {
+			n.Batch, st.Started = b, ev.Time
+			n.AwaitingApproval = 0
+			if stageRank[n.Stage] < stageRank[StageBatches] {
+				n.Stage, n.StageAt = StageBatches, ev.Time
+			}
+			if b == len(n.Batches) {
+				n.ReleasedAll = true
+				if n.ReleasedAt.IsZero() {
+					n.ReleasedAt = ev.Time
+				}
+			}
+		}
+	case events.TypeRolloutBatchSoaking:
+		if b == n.Batch && !st.Done() && st.Soaking.IsZero() {
+			st.Soaking = ev.Time
+		}
+	case events.TypeRolloutBatchSucceeded:
+		if b == n.Batch && !st.Done() {
+			st.Succeeded = true
+		}
+	case events.TypeRolloutBatchFailed:
+		if b == n.Batch && !st.Done() {
+			st.Failed = true
+		}
+	}
+	return n
+}
+
+// planControl reports whether t is one of the plan's transitions or pause
+// and resume (folded by applyControl).
+func planControl(t events.Type) bool {
+	switch t {
+	case events.TypeRolloutBatchStarted, events.TypeRolloutBatchSoaking, events.TypeRolloutBatchSucceeded,
+		events.TypeRolloutBatchFailed, events.TypeRolloutAwaitingApproval, events.TypeRolloutApproved,
+		events.TypeRolloutPaused, events.TypeRolloutResumed:
+		return true
+	}
+	return false
+}
+
+// batchMembers lists batch b's current members, sorted.
+func (r Rollout) batchMembers(b int) []string {
+	var out []string
+	for _, d := range r.Targets {
+		if r.BatchOf(d) == b {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// nextBatches decides the plan's transitions once the canaries (if any)
+// converged: each batch in order is approved when the plan asks, started,
+// judged against its threshold, soaked, and ended; after the last one the
+// rollout succeeds. now ends soaks (the zero time never does). mk builds a
+// transition of the current counts.
+func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutTransition) events.RolloutTransition) []events.RolloutTransition {
+	var out []events.RolloutTransition
+	tallies := r.BatchTallies()
+	batch, states := r.Batch, slices.Clone(r.Batches)
+	for {
+		if batch > 0 && !states[batch-1].Done() {
+			st, t, pb := &states[batch-1], tallies[batch-1], r.Plan.Batches[batch-1]
+			need := t.Need(pb.SuccessPercent)
+			switch {
+			case t.Members-t.Failed < need:
+				f := r.batchFailure(batch)
+				out = append(out, mk(events.TypeRolloutBatchFailed, events.RolloutTransition{Batch: batch, Device: f.Device,
+					Error: fmt.Sprintf("batch %d: %d of %d failed, at most %d may fail (success threshold %d%%): %s",
+						batch, t.Failed, t.Members, t.Members-need, pb.SuccessPercent, f.Error)}))
+				last := out[len(out)-1]
+				if r.Plan.OnFailure == events.OnFailurePause {
+					if !r.Paused {
+						out = append(out, mk(events.TypeRolloutPaused, events.RolloutTransition{Device: last.Device, Error: last.Error}))
+					}
+					return out
+				}
+				return append(out, mk(events.TypeRolloutFailed, events.RolloutTransition{Device: last.Device, Error: last.Error}))
+			case t.Converged < need:
+				return out // waits for more results
+			case pb.SoakSeconds > 0 && st.Soaking.IsZero():
+				return append(out, mk(events.TypeRolloutBatchSoaking, events.RolloutTransition{Batch: batch}))
+			case pb.SoakSeconds > 0 && (now.IsZero() || now.Before(st.Soaking.Add(time.Duration(pb.SoakSeconds)*time.Second))):
+				return out // soaking
+			}
+			out = append(out, mk(events.TypeRolloutBatchSucceeded, events.RolloutTransition{Batch: batch}))
+			st.Succeeded = true
+		}
+		if batch == len(states) {
+			if states[batch-1].Failed && r.Paused {
+				return out // paused by the failure, or before it: a resume ends it
+			}
+			if states[batch-1].Failed {
+				// Resumed past a failed last batch: nothing is left to
+				// release, and the last batch did not succeed.
+				f := r.batchFailure(batch)
+				return append(out, mk(events.TypeRolloutFailed, events.RolloutTransition{Device: f.Device,
+					Error: fmt.Sprintf("the last batch (%d) failed: %s", batch, f.Error)}))
+			}
+			return append(out, mk(events.TypeRolloutSucceeded, events.RolloutTransition{}))
+		}
+		next := batch + 1
+		if r.Paused {
+			return out
+		}
+		if r.Plan.Approval == events.ApprovalManual && !states[next-1].Approved {
+			if r.AwaitingApproval != next {
+				out = append(out, mk(events.TypeRolloutAwaitingApproval, events.RolloutTransition{Batch: next}))
+			}
+			return out
+		}
+		members := r.batchMembers(next)
+		if idBytes(members) > events.ChunkBytes {
+			members = nil // readers take the batch from the revision's targetBatches
+		}
+		out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: next, Released: members}))
+		batch = next
+		states[next-1].Started = now
+	}
+}
+
+// batchFailure is the latest failure of batch b in stream order.
+func (r Rollout) batchFailure(b int) events.RolloutTransition {
+	var best events.RolloutTransition
+	var order uint64
+	found := false
+	for _, d := range r.Targets {
+		res := r.Results[d]
+		if res.Phase != events.WorkloadFailed || r.BatchOf(d) != b {
+			continue
+		}
+		if !found || res.Order >= order {
+			best, order, found = events.RolloutTransition{Device: d, Error: res.Error}, res.Order, true
+		}
+	}
+	if !found {
+		best.Error = "members removed"
+	}
+	return best
+}
+
+// SoakEnds is when the running batch's soak ends (zero: none running).
+// The runner decides again at that time.
+func (r Rollout) SoakEnds() time.Time {
+	if !r.planned() || r.Batch == 0 || r.Terminal() {
+		return time.Time{}
+	}
+	st := r.Batches[r.Batch-1]
+	if st.Done() || st.Soaking.IsZero() {
+		return time.Time{}
+	}
+	return st.Soaking.Add(time.Duration(r.Plan.Batches[r.Batch-1].SoakSeconds) * time.Second)
+}
+
+// FirstHandedAt is the earliest time a target was handed the revision
+// (zero: nobody yet): the canary stage, the first batch or the release.
+func (r Rollout) FirstHandedAt() time.Time {
+	first := r.CanariesAt
+	for _, at := range []time.Time{r.ReleasedAt, r.batchStarted(1)} {
+		if !at.IsZero() && (first.IsZero() || at.Before(first)) {
+			first = at
+		}
+	}
+	return first
+}
+
+func (r Rollout) batchStarted(b int) time.Time {
+	if !r.planned() || b < 1 || b > len(r.Batches) {
+		return time.Time{}
+	}
+	return r.Batches[b-1].Started
+}

@@ -1,0 +1,446 @@
+package projections_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+)
+
+// model is a brute-force reading of the plan's rules (ADR 0016): it keeps
+// only the inputs (results, pauses, approvals, the transitions decided)
+// and counts everything again from them at every decision.
+type model struct {
+	plan     events.RolloutPlan
+	targets  []string
+	canary   map[string]bool
+	batchOf  map[string]int
+	removed  map[string]bool
+	results  map[string]events.WorkloadPhase
+
+	paused      bool
+	approved    map[int]bool
+	awaiting    int
+	started     bool
+	canaryStage bool // canary-stage appended
+	canariesOK  bool
+	batch       int
+	soaking     map[int]time.Time
+	done        map[int]string // "succeeded" or "failed"
+	terminal    string
+	// handed are the devices handed the revision: a removal takes nothing
+	// back.
+	handed map[string]bool
+}
+
+func (m *model) hand(canaries bool, batch int) {
+	for _, d := range m.targets {
+		if !m.removed[d] && ((canaries && m.canary[d]) || (!canaries && !m.canary[d] && m.batchOf[d] == batch)) {
+			m.handed[d] = true
+		}
+	}
+}
+
+func (m *model) members(b int) (n, conv, failed int) {
+	for _, d := range m.targets {
+		if m.removed[d] || m.canary[d] || m.batchOf[d] != b {
+			continue
+		}
+		n++
+		switch m.results[d] {
+		case events.WorkloadConverged:
+			conv++
+		case events.WorkloadFailed:
+			failed++
+		}
+	}
+	return
+}
+
+func (m *model) live() (targets, canaries int) {
+	for _, d := range m.targets {
+		if !m.removed[d] {
+			targets++
+			if m.canary[d] {
+				canaries++
+			}
+		}
+	}
+	return
+}
+
+// decide returns the transition types the rules call for at now, and
+// records them as appended.
+func (m *model) decide(now time.Time) []events.Type {
+	var out []events.Type
+	emit := func(t events.Type) { out = append(out, t) }
+	if m.terminal != "" {
+		return nil
+	}
+	if !m.started {
+		emit(events.TypeRolloutStarted)
+		m.started = true
+	}
+	targets, canaries := m.live()
+	if targets == 0 {
+		emit(events.TypeRolloutFailed)
+		m.terminal = "failed"
+		return out
+	}
+	hasCanaries := false
+	for _, d := range m.targets {
+		hasCanaries = hasCanaries || m.canary[d]
+	}
+	if hasCanaries && !m.canariesOK {
+		if !m.canaryStage {
+			if m.paused {
+				return out
+			}
+			emit(events.TypeRolloutCanaryStage)
+			m.canaryStage = true
+			m.hand(true, 0)
+		}
+		failed, conv := 0, 0
+		for _, d := range m.targets {
+			if m.canary[d] && !m.removed[d] {
+				switch m.results[d] {
+				case events.WorkloadFailed:
+					failed++
+				case events.WorkloadConverged:
+					conv++
+				}
+			}
+		}
+		if failed > 0 || canaries == 0 {
+			emit(events.TypeRolloutCanaryFailed)
+			emit(events.TypeRolloutFailed)
+			m.terminal = "failed"
+			return out
+		}
+		if conv < canaries {
+			return out
+		}
+		emit(events.TypeRolloutCanariesConverged)
+		m.canariesOK = true
+	}
+	for {
+		if b := m.batch; b > 0 && m.done[b] == "" {
+			n, conv, failed := m.members(b)
+			pb := m.plan.Batches[b-1]
+			need := 0
+			for need*100 < n*pb.SuccessPercent {
+				need++
+			}
+			switch {
+			case n-failed < need:
+				emit(events.TypeRolloutBatchFailed)
+				m.done[b] = "failed"
+				if m.plan.OnFailure == events.OnFailurePause {
+					if !m.paused {
+						emit(events.TypeRolloutPaused)
+						m.paused = true
+					}
+					return out
+				}
+				emit(events.TypeRolloutFailed)
+				m.terminal = "failed"
+				return out
+			case conv < need:
+				return out
+			case pb.SoakSeconds > 0 && m.soaking[b].IsZero():
+				emit(events.TypeRolloutBatchSoaking)
+				m.soaking[b] = now
+				return out
+			case pb.SoakSeconds > 0 && now.Sub(m.soaking[b]) < time.Duration(pb.SoakSeconds)*time.Second:
+				return out
+			}
+			emit(events.TypeRolloutBatchSucceeded)
+			m.done[b] = "succeeded"
+		}
+		if m.batch == len(m.plan.Batches) {
+			if m.done[m.batch] == "failed" && m.paused {
+				return out
+			}
+			emit(events.TypeRolloutFailed)
+			m.terminal = "failed"
+			if m.done[m.batch] == "succeeded" {
+				out[len(out)-1] = events.TypeRolloutSucceeded
+				m.terminal = "succeeded"
+			}
+			return out
+		}
+		if m.paused {
+			return out
+		}
+		next := m.batch + 1
+		if m.plan.Approval == events.ApprovalManual && !m.approved[next] {
+			if m.awaiting != next {
+				emit(events.TypeRolloutAwaitingApproval)
+				m.awaiting = next
+			}
+			return out
+		}
+		emit(events.TypeRolloutBatchStarted)
+		m.batch, m.awaiting = next, 0
+		m.hand(false, next)
+	}
+}
+
+// released is who was handed the revision, by the rules.
+func (m *model) released() []string {
+	var out []string
+	for _, d := range m.targets {
+		if m.removed[d] {
+			continue
+		}
+		if (m.canary[d] && m.canaryStage) || (!m.canary[d] && m.batchOf[d] <= m.batch) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// TestThePlanFoldAgreesWithABruteForceModel runs random plans through
+// random reports, pauses, resumes, approvals, removals and clock steps,
+// with the fold deciding (NextAt) as the runner does, and checks after every
+// step that the transitions, the released devices and the end agree with
+// the model; and that the fold in place, the copying fold and a fold
+// restored from its snapshot agree with each other.
+func TestThePlanFoldAgreesWithABruteForceModel(t *testing.T) {
+	rounds := 400
+	if testing.Short() {
+		rounds = 50
+	}
+	for seed := range rounds {
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) { planRound(t, uint64(seed)) })
+	}
+}
+
+func planRound(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	n := 1 + rng.IntN(10)
+	var targets, canaries []string
+	for i := range n {
+		d := fmt.Sprintf("d%02d", i)
+		targets = append(targets, d)
+		if rng.IntN(4) == 0 {
+			canaries = append(canaries, d)
+		}
+	}
+	plan := events.RolloutPlan{}
+	if rng.IntN(2) == 0 {
+		plan.Approval = events.ApprovalManual
+	}
+	if rng.IntN(2) == 0 {
+		plan.OnFailure = events.OnFailurePause
+	}
+	k := 1 + rng.IntN(4)
+	for range k {
+		pb := events.PlanBatch{SuccessPercent: []int{50, 75, 100}[rng.IntN(3)]}
+		if rng.IntN(3) == 0 {
+			pb.SoakSeconds = 10
+		}
+		plan.Batches = append(plan.Batches, pb)
+	}
+	m := &model{plan: plan, targets: targets, canary: map[string]bool{}, batchOf: map[string]int{}, removed: map[string]bool{},
+		results: map[string]events.WorkloadPhase{}, approved: map[int]bool{},
+		soaking: map[int]time.Time{}, done: map[int]string{}, handed: map[string]bool{}}
+	batches := make([]int, n)
+	for i, d := range targets {
+		if slices.Contains(canaries, d) {
+			m.canary[d] = true
+			continue
+		}
+		batches[i] = 1 + rng.IntN(k)
+		m.batchOf[d] = batches[i]
+	}
+	for b := range plan.Batches {
+		for _, d := range targets {
+			if m.batchOf[d] == b+1 {
+				plan.Batches[b].Size++
+			}
+		}
+	}
+	m.plan = plan
+
+	now := t0
+	var log []events.Event // every event, in order
+	var inPlace projections.Rollout
+	add := func(keys events.Keys, d events.Data) events.Event {
+		t.Helper()
+		ev, err := events.New(keys, d, events.WithTime(now))
+		if err != nil {
+			t.Fatal(err)
+		}
+		log = append(log, ev)
+		inPlace.Fold(ev)
+		return ev
+	}
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	control := func(typ events.Type, d events.RolloutTransition) {
+		d.UID, d.Generation, d.RevisionID = "u1", 1, "r"
+		add(dep, events.NewRolloutTransition(typ, d))
+	}
+	// run is the runner: it appends what the fold decides until it
+	// decides nothing, and checks the model decided the same.
+	run := func(step string) {
+		t.Helper()
+		var got []events.Type
+		for range 20 {
+			next := inPlace.NextAt(now)
+			if len(next) == 0 {
+				break
+			}
+			for _, tr := range next {
+				got = append(got, tr.EventType())
+				add(dep, tr)
+			}
+		}
+		want := m.decide(now)
+		if !slices.Equal(got, want) {
+			t.Fatalf("after %s: the fold decided %v, the model %v (plan %+v, batches %v, canaries %v)", step, got, want, plan, batches, canaries)
+		}
+		if diff := cmp.Diff(m.released(), sorted(inPlace.Released())); diff != "" {
+			t.Fatalf("after %s: released (-model +fold):\n%s", step, diff)
+		}
+	}
+
+	add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r", Score: json.RawMessage(`{}`),
+		Targets: targets, Canaries: canaries, Plan: &plan, TargetBatches: batches})
+	run("the revision")
+	for i := range 60 {
+		var step string
+		switch x := rng.IntN(20); {
+		case x < 11:
+			d := targets[rng.IntN(n)]
+			phase := []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged, events.WorkloadConverged, events.WorkloadFailed}[rng.IntN(4)]
+			step = fmt.Sprintf("step %d: %s reports %s", i, d, phase)
+			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1, RevisionID: "r", Phase: phase})
+			if !m.removed[d] {
+				m.results[d] = phase
+			}
+		case x < 13:
+			step = fmt.Sprintf("step %d: pause", i)
+			control(events.TypeRolloutPaused, events.RolloutTransition{By: "ana", Request: fmt.Sprint("p", i)})
+			if m.terminal == "" {
+				m.paused = true
+			}
+		case x < 15:
+			step = fmt.Sprintf("step %d: resume", i)
+			control(events.TypeRolloutResumed, events.RolloutTransition{By: "ana", Request: fmt.Sprint("r", i)})
+			m.paused = false
+		case x < 17:
+			b := 1 + rng.IntN(k+1)
+			step = fmt.Sprintf("step %d: approve batch %d", i, b)
+			control(events.TypeRolloutApproved, events.RolloutTransition{By: "ana", Batch: b, Request: fmt.Sprint("a", i)})
+			if b == m.batch+1 && b <= k {
+				m.approved[b] = true
+				if m.awaiting == b {
+					m.awaiting = 0
+				}
+			}
+		case x < 18:
+			d := targets[rng.IntN(n)]
+			step = fmt.Sprintf("step %d: %s removed", i, d)
+			if m.terminal == "" && !m.removed[d] {
+				control(events.TypeRolloutTargetRemoved, events.RolloutTransition{Device: d, Error: "Device deleted"})
+				m.removed[d] = true
+			}
+		default:
+			now = now.Add(time.Duration(rng.IntN(15)) * time.Second)
+			step = fmt.Sprintf("step %d: the clock at +%s", i, now.Sub(t0))
+		}
+		run(step)
+	}
+
+	// fleet-intent holds the revision on exactly the released devices,
+	// whether the revision is read before its transitions or after them,
+	// and with every batch start's list left out (the form a batch too
+	// large for one event takes).
+	var intentEvents, rolloutFirst, unlisted []events.Event
+	for _, ev := range log {
+		if ev.Type == events.TypeWorkloadStatus {
+			continue
+		}
+		intentEvents = append(intentEvents, ev)
+		if ev.Type != events.TypeDeploymentRevisionCreated {
+			rolloutFirst = append(rolloutFirst, ev)
+		}
+		if ev.Type == events.TypeRolloutBatchStarted {
+			d, err := events.Decode[events.RolloutTransition](ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d.Released = nil
+			ev, err = events.New(ev.Keys, events.NewRolloutTransition(ev.Type, d), events.WithTime(ev.Time))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		unlisted = append(unlisted, ev)
+	}
+	rolloutFirst = append(rolloutFirst, log[0])
+	for name, evs := range map[string][]events.Event{"in order": intentEvents, "revision last": rolloutFirst, "batch lists left out": unlisted} {
+		in := projections.NewIntent()
+		for _, ev := range evs {
+			in.Apply(ev)
+		}
+		var handed []string
+		for d := range m.handed {
+			handed = append(handed, d)
+		}
+		if diff := cmp.Diff(sorted(handed), sorted(in.Devices())); diff != "" {
+			t.Errorf("fleet-intent holders, %s (-handed +holders):\n%s", name, diff)
+		}
+	}
+
+	// The copying fold, and a fold restored from a snapshot halfway, agree
+	// with the fold in place.
+	var copying, restored projections.Rollout
+	for i, ev := range log {
+		copying = copying.Apply(ev)
+		restored.Fold(ev)
+		if i == len(log)/2 {
+			b, err := json.Marshal(restored)
+			if err != nil {
+				t.Fatal(err)
+			}
+			restored = projections.Rollout{}
+			if err := json.Unmarshal(b, &restored); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for name, r := range map[string]projections.Rollout{"copying": copying, "restored": restored} {
+		if diff := cmp.Diff(summary(inPlace, now), summary(r, now)); diff != "" {
+			t.Errorf("the %s fold differs from the fold in place (-in place +%s):\n%s", name, name, diff)
+		}
+	}
+}
+
+// summary is what a reader of a fold sees.
+func summary(r projections.Rollout, now time.Time) map[string]any {
+	st, _ := r.Status()
+	var next []events.Type
+	for _, tr := range r.NextAt(now) {
+		next = append(next, tr.EventType())
+	}
+	return map[string]any{"stage": r.Stage, "batch": r.Batch, "batches": r.Batches, "paused": r.Paused, "released": sorted(r.Released()),
+		"tallies": r.BatchTallies(), "counts": r.Counts(), "status": st.Conditions[0].Message, "next": next, "awaiting": r.AwaitingApproval}
+}
+
+func sorted(s []string) []string {
+	out := slices.Clone(s)
+	slices.Sort(out)
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
