@@ -375,6 +375,30 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 		}
 	case events.TypeRolloutTargetRemoved:
 		s = fmt.Sprintf("target %s removed: %s", d.Device, d.Error)
+	case events.TypeRolloutBatchStarted:
+		if d.Released == nil {
+			s = fmt.Sprintf("batch %d started (its devices are in the revision's plan)", d.Batch)
+		} else {
+			s = fmt.Sprintf("batch %d started: released to %s", d.Batch, list(d.Released))
+		}
+	case events.TypeRolloutBatchSoaking:
+		s = fmt.Sprintf("batch %d met its success threshold; soaking", d.Batch)
+	case events.TypeRolloutBatchSucceeded:
+		s = fmt.Sprintf("batch %d succeeded", d.Batch)
+	case events.TypeRolloutBatchFailed:
+		s = fmt.Sprintf("batch %d failed: %s", d.Batch, d.Error)
+	case events.TypeRolloutAwaitingApproval:
+		s = fmt.Sprintf("batch %d awaits approval", d.Batch)
+	case events.TypeRolloutApproved:
+		s = fmt.Sprintf("batch %d approved by %s", d.Batch, d.By)
+	case events.TypeRolloutPaused:
+		if d.By != "" {
+			s = "paused by " + d.By
+		} else {
+			s = "paused: " + d.Error
+		}
+	case events.TypeRolloutResumed:
+		s = "resumed by " + d.By
 	default:
 		s = string(t)
 	}

@@ -420,7 +420,7 @@ func canaryStageOf(stage projections.Stage, c events.RolloutCounts) *CanaryStage
 	cs := &CanaryStage{Canaries: c.Canaries, Succeeded: c.CanariesSucceeded, Failed: c.CanariesFailed,
 		Pending: c.Canaries - c.CanariesSucceeded - c.CanariesFailed, Gate: GateWaiting}
 	switch stage {
-	case projections.StageReleased, projections.StageSucceeded:
+	case projections.StageBatches, projections.StageReleased, projections.StageSucceeded:
 		cs.Gate = GatePassed
 	case projections.StageFailed:
 		if c.CanariesFailed > 0 {
