@@ -36,6 +36,10 @@ type DeploymentRevisionCreated struct {
 	// TargetBatches has one entry per Targets entry, in the same order,
 	// when Plan is set: 0 for a canary, k (1-based) for Plan.Batches[k-1].
 	TargetBatches []int `json:"targetBatches,omitempty"`
+	// TargetGroups has one entry per Targets entry, in the same order, when
+	// Plan.Budget is set: the index of the target's group in
+	// Plan.Budget.Values.
+	TargetGroups []int `json:"targetGroups,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the
@@ -50,6 +54,25 @@ type RolloutPlan struct {
 	// OnFailure is what a failed batch does: empty or OnFailureFail fails
 	// the rollout, OnFailurePause pauses it.
 	OnFailure string `json:"onFailure,omitempty"`
+	// Budget, when set, limits how many targets sharing a label value are
+	// between revisions at once.
+	Budget *DisruptionBudget `json:"budget,omitempty"`
+}
+
+// DisruptionBudget is a plan's frozen disruption budget: of the targets
+// sharing a value of LabelKey (a group), at most MaxUnavailable, or
+// MaxPercent % of the group rounded down, are handed the revision and not
+// yet Converged or Failed at any time; at least one per group, so every
+// group makes progress. Exactly one of MaxUnavailable and MaxPercent is
+// set.
+type DisruptionBudget struct {
+	LabelKey       string `json:"labelKey"`
+	MaxUnavailable int    `json:"maxUnavailable,omitempty"`
+	MaxPercent     int    `json:"maxPercent,omitempty"`
+	// Values are the label values of the groups, sorted; the revision's
+	// TargetGroups index them. Targets without the label form one more
+	// group, index len(Values).
+	Values []string `json:"values"`
 }
 
 // PlanBatch is one frozen batch of a RolloutPlan.
@@ -82,9 +105,11 @@ type DeploymentRevisionTargets struct {
 	Chunk      int      `json:"chunk"`
 	Targets    []string `json:"targets"`
 	Canaries   []string `json:"canaries,omitempty"`
-	// TargetBatches are the entries of the revision's TargetBatches for
-	// this chunk's Targets, in the same order (ADR 0016).
+	// TargetBatches and TargetGroups are the entries of the revision's
+	// TargetBatches and TargetGroups for this chunk's Targets, in the same
+	// order (ADR 0016).
 	TargetBatches []int `json:"targetBatches,omitempty"`
+	TargetGroups  []int `json:"targetGroups,omitempty"`
 }
 
 // EventType implements Data.

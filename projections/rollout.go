@@ -100,6 +100,11 @@ type Rollout struct {
 	PausedBy, PauseReason string
 	// batchOf is each non-canary target's plan batch (1-based).
 	batchOf map[string]int
+	// With a disruption budget: each target's group (index into
+	// Plan.Budget.Values), and when each batch device was handed the
+	// revision (a batch is handed in waves).
+	groupOf map[string]int
+	handed  map[string]time.Time
 	// tallies is BatchTallies kept up to date report by report when
 	// talliesOK.
 	tallies   []BatchTally
@@ -200,6 +205,10 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 		n.Plan = d.Plan
 		n.Batches = make([]BatchState, len(d.Plan.Batches))
 		n.batchOf = batchIndex(d, n.Canaries)
+		if d.Plan.Budget != nil {
+			n.groupOf = groupIndex(d)
+			n.handed = map[string]time.Time{}
+		}
 	}
 	key := revKey{d.UID, d.Generation}
 	if f := r.early[key]; f != nil {
@@ -373,6 +382,9 @@ func (r Rollout) removeTarget(device, reason string) Rollout {
 func (r Rollout) HandedAt(device string) time.Time {
 	if r.IsCanary(device) && !r.CanariesAt.IsZero() {
 		return r.CanariesAt
+	}
+	if r.budgeted() {
+		return r.handed[device]
 	}
 	if b := r.BatchOf(device); b > 0 {
 		return r.batchStarted(b)
@@ -559,6 +571,17 @@ func (r Rollout) computeCounts() events.RolloutCounts {
 // nothing released is ever taken back (no rollback).
 func (r Rollout) Released() []string {
 	switch {
+	case r.budgeted():
+		var out []string
+		if r.Stage != StageNone && r.Stage != StageStarted {
+			out = slices.Clone(r.Canaries)
+		}
+		for _, d := range r.Targets {
+			if _, ok := r.handed[d]; ok {
+				out = append(out, d)
+			}
+		}
+		return out
 	case r.ReleasedAll:
 		return r.Targets
 	case r.planned() && r.Batch > 0:

@@ -84,6 +84,77 @@ func batchIndex(d events.DeploymentRevisionCreated, canaries []string) map[strin
 	return out
 }
 
+// budgeted reports whether the revision's plan has a disruption budget.
+func (r Rollout) budgeted() bool { return r.planned() && r.Plan.Budget != nil }
+
+// groupIndex resolves every target's budget group from the revision's
+// TargetGroups (aligned with its Targets); an entry out of range or missing
+// puts the target in the group of targets without the label.
+func groupIndex(d events.DeploymentRevisionCreated) map[string]int {
+	none := len(d.Plan.Budget.Values)
+	out := make(map[string]int, len(d.Targets))
+	for i, dev := range d.Targets {
+		g := none
+		if i < len(d.TargetGroups) && d.TargetGroups[i] >= 0 && d.TargetGroups[i] < none {
+			g = d.TargetGroups[i]
+		}
+		out[dev] = g
+	}
+	return out
+}
+
+// wave lists the members of batch b the budget lets the runner hand the
+// revision to now: per group, up to its allowance minus the targets of the
+// group handed and not yet Converged or Failed, in device-id order.
+func (r Rollout) wave(b int) []string {
+	bud := r.Plan.Budget
+	size := map[int]int{}
+	inflight := map[int]int{}
+	for _, d := range r.Targets {
+		g := r.groupOf[d]
+		size[g]++
+		if _, ok := r.handed[d]; ok {
+			switch r.Results[d].Phase {
+			case events.WorkloadConverged, events.WorkloadFailed:
+			default:
+				inflight[g]++
+			}
+		}
+	}
+	var out []string
+	for _, d := range r.Targets {
+		if r.BatchOf(d) != b {
+			continue
+		}
+		if _, ok := r.handed[d]; ok {
+			continue
+		}
+		g := r.groupOf[d]
+		allowed := bud.MaxUnavailable
+		if bud.MaxPercent > 0 {
+			allowed = size[g] * bud.MaxPercent / 100
+		}
+		if inflight[g] < max(allowed, 1) {
+			inflight[g]++
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// unhanded counts the members of batch b not handed the revision yet.
+func (r Rollout) unhanded(b int) int {
+	n := 0
+	for _, d := range r.Targets {
+		if r.BatchOf(d) == b {
+			if _, ok := r.handed[d]; !ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // BatchTallies counts every batch's members by result, in plan order.
 func (r Rollout) BatchTallies() []BatchTally {
 	if !r.planned() {
@@ -146,6 +217,12 @@ func (r Rollout) applyControl(ev *events.Event, d events.RolloutTransition, inPl
 	n := r
 	if !inPlace {
 		n.Batches = slices.Clone(r.Batches)
+		if ev.Type == events.TypeRolloutBatchStarted && r.handed != nil {
+			n.handed = make(map[string]time.Time, len(r.handed)+len(d.Released))
+			for k, v := range r.handed {
+				n.handed[k] = v
+			}
+		}
 		if r.requests != nil {
 			n.requests = make(map[string]bool, len(r.requests)+1)
 			for k := range r.requests {
@@ -191,13 +268,24 @@ func (r Rollout) applyControl(ev *events.Event, d events.RolloutTransition, inPl
 			}
 		}
 	case events.TypeRolloutBatchStarted:
+		if n.budgeted() && (b == n.Batch || b == n.Batch+1) {
+			// A batch is handed in waves: each start lists the devices
+			// it hands the revision to.
+			for _, dev := range d.Released {
+				if n.BatchOf(dev) == b {
+					if _, ok := n.handed[dev]; !ok {
+						n.handed[dev] = ev.Time
+					}
+				}
+			}
+		}
 		if b == n.Batch+1 {
 			n.Batch, st.Started = b, ev.Time
 			n.AwaitingApproval = 0
 			if stageRank[n.Stage] < stageRank[StageBatches] {
 				n.Stage, n.StageAt = StageBatches, ev.Time
 			}
-			if b == len(n.Batches) {
+			if b == len(n.Batches) && !n.budgeted() {
 				n.ReleasedAll = true
 				if n.ReleasedAt.IsZero() {
 					n.ReleasedAt = ev.Time
@@ -252,7 +340,15 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 	var out []events.RolloutTransition
 	tallies := r.BatchTallies()
 	batch, states := r.Batch, slices.Clone(r.Batches)
+	started := false // a batch was started by this decision
 	for {
+		if batch > 0 && !states[batch-1].Done() && r.budgeted() && !r.Paused && !started {
+			// The next wave of the running batch, as far as the budget
+			// lets it.
+			for _, w := range chunkIDs(r.wave(batch)) {
+				out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: batch, Released: w}))
+			}
+		}
 		if batch > 0 && !states[batch-1].Done() {
 			st, t, pb := &states[batch-1], tallies[batch-1], r.Plan.Batches[batch-1]
 			need := t.Need(pb.SuccessPercent)
@@ -303,14 +399,49 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 			}
 			return out
 		}
-		members := r.batchMembers(next)
-		if idBytes(members) > events.ChunkBytes {
-			members = nil // readers take the batch from the revision's targetBatches
+		if r.budgeted() {
+			w := r.wave(next)
+			if len(w) == 0 && r.unhanded(next) > 0 {
+				return out // every group of the batch is at its budget: wait
+			}
+			for _, c := range chunkIDs(w) {
+				out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: next, Released: c}))
+			}
+			if len(w) == 0 {
+				// No member left (all removed): the start without a list
+				// hands nothing, as readers expand it to the members not
+				// removed before it.
+				out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: next}))
+			}
+			started = true
+		} else {
+			members := r.batchMembers(next)
+			if idBytes(members) > events.ChunkBytes {
+				members = nil // readers take the batch from the revision's targetBatches
+			}
+			out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: next, Released: members}))
 		}
-		out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: next, Released: members}))
 		batch = next
 		states[next-1].Started = now
 	}
+}
+
+// chunkIDs splits ids into lists that each fit in one event (none for no
+// ids).
+func chunkIDs(ids []string) [][]string {
+	var out [][]string
+	start, n := 0, 0
+	for i, id := range ids {
+		if n > 0 && n+len(id)+3 > events.ChunkBytes {
+			out = append(out, ids[start:i])
+			start, n = i, 0
+		}
+		n += len(id) + 3
+	}
+	if start < len(ids) {
+		out = append(out, ids[start:])
+	}
+	return out
 }
 
 // batchFailure is the latest failure of batch b in stream order.

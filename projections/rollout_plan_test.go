@@ -38,6 +38,59 @@ type model struct {
 	// handed are the devices handed the revision: a removal takes nothing
 	// back.
 	handed map[string]bool
+	// With a budget: each target's group, and the batch devices handed.
+	groupOf     map[string]int
+	batchHanded map[string]bool
+}
+
+// wave is the budget's next wave of batch b, counted from scratch.
+func (m *model) wave(b int) []string {
+	bud := m.plan.Budget
+	size, inflight := map[int]int{}, map[int]int{}
+	for _, d := range m.targets {
+		if m.removed[d] {
+			continue
+		}
+		size[m.groupOf[d]]++
+		if m.batchHanded[d] && m.results[d] != events.WorkloadConverged && m.results[d] != events.WorkloadFailed {
+			inflight[m.groupOf[d]]++
+		}
+	}
+	var out []string
+	for _, d := range m.targets {
+		if m.removed[d] || m.canary[d] || m.batchOf[d] != b || m.batchHanded[d] {
+			continue
+		}
+		g := m.groupOf[d]
+		allowed := bud.MaxUnavailable
+		if bud.MaxPercent > 0 {
+			allowed = size[g] * bud.MaxPercent / 100
+		}
+		if allowed < 1 {
+			allowed = 1
+		}
+		if inflight[g] < allowed {
+			inflight[g]++
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func (m *model) unhanded(b int) int {
+	n := 0
+	for _, d := range m.targets {
+		if !m.removed[d] && !m.canary[d] && m.batchOf[d] == b && !m.batchHanded[d] {
+			n++
+		}
+	}
+	return n
+}
+
+func (m *model) handWave(w []string) {
+	for _, d := range w {
+		m.batchHanded[d], m.handed[d] = true, true
+	}
 }
 
 func (m *model) hand(canaries bool, batch int) {
@@ -77,8 +130,21 @@ func (m *model) live() (targets, canaries int) {
 }
 
 // decide returns the transition types the rules call for at now, and
-// records them as appended.
+// records them as appended; like the runner, it decides again until
+// nothing is left to decide.
 func (m *model) decide(now time.Time) []events.Type {
+	var out []events.Type
+	for range 20 {
+		next := m.decideOnce(now)
+		if len(next) == 0 {
+			break
+		}
+		out = append(out, next...)
+	}
+	return out
+}
+
+func (m *model) decideOnce(now time.Time) []events.Type {
 	var out []events.Type
 	emit := func(t events.Type) { out = append(out, t) }
 	if m.terminal != "" {
@@ -130,7 +196,14 @@ func (m *model) decide(now time.Time) []events.Type {
 		emit(events.TypeRolloutCanariesConverged)
 		m.canariesOK = true
 	}
+	startedNow := false
 	for {
+		if b := m.batch; b > 0 && m.done[b] == "" && m.plan.Budget != nil && !m.paused && !startedNow {
+			if w := m.wave(b); len(w) > 0 {
+				emit(events.TypeRolloutBatchStarted)
+				m.handWave(w)
+			}
+		}
 		if b := m.batch; b > 0 && m.done[b] == "" {
 			n, conv, failed := m.members(b)
 			pb := m.plan.Batches[b-1]
@@ -187,9 +260,18 @@ func (m *model) decide(now time.Time) []events.Type {
 			}
 			return out
 		}
+		if m.plan.Budget != nil {
+			w := m.wave(next)
+			if len(w) == 0 && m.unhanded(next) > 0 {
+				return out
+			}
+			m.handWave(w)
+			startedNow = true
+		} else {
+			m.hand(false, next)
+		}
 		emit(events.TypeRolloutBatchStarted)
 		m.batch, m.awaiting = next, 0
-		m.hand(false, next)
 	}
 }
 
@@ -198,6 +280,12 @@ func (m *model) released() []string {
 	var out []string
 	for _, d := range m.targets {
 		if m.removed[d] {
+			continue
+		}
+		if m.plan.Budget != nil && !m.canary[d] {
+			if m.batchHanded[d] {
+				out = append(out, d)
+			}
 			continue
 		}
 		if (m.canary[d] && m.canaryStage) || (!m.canary[d] && m.batchOf[d] <= m.batch) {
@@ -249,9 +337,26 @@ func planRound(t *testing.T, seed uint64) {
 		}
 		plan.Batches = append(plan.Batches, pb)
 	}
+	var groups []int
+	if rng.IntN(2) == 0 {
+		plan.Budget = &events.DisruptionBudget{LabelKey: "site", Values: []string{"a", "b"}}
+		if rng.IntN(2) == 0 {
+			plan.Budget.MaxUnavailable = 1 + rng.IntN(2)
+		} else {
+			plan.Budget.MaxPercent = 50
+		}
+		groups = make([]int, n)
+		for i := range groups {
+			groups[i] = rng.IntN(3) // 2: no label
+		}
+	}
 	m := &model{plan: plan, targets: targets, canary: map[string]bool{}, batchOf: map[string]int{}, removed: map[string]bool{},
 		results: map[string]events.WorkloadPhase{}, approved: map[int]bool{},
-		soaking: map[int]time.Time{}, done: map[int]string{}, handed: map[string]bool{}}
+		soaking: map[int]time.Time{}, done: map[int]string{}, handed: map[string]bool{},
+		groupOf: map[string]int{}, batchHanded: map[string]bool{}}
+	for i, g := range groups {
+		m.groupOf[targets[i]] = g
+	}
 	batches := make([]int, n)
 	for i, d := range targets {
 		if slices.Contains(canaries, d) {
@@ -313,7 +418,7 @@ func planRound(t *testing.T, seed uint64) {
 	}
 
 	add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r", Score: json.RawMessage(`{}`),
-		Targets: targets, Canaries: canaries, Plan: &plan, TargetBatches: batches})
+		Targets: targets, Canaries: canaries, Plan: &plan, TargetBatches: batches, TargetGroups: groups})
 	run("the revision")
 	for i := range 60 {
 		var step string
@@ -373,7 +478,7 @@ func planRound(t *testing.T, seed uint64) {
 		if ev.Type != events.TypeDeploymentRevisionCreated {
 			rolloutFirst = append(rolloutFirst, ev)
 		}
-		if ev.Type == events.TypeRolloutBatchStarted {
+		if ev.Type == events.TypeRolloutBatchStarted && plan.Budget == nil {
 			d, err := events.Decode[events.RolloutTransition](ev)
 			if err != nil {
 				t.Fatal(err)
@@ -387,7 +492,12 @@ func planRound(t *testing.T, seed uint64) {
 		unlisted = append(unlisted, ev)
 	}
 	rolloutFirst = append(rolloutFirst, log[0])
-	for name, evs := range map[string][]events.Event{"in order": intentEvents, "revision last": rolloutFirst, "batch lists left out": unlisted} {
+	variants := map[string][]events.Event{"in order": intentEvents, "revision last": rolloutFirst}
+	if plan.Budget == nil {
+		// With a budget every batch start lists its wave.
+		variants["batch lists left out"] = unlisted
+	}
+	for name, evs := range variants {
 		in := projections.NewIntent()
 		for _, ev := range evs {
 			in.Apply(ev)

@@ -61,6 +61,10 @@ type rolloutSnapshot struct {
 	PausedBy         string              `json:"pausedBy,omitempty"`
 	PauseReason      string              `json:"pauseReason,omitempty"`
 	Requests         []string            `json:"requests,omitempty"`
+	// With a budget: TargetGroups aligned with Targets, and when each
+	// batch device was handed the revision.
+	TargetGroups []int                `json:"targetGroups,omitempty"`
+	Handed       map[string]time.Time `json:"handed,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -77,6 +81,13 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		for i, d := range r.Targets {
 			s.TargetBatches[i] = r.BatchOf(d)
 		}
+	}
+	if r.budgeted() {
+		s.TargetGroups = make([]int, len(r.Targets))
+		for i, d := range r.Targets {
+			s.TargetGroups[i] = r.groupOf[d]
+		}
+		s.Handed = r.handed
 	}
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
@@ -111,7 +122,14 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		if len(r.Batches) != len(s.Plan.Batches) {
 			r.Batches = make([]BatchState, len(s.Plan.Batches))
 		}
-		r.batchOf = batchIndex(events.DeploymentRevisionCreated{Plan: s.Plan, Targets: s.Targets, TargetBatches: s.TargetBatches}, s.Canaries)
+		rev := events.DeploymentRevisionCreated{Plan: s.Plan, Targets: s.Targets, TargetBatches: s.TargetBatches, TargetGroups: s.TargetGroups}
+		r.batchOf = batchIndex(rev, s.Canaries)
+		if s.Plan.Budget != nil {
+			r.groupOf, r.handed = groupIndex(rev), s.Handed
+			if r.handed == nil {
+				r.handed = map[string]time.Time{}
+			}
+		}
 	}
 	for _, id := range s.Requests {
 		if r.requests == nil {
