@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -27,51 +28,67 @@ func TargetsDigest(targets []string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// ChunkRevision splits a revision whose target and canary ids exceed
-// maxBytes (ChunkBytes when 0) into chunks of at most maxBytes each. The
-// revision it returns carries no targets or canaries, the chunk count and
-// the digest of the complete target list; the chunks carry the targets,
-// then the canaries, in order. A revision that fits is returned unchanged,
-// with no chunks.
+// ChunkRevision splits a revision whose target and canary ids (and, with a
+// plan, the targets' batch numbers) exceed maxBytes (ChunkBytes when 0)
+// into chunks of at most maxBytes each. The revision it returns carries no
+// targets, canaries or target batches, the chunk count and the digest of
+// the complete target list (its plan stays in it); the chunks carry the
+// targets, each with its TargetBatches entry, then the canaries, in order.
+// A revision that fits is returned unchanged, with no chunks.
 func ChunkRevision(d DeploymentRevisionCreated, maxBytes int) (DeploymentRevisionCreated, []DeploymentRevisionTargets) {
 	if maxBytes <= 0 {
 		maxBytes = ChunkBytes
 	}
-	size := func(ids []string) int {
-		n := 0
-		for _, id := range ids {
-			n += len(id) + 3 // quotes and comma
+	withBatches := len(d.TargetBatches) > 0
+	// cost is the bytes target i (or a canary, i < 0) adds to a chunk:
+	// the quoted id and its comma, and its batch number and comma.
+	cost := func(id string, i int) int {
+		n := len(id) + 3
+		if withBatches && i >= 0 && i < len(d.TargetBatches) {
+			n += len(strconv.Itoa(d.TargetBatches[i])) + 1
 		}
 		return n
 	}
-	if size(d.Targets)+size(d.Canaries) <= maxBytes {
+	total := 0
+	for i, t := range d.Targets {
+		total += cost(t, i)
+	}
+	for _, c := range d.Canaries {
+		total += cost(c, -1)
+	}
+	if total <= maxBytes {
 		return d, nil
 	}
 	var chunks []DeploymentRevisionTargets
 	cur := DeploymentRevisionTargets{UID: d.UID, Generation: d.Generation, Chunk: 1, Targets: []string{}}
 	n := 0
-	add := func(id string, canary bool) {
-		if n > 0 && n+len(id)+3 > maxBytes {
+	add := func(id string, i int, canary bool) {
+		c := cost(id, i)
+		if n > 0 && n+c > maxBytes {
 			chunks = append(chunks, cur)
 			cur = DeploymentRevisionTargets{UID: d.UID, Generation: d.Generation, Chunk: len(chunks) + 1, Targets: []string{}}
 			n = 0
 		}
-		n += len(id) + 3
-		if canary {
+		n += c
+		switch {
+		case canary:
 			cur.Canaries = append(cur.Canaries, id)
-		} else {
+		default:
 			cur.Targets = append(cur.Targets, id)
+			if withBatches && i < len(d.TargetBatches) {
+				cur.TargetBatches = append(cur.TargetBatches, d.TargetBatches[i])
+			}
 		}
 	}
-	for _, t := range d.Targets {
-		add(t, false)
+	for i, t := range d.Targets {
+		add(t, i, false)
 	}
 	for _, c := range d.Canaries {
-		add(c, true)
+		add(c, -1, true)
 	}
 	chunks = append(chunks, cur)
 	out := d
-	out.Targets, out.Canaries = []string{}, []string{}
+	out.Targets, out.Canaries, out.TargetBatches = []string{}, []string{}, nil
 	out.TargetChunks, out.TargetsDigest = len(chunks), TargetsDigest(d.Targets)
 	return out, chunks
 }
@@ -93,14 +110,20 @@ type chunkSet struct {
 	generation        int64
 	chunks            int
 	targets, canaries []string
+	batches           []int
 	broken            bool
+	// misaligned names the first chunk whose TargetBatches are neither
+	// absent nor one per target (0: none).
+	misaligned int
 }
 
 // Add folds one event. It returns the event to fold, with a chunked
-// revision made whole (its Targets and Canaries complete, TargetChunks 0),
-// and true; false for a chunk (kept until its revision comes) and for a
-// revision that cannot be made whole (the error says why; ErrChunksMissing
-// when the chunks were not read). Other events are returned as they are.
+// revision made whole (its Targets, Canaries and TargetBatches complete,
+// TargetChunks 0), and true; false for a chunk (kept until its revision
+// comes) and for a revision that cannot be made whole (the error says why;
+// ErrChunksMissing when the chunks were not read) or whose plan does not
+// match its targets (chunked or not: CheckPlan, ErrPlanMisaligned). Other
+// events are returned as they are.
 func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 	switch ev.Type {
 	case TypeDeploymentRevisionTargets:
@@ -121,15 +144,25 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 			set.broken = true
 		}
 		set.chunks++
+		if len(d.TargetBatches) > 0 && len(d.TargetBatches) != len(d.Targets) && set.misaligned == 0 {
+			set.misaligned = d.Chunk
+		}
 		set.targets = append(set.targets, d.Targets...)
 		set.canaries = append(set.canaries, d.Canaries...)
+		set.batches = append(set.batches, d.TargetBatches...)
 		return ev, false, nil
 	case TypeDeploymentRevisionCreated:
 		set := a.pending[ev.Keys]
 		delete(a.pending, ev.Keys)
 		d, err := Decode[DeploymentRevisionCreated](ev)
-		if err != nil || d.TargetChunks == 0 {
+		if err != nil {
 			return ev, true, nil // the readers judge it as before
+		}
+		if d.TargetChunks == 0 {
+			if err := d.CheckPlan(); err != nil {
+				return ev, false, err
+			}
+			return ev, true, nil
 		}
 		if set == nil || set.broken || set.uid != d.UID || set.generation != d.Generation || set.chunks != d.TargetChunks {
 			return ev, false, fmt.Errorf("%w: revision %s (generation %d) names %d chunks", ErrChunksMissing, d.RevisionID, d.Generation, d.TargetChunks)
@@ -138,10 +171,18 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 			return ev, false, fmt.Errorf("revision %s (generation %d): its %d chunks' targets have digest %s, the revision names %s",
 				d.RevisionID, d.Generation, d.TargetChunks, got, d.TargetsDigest)
 		}
+		if set.misaligned > 0 {
+			return ev, false, fmt.Errorf("%w: revision %s (generation %d): chunk %d carries targetBatches that are not one per target",
+				ErrPlanMisaligned, d.RevisionID, d.Generation, set.misaligned)
+		}
 		d.Targets = append(d.Targets, set.targets...)
 		d.Canaries = append(d.Canaries, set.canaries...)
 		if d.Canaries == nil {
 			d.Canaries = []string{}
+		}
+		d.TargetBatches = append(d.TargetBatches, set.batches...)
+		if err := d.CheckPlan(); err != nil {
+			return ev, false, err
 		}
 		d.TargetChunks, d.TargetsDigest = 0, ""
 		raw, err := json.Marshal(d)

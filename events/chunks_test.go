@@ -1,9 +1,11 @@
 package events_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -128,5 +130,153 @@ func TestARevisionWhoseChunksAreMissingOrWrongIsNotHandedOut(t *testing.T) {
 	got, errs := assemble(t, append(slices.Clone(evs[:last]), forged))
 	if len(got) != 0 || len(errs) != 1 || errors.Is(errs[0], events.ErrChunksMissing) {
 		t.Errorf("a digest mismatch: got %d revisions, errors %v", len(got), errs)
+	}
+}
+
+// plannedRevision is a revision of n targets (the first two canaries) with
+// a plan of three batches: 10 targets, then 30 %, then the rest.
+func plannedRevision(n int) events.DeploymentRevisionCreated {
+	d := events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00",
+		Score: []byte(`{}`), Targets: []string{}, Canaries: []string{}, TargetBatches: []int{}}
+	second := (30*n + 99) / 100
+	for i := range n {
+		id := fmt.Sprintf("edge-device-%06d", i)
+		d.Targets = append(d.Targets, id)
+		switch {
+		case i < 2:
+			d.Canaries = append(d.Canaries, id)
+			d.TargetBatches = append(d.TargetBatches, 0)
+		case i < 12:
+			d.TargetBatches = append(d.TargetBatches, 1)
+		case i < 12+second:
+			d.TargetBatches = append(d.TargetBatches, 2)
+		default:
+			d.TargetBatches = append(d.TargetBatches, 3)
+		}
+	}
+	d.Plan = &events.RolloutPlan{Batches: []events.PlanBatch{
+		{Size: 10, SuccessPercent: 90, SoakSeconds: 300}, {Size: second, SuccessPercent: 100}, {Size: n - 12 - second, SuccessPercent: 100},
+	}, Approval: events.ApprovalManual, OnFailure: events.OnFailurePause}
+	return d
+}
+
+// eventsOf makes the events of a chunked revision: its chunks, then it.
+func eventsOf(t *testing.T, created events.DeploymentRevisionCreated, chunks []events.DeploymentRevisionTargets) []events.Event {
+	t.Helper()
+	keys := events.Keys{Namespace: "prod", Name: "api"}
+	var evs []events.Event
+	for _, c := range chunks {
+		ev, err := events.New(keys, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	ev, err := events.New(keys, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(evs, ev)
+}
+
+func TestARevisionWithAPlanOfAHundredThousandTargetsRoundTripsThroughChunksWithItsBatchesAligned(t *testing.T) {
+	full := plannedRevision(100000)
+	if err := full.CheckPlan(); err != nil {
+		t.Fatalf("the test's revision: %v", err)
+	}
+	created, chunks := events.ChunkRevision(full, 0)
+	if len(chunks) < 2 {
+		t.Fatalf("%d chunks, want several", len(chunks))
+	}
+	if created.TargetBatches != nil || len(created.Targets) != 0 || created.Plan == nil {
+		t.Errorf("the revision event carries %d target batches, %d targets and plan %v; want none, none and the plan",
+			len(created.TargetBatches), len(created.Targets), created.Plan)
+	}
+	for _, c := range chunks {
+		if len(c.TargetBatches) != len(c.Targets) {
+			t.Errorf("chunk %d: %d batch entries for %d targets", c.Chunk, len(c.TargetBatches), len(c.Targets))
+		}
+	}
+	evs := eventsOf(t, created, chunks)
+	for _, ev := range evs {
+		if b, _ := ev.Marshal(); len(b) > events.MaxEventSize {
+			t.Fatalf("a %s event of %d bytes", ev.Type, len(b))
+		}
+	}
+	got, errs := assemble(t, evs)
+	if len(errs) > 0 || len(got) != 1 {
+		t.Fatalf("got %d revisions, errors %v", len(got), errs)
+	}
+	if diff := cmp.Diff(full, got[0]); diff != "" {
+		t.Errorf("assembled (-want +got):\n%s", diff)
+	}
+}
+
+func TestAChunkWithBatchNumbersStaysWithinItsByteBound(t *testing.T) {
+	const maxBytes = 300
+	full := plannedRevision(200)
+	_, chunks := events.ChunkRevision(full, maxBytes)
+	if len(chunks) < 10 {
+		t.Fatalf("%d chunks, want many", len(chunks))
+	}
+	for _, c := range chunks {
+		ids, _ := json.Marshal(c.Targets)
+		canaries, _ := json.Marshal(c.Canaries)
+		batches, _ := json.Marshal(c.TargetBatches)
+		// Each array adds its brackets and has one comma less than counted.
+		if n := len(ids) + len(canaries) + len(batches); n > maxBytes+6 {
+			t.Errorf("chunk %d: %d bytes of ids and batch numbers, bound %d", c.Chunk, n, maxBytes)
+		}
+	}
+}
+
+func TestARevisionWhosePlanDoesNotMatchItsTargetsIsRefused(t *testing.T) {
+	tests := []struct {
+		name     string
+		maxBytes int
+		change   func(d *events.DeploymentRevisionCreated, chunks []events.DeploymentRevisionTargets)
+		want     string
+	}{
+		{"an unchunked revision with one batch entry too few", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.TargetBatches = d.TargetBatches[1:]
+		}, "19 targetBatches entries for 20 targets"},
+		{"an unchunked revision with batch entries and no plan", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.Plan = nil
+		}, "without a plan"},
+		{"a canary in a batch", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.TargetBatches[0] = 1
+		}, `canary "edge-device-000000" is in batch 1`},
+		{"a target in a batch the plan does not have", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.TargetBatches[19] = 4
+		}, "is in batch 4, the plan has 3"},
+		{"a batch whose size differs from its targets", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.TargetBatches[19] = 2
+		}, "plan batch 2 has size 6, 7 targets are in it"},
+		{"a chunk without its batch entries", 200, func(_ *events.DeploymentRevisionCreated, chunks []events.DeploymentRevisionTargets) {
+			chunks[1].TargetBatches = nil
+		}, "for 20 targets"},
+		{"a chunk with one batch entry less than targets", 200, func(_ *events.DeploymentRevisionCreated, chunks []events.DeploymentRevisionTargets) {
+			chunks[1].TargetBatches = chunks[1].TargetBatches[1:]
+		}, "chunk 2 carries targetBatches that are not one per target"},
+		{"a revision event that carries batch entries of its own before the chunks'", 200, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.TargetBatches = []int{1}
+		}, "21 targetBatches entries for 20 targets"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			full := plannedRevision(20)
+			created, chunks := events.ChunkRevision(full, tc.maxBytes)
+			if (tc.maxBytes > 0) != (len(chunks) > 1) {
+				t.Fatalf("%d chunks", len(chunks))
+			}
+			tc.change(&created, chunks)
+			got, errs := assemble(t, eventsOf(t, created, chunks))
+			if len(got) != 0 || len(errs) != 1 || !errors.Is(errs[0], events.ErrPlanMisaligned) {
+				t.Fatalf("got %d revisions, errors %v; want none and ErrPlanMisaligned", len(got), errs)
+			}
+			if !strings.Contains(errs[0].Error(), tc.want) {
+				t.Errorf("error %q lacks %q", errs[0], tc.want)
+			}
+		})
 	}
 }

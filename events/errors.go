@@ -39,6 +39,11 @@ var ErrInvalidEvent = errors.New("invalid event")
 // A stand-in device uses Store.Report.
 var ErrDeviceWritten = errors.New("device-written subject")
 
+// ErrPlanMisaligned is wrapped when a revision's TargetBatches do not agree
+// with its Targets, Canaries and Plan (CheckPlan): a reader refuses such a
+// revision rather than fold a plan whose batches it cannot trust.
+var ErrPlanMisaligned = errors.New("the revision's targetBatches do not match its targets and plan")
+
 // ErrNotFound is returned when a read finds no message for a subject.
 var ErrNotFound = errors.New("no event found")
 

@@ -66,6 +66,42 @@ func TestAValidDeploymentIsAccepted(t *testing.T) {
 	t.Cleanup(func() { _ = c.Delete(context.Background(), d) })
 }
 
+func ptr[T any](v T) *T { return &v }
+
+func TestARolloutWithBatchesIsAcceptedAndDefaulted(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := validDeployment("batches")
+	d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{
+		{Count: ptr[int32](10), SuccessThreshold: 90, Soak: "5m"},
+		{Percent: ptr[int32](50), Soak: "1h30m"},
+		{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "b"}}, Soak: "24h"},
+		{Count: ptr[int32](1), Soak: "90s"},
+	}
+	if err := c.Create(ctx, d); err != nil {
+		t.Fatalf("a valid rollout was refused: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), d) })
+	var got fleetv1.Deployment
+	if err := c.Get(ctx, client.ObjectKeyFromObject(d), &got); err != nil {
+		t.Fatal(err)
+	}
+	r := got.Spec.Rollout
+	if r.Approval != fleetv1.RolloutApprovalAutomatic || r.OnFailure != fleetv1.RolloutOnFailureFail {
+		t.Errorf("approval %q, onFailure %q; want the defaults Automatic and Fail", r.Approval, r.OnFailure)
+	}
+	if len(r.Batches) != 4 || r.Batches[0].SuccessThreshold != 90 || r.Batches[1].SuccessThreshold != 100 {
+		t.Errorf("batches %+v; want the thresholds 90 and the default 100", r.Batches)
+	}
+	manual := validDeployment("manual")
+	manual.Spec.Rollout.Approval, manual.Spec.Rollout.OnFailure = fleetv1.RolloutApprovalManual, fleetv1.RolloutOnFailurePause
+	if err := c.Create(ctx, manual); err != nil {
+		t.Fatalf("approval Manual and onFailure Pause were refused: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), manual) })
+}
+
 func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 	c := newClient(t)
 	tests := []struct {
@@ -121,6 +157,42 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 			[]string{"score.type", "Helm", "PodmanV0"}},
 		{"a rollout strategy other than Immediate is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.Strategy = "Canary" },
 			[]string{"rollout.strategy", "Immediate"}},
+		{"a rollout batch with both count and percent is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](1), Percent: ptr[int32](10)}}
+		}, []string{"rollout.batches[]: set exactly one of count, percent and selector"}},
+		{"a rollout batch with none of count, percent and selector is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{SuccessThreshold: 90}}
+		}, []string{"rollout.batches[]: set exactly one of count, percent and selector"}},
+		{"a rollout batch of count 0 is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](0)}}
+		}, []string{"spec.rollout.batches[0].count", "greater than or equal to 1"}},
+		{"a rollout batch of 101 percent is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Percent: ptr[int32](101)}}
+		}, []string{"spec.rollout.batches[0].percent", "less than or equal to 100"}},
+		{"a rollout batch whose selector names no label is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Selector: &fleetv1.TargetSelector{}}}
+		}, []string{"rollout.batches[].selector.matchLabels must name at least one label: use count or percent"}},
+		{"a success threshold above 100 is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](1), SuccessThreshold: 101}}
+		}, []string{"spec.rollout.batches[0].successThreshold", "less than or equal to 100"}},
+		{"a soak longer than 24h is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "24h1s"}}
+		}, []string{"rollout.batches[].soak must be hours, minutes and seconds up to 24h, e.g. 90s, 5m or 1h30m"}},
+		{"a soak without a unit is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "300"}}
+		}, []string{"rollout.batches[].soak must be hours, minutes and seconds"}},
+		{"a soak in days is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "1d"}}
+		}, []string{"rollout.batches[].soak must be hours, minutes and seconds"}},
+		{"more than 32 rollout batches are refused", func(d *fleetv1.Deployment) {
+			for range 33 {
+				d.Spec.Rollout.Batches = append(d.Spec.Rollout.Batches, fleetv1.RolloutBatch{Count: ptr[int32](1)})
+			}
+		}, []string{"spec.rollout.batches", "must have at most 32 items"}},
+		{"an approval other than Automatic or Manual is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.Approval = "Auto" },
+			[]string{"spec.rollout.approval", "Automatic", "Manual"}},
+		{"onFailure Rollback, not implemented yet, is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.OnFailure = "Rollback" },
+			[]string{"spec.rollout.onFailure", `"Rollback"`, `supported values: "Fail", "Pause"`}},
 		{"a score without services is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services = nil },
 			[]string{"services"}},
 		{"a name with a dot is refused", func(d *fleetv1.Deployment) { d.Name = "analysis.api" },

@@ -253,6 +253,9 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 	default:
 		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the revision was created"
 	}
+	if rev.Plan != nil && r.Reason == fleetv1.ReasonResolved {
+		r.Message += fmt.Sprintf("; a plan of %d batches", len(rev.Plan.Batches))
+	}
 	return r
 }
 

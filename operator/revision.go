@@ -39,7 +39,8 @@ var revisionChunkBytes = 0
 // its deployment.revision.targets chunks when the frozen target list does
 // not fit in one event, then the deployment.revision.created event (last:
 // readers assemble a revision only when it comes). data is the revision
-// with its complete lists.
+// with its complete lists, and the resolution's frozen plan with its
+// targets' batches (none without a plan: the bytes are as before).
 func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
 	digest, raw, err := ScoreDigest(d.Spec.Score)
 	if err != nil {
@@ -48,6 +49,11 @@ func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, da
 	data = events.DeploymentRevisionCreated{
 		UID: string(d.UID), Generation: d.Generation, RevisionID: RevisionID(d.Generation, digest),
 		ScoreDigest: digest, Score: raw, Targets: nonNil(r.Targets), Canaries: nonNil(r.Canaries),
+		Plan: r.Plan, TargetBatches: r.TargetBatches,
+	}
+	if err := data.CheckPlan(); err != nil {
+		// A resolution bug: readers would refuse this revision.
+		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	keys := events.Keys{Namespace: d.Namespace, Name: d.Name}
 	corr := events.WithCorrelation(string(d.UID), d.Generation)

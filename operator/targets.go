@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -15,6 +17,12 @@ type Resolution struct {
 	// Targets and Canaries are sorted device ids; Canaries ⊆ Targets.
 	Targets  []string
 	Canaries []string
+	// Plan is the frozen rollout plan (ADR 0016), nil when the rollout
+	// sets none of its controls; TargetBatches then has one entry per
+	// Targets entry, in the same order: 0 for a canary, k for
+	// Plan.Batches[k-1].
+	Plan          *events.RolloutPlan
+	TargetBatches []int
 	// Reason and Message explain the result for the TargetsResolved
 	// condition.
 	Reason  string
@@ -29,15 +37,39 @@ const noGroupSourceMessage = "allowedGroups is set but the operator has no group
 // that device id), and, when allowedGroups is set, only members of one of
 // those groups according to groups. When allowedGroups is set and groups is
 // nil, no device matches (fail closed). Canaries are the targets labelled
-// canary=true.
+// canary=true. When the rollout sets batches, manual approval or a pause on
+// failure, the plan is resolved against the frozen targets and their labels
+// (resolvePlan); the message says how many batches it has and which of the
+// spec's batches resolved to no device and were dropped.
 func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
 	r, ex, err := resolve(ctx, d.Spec.TargetSelector, d.Spec.AllowedGroups, devices, groups)
-	if err != nil || r.Reason != fleetv1.ReasonResolved {
+	if err != nil {
 		return r, err
+	}
+	var p planResolution
+	if hasPlan(d.Spec.Rollout) {
+		labels := make(map[string]map[string]string, len(devices))
+		for i := range devices {
+			labels[devices[i].Name] = devices[i].Labels
+		}
+		p, err = resolvePlan(d.Spec.Rollout, r.Targets, r.Canaries, func(device string) map[string]string { return labels[device] })
+		if err != nil {
+			return Resolution{}, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err)
+		}
+		r.Plan, r.TargetBatches = p.plan, p.batches
+	}
+	if r.Reason != fleetv1.ReasonResolved {
+		return r, nil
 	}
 	r.Message = fmt.Sprintf("%d targets, %d canaries, %d quarantined excluded", len(r.Targets), len(r.Canaries), ex.quarantined)
 	if ex.duplicates > 0 {
 		r.Message += fmt.Sprintf(", %d duplicate device ids excluded", ex.duplicates)
+	}
+	if p.plan != nil {
+		r.Message += fmt.Sprintf("; a plan of %d batches", len(p.plan.Batches))
+		if len(p.dropped) > 0 {
+			r.Message += "; dropped, resolving to no device: " + strings.Join(p.dropped, ", ")
+		}
 	}
 	return r, nil
 }

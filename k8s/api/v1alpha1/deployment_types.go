@@ -63,14 +63,113 @@ type RolloutStrategy string
 // canary=true converge first, then the rest of the frozen targets.
 const RolloutImmediate RolloutStrategy = "Immediate"
 
-// RolloutSpec configures the rollout. Immediate is the only strategy: there
-// is no percentage, batch size, concurrency, pause or approval setting.
+// RolloutSpec configures the rollout. Immediate is the only strategy: the
+// canaries (targets labelled canary=true) converge first, then the rest of
+// the frozen targets. The other fields are opt-in (ADR 0016): batches after
+// the canary stage, each with a success threshold and an optional soak,
+// manual approval before each batch, and a pause instead of a failure when
+// a batch fails. A rollout that sets none of them (or only their defaults)
+// releases every non-canary target at once, exactly as before. There is no
+// workload rollback yet.
 type RolloutSpec struct {
 	// Strategy of the rollout.
 	// +kubebuilder:default=Immediate
 	// +optional
 	Strategy RolloutStrategy `json:"strategy,omitempty"`
+
+	// Batches release the revision to the non-canary targets in steps,
+	// after the canary stage. They are resolved against the frozen targets
+	// when the revision is created: selector batches claim their targets
+	// first, in list order; count and percent batches then take the next
+	// unclaimed targets in device-id order. A batch that resolves to no
+	// device is dropped (the TargetsResolved condition says so), and
+	// targets no batch took form one last batch (success threshold 100,
+	// no soak). Empty: every non-canary target at once.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Batches []RolloutBatch `json:"batches,omitempty"`
+
+	// Approval Manual holds the rollout before each batch until someone
+	// approves it; Automatic (the default) starts each batch as soon as
+	// the previous one succeeded.
+	// +optional
+	// +kubebuilder:default=Automatic
+	Approval RolloutApproval `json:"approval,omitempty"`
+
+	// OnFailure is what a batch that can no longer reach its success
+	// threshold does: Fail (the default) fails the rollout, Pause pauses
+	// it (no new batch starts until it is resumed). Rollback is designed
+	// (ADR 0016) but not implemented yet, and is refused.
+	// +optional
+	// +kubebuilder:default=Fail
+	OnFailure RolloutOnFailure `json:"onFailure,omitempty"`
 }
+
+// MaxRolloutBatches is the most batches a rollout lists.
+const MaxRolloutBatches = 32
+
+// RolloutBatch is one batch of a rollout: exactly one of Count, Percent and
+// Selector says which targets it takes.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.count) ? 1 : 0) + (has(self.percent) ? 1 : 0) + (has(self.selector) ? 1 : 0) == 1",message="rollout.batches[]: set exactly one of count, percent and selector"
+// +kubebuilder:validation:XValidation:rule="!has(self.selector) || (has(self.selector.matchLabels) && size(self.selector.matchLabels) > 0)",message="rollout.batches[].selector.matchLabels must name at least one label: use count or percent for a batch of any targets"
+type RolloutBatch struct {
+	// Count of targets the batch takes (fewer when fewer remain).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	Count *int32 `json:"count,omitempty"`
+	// Percent of all frozen targets (canaries included) the batch takes,
+	// rounded up, at least 1 (fewer when fewer remain).
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Percent *int32 `json:"percent,omitempty"`
+	// Selector takes the non-canary targets whose labels match, except
+	// those an earlier selector batch took.
+	// +optional
+	Selector *TargetSelector `json:"selector,omitempty"`
+	// SuccessThreshold is the percentage (1..100) of the batch's targets
+	// that must converge for the batch to succeed.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	SuccessThreshold int32 `json:"successThreshold,omitempty"`
+	// Soak is how long the threshold must hold before the batch succeeds:
+	// hours, minutes and seconds up to 24h ("90s", "5m", "1h30m").
+	// Absent: no soak.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?$') && self != '' && duration(self) <= duration('24h')",message="rollout.batches[].soak must be hours, minutes and seconds up to 24h, e.g. 90s, 5m or 1h30m"
+	Soak string `json:"soak,omitempty"`
+}
+
+// RolloutApproval says whether a batch waits for approval.
+// +kubebuilder:validation:Enum=Automatic;Manual
+type RolloutApproval string
+
+// Rollout approvals.
+const (
+	// RolloutApprovalAutomatic starts each batch as soon as the previous
+	// one succeeded (the default).
+	RolloutApprovalAutomatic RolloutApproval = "Automatic"
+	// RolloutApprovalManual holds the rollout before each batch until it
+	// is approved.
+	RolloutApprovalManual RolloutApproval = "Manual"
+)
+
+// RolloutOnFailure says what a failed batch does.
+// +kubebuilder:validation:Enum=Fail;Pause
+type RolloutOnFailure string
+
+// Rollout failure policies.
+const (
+	// RolloutOnFailureFail fails the rollout (the default).
+	RolloutOnFailureFail RolloutOnFailure = "Fail"
+	// RolloutOnFailurePause pauses the rollout: no new batch starts until
+	// it is resumed.
+	RolloutOnFailurePause RolloutOnFailure = "Pause"
+)
 
 // ScoreType names the workload contract.
 // +kubebuilder:validation:Enum=PodmanV0
