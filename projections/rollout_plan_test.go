@@ -18,12 +18,12 @@ import (
 // only the inputs (results, pauses, approvals, the transitions decided)
 // and counts everything again from them at every decision.
 type model struct {
-	plan     events.RolloutPlan
-	targets  []string
-	canary   map[string]bool
-	batchOf  map[string]int
-	removed  map[string]bool
-	results  map[string]events.WorkloadPhase
+	plan    events.RolloutPlan
+	targets []string
+	canary  map[string]bool
+	batchOf map[string]int
+	removed map[string]bool
+	results map[string]events.WorkloadPhase
 
 	paused      bool
 	approved    map[int]bool
