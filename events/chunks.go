@@ -40,12 +40,17 @@ func ChunkRevision(d DeploymentRevisionCreated, maxBytes int) (DeploymentRevisio
 		maxBytes = ChunkBytes
 	}
 	withBatches := len(d.TargetBatches) > 0
+	withGroups := len(d.TargetGroups) > 0
 	// cost is the bytes target i (or a canary, i < 0) adds to a chunk:
-	// the quoted id and its comma, and its batch number and comma.
+	// the quoted id and its comma, its batch number and comma, and its
+	// group number and comma.
 	cost := func(id string, i int) int {
 		n := len(id) + 3
 		if withBatches && i >= 0 && i < len(d.TargetBatches) {
 			n += len(strconv.Itoa(d.TargetBatches[i])) + 1
+		}
+		if withGroups && i >= 0 && i < len(d.TargetGroups) {
+			n += len(strconv.Itoa(d.TargetGroups[i])) + 1
 		}
 		return n
 	}
@@ -78,6 +83,9 @@ func ChunkRevision(d DeploymentRevisionCreated, maxBytes int) (DeploymentRevisio
 			if withBatches && i < len(d.TargetBatches) {
 				cur.TargetBatches = append(cur.TargetBatches, d.TargetBatches[i])
 			}
+			if withGroups && i < len(d.TargetGroups) {
+				cur.TargetGroups = append(cur.TargetGroups, d.TargetGroups[i])
+			}
 		}
 	}
 	for i, t := range d.Targets {
@@ -88,7 +96,7 @@ func ChunkRevision(d DeploymentRevisionCreated, maxBytes int) (DeploymentRevisio
 	}
 	chunks = append(chunks, cur)
 	out := d
-	out.Targets, out.Canaries, out.TargetBatches = []string{}, []string{}, nil
+	out.Targets, out.Canaries, out.TargetBatches, out.TargetGroups = []string{}, []string{}, nil, nil
 	out.TargetChunks, out.TargetsDigest = len(chunks), TargetsDigest(d.Targets)
 	return out, chunks
 }
@@ -110,7 +118,7 @@ type chunkSet struct {
 	generation        int64
 	chunks            int
 	targets, canaries []string
-	batches           []int
+	batches, groups   []int
 	broken            bool
 	// misaligned names the first chunk whose TargetBatches are neither
 	// absent nor one per target (0: none).
@@ -144,9 +152,11 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 			set.broken = true
 		}
 		set.chunks++
-		if len(d.TargetBatches) > 0 && len(d.TargetBatches) != len(d.Targets) && set.misaligned == 0 {
+		if (len(d.TargetBatches) > 0 && len(d.TargetBatches) != len(d.Targets) ||
+			len(d.TargetGroups) > 0 && len(d.TargetGroups) != len(d.Targets)) && set.misaligned == 0 {
 			set.misaligned = d.Chunk
 		}
+		set.groups = append(set.groups, d.TargetGroups...)
 		set.targets = append(set.targets, d.Targets...)
 		set.canaries = append(set.canaries, d.Canaries...)
 		set.batches = append(set.batches, d.TargetBatches...)
@@ -172,7 +182,7 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 				d.RevisionID, d.Generation, d.TargetChunks, got, d.TargetsDigest)
 		}
 		if set.misaligned > 0 {
-			return ev, false, fmt.Errorf("%w: revision %s (generation %d): chunk %d carries targetBatches that are not one per target",
+			return ev, false, fmt.Errorf("%w: revision %s (generation %d): chunk %d carries targetBatches or targetGroups that are not one per target",
 				ErrPlanMisaligned, d.RevisionID, d.Generation, set.misaligned)
 		}
 		d.Targets = append(d.Targets, set.targets...)
@@ -181,6 +191,7 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 			d.Canaries = []string{}
 		}
 		d.TargetBatches = append(d.TargetBatches, set.batches...)
+		d.TargetGroups = append(d.TargetGroups, set.groups...)
 		if err := d.CheckPlan(); err != nil {
 			return ev, false, err
 		}

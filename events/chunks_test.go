@@ -137,11 +137,12 @@ func TestARevisionWhoseChunksAreMissingOrWrongIsNotHandedOut(t *testing.T) {
 // a plan of three batches: 10 targets, then 30 %, then the rest.
 func plannedRevision(n int) events.DeploymentRevisionCreated {
 	d := events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00",
-		Score: []byte(`{}`), Targets: []string{}, Canaries: []string{}, TargetBatches: []int{}}
+		Score: []byte(`{}`), Targets: []string{}, Canaries: []string{}, TargetBatches: []int{}, TargetGroups: []int{}}
 	second := (30*n + 99) / 100
 	for i := range n {
 		id := fmt.Sprintf("edge-device-%06d", i)
 		d.Targets = append(d.Targets, id)
+		d.TargetGroups = append(d.TargetGroups, i%4) // 3: without the label
 		switch {
 		case i < 2:
 			d.Canaries = append(d.Canaries, id)
@@ -156,7 +157,8 @@ func plannedRevision(n int) events.DeploymentRevisionCreated {
 	}
 	d.Plan = &events.RolloutPlan{Batches: []events.PlanBatch{
 		{Size: 10, SuccessPercent: 90, SoakSeconds: 300}, {Size: second, SuccessPercent: 100}, {Size: n - 12 - second, SuccessPercent: 100},
-	}, Approval: events.ApprovalManual, OnFailure: events.OnFailurePause}
+	}, Approval: events.ApprovalManual, OnFailure: events.OnFailurePause,
+		Budget: &events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 2, Values: []string{"a", "b", "c"}}}
 	return d
 }
 
@@ -188,13 +190,13 @@ func TestARevisionWithAPlanOfAHundredThousandTargetsRoundTripsThroughChunksWithI
 	if len(chunks) < 2 {
 		t.Fatalf("%d chunks, want several", len(chunks))
 	}
-	if created.TargetBatches != nil || len(created.Targets) != 0 || created.Plan == nil {
+	if created.TargetBatches != nil || created.TargetGroups != nil || len(created.Targets) != 0 || created.Plan == nil {
 		t.Errorf("the revision event carries %d target batches, %d targets and plan %v; want none, none and the plan",
 			len(created.TargetBatches), len(created.Targets), created.Plan)
 	}
 	for _, c := range chunks {
-		if len(c.TargetBatches) != len(c.Targets) {
-			t.Errorf("chunk %d: %d batch entries for %d targets", c.Chunk, len(c.TargetBatches), len(c.Targets))
+		if len(c.TargetBatches) != len(c.Targets) || len(c.TargetGroups) != len(c.Targets) {
+			t.Errorf("chunk %d: %d batch and %d group entries for %d targets", c.Chunk, len(c.TargetBatches), len(c.TargetGroups), len(c.Targets))
 		}
 	}
 	evs := eventsOf(t, created, chunks)
@@ -223,8 +225,9 @@ func TestAChunkWithBatchNumbersStaysWithinItsByteBound(t *testing.T) {
 		ids, _ := json.Marshal(c.Targets)
 		canaries, _ := json.Marshal(c.Canaries)
 		batches, _ := json.Marshal(c.TargetBatches)
+		groups, _ := json.Marshal(c.TargetGroups)
 		// Each array adds its brackets and has one comma less than counted.
-		if n := len(ids) + len(canaries) + len(batches); n > maxBytes+6 {
+		if n := len(ids) + len(canaries) + len(batches) + len(groups); n > maxBytes+8 {
 			t.Errorf("chunk %d: %d bytes of ids and batch numbers, bound %d", c.Chunk, n, maxBytes)
 		}
 	}
@@ -257,10 +260,22 @@ func TestARevisionWhosePlanDoesNotMatchItsTargetsIsRefused(t *testing.T) {
 		}, "for 20 targets"},
 		{"a chunk with one batch entry less than targets", 200, func(_ *events.DeploymentRevisionCreated, chunks []events.DeploymentRevisionTargets) {
 			chunks[1].TargetBatches = chunks[1].TargetBatches[1:]
-		}, "chunk 2 carries targetBatches that are not one per target"},
+		}, "chunk 2 carries targetBatches or targetGroups that are not one per target"},
 		{"a revision event that carries batch entries of its own before the chunks'", 200, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
 			d.TargetBatches = []int{1}
 		}, "21 targetBatches entries for 20 targets"},
+		{"a target in a budget group that does not exist", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.TargetGroups[5] = 4
+		}, "is in group 4, the budget has 3 values"},
+		{"group entries without a budget", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.Plan.Budget = nil
+		}, "20 targetGroups entries without a disruption budget"},
+		{"a budget with both a count and a percentage", 0, func(d *events.DeploymentRevisionCreated, _ []events.DeploymentRevisionTargets) {
+			d.Plan.Budget.MaxPercent = 10
+		}, "exactly one, positive"},
+		{"a chunk with one group entry less than targets", 200, func(_ *events.DeploymentRevisionCreated, chunks []events.DeploymentRevisionTargets) {
+			chunks[1].TargetGroups = chunks[1].TargetGroups[1:]
+		}, "chunk 2 carries targetBatches or targetGroups that are not one per target"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -51,5 +51,31 @@ func (d DeploymentRevisionCreated) CheckPlan() error {
 			return fail("plan batch %d has size %d, %d targets are in it", i+1, b.Size, sizes[i+1])
 		}
 	}
+	return d.checkBudget(fail)
+}
+
+// checkBudget checks a plan's disruption budget against TargetGroups.
+func (d DeploymentRevisionCreated) checkBudget(fail func(format string, args ...any) error) error {
+	b := d.Plan.Budget
+	if b == nil {
+		if len(d.TargetGroups) > 0 {
+			return fail("%d targetGroups entries without a disruption budget", len(d.TargetGroups))
+		}
+		return nil
+	}
+	if b.LabelKey == "" {
+		return fail("the disruption budget has no labelKey")
+	}
+	if (b.MaxUnavailable > 0) == (b.MaxPercent > 0) || b.MaxUnavailable < 0 || b.MaxPercent < 0 || b.MaxPercent > 100 {
+		return fail("the disruption budget sets maxUnavailable %d and maxPercent %d: exactly one, positive, a percentage at most 100", b.MaxUnavailable, b.MaxPercent)
+	}
+	if len(d.TargetGroups) != len(d.Targets) {
+		return fail("%d targetGroups entries for %d targets (one per target, in the same order)", len(d.TargetGroups), len(d.Targets))
+	}
+	for i, g := range d.TargetGroups {
+		if g < 0 || g > len(b.Values) {
+			return fail("target %q is in group %d, the budget has %d values and the group of targets without the label", d.Targets[i], g, len(b.Values))
+		}
+	}
 	return nil
 }

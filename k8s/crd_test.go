@@ -9,6 +9,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
@@ -100,6 +101,14 @@ func TestARolloutWithBatchesIsAcceptedAndDefaulted(t *testing.T) {
 		t.Fatalf("approval Manual and onFailure Pause were refused: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), manual) })
+	for i, mu := range []intstr.IntOrString{intstr.FromInt32(2), intstr.FromString("10%"), intstr.FromString("100%")} {
+		b := validDeployment(fmt.Sprintf("budget-%d", i))
+		b.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "fleet.example.com/site", MaxUnavailable: mu}
+		if err := c.Create(ctx, b); err != nil {
+			t.Fatalf("disruption budget %s was refused: %v", mu.String(), err)
+		}
+		t.Cleanup(func() { _ = c.Delete(context.Background(), b) })
+	}
 }
 
 func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
@@ -193,6 +202,18 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 			[]string{"spec.rollout.approval", "Automatic", "Manual"}},
 		{"onFailure Rollback, not implemented yet, is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.OnFailure = "Rollback" },
 			[]string{"spec.rollout.onFailure", `"Rollback"`, `supported values: "Fail", "Pause"`}},
+		{"a disruption budget of 0 is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(0)}
+		}, []string{"rollout.disruptionBudget.maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"}},
+		{"a disruption budget of 150% is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("150%")}
+		}, []string{"rollout.disruptionBudget.maxUnavailable must be a count"}},
+		{"a disruption budget that is neither a count nor a percentage is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("two")}
+		}, []string{"rollout.disruptionBudget.maxUnavailable must be a count"}},
+		{"a disruption budget on a label key that is no label key is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "a b", MaxUnavailable: intstr.FromInt32(1)}
+		}, []string{"spec.rollout.disruptionBudget.labelKey"}},
 		{"a score without services is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services = nil },
 			[]string{"services"}},
 		{"a name with a dot is refused", func(d *fleetv1.Deployment) { d.Name = "analysis.api" },

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -23,12 +27,15 @@ type planResolution struct {
 	batches []int
 	// dropped describes the spec's batches that resolved to no device.
 	dropped []string
+	// groups has one entry per target with a disruption budget: the index
+	// of the target's label value in plan.Budget.Values.
+	groups []int
 }
 
 // hasPlan reports whether a rollout asks for a plan: batches, or an
 // approval or failure policy other than the default.
 func hasPlan(spec fleetv1.RolloutSpec) bool {
-	return len(spec.Batches) > 0 ||
+	return len(spec.Batches) > 0 || spec.DisruptionBudget != nil ||
 		(spec.Approval != "" && spec.Approval != fleetv1.RolloutApprovalAutomatic) ||
 		(spec.OnFailure != "" && spec.OnFailure != fleetv1.RolloutOnFailureFail)
 }
@@ -142,8 +149,54 @@ func resolvePlan(spec fleetv1.RolloutSpec, targets, canaries []string, labels fu
 	if leftover > 0 {
 		plan.Batches = append(plan.Batches, events.PlanBatch{Size: leftover, SuccessPercent: 100})
 	}
+	if b := spec.DisruptionBudget; b != nil {
+		budget, groups, err := resolveBudget(*b, targets, labels)
+		if err != nil {
+			return planResolution{}, err
+		}
+		plan.Budget, res.groups = budget, groups
+	}
 	res.plan = plan
 	return res, nil
+}
+
+// resolveBudget freezes a disruption budget: the label values of the
+// targets (sorted) and each target's group, the targets without the label
+// being the group after the last value.
+func resolveBudget(b fleetv1.DisruptionBudget, targets []string, labels func(device string) map[string]string) (*events.DisruptionBudget, []int, error) {
+	if errs := validation.IsQualifiedName(b.LabelKey); len(errs) > 0 {
+		return nil, nil, fmt.Errorf("rollout.disruptionBudget.labelKey %q: %s", b.LabelKey, strings.Join(errs, "; "))
+	}
+	out := &events.DisruptionBudget{LabelKey: b.LabelKey, Values: []string{}}
+	switch mu := b.MaxUnavailable; {
+	case mu.Type == intstr.Int && mu.IntVal >= 1:
+		out.MaxUnavailable = int(mu.IntVal)
+	case mu.Type == intstr.String && strings.HasSuffix(mu.StrVal, "%"):
+		pct, err := strconv.Atoi(strings.TrimSuffix(mu.StrVal, "%"))
+		if err != nil || pct < 1 || pct > 100 {
+			return nil, nil, fmt.Errorf("rollout.disruptionBudget.maxUnavailable %q: use a count of at least 1 or a percentage from 1%% to 100%%", mu.String())
+		}
+		out.MaxPercent = pct
+	default:
+		return nil, nil, fmt.Errorf("rollout.disruptionBudget.maxUnavailable %q: use a count of at least 1 or a percentage from 1%% to 100%%", mu.String())
+	}
+	values := map[string]bool{}
+	for _, t := range targets {
+		if v, ok := labels(t)[b.LabelKey]; ok {
+			values[v] = true
+		}
+	}
+	out.Values = slices.Sorted(maps.Keys(values))
+	groups := make([]int, len(targets))
+	for i, t := range targets {
+		v, ok := labels(t)[b.LabelKey]
+		if !ok {
+			groups[i] = len(out.Values)
+			continue
+		}
+		groups[i], _ = slices.BinarySearch(out.Values, v)
+	}
+	return out, groups, nil
 }
 
 // planBatch checks one spec batch and freezes its threshold and soak; the

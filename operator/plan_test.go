@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -121,6 +122,47 @@ func TestResolveTargetsFreezesTheRolloutPlan(t *testing.T) {
 	}
 }
 
+func TestResolveTargetsFreezesADisruptionBudget(t *testing.T) {
+	devices := append(planDevices(), fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "b9", Labels: map[string]string{"role": "x"}}})
+	tests := []struct {
+		name   string
+		budget fleetv1.DisruptionBudget
+		want   events.DisruptionBudget
+	}{
+		{"a count is frozen as maxUnavailable",
+			fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(2)},
+			events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 2, Values: []string{"n", "s"}}},
+		{"a percentage is frozen as maxPercent",
+			fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("25%")},
+			events.DisruptionBudget{LabelKey: "site", MaxPercent: 25, Values: []string{"n", "s"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api"},
+				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "x"}},
+					Rollout: fleetv1.RolloutSpec{DisruptionBudget: &tc.budget}}}
+			res, err := operator.ResolveTargets(context.Background(), d, devices, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A budget alone makes one batch of every non-canary target.
+			want := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 9, SuccessPercent: 100}}, Budget: &tc.want}
+			if diff := cmp.Diff(want, res.Plan); diff != "" {
+				t.Errorf("plan (-want +got):\n%s", diff)
+			}
+			// a1 s, b1 n, b2 s, b3 n, b4 s, b5 n, b6 s, b7 n, b8 s, b9 without the label.
+			if diff := cmp.Diff([]int{1, 0, 1, 0, 1, 0, 1, 0, 1, 2}, res.TargetGroups); diff != "" {
+				t.Errorf("target groups (-want +got):\n%s", diff)
+			}
+			rev := events.DeploymentRevisionCreated{Targets: res.Targets, Canaries: res.Canaries, Plan: res.Plan,
+				TargetBatches: res.TargetBatches, TargetGroups: res.TargetGroups}
+			if err := rev.CheckPlan(); err != nil {
+				t.Errorf("readers would refuse the revision: %v", err)
+			}
+		})
+	}
+}
+
 func TestResolveTargetsWithAPlanAndNoTargetsFreezesAnEmptyPlan(t *testing.T) {
 	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api"},
 		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
@@ -155,6 +197,12 @@ func TestResolveTargetsRefusesARolloutTheCRDWouldRefuseNamingTheField(t *testing
 		{"a soak that is no duration", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "soon"}}}, `rollout.batches[0].soak "soon"`},
 		{"onFailure Rollback, not implemented yet", fleetv1.RolloutSpec{OnFailure: "Rollback"}, `rollout.onFailure "Rollback": use Fail or Pause (Rollback is not implemented yet)`},
 		{"an unknown approval", fleetv1.RolloutSpec{Approval: "Sometimes"}, `rollout.approval "Sometimes": use Automatic or Manual`},
+		{"a budget of zero", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(0)}},
+			`rollout.disruptionBudget.maxUnavailable "0": use a count of at least 1 or a percentage from 1% to 100%`},
+		{"a budget over 100 %", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("150%")}},
+			`rollout.disruptionBudget.maxUnavailable "150%"`},
+		{"a budget on a label key that is no label key", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "a b", MaxUnavailable: intstr.FromInt32(1)}},
+			`rollout.disruptionBudget.labelKey "a b"`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

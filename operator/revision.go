@@ -49,7 +49,7 @@ func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, da
 	data = events.DeploymentRevisionCreated{
 		UID: string(d.UID), Generation: d.Generation, RevisionID: RevisionID(d.Generation, digest),
 		ScoreDigest: digest, Score: raw, Targets: nonNil(r.Targets), Canaries: nonNil(r.Canaries),
-		Plan: r.Plan, TargetBatches: r.TargetBatches,
+		Plan: r.Plan, TargetBatches: r.TargetBatches, TargetGroups: r.TargetGroups,
 	}
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.

@@ -23,6 +23,10 @@ type Resolution struct {
 	// Plan.Batches[k-1].
 	Plan          *events.RolloutPlan
 	TargetBatches []int
+	// TargetGroups has one entry per Targets entry when the plan has a
+	// disruption budget: the index of the target's group in
+	// Plan.Budget.Values.
+	TargetGroups []int
 	// Reason and Message explain the result for the TargetsResolved
 	// condition.
 	Reason  string
@@ -56,7 +60,7 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 		if err != nil {
 			return Resolution{}, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err)
 		}
-		r.Plan, r.TargetBatches = p.plan, p.batches
+		r.Plan, r.TargetBatches, r.TargetGroups = p.plan, p.batches, p.groups
 	}
 	if r.Reason != fleetv1.ReasonResolved {
 		return r, nil

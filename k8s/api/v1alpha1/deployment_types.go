@@ -2,6 +2,7 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // Deployment deploys a Podman workload to the devices its selector matches.
@@ -103,6 +104,31 @@ type RolloutSpec struct {
 	// +optional
 	// +kubebuilder:default=Fail
 	OnFailure RolloutOnFailure `json:"onFailure,omitempty"`
+
+	// DisruptionBudget limits how many targets sharing a label value are
+	// between revisions at once (handed the revision and not yet Converged
+	// or Failed): each batch is handed in waves that respect it. Setting it
+	// gives the rollout a plan (one batch of every non-canary target when
+	// batches are not set).
+	// +optional
+	DisruptionBudget *DisruptionBudget `json:"disruptionBudget,omitempty"`
+}
+
+// DisruptionBudget groups the targets by the value of a label and bounds
+// how many of each group are between revisions at once.
+//
+// +kubebuilder:validation:XValidation:rule="type(self.maxUnavailable) == int ? self.maxUnavailable >= 1 : self.maxUnavailable.matches('^([1-9][0-9]?|100)%$')",message="rollout.disruptionBudget.maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"
+type DisruptionBudget struct {
+	// LabelKey groups the targets by its value (e.g. site); targets
+	// without the label form one group of their own.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=317
+	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
+	LabelKey string `json:"labelKey"`
+	// MaxUnavailable is a count (at least 1) or a percentage of each
+	// group ("10%", rounded down); a group always gets at least one.
+	// +kubebuilder:validation:XIntOrString
+	MaxUnavailable intstr.IntOrString `json:"maxUnavailable"`
 }
 
 // MaxRolloutBatches is the most batches a rollout lists.
