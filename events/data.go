@@ -52,7 +52,7 @@ type RolloutPlan struct {
 	// each batch as soon as the previous one succeeded.
 	Approval string `json:"approval,omitempty"`
 	// OnFailure is what a failed batch does: empty or OnFailureFail fails
-	// the rollout, OnFailurePause pauses it.
+	// the rollout, OnFailurePause pauses it, OnFailureRollback rolls back.
 	OnFailure string `json:"onFailure,omitempty"`
 	// Budget, when set, limits how many targets sharing a label value are
 	// between revisions at once.
@@ -93,6 +93,10 @@ const (
 	OnFailureFail = "Fail"
 	// OnFailurePause pauses the rollout when a batch fails.
 	OnFailurePause = "Pause"
+	// OnFailureRollback hands the devices that received the revision the
+	// last revision whose rollout succeeded when a batch or the canary
+	// stage fails.
+	OnFailureRollback = "Rollback"
 )
 
 // EventType implements Data.
@@ -183,6 +187,9 @@ type RolloutTransition struct {
 	// server's name of the user); Request is the request's id.
 	By      string `json:"by,omitempty"`
 	Request string `json:"request,omitempty"`
+	// RollbackTo is the generation rollout.rolled-back hands back: the last
+	// of the same Deployment UID whose rollout succeeded.
+	RollbackTo int64 `json:"rollbackTo,omitempty"`
 
 	typ Type
 }

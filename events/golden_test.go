@@ -437,5 +437,15 @@ func goldenStory(t *testing.T) []events.Event {
 	workload("rpi-3", planned, plannedUID, 1, pd.RevisionID, events.WorkloadFailed, "service p exited with code 1")
 	workload("rpi-4", planned, plannedUID, 1, pd.RevisionID, events.WorkloadFailed, "service p exited with code 1")
 	control(events.TypeRolloutResumed, events.RolloutTransition{By: "ada", Request: "01JF0000000000000000000006"})
+
+	// api's generation 2 fails on its canary and is rolled back to
+	// generation 1, which succeeded.
+	raw2, _ := json.Marshal(score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: "registry.example.com/analysis/api:v1.3.0"}}}})
+	sum2 := sha256.Sum256(raw2)
+	api2 := events.DeploymentRevisionCreated{UID: apiUID, Generation: 2, RevisionID: "2-" + hex.EncodeToString(sum2[:])[:8],
+		ScoreDigest: "sha256:" + hex.EncodeToString(sum2[:]), Score: raw2, Targets: []string{"rpi-1", "rpi-2", "rpi-3"}, Canaries: []string{"rpi-1"},
+		Plan: &events.RolloutPlan{OnFailure: events.OnFailureRollback, Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 100}}}, TargetBatches: []int{0, 1, 1}}
+	runner(api, add(api, api2, events.WithCorrelation(apiUID, 2)))
+	workload("rpi-1", api, apiUID, 2, api2.RevisionID, events.WorkloadFailed, "service api exited with code 2")
 	return out
 }

@@ -67,6 +67,10 @@ const (
 	TypeRolloutPaused Type = "rollout.paused"
 	// TypeRolloutResumed: By resumed a paused rollout.
 	TypeRolloutResumed Type = "rollout.resumed"
+	// TypeRolloutRolledBack: the devices Released lists (every device
+	// handed the revision, when nil) are handed generation RollbackTo of
+	// the same Deployment again, the last one whose rollout succeeded.
+	TypeRolloutRolledBack Type = "rollout.rolled-back"
 )
 
 // Device reports (streams FLEET_REPORTS and FLEET_TELEMETRY).
@@ -135,6 +139,7 @@ var catalogue = []TypeInfo{
 	{TypeRolloutApproved, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutPaused, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutResumed, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutRolledBack, 1, FamilyDeploymentRollout, ""},
 	{TypeDeviceHeartbeat, 1, FamilyReport, ReportHeartbeat},
 	{TypeDeviceInventory, 1, FamilyReport, ReportInventory},
 	{TypeWorkloadStatus, 1, FamilyReport, ReportWorkload},

@@ -399,6 +399,12 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 		}
 	case events.TypeRolloutResumed:
 		s = "resumed by " + d.By
+	case events.TypeRolloutRolledBack:
+		if d.Released == nil {
+			s = fmt.Sprintf("rolled back to generation %d on every device handed the revision: %s", d.RollbackTo, d.Error)
+		} else {
+			s = fmt.Sprintf("rolled back to generation %d on %s: %s", d.RollbackTo, list(d.Released), d.Error)
+		}
 	default:
 		s = string(t)
 	}

@@ -38,6 +38,7 @@ func TestAPlannedRolloutsBatchesApprovalsAndPausesAreInItsTimeline(t *testing.T)
 	tr(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: 2})
 	tr(events.TypeRolloutBatchFailed, events.RolloutTransition{Batch: 2, Device: "d3", Error: "batch 2: 1 of 2 failed"})
 	tr(events.TypeRolloutPaused, events.RolloutTransition{Device: "d3", Error: "batch 2: 1 of 2 failed"})
+	tr(events.TypeRolloutRolledBack, events.RolloutTransition{RollbackTo: 3, Released: []string{"d1", "d2", "d3"}, Device: "d3", Error: "batch 2: 1 of 2 failed"})
 
 	h, err := New(Options{Reader: st})
 	if err != nil {
@@ -61,6 +62,7 @@ func TestAPlannedRolloutsBatchesApprovalsAndPausesAreInItsTimeline(t *testing.T)
 		"batch 2 started (its devices are in the revision's plan) [0/0 succeeded, 0 failed, 0 pending]",
 		"batch 2 failed: batch 2: 1 of 2 failed [0/0 succeeded, 0 failed, 0 pending]",
 		"paused: batch 2: 1 of 2 failed [0/0 succeeded, 0 failed, 0 pending]",
+		"rolled back to generation 3 on [d1 d2 d3]: batch 2: 1 of 2 failed [0/0 succeeded, 0 failed, 0 pending]",
 	} {
 		if !slices.Contains(got, want) {
 			t.Errorf("the timeline has no entry %q; it has:\n%q", want, got)

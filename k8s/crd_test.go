@@ -101,6 +101,12 @@ func TestARolloutWithBatchesIsAcceptedAndDefaulted(t *testing.T) {
 		t.Fatalf("approval Manual and onFailure Pause were refused: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), manual) })
+	rollback := validDeployment("rollback")
+	rollback.Spec.Rollout.OnFailure = fleetv1.RolloutOnFailureRollback
+	if err := c.Create(ctx, rollback); err != nil {
+		t.Fatalf("onFailure Rollback was refused: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), rollback) })
 	for i, mu := range []intstr.IntOrString{intstr.FromInt32(2), intstr.FromString("10%"), intstr.FromString("100%")} {
 		b := validDeployment(fmt.Sprintf("budget-%d", i))
 		b.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "fleet.example.com/site", MaxUnavailable: mu}
@@ -200,8 +206,8 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 		}, []string{"spec.rollout.batches", "must have at most 32 items"}},
 		{"an approval other than Automatic or Manual is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.Approval = "Auto" },
 			[]string{"spec.rollout.approval", "Automatic", "Manual"}},
-		{"onFailure Rollback, not implemented yet, is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.OnFailure = "Rollback" },
-			[]string{"spec.rollout.onFailure", `"Rollback"`, `supported values: "Fail", "Pause"`}},
+		{"an onFailure other than Fail, Pause or Rollback is refused", func(d *fleetv1.Deployment) { d.Spec.Rollout.OnFailure = "Retry" },
+			[]string{"spec.rollout.onFailure", `"Retry"`, `supported values: "Fail", "Pause", "Rollback"`}},
 		{"a disruption budget of 0 is refused", func(d *fleetv1.Deployment) {
 			d.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(0)}
 		}, []string{"rollout.disruptionBudget.maxUnavailable must be a count of at least 1 or a percentage from 1% to 100%"}},

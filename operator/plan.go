@@ -68,8 +68,10 @@ func resolvePlan(spec fleetv1.RolloutSpec, targets, canaries []string, labels fu
 	case "", fleetv1.RolloutOnFailureFail:
 	case fleetv1.RolloutOnFailurePause:
 		plan.OnFailure = events.OnFailurePause
+	case fleetv1.RolloutOnFailureRollback:
+		plan.OnFailure = events.OnFailureRollback
 	default:
-		return planResolution{}, fmt.Errorf("rollout.onFailure %q: use Fail or Pause (Rollback is not implemented yet)", spec.OnFailure)
+		return planResolution{}, fmt.Errorf("rollout.onFailure %q: use Fail, Pause or Rollback", spec.OnFailure)
 	}
 	if len(spec.Batches) > fleetv1.MaxRolloutBatches {
 		return planResolution{}, fmt.Errorf("rollout.batches has %d batches: list at most %d", len(spec.Batches), fleetv1.MaxRolloutBatches)

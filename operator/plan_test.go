@@ -195,7 +195,7 @@ func TestResolveTargetsRefusesARolloutTheCRDWouldRefuseNamingTheField(t *testing
 		{"a soak past 24h", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "25h"}}},
 			`rollout.batches[0].soak "25h": use hours, minutes and seconds up to 24h`},
 		{"a soak that is no duration", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "soon"}}}, `rollout.batches[0].soak "soon"`},
-		{"onFailure Rollback, not implemented yet", fleetv1.RolloutSpec{OnFailure: "Rollback"}, `rollout.onFailure "Rollback": use Fail or Pause (Rollback is not implemented yet)`},
+		{"an unknown onFailure", fleetv1.RolloutSpec{OnFailure: "Retry"}, `rollout.onFailure "Retry": use Fail, Pause or Rollback`},
 		{"an unknown approval", fleetv1.RolloutSpec{Approval: "Sometimes"}, `rollout.approval "Sometimes": use Automatic or Manual`},
 		{"a budget of zero", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(0)}},
 			`rollout.disruptionBudget.maxUnavailable "0": use a count of at least 1 or a percentage from 1% to 100%`},

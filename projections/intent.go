@@ -40,6 +40,12 @@ type intentRev struct {
 	batches       int
 	unlisted      []int
 	removedAfterN map[string]int
+	// rollbackTo is the generation a rollout.rolled-back of this revision
+	// handed back to rolledBack (every device handed it, when
+	// rolledBackAll).
+	rollbackTo    int64
+	rolledBack    map[string]bool
+	rolledBackAll bool
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -191,6 +197,26 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 			r.removedAfterN[d.Device] = r.batches
 		}
 		return nil
+	case events.TypeRolloutRolledBack:
+		d, err := p.RolloutTransition()
+		if err != nil || d.RollbackTo <= 0 || d.RollbackTo >= d.Generation {
+			return nil
+		}
+		r := s.rev(k, revKey{d.UID, d.Generation})
+		if r.rollbackTo != 0 {
+			return nil // a duplicate: the first one counts
+		}
+		r.rollbackTo = d.RollbackTo
+		if d.Released == nil {
+			r.rolledBackAll = true
+			return s.recompute(k)
+		}
+		r.rolledBack = map[string]bool{}
+		for _, dev := range d.Released {
+			r.rolledBack[dev] = true
+		}
+		s.touch(k, d.Released...)
+		return s.recomputeDevices(k, d.Released)
 	case events.TypeRolloutBatchStarted:
 		d, err := p.RolloutTransition()
 		if err != nil || d.Batch < 1 {
@@ -263,8 +289,16 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 	for dev := range devs {
 		var want *IntentEntry
 		for _, r := range revs {
-			if (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] {
+			if r.handed(dev) {
 				want = &r.entry
+				if r.rollbackTo > 0 && (r.rolledBackAll || r.rolledBack[dev]) {
+					// Rolled back: the device holds the revision handed
+					// back, if it was handed that one, else nothing.
+					want = nil
+					if old := s.deps[k][revKey{r.entry.UID, r.rollbackTo}]; old != nil && old.known && old.handed(dev) {
+						want = &old.entry
+					}
+				}
 				break
 			}
 			if !r.targets[dev] {
@@ -378,4 +412,9 @@ func (r *intentRev) releaseBatch(b int) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// handed reports whether dev was handed the revision (and is its target).
+func (r *intentRev) handed(dev string) bool {
+	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev]
 }

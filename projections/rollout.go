@@ -112,6 +112,11 @@ type Rollout struct {
 	// requests are the request ids of the approvals, pauses and resumes
 	// folded for the revision.
 	requests map[string]bool
+	// LastSucceeded is the greatest generation of this Deployment UID,
+	// older than the revision's, whose rollout succeeded (0: none): what
+	// onFailure Rollback hands back. RolledBackTo is the generation a
+	// rollout.rolled-back of the revision handed back (0: none).
+	LastSucceeded, RolledBackTo int64
 }
 
 type revKey struct {
@@ -201,6 +206,19 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
 		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports}
+	if r.UID == d.UID {
+		n.LastSucceeded = r.LastSucceeded
+		if r.Stage == StageSucceeded {
+			n.LastSucceeded = max(n.LastSucceeded, r.Generation)
+		}
+	}
+	for k, f := range r.early {
+		// The facts of an older revision of this UID are dropped below;
+		// its success is kept.
+		if k.uid == d.UID && k.gen < d.Generation && f.stage == StageSucceeded {
+			n.LastSucceeded = max(n.LastSucceeded, k.gen)
+		}
+	}
 	if d.Plan != nil && len(d.Plan.Batches) > 0 {
 		n.Plan = d.Plan
 		n.Batches = make([]BatchState, len(d.Plan.Batches))
@@ -316,6 +334,11 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 	}
 	if d.UID != r.UID || d.Generation != r.Generation {
 		if !r.newer(d.UID, d.Generation) {
+			if ev.Type == events.TypeRolloutSucceeded && d.UID == r.UID && d.Generation > r.LastSucceeded {
+				n := r
+				n.LastSucceeded = d.Generation // an older revision's success, read late
+				return n
+			}
 			return r
 		}
 		return r.withEarly(d.UID, d.Generation, inPlace, func(f *earlyFacts) {
@@ -661,7 +684,8 @@ func (r Rollout) NextAt(now time.Time) []events.RolloutTransition {
 	if stage == StageCanary {
 		if c.CanariesFailed > 0 {
 			f := r.failure(true)
-			return append(out, mk(events.TypeRolloutCanaryFailed, nil, f), mk(events.TypeRolloutFailed, nil, f))
+			out = append(out, mk(events.TypeRolloutCanaryFailed, nil, f))
+			return append(out, r.failOrRollBack(mkPlan, *f, nil)...)
 		}
 		if len(r.Canaries) == 0 {
 			// Every canary was removed: the rest is never released

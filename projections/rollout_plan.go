@@ -237,6 +237,11 @@ func (r Rollout) applyControl(ev *events.Event, d events.RolloutTransition, inPl
 		n.requests[d.Request] = true
 	}
 	switch ev.Type {
+	case events.TypeRolloutRolledBack:
+		if n.RolledBackTo == 0 && d.RollbackTo > 0 {
+			n.RolledBackTo = d.RollbackTo
+		}
+		return n
 	case events.TypeRolloutPaused:
 		if !n.Paused && !n.Terminal() {
 			n.Paused, n.PausedBy, n.PauseReason = true, d.By, d.Error
@@ -314,7 +319,7 @@ func planControl(t events.Type) bool {
 	switch t {
 	case events.TypeRolloutBatchStarted, events.TypeRolloutBatchSoaking, events.TypeRolloutBatchSucceeded,
 		events.TypeRolloutBatchFailed, events.TypeRolloutAwaitingApproval, events.TypeRolloutApproved,
-		events.TypeRolloutPaused, events.TypeRolloutResumed:
+		events.TypeRolloutPaused, events.TypeRolloutResumed, events.TypeRolloutRolledBack:
 		return true
 	}
 	return false
@@ -340,13 +345,15 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 	var out []events.RolloutTransition
 	tallies := r.BatchTallies()
 	batch, states := r.Batch, slices.Clone(r.Batches)
-	started := false // a batch was started by this decision
+	started := false       // a batch was started by this decision
+	var handedNow []string // devices this decision hands the revision to
 	for {
 		if batch > 0 && !states[batch-1].Done() && r.budgeted() && !r.Paused && !started {
 			// The next wave of the running batch, as far as the budget
 			// lets it.
 			for _, w := range chunkIDs(r.wave(batch)) {
 				out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: batch, Released: w}))
+				handedNow = append(handedNow, w...)
 			}
 		}
 		if batch > 0 && !states[batch-1].Done() {
@@ -365,7 +372,7 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 					}
 					return out
 				}
-				return append(out, mk(events.TypeRolloutFailed, events.RolloutTransition{Device: last.Device, Error: last.Error}))
+				return append(out, r.failOrRollBack(mk, events.RolloutTransition{Device: last.Device, Error: last.Error}, handedNow)...)
 			case t.Converged < need:
 				return out // waits for more results
 			case pb.SoakSeconds > 0 && st.Soaking.IsZero():
@@ -407,6 +414,7 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 			for _, c := range chunkIDs(w) {
 				out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: next, Released: c}))
 			}
+			handedNow = append(handedNow, w...)
 			if len(w) == 0 {
 				// No member left (all removed): the start without a list
 				// hands nothing, as readers expand it to the members not
@@ -416,6 +424,7 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 			started = true
 		} else {
 			members := r.batchMembers(next)
+			handedNow = append(handedNow, members...)
 			if idBytes(members) > events.ChunkBytes {
 				members = nil // readers take the batch from the revision's targetBatches
 			}
@@ -494,4 +503,31 @@ func (r Rollout) batchStarted(b int) time.Time {
 		return time.Time{}
 	}
 	return r.Batches[b-1].Started
+}
+
+// failOrRollBack ends a failed rollout: with onFailure Rollback and an
+// earlier revision of this UID that succeeded, rollout.rolled-back hands it
+// back to every device handed this revision (the list left out when it does
+// not fit in one event: readers then take every device handed the
+// revision), then rollout.failed says so; otherwise rollout.failed with
+// the failure (and, asked to roll back, why it could not).
+//
+// handedNow are the devices the same decision hands the revision to before
+// it fails (a batch started and failed at once).
+func (r Rollout) failOrRollBack(mk func(events.Type, events.RolloutTransition) events.RolloutTransition, f events.RolloutTransition, handedNow []string) []events.RolloutTransition {
+	if r.Plan == nil || r.Plan.OnFailure != events.OnFailureRollback {
+		return []events.RolloutTransition{mk(events.TypeRolloutFailed, f)}
+	}
+	if r.LastSucceeded == 0 {
+		f.Error += "; not rolled back: no earlier revision of this Deployment succeeded"
+		return []events.RolloutTransition{mk(events.TypeRolloutFailed, f)}
+	}
+	handed := sortedCopy(append(r.Released(), handedNow...))
+	if idBytes(handed) > events.ChunkBytes {
+		handed = nil
+	}
+	back := mk(events.TypeRolloutRolledBack, events.RolloutTransition{RollbackTo: r.LastSucceeded, Released: handed, Device: f.Device, Error: f.Error})
+	f.RollbackTo = r.LastSucceeded
+	f.Error = fmt.Sprintf("rolled back to generation %d: %s", r.LastSucceeded, f.Error)
+	return []events.RolloutTransition{back, mk(events.TypeRolloutFailed, f)}
 }

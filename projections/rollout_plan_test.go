@@ -41,6 +41,23 @@ type model struct {
 	// With a budget: each target's group, and the batch devices handed.
 	groupOf     map[string]int
 	batchHanded map[string]bool
+	// prior: an earlier generation succeeded; rolledBack are the devices
+	// a rollback handed it back to.
+	prior      bool
+	rolledBack map[string]bool
+}
+
+// fail ends the rollout after a failure: a rollback when asked and
+// possible, then rollout.failed.
+func (m *model) fail(emit func(events.Type)) {
+	if m.plan.OnFailure == events.OnFailureRollback && m.prior {
+		emit(events.TypeRolloutRolledBack)
+		for _, d := range m.released() {
+			m.rolledBack[d] = true
+		}
+	}
+	emit(events.TypeRolloutFailed)
+	m.terminal = "failed"
 }
 
 // wave is the budget's next wave of batch b, counted from scratch.
@@ -184,10 +201,15 @@ func (m *model) decideOnce(now time.Time) []events.Type {
 				}
 			}
 		}
-		if failed > 0 || canaries == 0 {
+		if canaries == 0 {
 			emit(events.TypeRolloutCanaryFailed)
 			emit(events.TypeRolloutFailed)
 			m.terminal = "failed"
+			return out
+		}
+		if failed > 0 {
+			emit(events.TypeRolloutCanaryFailed)
+			m.fail(emit)
 			return out
 		}
 		if conv < canaries {
@@ -222,8 +244,7 @@ func (m *model) decideOnce(now time.Time) []events.Type {
 					}
 					return out
 				}
-				emit(events.TypeRolloutFailed)
-				m.terminal = "failed"
+				m.fail(emit)
 				return out
 			case conv < need:
 				return out
@@ -326,8 +347,18 @@ func planRound(t *testing.T, seed uint64) {
 	if rng.IntN(2) == 0 {
 		plan.Approval = events.ApprovalManual
 	}
-	if rng.IntN(2) == 0 {
+	switch rng.IntN(3) {
+	case 1:
 		plan.OnFailure = events.OnFailurePause
+	case 2:
+		plan.OnFailure = events.OnFailureRollback
+	}
+	// prior: an earlier generation, released to every target, succeeded
+	// (what a rollback hands back).
+	prior := rng.IntN(2) == 0
+	gen := int64(1)
+	if prior {
+		gen = 2
 	}
 	k := 1 + rng.IntN(4)
 	for range k {
@@ -353,7 +384,7 @@ func planRound(t *testing.T, seed uint64) {
 	m := &model{plan: plan, targets: targets, canary: map[string]bool{}, batchOf: map[string]int{}, removed: map[string]bool{},
 		results: map[string]events.WorkloadPhase{}, approved: map[int]bool{},
 		soaking: map[int]time.Time{}, done: map[int]string{}, handed: map[string]bool{},
-		groupOf: map[string]int{}, batchHanded: map[string]bool{}}
+		groupOf: map[string]int{}, batchHanded: map[string]bool{}, prior: prior, rolledBack: map[string]bool{}}
 	for i, g := range groups {
 		m.groupOf[targets[i]] = g
 	}
@@ -390,7 +421,7 @@ func planRound(t *testing.T, seed uint64) {
 	}
 	dep := events.Keys{Namespace: "lab", Name: "api"}
 	control := func(typ events.Type, d events.RolloutTransition) {
-		d.UID, d.Generation, d.RevisionID = "u1", 1, "r"
+		d.UID, d.Generation, d.RevisionID = "u1", gen, "r"
 		add(dep, events.NewRolloutTransition(typ, d))
 	}
 	// run is the runner: it appends what the fold decides until it
@@ -417,7 +448,23 @@ func planRound(t *testing.T, seed uint64) {
 		}
 	}
 
-	add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r", Score: json.RawMessage(`{}`),
+	if prior {
+		add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r0", Score: json.RawMessage(`{}`),
+			Targets: targets, Canaries: []string{}})
+		for _, tr := range inPlace.NextAt(now) {
+			add(dep, tr)
+		}
+		for _, d := range targets {
+			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1, RevisionID: "r0", Phase: events.WorkloadConverged})
+		}
+		for _, tr := range inPlace.NextAt(now) {
+			add(dep, tr)
+		}
+		if inPlace.Stage != projections.StageSucceeded {
+			t.Fatalf("the prior generation's rollout is %s", inPlace.Stage)
+		}
+	}
+	add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: gen, RevisionID: "r", Score: json.RawMessage(`{}`),
 		Targets: targets, Canaries: canaries, Plan: &plan, TargetBatches: batches, TargetGroups: groups})
 	run("the revision")
 	for i := range 60 {
@@ -427,7 +474,7 @@ func planRound(t *testing.T, seed uint64) {
 			d := targets[rng.IntN(n)]
 			phase := []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged, events.WorkloadConverged, events.WorkloadFailed}[rng.IntN(4)]
 			step = fmt.Sprintf("step %d: %s reports %s", i, d, phase)
-			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1, RevisionID: "r", Phase: phase})
+			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: gen, RevisionID: "r", Phase: phase})
 			if !m.removed[d] {
 				m.results[d] = phase
 			}
@@ -469,7 +516,7 @@ func planRound(t *testing.T, seed uint64) {
 	// whether the revision is read before its transitions or after them,
 	// and with every batch start's list left out (the form a batch too
 	// large for one event takes).
-	var intentEvents, rolloutFirst, unlisted []events.Event
+	var intentEvents, rolloutFirst, unlisted, revisions []events.Event
 	for _, ev := range log {
 		if ev.Type == events.TypeWorkloadStatus {
 			continue
@@ -477,6 +524,8 @@ func planRound(t *testing.T, seed uint64) {
 		intentEvents = append(intentEvents, ev)
 		if ev.Type != events.TypeDeploymentRevisionCreated {
 			rolloutFirst = append(rolloutFirst, ev)
+		} else {
+			revisions = append(revisions, ev)
 		}
 		if ev.Type == events.TypeRolloutBatchStarted && plan.Budget == nil {
 			d, err := events.Decode[events.RolloutTransition](ev)
@@ -491,7 +540,7 @@ func planRound(t *testing.T, seed uint64) {
 		}
 		unlisted = append(unlisted, ev)
 	}
-	rolloutFirst = append(rolloutFirst, log[0])
+	rolloutFirst = append(rolloutFirst, revisions...)
 	variants := map[string][]events.Event{"in order": intentEvents, "revision last": rolloutFirst}
 	if plan.Budget == nil {
 		// With a budget every batch start lists its wave.
@@ -502,12 +551,27 @@ func planRound(t *testing.T, seed uint64) {
 		for _, ev := range evs {
 			in.Apply(ev)
 		}
-		var handed []string
-		for d := range m.handed {
-			handed = append(handed, d)
+		want, got := map[string]int64{}, map[string]int64{}
+		for _, d := range targets {
+			switch {
+			case m.handed[d] && !m.rolledBack[d]:
+				want[d] = gen
+			case prior:
+				want[d] = 1
+			}
+			if v, ok := in.Value(d); ok {
+				var di projections.DeviceIntent
+				if err := json.Unmarshal(v, &di); err != nil {
+					t.Fatal(err)
+				}
+				got[d] = di.Deployments[0].Generation
+			}
 		}
-		if diff := cmp.Diff(sorted(handed), sorted(in.Devices())); diff != "" {
-			t.Errorf("fleet-intent holders, %s (-handed +holders):\n%s", name, diff)
+		if diff := cmp.Diff(want, got); diff != "" {
+			for _, ev := range evs {
+				t.Logf("%s %s", ev.Type, ev.Data)
+			}
+			t.Errorf("fleet-intent generations, %s (-model +fold):\n%s", name, diff)
 		}
 	}
 

@@ -65,6 +65,9 @@ type rolloutSnapshot struct {
 	// batch device was handed the revision.
 	TargetGroups []int                `json:"targetGroups,omitempty"`
 	Handed       map[string]time.Time `json:"handed,omitempty"`
+	// LastSucceeded and RolledBackTo: onFailure Rollback.
+	LastSucceeded int64 `json:"lastSucceeded,omitempty"`
+	RolledBackTo  int64 `json:"rolledBackTo,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -75,7 +78,8 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		LastFailAt: r.LastFailAt, LastFailOrder: r.lastFailOrder, Reports: r.reports, Deleted: r.Deleted,
 		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt,
 		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
-		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: requestIDs(r.requests)}
+		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: requestIDs(r.requests),
+		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo}
 	if r.planned() {
 		s.TargetBatches = make([]int, len(r.Targets))
 		for i, d := range r.Targets {
@@ -113,7 +117,8 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		Stage: s.Stage, ReleasedAll: s.ReleasedAll, StageAt: s.StageAt, Results: s.Results, LastFailure: s.LastFailure,
 		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted,
 		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt,
-		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason}
+		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason,
+		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo}
 	if r.Results == nil && r.UID != "" {
 		r.Results = map[string]DeviceResult{}
 	}
@@ -174,6 +179,10 @@ type intentRevSnapshot struct {
 	Batches       int            `json:"batches,omitempty"`
 	Unlisted      []int          `json:"unlisted,omitempty"`
 	RemovedAfterN map[string]int `json:"removedAfterN,omitempty"`
+	// A rollout.rolled-back of the revision.
+	RollbackTo    int64    `json:"rollbackTo,omitempty"`
+	RolledBack    []string `json:"rolledBack,omitempty"`
+	RolledBackAll bool     `json:"rolledBackAll,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -209,7 +218,8 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 			d.Revisions = append(d.Revisions, intentRevSnapshot{UID: rk.uid, Generation: rk.gen, Known: r.known, Order: r.order,
 				Entry: r.entry, Targets: setKeys(r.targets), Released: setKeys(r.released),
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
-				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN})
+				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
+				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -255,6 +265,13 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			}
 			r.releasedAll = rs.ReleasedAll
 			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
+			r.rollbackTo, r.rolledBackAll = rs.RollbackTo, rs.RolledBackAll
+			for _, d := range rs.RolledBack {
+				if r.rolledBack == nil {
+					r.rolledBack = map[string]bool{}
+				}
+				r.rolledBack[d] = true
+			}
 			for _, t := range rs.Removed {
 				if r.removed == nil {
 					r.removed = map[string]bool{}

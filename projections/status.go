@@ -54,6 +54,11 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 			ready.Reason = fleetv1.ReasonCanaryFailed
 		}
 		ready.Message = fmt.Sprintf("revision %s: %d failed, %d succeeded, %d pending of %d", r.RevisionID, c.Failed, c.Succeeded, c.Pending, c.Total)
+		if r.RolledBackTo > 0 {
+			ready.Reason = fleetv1.ReasonRolledBack
+			ready.Message = fmt.Sprintf("revision %s failed and was rolled back to generation %d on the devices it was handed: %d failed, %d succeeded, %d pending of %d",
+				r.RevisionID, r.RolledBackTo, c.Failed, c.Succeeded, c.Pending, c.Total)
+		}
 		if c.Total == 0 {
 			ready.Reason = fleetv1.ReasonNoTargets
 			ready.Message = fmt.Sprintf("revision %s has no targets: no eligible device matched when it was created (the TargetsResolved condition says why); apply a new generation once devices match", r.RevisionID)

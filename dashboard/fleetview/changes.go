@@ -146,7 +146,8 @@ func pagesOfRecord(rec events.Record) []PageRef {
 	case events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged, events.TypeRolloutCanaryFailed,
 		events.TypeRolloutReleased, events.TypeRolloutSucceeded, events.TypeRolloutFailed, events.TypeRolloutTargetRemoved,
 		events.TypeRolloutBatchStarted, events.TypeRolloutBatchSoaking, events.TypeRolloutBatchSucceeded, events.TypeRolloutBatchFailed,
-		events.TypeRolloutAwaitingApproval, events.TypeRolloutApproved, events.TypeRolloutPaused, events.TypeRolloutResumed:
+		events.TypeRolloutAwaitingApproval, events.TypeRolloutApproved, events.TypeRolloutPaused, events.TypeRolloutResumed,
+		events.TypeRolloutRolledBack:
 		return []PageRef{{Kind: PageDeployment, Key: dep}, {Kind: PageDeployments}, {Kind: PageOverview}, {Kind: PageAlerts}}
 	case events.TypeDeviceHeartbeat:
 		// Only the trend: a fleet heartbeats all the time, and a device's

@@ -34,6 +34,9 @@ const (
 	ReasonCanaryFailed = "CanaryFailed"
 	// ReasonRolloutFailed: a target failed.
 	ReasonRolloutFailed = "RolloutFailed"
+	// ReasonRolledBack: the rollout failed and its devices were handed the
+	// last revision whose rollout succeeded (rollout.onFailure: Rollback).
+	ReasonRolledBack = "RolledBack"
 	// ReasonNoTargets: the revision has no frozen target, so nothing can
 	// converge: its phase is Failed, never Succeeded. TargetsResolved says
 	// why; a new generation resolves the targets again.

@@ -97,10 +97,12 @@ type RolloutSpec struct {
 	// +kubebuilder:default=Automatic
 	Approval RolloutApproval `json:"approval,omitempty"`
 
-	// OnFailure is what a batch that can no longer reach its success
-	// threshold does: Fail (the default) fails the rollout, Pause pauses
-	// it (no new batch starts until it is resumed). Rollback is designed
-	// (ADR 0016) but not implemented yet, and is refused.
+	// OnFailure is what a batch (or the canary stage) that can no longer
+	// reach its success threshold does: Fail (the default) fails the
+	// rollout; Pause pauses it (no new batch starts until it is resumed);
+	// Rollback hands the devices that received the failed revision the
+	// last revision of this Deployment whose rollout succeeded, and fails
+	// the rollout saying so (without such a revision it fails as Fail).
 	// +optional
 	// +kubebuilder:default=Fail
 	OnFailure RolloutOnFailure `json:"onFailure,omitempty"`
@@ -185,7 +187,7 @@ const (
 )
 
 // RolloutOnFailure says what a failed batch does.
-// +kubebuilder:validation:Enum=Fail;Pause
+// +kubebuilder:validation:Enum=Fail;Pause;Rollback
 type RolloutOnFailure string
 
 // Rollout failure policies.
@@ -195,6 +197,9 @@ const (
 	// RolloutOnFailurePause pauses the rollout: no new batch starts until
 	// it is resumed.
 	RolloutOnFailurePause RolloutOnFailure = "Pause"
+	// RolloutOnFailureRollback hands the devices that received the failed
+	// revision the last revision whose rollout succeeded.
+	RolloutOnFailureRollback RolloutOnFailure = "Rollback"
 )
 
 // ScoreType names the workload contract.
