@@ -192,6 +192,9 @@ func (r *Reconciler) healthOf(ctx context.Context, e events.IntentEntry, res res
 	due := lastCheck(c).Add(interval)
 	if now := time.Now(); !now.Before(due) {
 		if err := r.rt().RunHealthCheck(ctx, c.ID); err != nil {
+			if cur, ierr := r.rt().Inspect(ctx, c.ID); ierr == nil && cur.State != runtime.StateRunning {
+				return healthPoll, nil // it stopped meanwhile: look again
+			}
 			return 0, fmt.Errorf("run the health check of service %s: %w", svc.Name, err)
 		}
 		if c, err = r.rt().Inspect(ctx, c.ID); err != nil {
