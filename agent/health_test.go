@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -217,4 +219,44 @@ func TestTheAgentReportsHealthOnRealPodman(t *testing.T) {
 	if c, err := w.rt.Inspect(w.ctx, w.name("api")); err != nil || c.Health == nil || c.Health.Status != runtime.HealthHealthy {
 		t.Errorf("the converged service: %+v, %v; want healthy", c.Health, err)
 	}
+}
+
+// TestACheckThatStartsFailingIsNoticedByLaterPassesOnRealPodman: after a
+// revision converged, each later pass (the resync) runs the check when one
+// is due; once retries of them failed in a row the pass fails, and once
+// the check passes again the pass converges.
+func TestACheckThatStartsFailingIsNoticedByLaterPassesOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	runs := podmantest.BuildImage(t, "runs", runsFile)
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ok")
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: runs,
+		Volumes:     []score.Volume{{HostPath: dir, ContainerPath: "/probe", ReadOnly: true}},
+		Healthcheck: &score.Healthcheck{Command: []string{"/bin/sh", "-c", "test -f /probe/ok || { echo marker gone; exit 1; }"}, Interval: "1s", Retries: 2},
+	}}}}
+	if err := w.r.Apply(w.ctx, w.entry(1, s)); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	var last error
+	testenv.Eventually(t, "a pass to find the service unhealthy", time.Minute, func() bool {
+		last = w.r.Apply(w.ctx, w.entry(1, s))
+		var ue *agent.UnhealthyError
+		return errors.As(last, &ue)
+	})
+	if !strings.Contains(last.Error(), "marker gone") {
+		t.Errorf("the failure lacks the check's output: %v", last)
+	}
+	if err := os.WriteFile(marker, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "a pass to find the service healthy again", time.Minute, func() bool {
+		last = w.r.Apply(w.ctx, w.entry(1, s))
+		return last == nil
+	})
 }
