@@ -40,6 +40,8 @@ const (
 	opWait        = "wait"
 	opImageExists = "image_exists"
 	opPull        = "pull"
+	opInspect     = "inspect"
+	opHealthCheck = "healthcheck"
 )
 
 // passBuckets run from 5 ms (nothing to do) to 10 min (a pass includes
@@ -99,7 +101,7 @@ func NewMetrics(constLabels prometheus.Labels) *Metrics {
 		m.pulls.WithLabelValues(r)
 		m.intentReads.WithLabelValues(r)
 	}
-	for _, op := range []string{opList, opCreate, opStart, opStop, opRemove, opWait, opImageExists, opPull} {
+	for _, op := range []string{opList, opCreate, opStart, opStop, opRemove, opWait, opImageExists, opPull, opInspect, opHealthCheck} {
 		m.runtimeErrors.WithLabelValues(op)
 	}
 	return m
@@ -195,9 +197,18 @@ func (c countedRuntime) List(ctx context.Context) ([]runtime.Container, error) {
 	return out, err
 }
 
-// Inspect is not counted: the reconciler does not call it.
+// Inspect is counted, except a container already gone (the reconciler
+// inspects the services whose health it waits for).
 func (c countedRuntime) Inspect(ctx context.Context, idOrName string) (runtime.Container, error) {
-	return c.rt.Inspect(ctx, idOrName)
+	out, err := c.rt.Inspect(ctx, idOrName)
+	c.m.engineCall(ctx, opInspect, err)
+	return out, err
+}
+
+func (c countedRuntime) RunHealthCheck(ctx context.Context, id string) error {
+	err := c.rt.RunHealthCheck(ctx, id)
+	c.m.engineCall(ctx, opHealthCheck, err)
+	return err
 }
 
 func (c countedRuntime) ImageExists(ctx context.Context, ref string) (bool, error) {

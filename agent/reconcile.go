@@ -201,10 +201,14 @@ func (r *Reconciler) ownsAny(c runtime.Container) bool {
 // Apply converges the runtime on one intent entry: preflight (names, ports,
 // ownership, images) before any change, then the init container, then the
 // services, then removal of the Deployment's containers the score no longer
-// has. It returns a *PreflightError when nothing could be done, an
-// *InitFailedError or *InitTimeoutError when the init container failed
-// (services untouched), a *ServiceDownError when a service is exited after
-// the pass and its restart policy keeps it down. A transient failure of
+// has, then the health gate (awaitHealthy): it returns only once every
+// service with a health check is healthy. It returns a *PreflightError
+// when nothing could be done, an *InitFailedError or *InitTimeoutError
+// when the init container failed (services untouched), a
+// *ServiceDownError when a service is exited after the pass and its
+// restart policy keeps it down, an *UnhealthyError when a service's health
+// check made it unhealthy (a *HealthTimeoutError when its health never
+// settled). A transient failure of
 // the secret source (secret_env values, pull secrets) or of a registry
 // (runtime.ErrRegistryUnavailable) is an *UnavailableError in the chain
 // (AsUnavailable): the Deployment waits and the pass is retried.
@@ -244,7 +248,10 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err := r.removeStale(ctx, res, mine); err != nil {
 		return err
 	}
-	return r.checkServicesUp(ctx, e, res)
+	if err := r.checkServicesUp(ctx, e, res); err != nil {
+		return err
+	}
+	return r.awaitHealthy(ctx, e, res)
 }
 
 // containers lists every container of the runtime, and those of this
@@ -772,6 +779,11 @@ func containerSpec(s resolvedService, labels map[string]string) runtime.Containe
 	}
 	if labels[LabelRole] == "service" {
 		labels[LabelRestartPolicy] = spec.RestartPolicy
+		if hc := s.Healthcheck; hc != nil {
+			set := hc.Settings()
+			spec.HealthCheck = &runtime.HealthCheck{Command: set.Command, Interval: set.Interval, Timeout: set.Timeout,
+				StartPeriod: set.StartPeriod, Retries: set.Retries}
+		}
 	}
 	for _, v := range s.Volumes {
 		spec.Mounts = append(spec.Mounts, runtime.Mount{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})

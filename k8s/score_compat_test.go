@@ -74,6 +74,8 @@ func jsonFields(t reflect.Type, path string) map[string]string {
 func TestEveryScoreTheCRDAcceptsDecodesInTheScorePackage(t *testing.T) {
 	crdScore := validDeployment("x").Spec.Score
 	crdScore.Data.Services[0].Volumes[0].ReadOnly = true
+	crdScore.Data.Services[0].Healthcheck = &fleetv1.Healthcheck{Command: []string{"/bin/sh", "-c", "true"},
+		Interval: "10s", Timeout: "2s", StartPeriod: "1m", Retries: 4}
 	raw, err := json.Marshal(crdScore)
 	if err != nil {
 		t.Fatal(err)
@@ -243,6 +245,55 @@ func TestScoreValidateAndTheAPIServerAgree(t *testing.T) {
 		{"a pull secret starting with '-' is refused", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = "-hub" }, false},
 		{"a pull secret of 253 characters is valid", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = long(253) }, true},
 		{"a pull secret of 254 characters is refused", func(s *score.Score) { s.Data.Services[0].ImagePullSecret = long(254) }, false},
+		{"a health check with a command only is valid", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{}) }, true},
+		{"a health check at its bounds is valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "1h", Timeout: "10m", StartPeriod: "0s", Retries: 100})
+		}, true},
+		{"a health check at its lower bounds is valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "1s", Timeout: "1s", StartPeriod: "1h", Retries: 1})
+		}, true},
+		{"compound and fractional durations are valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "1m30s", Timeout: "1.5s", StartPeriod: "2m500ms"})
+		}, true},
+		{"a health check without a command is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{}, Interval: "10s"}
+		}, false},
+		{"a health check whose program is empty is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"", "x"}}
+		}, false},
+		{"a health check in Docker's CMD form is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"CMD", "/bin/true"}}
+		}, false},
+		{"a health check in Docker's CMD-SHELL form is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"CMD-SHELL", "true"}}
+		}, false},
+		{"a health check of 64 entries is valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: append([]string{"x"}, make([]string, 63)...)}
+		}, true},
+		{"a health check of 65 entries is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: append([]string{"x"}, make([]string, 64)...)}
+		}, false},
+		{"a health check argument of 1024 characters is valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x", long(1024)}}
+		}, true},
+		{"a health check argument of 1025 characters is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x", long(1025)}}
+		}, false},
+		{"an interval under a second is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "999ms"}) }, false},
+		{"an interval over an hour is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "1h1s"}) }, false},
+		{"an interval without a unit is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "10"}) }, false},
+		{"an interval with a sign is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "+10s"}) }, false},
+		{"an interval with a leading dot is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: ".5h"}) }, false},
+		{"an interval too large for a duration is refused", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Interval: "99999999999h"})
+		}, false},
+		{"a timeout over ten minutes is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Timeout: "10m1s"}) }, false},
+		{"a timeout under a second is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Timeout: "900ms"}) }, false},
+		{"a start period over an hour is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{StartPeriod: "61m"}) }, false},
+		{"a negative start period is refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{StartPeriod: "-1s"}) }, false},
+		{"101 retries are refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Retries: 101}) }, false},
+		{"negative retries are refused", func(s *score.Score) { s.Data.Services[0].Healthcheck = hc(score.Healthcheck{Retries: -1}) }, false},
+		{"a health check on the init container is refused", func(s *score.Score) { s.Data.InitContainer.Healthcheck = hc(score.Healthcheck{}) }, false},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -345,4 +396,10 @@ func volumeList(n int) []score.Volume {
 		out = append(out, score.Volume{HostPath: fmt.Sprintf("/h%d", i), ContainerPath: fmt.Sprintf("/c%d", i)})
 	}
 	return out
+}
+
+// hc is h with the command /bin/true.
+func hc(h score.Healthcheck) *score.Healthcheck {
+	h.Command = []string{"/bin/true"}
+	return &h
 }

@@ -71,6 +71,39 @@ type Service struct {
 	// ImagePullSecret references the device pull credential, read only
 	// when the image must be pulled.
 	ImagePullSecret string `json:"image_pull_secret,omitempty"`
+	// Healthcheck, when set, is the check Podman runs in the container;
+	// the agent reports the revision converged only once it passes. Not
+	// allowed on the init container. Nil: no check (and no change to the
+	// revision hash of a score that sets none).
+	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+}
+
+// Healthcheck is the command Podman runs in a service's container to tell
+// whether the service works, and its timing. Podman's rules decide the
+// container's health: "starting" until a check passes ("healthy"), and
+// "unhealthy" once Retries checks in a row fail after StartPeriod (a
+// failure within the start period does not count).
+//
+// The durations are Go duration strings ("10s", "1m30s", "500ms" parts
+// allowed); an empty one, or Retries 0, means the default (see
+// Healthcheck.Settings).
+type Healthcheck struct {
+	// Command is run in the container in exec form: the program, then its
+	// arguments; no shell unless it is the program (["/bin/sh", "-c",
+	// "…"]). Exit code 0 means healthy. 1 to 64 entries, the first not
+	// empty.
+	Command []string `json:"command"`
+	// Interval between two checks: 1s to 1h; empty: 30s.
+	Interval string `json:"interval,omitempty"`
+	// Timeout of one check, after which it counts as failed: 1s to 10m;
+	// empty: 30s.
+	Timeout string `json:"timeout,omitempty"`
+	// StartPeriod after the container starts during which failed checks
+	// do not count: 0s to 1h; empty: 0s.
+	StartPeriod string `json:"startPeriod,omitempty"`
+	// Retries is how many failed checks in a row make the container
+	// unhealthy: 1 to 100; 0: 3.
+	Retries int32 `json:"retries,omitempty"`
 }
 
 // EnvVar is a plain environment variable.

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -98,6 +99,58 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 			[]string{`score.data.services[0].image_pull_secret "hub/pull"`}},
 		{"the init container's own fields are checked too", func(s *score.Score) { s.Data.InitContainer.Image = "migrate" },
 			[]string{`score.data.init_container.image "migrate"`}},
+		{"a health check with a command only is valid (the defaults)", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"/bin/true"}}
+		}, nil},
+		{"a health check at its bounds is valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"/bin/sh", "-c", ""}, Interval: "1h", Timeout: "1s", StartPeriod: "0s", Retries: 100}
+		}, nil},
+		{"a health check of compound and fractional durations is valid", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"check"}, Interval: "1m30s", Timeout: "1.5s", StartPeriod: "2m500ms", Retries: 1}
+		}, nil},
+		{"a health check without a command is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Interval: "10s"}
+		}, []string{"score.data.services[0].healthcheck.command: is empty: give the program to run"}},
+		{"a health check whose program is empty is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"", "x"}}
+		}, []string{"score.data.services[0].healthcheck.command[0]: is empty: the first entry is the program to run"}},
+		{"a health check in Docker's CMD form is named with the fix", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"CMD", "/bin/true"}}
+		}, []string{`score.data.services[0].healthcheck.command[0] "CMD": is Docker's marker, not a program: command is the exec form itself, drop the leading entry`}},
+		{"a health check of 65 entries is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: make([]string, 65)}
+			s.Data.Services[0].Healthcheck.Command[0] = "x"
+		}, []string{"score.data.services[0].healthcheck.command: has 65 entries: use at most 64"}},
+		{"a health check argument over 1024 characters is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x", strings.Repeat("é", 1025)}}
+		}, []string{"score.data.services[0].healthcheck.command[1]: is 1025 characters long: use at most 1024"}},
+		{"a health check interval under a second is named with its bounds", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Interval: "500ms"}
+		}, []string{`score.data.services[0].healthcheck.interval "500ms": use a duration from 1s to 1h`}},
+		{"a health check interval over an hour is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Interval: "61m"}
+		}, []string{`score.data.services[0].healthcheck.interval "61m": use a duration from 1s to 1h`}},
+		{"a health check interval without a unit is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Interval: "10"}
+		}, []string{`score.data.services[0].healthcheck.interval "10": use a duration`, `like "10s"`}},
+		{"a negative start period is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, StartPeriod: "-1s"}
+		}, []string{`score.data.services[0].healthcheck.startPeriod "-1s": use a duration from 0s to 1h`}},
+		{"a health check timeout over ten minutes is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Timeout: "11m"}
+		}, []string{`score.data.services[0].healthcheck.timeout "11m": use a duration from 1s to 10m`}},
+		{"a duration too large for Go is named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Interval: "99999999999h"}
+		}, []string{`score.data.services[0].healthcheck.interval "99999999999h": use a duration`}},
+		{"101 retries are named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Retries: 101}
+		}, []string{`score.data.services[0].healthcheck.retries "101": use 1 to 100 failed checks in a row`}},
+		{"negative retries are named", func(s *score.Score) {
+			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Retries: -1}
+		}, []string{`score.data.services[0].healthcheck.retries "-1"`}},
+		{"a health check on the init container is refused with the fix", func(s *score.Score) {
+			s.Data.InitContainer.Healthcheck = &score.Healthcheck{Command: []string{"/bin/true"}}
+		}, []string{"score.data.init_container.healthcheck: must be empty: an init container runs to completion", "put the health check on a service"}},
 		{"every broken rule is listed, in field order", func(s *score.Score) {
 			s.Type = ""
 			s.Data.Services[0].Name = "-api"
@@ -272,6 +325,26 @@ func TestHostPortClashesNamesEveryMappingThatRepeatsAHostPortAndProtocol(t *test
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, score.HostPortClashes(tc.ports)); diff != "" {
 				t.Errorf("clashes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestHealthSettingsApplyPodmansDefaults(t *testing.T) {
+	tests := []struct {
+		name  string
+		check score.Healthcheck
+		want  score.HealthSettings
+	}{
+		{"a command alone gets every default", score.Healthcheck{Command: []string{"x"}},
+			score.HealthSettings{Command: []string{"x"}, Interval: 30 * time.Second, Timeout: 30 * time.Second, StartPeriod: 0, Retries: 3}},
+		{"set fields are kept", score.Healthcheck{Command: []string{"x"}, Interval: "1m30s", Timeout: "1.5s", StartPeriod: "10s", Retries: 7},
+			score.HealthSettings{Command: []string{"x"}, Interval: 90 * time.Second, Timeout: 1500 * time.Millisecond, StartPeriod: 10 * time.Second, Retries: 7}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.check.Settings()); diff != "" {
+				t.Errorf("Settings (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -74,6 +74,12 @@ func Parse(raw []byte) (Score, error) {
 //     with absolute host and container paths (at most 4096 characters); a
 //     restart policy that is empty or one of RestartPolicies; an image pull
 //     secret that is empty or a name like a container's of at most 253;
+//   - a service's optional healthcheck: a command of 1 to 64 entries (at
+//     most 1024 characters each), the first a program (not empty, not
+//     Docker's "CMD", "CMD-SHELL" or "NONE"); durations in Go's syntax
+//     (units ns, us, ms, s, m, h) with interval 1s to 1h, timeout 1s to
+//     10m, startPeriod 0s to 1h; retries 1 to 100 (0: the default). The
+//     init container has none;
 //   - at most MaxPublishedPorts (256) ports in all services together, and
 //     no host port published twice with one protocol, in one service or in
 //     two (HostPortClashes: a port without a protocol is tcp, so "8080:80"
@@ -98,6 +104,9 @@ func Validate(s Score) error {
 		v.service("score.data.init_container", *ic)
 		if len(ic.Ports) > 0 {
 			v.add("score.data.init_container.ports", "", "must be empty: an init container runs to completion and cannot publish host ports; publish them on a service")
+		}
+		if ic.Healthcheck != nil {
+			v.add("score.data.init_container.healthcheck", "", "must be empty: an init container runs to completion and its exit code is its result; put the health check on a service")
 		}
 	}
 	first := map[string]int{}
@@ -239,6 +248,9 @@ func (v *validator) service(field string, s Service) {
 	}
 	if s.RestartPolicy != "" && !slices.Contains(RestartPolicies(), s.RestartPolicy) {
 		v.add(field+".restart_policy", string(s.RestartPolicy), `use one of "no", "always", "on-failure", "unless-stopped" (empty: "unless-stopped")`)
+	}
+	if s.Healthcheck != nil {
+		v.healthcheck(field+".healthcheck", *s.Healthcheck)
 	}
 	if s.ImagePullSecret != "" && v.length(field+".image_pull_secret", s.ImagePullSecret, 1, maxPullSecretLength) && !nameRE.MatchString(s.ImagePullSecret) {
 		v.add(field+".image_pull_secret", s.ImagePullSecret, "use letters, digits, '_', '.' and '-', starting with a letter or digit")

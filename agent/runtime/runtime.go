@@ -7,6 +7,8 @@
 //
 // Invariants: a Runtime never logs or returns a registry password or an
 // environment value; errors name the container or image, never the secret.
+// The one exception is what a container prints itself: Health.LastOutput
+// is returned as the engine recorded it, and its reader filters it.
 // Agent packages, cmd/fleet-agent and internal/devenv (the devices of
 // `fleet dev`) may import it; it never links Kubernetes.
 package runtime
@@ -64,6 +66,56 @@ type ContainerSpec struct {
 	Mounts        []Mount
 	RestartPolicy string
 	Labels        map[string]string
+	// HealthCheck, when set, is the check the engine keeps for the
+	// container (see Runtime.RunHealthCheck); nil: none.
+	HealthCheck *HealthCheck
+}
+
+// HealthCheck is a container's health check with the engine's semantics:
+// the container is HealthStarting until a check passes (HealthHealthy),
+// and HealthUnhealthy once Retries checks in a row failed after
+// StartPeriod; a failure within the start period does not count.
+type HealthCheck struct {
+	// Command runs in the container in exec form (program, arguments);
+	// exit code 0 is a pass.
+	Command []string
+	// Interval between checks, Timeout of one check (a check that
+	// outlives it fails), StartPeriod after a start during which failures
+	// do not count: all set by the caller (the engine's own defaults are
+	// never relied on).
+	Interval    time.Duration
+	Timeout     time.Duration
+	StartPeriod time.Duration
+	// Retries is how many failures in a row make the container unhealthy.
+	Retries int
+}
+
+// Health statuses, as Podman names them.
+const (
+	HealthStarting  = "starting"
+	HealthHealthy   = "healthy"
+	HealthUnhealthy = "unhealthy"
+)
+
+// Health is a container's health as the engine reports it.
+type Health struct {
+	// Status is HealthStarting, HealthHealthy or HealthUnhealthy.
+	Status string
+	// FailingStreak is how many checks in a row failed (and counted).
+	FailingStreak int
+	// Checks is how many checks the engine keeps in its log (Podman keeps
+	// the last five); 0: none ran since the container was created.
+	Checks int
+	// LastStart and LastEnd are when the last check ran (zero when none
+	// ran, or the runtime has no clock).
+	LastStart time.Time
+	LastEnd   time.Time
+	// LastExitCode is the last check's exit code (0: it passed).
+	LastExitCode int
+	// LastOutput is what the last check printed, as the container printed
+	// it: untrusted, unbounded text that may hold anything the container
+	// can read. Never report it unfiltered.
+	LastOutput string
 }
 
 // Container is a container as the engine reports it.
@@ -86,6 +138,9 @@ type Container struct {
 	// exit code but no new FinishedAt: before StartedAt (see
 	// ExitUnrecorded).
 	FinishedAt time.Time
+	// Health is the container's health when it has a health check; nil
+	// when it has none. Only Inspect reports it (List leaves it nil).
+	Health *Health
 }
 
 // ExitUnrecorded reports whether c is exited without the engine having seen
@@ -133,6 +188,12 @@ type Runtime interface {
 	Stop(ctx context.Context, id string, timeout time.Duration) error
 	// Remove removes a container; force removes a running one.
 	Remove(ctx context.Context, id string, force bool) error
+	// RunHealthCheck runs the container's health check once, now, as the
+	// engine's own schedule would, and updates its Health (read it with
+	// Inspect). ErrNotFound when the container does not exist; an error
+	// when it has no health check or does not run. A check that fails is
+	// not an error.
+	RunHealthCheck(ctx context.Context, id string) error
 }
 
 // ErrNotFound: no such container.

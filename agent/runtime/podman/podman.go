@@ -17,6 +17,7 @@ import (
 	"github.com/containers/podman/v5/pkg/specgen"
 	spec "github.com/opencontainers/runtime-spec/specs-go"
 	nettypes "go.podman.io/common/libnetwork/types"
+	"go.podman.io/image/v5/manifest"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 )
@@ -165,11 +166,42 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 		if data.State.FinishedAt.Unix() > 0 {
 			c.FinishedAt = data.State.FinishedAt
 		}
+		c.Health = health(data.State.Health)
 	}
 	if data.HostConfig != nil {
 		c.Ports = portBindings(data.HostConfig.PortBindings)
 	}
 	return c, nil
+}
+
+// health reads Podman's health results: nil when the container has no
+// health check (Podman 4 reports an empty status then).
+func health(h *define.HealthCheckResults) *runtime.Health {
+	if h == nil || h.Status == "" {
+		return nil
+	}
+	out := &runtime.Health{Status: h.Status, FailingStreak: h.FailingStreak, Checks: len(h.Log)}
+	if n := len(h.Log); n > 0 {
+		last := h.Log[n-1]
+		out.LastExitCode = last.ExitCode
+		out.LastOutput = last.Output
+		out.LastStart, _ = time.Parse(time.RFC3339Nano, last.Start)
+		out.LastEnd, _ = time.Parse(time.RFC3339Nano, last.End)
+	}
+	return out
+}
+
+// RunHealthCheck runs the container's health check once (Podman's
+// `healthcheck run`): Podman records the result and updates the
+// container's health as its own timer would. Podman schedules checks with
+// systemd timers; on a host without systemd none run unless someone runs
+// them, which is what this is for. A check that fails is not an error;
+// runtime.ErrNotFound when the container does not exist.
+func (r *Runtime) RunHealthCheck(ctx context.Context, id string) error {
+	if _, err := containers.RunHealthCheck(r.call(ctx), id, nil); err != nil {
+		return r.containerError("run the health check of", id, err)
+	}
+	return nil
 }
 
 // RestartPolicy returns the restart policy Podman stored for a container
@@ -302,6 +334,15 @@ func (r *Runtime) Create(ctx context.Context, cs runtime.ContainerSpec) (string,
 		s.Mounts = append(s.Mounts, spec.Mount{
 			Type: "bind", Source: m.HostPath, Destination: m.ContainerPath, Options: []string{"rbind", mode},
 		})
+	}
+	if hc := cs.HealthCheck; hc != nil {
+		s.HealthConfig = &manifest.Schema2HealthConfig{
+			Test:        append([]string{"CMD"}, hc.Command...),
+			Interval:    hc.Interval,
+			Timeout:     hc.Timeout,
+			StartPeriod: hc.StartPeriod,
+			Retries:     hc.Retries,
+		}
 	}
 	secrets := make([]string, 0, len(cs.Env))
 	for _, v := range cs.Env {

@@ -80,6 +80,8 @@ func TestConformance(t *testing.T) {
 				}
 				return p
 			},
+			HealthPasses: []string{"/bin/true"},
+			HealthFails:  []string{"/bin/sh", "-c", "echo not ready; exit 1"},
 		}
 	})
 }

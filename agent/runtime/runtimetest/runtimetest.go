@@ -88,6 +88,10 @@ type Fixture struct {
 	// RestartPolicy returns the restart policy the engine stored for the
 	// container (runtime.Container does not report it). Nil skips that case.
 	RestartPolicy func(t *testing.T, id string) string
+	// HealthPasses and HealthFails are health check commands that pass and
+	// fail in the Running image's containers.
+	HealthPasses []string
+	HealthFails  []string
 }
 
 // Registry names images in a registry that requires credentials.
@@ -143,6 +147,10 @@ var cases = []testCase{
 	{"the restart policy of the spec is applied", testRestartPolicy},
 	{"starting a container whose host port a running container holds fails and leaves it not running", testPortConflict},
 	{"a started exited container runs again", testRestartExited},
+	{"a passing health check makes the container healthy once it runs", testHealthPasses},
+	{"a failing health check makes the container unhealthy after retries failures in a row", testHealthFails},
+	{"a failure within the start period does not count", testHealthStartPeriod},
+	{"a container without a health check reports no health and cannot run one", testNoHealthCheck},
 	{"no error carries a password or an environment value", testErrorsHoldNoSecret},
 }
 
@@ -772,4 +780,83 @@ func (r *recorder) Stop(ctx context.Context, id string, timeout time.Duration) e
 
 func (r *recorder) Remove(ctx context.Context, id string, force bool) error {
 	return r.record("Remove", r.rt.Remove(ctx, id, force))
+}
+
+func (r *recorder) RunHealthCheck(ctx context.Context, id string) error {
+	return r.record("RunHealthCheck", r.rt.RunHealthCheck(ctx, id))
+}
+
+// healthSpec is a Running container with a health check of command. The
+// interval is an hour: no check the engine schedules itself runs during a
+// case, so every check is one the case runs.
+func (s *suite) healthSpec(prefix string, command []string, retries int, startPeriod time.Duration) runtime.ContainerSpec {
+	spec := s.spec(prefix, s.fx.Running)
+	spec.HealthCheck = &runtime.HealthCheck{Command: command, Interval: time.Hour, Timeout: 30 * time.Second,
+		StartPeriod: startPeriod, Retries: retries}
+	return spec
+}
+
+func (s *suite) health(id string) runtime.Health {
+	s.t.Helper()
+	c := s.inspect(id)
+	if c.Health == nil {
+		s.t.Fatalf("Inspect %s reports no health for a container with a health check", short(id))
+	}
+	return *c.Health
+}
+
+func (s *suite) runHealthCheck(id string) runtime.Health {
+	s.t.Helper()
+	if err := s.rt.RunHealthCheck(s.ctx(), id); err != nil {
+		s.t.Fatalf("RunHealthCheck %s: %v", short(id), err)
+	}
+	return s.health(id)
+}
+
+func testHealthPasses(s *suite) {
+	id := s.run(s.healthSpec("health-pass", s.fx.HealthPasses, 2, 0))
+	s.waitState(id, runtime.StateRunning)
+	if h := s.health(id); h.Status != runtime.HealthStarting || h.Checks != 0 {
+		s.t.Errorf("before any check the health is %+v, want status %q and no check", h, runtime.HealthStarting)
+	}
+	h := s.runHealthCheck(id)
+	if h.Status != runtime.HealthHealthy || h.FailingStreak != 0 || h.LastExitCode != 0 || h.Checks != 1 {
+		s.t.Errorf("after a passing check the health is %+v, want healthy, one check, exit code 0", h)
+	}
+}
+
+func testHealthFails(s *suite) {
+	id := s.run(s.healthSpec("health-fail", s.fx.HealthFails, 2, 0))
+	s.waitState(id, runtime.StateRunning)
+	h := s.runHealthCheck(id)
+	if h.Status != runtime.HealthStarting || h.FailingStreak != 1 || h.LastExitCode == 0 {
+		s.t.Errorf("after one failed check of 2 retries the health is %+v, want starting, a streak of 1, a non-zero exit code", h)
+	}
+	h = s.runHealthCheck(id)
+	if h.Status != runtime.HealthUnhealthy || h.FailingStreak != 2 || h.LastExitCode == 0 {
+		s.t.Errorf("after two failed checks of 2 retries the health is %+v, want unhealthy, a streak of 2", h)
+	}
+}
+
+func testHealthStartPeriod(s *suite) {
+	id := s.run(s.healthSpec("health-start", s.fx.HealthFails, 1, time.Hour))
+	s.waitState(id, runtime.StateRunning)
+	h := s.runHealthCheck(id)
+	if h.Status != runtime.HealthStarting || h.FailingStreak != 0 || h.LastExitCode == 0 || h.Checks != 1 {
+		s.t.Errorf("after a failed check within the start period the health is %+v, want starting, no streak, the failure logged", h)
+	}
+}
+
+func testNoHealthCheck(s *suite) {
+	id := s.run(s.spec("health-none", s.fx.Running))
+	s.waitState(id, runtime.StateRunning)
+	if c := s.inspect(id); c.Health != nil {
+		s.t.Errorf("a container without a health check reports health %+v", *c.Health)
+	}
+	if err := s.rt.RunHealthCheck(s.ctx(), id); err == nil {
+		s.t.Error("RunHealthCheck of a container without a health check succeeded")
+	}
+	if err := s.rt.RunHealthCheck(s.ctx(), s.name("missing")); !errors.Is(err, runtime.ErrNotFound) {
+		s.t.Errorf("RunHealthCheck of a missing container: %v, want ErrNotFound", err)
+	}
 }

@@ -4,7 +4,8 @@
 // Runtime per simulated device, thousands per process) and in `fleet dev`.
 //
 // Invariants: it is deterministic (IDs count up per Runtime, no clocks
-// unless Options.Now is set, no randomness, no goroutines), safe for
+// unless Options.Now is set, no randomness, no goroutines, health checks
+// only when RunHealthCheck is called), safe for
 // concurrent use, and it behaves like Podman wherever the
 // runtime/runtimetest conformance suite says how Podman behaves; it never
 // puts a password or an environment value into an error. Reboot puts its
@@ -49,7 +50,14 @@ type Behaviour struct {
 	// IgnoresTerm makes Stop end the container by SIGKILL (exit code 137)
 	// instead of SIGTERM (143).
 	IgnoresTerm bool
+	// HealthCheckFails makes every run of the container's health check
+	// fail (exit code 1, output HealthCheckFailedOutput); otherwise every
+	// run passes.
+	HealthCheckFails bool
 }
+
+// HealthCheckFailedOutput is what a failing simulated health check prints.
+const HealthCheckFailedOutput = "sim: health check failed"
 
 // RegistryImage is an image the simulated registry serves.
 type RegistryImage struct {
@@ -82,14 +90,19 @@ var exitPattern = regexp.MustCompile(`exit-(\d+)`)
 // DefaultBehaviour scripts containers by image name: a name containing
 // "exit-<n>" exits with n right after it starts; one containing
 // "ignore-term" runs until killed and ignores SIGTERM; any other runs until
-// stopped.
+// stopped. A health check whose program is false (or a path ending in
+// /false) fails, as the real program does; any other passes.
 func DefaultBehaviour(spec runtime.ContainerSpec) Behaviour {
 	if m := exitPattern.FindStringSubmatch(spec.Image); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil {
 			return Behaviour{Exits: true, ExitCode: n}
 		}
 	}
-	return Behaviour{IgnoresTerm: strings.Contains(spec.Image, "ignore-term")}
+	b := Behaviour{IgnoresTerm: strings.Contains(spec.Image, "ignore-term")}
+	if hc := spec.HealthCheck; hc != nil && len(hc.Command) > 0 {
+		b.HealthCheckFails = hc.Command[0] == "false" || strings.HasSuffix(hc.Command[0], "/false")
+	}
+	return b
 }
 
 // Runtime is an in-memory container engine. Create it with New.
@@ -127,6 +140,8 @@ type container struct {
 	// after an exit makes a new one.
 	exited  chan struct{}
 	removed bool
+	// health is the container's health when its spec has a check.
+	health *runtime.Health
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -295,6 +310,16 @@ func (c *container) view() runtime.Container {
 	}
 }
 
+// inspectView is view with the container's health, as Inspect reports it.
+func (c *container) inspectView() runtime.Container {
+	v := c.view()
+	if c.health != nil {
+		h := *c.health
+		v.Health = &h
+	}
+	return v
+}
+
 // List returns every container, sorted by ID (creation order).
 func (r *Runtime) List(ctx context.Context) ([]runtime.Container, error) {
 	if err := r.down("list"); err != nil {
@@ -327,7 +352,7 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 	if err != nil {
 		return runtime.Container{}, err
 	}
-	return c.view(), nil
+	return c.inspectView(), nil
 }
 
 // ImageExists reports whether ref is present locally.
@@ -424,6 +449,12 @@ func (r *Runtime) Create(ctx context.Context, spec runtime.ContainerSpec) (strin
 	}
 	spec.Mounts = slices.Clone(spec.Mounts)
 	c := &container{id: id, spec: spec, behaviour: behaviour, state: runtime.StateCreated, exited: make(chan struct{}), now: r.now}
+	if spec.HealthCheck != nil {
+		hc := *spec.HealthCheck
+		hc.Command = slices.Clone(hc.Command)
+		c.spec.HealthCheck = &hc
+		c.health = &runtime.Health{Status: runtime.HealthStarting}
+	}
 	r.byID[id] = c
 	r.byName[spec.Name] = c
 	return id, nil
@@ -461,6 +492,9 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	c.exitCode = 0
 	if r.now != nil {
 		c.startedAt = r.now()
+	}
+	if c.health != nil { // Podman starts every run of the container over as starting
+		c.health.Status, c.health.FailingStreak = runtime.HealthStarting, 0
 	}
 	if c.behaviour.Exits {
 		c.exit(c.behaviour.ExitCode)
@@ -571,5 +605,53 @@ func (r *Runtime) Remove(ctx context.Context, id string, force bool) error {
 	c.removed = true
 	delete(r.byID, c.id)
 	delete(r.byName, c.spec.Name)
+	return nil
+}
+
+// RunHealthCheck runs the container's simulated health check once: it
+// passes or fails as the container's Behaviour says, and the container's
+// health follows Podman's rules (a pass makes it healthy and resets the
+// streak; a failure within StartPeriod of the start does not count, which
+// needs Options.Now: without a clock every failure counts; Retries
+// failures in a row make it unhealthy). runtime.ErrNotFound when the
+// container does not exist; an error when it has no check or does not
+// run.
+func (r *Runtime) RunHealthCheck(ctx context.Context, id string) error {
+	if err := r.down("healthcheck"); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim: health check %s: %w", id, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, err := r.lookup(id)
+	if err != nil {
+		return err
+	}
+	if c.health == nil {
+		return fmt.Errorf("sim: health check %s: the container has no health check", c.spec.Name)
+	}
+	if c.state != runtime.StateRunning {
+		return fmt.Errorf("sim: health check %s: the container is not running", c.spec.Name)
+	}
+	h := c.health
+	h.Checks = min(h.Checks+1, 5)
+	if r.now != nil {
+		h.LastStart = r.now()
+		h.LastEnd = h.LastStart
+	}
+	if !c.behaviour.HealthCheckFails {
+		h.Status, h.FailingStreak, h.LastExitCode, h.LastOutput = runtime.HealthHealthy, 0, 0, ""
+		return nil
+	}
+	h.LastExitCode, h.LastOutput = 1, HealthCheckFailedOutput
+	if r.now != nil && r.now().Before(c.startedAt.Add(c.spec.HealthCheck.StartPeriod)) {
+		return nil // within the start period: does not count
+	}
+	h.FailingStreak++
+	if h.FailingStreak >= c.spec.HealthCheck.Retries {
+		h.Status = runtime.HealthUnhealthy
+	}
 	return nil
 }

@@ -69,6 +69,7 @@ func TestConformance(t *testing.T) {
 			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck},
 			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
 			Behave:      behave,
+			Now:         time.Now,
 			HostPathExists: func(path string) bool {
 				_, err := os.Stat(path)
 				return err == nil
@@ -103,6 +104,8 @@ func TestConformance(t *testing.T) {
 				}
 				return p
 			},
+			HealthPasses: []string{"/bin/true"},
+			HealthFails:  []string{"/bin/false"},
 		}
 	})
 }

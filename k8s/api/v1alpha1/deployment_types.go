@@ -232,6 +232,7 @@ type Score struct {
 // +kubebuilder:validation:XValidation:rule="self.services.map(s, has(s.ports) ? size(s.ports) : 0).sum() <= 256",message="services[].ports: the services publish more than 256 ports in all: use at most 256 across all services"
 // +kubebuilder:validation:XValidation:rule="size(self.services.map(s, has(s.ports) ? s.ports.map(p, int(p.split(':')[0]) * 2 + (p.endsWith('/udp') ? 1 : 0)) : []).flatten()) > 256 || size(self.services.map(s, has(s.ports) ? s.ports.map(p, int(p.split(':')[0]) * 2 + (p.endsWith('/udp') ? 1 : 0)) : []).flatten().distinct()) == size(self.services.map(s, has(s.ports) ? s.ports.map(p, int(p.split(':')[0]) * 2 + (p.endsWith('/udp') ? 1 : 0)) : []).flatten())",message="services[].ports: a host port is published twice with one protocol (in one service or in two; a port without /udp is tcp): publish each host port once per protocol, or give one of them another host port"
 // +kubebuilder:validation:XValidation:rule="!has(self.init_container) || !has(self.init_container.ports) || size(self.init_container.ports) == 0",message="init_container.ports must be empty: an init container cannot publish host ports"
+// +kubebuilder:validation:XValidation:rule="!has(self.init_container) || !has(self.init_container.healthcheck)",message="init_container.healthcheck must be empty: an init container runs to completion and its exit code is its result; put the health check on a service"
 // +kubebuilder:validation:XValidation:rule="self.services.all(s, self.services.exists_one(o, o.name == s.name))",message="services[].name must be unique"
 // +kubebuilder:validation:XValidation:rule="!has(self.init_container) || self.services.all(s, s.name != self.init_container.name)",message="init_container.name must differ from every services[].name"
 type PodmanV0 struct {
@@ -293,6 +294,55 @@ type PodmanService struct {
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`
 	ImagePullSecret string `json:"image_pull_secret,omitempty"`
+	// Healthcheck is the check Podman runs in the container; the device
+	// reports the revision Converged only once it passes, and Failed once
+	// the container is unhealthy. Not allowed on init_container.
+	// +optional
+	Healthcheck *Healthcheck `json:"healthcheck,omitempty"`
+}
+
+// Healthcheck is a service's health check, with Podman's semantics: the
+// container is "starting" until a check passes ("healthy"), and
+// "unhealthy" once retries checks in a row fail after the start period.
+// Durations are Go duration strings (10s, 1m30s, 1.5s; units ns, us, ms,
+// s, m, h); an empty one, or retries unset, means Podman's default.
+type Healthcheck struct {
+	// Command is run in the container in exec form: the program, then its
+	// arguments (for a shell: ["/bin/sh", "-c", "..."]). Exit code 0 is
+	// healthy.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || size(self[0]) > 0",message="healthcheck.command[0] must not be empty: it is the program to run"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || !(self[0] in ['CMD', 'CMD-SHELL', 'NONE'])",message="healthcheck.command is the exec form itself: drop Docker's leading CMD, CMD-SHELL or NONE (for a shell, start with /bin/sh and -c)"
+	// +listType=atomic
+	Command []string `json:"command"`
+	// Interval between two checks, 1s to 1h; default 30s.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('1h'))",message="healthcheck.interval must be a duration from 1s to 1h"
+	Interval string `json:"interval,omitempty"`
+	// Timeout of one check, after which it counts as failed, 1s to 10m;
+	// default 30s.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || (duration(self) >= duration('1s') && duration(self) <= duration('10m'))",message="healthcheck.timeout must be a duration from 1s to 10m"
+	Timeout string `json:"timeout,omitempty"`
+	// StartPeriod after the container starts during which failed checks
+	// do not count, 0s to 1h; default 0s.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="healthcheck.startPeriod must be a duration from 0s to 1h"
+	StartPeriod string `json:"startPeriod,omitempty"`
+	// Retries is how many failed checks in a row make the container
+	// unhealthy, 1 to 100; default 3.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	Retries int32 `json:"retries,omitempty"`
 }
 
 // EnvVar is a plain environment variable.
