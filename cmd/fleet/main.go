@@ -1,7 +1,8 @@
 // Command fleet is the Fleet admin tool for a laptop: `fleet dev` runs the
 // control plane on one machine (package internal/devenv), `fleet enroll`
-// enrolls, re-enrolls and revokes devices (package enroll) and `fleet
-// history` answers questions about the past (package history). See
+// enrolls, re-enrolls and revokes devices (package enroll), `fleet
+// history` answers questions about the past (package history) and `fleet
+// rollout` asks the operator to pause, resume or approve a rollout. See
 // docs/fleet.md.
 package main
 
@@ -35,6 +36,7 @@ commands:
   dev       run the Fleet control plane on this machine
   enroll    enroll, re-enroll or revoke a device (-dev: at a running fleet dev)
   history   a Deployment's or device's timeline, or the fleet at a time, from the streams
+  rollout   pause, resume or approve a Deployment's rollout (as you, through the Kubernetes API)
   token     mint a device's id_token from its key file and check it as the auth callout would
 `
 
@@ -50,6 +52,8 @@ func run(args []string) error {
 		return runEnroll(args[1:])
 	case "history":
 		return runHistory(args[1:])
+	case "rollout":
+		return runRollout(args[1:])
 	case "token":
 		return runToken(args[1:])
 	case "-h", "-help", "--help", "help":
