@@ -22,7 +22,7 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}, ManifestDirs: []string{"../k8s/config/admission"}})
 }
 
 // TestKubectlRecipes runs the kubectl recipes of operator.md, devices.md

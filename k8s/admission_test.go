@@ -22,25 +22,22 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
-// admissionOnce installs config/admission once per package run.
+// admissionOnce prepares the admission tests once per package run.
 var admissionOnce struct {
 	sync.Once
 	err error
 }
 
-// installAdmission applies the shipped admission policy and lets the users
-// alice and bob read and patch Deployments; it returns once the API server
-// enforces the policy (a write as alice naming bob is refused).
+// installAdmission lets the users alice and bob read and patch
+// Deployments; it returns once the API server enforces the admission
+// policy of config/admission, which TestMain installs (a write as alice
+// naming bob is refused).
 func installAdmission(t *testing.T) {
 	t.Helper()
-	srv := kubeapi.Shared(t)
+	kubeapi.Shared(t)
 	admissionOnce.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		if _, err := srv.Kubectl(ctx, nil, "apply", "--server-side", "-f", "config/admission"); err != nil {
-			admissionOnce.err = err
-			return
-		}
 		admin := as(t, "")
 		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "rollout-requesters"}, Rules: []rbacv1.PolicyRule{{
 			APIGroups: []string{"fleet.nationtech.io"}, Resources: []string{"deployments"}, Verbs: []string{"get", "create", "update", "patch", "delete"}}}}

@@ -82,6 +82,7 @@ func runDev(args []string) error {
 	fs.StringVar(&o.Namespace, "namespace", "lab", "namespace of the Device resources and the examples")
 	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+devenv.KubernetesVersion+", built by `"+devenv.SetupK8sCommand+"`)")
 	fs.StringVar(&o.CRDDir, "crd-dir", "", "folder with the Fleet CRDs (default: <repository>/k8s/config/crd)")
+	fs.StringVar(&o.AdmissionDir, "admission-dir", "", "folder with the admission policies shipped with the CRDs (default: <repository>/k8s/config/admission)")
 	fs.StringVar(&o.NATSCLI, "nats-cli", "", "the nats CLI linked as <data-dir>/bin/nats for the printed next steps (default: $"+devenv.NATSCLIEnv+
 		", else <repository>/.cache/tools/natscli-v0.5.0/nats, built by `"+devenv.SetupNATSCLICommand+"`, else nats on PATH)")
 	verbose := fs.Bool("v", false, "log debug records")

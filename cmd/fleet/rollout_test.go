@@ -43,7 +43,7 @@ func kubeconfigAs(t *testing.T, srv *kubeapi.Server, user string) string {
 // real API server with the shipped admission policy, as a user who may only
 // read and patch Deployments.
 func TestFleetRolloutWritesARequestAsTheCaller(t *testing.T) {
-	srv, err := kubeapi.Start(kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}})
+	srv, err := kubeapi.Start(kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}, ManifestDirs: []string{"../../k8s/config/admission"}})
 	if errors.Is(err, kubeapi.ErrBinariesMissing) {
 		testenv.Missing(t, "kube-apiserver and etcd", kubeapi.SetupCommand, err)
 	}
@@ -57,9 +57,6 @@ func TestFleetRolloutWritesARequestAsTheCaller(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if _, err := srv.Kubectl(ctx, nil, "apply", "--server-side", "-f", "../../k8s/config/admission"); err != nil {
-		t.Fatal(err)
-	}
 	scheme := runtime.NewScheme()
 	if err := fleetv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
