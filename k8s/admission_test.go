@@ -138,6 +138,9 @@ func TestTheAdmissionPolicyAcceptsARolloutActionOnlyByItsWriter(t *testing.T) {
 		{"a request whose by is not a string is refused", func() error {
 			return annotate(ctx, alice, d.Name, `{"action":"resume","generation":1,"by":7,"request":"r5"}`)
 		}, refused},
+		{"an oversize request is refused naming the limit", func() error {
+			return annotate(ctx, alice, d.Name, `{"action":"resume","generation":1,"by":"alice","request":"`+strings.Repeat("r", 2000)+`"}`)
+		}, append(refused, "longer than 1024")},
 		{"a request without by is refused", func() error {
 			return annotate(ctx, alice, d.Name, `{"action":"resume","generation":1,"request":"r6"}`)
 		}, refused},
