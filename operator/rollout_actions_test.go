@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -254,4 +255,61 @@ func TestARolloutRequestIsRecordedOnceAcrossRestarts(t *testing.T) {
 			t.Errorf("%d requests recorded, want 1: %+v", len(got), got)
 		}
 	})
+}
+
+// racingStore appends a transition of its own on the subject of the first
+// conditional append it is asked for, just before that append: another
+// writer (the rollout runner) won the race.
+type racingStore struct {
+	operator.EventStore
+	t     *testing.T
+	raced bool
+	other events.Event
+}
+
+func (s *racingStore) Append(ctx context.Context, ev events.Event, opts ...events.AppendOption) (events.Position, error) {
+	if !s.raced {
+		s.raced = true
+		if _, err := s.EventStore.Append(ctx, s.other); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+	return s.EventStore.Append(ctx, ev, opts...)
+}
+
+func TestARolloutRequestThatLosesAnAppendRaceIsDecidedAgain(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	d := e.deployment("api", map[string]string{"role": "analyzer"})
+	rev := e.revisionOf("api", 1)
+	stop()
+
+	other, err := events.New(events.Keys{Namespace: e.ns, Name: "api"}, events.NewRolloutTransition(events.TypeRolloutPaused,
+		events.RolloutTransition{UID: string(d.UID), Generation: 1, RevisionID: rev.RevisionID, By: "bob", Request: "other"}),
+		events.WithCorrelation(string(d.UID), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	racing := &racingStore{EventStore: e.store, t: t, other: other}
+	r := &operator.RolloutActions{Client: e.c, Store: racing, Reader: e.store, Log: slog.New(slog.DiscardHandler)}
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "api"}}
+	e.annotate("api", request("resume", 1, 0, "alice", "mine"))
+
+	res, err := r.Reconcile(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 {
+		t.Errorf("result %+v after a lost race, want a requeue", res)
+	}
+	if got := e.requests("api"); len(got) != 1 || got[0].Request != "other" {
+		t.Fatalf("after the lost race: %+v, want only the other writer's request", got)
+	}
+	if _, err := r.Reconcile(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got := e.requests("api")
+	if len(got) != 2 || got[1].Request != "mine" || got[1].By != "alice" {
+		t.Errorf("after the retry: %+v, want the other request then mine", got)
+	}
 }
