@@ -16,13 +16,14 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}, ManifestDirs: []string{"../k8s/config/admission"}})
 }
 
 // TestKubectlRecipes runs the kubectl recipes of operator.md, devices.md
@@ -83,6 +84,20 @@ func TestKubectlRecipes(t *testing.T) {
 			t.Errorf("operator: %v", err)
 		}
 	}()
+
+	// The admission policy TestMain installed is enforced shortly after
+	// it is created; the recipes show a refusal, so wait until a write it
+	// refuses is refused (a server-side dry run runs admission).
+	forged := []byte(`{"apiVersion":"fleet.nationtech.io/v1alpha1","kind":"Deployment","metadata":{"name":"probe","namespace":"default",` +
+		`"annotations":{"fleet.nationtech.io/rollout-action":"{\"action\":\"pause\",\"generation\":1,\"by\":\"somebody-else\",\"request\":\"probe\"}"}},` +
+		`"spec":{"targetSelector":{"matchLabels":{"role":"x"}},"rollout":{"strategy":"Immediate"},` +
+		`"score":{"type":"PodmanV0","data":{"services":[{"name":"api","image":"registry.example.com/api:v1"}]}}}}`)
+	if err := testenv.Poll(ctx, time.Minute, func() bool {
+		_, err := srv.Kubectl(ctx, forged, "create", "--dry-run=server", "-f", "-")
+		return err != nil && strings.Contains(err.Error(), "fleet-rollout-action-by")
+	}); err != nil {
+		t.Fatalf("the admission policy of k8s/config/admission is not enforced: %v", err)
+	}
 
 	home := t.TempDir()
 	for _, r := range rs {

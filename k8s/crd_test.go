@@ -17,7 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"config/crd"}})
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"config/crd"}, ManifestDirs: []string{"config/admission"}})
 }
 
 const digest = "@sha256:1111111111111111111111111111111111111111111111111111111111111111"

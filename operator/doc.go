@@ -10,6 +10,13 @@
 //   - the rollout runner folds intent, rollout transitions and workload
 //     reports, appends the state machine's transitions, writes the
 //     fleet-intent KV and patches Deployment status, checkpointing its folds;
+//   - the rollout-action controller (RolloutActions) appends, once per
+//     request id, the pause, resume and approve requests written in a
+//     Deployment's fleet.nationtech.io/rollout-action annotation as
+//     rollout transitions on its rollout subject (same optimistic
+//     concurrency), and answers a malformed request, or one for another
+//     generation, with a Warning Event; the rollout fold decides what a
+//     request means;
 //   - the TaskRun controller resolves a new TaskRun's targets by the same
 //     rules and freezes them in exactly one taskrun.created event per
 //     TaskRun UID; deletion appends taskrun.deleted behind a finalizer. The

@@ -89,6 +89,10 @@ type Options struct {
 	DeviceWorkers int
 }
 
+// EventRecorderName is the reporting controller of the Kubernetes Events
+// the operator writes on Fleet resources (events.k8s.io/v1).
+const EventRecorderName = "fleet-operator"
+
 // processSkips is the skip counter of operators started without one.
 var processSkips = sync.OnceValue(events.NewSkipCounter)
 
@@ -197,6 +201,11 @@ func Run(ctx context.Context, o Options) error {
 	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
 		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips, Metrics: o.Metrics}
 	if err := dr.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
+	ra := &RolloutActions{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Recorder: mgr.GetEventRecorder(EventRecorderName),
+		Log: o.Logger.With("controller", "rollout-actions"), Skips: o.Skips}
+	if err := ra.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	ps := &PolicySync{Client: mgr.GetClient(), Admin: o.OpenBao, PolicyNames: o.OpenBaoNames, Log: o.Logger.With("controller", "openbao-policy")}

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -257,12 +258,18 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	return nil
 }
 
+// restConfig loads kubeconfig (empty: the default loading rules,
+// $KUBECONFIG then ~/.kube/config).
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+}
+
 // kubeClient is a client of the Fleet types for kubeconfig (empty: the
 // default loading rules).
 func kubeClient(kubeconfig string) (client.Client, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	cfg, err := restConfig(kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("enroll: -kubeconfig: %w", err)
 	}

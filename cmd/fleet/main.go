@@ -1,7 +1,8 @@
 // Command fleet is the Fleet admin tool for a laptop: `fleet dev` runs the
 // control plane on one machine (package internal/devenv), `fleet enroll`
-// enrolls, re-enrolls and revokes devices (package enroll) and `fleet
-// history` answers questions about the past (package history). See
+// enrolls, re-enrolls and revokes devices (package enroll), `fleet
+// history` answers questions about the past (package history) and `fleet
+// rollout` asks the operator to pause, resume or approve a rollout. See
 // docs/fleet.md.
 package main
 
@@ -35,6 +36,7 @@ commands:
   dev       run the Fleet control plane on this machine
   enroll    enroll, re-enroll or revoke a device (-dev: at a running fleet dev)
   history   a Deployment's or device's timeline, or the fleet at a time, from the streams
+  rollout   pause, resume or approve a Deployment's rollout (as you, through the Kubernetes API)
   token     mint a device's id_token from its key file and check it as the auth callout would
 `
 
@@ -50,6 +52,8 @@ func run(args []string) error {
 		return runEnroll(args[1:])
 	case "history":
 		return runHistory(args[1:])
+	case "rollout":
+		return runRollout(args[1:])
 	case "token":
 		return runToken(args[1:])
 	case "-h", "-help", "--help", "help":
@@ -78,6 +82,7 @@ func runDev(args []string) error {
 	fs.StringVar(&o.Namespace, "namespace", "lab", "namespace of the Device resources and the examples")
 	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+devenv.KubernetesVersion+", built by `"+devenv.SetupK8sCommand+"`)")
 	fs.StringVar(&o.CRDDir, "crd-dir", "", "folder with the Fleet CRDs (default: <repository>/k8s/config/crd)")
+	fs.StringVar(&o.AdmissionDir, "admission-dir", "", "folder with the admission policies shipped with the CRDs (default: <repository>/k8s/config/admission)")
 	fs.StringVar(&o.NATSCLI, "nats-cli", "", "the nats CLI linked as <data-dir>/bin/nats for the printed next steps (default: $"+devenv.NATSCLIEnv+
 		", else <repository>/.cache/tools/natscli-v0.5.0/nats, built by `"+devenv.SetupNATSCLICommand+"`, else nats on PATH)")
 	verbose := fs.Bool("v", false, "log debug records")

@@ -105,6 +105,10 @@ type Options struct {
 	KubeBinDir string
 	// CRDDir holds the Fleet CRDs. Default <repository>/k8s/config/crd.
 	CRDDir string
+	// AdmissionDir holds the admission policies shipped with the CRDs
+	// (who may pause, resume and approve a rollout). Default
+	// <repository>/k8s/config/admission.
+	AdmissionDir string
 	// NATSCLI is the nats CLI that <data>/bin/nats links to (the printed
 	// next steps call it). Default: $FLEET_NATS_CLI, else
 	// <repository>/.cache/tools/natscli-v0.5.0/nats when it exists, else
@@ -239,6 +243,11 @@ func (o *Options) defaults() error {
 	if o.CRDDir == "" {
 		if o.CRDDir, err = DefaultCRDDir(); err != nil {
 			return fmt.Errorf("%w: pass --crd-dir", err)
+		}
+	}
+	if o.AdmissionDir == "" {
+		if o.AdmissionDir, err = DefaultAdmissionDir(); err != nil {
+			return fmt.Errorf("%w: pass --admission-dir", err)
 		}
 	}
 	return nil

@@ -9,7 +9,7 @@ var ErrKubeBinariesMissing = errors.New("fleet dev: kube-apiserver, etcd or kube
 
 // ErrNoRepoRoot means the working directory is not inside the Fleet
 // repository, so the default binary and CRD folders are unknown: run from the
-// repository or pass --kube-bin-dir and --crd-dir.
+// repository or pass --kube-bin-dir, --crd-dir and --admission-dir.
 var ErrNoRepoRoot = errors.New("fleet dev: not inside the harmony-fleet repository")
 
 // ErrDataDirInUse means another live fleet dev runs on the same data folder.

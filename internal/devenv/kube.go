@@ -59,6 +59,15 @@ func DefaultCRDDir() (string, error) {
 	return filepath.Join(root, "k8s", "config", "crd"), nil
 }
 
+// DefaultAdmissionDir is <repository>/k8s/config/admission.
+func DefaultAdmissionDir() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "k8s", "config", "admission"), nil
+}
+
 // checkKubeBinaries fails with ErrKubeBinariesMissing, naming the setup
 // command, when a binary is absent.
 func checkKubeBinaries(dir string) error {
@@ -86,13 +95,17 @@ type kube struct {
 
 // startKube starts etcd (its data in <data>/etcd, kept across runs) and
 // kube-apiserver on free loopback ports, installs (creates or updates) the
-// CRDs and writes <data>/kubeconfig for the admin user.
+// CRDs and their admission policies and writes <data>/kubeconfig for the
+// admin user.
 func startKube(o Options) (*kube, error) {
 	if err := checkKubeBinaries(o.KubeBinDir); err != nil {
 		return nil, err
 	}
 	if fi, err := os.Stat(o.CRDDir); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("fleet dev: --crd-dir %q is not a folder of CRD files: run from the repository or pass --crd-dir", o.CRDDir)
+	}
+	if fi, err := os.Stat(o.AdmissionDir); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("fleet dev: --admission-dir %q is not a folder of admission policies: run from the repository or pass --admission-dir", o.AdmissionDir)
 	}
 	etcdDir := filepath.Join(o.DataDir, "etcd")
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
@@ -101,6 +114,7 @@ func startKube(o Options) (*kube, error) {
 	srv, err := kubelocal.Start(kubelocal.Options{
 		BinDir:       o.KubeBinDir,
 		CRDDirs:      []string{o.CRDDir},
+		ManifestDirs: []string{o.AdmissionDir},
 		EtcdDataDir:  etcdDir,
 		StartTimeout: 2 * time.Minute,
 		StopTimeout:  time.Minute,

@@ -3,7 +3,9 @@
 // controller-runtime's envtest. It owns that start and stop and nothing
 // around it: the apiserver flags a control plane without controller-manager
 // needs, the installation of the caller's CRDs (created or updated, waited
-// for until established), the admin *rest.Config and the kubeconfig bytes.
+// for until established) and of the manifests shipped with them (admission
+// policies, server-side applied), the admin *rest.Config and the kubeconfig
+// bytes.
 //
 // Callers keep their own policy: where the binaries are and what to say when
 // they are missing, where the kubeconfig file goes, and the records of child
@@ -16,12 +18,25 @@
 package kubelocal
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
+
+// FieldManager is the server-side-apply field manager of the objects of
+// Options.ManifestDirs.
+const FieldManager = "kubelocal"
 
 // Binary names inside Options.BinDir.
 const (
@@ -38,6 +53,13 @@ type Options struct {
 	// CRDDirs lists folders of CustomResourceDefinition YAML (or JSON)
 	// files; a folder that does not exist is an error.
 	CRDDirs []string
+
+	// ManifestDirs lists folders of other manifests (YAML or JSON files,
+	// several documents each) installed after the CRDs by server-side
+	// apply: the admission policies shipped with the CRDs. A folder that
+	// does not exist is an error. The API server may take a moment to
+	// enforce an admission policy after Start returns.
+	ManifestDirs []string
 
 	// EtcdDataDir is etcd's data folder, which must exist and is kept by
 	// Stop. Empty means a temporary folder that Stop removes.
@@ -73,6 +95,11 @@ func Start(o Options) (*Server, error) {
 	if stopTimeout == 0 {
 		stopTimeout = time.Minute
 	}
+	for _, d := range o.ManifestDirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("manifests: %q is not a folder of manifests", d)
+		}
+	}
 	apiServer := &envtest.APIServer{Path: filepath.Join(o.BinDir, APIServerBin)}
 	// No controller-manager runs, so nobody would maintain the endpoints of
 	// the "kubernetes" service, and loopback endpoints are refused anyway.
@@ -96,6 +123,10 @@ func Start(o Options) (*Server, error) {
 		_ = env.Stop()
 		return nil, err
 	}
+	if err := applyManifests(cfg, o.ManifestDirs, startTimeout); err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
 	return &Server{env: env, Config: cfg, Kubeconfig: env.KubeConfig, KubectlPath: env.ControlPlane.KubectlPath}, nil
 }
 
@@ -103,4 +134,57 @@ func Start(o Options) (*Server, error) {
 // temporary etcd data folder; a caller's Options.EtcdDataDir stays.
 func (s *Server) Stop() error {
 	return s.env.Stop()
+}
+
+// applyManifests server-side applies every object of the files of dirs, in
+// file-name order.
+func applyManifests(cfg *rest.Config, dirs []string, timeout time.Duration) error {
+	if len(dirs) == 0 {
+		return nil
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("manifests: client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			return fmt.Errorf("manifests: %q is not a folder of manifests: %w", dir, err)
+		}
+		for _, e := range entries {
+			ext := filepath.Ext(e.Name())
+			if e.IsDir() || (ext != ".yaml" && ext != ".yml" && ext != ".json") {
+				continue
+			}
+			if err := applyFile(ctx, c, filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyFile server-side applies every document of one file.
+func applyFile(ctx context.Context, c client.Client, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("manifests: %w", err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(string(b)), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); errors.Is(err, io.EOF) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("manifests: decode %s: %w", path, err)
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+			return fmt.Errorf("manifests: apply %s %s of %s: %w", u.GetKind(), u.GetName(), path, err)
+		}
+	}
 }

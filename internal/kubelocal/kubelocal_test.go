@@ -2,13 +2,16 @@ package kubelocal_test
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/nationtech/harmony-fleet/internal/kubelocal"
@@ -36,9 +39,9 @@ func binDir(t *testing.T) string {
 	return dir
 }
 
-// TestStartKeepsTheCallersEtcdData starts with the product CRDs and a
-// caller's etcd folder, checks what Start returns, and that Stop keeps the
-// folder.
+// TestStartKeepsTheCallersEtcdData starts with the product CRDs, their
+// admission policies and a caller's etcd folder, checks what Start returns
+// and installs, and that Stop keeps the folder.
 func TestStartKeepsTheCallersEtcdData(t *testing.T) {
 	bin := binDir(t)
 	root, err := kubeapi.RepoRoot()
@@ -47,9 +50,10 @@ func TestStartKeepsTheCallersEtcdData(t *testing.T) {
 	}
 	etcdDir := t.TempDir()
 	srv, err := kubelocal.Start(kubelocal.Options{
-		BinDir:      bin,
-		CRDDirs:     []string{filepath.Join(root, "k8s", "config", "crd")},
-		EtcdDataDir: etcdDir,
+		BinDir:       bin,
+		CRDDirs:      []string{filepath.Join(root, "k8s", "config", "crd")},
+		ManifestDirs: []string{filepath.Join(root, "k8s", "config", "admission")},
+		EtcdDataDir:  etcdDir,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +86,18 @@ func TestStartKeepsTheCallersEtcdData(t *testing.T) {
 	if !slices.Contains(names, "fleet.nationtech.io") {
 		t.Errorf("API groups %v lack fleet.nationtech.io: CRDs not installed", names)
 	}
+	c, err := client.New(srv.Config, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
+		u := &unstructured.Unstructured{}
+		u.SetAPIVersion("admissionregistration.k8s.io/v1")
+		u.SetKind(kind)
+		if err := c.Get(context.Background(), client.ObjectKey{Name: "fleet-rollout-action-by"}, u); err != nil {
+			t.Errorf("%s of k8s/config/admission not installed: %v", kind, err)
+		}
+	}
 
 	stopped = true
 	if err := srv.Stop(); err != nil {
@@ -98,5 +114,14 @@ func TestStartFailsOnAMissingCRDFolder(t *testing.T) {
 	if err == nil {
 		_ = srv.Stop()
 		t.Fatal("Start succeeded with a missing CRD folder")
+	}
+}
+
+func TestStartFailsOnAMissingManifestFolder(t *testing.T) {
+	bin := binDir(t)
+	srv, err := kubelocal.Start(kubelocal.Options{BinDir: bin, ManifestDirs: []string{filepath.Join(t.TempDir(), "absent")}})
+	if err == nil {
+		_ = srv.Stop()
+		t.Fatal("Start succeeded with a missing manifest folder")
 	}
 }

@@ -45,6 +45,13 @@ type Options struct {
 	// is established. A folder that does not exist is an error.
 	CRDDirs []string
 
+	// ManifestDirs lists folders of other manifests installed after the
+	// CRDs by server-side apply (kubelocal.Options.ManifestDirs): the
+	// admission policies of k8s/config/admission. Relative like CRDDirs; a
+	// folder that does not exist is an error. A test that relies on a
+	// policy polls until the API server enforces it.
+	ManifestDirs []string
+
 	// BinDir is the folder holding kube-apiserver, etcd and kubectl. Empty
 	// means BinDir().
 	BinDir string
@@ -69,9 +76,9 @@ type Server struct {
 }
 
 // Start starts etcd and kube-apiserver, installs the CRDs of opts.CRDDirs and
-// writes a kubeconfig for the admin user (group system:masters). When a
-// binary is missing the error wraps ErrBinariesMissing. The caller must call
-// Stop.
+// the manifests of opts.ManifestDirs, and writes a kubeconfig for the admin
+// user (group system:masters). When a binary is missing the error wraps
+// ErrBinariesMissing. The caller must call Stop.
 func Start(opts Options) (*Server, error) {
 	binDir := opts.BinDir
 	if binDir == "" {
@@ -89,6 +96,11 @@ func Start(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("kubeapi: Options.CRDDirs: %q is not a folder of CRD files", d)
 		}
 	}
+	for _, d := range opts.ManifestDirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("kubeapi: Options.ManifestDirs: %q is not a folder of manifests", d)
+		}
+	}
 	timeout := opts.StartTimeout
 	if timeout == 0 {
 		timeout = time.Minute
@@ -103,6 +115,7 @@ func Start(opts Options) (*Server, error) {
 	srv, err := kubelocal.Start(kubelocal.Options{
 		BinDir:       binDir,
 		CRDDirs:      opts.CRDDirs,
+		ManifestDirs: opts.ManifestDirs,
 		StartTimeout: timeout,
 		StopTimeout:  time.Minute,
 	})

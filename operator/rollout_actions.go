@@ -1,0 +1,242 @@
+package operator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+
+	corev1 "k8s.io/api/core/v1"
+	kevents "k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Reasons of the Kubernetes Events the rollout-action controller writes on
+// a Deployment.
+const (
+	// EventReasonRolloutActionRecorded (Normal): the request was appended
+	// to the Deployment's rollout subject.
+	EventReasonRolloutActionRecorded = "RolloutActionRecorded"
+	// EventReasonRolloutActionInvalid (Warning): the annotation does not
+	// parse; nothing was appended.
+	EventReasonRolloutActionInvalid = "InvalidRolloutAction"
+	// EventReasonRolloutActionStale (Warning): the request names another
+	// generation than the Deployment's; nothing was appended.
+	EventReasonRolloutActionStale = "StaleRolloutAction"
+)
+
+// eventActionRecord is the action of the Events the controller writes.
+const eventActionRecord = "RecordRolloutAction"
+
+// revisionWait is how soon a request for a generation whose revision is
+// not appended yet is looked at again.
+const revisionWait = 2 * time.Second
+
+// maxEventNote bounds an Event's note (the API refuses more than 1 kB).
+const maxEventNote = 1000
+
+// RolloutActions turns each Deployment's rollout-action annotation
+// (fleetv1.AnnotationRolloutAction, ADR 0016) into one rollout transition:
+// rollout.paused, rollout.resumed or rollout.approved on the Deployment's
+// rollout subject, with the request's by, request id and batch and the
+// revision's UID, generation and id. It appends with the subject's
+// expected last sequence, like the rollout runner, and records a request
+// id at most once per Deployment: it reads the subject's requests first,
+// so a request already there (an operator restart, a second replica, the
+// annotation written again) appends nothing. A value that does not parse,
+// or a request for another generation than the Deployment's, appends
+// nothing and is answered by a Warning Event on the Deployment.
+//
+// It does not judge whether the action means anything now (approving the
+// batch that waits, resuming a paused rollout): the rollout fold decides
+// that from the events. Who asked is checked by the API server's admission
+// policy (k8s/config/admission), not here.
+type RolloutActions struct {
+	Client client.Client
+	Store  EventStore
+	Reader EventReader
+	// Recorder writes the Events on the Deployment; nil: they are only
+	// logged.
+	Recorder kevents.EventRecorder
+	Log      *slog.Logger
+	// Skips counts rollout records that do not decode. Nil-safe.
+	Skips *events.SkipCounter
+}
+
+// SetupWithManager registers the controller: it looks at a Deployment when
+// it is first seen with the annotation and whenever the annotation's value
+// changes.
+func (r *RolloutActions) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&fleetv1.Deployment{}, builder.WithPredicates(rolloutActionChanged())).
+		Named("fleet-rollout-actions").
+		Complete(r)
+}
+
+// rolloutActionChanged passes a Deployment that carries the annotation when
+// first seen, and an update that sets or changes it.
+func rolloutActionChanged() predicate.Funcs {
+	value := func(o client.Object) (string, bool) {
+		v, ok := o.GetAnnotations()[fleetv1.AnnotationRolloutAction]
+		return v, ok
+	}
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { _, ok := value(e.Object); return ok },
+		UpdateFunc: func(e event.UpdateEvent) bool {
+			v, ok := value(e.ObjectNew)
+			old, oldOK := value(e.ObjectOld)
+			return ok && (!oldOK || old != v)
+		},
+		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		GenericFunc: func(event.GenericEvent) bool { return false },
+	}
+}
+
+// Reconcile records the Deployment's current request, if it is new.
+func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	var d fleetv1.Deployment
+	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	raw, ok := d.Annotations[fleetv1.AnnotationRolloutAction]
+	if !ok || !d.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	a, err := fleetv1.ParseRolloutAction(raw)
+	if err != nil {
+		r.event(ctx, &d, corev1.EventTypeWarning, EventReasonRolloutActionInvalid, "nothing recorded: %v", err)
+		return ctrl.Result{}, nil
+	}
+	rollout, err := events.DeploymentRolloutSubject(d.Namespace, d.Name)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err) // CRD validation prevents this
+	}
+	head, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, rollout)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	recorded, err := r.recorded(ctx, rollout, head.seq, string(d.UID), a.Request)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if recorded {
+		r.Log.DebugContext(ctx, "rollout request already recorded", "deployment", req.String(), "request", a.Request)
+		return ctrl.Result{}, nil
+	}
+	if a.Generation != d.Generation {
+		r.event(ctx, &d, corev1.EventTypeWarning, EventReasonRolloutActionStale,
+			"nothing recorded: request %s (%s by %s) is for generation %d, the Deployment is at generation %d: write a new request for generation %d",
+			a.Request, a.Action, a.By, a.Generation, d.Generation, d.Generation)
+		return ctrl.Result{}, nil
+	}
+	intent, err := events.DeploymentIntentSubject(d.Namespace, d.Name)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err)
+	}
+	ih, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, intent)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	rev, ok := alreadyAppended(ih.last, &d)
+	if !ok || rev.Generation != d.Generation {
+		// The Deployment controller appends it; the request waits for it.
+		r.Log.DebugContext(ctx, "rollout request waits for its revision", "deployment", req.String(), "generation", d.Generation)
+		return ctrl.Result{RequeueAfter: revisionWait}, nil
+	}
+	tr := events.NewRolloutTransition(transitionOf(a.Action), events.RolloutTransition{
+		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: a.Batch, By: a.By, Request: a.Request})
+	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, events.WithCorrelation(rev.UID, rev.Generation))
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("rollout request of %s: %w", req, err)
+	}
+	pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
+	if errors.Is(err, events.ErrConflict) {
+		// The runner (or another replica) appended first: re-read, the
+		// request may be there now.
+		r.Log.DebugContext(ctx, "rollout request append conflict, re-reading", "deployment", req.String(), "request", a.Request)
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("append %s of %s: %w", tr.EventType(), req, err)
+	}
+	r.Log.InfoContext(ctx, "rollout request recorded", "deployment", req.String(), "type", tr.EventType(), "by", a.By,
+		"request", a.Request, "batch", a.Batch, "revision", rev.RevisionID, "sequence", pos.Sequence)
+	r.event(ctx, &d, corev1.EventTypeNormal, EventReasonRolloutActionRecorded, "%s by %s recorded (request %s, revision %s)",
+		tr.EventType(), a.By, a.Request, rev.RevisionID)
+	return ctrl.Result{}, nil
+}
+
+// transitionOf is the event type of an action (validated by the parser).
+func transitionOf(a fleetv1.RolloutActionKind) events.Type {
+	switch a {
+	case fleetv1.RolloutActionPause:
+		return events.TypeRolloutPaused
+	case fleetv1.RolloutActionResume:
+		return events.TypeRolloutResumed
+	default:
+		return events.TypeRolloutApproved
+	}
+}
+
+// recorded reports whether the rollout subject holds, up to sequence last,
+// a request with this id for the Deployment uid (request ids are unique,
+// so one recorded for an earlier generation is not recorded again either).
+func (r *RolloutActions) recorded(ctx context.Context, subject string, last uint64, uid, request string) (bool, error) {
+	if last == 0 {
+		return false, nil
+	}
+	for rec, err := range r.Reader.Replay(ctx, subject, events.FromStart()) {
+		if re, skip := events.AsRecordError(err); skip {
+			if re.Sequence >= last {
+				break
+			}
+			continue // counted by readHead when last; the runner counts the others
+		}
+		if err != nil {
+			return false, fmt.Errorf("read rollout of %s: %w", subject, err)
+		}
+		if rec.Sequence > last {
+			break
+		}
+		switch rec.Event.Type {
+		case events.TypeRolloutPaused, events.TypeRolloutResumed, events.TypeRolloutApproved:
+			tr, err := events.Decode[events.RolloutTransition](rec.Event)
+			if err == nil && tr.UID == uid && tr.Request == request {
+				return true, nil
+			}
+		}
+		if rec.Sequence == last {
+			break
+		}
+	}
+	return false, nil
+}
+
+// event writes a Kubernetes Event on d (and logs it).
+func (r *RolloutActions) event(ctx context.Context, d *fleetv1.Deployment, typ, reason, format string, args ...any) {
+	note := fmt.Sprintf(format, args...)
+	if len(note) > maxEventNote {
+		note = note[:maxEventNote-3]
+		for !utf8.ValidString(note) {
+			note = note[:len(note)-1]
+		}
+		note += "..."
+	}
+	level := slog.LevelInfo
+	if typ == corev1.EventTypeWarning {
+		level = slog.LevelWarn
+	}
+	r.Log.Log(ctx, level, "rollout request", "deployment", d.Namespace+"/"+d.Name, "reason", reason, "note", note)
+	if r.Recorder != nil {
+		r.Recorder.Eventf(d, nil, typ, reason, eventActionRecord, "%s", note)
+	}
+}
