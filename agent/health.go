@@ -77,7 +77,7 @@ func (e *UnhealthyError) Error() string {
 	} else {
 		fmt.Fprintf(&b, " and printed %q", e.Output)
 	}
-	b.WriteString(": fix the service, or its healthcheck (command, startPeriod for a slow start, retries)")
+	b.WriteString(": fix the service, or its healthcheck (command, start_period for a slow start, retries)")
 	return b.String()
 }
 

@@ -36,7 +36,7 @@ func TestCheckOutputFitsAReportAndHidesSecrets(t *testing.T) {
 
 func TestUnhealthyErrorQuotesTheOutput(t *testing.T) {
 	err := &UnhealthyError{Name: "api", FailingStreak: 3, ExitCode: 1, Output: "line one\nline two"}
-	want := `service api is unhealthy: its health check failed 3 times in a row; the last check exited with code 1 and printed "line one\nline two": fix the service, or its healthcheck (command, startPeriod for a slow start, retries)`
+	want := `service api is unhealthy: its health check failed 3 times in a row; the last check exited with code 1 and printed "line one\nline two": fix the service, or its healthcheck (command, start_period for a slow start, retries)`
 	if err.Error() != want {
 		t.Errorf("got  %s\nwant %s", err, want)
 	}

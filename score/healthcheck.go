@@ -88,7 +88,7 @@ func (v *validator) healthcheck(field string, h Healthcheck) {
 	}
 	v.duration(field+".interval", h.Interval, minHealthInterval, maxHealthInterval)
 	v.duration(field+".timeout", h.Timeout, minHealthTimeout, maxHealthTimeout)
-	v.duration(field+".startPeriod", h.StartPeriod, 0, maxHealthStartPeriod)
+	v.duration(field+".start_period", h.StartPeriod, 0, maxHealthStartPeriod)
 	if h.Retries != 0 && (h.Retries < minHealthRetries || h.Retries > maxHealthRetries) {
 		v.add(field+".retries", strconv.Itoa(int(h.Retries)), fmt.Sprintf("use %d to %d failed checks in a row (empty: %d)", minHealthRetries, maxHealthRetries, DefaultHealthRetries))
 	}

@@ -100,7 +100,7 @@ type Healthcheck struct {
 	Timeout string `json:"timeout,omitempty"`
 	// StartPeriod after the container starts during which failed checks
 	// do not count: 0s to 1h; empty: 0s.
-	StartPeriod string `json:"startPeriod,omitempty"`
+	StartPeriod string `json:"start_period,omitempty"`
 	// Retries is how many failed checks in a row make the container
 	// unhealthy: 1 to 100; 0: 3.
 	Retries int32 `json:"retries,omitempty"`

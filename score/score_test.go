@@ -135,7 +135,7 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 		}, []string{`score.data.services[0].healthcheck.interval "10": use a duration`, `like "10s"`}},
 		{"a negative start period is named", func(s *score.Score) {
 			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, StartPeriod: "-1s"}
-		}, []string{`score.data.services[0].healthcheck.startPeriod "-1s": use a duration from 0s to 1h`}},
+		}, []string{`score.data.services[0].healthcheck.start_period "-1s": use a duration from 0s to 1h`}},
 		{"a health check timeout over ten minutes is named", func(s *score.Score) {
 			s.Data.Services[0].Healthcheck = &score.Healthcheck{Command: []string{"x"}, Timeout: "11m"}
 		}, []string{`score.data.services[0].healthcheck.timeout "11m": use a duration from 1s to 10m`}},

@@ -78,7 +78,7 @@ func Parse(raw []byte) (Score, error) {
 //     most 1024 characters each), the first a program (not empty, not
 //     Docker's "CMD", "CMD-SHELL" or "NONE"); durations in Go's syntax
 //     (units ns, us, ms, s, m, h) with interval 1s to 1h, timeout 1s to
-//     10m, startPeriod 0s to 1h; retries 1 to 100 (0: the default). The
+//     10m, start_period 0s to 1h; retries 1 to 100 (0: the default). The
 //     init container has none;
 //   - at most MaxPublishedPorts (256) ports in all services together, and
 //     no host port published twice with one protocol, in one service or in

@@ -335,8 +335,8 @@ type Healthcheck struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
-	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="healthcheck.startPeriod must be a duration from 0s to 1h"
-	StartPeriod string `json:"startPeriod,omitempty"`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('^([0-9]+(\\\\.[0-9]+)?(ns|us|ms|s|m|h))+$') || duration(self) <= duration('1h')",message="healthcheck.start_period must be a duration from 0s to 1h"
+	StartPeriod string `json:"start_period,omitempty"`
 	// Retries is how many failed checks in a row make the container
 	// unhealthy, 1 to 100; default 3.
 	// +optional
