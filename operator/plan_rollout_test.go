@@ -14,20 +14,6 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
-// control appends an approval, pause or resume as the operator's request
-// path does.
-func (e *env) control(name string, rev events.DeploymentRevisionCreated, typ events.Type, d events.RolloutTransition) {
-	e.t.Helper()
-	d.UID, d.Generation, d.RevisionID = rev.UID, rev.Generation, rev.RevisionID
-	ev, err := events.New(events.Keys{Namespace: e.ns, Name: name}, events.NewRolloutTransition(typ, d), events.WithCorrelation(rev.UID, rev.Generation))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.store.Append(e.ctx, ev); err != nil {
-		e.t.Fatal(err)
-	}
-}
-
 // readyMessage is the Ready condition's message of the Deployment's
 // current generation ("" until the runner described it).
 func (e *env) readyMessage(name string) string {
@@ -89,19 +75,28 @@ func TestAPlannedRolloutRunsBatchByBatchOnTheRealAPIServer(t *testing.T) {
 	e.waitFor("the canary handed the revision", handed("pc1"))
 	e.report("pc1", "planned", rev, events.WorkloadConverged, "")
 	e.waitFor("batch 1 awaiting approval", func() bool { return strings.Contains(e.readyMessage("planned"), "batch 1 awaits approval") })
+	if p := e.get("planned").Status.Plan; p == nil || p.AwaitingApproval != 1 || p.Batches != 2 || p.Batch != 0 {
+		t.Errorf("status.plan %+v, want batch 1 of 2 awaiting approval", p)
+	}
 	if e.intentOf("pd1", "planned") != 0 {
 		t.Fatal("pd1 was handed the revision before its batch was approved")
 	}
-	e.control("planned", rev, events.TypeRolloutApproved, events.RolloutTransition{Batch: 1, By: "ana", Request: "req-1"})
+	// The requests go the way an admin's do: the rollout-action
+	// annotation, recorded by the operator as a transition.
+	e.annotate("planned", request("approve", 1, 1, "ana", "req-1"))
 	e.waitFor("batch 1 handed the revision", handed("pd1", "pd2"))
 	e.report("pd1", "planned", rev, events.WorkloadConverged, "")
 	e.report("pd2", "planned", rev, events.WorkloadConverged, "")
 	e.waitFor("batch 2 awaiting approval", func() bool { return strings.Contains(e.readyMessage("planned"), "batch 2 awaits approval") })
 
-	e.control("planned", rev, events.TypeRolloutPaused, events.RolloutTransition{By: "bo", Request: "req-2"})
+	e.annotate("planned", request("pause", 1, 0, "bo", "req-2"))
 	e.waitFor("the pause in the status", func() bool { return strings.Contains(e.readyMessage("planned"), "paused by bo") })
-	e.control("planned", rev, events.TypeRolloutApproved, events.RolloutTransition{Batch: 2, By: "ana", Request: "req-3"})
-	e.control("planned", rev, events.TypeRolloutResumed, events.RolloutTransition{By: "bo", Request: "req-4"})
+	if p := e.get("planned").Status.Plan; p == nil || !p.Paused || p.PausedBy != "bo" || p.Batch != 1 {
+		t.Errorf("status.plan %+v, want batch 1, paused by bo", p)
+	}
+	e.annotate("planned", request("approve", 1, 2, "ana", "req-3"))
+	e.waitFor("the approval recorded", func() bool { return len(e.requests("planned")) == 3 })
+	e.annotate("planned", request("resume", 1, 0, "bo", "req-4"))
 	// The budget: one device of site a and one of site b at a time.
 	e.waitFor("the first wave of batch 2", handed("pd3", "pd4"))
 	if e.intentOf("pd5", "planned") != 0 {
@@ -122,5 +117,69 @@ func TestAPlannedRolloutRunsBatchByBatchOnTheRealAPIServer(t *testing.T) {
 	}
 	if slices.Contains(e.transitions("planned"), events.TypeRolloutReleased) {
 		t.Error("a planned rollout appended rollout.released")
+	}
+}
+
+// TestAFailedBatchIsRolledBackToTheLastGenerationThatSucceeded rolls out
+// generation 1 of a Deployment to three devices, then applies generation 2
+// with a first batch of one device and onFailure Rollback: the device of
+// the first batch fails, and is handed generation 1 again; the other two
+// never leave it; the status says why.
+func TestAFailedBatchIsRolledBackToTheLastGenerationThatSucceeded(t *testing.T) {
+	e := newEnv(t)
+	for _, dev := range []string{"rb1", "rb2", "rb3"} {
+		e.device(dev, map[string]string{"role": "rb"})
+	}
+	e.startOperator()
+	e.deployment("web", map[string]string{"role": "rb"})
+	rev1 := e.revisionOf("web", 1)
+	for _, dev := range []string{"rb1", "rb2", "rb3"} {
+		e.report(dev, "web", rev1, events.WorkloadConverged, "")
+	}
+	e.waitPhase("web", fleetv1.PhaseSucceeded)
+
+	e.update("web", func(d *fleetv1.Deployment) {
+		d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2"
+		d.Spec.Rollout.Batches = []fleetv1.RolloutBatch{{Count: ptr[int32](1)}}
+		d.Spec.Rollout.OnFailure = fleetv1.RolloutOnFailureRollback
+	})
+	rev2 := e.revisionOf("web", 2)
+	e.waitFor("rb1 handed generation 2", func() bool { return e.intentOf("rb1", "web") == 2 })
+	e.report("rb1", "web", rev2, events.WorkloadFailed, "service api exited with code 3")
+	e.waitFor("the rollback in the status", func() bool {
+		d := e.get("web")
+		c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionReady)
+		return d.Status.ObservedGeneration == 2 && c != nil && c.Reason == fleetv1.ReasonRolledBack
+	})
+	d := e.get("web")
+	if d.Status.Phase != fleetv1.PhaseFailed || d.Status.Plan == nil || d.Status.Plan.RolledBackTo != 1 {
+		t.Errorf("phase %s, plan %+v: want Failed, rolled back to 1", d.Status.Phase, d.Status.Plan)
+	}
+	if c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionReady); !strings.Contains(c.Message, "rolled back to generation 1") {
+		t.Errorf("Ready message %q does not say it rolled back", c.Message)
+	}
+	e.waitFor("rb1 handed generation 1 again", func() bool { return e.intentOf("rb1", "web") == 1 })
+	for _, dev := range []string{"rb2", "rb3"} {
+		if g := e.intentOf(dev, "web"); g != 1 {
+			t.Errorf("%s holds generation %d, want 1 (never handed 2)", dev, g)
+		}
+	}
+	var gen2 []events.Type
+	subj, _ := events.DeploymentRolloutSubject(e.ns, "web")
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tr, err := events.Decode[events.RolloutTransition](r.Event); err == nil && tr.Generation == 2 {
+			gen2 = append(gen2, r.Event.Type)
+			if r.Event.Type == events.TypeRolloutRolledBack && (tr.RollbackTo != 1 || !slices.Equal(tr.Released, []string{"rb1"})) {
+				t.Errorf("rollout.rolled-back %+v, want generation 1 to [rb1]", tr)
+			}
+		}
+	}
+	want := []events.Type{events.TypeRolloutStarted, events.TypeRolloutBatchStarted, events.TypeRolloutBatchFailed,
+		events.TypeRolloutRolledBack, events.TypeRolloutFailed}
+	if diff := cmp.Diff(want, gen2); diff != "" {
+		t.Errorf("generation 2's transitions (-want +got):\n%s", diff)
 	}
 }

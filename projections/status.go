@@ -83,6 +83,13 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 			ready.Message += fmt.Sprintf("; %d removed (see status.removed)", n)
 		}
 	}
+	if r.planned() || r.Paused {
+		st.Plan = &fleetv1.PlanStatus{Batch: int32(r.Batch), Batches: int32(len(r.Batches)), AwaitingApproval: int32(r.AwaitingApproval),
+			Paused: r.Paused && !r.Terminal(), RolledBackTo: r.RolledBackTo}
+		if st.Plan.Paused {
+			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, r.PauseReason
+		}
+	}
 	if r.LastFailure != nil {
 		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: r.LastFailure.Error, Time: metav1.NewTime(r.LastFailAt)}
 	}

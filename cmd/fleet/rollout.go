@@ -60,7 +60,7 @@ func parseRollout(args []string, errOut io.Writer) (rolloutRequest, error) {
 	fs := flag.NewFlagSet("fleet rollout", flag.ContinueOnError)
 	fs.SetOutput(errOut)
 	fs.Usage = func() { fmt.Fprint(errOut, rolloutUsage); fs.PrintDefaults() }
-	fs.IntVar(&r.batch, "batch", 0, "approve: the number (1 or more) of the batch that waits for approval; required")
+	fs.IntVar(&r.batch, "batch", 0, "approve: the number (1 or more) of the batch to approve; default: the one status.plan.awaitingApproval names")
 	fs.StringVar(&r.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
 	fs.DurationVar(&r.timeout, "timeout", 30*time.Second, "how long the Kubernetes requests may take")
 	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
@@ -98,10 +98,6 @@ func parseRollout(args []string, errOut io.Writer) (rolloutRequest, error) {
 	}
 	r.namespace, r.name = ns, name
 	switch {
-	case r.action == fleetv1.RolloutActionApprove && r.batch == 0:
-		// The Deployment status does not say which batch waits yet.
-		return r, errors.New("rollout approve: --batch is required: the number of the batch that waits for approval " +
-			"(`fleet history deployment <namespace>/<name>` shows rollout.awaiting-approval with its batch)")
 	case r.action == fleetv1.RolloutActionApprove && r.batch < 0:
 		return r, errors.New("rollout approve: --batch must be 1 or more: batches are numbered from 1")
 	case r.action != fleetv1.RolloutActionApprove && r.batch != 0:
@@ -165,6 +161,11 @@ func pastTense(a fleetv1.RolloutActionKind) string {
 	}
 }
 
+// errNoBatchWaits: approve without --batch, and the status names no batch
+// waiting for approval in the Deployment's generation.
+var errNoBatchWaits = errors.New("no batch of the current generation waits for approval " +
+	"(status.plan.awaitingApproval is not set): wait until it does, or name the batch with --batch")
+
 // requestRollout learns the caller's user name, reads the Deployment's
 // generation and writes the annotation with a new request id. The write is
 // conditional on the Deployment's resourceVersion, so a generation that
@@ -188,6 +189,14 @@ func requestRollout(ctx context.Context, c client.Client, r rolloutRequest) (fle
 		// (the operator's revision identity is UID + generation), and the
 		// rollout the request controls is that revision's.
 		a.Generation = d.Generation
+		if a.Action == fleetv1.RolloutActionApprove && r.batch == 0 {
+			// The batch the status says waits, if it describes this
+			// generation.
+			if d.Status.ObservedGeneration != d.Generation || d.Status.Plan == nil || d.Status.Plan.AwaitingApproval == 0 {
+				return errNoBatchWaits
+			}
+			a.Batch = int(d.Status.Plan.AwaitingApproval)
+		}
 		value, err := a.Encode()
 		if err != nil {
 			return err

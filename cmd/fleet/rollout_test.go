@@ -153,6 +153,22 @@ func TestFleetRolloutWritesARequestAsTheCaller(t *testing.T) {
 		})
 	}
 
+	t.Run("approve without --batch approves the batch the status says waits", func(t *testing.T) {
+		_, d := current()
+		orig := d.DeepCopy()
+		d.Status.ObservedGeneration = d.Generation
+		d.Status.Plan = &fleetv1.PlanStatus{Batch: 2, Batches: 4, AwaitingApproval: 3}
+		if err := admin.Status().Patch(ctx, d, client.MergeFrom(orig)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := fleet("approve", "default/analyzer", "--kubeconfig", alice); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := current(); got.Action != fleetv1.RolloutActionApprove || got.Batch != 3 {
+			t.Errorf("annotation %+v, want an approval of batch 3", got)
+		}
+	})
+
 	t.Run("a request follows the Deployment's current generation", func(t *testing.T) {
 		_, d := current()
 		orig := d.DeepCopy()
@@ -174,7 +190,8 @@ func TestFleetRolloutWritesARequestAsTheCaller(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"approve without --batch is refused naming the flag", []string{"approve", "default/analyzer", "--kubeconfig", alice}, []string{"--batch is required"}},
+		{"approve without --batch while the status of the generation names no waiting batch is refused naming the flag", []string{"approve", "default/analyzer", "--kubeconfig", alice},
+			[]string{"status.plan.awaitingApproval", "--batch"}},
 		{"pause with --batch is refused", []string{"pause", "default/analyzer", "--batch", "1", "--kubeconfig", alice}, []string{"--batch is only for approve"}},
 		{"an unknown action is refused", []string{"stop", "default/analyzer"}, []string{`unknown action "stop"`, "pause, resume or approve"}},
 		{"a Deployment without a namespace is refused", []string{"pause", "analyzer", "--kubeconfig", alice}, []string{"<namespace>/<name>"}},

@@ -420,10 +420,38 @@ type DeploymentStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=100
 	Removed []RemovedTarget `json:"removed,omitempty"`
+	// Plan is where a rollout with a plan (batches, approval, a failure
+	// policy or a disruption budget) is, or a paused one; absent for the
+	// spec's rollout.
+	// +optional
+	Plan *PlanStatus `json:"plan,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// PlanStatus is where a rollout with a plan is (ADR 0016).
+type PlanStatus struct {
+	// Batch is the last batch started (0: none yet), of Batches.
+	Batch   int32 `json:"batch"`
+	Batches int32 `json:"batches"`
+	// AwaitingApproval is the batch that waits for an approval (0: none):
+	// the one `fleet rollout approve` approves without --batch.
+	// +optional
+	AwaitingApproval int32 `json:"awaitingApproval,omitempty"`
+	// Paused: no target is handed the revision until resumed. PausedBy is
+	// who paused it; PauseReason the batch failure that paused it.
+	// +optional
+	Paused bool `json:"paused,omitempty"`
+	// +optional
+	PausedBy string `json:"pausedBy,omitempty"`
+	// +optional
+	PauseReason string `json:"pauseReason,omitempty"`
+	// RolledBackTo is the generation the revision's devices were handed
+	// back after it failed (onFailure Rollback).
+	// +optional
+	RolledBackTo int64 `json:"rolledBackTo,omitempty"`
 }
 
 // RevisionRef identifies a revision.
