@@ -1,5 +1,7 @@
 package harmony
 
+import "time"
+
 // HarmonyApp is an application's stable build and deployment policy. An
 // application repository implements it once, in its deployment package, and
 // passes it to Main; a normal release changes nothing here and only supplies
@@ -91,6 +93,9 @@ type Deployment struct {
 	Init *Service
 	// Services are the long-running containers.
 	Services []Service
+	// Rollout, when set, releases the revision in batches with the
+	// controls of ADR 0016; nil: the product's rollout.
+	Rollout *Rollout
 }
 
 // Service is one container of the Deployment.
@@ -116,6 +121,60 @@ type Service struct {
 	// RestartPolicy: no, always, on-failure or unless-stopped (the
 	// default). Ignored for Init.
 	RestartPolicy string
+	// Healthcheck, when set, is run by Podman in the container; the device
+	// reports the Deployment converged only once it passes. Not for Init.
+	Healthcheck *Healthcheck
+}
+
+// Healthcheck is a service's health check (Podman's semantics).
+type Healthcheck struct {
+	// Command in exec form: the program and its arguments (a shell only
+	// as the program: "/bin/sh", "-c", "…"). Exit code 0 is healthy.
+	Command []string
+	// Interval between checks (1s to 1h; 0: 30s), Timeout of one check
+	// (1s to 10m; 0: 30s), StartPeriod after the start during which
+	// failures do not count (0 to 1h).
+	Interval, Timeout, StartPeriod time.Duration
+	// Retries: failed checks in a row that make the service unhealthy (1
+	// to 100; 0: 3).
+	Retries int
+}
+
+// Rollout says how a revision is released (ADR 0016); the zero value is
+// the product's rollout: canaries, then every target at once.
+type Rollout struct {
+	// Batches after the canary stage, in order.
+	Batches []Batch
+	// ManualApproval holds the rollout before each batch until someone
+	// approves it (`fleet rollout approve`).
+	ManualApproval bool
+	// OnFailure: "" or "Fail" (the default), "Pause" or "Rollback".
+	OnFailure string
+	// DisruptionBudget, when set, limits how many targets sharing a label
+	// value are between revisions at once.
+	DisruptionBudget *DisruptionBudget
+}
+
+// Batch is one batch of a Rollout: exactly one of Count, Percent and
+// Selector.
+type Batch struct {
+	Count    int
+	Percent  int
+	Selector map[string]string
+	// SuccessThreshold is the percentage of the batch that must converge
+	// (1 to 100; 0: 100).
+	SuccessThreshold int
+	// Soak is how long the threshold must hold (0: none; up to 24h).
+	Soak time.Duration
+}
+
+// DisruptionBudget groups the targets by the value of LabelKey and lets at
+// most MaxUnavailable (or MaxUnavailablePercent % of each group) be
+// between revisions at once; exactly one of the two is set.
+type DisruptionBudget struct {
+	LabelKey              string
+	MaxUnavailable        int
+	MaxUnavailablePercent int
 }
 
 // EnvVar is a plain environment variable.

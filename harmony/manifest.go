@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/score"
@@ -69,6 +72,11 @@ func validateApp(app HarmonyApp) error {
 			return fmt.Errorf("%w: %s (%s).Image %q is not one of Images(): %s", ErrManifest, field, s.Name, s.Image, strings.Join(slices.Sorted(maps.Keys(images)), ", "))
 		}
 		names[s.Name] = field
+		if s.Healthcheck != nil {
+			if err := score.ValidateHealthcheck(fmt.Sprintf("%s (%s).Healthcheck", field, s.Name), scoreHealthcheck(*s.Healthcheck)); err != nil {
+				return fmt.Errorf("%w: %w", ErrManifest, err)
+			}
+		}
 		for j, p := range s.Ports {
 			if _, err := score.ParsePort(p); err != nil {
 				return fmt.Errorf("%w: %s (%s).Ports[%d] %q is not a port mapping: write \"host:container\" with both in 1..65535, optionally with /tcp or /udp (\"8080:80\")", ErrManifest, field, s.Name, j, p)
@@ -79,6 +87,9 @@ func validateApp(app HarmonyApp) error {
 	if d.Init != nil {
 		if err := check("Deployment().Init", *d.Init); err != nil {
 			return err
+		}
+		if d.Init.Healthcheck != nil {
+			return fmt.Errorf("%w: Deployment().Init (%s).Healthcheck must be nil: an init container runs to completion; give the check to a service", ErrManifest, d.Init.Name)
 		}
 		if len(d.Init.Ports) > 0 {
 			return fmt.Errorf("%w: Deployment().Init (%s).Ports must be empty: an init container runs to completion and publishes no port; publish ports on a service in Deployment().Services", ErrManifest, d.Init.Name)
@@ -98,6 +109,9 @@ func validateApp(app HarmonyApp) error {
 	}
 	if total > score.MaxPublishedPorts {
 		return fmt.Errorf("%w: Deployment().Services publish %d ports in all: use at most %d across all services", ErrManifest, total, score.MaxPublishedPorts)
+	}
+	if err := validateRollout(d.Rollout); err != nil {
+		return err
 	}
 	used := usedImages(d)
 	for i, im := range app.Images() {
@@ -243,7 +257,7 @@ func fleetDeployment(app HarmonyApp, c Context, tag string, refs map[string]stri
 		Spec: fleetv1.DeploymentSpec{
 			AllowedGroups:  slices.Clone(d.AllowedGroups),
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: maps.Clone(d.Placement)},
-			Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
+			Rollout:        rolloutSpec(d.Rollout),
 			Score:          fleetv1.Score{Type: fleetv1.ScorePodmanV0},
 		},
 	}
@@ -281,5 +295,111 @@ func podmanService(s Service, refs map[string]string) fleetv1.PodmanService {
 	for _, v := range s.Volumes {
 		p.Volumes = append(p.Volumes, fleetv1.Volume{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})
 	}
+	if h := s.Healthcheck; h != nil {
+		sh := scoreHealthcheck(*h)
+		p.Healthcheck = &fleetv1.Healthcheck{Command: sh.Command, Interval: sh.Interval, Timeout: sh.Timeout, StartPeriod: sh.StartPeriod, Retries: sh.Retries}
+	}
 	return p
 }
+
+// scoreHealthcheck is h in the score's form: durations as Go duration
+// strings, zero ones left out (Podman's defaults).
+func scoreHealthcheck(h Healthcheck) score.Healthcheck {
+	d := func(x time.Duration) string {
+		if x == 0 {
+			return ""
+		}
+		return x.String()
+	}
+	out := score.Healthcheck{Command: slices.Clone(h.Command), Interval: d(h.Interval), Timeout: d(h.Timeout), Retries: int32(h.Retries)}
+	if h.StartPeriod != 0 {
+		out.StartPeriod = h.StartPeriod.String()
+	}
+	return out
+}
+
+// validateRollout checks a Rollout as the API server would, naming the
+// field and the fix, so ship fails before it builds anything.
+func validateRollout(r *Rollout) error {
+	if r == nil {
+		return nil
+	}
+	if len(r.Batches) > fleetv1.MaxRolloutBatches {
+		return fmt.Errorf("%w: Deployment().Rollout.Batches has %d batches: use at most %d", ErrManifest, len(r.Batches), fleetv1.MaxRolloutBatches)
+	}
+	for i, b := range r.Batches {
+		f := fmt.Sprintf("Deployment().Rollout.Batches[%d]", i)
+		set := 0
+		for _, ok := range []bool{b.Count != 0, b.Percent != 0, len(b.Selector) > 0} {
+			if ok {
+				set++
+			}
+		}
+		switch {
+		case set != 1:
+			return fmt.Errorf("%w: %s: set exactly one of Count, Percent and Selector", ErrManifest, f)
+		case b.Count < 0:
+			return fmt.Errorf("%w: %s.Count %d: use 1 or more", ErrManifest, f, b.Count)
+		case b.Percent < 0 || b.Percent > 100:
+			return fmt.Errorf("%w: %s.Percent %d: use 1 to 100", ErrManifest, f, b.Percent)
+		case b.SuccessThreshold < 0 || b.SuccessThreshold > 100:
+			return fmt.Errorf("%w: %s.SuccessThreshold %d: use 1 to 100 (0: 100)", ErrManifest, f, b.SuccessThreshold)
+		case b.Soak < 0 || b.Soak > 24*time.Hour || b.Soak%time.Second != 0:
+			return fmt.Errorf("%w: %s.Soak %s: use whole seconds up to 24h", ErrManifest, f, b.Soak)
+		}
+	}
+	switch r.OnFailure {
+	case "", string(fleetv1.RolloutOnFailureFail), string(fleetv1.RolloutOnFailurePause), string(fleetv1.RolloutOnFailureRollback):
+	default:
+		return fmt.Errorf("%w: Deployment().Rollout.OnFailure %q: use Fail, Pause or Rollback", ErrManifest, r.OnFailure)
+	}
+	if b := r.DisruptionBudget; b != nil {
+		switch {
+		case b.LabelKey == "":
+			return fmt.Errorf("%w: Deployment().Rollout.DisruptionBudget.LabelKey is empty: name the label that groups the devices (e.g. site)", ErrManifest)
+		case (b.MaxUnavailable > 0) == (b.MaxUnavailablePercent > 0) || b.MaxUnavailable < 0 || b.MaxUnavailablePercent < 0 || b.MaxUnavailablePercent > 100:
+			return fmt.Errorf("%w: Deployment().Rollout.DisruptionBudget: set exactly one of MaxUnavailable (1 or more) and MaxUnavailablePercent (1 to 100)", ErrManifest)
+		}
+	}
+	return nil
+}
+
+// rolloutSpec is the Deployment's rollout: the product's without a Rollout.
+func rolloutSpec(r *Rollout) fleetv1.RolloutSpec {
+	out := fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate}
+	if r == nil {
+		return out
+	}
+	for _, b := range r.Batches {
+		fb := fleetv1.RolloutBatch{SuccessThreshold: int32(b.SuccessThreshold)}
+		switch {
+		case b.Count != 0:
+			fb.Count = ptr(int32(b.Count))
+		case b.Percent != 0:
+			fb.Percent = ptr(int32(b.Percent))
+		default:
+			fb.Selector = &fleetv1.TargetSelector{MatchLabels: maps.Clone(b.Selector)}
+		}
+		if fb.SuccessThreshold == 0 {
+			fb.SuccessThreshold = 100
+		}
+		if b.Soak > 0 {
+			fb.Soak = b.Soak.String()
+		}
+		out.Batches = append(out.Batches, fb)
+	}
+	if r.ManualApproval {
+		out.Approval = fleetv1.RolloutApprovalManual
+	}
+	out.OnFailure = fleetv1.RolloutOnFailure(r.OnFailure)
+	if b := r.DisruptionBudget; b != nil {
+		mu := intstr.FromInt32(int32(b.MaxUnavailable))
+		if b.MaxUnavailablePercent > 0 {
+			mu = intstr.FromString(fmt.Sprintf("%d%%", b.MaxUnavailablePercent))
+		}
+		out.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: b.LabelKey, MaxUnavailable: mu}
+	}
+	return out
+}
+
+func ptr[T any](v T) *T { return &v }

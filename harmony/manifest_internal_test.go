@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nationtech/harmony-fleet/harmony/internal/cisecret"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -171,6 +173,23 @@ func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
 			`Deployment().Services[0].Name "web" is also the name of Deployment().Init`},
 		{"a container name Podman refuses", func(m *manifest) { m.d.Services[0].Name = "web server" }, `Deployment().Services[0].Name "web server" is not a container name`},
 		{"a port without a host side", func(m *manifest) { m.d.Services[0].Ports = []string{"80"} }, `Deployment().Services[0] (web).Ports[0] "80" is not a port mapping`},
+		{"a health check without a command", func(m *manifest) { m.d.Services[0].Healthcheck = &Healthcheck{Interval: time.Second} },
+			`Deployment().Services[0] (web).Healthcheck.command`},
+		{"a health check interval under a second", func(m *manifest) {
+			m.d.Services[0].Healthcheck = &Healthcheck{Command: []string{"true"}, Interval: 500 * time.Millisecond}
+		}, `Deployment().Services[0] (web).Healthcheck.interval "500ms"`},
+		{"a health check on the init container", func(m *manifest) {
+			m.d.Init = &Service{Name: "migrate", Image: "web", Healthcheck: &Healthcheck{Command: []string{"true"}}}
+		}, "Deployment().Init (migrate).Healthcheck must be nil"},
+		{"a batch with a count and a percentage", func(m *manifest) { m.d.Rollout = &Rollout{Batches: []Batch{{Count: 1, Percent: 10}}} },
+			"Deployment().Rollout.Batches[0]: set exactly one of Count, Percent and Selector"},
+		{"a soak over a day", func(m *manifest) { m.d.Rollout = &Rollout{Batches: []Batch{{Count: 1, Soak: 25 * time.Hour}}} },
+			"Deployment().Rollout.Batches[0].Soak 25h0m0s: use whole seconds up to 24h"},
+		{"an unknown failure policy", func(m *manifest) { m.d.Rollout = &Rollout{OnFailure: "Retry"} },
+			`Deployment().Rollout.OnFailure "Retry": use Fail, Pause or Rollback`},
+		{"a budget with a count and a percentage", func(m *manifest) {
+			m.d.Rollout = &Rollout{DisruptionBudget: &DisruptionBudget{LabelKey: "site", MaxUnavailable: 1, MaxUnavailablePercent: 10}}
+		}, "Deployment().Rollout.DisruptionBudget: set exactly one of MaxUnavailable"},
 		{"a port out of range", func(m *manifest) { m.d.Services[0].Ports = []string{"8080:80", "70000:80"} }, `Ports[1] "70000:80"`},
 		{"a port zero", func(m *manifest) { m.d.Services[0].Ports = []string{"0:80"} }, `Ports[0] "0:80"`},
 		{"one host port published twice by a service names both and the fix", func(m *manifest) { m.d.Services[0].Ports = []string{"8080:80", "8080:81"} },
@@ -199,6 +218,37 @@ func TestAnInconsistentManifestIsRefusedNamingTheField(t *testing.T) {
 				t.Fatalf("got %v, want ErrManifest naming %q", err, tc.names)
 			}
 		})
+	}
+}
+
+func TestARolloutAndHealthChecksReachTheDeployment(t *testing.T) {
+	app := manifest{
+		images: []Image{{Name: "web", Context: "web"}},
+		d: Deployment{Name: "shop", Placement: map[string]string{"role": "till"},
+			Services: []Service{{Name: "web", Image: "web", Healthcheck: &Healthcheck{Command: []string{"/bin/check"}, Interval: 10 * time.Second,
+				StartPeriod: 90 * time.Second, Retries: 2}}},
+			Rollout: &Rollout{Batches: []Batch{{Count: 2, SuccessThreshold: 50, Soak: 5 * time.Minute}, {Selector: map[string]string{"site": "b"}}},
+				ManualApproval: true, OnFailure: "Rollback", DisruptionBudget: &DisruptionBudget{LabelKey: "site", MaxUnavailablePercent: 10}}},
+	}
+	if err := validateApp(app); err != nil {
+		t.Fatal(err)
+	}
+	c, err := selectContext(app, "prod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fleetDeployment(app, c, "abc", map[string]string{"web": "hub.example:5000/shop/web@" + digest})
+	wantRollout := fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate,
+		Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](2), SuccessThreshold: 50, Soak: "5m0s"},
+			{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "b"}}, SuccessThreshold: 100}},
+		Approval: fleetv1.RolloutApprovalManual, OnFailure: fleetv1.RolloutOnFailureRollback,
+		DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("10%")}}
+	if diff := cmp.Diff(wantRollout, got.Spec.Rollout); diff != "" {
+		t.Errorf("rollout (-want +got):\n%s", diff)
+	}
+	wantCheck := &fleetv1.Healthcheck{Command: []string{"/bin/check"}, Interval: "10s", StartPeriod: "1m30s", Retries: 2}
+	if diff := cmp.Diff(wantCheck, got.Spec.Score.Data.Services[0].Healthcheck); diff != "" {
+		t.Errorf("health check (-want +got):\n%s", diff)
 	}
 }
 

@@ -121,3 +121,12 @@ func fmtDuration(d time.Duration) string {
 	}
 	return s
 }
+
+// ValidateHealthcheck checks one health check as Validate checks a
+// service's, naming its fields under field (e.g. "Services[0].Healthcheck"):
+// for callers that build a score's services from their own types.
+func ValidateHealthcheck(field string, h Healthcheck) error {
+	var v validator
+	v.healthcheck(field, h)
+	return v.err()
+}
