@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -36,19 +37,39 @@ type ConnectOptions struct {
 	// Logger receives the credential source's logs. Default: discard.
 	Logger *slog.Logger
 	// NATSOptions are added after the device's own (name, token callback,
-	// inbox prefix, reconnecting forever with DefaultReconnectWait and
-	// DefaultReconnectJitter); a later option wins.
+	// inbox prefix, reconnecting forever after ReconnectDelay); a later
+	// option wins (nats.ReconnectWait does not: a custom delay replaces it;
+	// give nats.CustomReconnectDelay).
 	NATSOptions []nats.Option
 }
 
-// How a device reconnects: after DefaultReconnectWait plus a random jitter
-// of up to DefaultReconnectJitter (TLS or not), so that a fleet that lost
-// its server together does not come back in one instant and overload the
-// auth callout (docs/security.md sizes it: devices ÷ connects per second).
+// How a device reconnects: the first attempt after DefaultReconnectWait
+// plus a random jitter of up to DefaultReconnectJitter, so that a fleet that
+// lost its server together does not come back in one instant and overload
+// the auth callout (docs/security.md sizes it: devices ÷ connects per
+// second); each further failed attempt doubles both, up to
+// MaxReconnectWait and MaxReconnectWait of jitter (ReconnectDelay), so
+// that devices the callout refuses while it is overloaded come back ever
+// more slowly instead of keeping it overloaded.
 const (
 	DefaultReconnectWait   = 2 * time.Second
 	DefaultReconnectJitter = 5 * time.Second
+	MaxReconnectWait       = time.Minute
 )
+
+// ReconnectDelay is how long a device waits before reconnect attempt
+// attempt (1, 2, …, counted from the loss of the connection): a uniformly
+// random time in [w, w+j], where w is DefaultReconnectWait and j
+// DefaultReconnectJitter, both doubled for every earlier failed attempt and
+// each capped at MaxReconnectWait: 2–7 s, 4–14 s, 8–28 s, 16–56 s, 32–92 s,
+// then 60–120 s.
+func ReconnectDelay(attempt int) time.Duration {
+	w, j := DefaultReconnectWait, DefaultReconnectJitter
+	for i := 1; i < attempt && (w < MaxReconnectWait || j < MaxReconnectWait); i++ {
+		w, j = min(2*w, MaxReconnectWait), min(2*j, MaxReconnectWait)
+	}
+	return w + rand.N(j+1)
+}
 
 // DeviceConn is a device's NATS connection and the id_token source it
 // authenticates with (the agent's secret store logs in with the same
@@ -107,8 +128,7 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 		return nil, errors.New("agent: connect: the device id is empty and the key file names none: give the device's id")
 	}
 	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(),
-		nats.ReconnectWait(DefaultReconnectWait), nats.ReconnectJitter(DefaultReconnectJitter, DefaultReconnectJitter))
+		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.CustomReconnectDelay(ReconnectDelay))
 	nc, err := nats.Connect(o.URL, append(opts, o.NATSOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("agent: connect device %s to NATS at %s: %w", o.Device, o.URL, err)

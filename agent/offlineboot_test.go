@@ -109,7 +109,7 @@ func TestAnAgentThatBootsOfflineKeepsItsWorkloadsAndConvergesWhenTheNetworkRetur
 	addr := nw.proxy(t, u.Host)
 	dc, err := agent.Connect(w.ctx, agent.ConnectOptions{URL: "nats://" + addr, Key: &key, Device: "d1",
 		HTTPClient:  &http.Client{Transport: nw.transport(), Timeout: 5 * time.Second},
-		NATSOptions: []nats.Option{nats.ReconnectWait(20 * time.Millisecond), nats.ReconnectJitter(0, 0)}})
+		NATSOptions: []nats.Option{nats.CustomReconnectDelay(func(int) time.Duration { return 20 * time.Millisecond })}})
 	if err != nil {
 		t.Fatalf("Connect offline: %v (an agent that boots without network must start anyway)", err)
 	}
@@ -171,6 +171,36 @@ func TestAnAgentThatBootsOfflineKeepsItsWorkloadsAndConvergesWhenTheNetworkRetur
 	})
 }
 
+// TestTheReconnectDelayIsJitteredAndBacksOff: the first reconnect attempt
+// waits 2 to 7 s, and every failed attempt doubles the wait and the jitter
+// up to a minute each, so a fleet that lost its server together neither
+// returns in one instant nor keeps an overloaded callout overloaded.
+func TestTheReconnectDelayIsJitteredAndBacksOff(t *testing.T) {
+	bounds := []struct{ lo, hi time.Duration }{
+		{2 * time.Second, 7 * time.Second}, {4 * time.Second, 14 * time.Second}, {8 * time.Second, 28 * time.Second},
+		{16 * time.Second, 56 * time.Second}, {32 * time.Second, 92 * time.Second}, {time.Minute, 2 * time.Minute},
+		{time.Minute, 2 * time.Minute}, {time.Minute, 2 * time.Minute},
+	}
+	for i, b := range bounds {
+		attempt := i + 1
+		lo, hi := time.Duration(1<<62), time.Duration(0)
+		for range 2000 {
+			d := agent.ReconnectDelay(attempt)
+			lo, hi = min(lo, d), max(hi, d)
+		}
+		if lo < b.lo || hi > b.hi {
+			t.Errorf("attempt %d waits %s to %s, want within %s to %s", attempt, lo, hi, b.lo, b.hi)
+		}
+		// Spread: 2,000 draws over the range land near both ends.
+		if span := b.hi - b.lo; lo > b.lo+span/10 || hi < b.hi-span/10 {
+			t.Errorf("attempt %d waits %s to %s: not spread over %s to %s", attempt, lo, hi, b.lo, b.hi)
+		}
+	}
+	if d := agent.ReconnectDelay(1000); d < time.Minute || d > 2*time.Minute {
+		t.Errorf("attempt 1000 waits %s, want 1 to 2 min", d)
+	}
+}
+
 // TestADeviceConnectionReconnectsWithJitter: the agent's connection waits
 // a jittered time between attempts, as docs/security.md requires (a fleet
 // that lost its server together must not return in one instant).
@@ -186,9 +216,10 @@ func TestADeviceConnectionReconnectsWithJitter(t *testing.T) {
 	}
 	defer dc.Close()
 	o := dc.Conn.Opts
-	if o.ReconnectJitter < time.Second || o.ReconnectJitterTLS < time.Second || o.ReconnectWait < time.Second || o.MaxReconnect >= 0 {
-		t.Errorf("reconnect wait %s, jitter %s (TLS %s), max %d: want a wait and a jitter of seconds, forever",
-			o.ReconnectWait, o.ReconnectJitter, o.ReconnectJitterTLS, o.MaxReconnect)
+	if o.CustomReconnectDelayCB == nil || o.MaxReconnect >= 0 {
+		t.Errorf("reconnect delay set %v, max %d: want agent.ReconnectDelay, forever", o.CustomReconnectDelayCB != nil, o.MaxReconnect)
+	} else if d := o.CustomReconnectDelayCB(1); d < agent.DefaultReconnectWait || d > agent.DefaultReconnectWait+agent.DefaultReconnectJitter {
+		t.Errorf("the first reconnect waits %s, want agent.ReconnectDelay's 2 to 7 s", d)
 	}
 	if !o.RetryOnFailedConnect || !o.IgnoreAuthErrorAbort {
 		t.Error("a device connection must retry a failed first connect and keep retrying after refusals")

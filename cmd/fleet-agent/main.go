@@ -147,8 +147,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		// --insecure-no-auth: a development server without the callout.
 		var err error
 		if nc, err = nats.Connect(*natsURL, nats.Name("fleet-agent "+*device), nats.MaxReconnects(-1), nats.CustomInboxPrefix(credential.InboxPrefix(*device)),
-			nats.RetryOnFailedConnect(true), nats.ReconnectWait(agent.DefaultReconnectWait),
-			nats.ReconnectJitter(agent.DefaultReconnectJitter, agent.DefaultReconnectJitter)); err != nil {
+			nats.RetryOnFailedConnect(true), nats.CustomReconnectDelay(agent.ReconnectDelay)); err != nil {
 			return fmt.Errorf("connect to NATS at %s: %w", *natsURL, err)
 		}
 	}

@@ -318,7 +318,7 @@ func connectDevice(ctx context.Context, f childFlags, dev string, hc *http.Clien
 	var dc *agent.DeviceConn
 	for {
 		dc, err = agent.Connect(ctx, agent.ConnectOptions{URL: f.url, Device: dev, Source: src, NATSOptions: append([]nats.Option{
-			nats.Timeout(10 * time.Second), nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectJitter(5*time.Second, 5*time.Second)}, opts...)})
+			nats.Timeout(10 * time.Second)}, opts...)})
 		if err == nil {
 			break
 		}
