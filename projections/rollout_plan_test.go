@@ -41,9 +41,10 @@ type model struct {
 	// With a budget: each target's group, and the batch devices handed.
 	groupOf     map[string]int
 	batchHanded map[string]bool
-	// prior: an earlier generation succeeded; rolledBack are the devices
-	// a rollback handed it back to.
+	// prior: an earlier generation succeeded, rollbackTo the greatest
+	// such; rolledBack are the devices a rollback handed it back to.
 	prior      bool
+	rollbackTo int64
 	rolledBack map[string]bool
 }
 
@@ -332,17 +333,21 @@ func TestThePlanFoldAgreesWithABruteForceModel(t *testing.T) {
 	}
 }
 
-func planRound(t *testing.T, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	n := 1 + rng.IntN(10)
-	var targets, canaries []string
-	for i := range n {
-		d := fmt.Sprintf("d%02d", i)
-		targets = append(targets, d)
-		if rng.IntN(4) == 0 {
-			canaries = append(canaries, d)
-		}
-	}
+// generation is one generation of the round: its model and its revision
+// event's data.
+type generation struct {
+	gen   int64
+	m     *model
+	rev   events.DeploymentRevisionCreated
+	k     int  // batches
+	prior bool // the succeeded generation before the planned ones
+}
+
+// newGeneration draws a random plan over targets and canaries for
+// generation gen; rollbackTo is the greatest earlier generation that
+// succeeded (0: none).
+func newGeneration(rng *rand.Rand, gen int64, targets, canaries []string, rollbackTo int64) generation {
+	n := len(targets)
 	plan := events.RolloutPlan{}
 	if rng.IntN(2) == 0 {
 		plan.Approval = events.ApprovalManual
@@ -352,13 +357,6 @@ func planRound(t *testing.T, seed uint64) {
 		plan.OnFailure = events.OnFailurePause
 	case 2:
 		plan.OnFailure = events.OnFailureRollback
-	}
-	// prior: an earlier generation, released to every target, succeeded
-	// (what a rollback hands back).
-	prior := rng.IntN(2) == 0
-	gen := int64(1)
-	if prior {
-		gen = 2
 	}
 	k := 1 + rng.IntN(4)
 	for range k {
@@ -381,10 +379,10 @@ func planRound(t *testing.T, seed uint64) {
 			groups[i] = rng.IntN(3) // 2: no label
 		}
 	}
-	m := &model{plan: plan, targets: targets, canary: map[string]bool{}, batchOf: map[string]int{}, removed: map[string]bool{},
+	m := &model{targets: targets, canary: map[string]bool{}, batchOf: map[string]int{}, removed: map[string]bool{},
 		results: map[string]events.WorkloadPhase{}, approved: map[int]bool{},
 		soaking: map[int]time.Time{}, done: map[int]string{}, handed: map[string]bool{},
-		groupOf: map[string]int{}, batchHanded: map[string]bool{}, prior: prior, rolledBack: map[string]bool{}}
+		groupOf: map[string]int{}, batchHanded: map[string]bool{}, prior: rollbackTo > 0, rollbackTo: rollbackTo, rolledBack: map[string]bool{}}
 	for i, g := range groups {
 		m.groupOf[targets[i]] = g
 	}
@@ -405,6 +403,21 @@ func planRound(t *testing.T, seed uint64) {
 		}
 	}
 	m.plan = plan
+	return generation{gen: gen, m: m, k: k, rev: events.DeploymentRevisionCreated{UID: "u1", Generation: gen, RevisionID: fmt.Sprint("r", gen),
+		Score: json.RawMessage(`{}`), Targets: targets, Canaries: canaries, Plan: &plan, TargetBatches: batches, TargetGroups: groups}}
+}
+
+func planRound(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	n := 1 + rng.IntN(10)
+	var targets, canaries []string
+	for i := range n {
+		d := fmt.Sprintf("d%02d", i)
+		targets = append(targets, d)
+		if rng.IntN(4) == 0 {
+			canaries = append(canaries, d)
+		}
+	}
 
 	now := t0
 	var log []events.Event // every event, in order
@@ -420,8 +433,48 @@ func planRound(t *testing.T, seed uint64) {
 		return ev
 	}
 	dep := events.Keys{Namespace: "lab", Name: "api"}
+
+	// gens are the round's generations, oldest first; the last is the one
+	// the fold and the model decide for. With prior, generation 1 has no
+	// plan and succeeded on every target before the planned ones.
+	var gens []generation
+	if rng.IntN(2) == 0 {
+		all := map[string]bool{}
+		for _, d := range targets {
+			all[d] = true
+		}
+		gens = append(gens, generation{gen: 1, prior: true, m: &model{handed: all, rolledBack: map[string]bool{}, terminal: "succeeded"}})
+		add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r1", Score: json.RawMessage(`{}`),
+			Targets: targets, Canaries: []string{}})
+		for _, tr := range inPlace.NextAt(now) {
+			add(dep, tr)
+		}
+		for _, d := range targets {
+			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1, RevisionID: "r1", Phase: events.WorkloadConverged})
+		}
+		for _, tr := range inPlace.NextAt(now) {
+			add(dep, tr)
+		}
+		if inPlace.Stage != projections.StageSucceeded {
+			t.Fatalf("the prior generation's rollout is %s", inPlace.Stage)
+		}
+	}
+	// cur is the current generation; a new one may arrive mid-rollout.
+	var cur generation
+	start := func() {
+		t.Helper()
+		var last int64
+		for _, g := range gens {
+			if g.m.terminal == "succeeded" {
+				last = g.gen
+			}
+		}
+		cur = newGeneration(rng, int64(len(gens)+1), targets, canaries, last)
+		gens = append(gens, cur)
+		add(dep, cur.rev)
+	}
 	control := func(typ events.Type, d events.RolloutTransition) {
-		d.UID, d.Generation, d.RevisionID = "u1", gen, "r"
+		d.UID, d.Generation, d.RevisionID = "u1", cur.gen, cur.rev.RevisionID
 		add(dep, events.NewRolloutTransition(typ, d))
 	}
 	// run is the runner: it appends what the fold decides until it
@@ -439,72 +492,65 @@ func planRound(t *testing.T, seed uint64) {
 				add(dep, tr)
 			}
 		}
+		m := cur.m
 		want := m.decide(now)
 		if !slices.Equal(got, want) {
-			t.Fatalf("after %s: the fold decided %v, the model %v (plan %+v, batches %v, canaries %v)", step, got, want, plan, batches, canaries)
+			t.Fatalf("after %s: the fold decided %v, the model %v (generation %d, plan %+v, batches %v, canaries %v)",
+				step, got, want, cur.gen, m.plan, cur.rev.TargetBatches, canaries)
 		}
 		if diff := cmp.Diff(m.released(), sorted(inPlace.Released())); diff != "" {
 			t.Fatalf("after %s: released (-model +fold):\n%s", step, diff)
 		}
 	}
 
-	if prior {
-		add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "r0", Score: json.RawMessage(`{}`),
-			Targets: targets, Canaries: []string{}})
-		for _, tr := range inPlace.NextAt(now) {
-			add(dep, tr)
-		}
-		for _, d := range targets {
-			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1, RevisionID: "r0", Phase: events.WorkloadConverged})
-		}
-		for _, tr := range inPlace.NextAt(now) {
-			add(dep, tr)
-		}
-		if inPlace.Stage != projections.StageSucceeded {
-			t.Fatalf("the prior generation's rollout is %s", inPlace.Stage)
-		}
-	}
-	add(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: gen, RevisionID: "r", Score: json.RawMessage(`{}`),
-		Targets: targets, Canaries: canaries, Plan: &plan, TargetBatches: batches, TargetGroups: groups})
+	start()
 	run("the revision")
-	for i := range 60 {
+	for i := range 80 {
+		m := cur.m
 		var step string
-		switch x := rng.IntN(20); {
-		case x < 11:
+		switch x := rng.IntN(40); {
+		case x < 21:
 			d := targets[rng.IntN(n)]
 			phase := []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged, events.WorkloadConverged, events.WorkloadFailed}[rng.IntN(4)]
-			step = fmt.Sprintf("step %d: %s reports %s", i, d, phase)
-			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: gen, RevisionID: "r", Phase: phase})
-			if !m.removed[d] {
+			g := cur
+			if len(gens) > 1 && rng.IntN(5) == 0 {
+				g = gens[len(gens)-2] // a late report of the generation before: counts for nothing
+			}
+			step = fmt.Sprintf("step %d: %s reports %s of generation %d", i, d, phase, g.gen)
+			add(events.Keys{Device: d}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: g.gen, RevisionID: fmt.Sprint("r", g.gen), Phase: phase})
+			if g.gen == cur.gen && !m.removed[d] {
 				m.results[d] = phase
 			}
-		case x < 13:
+		case x < 25:
 			step = fmt.Sprintf("step %d: pause", i)
 			control(events.TypeRolloutPaused, events.RolloutTransition{By: "ana", Request: fmt.Sprint("p", i)})
 			if m.terminal == "" {
 				m.paused = true
 			}
-		case x < 15:
+		case x < 29:
 			step = fmt.Sprintf("step %d: resume", i)
 			control(events.TypeRolloutResumed, events.RolloutTransition{By: "ana", Request: fmt.Sprint("r", i)})
 			m.paused = false
-		case x < 17:
-			b := 1 + rng.IntN(k+1)
+		case x < 33:
+			b := 1 + rng.IntN(cur.k+1)
 			step = fmt.Sprintf("step %d: approve batch %d", i, b)
 			control(events.TypeRolloutApproved, events.RolloutTransition{By: "ana", Batch: b, Request: fmt.Sprint("a", i)})
-			if b == m.batch+1 && b <= k {
+			if b == m.batch+1 && b <= cur.k {
 				m.approved[b] = true
 				if m.awaiting == b {
 					m.awaiting = 0
 				}
 			}
-		case x < 18:
+		case x < 35:
 			d := targets[rng.IntN(n)]
 			step = fmt.Sprintf("step %d: %s removed", i, d)
 			if m.terminal == "" && !m.removed[d] {
 				control(events.TypeRolloutTargetRemoved, events.RolloutTransition{Device: d, Error: "Device deleted"})
 				m.removed[d] = true
 			}
+		case x < 36 && len(gens) < 4:
+			step = fmt.Sprintf("step %d: generation %d arrives", i, len(gens)+1)
+			start()
 		default:
 			now = now.Add(time.Duration(rng.IntN(15)) * time.Second)
 			step = fmt.Sprintf("step %d: the clock at +%s", i, now.Sub(t0))
@@ -512,11 +558,16 @@ func planRound(t *testing.T, seed uint64) {
 		run(step)
 	}
 
-	// fleet-intent holds the revision on exactly the released devices,
-	// whether the revision is read before its transitions or after them,
-	// and with every batch start's list left out (the form a batch too
-	// large for one event takes).
+	// fleet-intent gives each device the newest generation handed to it,
+	// or the one a rollback handed back, whether the revisions are read
+	// before their transitions or after them, and with every batch start's
+	// list left out (the form a batch too large for one event takes).
+	budgeted := map[int64]bool{}
+	for _, g := range gens {
+		budgeted[g.gen] = !g.prior && g.m.plan.Budget != nil
+	}
 	var intentEvents, rolloutFirst, unlisted, revisions []events.Event
+	anyBudget := false
 	for _, ev := range log {
 		if ev.Type == events.TypeWorkloadStatus {
 			continue
@@ -527,38 +578,55 @@ func planRound(t *testing.T, seed uint64) {
 		} else {
 			revisions = append(revisions, ev)
 		}
-		if ev.Type == events.TypeRolloutBatchStarted && plan.Budget == nil {
+		if ev.Type == events.TypeRolloutBatchStarted {
 			d, err := events.Decode[events.RolloutTransition](ev)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d.Released = nil
-			ev, err = events.New(ev.Keys, events.NewRolloutTransition(ev.Type, d), events.WithTime(ev.Time))
-			if err != nil {
-				t.Fatal(err)
+			if budgeted[d.Generation] {
+				anyBudget = true
+			} else {
+				d.Released = nil
+				ev, err = events.New(ev.Keys, events.NewRolloutTransition(ev.Type, d), events.WithTime(ev.Time))
+				if err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 		unlisted = append(unlisted, ev)
 	}
 	rolloutFirst = append(rolloutFirst, revisions...)
-	variants := map[string][]events.Event{"in order": intentEvents, "revision last": rolloutFirst}
-	if plan.Budget == nil {
+	variants := map[string][]events.Event{"in order": intentEvents, "revisions last": rolloutFirst}
+	if !anyBudget {
 		// With a budget every batch start lists its wave.
 		variants["batch lists left out"] = unlisted
+	}
+	want := map[string]int64{}
+	for _, d := range targets {
+		for i := len(gens) - 1; i >= 0; i-- {
+			g := gens[i]
+			if !g.m.handed[d] {
+				continue // handed nothing of it: the older one stands
+			}
+			want[d] = g.gen
+			if g.m.rolledBack[d] {
+				delete(want, d)
+				for _, back := range gens {
+					if back.gen == g.m.rollbackTo && back.m.handed[d] {
+						want[d] = back.gen
+					}
+				}
+			}
+			break
+		}
 	}
 	for name, evs := range variants {
 		in := projections.NewIntent()
 		for _, ev := range evs {
 			in.Apply(ev)
 		}
-		want, got := map[string]int64{}, map[string]int64{}
+		got := map[string]int64{}
 		for _, d := range targets {
-			switch {
-			case m.handed[d] && !m.rolledBack[d]:
-				want[d] = gen
-			case prior:
-				want[d] = 1
-			}
 			if v, ok := in.Value(d); ok {
 				var di projections.DeviceIntent
 				if err := json.Unmarshal(v, &di); err != nil {
