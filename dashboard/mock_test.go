@@ -90,6 +90,22 @@ func TestEveryMockPageRendersWithTheMockBanner(t *testing.T) {
 			break
 		}
 	}
+	t.Run("a Deployment rolling out in batches shows its plan", func(t *testing.T) {
+		_, _, list := b.get(base + "/deployments")
+		for _, m := range href.FindAllStringSubmatch(list, -1) {
+			if !strings.HasPrefix(m[1], "/deployments/") {
+				continue
+			}
+			_, _, body := b.get(base + m[1])
+			if strings.Contains(body, `<h2 id="h-plan">Rollout plan</h2>`) {
+				if !strings.Contains(body, "awaits approval") || !strings.Contains(body, "fleet rollout approve ") {
+					t.Errorf("the plan section of %s does not say how to approve the waiting batch:\n%s", m[1], body)
+				}
+				return
+			}
+		}
+		t.Error("no mock Deployment page shows a rollout plan")
+	})
 	for _, p := range pages {
 		t.Run(p, func(t *testing.T) {
 			status, _, body := b.get(base + p)

@@ -255,6 +255,10 @@ func generate(seed int64, n int, now time.Time) *mockFleet {
 		if latest != nil {
 			d.Status.LatestFailure = &fleetv1.DeviceFailure{Device: latest.Device, Error: latest.Error, Time: metav1.NewTime(latest.Time)}
 		}
+		if phase == fleetv1.PhaseProgressing {
+			// A rollout in batches, its second one waiting for approval.
+			d.Status.Plan = &fleetv1.PlanStatus{Batch: 1, Batches: 3, AwaitingApproval: 2}
+		}
 		reason := map[fleetv1.DeploymentPhase]string{fleetv1.PhaseSucceeded: fleetv1.ReasonRolloutSucceeded, fleetv1.PhaseFailed: fleetv1.ReasonRolloutFailed,
 			fleetv1.PhaseCanary: fleetv1.ReasonRolloutInProgress, fleetv1.PhaseProgressing: fleetv1.ReasonRolloutInProgress}[phase]
 		if sc.name == "pos-gateway" {

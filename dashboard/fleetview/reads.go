@@ -214,6 +214,10 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 		if d.Namespace == namespace && d.Name == name {
 			inCache = true
 			dd.DeploymentSummary = deploymentSummary(d)
+			if p := d.Status.Plan; p != nil && d.Status.ObservedGeneration == d.Generation {
+				dd.Plan = &PlanStage{Batch: int(p.Batch), Batches: int(p.Batches), AwaitingApproval: int(p.AwaitingApproval), Paused: p.Paused,
+					PausedBy: clean(p.PausedBy, MaxFieldLength), PauseReason: clean(p.PauseReason, MaxErrorLength), RolledBackTo: p.RolledBackTo}
+			}
 			for _, s := range d.Spec.Score.Data.Services {
 				dd.Services = append(dd.Services, Service{Name: s.Name, Image: s.Image})
 			}

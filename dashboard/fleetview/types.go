@@ -322,6 +322,9 @@ type DeploymentDetail struct {
 	// CanaryStage describes the canary gate; nil for a Deployment without
 	// canaries.
 	CanaryStage *CanaryStage `json:"canaryStage,omitempty"`
+	// Plan is where a rollout with a plan is (batches, approval, pause,
+	// rollback: status.plan); nil without one.
+	Plan *PlanStage `json:"plan,omitempty"`
 	// Devices is the per-device rollout state of the current revision,
 	// sorted by state (Failed, Pending, Succeeded) then device, at most
 	// MaxTargetsShown; DevicesTruncated when there are more.
@@ -347,6 +350,21 @@ const MaxTargetsShown = 1000
 type Service struct {
 	Name  string `json:"name"`
 	Image string `json:"image"`
+}
+
+// PlanStage is where a rollout with a plan is, from status.plan.
+type PlanStage struct {
+	// Batch is the last batch started (0: none yet), of Batches.
+	Batch   int `json:"batch"`
+	Batches int `json:"batches"`
+	// AwaitingApproval is the batch waiting for an approval (0: none).
+	AwaitingApproval int `json:"awaitingApproval,omitempty"`
+	// Paused, by whom or by which failure.
+	Paused      bool   `json:"paused,omitempty"`
+	PausedBy    string `json:"pausedBy,omitempty"`
+	PauseReason string `json:"pauseReason,omitempty"`
+	// RolledBackTo is the generation handed back after a failure.
+	RolledBackTo int64 `json:"rolledBackTo,omitempty"`
 }
 
 // CanaryStage is the canary gate of a rollout.
