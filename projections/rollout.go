@@ -105,6 +105,9 @@ type Rollout struct {
 	// revision (a batch is handed in waves).
 	groupOf map[string]int
 	handed  map[string]time.Time
+	// budget is the disruption budget's bookkeeping, kept up to date by
+	// in-place folds (nil: computed when needed; see budgetCache).
+	budget *budgetCache
 	// tallies is BatchTallies kept up to date report by report when
 	// talliesOK.
 	tallies   []BatchTally
@@ -178,6 +181,16 @@ func (r *Rollout) Fold(ev events.Event) {
 func (r *Rollout) FoldPayload(p *Payload) { *r = r.apply(p, true) }
 
 func (r Rollout) apply(p *Payload, inPlace bool) Rollout {
+	n := r.applyEvent(p, inPlace)
+	if !inPlace {
+		n.budget = nil // shared with r: the copy computes its own
+	} else if n.budgeted() && n.budget == nil {
+		n.budget = n.newBudgetCache()
+	}
+	return n
+}
+
+func (r Rollout) applyEvent(p *Payload, inPlace bool) Rollout {
 	switch p.Event.Type {
 	case events.TypeDeploymentRevisionCreated:
 		return r.applyRevision(p)
@@ -319,6 +332,9 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 		}
 		tallyBatch(n.tallies, n.BatchOf(device), prev.Phase, res.Phase)
 	}
+	if inPlace && n.budget != nil {
+		n.budget.report(n, device, prev.Phase, res.Phase)
+	}
 	n.Results[device] = res
 	n.noteFailure(device, res)
 	return n
@@ -396,7 +412,7 @@ func (r Rollout) removeTarget(device, reason string) Rollout {
 		n.Canaries = without(r.Canaries, device)
 	}
 	n.Removed = append(slices.Clip(r.Removed), RemovedTarget{Device: device, Reason: reason})
-	n.countsOK, n.talliesOK = false, false
+	n.countsOK, n.talliesOK, n.budget = false, false, nil
 	return n
 }
 

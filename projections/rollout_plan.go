@@ -103,11 +103,119 @@ func groupIndex(d events.DeploymentRevisionCreated) map[string]int {
 	return out
 }
 
+// budgetCache is the disruption budget's bookkeeping for a fold folded in
+// place (the runner's): per group, its targets and those handed the
+// revision and not yet Converged or Failed; per batch and group, the
+// members in device-id order and how many of them lead the list handed (or
+// removed). It makes a decision O(groups + devices handed) instead of
+// O(targets). A copying fold computes the same from scratch (wave).
+type budgetCache struct {
+	size, inflight []int
+	lists          map[batchGroup][]string
+	cursor         map[batchGroup]int
+}
+
+type batchGroup struct{ batch, group int }
+
+func (r Rollout) newBudgetCache() *budgetCache {
+	groups := len(r.Plan.Budget.Values) + 1
+	c := &budgetCache{size: make([]int, groups), inflight: make([]int, groups), lists: map[batchGroup][]string{}, cursor: map[batchGroup]int{}}
+	for _, d := range r.Targets {
+		g := r.groupOf[d]
+		c.size[g]++
+		if _, ok := r.handed[d]; ok && !finished(r.Results[d].Phase) {
+			c.inflight[g]++
+		}
+		if b := r.BatchOf(d); b > 0 {
+			k := batchGroup{b, g}
+			c.lists[k] = append(c.lists[k], d)
+		}
+	}
+	for k := range c.lists {
+		c.advance(r, k)
+	}
+	return c
+}
+
+// advance moves k's cursor past the members handed the revision or no
+// longer targets.
+func (c *budgetCache) advance(r Rollout, k batchGroup) {
+	l, i := c.lists[k], c.cursor[k]
+	for i < len(l) {
+		if _, ok := r.handed[l[i]]; !ok && r.IsTarget(l[i]) {
+			break
+		}
+		i++
+	}
+	c.cursor[k] = i
+}
+
+// hand counts dev, just handed the revision.
+func (c *budgetCache) hand(r Rollout, dev string) {
+	g := r.groupOf[dev]
+	if !finished(r.Results[dev].Phase) {
+		c.inflight[g]++
+	}
+	c.advance(r, batchGroup{r.BatchOf(dev), g})
+}
+
+// report counts a target's report moving it from phase prev to next.
+func (c *budgetCache) report(r Rollout, dev string, prev, next events.WorkloadPhase) {
+	if _, ok := r.handed[dev]; !ok {
+		return
+	}
+	g := r.groupOf[dev]
+	if !finished(prev) {
+		c.inflight[g]--
+	}
+	if !finished(next) {
+		c.inflight[g]++
+	}
+}
+
+// finished: a device with this latest phase is no longer between
+// revisions.
+func finished(p events.WorkloadPhase) bool {
+	return p == events.WorkloadConverged || p == events.WorkloadFailed
+}
+
+// allowance is how many of a group of size targets may be between
+// revisions at once: at least one.
+func (r Rollout) allowance(size int) int {
+	bud := r.Plan.Budget
+	allowed := bud.MaxUnavailable
+	if bud.MaxPercent > 0 {
+		allowed = size * bud.MaxPercent / 100
+	}
+	return max(allowed, 1)
+}
+
 // wave lists the members of batch b the budget lets the runner hand the
 // revision to now: per group, up to its allowance minus the targets of the
 // group handed and not yet Converged or Failed, in device-id order.
 func (r Rollout) wave(b int) []string {
-	bud := r.Plan.Budget
+	if c := r.budget; c != nil {
+		var out []string
+		for g := range c.size {
+			free := r.allowance(c.size[g]) - c.inflight[g]
+			k := batchGroup{b, g}
+			l := c.lists[k]
+			for i := c.cursor[k]; i < len(l) && free > 0; i++ {
+				if _, ok := r.handed[l[i]]; ok || !r.IsTarget(l[i]) {
+					continue
+				}
+				out = append(out, l[i])
+				free--
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	return r.waveFromScratch(b)
+}
+
+// waveFromScratch is wave without the cache: O(targets).
+func (r Rollout) waveFromScratch(b int) []string {
 	size := map[int]int{}
 	inflight := map[int]int{}
 	for _, d := range r.Targets {
@@ -130,11 +238,7 @@ func (r Rollout) wave(b int) []string {
 			continue
 		}
 		g := r.groupOf[d]
-		allowed := bud.MaxUnavailable
-		if bud.MaxPercent > 0 {
-			allowed = size[g] * bud.MaxPercent / 100
-		}
-		if inflight[g] < max(allowed, 1) {
+		if inflight[g] < r.allowance(size[g]) {
 			inflight[g]++
 			out = append(out, d)
 		}
@@ -144,6 +248,18 @@ func (r Rollout) wave(b int) []string {
 
 // unhanded counts the members of batch b not handed the revision yet.
 func (r Rollout) unhanded(b int) int {
+	if c := r.budget; c != nil {
+		n := 0
+		for g := range c.size {
+			k := batchGroup{b, g}
+			for _, d := range c.lists[k][c.cursor[k]:] {
+				if _, ok := r.handed[d]; !ok && r.IsTarget(d) {
+					n++
+				}
+			}
+		}
+		return n
+	}
 	n := 0
 	for _, d := range r.Targets {
 		if r.BatchOf(d) == b {
@@ -280,6 +396,9 @@ func (r Rollout) applyControl(ev *events.Event, d events.RolloutTransition, inPl
 				if n.BatchOf(dev) == b {
 					if _, ok := n.handed[dev]; !ok {
 						n.handed[dev] = ev.Time
+						if inPlace && n.budget != nil {
+							n.budget.hand(n, dev)
+						}
 					}
 				}
 			}
