@@ -74,7 +74,9 @@ func TestAFailingHealthCheckIsRolledBackOnTheAgents(t *testing.T) {
 		agCtx, stopAgent := context.WithCancel(ctx)
 		agDone := make(chan error, 1)
 		rec := &agent.Reconciler{Runtime: rt, Log: logger, StopTimeout: time.Second}
-		go func() { agDone <- agent.Run(agCtx, agent.Options{Device: dev, Conn: nc, Reconciler: rec, Logger: logger}) }()
+		go func() {
+			agDone <- agent.Run(agCtx, agent.Options{Device: dev, Conn: nc, Reconciler: rec, Logger: logger})
+		}()
 		defer func() { stopAgent(); <-agDone }()
 	}
 	generation := func(dev string) string {
