@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/poisontest"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -182,4 +184,59 @@ func TestAFailedBatchIsRolledBackToTheLastGenerationThatSucceeded(t *testing.T) 
 	if diff := cmp.Diff(want, gen2); diff != "" {
 		t.Errorf("generation 2's transitions (-want +got):\n%s", diff)
 	}
+}
+
+// TestHostileReportsNeitherAdvanceNorFailABatch: during a rollout in
+// batches, the device of the second batch publishes on its own subject
+// every poison variant of a report in the name of the first batch's device,
+// then "it converged" and "it failed" in that device's name. None of them
+// counts: the first batch neither succeeds nor fails, the second device is
+// not handed the revision, and the first device's own report still counts.
+func TestHostileReportsNeitherAdvanceNorFailABatch(t *testing.T) {
+	e := newEnv(t)
+	e.logs = slog.DiscardHandler // a warning per poison record
+	e.skips = events.NewSkipCounter()
+	e.device("hb-1", map[string]string{"role": "hb"})
+	e.device("hb-2", map[string]string{"role": "hb"})
+	e.startOperator()
+	d := &fleetv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: e.ns},
+		Spec: fleetv1.DeploymentSpec{
+			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "hb"}},
+			Rollout:        fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}}},
+			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+				Name: "api", Image: "registry.example.com/api:v1"}}}},
+		},
+	}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	rev := e.revisionOf("api", 1)
+	e.waitFor("hb-1 handed the revision", func() bool { return e.intentOf("hb-1", "api") == 1 })
+
+	subject := "fleet.report.hb-2.workload"
+	cases := poisontest.For(t, e.workloadEvent("hb-1", rev, events.WorkloadConverged))
+	for _, c := range cases {
+		e.publishRaw(subject, c.Payload)
+	}
+	e.publishRaw(subject, marshal(t, e.workloadEvent("hb-1", rev, events.WorkloadConverged)))
+	e.publishRaw(subject, marshal(t, e.workloadEvent("hb-1", rev, events.WorkloadFailed)))
+	// Every one of them is skipped, once: when all are counted, the runner
+	// has folded (and decided after) each.
+	e.waitFor("every hostile report skipped", func() bool {
+		return e.skips.Skipped(events.StreamReports, "") == uint64(len(cases)+2)
+	})
+	if n := e.skips.Skipped(events.StreamReports, events.ReasonSubjectMismatch); n < 2 {
+		t.Errorf("%d reports refused for naming another device than their subject, want at least the 2 forged ones", n)
+	}
+	want := []events.Type{events.TypeRolloutStarted, events.TypeRolloutBatchStarted}
+	if diff := cmp.Diff(want, e.transitions("api")); diff != "" {
+		t.Errorf("transitions after the hostile reports (-want +got):\n%s", diff)
+	}
+	if n := e.intentOf("hb-2", "api"); n != 0 {
+		t.Errorf("hb-2 was handed generation %d: a forged report advanced the first batch", n)
+	}
+
+	e.report("hb-1", "api", rev, events.WorkloadConverged, "")
+	e.waitFor("the second batch started", func() bool { return e.intentOf("hb-2", "api") == 1 })
 }
