@@ -1,8 +1,6 @@
 package agent_test
 
 import (
-	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -10,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
@@ -143,43 +138,8 @@ func TestAFailingCheckNeverShowsASecretOnRealPodman(t *testing.T) {
 func TestTheAgentReportsHealthOnRealPodman(t *testing.T) {
 	w := newPodmanWorld(t)
 	runs := podmantest.BuildImage(t, "runs", runsFile)
-	srv, st := natstest.Provisioned(t)
-	kv, err := st.JetStream().KeyValue(w.ctx, events.BucketIntent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
-	ctx, cancel := context.WithCancel(w.ctx)
-	done := make(chan error, 1)
-	go func() { done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: nc, Reconciler: w.r}) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent.Run: %v", err)
-		}
-	}()
-	put := func(gen int64, s score.Score) {
-		t.Helper()
-		b, err := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: []events.IntentEntry{w.entry(gen, s)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(w.ctx, "d1", b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reports := func(gen int64) []events.WorkloadStatus {
-		var out []events.WorkloadStatus
-		for r, err := range st.Replay(w.ctx, "fleet.report.d1.workload", events.FromStart()) {
-			if err != nil {
-				return out
-			}
-			if ws, err := events.Decode[events.WorkloadStatus](r.Event); err == nil && ws.Generation == gen {
-				out = append(out, ws)
-			}
-		}
-		return out
-	}
+	d := w.runDaemon(t, agent.Options{})
+	put, reports := d.put, d.reports
 	last := func(gen int64) events.WorkloadStatus {
 		rs := reports(gen)
 		if len(rs) == 0 {

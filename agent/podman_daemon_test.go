@@ -1,17 +1,12 @@
 package agent_test
 
 import (
-	"context"
-	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
@@ -25,44 +20,8 @@ func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
 	w := newPodmanWorld(t)
 	runs := podmantest.BuildImage(t, "runs", runsFile)
 	ok0 := podmantest.BuildImage(t, "exit0", exit0File)
-	srv, st := natstest.Provisioned(t)
-	kv, err := st.JetStream().KeyValue(w.ctx, events.BucketIntent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
-	ctx, cancel := context.WithCancel(w.ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, HeartbeatInterval: 50 * time.Millisecond})
-	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("agent.Run: %v", err)
-		}
-	}()
-	put := func(gen int64, s score.Score) {
-		t.Helper()
-		b, err := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: []events.IntentEntry{w.entry(gen, s)}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := kv.Put(w.ctx, "d1", b); err != nil {
-			t.Fatal(err)
-		}
-	}
-	reported := func(gen int64, phase events.WorkloadPhase) bool {
-		for r, err := range st.Replay(w.ctx, "fleet.report.d1.workload", events.FromStart()) {
-			if err != nil {
-				return false
-			}
-			if ws, err := events.Decode[events.WorkloadStatus](r.Event); err == nil && ws.Generation == gen && ws.Phase == phase {
-				return true
-			}
-		}
-		return false
-	}
+	d := w.runDaemon(t, agent.Options{HeartbeatInterval: 50 * time.Millisecond})
+	put, reported, st := d.put, d.reported, d.st
 
 	hangs := score.Score{Data: score.PodmanV0{
 		InitContainer: &score.Service{Name: w.name("migrate"), Image: runs}, // never exits
