@@ -194,81 +194,46 @@ func (r Rollout) allowance(size int) int {
 // revision to now: per group, up to its allowance minus the targets of the
 // group handed and not yet Converged or Failed, in device-id order.
 func (r Rollout) wave(b int) []string {
-	if c := r.budget; c != nil {
-		var out []string
-		for g := range c.size {
-			free := r.allowance(c.size[g]) - c.inflight[g]
-			k := batchGroup{b, g}
-			l := c.lists[k]
-			for i := c.cursor[k]; i < len(l) && free > 0; i++ {
-				if _, ok := r.handed[l[i]]; ok || !r.IsTarget(l[i]) {
-					continue
-				}
-				out = append(out, l[i])
-				free--
-			}
-		}
-		slices.Sort(out)
-		return out
-	}
-	return r.waveFromScratch(b)
-}
-
-// waveFromScratch is wave without the cache: O(targets).
-func (r Rollout) waveFromScratch(b int) []string {
-	size := map[int]int{}
-	inflight := map[int]int{}
-	for _, d := range r.Targets {
-		g := r.groupOf[d]
-		size[g]++
-		if _, ok := r.handed[d]; ok {
-			switch r.Results[d].Phase {
-			case events.WorkloadConverged, events.WorkloadFailed:
-			default:
-				inflight[g]++
-			}
-		}
-	}
+	c := r.budgetView()
 	var out []string
-	for _, d := range r.Targets {
-		if r.BatchOf(d) != b {
-			continue
-		}
-		if _, ok := r.handed[d]; ok {
-			continue
-		}
-		g := r.groupOf[d]
-		if inflight[g] < r.allowance(size[g]) {
-			inflight[g]++
-			out = append(out, d)
+	for g := range c.size {
+		free := r.allowance(c.size[g]) - c.inflight[g]
+		k := batchGroup{b, g}
+		l := c.lists[k]
+		for i := c.cursor[k]; i < len(l) && free > 0; i++ {
+			if _, ok := r.handed[l[i]]; ok || !r.IsTarget(l[i]) {
+				continue
+			}
+			out = append(out, l[i])
+			free--
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 
 // unhanded counts the members of batch b not handed the revision yet.
 func (r Rollout) unhanded(b int) int {
-	if c := r.budget; c != nil {
-		n := 0
-		for g := range c.size {
-			k := batchGroup{b, g}
-			for _, d := range c.lists[k][c.cursor[k]:] {
-				if _, ok := r.handed[d]; !ok && r.IsTarget(d) {
-					n++
-				}
-			}
-		}
-		return n
-	}
+	c := r.budgetView()
 	n := 0
-	for _, d := range r.Targets {
-		if r.BatchOf(d) == b {
-			if _, ok := r.handed[d]; !ok {
+	for g := range c.size {
+		k := batchGroup{b, g}
+		for _, d := range c.lists[k][c.cursor[k]:] {
+			if _, ok := r.handed[d]; !ok && r.IsTarget(d) {
 				n++
 			}
 		}
 	}
 	return n
+}
+
+// budgetView is the budget's bookkeeping: the fold's own when it folds in
+// place, else counted now (O(targets)).
+func (r Rollout) budgetView() *budgetCache {
+	if r.budget != nil {
+		return r.budget
+	}
+	return r.newBudgetCache()
 }
 
 // BatchTallies counts every batch's members by result, in plan order.

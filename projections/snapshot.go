@@ -78,7 +78,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		LastFailAt: r.LastFailAt, LastFailOrder: r.lastFailOrder, Reports: r.reports, Deleted: r.Deleted,
 		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt,
 		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
-		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: requestIDs(r.requests),
+		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: setKeys(r.requests),
 		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo}
 	if r.planned() {
 		s.TargetBatches = make([]int, len(r.Targets))
@@ -284,16 +284,4 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 		s.recompute(k)
 	}
 	return nil
-}
-
-func requestIDs(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for id := range m {
-		out = append(out, id)
-	}
-	slices.Sort(out)
-	if len(out) == 0 {
-		return nil
-	}
-	return out
 }
