@@ -374,9 +374,9 @@ func rolloutSpec(r *Rollout) fleetv1.RolloutSpec {
 		fb := fleetv1.RolloutBatch{SuccessThreshold: int32(b.SuccessThreshold)}
 		switch {
 		case b.Count != 0:
-			fb.Count = ptr(int32(b.Count))
+			fb.Count = new(int32(b.Count))
 		case b.Percent != 0:
-			fb.Percent = ptr(int32(b.Percent))
+			fb.Percent = new(int32(b.Percent))
 		default:
 			fb.Selector = &fleetv1.TargetSelector{MatchLabels: maps.Clone(b.Selector)}
 		}
@@ -401,5 +401,3 @@ func rolloutSpec(r *Rollout) fleetv1.RolloutSpec {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

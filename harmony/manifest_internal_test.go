@@ -239,7 +239,7 @@ func TestARolloutAndHealthChecksReachTheDeployment(t *testing.T) {
 	}
 	got := fleetDeployment(app, c, "abc", map[string]string{"web": "hub.example:5000/shop/web@" + digest})
 	wantRollout := fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate,
-		Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](2), SuccessThreshold: 50, Soak: "5m0s"},
+		Batches: []fleetv1.RolloutBatch{{Count: new(int32(2)), SuccessThreshold: 50, Soak: "5m0s"},
 			{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "b"}}, SuccessThreshold: 100}},
 		Approval: fleetv1.RolloutApprovalManual, OnFailure: fleetv1.RolloutOnFailureRollback,
 		DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("10%")}}
