@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -50,14 +49,8 @@ func TestADeploymentAppliedWithKubectlConvergesOnARealPodmanAgent(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opCtx, stopOp := context.WithCancel(ctx)
-	opDone := make(chan error, 1)
-	go func() {
-		opDone <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: st, Reader: st, IntentKV: kv, Devices: st,
-			Logger: logger, StatusInterval: 200 * time.Millisecond})
-	}()
-	defer func() { stopOp(); <-opDone }()
+	logger := quietLogger()
+	runOperator(t, ctx, srv, st, kv, operator.Options{Devices: st, Logger: logger, StatusInterval: 200 * time.Millisecond})
 
 	device := fmt.Sprintf("e2e-%d", os.Getpid())
 	rt, err := podman.New(ctx, podman.Options{URI: "unix://" + sock})
@@ -75,18 +68,7 @@ func TestADeploymentAppliedWithKubectlConvergesOnARealPodmanAgent(t *testing.T) 
 	defer func() { stopAgent(); <-agDone }()
 	defer func() { _ = rec.Remove(context.Background(), "e2e", "web") }()
 
-	kubectl := func(stdin string, args ...string) string {
-		t.Helper()
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
-		}
-		out, err := srv.Kubectl(ctx, in, args...)
-		if err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	kubectl := kubectlFor(t, ctx, srv)
 	kubectl("", "create", "namespace", "e2e")
 	kubectl(fmt.Sprintf(`apiVersion: fleet.nationtech.io/v1alpha1
 kind: Device

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
@@ -38,31 +37,14 @@ func TestAFailingHealthCheckIsRolledBackOnTheAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	opCtx, stopOp := context.WithCancel(ctx)
-	opDone := make(chan error, 1)
-	go func() {
-		opDone <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: st, Reader: st, IntentKV: kv,
-			Logger: logger, StatusInterval: 200 * time.Millisecond, SeveralPerProcess: true})
-	}()
-	defer func() { stopOp(); <-opDone }()
+	logger := quietLogger()
+	runOperator(t, ctx, srv, st, kv, operator.Options{Logger: logger, StatusInterval: 200 * time.Millisecond, SeveralPerProcess: true})
 
 	const image1, image2 = "registry.example.com/pe:v1", "registry.example.com/pe:v2"
 	prefix := fmt.Sprintf("pe%d", os.Getpid())
 	devices := []string{prefix + "-1", prefix + "-2", prefix + "-3", prefix + "-4"}
 	runtimes := map[string]*sim.Runtime{}
-	kubectl := func(stdin string, args ...string) string {
-		t.Helper()
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
-		}
-		out, err := srv.Kubectl(ctx, in, args...)
-		if err != nil {
-			t.Fatalf("kubectl %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
+	kubectl := kubectlFor(t, ctx, srv)
 	ns := "e2e-" + prefix
 	kubectl("", "create", "namespace", ns)
 	for _, dev := range devices {
