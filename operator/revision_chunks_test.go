@@ -116,24 +116,7 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	}
 
 	// A reader assembles the revision whole, ignoring the orphans.
-	var a events.RevisionAssembler
-	var whole []events.DeploymentRevisionCreated
-	for rec, err := range st.Replay(ctx, subject, events.FromStart()) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev, ok, err := a.Add(rec.Event)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			got, err := events.Decode[events.DeploymentRevisionCreated](ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			whole = append(whole, got)
-		}
-	}
+	whole := assembledRevisions(t, ctx, st, subject)
 	if len(whole) != 1 {
 		t.Fatalf("%d revisions assembled, want 1", len(whole))
 	}
@@ -238,4 +221,30 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	if f := s.fold(sourceIntent, last); f.skip != nil || len(s.rollouts[depKey{"big", "api"}].Targets) != n {
 		t.Errorf("the resumed fold has %d targets (skip %v), want %d", len(s.rollouts[depKey{"big", "api"}].Targets), f.skip, n)
 	}
+}
+
+// assembledRevisions reads subject from its start through an
+// events.RevisionAssembler, as a reader does, and returns the revisions it
+// assembles whole; an error fails the test.
+func assembledRevisions(t *testing.T, ctx context.Context, st *events.Store, subject string) []events.DeploymentRevisionCreated {
+	t.Helper()
+	var a events.RevisionAssembler
+	var whole []events.DeploymentRevisionCreated
+	for rec, err := range st.Replay(ctx, subject, events.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, ok, err := a.Add(rec.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			got, err := events.Decode[events.DeploymentRevisionCreated](ev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			whole = append(whole, got)
+		}
+	}
+	return whole
 }

@@ -162,24 +162,7 @@ func TestARevisionWithAPlanOfAHundredThousandTargetsIsAppendedAndAssembledWithIt
 		t.Fatalf("head after the append: %s appended %v", rev.RevisionID, done)
 	}
 
-	var a events.RevisionAssembler
-	var whole []events.DeploymentRevisionCreated
-	for rec, err := range st.Replay(ctx, subject, events.FromStart()) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		ev, ok, err := a.Add(rec.Event)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			got, err := events.Decode[events.DeploymentRevisionCreated](ev)
-			if err != nil {
-				t.Fatal(err)
-			}
-			whole = append(whole, got)
-		}
-	}
+	whole := assembledRevisions(t, ctx, st, subject)
 	if len(whole) != 1 {
 		t.Fatalf("%d revisions assembled, want 1", len(whole))
 	}
