@@ -223,19 +223,9 @@ func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) 
 			return fmt.Errorf("provision KV bucket %s: read back: %w", want.Bucket, err)
 		}
 		got := s.CachedInfo().Config
-		if want.Bucket == BucketIntent && !got.AllowAtomicPublish {
-			// The rollout runner writes fleet-intent in atomic batches
-			// (ADR 0011): a bucket's configuration has no such field, so
-			// its stream is updated (again after every update of the
-			// bucket, which turns it off).
-			got.AllowAtomicPublish = true
-			if s, err = js.UpdateStream(ctx, got); err != nil {
-				return fmt.Errorf("provision KV bucket %s: allow atomic batch publish: %w", want.Bucket, err)
-			}
-			got = s.CachedInfo().Config
-			if !got.AllowAtomicPublish {
-				return fmt.Errorf("%w: stream KV_%s field allow_atomic is false, the contract says true (a server older than 2.12?); upgrade the server",
-					ErrConfigMismatch, want.Bucket)
+		if want.Bucket == BucketIntent {
+			if got, err = allowAtomic(ctx, js, got); err != nil {
+				return err
 			}
 		}
 		exp := got
@@ -253,6 +243,40 @@ func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) 
 		}
 	}
 	return nil
+}
+
+// allowAtomicAttempts bounds how often Provision turns atomic publish on
+// again when another provisioner's bucket update turned it off meanwhile.
+const allowAtomicAttempts = 10
+
+// allowAtomic makes the fleet-intent bucket's stream (cfg, as read) allow
+// atomic batch publish, and returns its configuration. The rollout runner
+// writes fleet-intent in atomic batches (ADR 0011); a bucket's
+// configuration has no such field, and every update of the bucket turns it
+// off. Operators starting together each update the bucket and then turn it
+// on, so one may read it off between another's two updates: it is turned on
+// and read again until it stays on. Only a server that never keeps it on
+// (older than 2.12) is an error.
+func allowAtomic(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.StreamConfig, error) {
+	for range allowAtomicAttempts {
+		if cfg.AllowAtomicPublish {
+			return cfg, nil
+		}
+		cfg.AllowAtomicPublish = true
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return cfg, fmt.Errorf("provision KV bucket %s: allow atomic batch publish: %w", BucketIntent, err)
+		}
+		s, err := js.Stream(ctx, "KV_"+BucketIntent)
+		if err != nil {
+			return cfg, fmt.Errorf("provision KV bucket %s: read back: %w", BucketIntent, err)
+		}
+		cfg = s.CachedInfo().Config
+	}
+	if cfg.AllowAtomicPublish {
+		return cfg, nil
+	}
+	return cfg, fmt.Errorf("%w: stream KV_%s field allow_atomic is false after %d updates setting it, the contract says true (a server older than 2.12?); upgrade the server",
+		ErrConfigMismatch, BucketIntent, allowAtomicAttempts)
 }
 
 // compareStream checks the fields the contract sets.

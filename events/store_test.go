@@ -714,6 +714,33 @@ func TestProvision(t *testing.T) {
 			t.Error("KV_fleet-intent does not allow atomic publish after provisioning")
 		}
 	})
+	t.Run("operators provisioning at once all succeed and leave atomic batches allowed", func(t *testing.T) {
+		// Each provisioner's bucket update turns atomic publish off until
+		// its own stream update turns it on again: the others must not
+		// take that window for a server without atomic publish.
+		for round := range 10 {
+			errs := make(chan error, 4)
+			for range 4 {
+				js, err := jetstream.New(natstest.Connect(t, s))
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() { errs <- events.Provision(ctx, js, events.ProvisionOptions{}) }()
+			}
+			for range 4 {
+				if err := <-errs; err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+			st, err := js.Stream(ctx, "KV_"+events.BucketIntent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.CachedInfo().Config.AllowAtomicPublish {
+				t.Fatalf("round %d: KV_fleet-intent does not allow atomic publish after the provisioners ended", round)
+			}
+		}
+	})
 	t.Run("a drifted stream config is corrected", func(t *testing.T) {
 		cfg := events.StreamConfigs(events.ProvisionOptions{})[0]
 		cfg.Duplicates = time.Second
