@@ -74,8 +74,8 @@ func returnPath(origin *url.URL, p string) string {
 	return out
 }
 
-// forbiddenInReturn reports a character no return value may hold, raw or
-// escaped.
+// forbiddenInReturn reports a character no return value may hold raw, nor
+// its path escaped.
 func forbiddenInReturn(r rune) bool {
 	switch {
 	case r <= ' ' || r == 0x7f || r == '\\':
