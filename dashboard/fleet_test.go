@@ -243,6 +243,56 @@ func signIn(t *testing.T, b *browser, base, user, password string) (int, string)
 	return status, body
 }
 
+// callbackLocation follows the real sign-in from base+start (the
+// dashboard, then the provider's login form, then /callback) in a fresh
+// browser and returns the Location /callback answers with, read off the
+// wire before anything follows it.
+func callbackLocation(t *testing.T, base, start, user, password string) string {
+	t.Helper()
+	var loc string
+	seen := false
+	b := newBrowser(t, base)
+	b.c.Transport = roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err == nil && req.URL.Scheme+"://"+req.URL.Host == base && req.URL.Path == "/callback" {
+			loc, seen = resp.Header.Get("Location"), true
+		}
+		return resp, err
+	})
+	b.c.CheckRedirect = func(_ *http.Request, via []*http.Request) error {
+		if via[len(via)-1].URL.Path == "/callback" {
+			return http.ErrUseLastResponse
+		}
+		return nil
+	}
+	status, final, body := b.get(base + start)
+	id := hiddenField.FindStringSubmatch(body)
+	action := formAction.FindStringSubmatch(body)
+	if status != http.StatusOK || id == nil || action == nil {
+		t.Fatalf("the provider's login form: %d at %s\n%s", status, final, body)
+	}
+	at, err := url.Parse(final)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target, err := at.Parse(action[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := b.c.PostForm(target.String(), url.Values{"authRequestID": {id[1]}, "username": {user}, "password": {password}})
+	if err == nil {
+		resp.Body.Close()
+	}
+	if !seen {
+		t.Fatalf("the sign-in never reached /callback (%v)", err)
+	}
+	return loc
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
 func TestTheDashboardOfAFleet(t *testing.T) {
 	f := startFleet(t)
 	ctx := context.Background()
@@ -264,6 +314,22 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		status, body := signIn(t, bob, f.base, "bob", bobPassword)
 		if status != http.StatusForbidden || !strings.Contains(body, "fleet-admin") {
 			t.Fatalf("bob: %d\n%s", status, body)
+		}
+	})
+
+	t.Run("sign-in sends the browser back only to the dashboard", func(t *testing.T) {
+		tests := []struct{ name, query, want string }{
+			{"a TAB between the two slashes leads to the overview", "return=/%09/evil.example/x", "/"},
+			{"escaped slashes lead to the overview", "return=/%252F%252Fevil.example/x", "/"},
+			{"a backslash after the slash leads to the overview", "return=/%5Cevil.example/x", "/"},
+			{"a dashboard path with a query and a fragment is kept", "return=" + url.QueryEscape("/deployments/lab/x?tab=plan#events"), "/deployments/lab/x?tab=plan#events"},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				if got := callbackLocation(t, f.base, "/login?"+tc.query, "ada", adaPassword); got != tc.want {
+					t.Errorf("GET /login?%s, sign-in at the provider: /callback answers Location %q, want %q", tc.query, got, tc.want)
+				}
+			})
 		}
 	})
 

@@ -18,8 +18,8 @@ func TestSafeReturnKeepsSignInOnTheDashboard(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := safeReturn(tc.in); got != tc.want {
-				t.Errorf("safeReturn(%q) = %q, want %q", tc.in, got, tc.want)
+			if got := returnPath(testOrigin, tc.in); got != tc.want {
+				t.Errorf("returnPath(%q) = %q, want %q", tc.in, got, tc.want)
 			}
 		})
 	}

@@ -51,7 +51,7 @@ func (r *relyingParty) get(ctx context.Context) (rp.RelyingParty, error) {
 // browser goes to the provider.
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 	if s.o.MockSignIn {
-		s.render(w, r, http.StatusOK, "mocklogin", page{Title: "Sign in (mock)", Return: safeReturn(r.URL.Query().Get("return"))})
+		s.render(w, r, http.StatusOK, "mocklogin", page{Title: "Sign in (mock)", Return: s.safeReturn(r.URL.Query().Get("return"))})
 		return
 	}
 	c, err := s.rp.get(r.Context())
@@ -60,7 +60,7 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) {
 		s.errorPage(w, r, http.StatusBadGateway, "The identity provider does not answer", "Sign-in needs the identity provider; try again in a moment.")
 		return
 	}
-	st := loginState{State: randomToken(), Nonce: randomToken(), Verifier: randomToken(), Return: safeReturn(r.URL.Query().Get("return")),
+	st := loginState{State: randomToken(), Nonce: randomToken(), Verifier: randomToken(), Return: s.safeReturn(r.URL.Query().Get("return")),
 		Expires: time.Now().Add(DefaultLoginTimeout)}
 	if err := s.cookies.set(w, loginCookie, st, st.Expires); err != nil {
 		s.errorPage(w, r, http.StatusInternalServerError, "Sign-in failed", "The sign-in could not start.")
@@ -114,7 +114,9 @@ func (s *Server) handleCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("signed in", "user", u.Name, "user_subject", u.Subject, "admin", u.Admin)
-	http.Redirect(w, r, st.Return, http.StatusSeeOther)
+	// The sealed cookie holds what /login checked; it is checked again,
+	// so a cookie sealed under an older check cannot lead elsewhere.
+	seeOther(w, s.safeReturn(st.Return))
 }
 
 // handleMockLogin signs in a mock user (serve-web --mock only).
@@ -136,7 +138,7 @@ func (s *Server) handleMockLogin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("signed in (mock)", "user", u.Name, "admin", u.Admin)
-	http.Redirect(w, r, safeReturn(r.PostFormValue("return")), http.StatusSeeOther)
+	seeOther(w, s.safeReturn(r.PostFormValue("return")))
 }
 
 func (s *Server) startSession(w http.ResponseWriter, u User) error {
@@ -187,15 +189,6 @@ func userOf(c *oidc.IDTokenClaims) User {
 		_, u.Admin = roles[RoleAdmin]
 	}
 	return u
-}
-
-// safeReturn keeps a return path on this dashboard: a path starting with
-// one slash, else /.
-func safeReturn(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.HasPrefix(p, "/\\") || strings.ContainsAny(p, "\r\n") {
-		return "/"
-	}
-	return p
 }
 
 // bounded cuts s to n bytes (at a rune boundary), marking the cut.
