@@ -50,7 +50,8 @@ func (e *RemoteError) Is(target error) bool {
 }
 
 // Do sends one request and returns the response; a refusal (a Response
-// with a Code) is a *RemoteError.
+// with a Code) is a *RemoteError, also when the updater answered before it
+// read the request and closed (as it does for a refused peer).
 func (c Client) Do(ctx context.Context, req Request) (Response, error) {
 	req.V = ProtocolVersion
 	if err := req.Validate(); err != nil {
@@ -72,18 +73,26 @@ func (c Client) Do(ctx context.Context, req Request) (Response, error) {
 		_ = conn.SetDeadline(dl)
 	}
 	b, _ := json.Marshal(req)
-	if _, err := conn.Write(b); err != nil {
-		return Response{}, fmt.Errorf("updater at %s: send: %w", c.Socket, err)
-	}
+	_, werr := conn.Write(b)
 	_ = conn.(*net.UnixConn).CloseWrite()
-	raw, err := io.ReadAll(io.LimitReader(conn, maxResponseSize+1))
-	if err != nil {
-		return Response{}, fmt.Errorf("updater at %s: read: %w", c.Socket, err)
+	raw, rerr := io.ReadAll(io.LimitReader(conn, maxResponseSize+1))
+	// The updater answers a refused peer at once and closes without
+	// reading: the send then fails (broken pipe), or the read ends in a
+	// reset after the refusal. The refusal is the answer.
+	var resp Response
+	if len(raw) <= maxResponseSize && json.Unmarshal(raw, &resp) == nil && resp.Code != "" {
+		return resp, &RemoteError{Code: resp.Code, Msg: resp.Error}
+	}
+	if werr != nil {
+		return Response{}, fmt.Errorf("updater at %s: send: %w", c.Socket, werr)
+	}
+	if rerr != nil {
+		return Response{}, fmt.Errorf("updater at %s: read: %w", c.Socket, rerr)
 	}
 	if len(raw) > maxResponseSize {
 		return Response{}, fmt.Errorf("updater at %s: response longer than %d bytes", c.Socket, maxResponseSize)
 	}
-	var resp Response
+	resp = Response{}
 	if err := json.Unmarshal(raw, &resp); err != nil {
 		return Response{}, fmt.Errorf("updater at %s: the response does not decode (%d bytes)", c.Socket, len(raw))
 	}

@@ -14,10 +14,11 @@
 // executable when it does not come back).
 //
 // Invariants: every byte from the socket is hostile. A request is at most
-// MaxRequestSize bytes, decodes with unknown fields refused, names one of
-// a closed set of operations and never carries a command, a package name
-// or a path: the commands and paths are fixed in code or come from the
-// daemon's own flags. One operation runs at a time. A task id runs at most
+// MaxRequestSize bytes, decodes with unknown fields, keys given twice and
+// keys in another case than their field's refused, names one of a closed
+// set of operations and never carries a command, a package name or a path:
+// the commands and paths are fixed in code or come from the daemon's own
+// flags. One operation runs at a time. A task id runs at most
 // once, across restarts: its record is the authority, a repeated request
 // gets the record, and a task the updater was stopped in is reported
 // failed ("interrupted"), never run again. Operating-system packages are

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"reflect"
 	"regexp"
+	"strings"
 
 	"github.com/nationtech/harmony-fleet/events"
 )
@@ -101,7 +103,8 @@ var (
 const maxURL = 2048
 
 // DecodeRequest reads and checks one request: at most MaxRequestSize bytes,
-// one JSON object with no unknown field and nothing after it, version
+// one JSON object with no unknown field, no key twice and every key in
+// the case of its field ("op", never "OP"), nothing after it, version
 // ProtocolVersion, a known operation and the fields it needs, each
 // checked (ids and versions are file-name safe, URLs http or https, sha256
 // 64 lowercase hex digits). Errors wrap ErrInvalidRequest and never quote
@@ -114,11 +117,14 @@ func DecodeRequest(r io.Reader) (Request, error) {
 	if len(b) > MaxRequestSize {
 		return Request{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidRequest, MaxRequestSize)
 	}
+	if err := checkKeys(json.NewDecoder(bytes.NewReader(b)), reflect.TypeFor[Request](), ""); err != nil {
+		return Request{}, err
+	}
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	var req Request
 	if err := dec.Decode(&req); err != nil {
-		return Request{}, fmt.Errorf("%w: not a request object (unknown fields are refused)", ErrInvalidRequest)
+		return Request{}, errNotARequest
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Request{}, fmt.Errorf("%w: data after the request object", ErrInvalidRequest)
@@ -127,6 +133,92 @@ func DecodeRequest(r io.Reader) (Request, error) {
 		return Request{}, err
 	}
 	return req, nil
+}
+
+// errNotARequest is the refusal of bytes that are not a request object
+// (it never quotes them).
+var errNotARequest = fmt.Errorf("%w: not a request object (unknown fields are refused)", ErrInvalidRequest)
+
+// checkKeys reads one JSON value from dec and refuses, in every object, a
+// key given twice and a key that is a field of t written in another case:
+// encoding/json would let the last of two equal keys win, and match a key
+// in any case. t is the Go type the value decodes into (its json tags name
+// the fields); path names the value in errors ("agent"). A key that is no
+// field of t is refused as unknown. Errors wrap ErrInvalidRequest and name
+// only fields of t, never the input.
+func checkKeys(dec *json.Decoder, t reflect.Type, path string) error {
+	tok, err := dec.Token()
+	if err != nil {
+		return errNotARequest
+	}
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch tok {
+	case json.Delim('['):
+		var elem reflect.Type
+		if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			elem = t.Elem()
+		}
+		for dec.More() {
+			if err := checkKeys(dec, elem, path); err != nil {
+				return err
+			}
+		}
+	case json.Delim('{'):
+		fields := jsonFields(t)
+		seen := make(map[string]bool)
+		for dec.More() {
+			tok, err := dec.Token()
+			if err != nil {
+				return errNotARequest
+			}
+			key, _ := tok.(string)
+			ft, known := fields[key]
+			if !known {
+				for name := range fields {
+					if strings.EqualFold(name, key) {
+						return fmt.Errorf("%w: key %q must be written exactly so (keys are case-sensitive)", ErrInvalidRequest, path+name)
+					}
+				}
+				return errNotARequest
+			}
+			if seen[key] {
+				return fmt.Errorf("%w: duplicate key %q (each key may appear once)", ErrInvalidRequest, path+key)
+			}
+			seen[key] = true
+			if err := checkKeys(dec, ft, path+key+"."); err != nil {
+				return err
+			}
+		}
+	default:
+		return nil
+	}
+	if _, err := dec.Token(); err != nil { // the closing ] or }
+		return errNotARequest
+	}
+	return nil
+}
+
+// jsonFields maps the JSON names of struct type t's fields to their types
+// (nil for any other type).
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	m := make(map[string]reflect.Type, t.NumField())
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		m[name] = f.Type
+	}
+	return m
 }
 
 // Validate checks a request as DecodeRequest does.

@@ -76,7 +76,8 @@ func TestDecodeRequest(t *testing.T) {
 // request.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{goodUp, `{"v":1,"id":"abc","op":"status"}`, `{"v":1,"op":"hello","version":"1"}`,
-		`{"v":1,"id":"a","op":"system-upgrade"}`, `{"v":1,"id":"a","op":"system-upgrade","x":1}`, `{}`, `[`, "\x00"} {
+		`{"v":1,"id":"a","op":"system-upgrade"}`, `{"v":1,"id":"a","op":"system-upgrade","x":1}`, `{}`, `[`, "\x00",
+		`{"v":1,"id":"a","op":"status","op":"system-upgrade"}`, `{"v":1,"id":"a","OP":"status"}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -110,4 +111,47 @@ func FuzzDecodeRequest(f *testing.F) {
 			t.Fatalf("round trip (-first +second):\n%s", d)
 		}
 	})
+}
+
+// TestDecodeRequestRefusesDuplicateAndMiscasedKeys: encoding/json alone
+// lets the last of two equal keys win and matches keys in any case; the
+// decoder refuses both, naming the field.
+func TestDecodeRequestRefusesDuplicateAndMiscasedKeys(t *testing.T) {
+	agent := `"agent":{"url":"https://example.com/fleet-agent","sha256":"` + sum + `","version":"1.2.3"}`
+	tests := []struct {
+		name    string
+		in      string
+		wantMsg string
+	}{
+		{"a second op is refused (the last one used to win)", `{"v":1,"id":"abc","op":"status","op":"system-upgrade"}`,
+			`duplicate key "op"`},
+		{"a second op spelled with an escape is refused", `{"v":1,"id":"abc","op":"status","\u006fp":"system-upgrade"}`,
+			`duplicate key "op"`},
+		{"a second id is refused", `{"v":1,"id":"abc","op":"status","id":"def"}`, `duplicate key "id"`},
+		{"a second agent is refused", `{"v":1,"id":"abc","op":"agent-upgrade",` + agent + `,` + agent + `}`, `duplicate key "agent"`},
+		{"a second url in the agent is refused", strings.Replace(goodUp, `"url":`, `"url":"https://example.com/x","url":`, 1),
+			`duplicate key "agent.url"`},
+		{"a second sha256 in the agent is refused", strings.Replace(goodUp, `"version":"1.2.3"`, `"version":"1.2.3","sha256":"`+sum+`"`, 1),
+			`duplicate key "agent.sha256"`},
+		{"an op in upper case is refused", `{"v":1,"id":"abc","OP":"system-upgrade"}`, `key "op" must be written exactly so`},
+		{"an op in upper case after the real one is refused", `{"v":1,"id":"abc","op":"status","Op":"system-upgrade"}`,
+			`key "op" must be written exactly so`},
+		{"a v in upper case is refused", `{"V":1,"id":"abc","op":"status"}`, `key "v" must be written exactly so`},
+		{"a key that folds to sha256 (a long s) is refused", strings.Replace(goodUp, `"sha256":`, `"\u017fha256":`, 1),
+			`key "agent.sha256" must be written exactly so`},
+		{"a url in upper case in the agent is refused", strings.Replace(goodUp, `"url":`, `"URL":`, 1),
+			`key "agent.url" must be written exactly so`},
+		{"an agent in upper case is refused", strings.Replace(goodUp, `"agent":`, `"Agent":`, 1), `key "agent" must be written exactly so`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := updater.DecodeRequest(strings.NewReader(tc.in))
+			if !errors.Is(err, updater.ErrInvalidRequest) {
+				t.Fatalf("err = %v, want ErrInvalidRequest", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("err = %q, want it to say %q", err, tc.wantMsg)
+			}
+		})
+	}
 }

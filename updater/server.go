@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nationtech/harmony-fleet/events"
 )
 
@@ -44,7 +46,8 @@ type Options struct {
 	// TaskTimeout bounds one task (default 2 hours).
 	TaskTimeout time.Duration
 	// Logger receives the daemon's log (task ids, operations, phases,
-	// refused peers; never a request's body). Nil: discarded.
+	// refused peers, at most one line per 10 s; never a request's body).
+	// Nil: discarded.
 	Logger *slog.Logger
 }
 
@@ -126,6 +129,7 @@ func Run(ctx context.Context, o Options) error {
 	stop := context.AfterFunc(ctx, func() { _ = ln.Close() })
 	defer stop()
 	slots := make(chan struct{}, maxConnections)
+	var refusals refusalLog
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -133,6 +137,13 @@ func Run(ctx context.Context, o Options) error {
 				s.log.ErrorContext(ctx, "accept", "error", err)
 			}
 			break
+		}
+		// The peer is checked before it takes a slot: a refused peer is
+		// answered and closed here, at once, and never waited for.
+		if err := checkPeer(c, s.o.AllowedUID); err != nil {
+			refuse(c, err)
+			refusals.note(s.log, err, time.Now())
+			continue
 		}
 		select {
 		case slots <- struct{}{}:
@@ -213,24 +224,59 @@ func (s *server) recover() error {
 	return nil
 }
 
-// maxConnections bounds the connections served at once; more are closed
-// unanswered (one agent needs one at a time).
+// maxConnections bounds the allowed peer's connections served at once;
+// more are closed unanswered (one agent needs one at a time). Refused
+// peers never take one.
 const maxConnections = 16
 
 // requestTimeout bounds reading a request and writing its response.
 const requestTimeout = 10 * time.Second
 
-// serve answers one connection: the peer is checked first, then one
-// request is read and answered.
+// refuse answers a refused peer's connection with the refusal and closes
+// it, without reading anything and without waiting: one write that fails
+// rather than blocks (a fresh connection's buffer takes it). Its request,
+// if it sent one, is left unread, so its read of the refusal may end in a
+// reset; the Client returns the refusal all the same.
+func refuse(c *net.UnixConn, why error) {
+	defer func() { _ = c.Close() }()
+	b, _ := json.Marshal(Response{Code: CodeRefused, Error: why.Error()})
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Write(func(fd uintptr) bool {
+		_ = unix.Sendto(int(fd), b, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+		return true // one try: never wait for the peer
+	})
+}
+
+// refusalLog logs refused peers, at most one line per refusalLogEvery with
+// the number of refusals it stands for, so that a refused peer connecting
+// in a loop cannot flood the log, nor slow the accept loop that writes it.
+// Only the accept loop uses it.
+type refusalLog struct {
+	last  time.Time
+	count int
+}
+
+// refusalLogEvery is the least time between two lines of refusalLog.
+const refusalLogEvery = 10 * time.Second
+
+// note counts one refusal, at now, and logs it when the last line is old
+// enough.
+func (r *refusalLog) note(log *slog.Logger, err error, now time.Time) {
+	r.count++
+	if r.last.IsZero() || now.Sub(r.last) >= refusalLogEvery {
+		log.Warn("connection refused", "error", err, "refusals", r.count)
+		r.last, r.count = now, 0
+	}
+}
+
+// serve answers one connection of the allowed peer: one request is read
+// and answered.
 func (s *server) serve(tctx context.Context, wg *sync.WaitGroup, c *net.UnixConn) {
 	defer func() { _ = c.Close() }()
 	_ = c.SetDeadline(time.Now().Add(requestTimeout))
-	if err := checkPeer(c, s.o.AllowedUID); err != nil {
-		s.log.Warn("connection refused", "error", err)
-		drain(c)
-		s.reply(c, Response{Code: CodeRefused, Error: err.Error()})
-		return
-	}
 	req, err := DecodeRequest(c)
 	if err != nil {
 		s.log.Warn("request refused", "error", err)

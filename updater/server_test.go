@@ -261,6 +261,9 @@ func TestRawHostileRequestsAreRefusedAndTheUpdaterKeepsServing(t *testing.T) {
 		{"an extra field", `{"v":1,"id":"a","op":"system-upgrade","packages":["x"]}`},
 		{"an oversized request", `{"v":1,"id":"a","op":"status","pad":"` + strings.Repeat("x", 2*updater.MaxRequestSize) + `"}`},
 		{"not JSON", "\x00\xff garbage"},
+		{"a status with a second op that asks for an upgrade", `{"v":1,"id":"a","op":"status","op":"system-upgrade"}`},
+		{"an op key in upper case", `{"v":1,"id":"a","OP":"system-upgrade"}`},
+		{"a second url in the agent", `{"v":1,"id":"a","op":"agent-upgrade","agent":{"url":"https://a.example/x","url":"https://b.example/x","sha256":"` + sum + `","version":"1"}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name+" is refused as invalid", func(t *testing.T) {
