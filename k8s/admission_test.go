@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -335,5 +336,125 @@ func TestTheAdmissionPolicyAcceptsARolloutActionOnlyForTheGenerationItIsWrittenA
 	}
 	if diff := cmp.Diff(fleetv1.RolloutAction{Action: fleetv1.RolloutActionPause, Generation: 3, By: "alice", Request: "spaced"}, a); diff != "" {
 		t.Errorf("the request left on the Deployment (-want +got):\n%s", diff)
+	}
+}
+
+// hostileAction builds an annotation value from the fields of a request
+// by alice for generation gen, bent by rng the ways a writer fooling the
+// policy's regular expressions might: other JSON types and spellings of
+// generation and by, repeated, missing, re-cased and unknown keys, a key's
+// name inside a string, nested objects, whitespace, trailing text. Most
+// are not valid requests; the policy must accept none whose strict parse
+// gives another generation or user.
+func hostileAction(rng *rand.Rand, gen int64) string {
+	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
+	g := fmt.Sprint(gen)
+	fields := [][2]string{{`"action"`, `"pause"`}, {`"generation"`, g}, {`"by"`, `"alice"`}, {`"request"`, `"r1"`}}
+	rng.Shuffle(len(fields), func(i, j int) { fields[i], fields[j] = fields[j], fields[i] })
+	for range rng.IntN(4) {
+		i := rng.IntN(len(fields))
+		switch rng.IntN(8) {
+		case 0: // another value for generation
+			fields[i] = [2]string{`"generation"`, pick(fmt.Sprint(gen+1), fmt.Sprint(gen-1), `"`+g+`"`, g+".0", "0"+g, "-"+g, g+"e0",
+				"true", "null", "["+g+"]", `{"generation":`+g+`}`, "1"+g, g+"0")}
+		case 1: // another value for by
+			fields[i] = [2]string{`"by"`, pick(`"bob"`, `"alice "`, `"Alice"`, `7`, `["alice"]`, `""`)}
+		case 2: // a field repeated
+			fields = append(fields, fields[rng.IntN(len(fields))])
+		case 3: // a field dropped
+			fields = append(fields[:i], fields[i+1:]...)
+			if len(fields) == 0 {
+				fields = [][2]string{{`"action"`, `"pause"`}}
+			}
+		case 4: // a key re-cased or padded
+			fields[i][0] = pick(`"Generation"`, `"generation "`, `"GENERATION"`, `"By"`, `"by "`)
+		case 5: // the key's name inside a string
+			fields[i][1] = pick(`"generation"`, `"generation:`+g+`"`, `"by"`, `"generation\":`+g+`"`)
+		case 6: // an unknown or nested field
+			fields = append(fields, [2]string{pick(`"x"`, `"batch"`), pick(`{"generation":`+g+`,"by":"alice"}`, `1`, `"generation"`)})
+		case 7: // another user and generation for a second request
+			fields = append(fields, [2]string{`"generation"`, fmt.Sprint(gen + 1)}, [2]string{`"by"`, `"bob"`})
+		}
+	}
+	ws := func() string { return pick("", "", " ", "\n", "\t ") }
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = f[0] + ws() + ":" + ws() + f[1]
+	}
+	return ws() + "{" + ws() + strings.Join(parts, ws()+","+ws()) + ws() + "}" + pick("", "", " ", `{"generation":`+g+`}`, `,"generation":`+g, "}")
+}
+
+// TestTheAdmissionPolicyAcceptsNoGeneratedRequestTheOperatorReadsOtherwise
+// writes generated hostile requests as alice (server-side dry runs: a
+// create, so generation 1, and an update of a Deployment at generation 2)
+// and checks the policy against the operator's strict parser: every value
+// the policy accepts either does not parse (the operator answers it with
+// a Warning) or is a request by alice for the generation the write leaves.
+func TestTheAdmissionPolicyAcceptsNoGeneratedRequestTheOperatorReadsOtherwise(t *testing.T) {
+	installAdmission(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, alice := newClient(t), as(t, "alice")
+	d := validDeployment("admission-generated")
+	if err := admin.Create(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Delete(context.Background(), d) })
+	if err := withSpecChange(ctx, admin, d.Name, "analyzer-2", ""); err != nil {
+		t.Fatal(err)
+	}
+
+	writes := []struct {
+		name  string
+		gen   int64 // the generation the write leaves
+		write func(value string) error
+	}{
+		{"a create", 1, func(value string) error {
+			n := validDeployment("admission-generated-created")
+			n.Annotations = map[string]string{fleetv1.AnnotationRolloutAction: value}
+			return alice.Create(ctx, n, client.DryRunAll)
+		}},
+		{"an update of a Deployment at generation 2", 2, func(value string) error {
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fleetv1.AnnotationRolloutAction: value}}})
+			if err != nil {
+				return err
+			}
+			return alice.Patch(ctx, &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: d.Name, Namespace: "default"}},
+				client.RawPatch(types.MergePatchType, patch), client.DryRunAll)
+		}},
+	}
+	for _, w := range writes {
+		t.Run(w.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(31, 2))
+			var accepted, valid, refused int
+			for i := range 150 {
+				value := hostileAction(rng, w.gen)
+				if i == 0 {
+					value = actionAt("pause", w.gen, "alice", "r1") // the honest request
+				}
+				err := w.write(value)
+				if err != nil {
+					if !strings.Contains(err.Error(), "fleet-rollout-action-by") {
+						t.Fatalf("%q refused by something else than the policy: %v", value, err)
+					}
+					refused++
+					continue
+				}
+				accepted++
+				a, perr := fleetv1.ParseRolloutAction(value)
+				if perr != nil {
+					continue // the operator warns and records nothing
+				}
+				valid++
+				if a.Generation != w.gen || a.By != "alice" {
+					t.Errorf("the policy accepted %q, which the operator reads as a request by %q for generation %d (want alice, %d)",
+						value, a.By, a.Generation, w.gen)
+				}
+			}
+			if valid == 0 || refused == 0 {
+				t.Errorf("%d accepted (%d valid), %d refused: the generator no longer tries both sides", accepted, valid, refused)
+			}
+			t.Logf("%d accepted (%d valid requests), %d refused", accepted, valid, refused)
+		})
 	}
 }
