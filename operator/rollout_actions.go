@@ -189,10 +189,13 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		if a.Generation == d.Generation {
 			at = fmt.Sprintf("the Deployment was at generation %d when it was written", seenAt)
 		}
+		ok, err := r.remove(ctx, &d, raw)
 		removed := "the annotation is removed"
-		err := r.remove(ctx, &d, raw)
-		if err != nil {
+		switch {
+		case err != nil:
 			removed = "removing the annotation failed, retrying"
+		case !ok:
+			removed = "the annotation has changed since"
 		}
 		r.event(ctx, &d, corev1.EventTypeWarning, EventReasonRolloutActionStale,
 			"nothing recorded: request %s (%s by %s) is for generation %d, %s: %s; write a new request for generation %d",
@@ -236,26 +239,27 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-// remove deletes the annotation from d if it still holds value: a JSON
-// patch testing the value, so a request written since is left alone.
-func (r *RolloutActions) remove(ctx context.Context, d *fleetv1.Deployment, value string) error {
+// remove deletes the annotation from d if it still holds value, and
+// reports whether it did: a JSON patch testing the value, so a request
+// written since is left alone.
+func (r *RolloutActions) remove(ctx context.Context, d *fleetv1.Deployment, value string) (bool, error) {
 	path := "/metadata/annotations/" + jsonPointerEscape(fleetv1.AnnotationRolloutAction)
 	patch, err := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}})
 	if err != nil {
-		return fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
+		return false, fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	err = r.Client.Patch(ctx, d, client.RawPatch(types.JSONPatchType, patch))
 	switch {
 	case apierrors.IsNotFound(err), apierrors.IsInvalid(err):
-		// Deleted, or the value changed: the new value is looked at on
-		// its own.
+		// Deleted, or the value changed (the test failed): a new value
+		// is looked at on its own.
 		r.Log.DebugContext(ctx, "stale rollout request not removed", "deployment", d.Namespace+"/"+d.Name, "reason", err)
-		return nil
+		return false, nil
 	case err != nil:
-		return fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
+		return false, fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	r.forget(d)
-	return nil
+	return true, nil
 }
 
 // jsonPointerEscape escapes a JSON pointer reference token (RFC 6901).

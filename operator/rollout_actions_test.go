@@ -353,6 +353,9 @@ func TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded(t *testing.T) {
 	e.waitFor("the StaleRolloutAction Warning for the request ahead", func() bool {
 		return e.hasWarning("api", operator.EventReasonRolloutActionStale, "request ahead (pause by alice) is for generation 2")
 	})
+	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
+		t.Errorf("the refused request is still on the Deployment after its Warning: %s", v)
+	}
 	stop()
 	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
 	e.startOperator()
