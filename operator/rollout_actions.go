@@ -58,9 +58,21 @@ const maxEventNote = 1000
 // expected last sequence, like the rollout runner, and records a request
 // id at most once per Deployment: it reads the subject's requests first,
 // so a request already there (an operator restart, a second replica, the
-// annotation written again) appends nothing. A value that does not parse,
-// or a request for another generation than the Deployment's, appends
-// nothing and is answered by a Warning Event on the Deployment.
+// annotation written again) appends nothing. A value that does not parse
+// appends nothing and is answered by a Warning Event on the Deployment.
+//
+// A request counts only for the generation the Deployment had when it was
+// written (the admission policy refuses any other). The controller cannot
+// know when the annotation was written, so a request not recorded yet is
+// stale when its generation is not the Deployment's now, or was not the
+// Deployment's when this process first saw that value (a watch event
+// carries the object as the write that set it left it): it is removed from
+// the Deployment (a JSON patch that tests the value first, so a newer
+// request is never removed), appends nothing, and is answered by a Warning
+// Event. The removal makes the refusal durable: after a spec change and a
+// restart, a request written ahead for the new generation is no longer
+// there to be recorded (ADR 0016, "Addendum: a request counts for the
+// generation it was written at").
 //
 // It does not judge whether the action means anything now (approving the
 // batch that waits, resuming a paused rollout): the rollout fold decides
