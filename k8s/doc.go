@@ -3,8 +3,9 @@
 // controller-gen generates from them in k8s/config/crd (`task generate`;
 // never edited by hand, `task verify` fails on a diff), and the admission
 // policies shipped with them in k8s/config/admission (written by hand: who
-// may ask a rollout to pause, resume or approve). Its tests check the CRDs'
-// validation and the policies against a real API server.
+// may ask a rollout to pause, resume or approve, and for which generation).
+// Its tests check the CRDs' validation and the policies against a real API
+// server.
 //
 // This package has no code of its own, so nothing imports it; the operator,
 // the projections, enrollment, the harmony SDK and cmd/fleet import

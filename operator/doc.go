@@ -15,8 +15,9 @@
 //     Deployment's fleet.nationtech.io/rollout-action annotation as
 //     rollout transitions on its rollout subject (same optimistic
 //     concurrency), and answers a malformed request, or one for another
-//     generation, with a Warning Event; the rollout fold decides what a
-//     request means;
+//     generation than the Deployment's (now or when the controller first
+//     saw it), with a Warning Event, removing the latter from the
+//     Deployment; the rollout fold decides what a request means;
 //   - the TaskRun controller resolves a new TaskRun's targets by the same
 //     rules and freezes them in exactly one taskrun.created event per
 //     TaskRun UID; deletion appends taskrun.deleted behind a finalizer. The

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -22,4 +23,11 @@ func SetRevisionChunkBytes(n int) (restore func()) {
 func ApplyDeviceStatus(ctx context.Context, c client.Client, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
 	r := &DeviceReconciler{Client: c, Log: slog.New(slog.DiscardHandler)}
 	return r.applyStatus(ctx, d, want)
+}
+
+// WatchUpdate passes an update of a Deployment from old to updated through
+// the rollout-action controller's predicate, as its watch does, and
+// reports whether the update is reconciled.
+func (r *RolloutActions) WatchUpdate(old, updated *fleetv1.Deployment) bool {
+	return r.rolloutActionChanged().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: updated})
 }

@@ -2,13 +2,18 @@ package operator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	kevents "k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -30,7 +35,8 @@ const (
 	// parse; nothing was appended.
 	EventReasonRolloutActionInvalid = "InvalidRolloutAction"
 	// EventReasonRolloutActionStale (Warning): the request names another
-	// generation than the Deployment's; nothing was appended.
+	// generation than the Deployment's, now or when the controller first
+	// saw it; nothing was appended and the annotation is removed.
 	EventReasonRolloutActionStale = "StaleRolloutAction"
 )
 
@@ -52,9 +58,21 @@ const maxEventNote = 1000
 // expected last sequence, like the rollout runner, and records a request
 // id at most once per Deployment: it reads the subject's requests first,
 // so a request already there (an operator restart, a second replica, the
-// annotation written again) appends nothing. A value that does not parse,
-// or a request for another generation than the Deployment's, appends
-// nothing and is answered by a Warning Event on the Deployment.
+// annotation written again) appends nothing. A value that does not parse
+// appends nothing and is answered by a Warning Event on the Deployment.
+//
+// A request counts only for the generation the Deployment had when it was
+// written (the admission policy refuses any other). The controller cannot
+// know when the annotation was written, so a request not recorded yet is
+// stale when its generation is not the Deployment's now, or was not the
+// Deployment's when this process first saw that value (a watch event
+// carries the object as the write that set it left it): it is removed from
+// the Deployment (a JSON patch that tests the value first, so a newer
+// request is never removed), appends nothing, and is answered by a Warning
+// Event. The removal makes the refusal durable: after a spec change and a
+// restart, a request written ahead for the new generation is no longer
+// there to be recorded (ADR 0016, "Addendum: a request counts for the
+// generation it was written at").
 //
 // It does not judge whether the action means anything now (approving the
 // batch that waits, resuming a paused rollout): the rollout fold decides
@@ -70,6 +88,46 @@ type RolloutActions struct {
 	Log      *slog.Logger
 	// Skips counts rollout records that do not decode. Nil-safe.
 	Skips *events.SkipCounter
+
+	mu sync.Mutex // guards seen
+	// seen is, per Deployment UID, the annotation value this process saw
+	// last and the Deployment's generation when it first saw that value.
+	seen map[types.UID]seenAction
+}
+
+// seenAction is an annotation value and the Deployment's generation when
+// the controller first saw it.
+type seenAction struct {
+	value      string
+	generation int64
+}
+
+// see notes o's annotation value, and returns the generation o had when
+// that value was first seen (o's own when it is new). Without the
+// annotation it forgets o.
+func (r *RolloutActions) see(o client.Object) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := o.GetAnnotations()[fleetv1.AnnotationRolloutAction]
+	if !ok {
+		delete(r.seen, o.GetUID())
+		return o.GetGeneration()
+	}
+	if s, ok := r.seen[o.GetUID()]; ok && s.value == v {
+		return s.generation
+	}
+	if r.seen == nil {
+		r.seen = map[types.UID]seenAction{}
+	}
+	r.seen[o.GetUID()] = seenAction{value: v, generation: o.GetGeneration()}
+	return o.GetGeneration()
+}
+
+// forget drops what see noted of o.
+func (r *RolloutActions) forget(o client.Object) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.seen, o.GetUID())
 }
 
 // SetupWithManager registers the controller: it looks at a Deployment when
@@ -77,26 +135,30 @@ type RolloutActions struct {
 // changes.
 func (r *RolloutActions) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
-		For(&fleetv1.Deployment{}, builder.WithPredicates(rolloutActionChanged())).
+		For(&fleetv1.Deployment{}, builder.WithPredicates(r.rolloutActionChanged())).
 		Named("fleet-rollout-actions").
 		Complete(r)
 }
 
 // rolloutActionChanged passes a Deployment that carries the annotation when
-// first seen, and an update that sets or changes it.
-func rolloutActionChanged() predicate.Funcs {
+// first seen, and an update that sets or changes it. It notes each value
+// with the generation of the object the event carries (see): for an update
+// that is the generation the write left, before a later spec change can
+// reach the reconcile.
+func (r *RolloutActions) rolloutActionChanged() predicate.Funcs {
 	value := func(o client.Object) (string, bool) {
 		v, ok := o.GetAnnotations()[fleetv1.AnnotationRolloutAction]
 		return v, ok
 	}
 	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool { _, ok := value(e.Object); return ok },
+		CreateFunc: func(e event.CreateEvent) bool { r.see(e.Object); _, ok := value(e.Object); return ok },
 		UpdateFunc: func(e event.UpdateEvent) bool {
+			r.see(e.ObjectNew)
 			v, ok := value(e.ObjectNew)
 			old, oldOK := value(e.ObjectOld)
 			return ok && (!oldOK || old != v)
 		},
-		DeleteFunc:  func(event.DeleteEvent) bool { return false },
+		DeleteFunc:  func(e event.DeleteEvent) bool { r.forget(e.Object); return false },
 		GenericFunc: func(event.GenericEvent) bool { return false },
 	}
 }
@@ -132,11 +194,25 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		r.Log.DebugContext(ctx, "rollout request already recorded", "deployment", req.String(), "request", a.Request)
 		return ctrl.Result{}, nil
 	}
-	if a.Generation != d.Generation {
+	if seenAt := r.see(&d); a.Generation != d.Generation || a.Generation != seenAt {
+		// Removed first: once the Warning is out, the request is gone
+		// (a restart after a spec change finds nothing to record).
+		at := fmt.Sprintf("the Deployment is at generation %d", d.Generation)
+		if a.Generation == d.Generation {
+			at = fmt.Sprintf("the Deployment was at generation %d when it was written", seenAt)
+		}
+		ok, err := r.remove(ctx, &d, raw)
+		removed := "the annotation is removed"
+		switch {
+		case err != nil:
+			removed = "removing the annotation failed, retrying"
+		case !ok:
+			removed = "the annotation has changed since"
+		}
 		r.event(ctx, &d, corev1.EventTypeWarning, EventReasonRolloutActionStale,
-			"nothing recorded: request %s (%s by %s) is for generation %d, the Deployment is at generation %d: write a new request for generation %d",
-			a.Request, a.Action, a.By, a.Generation, d.Generation, d.Generation)
-		return ctrl.Result{}, nil
+			"nothing recorded: request %s (%s by %s) is for generation %d, %s: %s; write a new request for generation %d",
+			a.Request, a.Action, a.By, a.Generation, at, removed, d.Generation)
+		return ctrl.Result{}, err
 	}
 	intent, err := events.DeploymentIntentSubject(d.Namespace, d.Name)
 	if err != nil {
@@ -173,6 +249,34 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	r.event(ctx, &d, corev1.EventTypeNormal, EventReasonRolloutActionRecorded, "%s by %s recorded (request %s, revision %s)",
 		tr.EventType(), a.By, a.Request, rev.RevisionID)
 	return ctrl.Result{}, nil
+}
+
+// remove deletes the annotation from d if it still holds value, and
+// reports whether it did: a JSON patch testing the value, so a request
+// written since is left alone.
+func (r *RolloutActions) remove(ctx context.Context, d *fleetv1.Deployment, value string) (bool, error) {
+	path := "/metadata/annotations/" + jsonPointerEscape(fleetv1.AnnotationRolloutAction)
+	patch, err := json.Marshal([]map[string]any{{"op": "test", "path": path, "value": value}, {"op": "remove", "path": path}})
+	if err != nil {
+		return false, fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	err = r.Client.Patch(ctx, d, client.RawPatch(types.JSONPatchType, patch))
+	switch {
+	case apierrors.IsNotFound(err), apierrors.IsInvalid(err):
+		// Deleted, or the value changed (the test failed): a new value
+		// is looked at on its own.
+		r.Log.DebugContext(ctx, "stale rollout request not removed", "deployment", d.Namespace+"/"+d.Name, "reason", err)
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
+	}
+	r.forget(d)
+	return true, nil
+}
+
+// jsonPointerEscape escapes a JSON pointer reference token (RFC 6901).
+func jsonPointerEscape(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
 // transitionOf is the event type of an action (validated by the parser).

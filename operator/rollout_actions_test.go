@@ -313,3 +313,106 @@ func TestARolloutRequestThatLosesAnAppendRaceIsDecidedAgain(t *testing.T) {
 		t.Errorf("after the retry: %+v, want the other request then mine", got)
 	}
 }
+
+// requestIDs lists the request ids recorded on a Deployment's rollout
+// subject, each with its transition and generation.
+func (e *env) requestIDs(name string) []string {
+	e.t.Helper()
+	var out []string
+	for _, tr := range e.requests(name) {
+		out = append(out, fmt.Sprintf("%s %s by %s for generation %d", tr.EventType(), tr.Request, tr.By, tr.Generation))
+	}
+	return out
+}
+
+// hasWarning reports whether a Warning with this reason on the Deployment
+// names s.
+func (e *env) hasWarning(name, reason, s string) bool {
+	for _, w := range e.warnings(name) {
+		if strings.HasPrefix(w, reason+":") && strings.Contains(w, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded is the
+// reproduction of issue #31 item 2 on a cluster without the admission
+// policy (this package's API server has none): alice asks to pause
+// generation 2 while the Deployment is at 1, the operator refuses it; then
+// someone else changes the spec (generation 2) and the operator restarts.
+// The request was never seen by its author for generation 2: it is never
+// recorded, and a new request for generation 2 still is.
+func TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+
+	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
+	e.waitFor("the StaleRolloutAction Warning for the request ahead", func() bool {
+		return e.hasWarning("api", operator.EventReasonRolloutActionStale, "request ahead (pause by alice) is for generation 2")
+	})
+	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
+		t.Errorf("the refused request is still on the Deployment after its Warning: %s", v)
+	}
+	stop()
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	e.startOperator()
+	e.revisionOf("api", 2)
+	// The restarted operator either records the request ahead or finds
+	// none to record.
+	e.waitFor("the request ahead recorded or gone", func() bool {
+		_, there := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]
+		return !there || len(e.requests("api")) > 0
+	})
+	if got := e.requestIDs("api"); len(got) != 0 {
+		t.Fatalf("recorded after the spec change and the restart: %q, want nothing", got)
+	}
+
+	e.annotate("api", request("pause", 2, 0, "bob", "now"))
+	e.waitFor("the request for generation 2", func() bool { return len(e.requests("api")) > 0 })
+	if diff := cmp.Diff([]string{"rollout.paused now by bob for generation 2"}, e.requestIDs("api")); diff != "" {
+		t.Errorf("recorded (-want +got):\n%s", diff)
+	}
+}
+
+// TestARequestFirstSeenAheadOfItsGenerationIsNotRecordedWhenTheSpecCatchesUp
+// is the same request when the spec change reaches the controller before
+// its reconcile does: the watch event of alice's write carries generation
+// 1, and that is the generation the request is judged against.
+func TestARequestFirstSeenAheadOfItsGenerationIsNotRecordedWhenTheSpecCatchesUp(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	stop() // the controller below is the test's, fed one event at a time
+
+	rec := &recorder{}
+	r := &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+	before := e.get("api")
+	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
+	if !r.WatchUpdate(before, e.get("api")) {
+		t.Fatal("the controller does not look at a write that sets the annotation")
+	}
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	if _, err := r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "api"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.take()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+operator.EventReasonRolloutActionStale) ||
+		!strings.Contains(got[0], "the Deployment was at generation 1 when it was written") {
+		t.Errorf("Events %q, want one StaleRolloutAction Warning saying the Deployment was at generation 1", got)
+	}
+	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
+		t.Errorf("the request is still on the Deployment: %s", v)
+	}
+
+	e.startOperator()
+	e.revisionOf("api", 2)
+	e.annotate("api", request("resume", 2, 0, "bob", "now"))
+	e.waitFor("the request for generation 2", func() bool { return len(e.requests("api")) > 0 })
+	if diff := cmp.Diff([]string{"rollout.resumed now by bob for generation 2"}, e.requestIDs("api")); diff != "" {
+		t.Errorf("recorded (-want +got):\n%s", diff)
+	}
+}

@@ -28,8 +28,9 @@ Asks the operator to pause, resume or approve the rollout of a Deployment's
 current generation (ADR 0016): writes the fleet.nationtech.io/rollout-action
 annotation with your Kubernetes user name (from a SelfSubjectReview), the
 Deployment's metadata.generation and a new request id. The API server's
-admission policy checks the name; the operator records the request once, as
-rollout.paused, rollout.resumed or rollout.approved. docs/fleet.md.
+admission policy checks the name and the generation (a request counts only
+for the generation it is written at); the operator records the request
+once, as rollout.paused, rollout.resumed or rollout.approved. docs/fleet.md.
 
   fleet rollout pause lab/analyzer
   fleet rollout approve lab/analyzer --batch 2

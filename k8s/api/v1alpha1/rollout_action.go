@@ -14,7 +14,8 @@ import (
 // operator to pause, resume or approve the rollout of its current revision
 // (ADR 0016). Its value is the JSON of a RolloutAction. The API server
 // refuses a write that sets or changes it with a "by" other than the
-// writer's user name (the ValidatingAdmissionPolicy in
+// writer's user name, or a "generation" other than the one the Deployment
+// has once the write is stored (the ValidatingAdmissionPolicy in
 // k8s/config/admission); the operator records each request id once.
 const AnnotationRolloutAction = "fleet.nationtech.io/rollout-action"
 
@@ -55,7 +56,9 @@ type RolloutAction struct {
 	// Action is pause, resume or approve.
 	Action RolloutActionKind `json:"action"`
 	// Generation is the Deployment's metadata.generation the request is
-	// for: the generation of the revision whose rollout it controls.
+	// for: the generation of the revision whose rollout it controls, and
+	// the one the Deployment has once the request is written (a request
+	// counts for no other).
 	Generation int64 `json:"generation"`
 	// Batch is the plan batch (1-based) an approval is for; only approve
 	// carries it.
