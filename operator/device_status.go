@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,17 +41,18 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 		next.RequeueAfter = max(in, time.Millisecond)
 	}
 
-	owned := d.Status.ReportedLabels
+	owned, pinned, pins := d.Status.ReportedLabels, d.Status.PinnedLabels, devicePins(d)
 	newLabels, newOwned := d.Labels, owned
 	inventory := d.Status.Inventory
 	if invSeq > 0 {
-		newLabels, newOwned = MergeReportedLabels(d.Labels, owned, inv.Labels)
+		newLabels, newOwned = MergeReportedLabels(d.Labels, ClaimPinnedKeys(owned, pins, pinned), inv.Labels)
 		inventory = &fleetv1.DeviceInventory{OS: inv.OS, Arch: inv.Arch, Kernel: inv.Kernel, AgentVersion: inv.AgentVersion}
 	}
+	newLabels, newPinned := PinLabels(newLabels, newOwned, pins, pinned)
 	labelsChange := !maps.Equal(newLabels, d.Labels)
-	statusOwned := newOwned
+	statusOwned, statusPinned := newOwned, newPinned
 	if labelsChange {
-		statusOwned = claimedLabels(owned, newOwned)
+		statusOwned, statusPinned = claimedLabels(owned, newOwned), claimedPins(pinned, newPinned)
 	}
 
 	want := fleetv1.DeviceStatus{
@@ -58,7 +60,11 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 		LastHeartbeat:  d.Status.LastHeartbeat,
 		Inventory:      inventory,
 		ReportedLabels: statusOwned,
+		PinnedLabels:   statusPinned,
 		Conditions:     []metav1.Condition{r.onlineCondition(d, liveness, hb), registered},
+	}
+	if c, ok := labelsOverridden(d, pins, newOwned); ok {
+		want.Conditions = append(want.Conditions, c)
 	}
 	if liveness != d.Status.Liveness {
 		want.LastHeartbeat = heartbeatTime(hb)
@@ -154,7 +160,12 @@ func (r *DeviceReconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness
 // statusEqual compares the fields the controller owns: a is the wanted
 // status, b the current one.
 func statusEqual(a, b fleetv1.DeviceStatus) bool {
-	if a.Liveness != b.Liveness || !maps.Equal(a.ReportedLabels, b.ReportedLabels) {
+	if a.Liveness != b.Liveness || !maps.Equal(a.ReportedLabels, b.ReportedLabels) || !slices.Equal(a.PinnedLabels, b.PinnedLabels) {
+		return false
+	}
+	// LabelsOverridden is ours and is absent while the Device has no pin.
+	if meta.FindStatusCondition(a.Conditions, fleetv1.ConditionLabelsOverridden) == nil &&
+		meta.FindStatusCondition(b.Conditions, fleetv1.ConditionLabelsOverridden) != nil {
 		return false
 	}
 	if (a.LastHeartbeat == nil) != (b.LastHeartbeat == nil) || (a.LastHeartbeat != nil && !a.LastHeartbeat.Equal(b.LastHeartbeat)) {

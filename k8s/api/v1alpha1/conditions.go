@@ -15,6 +15,10 @@ const (
 	// ConditionIdentityRegistered says whether the Device's identity subject
 	// is registered to it in the fleet-identity KV.
 	ConditionIdentityRegistered = "IdentityRegistered"
+	// ConditionLabelsOverridden is present while a Device has label pins
+	// (spec.labels, spec.removedLabels): True when a pin differs from what
+	// the device reports; its message lists every pin against the report.
+	ConditionLabelsOverridden = "LabelsOverridden"
 )
 
 // Reasons of the Deployment conditions.
@@ -76,6 +80,16 @@ const (
 	// ReasonDuplicateDeviceID: an older Device in another namespace has the
 	// same name (device id); this one is not served until renamed.
 	ReasonDuplicateDeviceID = "DuplicateDeviceID"
+)
+
+// Reasons of the LabelsOverridden condition of a Device.
+const (
+	// ReasonLabelsPinned: at least one pinned label differs from the
+	// device's report (another value, or a removal of a reported key).
+	ReasonLabelsPinned = "LabelsPinned"
+	// ReasonPinsMatchReports: every pinned label is what the device
+	// reports; the pins take effect if the reports change.
+	ReasonPinsMatchReports = "PinsMatchReports"
 )
 
 // FinalizerDeployment lets the operator append the removal intent before a

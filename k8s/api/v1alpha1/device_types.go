@@ -27,6 +27,7 @@ const (
 // +kubebuilder:printcolumn:name="Liveness",type=string,JSONPath=`.status.liveness`
 // +kubebuilder:printcolumn:name="Liveness-Since",type=date,JSONPath=`.status.lastHeartbeat`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.inventory.agentVersion`
+// +kubebuilder:printcolumn:name="Labels-Overridden",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="LabelsOverridden")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is the device id: a DNS label (at most 63 lowercase letters, digits and '-', no dots)"
 type Device struct {
@@ -37,7 +38,11 @@ type Device struct {
 	Status DeviceStatus `json:"status,omitempty"`
 }
 
-// DeviceSpec is the device's identity.
+// DeviceSpec is the device's identity and the administrator's label pins.
+// Only an administrator writes it: enrollment sets identitySubject once, the
+// operator never writes the spec.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.labels) || !has(self.removedLabels) || self.removedLabels.all(k, !(k in self.labels))",messageExpression="'spec.removedLabels: ' + self.removedLabels.filter(k, k in self.labels)[0] + ' is also in spec.labels: pin a key either to a value (spec.labels) or to its absence (spec.removedLabels), not both'"
 type DeviceSpec struct {
 	// IdentitySubject is the OIDC subject (the machine user's id) the device
 	// authenticates as.
@@ -45,7 +50,35 @@ type DeviceSpec struct {
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_-]+$`
 	IdentitySubject string `json:"identitySubject"`
+	// Labels pins labels: the operator keeps each key at this value on
+	// metadata.labels whatever the device reports (the report stays visible
+	// in status.reportedLabels and the LabelsOverridden condition). Remove
+	// the entry to give the key back to the reports. Reserved keys
+	// (blacklist, fleet.nationtech.io/*) cannot be pinned: set them on
+	// metadata.labels.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=32
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",messageExpression="'spec.labels: key ' + self.filter(k, format.qualifiedName().validate(k).hasValue())[0] + ' is no label key: use an optional DNS subdomain prefix and /, then at most 63 letters, digits, -, _ or ., starting and ending with a letter or digit (e.g. site or example.com/site)'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k != 'blacklist' && !k.startsWith('fleet.nationtech.io/'))",messageExpression="'spec.labels: key ' + self.filter(k, k == 'blacklist' || k.startsWith('fleet.nationtech.io/'))[0] + ' is reserved to the control plane (blacklist and keys under fleet.nationtech.io/ cannot be pinned): set it on metadata.labels (kubectl label)'"
+	Labels map[string]LabelValue `json:"labels,omitempty"`
+	// RemovedLabels pins the absence of label keys: the operator keeps them
+	// off metadata.labels whatever the device reports. Remove the entry to
+	// give the key back to the reports. Reserved keys cannot be pinned.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.all(k, !format.qualifiedName().validate(k).hasValue())",messageExpression="'spec.removedLabels: ' + self.filter(k, format.qualifiedName().validate(k).hasValue())[0] + ' is no label key: use an optional DNS subdomain prefix and /, then at most 63 letters, digits, -, _ or ., starting and ending with a letter or digit (e.g. site or example.com/site)'"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k != 'blacklist' && !k.startsWith('fleet.nationtech.io/'))",messageExpression="'spec.removedLabels: ' + self.filter(k, k == 'blacklist' || k.startsWith('fleet.nationtech.io/'))[0] + ' is reserved to the control plane (blacklist and keys under fleet.nationtech.io/ cannot be pinned): remove it from metadata.labels (kubectl label)'"
+	RemovedLabels []string `json:"removedLabels,omitempty"`
 }
+
+// LabelValue is the value of a pinned label (spec.labels): a Kubernetes
+// label value.
+//
+// +kubebuilder:validation:MaxLength=63
+// +kubebuilder:validation:XValidation:rule="!format.labelValue().validate(self).hasValue()",message="spec.labels: every value must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit, or empty"
+type LabelValue string
 
 // Liveness of a device.
 type Liveness string
@@ -75,6 +108,13 @@ type DeviceStatus struct {
 	// mirrors them onto metadata.labels, except reserved ones.
 	// +optional
 	ReportedLabels map[string]string `json:"reportedLabels,omitempty"`
+	// PinnedLabels are the label keys of spec.labels and spec.removedLabels
+	// the operator last applied to metadata.labels. A key that leaves the
+	// spec is given back to the reports: it takes the reported value, or is
+	// removed when not reported.
+	// +optional
+	// +listType=set
+	PinnedLabels []string `json:"pinnedLabels,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
