@@ -15,6 +15,11 @@ const (
 	// ConditionIdentityRegistered says whether the Device's identity subject
 	// is registered to it in the fleet-identity KV.
 	ConditionIdentityRegistered = "IdentityRegistered"
+	// ConditionReportTrimmed is on a Device (status True) while the
+	// device's last inventory went beyond the bounds of what a device may
+	// put on its Device: its message says what was dropped or cut. It is
+	// removed once a report is within bounds.
+	ConditionReportTrimmed = "ReportTrimmed"
 )
 
 // Reasons of the Deployment conditions.
@@ -73,6 +78,9 @@ const (
 	ReasonHeartbeatMissed = "HeartbeatMissed"
 	// ReasonNoHeartbeat: no heartbeat was ever received.
 	ReasonNoHeartbeat = "NoHeartbeat"
+	// ReasonReportOverBounds: the device's last inventory had more labels,
+	// or longer strings, than a Device keeps (ConditionReportTrimmed).
+	ReasonReportOverBounds = "ReportOverBounds"
 	// ReasonDuplicateDeviceID: an older Device in another namespace has the
 	// same name (device id); this one is not served until renamed.
 	ReasonDuplicateDeviceID = "DuplicateDeviceID"
