@@ -29,6 +29,23 @@ func Printable(s string) string {
 	return b.String()
 }
 
+// PrintableLines is Printable for text of several lines (an error, a
+// task's output): it keeps line feeds and tabs, and escapes the rest.
+func PrintableLines(s string) string {
+	if !strings.ContainsAny(s, "\n\t") {
+		return Printable(s)
+	}
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		cells := strings.Split(l, "\t")
+		for j, c := range cells {
+			cells[j] = Printable(c)
+		}
+		lines[i] = strings.Join(cells, "\t")
+	}
+	return strings.Join(lines, "\n")
+}
+
 func printableAlready(s string) bool {
 	for i := 0; i < len(s); {
 		c := s[i]

@@ -31,3 +31,20 @@ func TestPrintableEscapesWhatHidesOrReordersText(t *testing.T) {
 		})
 	}
 }
+
+func TestPrintableLinesKeepsLinesAndTabs(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"plain text is kept", "exit 3", "exit 3"},
+		{"line feeds and tabs are kept", "dpkg: error\n\tlibc6", "dpkg: error\n\tlibc6"},
+		{"the rest is escaped on every line", "a\u202eb\nc\rd\x00", `a\u202eb` + "\n" + `c\u000dd\u0000`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := events.PrintableLines(tc.in); got != tc.want {
+				t.Errorf("PrintableLines(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}

@@ -401,7 +401,7 @@ func mustJSON(t *testing.T, v any) string {
 
 // TestADevicesErrorIsWrittenEscapedIntoTheDeploymentStatus: a device's
 // error text reaches status.latestFailure; characters that would reorder or
-// hide text in kubectl's output are escaped there.
+// hide text in kubectl's output are escaped there (line feeds are kept).
 func TestADevicesErrorIsWrittenEscapedIntoTheDeploymentStatus(t *testing.T) {
 	r, _ := drive(t, []step{rev(1, []string{"a", "b"}, []string{"a"}),
 		{report: &report{device: "a", gen: 1, uid: "u1", phase: events.WorkloadFailed, err: "exit 3\u202e\u200b\nforged", at: 1}}})
@@ -409,7 +409,7 @@ func TestADevicesErrorIsWrittenEscapedIntoTheDeploymentStatus(t *testing.T) {
 	if !ok || st.LatestFailure == nil {
 		t.Fatalf("no latest failure in the status %+v", st)
 	}
-	if want := `exit 3\u202e\u200b\u000aforged`; st.LatestFailure.Error != want {
+	if want := `exit 3\u202e\u200b` + "\n" + `forged`; st.LatestFailure.Error != want {
 		t.Errorf("latestFailure.error %q, want %q", st.LatestFailure.Error, want)
 	}
 }

@@ -89,14 +89,14 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 			Paused: r.Paused && !r.Terminal(), RolledBackTo: r.RolledBackTo}
 		if st.Plan.Paused {
 			// A pause reason may quote a device's error: shown escaped.
-			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, events.Printable(r.PauseReason)
+			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, events.PrintableLines(r.PauseReason)
 		}
 	}
 	if r.LastFailure != nil {
 		// The error is the device's text: shown escaped (events.Printable).
-		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: events.Printable(r.LastFailure.Error), Time: metav1.NewTime(r.LastFailAt)}
+		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: events.PrintableLines(r.LastFailure.Error), Time: metav1.NewTime(r.LastFailAt)}
 	}
-	ready.Message = events.Printable(ready.Message) // a pause reason may quote a device's error
+	ready.Message = events.PrintableLines(ready.Message) // a pause reason may quote a device's error
 	meta.SetStatusCondition(&st.Conditions, ready)
 	st.Conditions[0].LastTransitionTime = metav1.NewTime(r.StageAt) // SetStatusCondition stamps now when zero
 	return st, true
