@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/poisontest"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
@@ -98,6 +99,35 @@ func TestADeviceReportOverTheBoundsIsTrimmedOnItsDevice(t *testing.T) {
 			t.Errorf("labels (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestEveryHiddenCharacterADeviceReportsIsEscapedOnItsDevice: the
+// injection suite's hidden text (poisontest.Hidden) in every inventory
+// string reaches the Device escaped, in the status and in kubectl's output.
+func TestEveryHiddenCharacterADeviceReportsIsEscapedOnItsDevice(t *testing.T) {
+	e := newDevEnv(t)
+	id := e.id("rpi-hidden")
+	e.create(id, nil)
+	e.start(time.Minute)
+	h := poisontest.Hidden
+	e.report(id, events.DeviceInventory{OS: h, Arch: h, Kernel: h, AgentVersion: h})
+	d := e.waitDevice(id, "the inventory", func(d *fleetv1.Device) bool { return d.Status.Inventory != nil })
+	inv := d.Status.Inventory
+	for name, s := range map[string]string{"os": inv.OS, "arch": inv.Arch, "kernel": inv.Kernel, "agentVersion": inv.AgentVersion} {
+		if strings.ContainsFunc(s, events.Invisible) || !strings.HasPrefix(s, `v1\u202egnp.exe`) {
+			t.Errorf("inventory.%s = %q: a hidden character is written raw", name, s)
+		}
+	}
+	if c := trimmed(d); c != nil {
+		t.Errorf("escaping is not trimming: %+v", c)
+	}
+	out, err := e.srv.Kubectl(e.ctx, nil, "get", "fdev", id, "-n", e.ns, "-o", "wide")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.ContainsFunc(string(out), func(r rune) bool { return r != '\n' && events.Invisible(r) }) {
+		t.Errorf("kubectl get fdev -o wide prints a hidden character:\n%q", out)
+	}
 }
 
 // TestAnOverBoundsReportLeavesOtherDevicesAlone: the bound is per report;
