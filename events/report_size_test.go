@@ -3,6 +3,8 @@ package events_test
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -70,4 +72,57 @@ func TestTheStreamsDevicesWriteRefuseAReportOverMaxReportSize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTheDocumentedPerDeviceWorstCaseIsTheConfiguredOne computes what one
+// device can hold in the streams it writes from the default stream
+// configuration (subjects per device × messages kept per subject × the
+// largest message) and checks docs/security.md states those figures.
+func TestTheDocumentedPerDeviceWorstCaseIsTheConfiguredOne(t *testing.T) {
+	doc, err := os.ReadFile("../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	figures := map[string]string{}
+	for _, c := range events.StreamConfigs(events.ProvisionOptions{}) {
+		if c.Name != events.StreamReports && c.Name != events.StreamTelemetry {
+			continue
+		}
+		if c.MaxMsgSize <= 0 || c.MaxMsgsPerSubject <= 0 {
+			t.Fatalf("%s keeps %d messages of %d bytes per subject: unbounded per device", c.Name, c.MaxMsgsPerSubject, c.MaxMsgSize)
+		}
+		for _, subj := range c.Subjects {
+			if strings.Count(subj, "*") != 1 {
+				t.Fatalf("%s subject %s is not one per device", c.Name, subj)
+			}
+		}
+		bytes := int64(len(c.Subjects)) * c.MaxMsgsPerSubject * int64(c.MaxMsgSize)
+		total += bytes
+		size := fmt.Sprintf("%d KiB", c.MaxMsgSize>>10)
+		held := fmt.Sprintf("%s KiB", thousands(bytes>>10))
+		if bytes >= 1<<20 {
+			held = fmt.Sprintf("%s MiB", thousands(bytes>>20))
+		}
+		figures[c.Name] = fmt.Sprintf("%d × %s × %s = %s", len(c.Subjects), thousands(c.MaxMsgsPerSubject), size, held)
+	}
+	figures["total"] = fmt.Sprintf("at most %.2f GiB per device", float64(total)/(1<<30))
+	figures["size"] = fmt.Sprintf("%d KiB (`events.MaxReportSize`", events.MaxReportSize>>10)
+	for what, want := range figures {
+		if !strings.Contains(string(doc), want) {
+			t.Errorf("docs/security.md does not state the %s figure %q", what, want)
+		}
+	}
+}
+
+func thousands(n int64) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
