@@ -150,3 +150,19 @@ func TestAnOverBoundsReportLeavesOtherDevicesAlone(t *testing.T) {
 		t.Errorf("a device within bounds has a ReportTrimmed condition: %+v", c)
 	}
 }
+
+// TestTheAPIServerRefusesAnInventoryStringOverTheBound: the CRD holds the
+// bound too, whoever writes the status.
+func TestTheAPIServerRefusesAnInventoryStringOverTheBound(t *testing.T) {
+	e := newDevEnv(t)
+	d := e.create(e.id("rpi-crd"), nil)
+	d.Status.Inventory = &fleetv1.DeviceInventory{Kernel: strings.Repeat("k", operator.MaxInventoryField+1)}
+	err := e.c.Status().Update(e.ctx, d)
+	if err == nil || !strings.Contains(err.Error(), "status.inventory.kernel") {
+		t.Errorf("a %d-byte kernel string: %v, want a refusal naming status.inventory.kernel", operator.MaxInventoryField+1, err)
+	}
+	d.Status.Inventory.Kernel = strings.Repeat("k", operator.MaxInventoryField)
+	if err := e.c.Status().Update(e.ctx, d); err != nil {
+		t.Errorf("a %d-byte kernel string: %v", operator.MaxInventoryField, err)
+	}
+}
