@@ -91,22 +91,25 @@ func boundReport(inv events.DeviceInventory) boundedReport {
 // step before MergeReportedLabels, which never sees the rest. It returns
 // nil for no labels, and a trim when it dropped any.
 func boundReportedLabels(reported map[string]string) (map[string]string, *trim) {
-	keys := slices.Sorted(maps.Keys(reported))
 	var out map[string]string
-	valid, size := 0, 0
-	for _, k := range keys {
+	valid, size, full := 0, 0, false
+	for _, k := range slices.Sorted(maps.Keys(reported)) {
 		v := reported[k]
 		if !reportableLabel(k, v) {
 			continue
 		}
 		valid++
-		if len(out) < MaxReportedLabels && size+len(k)+len(v) <= MaxReportedLabelBytes && len(out) == valid-1 {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[k] = v
-			size += len(k) + len(v)
+		// Once one does not fit, none after it is kept: the kept set is
+		// a prefix of the sorted keys, whatever their lengths.
+		full = full || len(out) == MaxReportedLabels || size+len(k)+len(v) > MaxReportedLabelBytes
+		if full {
+			continue
 		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = v
+		size += len(k) + len(v)
 	}
 	if len(out) == valid {
 		return out, nil
