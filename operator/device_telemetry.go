@@ -67,13 +67,14 @@ func (t *telemetry) heartbeat(device string, at time.Time) (wake bool) {
 // are ignored), bounded as a Device may carry it (boundReport: what a
 // bound cut is counted once here), and reports whether it is new.
 func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInventory) bool {
+	b := boundReport(inv) // outside the lock every heartbeat takes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d := t.entry(device)
 	if seq <= d.invSeq {
 		return false
 	}
-	d.invSeq, d.inventory = seq, boundReport(inv)
+	d.invSeq, d.inventory = seq, b
 	for _, tr := range d.inventory.trims {
 		t.metrics.reportTrimmed(tr.field)
 	}
