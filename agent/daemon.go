@@ -715,12 +715,12 @@ func (d *daemon) inventory() events.DeviceInventory {
 	if b, err := os.ReadFile("/etc/os-release"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {
-				inv.OS = strings.Trim(v, `"`)
+				inv.OS = cutText(strings.Trim(v, `"`), maxInventoryText)
 			}
 		}
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		inv.Kernel = strings.TrimSpace(string(b))
+		inv.Kernel = cutText(strings.TrimSpace(string(b)), maxInventoryText)
 	}
 	return inv
 }
@@ -729,23 +729,20 @@ func (d *daemon) inventory() events.DeviceInventory {
 // are core publishes captured by the report streams: the agent never blocks
 // on the control plane.
 func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data, opts ...events.Option) {
-	ev, err := events.New(keys, data, opts...)
+	// Fitted to the report streams (buildReport): a report over
+	// events.MaxReportSize would be refused and lost.
+	m, err := buildReport(keys, data, opts...)
 	if err != nil {
 		d.log.ErrorContext(ctx, "build report", "type", data.EventType(), "error", err)
 		return
 	}
 	// A core publish: the report streams never acknowledge (ADR 0006).
-	m, err := events.Message(ev)
-	if err != nil {
-		d.log.ErrorContext(ctx, "encode report", "type", ev.Type, "error", err)
-		return
-	}
 	if !d.o.Conn.IsConnected() {
-		d.hold(offlineKey(ev, data), m)
+		d.hold(offlineKey(data), m)
 		return
 	}
 	if err := d.o.Conn.PublishMsg(m); err != nil {
-		d.log.WarnContext(ctx, "report not sent", "type", ev.Type, "error", err)
+		d.log.WarnContext(ctx, "report not sent", "type", data.EventType(), "error", err)
 		return
 	}
 	switch data.(type) {
@@ -807,7 +804,7 @@ func (d *daemon) echo(ctx context.Context, now time.Time) {
 }
 
 // offlineKey is what a report coalesces on while offline.
-func offlineKey(ev events.Event, data events.Data) string {
+func offlineKey(data events.Data) string {
 	switch d := data.(type) {
 	case events.WorkloadStatus:
 		return "workload/" + d.Namespace + "/" + d.Deployment
@@ -816,7 +813,7 @@ func offlineKey(ev events.Event, data events.Data) string {
 	case events.TaskStatus:
 		return "task/" + d.UID
 	}
-	return string(ev.Type)
+	return string(data.EventType())
 }
 
 // hold keeps a report for the reconnect, replacing an older one of the same

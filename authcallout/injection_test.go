@@ -1,6 +1,7 @@
 package authcallout_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -82,6 +83,8 @@ type injectionBody struct {
 	name   string
 	data   []byte
 	header nats.Header
+	// oversized: the report streams refuse it (over events.MaxReportSize).
+	oversized bool
 }
 
 var injectionBodies = []injectionBody{
@@ -94,6 +97,9 @@ var injectionBodies = []injectionBody{
 		"Nats-Expected-Last-Subject-Sequence": {"0"}, "Nats-Expected-Stream": {"FLEET_ROLLOUT"},
 		"Nats-Msg-Id": {"dup"}, "Nats-Rollup": {"all"}, "Status": {"408"}, "Nats-TTL": {"1s"},
 		"Nats-Expected-Last-Sequence": {"0"}}},
+	// Over the report streams' largest message (below the account's
+	// max_payload, so the device stays connected): refused, stored nowhere.
+	{name: "a body over the report streams' largest message", data: bytes.Repeat([]byte("o"), events.MaxReportSize+1), oversized: true},
 }
 
 // streamMessage is one stored message of a snapshot.
@@ -313,7 +319,8 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 	defer mu.Unlock()
 	// A's own reports arrived: the suite ran on a working path. (The
 	// reports stream keeps history; every body but the one with hostile
-	// JetStream headers, which the stream refuses, is stored, but for the
+	// JetStream headers and the oversized one, which the stream refuses,
+	// is stored, and none over events.MaxReportSize, but for the
 	// publishes whose reply the server itself refuses, such as $JS.ACK.*.)
 	var stored int
 	for _, m := range after[events.StreamReports] {
@@ -321,7 +328,20 @@ func TestAHostileDeviceReachesNothingThroughReplySubjects(t *testing.T) {
 			stored++
 		}
 	}
-	if want := 3 * len(targets) * (len(injectionBodies) - 1); stored < want*9/10 {
+	for name, msgs := range after {
+		for _, m := range msgs {
+			if len(m.Data) > events.MaxReportSize {
+				t.Errorf("%s holds a %d-byte message on %s, over the report streams' %d", name, len(m.Data), m.Subject, events.MaxReportSize)
+			}
+		}
+	}
+	stores := 0
+	for _, b := range injectionBodies {
+		if !b.oversized {
+			stores++
+		}
+	}
+	if want := 3 * len(targets) * (stores - 1); stored < want*9/10 {
 		t.Errorf("only %d of A's %d history report publishes were stored: the injection did not run on the product's path", stored, want)
 	}
 }

@@ -17,7 +17,12 @@
 //     fleet-intent value ([DeviceIntent]) and the fleet-identity value
 //     ([IdentityEntry]) the operator writes and the auth callout reads,
 //     with its encoding and validation;
-//   - idempotent provisioning of the streams and KV buckets ([Provision]);
+//   - idempotent provisioning of the streams and KV buckets ([Provision]),
+//     with the largest report the streams devices write store
+//     ([MaxReportSize]);
+//   - how text a device reported is shown to people: characters that hide
+//     themselves or reorder the text around them become visible escapes
+//     ([Printable], [PrintableLines]);
 //   - appending ([Store.Append], [Store.AppendBatch]) with dedup by ULID and
 //     optimistic concurrency on the last subject sequence ([ErrConflict]);
 //   - reading: replay of a subject filter from the start, a sequence or a

@@ -50,6 +50,22 @@ const (
 	// default max_payload). A frozen target list that would exceed it is
 	// split into TypeDeploymentRevisionTargets chunks.
 	MaxEventSize = 1 << 20
+	// MaxReportSize is the largest message the streams devices write
+	// (reports and telemetry) store, headers included: a larger one is
+	// refused and stored nowhere. It is half the device account's
+	// max_payload (authcallout.DeviceMaxPayload, 128 KiB) and well over
+	// the largest report the agent builds (a task status: 16 KiB of
+	// output, 4 KiB of error and the package changes that fit; the agent
+	// fits every report under MaxReportData). With ReportsPerSubject and
+	// TelemetryPerSubject it bounds the bytes one device can hold
+	// (docs/security.md, "What one device can cost").
+	MaxReportSize = 64 << 10
+	// MaxReportData is the largest envelope the agent publishes as a
+	// report: MaxReportSize less room for the headers.
+	MaxReportData = MaxReportSize - 4096
+	// MaxReportError is the longest error text the agent puts in a report
+	// (workload, task, command); a longer one is cut and ends in "…".
+	MaxReportError = 4096
 )
 
 func (o ProvisionOptions) withDefaults() ProvisionOptions {
@@ -138,10 +154,12 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 		reports.PersistMode = jetstream.AsyncPersistMode
 	}
 	reports.MaxMsgsPerSubject = o.ReportsPerSubject
+	reports.MaxMsgSize = MaxReportSize
 	reports.NoAck = true
 	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
 		[]string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}, 0, jetstream.DiscardOld)
 	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject
+	telemetry.MaxMsgSize = MaxReportSize
 	telemetry.MaxBytes = -1
 	telemetry.DenyDelete, telemetry.DenyPurge = false, false
 	if o.Replicas == 1 {

@@ -41,6 +41,8 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 		next.RequeueAfter = max(in, time.Millisecond)
 	}
 
+	// inv is bounded already (boundReport): at most MaxReportedLabels
+	// reportable labels, escaped and cut strings.
 	owned, pinned, pins := d.Status.ReportedLabels, d.Status.PinnedLabels, devicePins(d)
 	newLabels, newOwned := d.Labels, owned
 	inventory := d.Status.Inventory
@@ -65,6 +67,9 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 	}
 	if c, ok := labelsOverridden(d, pins, newOwned); ok {
 		want.Conditions = append(want.Conditions, c)
+	}
+	if invSeq > 0 && len(inv.trims) > 0 {
+		want.Conditions = append(want.Conditions, trimmedCondition(d, inv.trims))
 	}
 	if liveness != d.Status.Liveness {
 		want.LastHeartbeat = heartbeatTime(hb)
@@ -172,6 +177,12 @@ func statusEqual(a, b fleetv1.DeviceStatus) bool {
 		return false
 	}
 	if (a.Inventory == nil) != (b.Inventory == nil) || (a.Inventory != nil && *a.Inventory != *b.Inventory) {
+		return false
+	}
+	// ReportTrimmed is ours and goes once a report is within bounds: a
+	// status without it differs from one with it.
+	if meta.FindStatusCondition(a.Conditions, fleetv1.ConditionReportTrimmed) == nil &&
+		meta.FindStatusCondition(b.Conditions, fleetv1.ConditionReportTrimmed) != nil {
 		return false
 	}
 	// Conditions of other owners in b, if any, are not ours to compare.

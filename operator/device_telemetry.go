@@ -30,7 +30,9 @@ type telemetry struct {
 type deviceTelemetry struct {
 	heartbeat time.Time // stream time of the last heartbeat; zero: none seen
 	invSeq    uint64    // stream sequence of inventory; 0: none seen
-	inventory events.DeviceInventory
+	// inventory is the last inventory, bounded as a Device may carry it
+	// (boundReport), with what the bounds dropped.
+	inventory boundedReport
 	// decided is the liveness the controller last decided; a heartbeat wakes
 	// the controller only when it was not Online.
 	decided fleetv1.Liveness
@@ -62,15 +64,20 @@ func (t *telemetry) heartbeat(device string, at time.Time) (wake bool) {
 }
 
 // inventory records an inventory stored at stream sequence seq (older ones
-// are ignored) and reports whether it is new.
+// are ignored), bounded as a Device may carry it (boundReport: what a
+// bound cut is counted once here), and reports whether it is new.
 func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInventory) bool {
+	b := boundReport(inv) // outside the lock every heartbeat takes
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d := t.entry(device)
 	if seq <= d.invSeq {
 		return false
 	}
-	d.invSeq, d.inventory = seq, inv
+	d.invSeq, d.inventory = seq, b
+	for _, tr := range d.inventory.trims {
+		t.metrics.reportTrimmed(tr.field)
+	}
 	return true
 }
 

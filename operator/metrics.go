@@ -30,6 +30,7 @@ type Metrics struct {
 	statusWrites *prometheus.CounterVec
 	live         prometheus.Gauge
 	devices      *prometheus.GaugeVec
+	trimmed      *prometheus.CounterVec
 	leader       prometheus.Gauge
 	// checkpointAt is the unix nanoseconds of the last checkpoint written
 	// (or of the runner's start, before the first); 0: no checkpoints.
@@ -51,6 +52,9 @@ const (
 	MetricRunnerLive          = "fleet_rollout_runner_live"
 	MetricRunnerCheckpointAge = "fleet_rollout_runner_checkpoint_age_seconds"
 	MetricDevices             = "fleet_devices"
+	// MetricDeviceReportsTrimmed counts device inventories cut to the
+	// bounds of a Device, by the field cut (never by device).
+	MetricDeviceReportsTrimmed = "fleet_device_reports_trimmed_total"
 )
 
 // NewMetrics returns the operator's metrics at zero.
@@ -86,6 +90,9 @@ func NewMetrics() *Metrics {
 		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricDevices,
 			Help: "Devices by liveness (Online, Stale, Unknown) as the Device controller last decided."},
 			[]string{"liveness"}),
+		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricDeviceReportsTrimmed,
+			Help: "Device inventories the Device controller cut to the bounds of a Device before writing it, by the field cut: labels (reported labels dropped), inventory.os, inventory.arch, inventory.kernel, inventory.agentVersion (string truncated). Counted per inventory read (again after an operator restart)."},
+			[]string{"field"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricLeader,
 			Help: "1 on the operator replica that runs the controllers (the elected leader; a single replica leads once started), 0 otherwise."}),
 	}
@@ -104,6 +111,9 @@ func NewMetrics() *Metrics {
 	for _, l := range []fleetv1.Liveness{fleetv1.LivenessOnline, fleetv1.LivenessStale, fleetv1.LivenessUnknown} {
 		m.devices.WithLabelValues(string(l))
 	}
+	for _, f := range trimFields {
+		m.trimmed.WithLabelValues(f)
+	}
 	for _, r := range []string{"appended", "conflict", "failed"} {
 		m.revisions.WithLabelValues(r)
 	}
@@ -116,7 +126,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		return nil
 	}
 	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.phases, m.reports,
-		m.intentWrites, m.statusWrites, m.live, m.devices, m.leader, m.checkpoint}
+		m.intentWrites, m.statusWrites, m.live, m.devices, m.trimmed, m.leader, m.checkpoint}
 }
 
 // processMetrics are the metrics of operators started without their own.
@@ -169,6 +179,13 @@ func (m *Metrics) rolloutEnded(k depKey, result string, took time.Duration) {
 func (m *Metrics) report(outcome string) {
 	if m != nil {
 		m.reports.WithLabelValues(outcome).Inc()
+	}
+}
+
+// reportTrimmed counts one device inventory cut at field.
+func (m *Metrics) reportTrimmed(field string) {
+	if m != nil {
+		m.trimmed.WithLabelValues(field).Inc()
 	}
 }
 

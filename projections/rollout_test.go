@@ -398,3 +398,18 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(b)
 }
+
+// TestADevicesErrorIsWrittenEscapedIntoTheDeploymentStatus: a device's
+// error text reaches status.latestFailure; characters that would reorder or
+// hide text in kubectl's output are escaped there (line feeds are kept).
+func TestADevicesErrorIsWrittenEscapedIntoTheDeploymentStatus(t *testing.T) {
+	r, _ := drive(t, []step{rev(1, []string{"a", "b"}, []string{"a"}),
+		{report: &report{device: "a", gen: 1, uid: "u1", phase: events.WorkloadFailed, err: "exit 3\u202e\u200b\nforged", at: 1}}})
+	st, ok := r.Status()
+	if !ok || st.LatestFailure == nil {
+		t.Fatalf("no latest failure in the status %+v", st)
+	}
+	if want := `exit 3\u202e\u200b` + "\n" + `forged`; st.LatestFailure.Error != want {
+		t.Errorf("latestFailure.error %q, want %q", st.LatestFailure.Error, want)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -87,12 +88,15 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 		st.Plan = &fleetv1.PlanStatus{Batch: int32(r.Batch), Batches: int32(len(r.Batches)), AwaitingApproval: int32(r.AwaitingApproval),
 			Paused: r.Paused && !r.Terminal(), RolledBackTo: r.RolledBackTo}
 		if st.Plan.Paused {
-			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, r.PauseReason
+			// A pause reason may quote a device's error: shown escaped.
+			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, events.PrintableLines(r.PauseReason)
 		}
 	}
 	if r.LastFailure != nil {
-		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: r.LastFailure.Error, Time: metav1.NewTime(r.LastFailAt)}
+		// The error is the device's text: shown escaped (events.Printable).
+		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: events.PrintableLines(r.LastFailure.Error), Time: metav1.NewTime(r.LastFailAt)}
 	}
+	ready.Message = events.PrintableLines(ready.Message) // a pause reason may quote a device's error
 	meta.SetStatusCondition(&st.Conditions, ready)
 	st.Conditions[0].LastTransitionTime = metav1.NewTime(r.StageAt) // SetStatusCondition stamps now when zero
 	return st, true

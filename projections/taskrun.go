@@ -210,7 +210,7 @@ func (f *TaskRuns) apply(k TaskRunKey, run *taskRunState, r taskReport) string {
 		since: cmp.Or(r.st.Since, r.stored)}
 	if r.st.Phase == events.TaskFailed {
 		res.message = cmp.Or(r.st.Error, "failed (the device gave no error)")
-		run.failure = &fleetv1.TaskFailure{Device: r.device, Message: res.message, Time: metav1.NewTime(res.since.UTC().Truncate(time.Second))}
+		run.failure = &fleetv1.TaskFailure{Device: r.device, Message: events.PrintableLines(res.message), Time: metav1.NewTime(res.since.UTC().Truncate(time.Second))}
 	}
 	run.results[r.device] = res
 	if s := run.readyStatus(); s != run.ready {
@@ -280,7 +280,8 @@ func (run *taskRunState) resultList() []fleetv1.TaskDeviceResult {
 		r, ok := run.results[t]
 		dr := fleetv1.TaskDeviceResult{Device: t, Phase: events.TaskPending}
 		if ok {
-			dr.Phase, dr.Message, dr.AgentVersion, dr.ChangedPackages = r.phase, r.message, r.agentVersion, r.changed
+			// Message and agent version are the device's text: shown escaped.
+			dr.Phase, dr.Message, dr.AgentVersion, dr.ChangedPackages = r.phase, events.PrintableLines(r.message), events.Printable(r.agentVersion), r.changed
 			since := metav1.NewTime(r.since.UTC().Truncate(time.Second))
 			dr.Since = &since
 		}

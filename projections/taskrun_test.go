@@ -134,3 +134,30 @@ func TestTaskRunResultsAreOmittedAboveTheBound(t *testing.T) {
 		t.Errorf("Results gives %d rows, want every target (%d)", len(got), len(targets))
 	}
 }
+
+// TestADevicesTaskTextIsWrittenEscapedIntoTheTaskRunStatus: a device's
+// task error and agent version reach the TaskRun status (result and latest
+// failure) with hidden characters escaped and line feeds kept.
+func TestADevicesTaskTextIsWrittenEscapedIntoTheTaskRunStatus(t *testing.T) {
+	f := projections.NewTaskRuns()
+	if err := f.ApplyIntent(createdRecord(t, "u", "a")); err != nil {
+		t.Fatal(err)
+	}
+	r := foldRecord(t, 2, events.Keys{Device: "a"}, events.TaskStatus{Namespace: "lab", TaskRun: "upgrade", UID: "u",
+		Task: events.TaskSystemUpgrade, Phase: events.TaskFailed, Error: "dpkg: error\n\u202elibc6", AgentVersion: "v1\u200b.2", Since: time.Unix(200, 0)})
+	r.Stored = time.Unix(200, 0)
+	if _, err := f.ApplyReport(r); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := f.Status(upgrade)
+	if !ok || len(st.Results) != 1 || st.LatestFailure == nil {
+		t.Fatalf("status %+v", st)
+	}
+	wantMsg := "dpkg: error\n" + `\u202elibc6`
+	if got := st.Results[0]; got.Message != wantMsg || got.AgentVersion != `v1\u200b.2` {
+		t.Errorf("result message %q, agent version %q; want %q, %q", got.Message, got.AgentVersion, wantMsg, `v1\u200b.2`)
+	}
+	if st.LatestFailure.Message != wantMsg {
+		t.Errorf("latest failure %q, want %q", st.LatestFailure.Message, wantMsg)
+	}
+}

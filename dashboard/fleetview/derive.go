@@ -20,13 +20,15 @@ import (
 )
 
 // clean bounds a string that may come from a device: bytes that are not
-// UTF-8 and control characters become U+FFFD, and it is cut at max bytes
-// (on a rune boundary) with "…" appended.
+// UTF-8 and control characters become U+FFFD, characters that are invisible
+// or reorder the text around them (a right-to-left override, say) become a
+// visible escape (events.Printable), and it is cut at max bytes (on a rune
+// boundary) with "…" appended.
 func clean(s string, max int) string {
 	ok := len(s) <= max && utf8.ValidString(s)
 	if ok {
 		for _, r := range s {
-			if unicode.IsControl(r) {
+			if unicode.IsControl(r) || events.Invisible(r) {
 				ok = false
 				break
 			}
@@ -35,14 +37,20 @@ func clean(s string, max int) string {
 	if ok {
 		return s
 	}
+	s = events.Printable(strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '\uFFFD'
+		}
+		return r
+	}, s))
+	if len(s) <= max {
+		return s
+	}
 	var b strings.Builder
 	for i, r := range s {
 		if i >= max {
 			b.WriteString("…")
 			break
-		}
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			r = '\uFFFD'
 		}
 		b.WriteRune(r)
 	}

@@ -146,6 +146,9 @@ func TestClean(t *testing.T) {
 		{"bytes that are not UTF-8 are replaced", "a\xffb", "a\uFFFDb", 20},
 		{"control characters are replaced", "a\nb\x00", "a\uFFFDb\uFFFD", 20},
 		{"long text is cut on a rune boundary and marked", "ééééé", "éé…", 4},
+		{"a right-to-left override is shown escaped", "v1\u202egnp.exe", `v1\u202egnp.exe`, 40},
+		{"zero-width and isolate characters are shown escaped", "a\u200bb\u2066c\ufeff", `a\u200bb\u2066c\ufeff`, 40},
+		{"an escaped text is cut after escaping", "\u202e\u202e", `\u202e…`, 6},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

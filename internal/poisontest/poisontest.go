@@ -26,9 +26,63 @@ type Case struct {
 	Reason events.SkipReason
 }
 
-// MaxPayload is the size of the largest poison body: the streams' 1 MiB
-// message limit minus room for the headers.
+// MaxPayload is the size of the largest poison body on a subject the
+// control plane writes: the streams' 1 MiB message limit minus room for the
+// headers. On a device's report subject it is events.MaxReportData (see
+// MaxBody).
 const MaxPayload = 1<<20 - 4096
+
+// Hidden is text a hostile device puts in every string it reports: a
+// right-to-left override and every other character that is invisible or
+// reorders the text around it (bidirectional embeddings, overrides,
+// isolates and marks, zero-width characters, line separators, a byte-order
+// mark, C0 and C1 controls with a terminal escape). Whatever shows device
+// text to a person (a CR's status, kubectl, the dashboard) must show none
+// of them raw (events.Printable).
+const Hidden = "v1\u202egnp.exe\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\u200b\u200c\u200d\u200e\u200f\u061c\u2028\u2029\ufeff\x00\x1b[31m\x7f\u0085"
+
+// MaxBody is the size of the largest poison body stored on subject: less
+// than the largest message its stream stores, with room for headers.
+func MaxBody(subject string) int {
+	if stream, err := events.StreamOf(subject); err == nil && (stream == events.StreamReports || stream == events.StreamTelemetry) {
+		return events.MaxReportData
+	}
+	return MaxPayload
+}
+
+// Oversized returns bodies for the subject base is stored on that its
+// stream refuses: they are stored nowhere, so no reader ever sees them. A
+// device's report subjects refuse anything over events.MaxReportSize
+// (below the device account's max_payload, so the device stays
+// connected); the other streams over events.MaxEventSize.
+func Oversized(tb testing.TB, base events.Event) []Case {
+	tb.Helper()
+	subject, err := base.Subject()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	limit := events.MaxEventSize
+	if MaxBody(subject) == events.MaxReportData {
+		limit = events.MaxReportSize
+	}
+	good, err := base.Marshal()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(good, &m); err != nil {
+		tb.Fatal(err)
+	}
+	m["data"] = map[string]any{"error": string(bytes.Repeat([]byte("e"), limit)), "agentVersion": Hidden}
+	huge, err := json.Marshal(m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return []Case{
+		{Name: "a body one byte over the stream's largest message", Payload: bytes.Repeat([]byte("A"), limit+1)},
+		{Name: "an envelope whose data is over the stream's largest message", Payload: huge},
+	}
+}
 
 // For returns the poison payloads for the subject base is stored on. base
 // must be a valid event.
@@ -58,6 +112,11 @@ func For(tb testing.TB, base events.Event) []Case {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	subject, err := base.Subject()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	maxBody := MaxBody(subject)
 	keys := func(k events.Keys) map[string]any {
 		m := map[string]any{}
 		for name, v := range map[string]string{"namespace": k.Namespace, "name": k.Name, "device": k.Device} {
@@ -100,8 +159,8 @@ func For(tb testing.TB, base events.Event) []Case {
 		{"a JetStream publish acknowledgement aimed here by the reply trick", []byte(`{"stream":"FLEET_REPORTS","seq":5}`), events.ReasonNotAnEnvelope},
 		{"a JetStream API error aimed here by the reply trick", []byte(`{"type":"io.nats.jetstream.api.v1.pub_ack_response","error":{"code":503,"err_code":10077,"description":"nope"}}`), events.ReasonUnknownType},
 		{"a truncated envelope", good[:len(good)/2], events.ReasonNotAnEnvelope},
-		{"a body of almost 1 MiB", bytes.Repeat([]byte("A"), MaxPayload), events.ReasonNotAnEnvelope},
-		{"an envelope of almost 1 MiB with a huge type", mutate(func(m map[string]any) { m["type"] = string(bytes.Repeat([]byte("t"), MaxPayload-len(good))) }), events.ReasonUnknownType},
+		{"a body of almost the stream's largest message", bytes.Repeat([]byte("A"), maxBody), events.ReasonNotAnEnvelope},
+		{"an envelope of almost the stream's largest message with a huge type", mutate(func(m map[string]any) { m["type"] = string(bytes.Repeat([]byte("t"), maxBody-len(good))) }), events.ReasonUnknownType},
 		{"an envelope of an unknown type", mutate(func(m map[string]any) { m["type"] = "device.selfie" }), events.ReasonUnknownType},
 		{"an envelope of version 0", mutate(func(m map[string]any) { m["version"] = 0 }), events.ReasonInvalidEnvelope},
 		{"an envelope of a version newer than this build knows", mutate(func(m map[string]any) { m["version"] = info.Version + 1 }), events.ReasonUnsupportedVersion},

@@ -19,6 +19,11 @@ const (
 	// (spec.labels, spec.removedLabels): True when a pin differs from what
 	// the device reports; its message lists every pin against the report.
 	ConditionLabelsOverridden = "LabelsOverridden"
+	// ConditionReportTrimmed is on a Device (status True) while the
+	// device's last inventory went beyond the bounds of what a device may
+	// put on its Device: its message says what was dropped or cut. It is
+	// removed once a report is within bounds.
+	ConditionReportTrimmed = "ReportTrimmed"
 )
 
 // Reasons of the Deployment conditions.
@@ -77,6 +82,9 @@ const (
 	ReasonHeartbeatMissed = "HeartbeatMissed"
 	// ReasonNoHeartbeat: no heartbeat was ever received.
 	ReasonNoHeartbeat = "NoHeartbeat"
+	// ReasonReportOverBounds: the device's last inventory had more labels,
+	// or longer strings, than a Device keeps (ConditionReportTrimmed).
+	ReasonReportOverBounds = "ReportOverBounds"
 	// ReasonDuplicateDeviceID: an older Device in another namespace has the
 	// same name (device id); this one is not served until renamed.
 	ReasonDuplicateDeviceID = "DuplicateDeviceID"

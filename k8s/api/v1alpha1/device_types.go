@@ -105,7 +105,8 @@ type DeviceStatus struct {
 	// +optional
 	Inventory *DeviceInventory `json:"inventory,omitempty"`
 	// ReportedLabels are the labels the device last reported; the operator
-	// mirrors them onto metadata.labels, except reserved ones.
+	// mirrors them onto metadata.labels, except reserved ones, at most 64
+	// of them (4 KiB).
 	// +optional
 	ReportedLabels map[string]string `json:"reportedLabels,omitempty"`
 	// PinnedLabels are the label keys of spec.labels and spec.removedLabels
@@ -121,11 +122,18 @@ type DeviceStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
 
-// DeviceInventory is the device's self-description.
+// DeviceInventory is the device's self-description, as the operator
+// bounds it: each string at most 256 bytes, invisible and bidirectional
+// characters written as visible escapes (docs/devices.md, "What a device
+// can put on its Device").
 type DeviceInventory struct {
-	OS           string `json:"os,omitempty"`
-	Arch         string `json:"arch,omitempty"`
-	Kernel       string `json:"kernel,omitempty"`
+	// +kubebuilder:validation:MaxLength=256
+	OS string `json:"os,omitempty"`
+	// +kubebuilder:validation:MaxLength=256
+	Arch string `json:"arch,omitempty"`
+	// +kubebuilder:validation:MaxLength=256
+	Kernel string `json:"kernel,omitempty"`
+	// +kubebuilder:validation:MaxLength=256
 	AgentVersion string `json:"agentVersion,omitempty"`
 }
 
