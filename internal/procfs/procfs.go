@@ -81,9 +81,10 @@ func Children(pid int) []int {
 const tcpListen = "0A"
 
 // ListeningTCP returns the local addresses of the TCP sockets pid holds
-// open that are in the LISTEN state (IPv4 and IPv6), sorted. It reads the
-// process's file descriptors, so it needs the right to (the same user, or
-// root).
+// open that are in the LISTEN state (IPv4 and IPv6), sorted, each once. It
+// reads the process's file descriptors, so it needs the right to (the same
+// user, or root). The kernel's socket table is not read atomically: a
+// caller that must not miss a socket while others come and go reads again.
 func ListeningTCP(pid int) ([]netip.AddrPort, error) {
 	fdDir := filepath.Join("/proc", strconv.Itoa(pid), "fd")
 	fds, err := os.ReadDir(fdDir)
@@ -123,8 +124,10 @@ func ListeningTCP(pid int) ([]netip.AddrPort, error) {
 			out = append(out, ap)
 		}
 	}
+	// The kernel's table is read in several chunks: a socket opened or
+	// closed meanwhile may repeat a line.
 	slices.SortFunc(out, func(a, b netip.AddrPort) int { return a.Compare(b) })
-	return out, nil
+	return slices.Compact(out), nil
 }
 
 // parseSocketAddr parses a /proc/net/tcp address, "<hex ip>:<hex port>",
