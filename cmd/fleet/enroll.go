@@ -250,6 +250,11 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	if !f.dev {
 		return nil
 	}
+	// fleet dev's OpenBao stand-in binds its devices' role to their
+	// subjects, as production binds a group's role.
+	if err := devenv.BindDevice(ctx, ep, res.Subject); err != nil {
+		return fmt.Errorf("enroll: -dev: %w", err)
+	}
 	if err := waitRegistered(ctx, kc, f.namespace, res.Device, res.Subject); err != nil {
 		return err
 	}

@@ -530,6 +530,9 @@ func (s *session) startDevices(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fleet dev: enroll %s: %w", d.name, err)
 		}
+		if err := bindDevice(ctx, bs.admin, o.Namespace, res.Subject); err != nil {
+			return err
+		}
 		if err := waitIdentity(ctx, plane.Identity(), res.Subject, res.Device); err != nil {
 			return err
 		}
@@ -566,7 +569,7 @@ func (s *session) announce() (Info, error) {
 	if err := writeEndpoints(o.DataDir, Endpoints{
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
 		IDPTokenFile: s.sec.idpTokenFile(), OpenBaoAddr: info.OpenBaoAddr, OpenBaoRole: OpenBaoRole(o.Namespace),
-		OpenBaoDevicePrefix: devicePrefix(o.Namespace), Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
+		OpenBaoDevicePrefix: devicePrefix(o.Namespace), OpenBaoTokenFile: s.bs.tokenFile, Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
 	}); err != nil {
 		return info, err
 	}
