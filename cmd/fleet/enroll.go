@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -26,6 +27,7 @@ import (
 	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/identity/zitadel"
 	"github.com/nationtech/harmony-fleet/internal/devenv"
+	"github.com/nationtech/harmony-fleet/internal/gitwork"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
@@ -35,17 +37,25 @@ Mints a machine user and key at the identity provider (Zitadel, or the
 development provider of fleet dev), creates the Device resource with its
 identity subject and writes the key file (mode 0600) for the device.
 
-  fleet enroll -key-file edge-1.json edge-1            enroll a new device
-  fleet enroll -reenroll -key-file edge-1.json edge-1  new key, old keys removed
+  fleet enroll edge-1                                  enroll a new device
+  fleet enroll -reenroll -overwrite edge-1             new key, old keys removed
   fleet enroll -revoke edge-1                          remove every key, quarantine
 
-Against a running fleet dev, -dev reads the kubeconfig, the provider, its
-token, the namespace and the URLs from fleet dev's data folder, waits until
-the operator registered the device, and prints the fleet-agent command line
-and the systemd settings for the device:
+The key file is the device's private key. Without -key-file it is written
+to $XDG_CONFIG_HOME/fleet/keys/<namespace>/<device>.key.json
+(~/.config/fleet/keys/..., folder mode 0700); with -dev to
+<data-dir>/devices/<device>.key.json. A -key-file inside a git work tree
+that does not ignore it is refused (a "git add" would commit the key):
+choose a path outside, or one its .gitignore covers, or pass -allow-in-git.
 
-  fleet enroll -dev -key-file pi-1.json -label board=rpi pi-1
-  fleet enroll -dev -reenroll -key-file pi-1.json pi-1  after fleet dev restarted
+Against a running fleet dev, -dev reads the kubeconfig, the provider, its
+token, the namespace and the URLs from fleet dev's data folder, lets the
+device's id_token log in to the OpenBao stand-in's role of its group, waits
+until the operator registered the device, and prints the fleet-agent
+command line and the systemd settings for the device:
+
+  fleet enroll -dev -label board=rpi pi-1
+  fleet enroll -dev -reenroll -overwrite pi-1          after fleet dev restarted
 
 flags:
 `
@@ -81,7 +91,7 @@ func (l labelsFlag) Set(v string) error {
 // enrollFlags are `fleet enroll`'s flags.
 type enrollFlags struct {
 	keyFile, namespace, kubeconfig, idpURL, idpTokenFile, orgID, issuer, audience string
-	overwrite, reenroll, revoke, verbose                                          bool
+	overwrite, reenroll, revoke, verbose, allowInGit                              bool
 	keyExpiry                                                                     time.Duration
 	labels                                                                        labelsFlag
 	// dev: defaults from a running fleet dev's data folder.
@@ -99,7 +109,8 @@ func runEnroll(args []string) error {
 		fs.PrintDefaults()
 	}
 	f := enrollFlags{labels: labelsFlag{}, set: map[string]bool{}}
-	fs.StringVar(&f.keyFile, "key-file", "", "where the device's machine key file is written (mode 0600)")
+	fs.StringVar(&f.keyFile, "key-file", "", "where the device's machine key file is written (mode 0600; default $XDG_CONFIG_HOME/fleet/keys/<namespace>/<device>.key.json, with -dev <data-dir>/devices/<device>.key.json)")
+	fs.BoolVar(&f.allowInGit, "allow-in-git", false, "write the key file even inside a git work tree that does not ignore it")
 	fs.BoolVar(&f.overwrite, "overwrite", false, "replace an existing key file")
 	fs.BoolVar(&f.reenroll, "reenroll", false, "mint a new key for an enrolled device and remove its old keys")
 	fs.BoolVar(&f.revoke, "revoke", false, "remove every key of the device and quarantine it (label blacklist=true)")
@@ -175,14 +186,62 @@ func (f *enrollFlags) check() error {
 	switch {
 	case f.reenroll && f.revoke:
 		return errors.New("enroll: -reenroll and -revoke exclude each other")
-	case !f.revoke && f.keyFile == "":
-		return errors.New("enroll: -key-file is required: the machine key is written there")
 	case len(f.labels) > 0 && (f.reenroll || f.revoke):
 		return errors.New("enroll: -label sets the labels of a new Device only: change an enrolled one's with kubectl label")
 	case f.idpURL == "" || f.idpTokenFile == "":
 		return errors.New("enroll: -idp-url and -idp-token-file are required (or -dev, with fleet dev running)")
 	}
 	return nil
+}
+
+// keyPath returns where device's key file goes: -key-file, else the
+// default folder (with -dev fleet dev's <data-dir>/devices, else the
+// user's config folder's fleet/keys/<namespace>). It makes the file's
+// folder (mode 0700) when missing, and refuses a path inside a git work
+// tree that does not ignore it unless -allow-in-git.
+func (f *enrollFlags) keyPath(ctx context.Context, device string) (string, error) {
+	path := f.keyFile
+	if path == "" {
+		dir, err := f.defaultKeyDir()
+		if err != nil {
+			return "", err
+		}
+		path = filepath.Join(dir, device+".key.json")
+	}
+	if !f.allowInGit {
+		root, err := gitwork.Unignored(ctx, path)
+		if root != "" {
+			why := ""
+			if err != nil {
+				why = fmt.Sprintf(" (git could not check its ignore files: %v)", err)
+			}
+			what, fix := "-key-file "+path, "leave -key-file out (its default is outside the repository), give"
+			if f.keyFile == "" {
+				what, fix = "the key file's default path "+path+" (no -key-file given)", "give -key-file with"
+			}
+			return "", fmt.Errorf("enroll: %s is inside the git work tree %s, which does not ignore it%s: "+
+				"a \"git add\" would commit the device's private key; %s a path outside the work tree or one its .gitignore covers, "+
+				"or pass -allow-in-git to write it there anyway", what, root, why, fix)
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("enroll: -key-file %s: make its folder: %w", path, err)
+	}
+	return path, nil
+}
+
+// defaultKeyDir is the folder of key files without -key-file: with -dev
+// <data-dir>/devices (where fleet dev keeps its own devices' keys), else
+// <user config folder>/fleet/keys/<namespace>.
+func (f *enrollFlags) defaultKeyDir() (string, error) {
+	if f.dev {
+		return filepath.Join(f.dataDir, "devices"), nil
+	}
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("enroll: no folder for the key file (%w): pass -key-file", err)
+	}
+	return filepath.Join(dir, "fleet", "keys", f.namespace), nil
 }
 
 // enrollDevice enrolls, re-enrolls or revokes device as the flags say, and
@@ -194,6 +253,11 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	}
 	if err := f.check(); err != nil {
 		return err
+	}
+	if !f.revoke {
+		if f.keyFile, err = f.keyPath(ctx, device); err != nil {
+			return err
+		}
 	}
 	tok, err := os.ReadFile(f.idpTokenFile)
 	if err != nil {
@@ -249,6 +313,11 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	}
 	if !f.dev {
 		return nil
+	}
+	// fleet dev's OpenBao stand-in binds its devices' role to their
+	// subjects, as production binds a group's role.
+	if err := devenv.BindDevice(ctx, ep, res.Subject); err != nil {
+		return fmt.Errorf("enroll: -dev: %w", err)
 	}
 	if err := waitRegistered(ctx, kc, f.namespace, res.Device, res.Subject); err != nil {
 		return err

@@ -12,7 +12,11 @@
 //     bound_issuer), POST|GET|DELETE /v1/auth/<mount>/role/<name>
 //     (role_type jwt, bound_audiences, bound_subject, bound_claims,
 //     bound_claims_type, user_claim, token_policies, token_ttl,
-//     token_no_default_policy) and POST /v1/auth/<mount>/login;
+//     token_no_default_policy) and POST /v1/auth/<mount>/login, whose
+//     bound_claims are matched as OpenBao matches them (every bound claim
+//     present — a name with a leading "/" is a JSON pointer — and one of
+//     its values, a string, a boolean or a list, equal to one bound value;
+//     a refusal is 400 "error validating claims: …");
 //   - POST /v1/auth/token/create (policies, ttl, no_default_policy) and
 //     GET /v1/auth/token/lookup-self;
 //   - ACL policies in HCL: PUT|POST|GET|DELETE /v1/sys/policies/acl/<name>,

@@ -156,10 +156,8 @@ func (m *jwtMount) login(ctx context.Context, role *jwtRole, raw string, now tim
 	if err != nil {
 		return "", fmt.Errorf("%w: %w", errLogin, err)
 	}
-	for name, want := range role.BoundClaims {
-		if !claimMatches(claims[name], want, role.BoundClaimsType == "glob") {
-			return "", fmt.Errorf("%w: claim %q does not match any associated bound claim values", errLogin, name)
-		}
+	if err := validateBoundClaims(role.BoundClaims, claims, role.BoundClaimsType == "glob"); err != nil {
+		return "", fmt.Errorf("%w: error validating claims: %w", errLogin, err)
 	}
 	userClaim := role.UserClaim
 	if userClaim == "" {
@@ -172,36 +170,86 @@ func (m *jwtMount) login(ctx context.Context, role *jwtRole, raw string, now tim
 	return user, nil
 }
 
-// claimMatches: the token's claim (a string or a list of strings) holds one
-// of the bound values (a string or a list).
-func claimMatches(got, want any, glob bool) bool {
-	wants := strings2(want)
-	for _, g := range strings2(got) {
-		for _, w := range wants {
-			if g == w || (glob && globMatch(w, g)) {
+// validateBoundClaims checks every bound claim as OpenBao's JWT auth
+// does: the token's claim (a name starting with "/" is a JSON pointer into
+// the claims) must be present, be a string, a boolean or a list, and hold
+// one value equal to one of the bound values (a string, a boolean or a
+// list); with glob, a bound string is a pattern for string values.
+func validateBoundClaims(bound, claims map[string]any, glob bool) error {
+	for name, want := range bound {
+		got := claimValue(claims, name)
+		if got == nil {
+			return fmt.Errorf("claim %q is missing", name)
+		}
+		gots, ok := claimList(got)
+		if !ok {
+			return fmt.Errorf("received claim is not a string or list: %v", got)
+		}
+		wants, ok := claimList(want)
+		if !ok {
+			return fmt.Errorf("bound claim is not a string or list: %v", want)
+		}
+		if !claimMatches(gots, wants, glob) {
+			return fmt.Errorf("claim %q does not match any associated bound claim values", name)
+		}
+	}
+	return nil
+}
+
+// claimValue is the claim name, or the value the JSON pointer name (a
+// leading "/") points at; nil when there is none.
+func claimValue(claims map[string]any, name string) any {
+	if !strings.HasPrefix(name, "/") {
+		return claims[name]
+	}
+	var cur any = claims
+	for _, tok := range strings.Split(name[1:], "/") {
+		tok = strings.ReplaceAll(strings.ReplaceAll(tok, "~1", "/"), "~0", "~")
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil
+		}
+		cur = m[tok]
+	}
+	return cur
+}
+
+// claimList is v as a list: a string or a boolean is a list of one.
+func claimList(v any) ([]any, bool) {
+	switch v := v.(type) {
+	case []any:
+		return v, true
+	case []string:
+		out := make([]any, len(v))
+		for i, s := range v {
+			out[i] = s
+		}
+		return out, true
+	case string, bool:
+		return []any{v}, true
+	}
+	return nil, false
+}
+
+// claimMatches reports whether one of gots equals one of wants (with glob,
+// matches a bound string pattern).
+func claimMatches(gots, wants []any, glob bool) bool {
+	for _, w := range wants {
+		for _, g := range gots {
+			ws, wok := w.(string)
+			gs, gok := g.(string)
+			if glob && wok {
+				if gok && globMatch(ws, gs) {
+					return true
+				}
+				continue
+			}
+			if w == g {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-func strings2(v any) []string {
-	switch v := v.(type) {
-	case string:
-		return []string{v}
-	case []string:
-		return v
-	case []any:
-		var out []string
-		for _, x := range v {
-			if s, ok := x.(string); ok {
-				out = append(out, s)
-			}
-		}
-		return out
-	}
-	return nil
 }
 
 // globMatch supports `*` anywhere in pattern, as OpenBao's glob bound

@@ -606,7 +606,14 @@ func stringList(v any) []string {
 		}
 		return out
 	}
-	return strings2(v)
+	list, _ := claimList(v)
+	var out []string
+	for _, x := range list {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func seconds(v any) (int64, error) {

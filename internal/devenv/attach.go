@@ -67,6 +67,9 @@ type Endpoints struct {
 	OpenBaoAddr         string `json:"openbaoAddr"`
 	OpenBaoRole         string `json:"openbaoRole"`
 	OpenBaoDevicePrefix string `json:"openbaoDevicePrefix"`
+	// OpenBaoTokenFile holds the stand-in's root token (mode 0600), with
+	// which BindDevice binds an attached device to OpenBaoRole.
+	OpenBaoTokenFile string `json:"openbaoTokenFile"`
 	// Namespace holds the Device resources.
 	Namespace string `json:"namespace"`
 	// Kubeconfig is the admin kubeconfig.

@@ -229,12 +229,15 @@ func TestThePrintedUsageSaysWhereFleetDevListensAndHowToAttachADevice(t *testing
 		want, absent            []string
 	}{
 		{"on loopback it says how to let a device attach", "127.0.0.1", "127.0.0.1",
-			[]string{"listening on       127.0.0.1 only", "start fleet dev with --listen 0.0.0.0", "fleet enroll --dev --data-dir /data --key-file pi-1.json"},
-			[]string{"reachable from the network"}},
+			[]string{"listening on       127.0.0.1 only", "start fleet dev with --listen 0.0.0.0", "fleet enroll --dev --data-dir /data --label board=rpi pi-1\n",
+				"key file /data/devices/pi-1.key.json"},
+			// A relative key file lands where the command runs: the
+			// repository, where task dev runs.
+			[]string{"reachable from the network", "--key-file"}},
 		{"on every interface it says what that exposes", "0.0.0.0", "192.0.2.7",
 			[]string{"listening on       0.0.0.0 (NATS, OpenID Provider, OpenBao stand-in; URLs name 192.0.2.7): reachable from the network, no TLS, development only",
-				"fleet enroll --dev --data-dir /data --key-file pi-1.json"},
-			[]string{"start fleet dev with --listen"}},
+				"fleet enroll --dev --data-dir /data --label board=rpi pi-1\n"},
+			[]string{"start fleet dev with --listen", "--key-file"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b strings.Builder

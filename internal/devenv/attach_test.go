@@ -90,13 +90,16 @@ func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.
 	}
 	if m := reAttachHint.FindStringSubmatch(p.out); m == nil || m[2] != dir {
 		t.Errorf("fleet dev's output lacks the fleet enroll --dev line for its data folder %s:\n%s", dir, p.out)
+	} else if strings.Contains(m[1], "--key-file") {
+		t.Errorf("the printed fleet enroll line names a key file, which lands where it runs (the repository): %s", m[1])
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
-	// On the laptop: enroll the device with fleet dev's defaults.
-	keyFile := filepath.Join(t.TempDir(), dev+".json")
-	enroll := exec.CommandContext(ctx, fleet, "enroll", "--dev", "--data-dir", dir, "--key-file", keyFile, "--label", "attach-test="+dev,
+	// On the laptop: enroll the device with fleet dev's defaults; the key
+	// file goes to the data folder.
+	keyFile := filepath.Join(dir, "devices", dev+".key.json")
+	enroll := exec.CommandContext(ctx, fleet, "enroll", "--dev", "--data-dir", dir, "--label", "attach-test="+dev,
 		"--agent-key-file", keyFile, "--agent-podman-socket", "unix://"+sock, dev)
 	enroll.Env = cleanEnv()
 	out, err := enroll.CombinedOutput()

@@ -63,6 +63,7 @@ import (
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/internal/controlplane"
+	"github.com/nationtech/harmony-fleet/internal/gitwork"
 	"github.com/nationtech/harmony-fleet/metrics"
 	"github.com/nationtech/harmony-fleet/operator"
 )
@@ -276,6 +277,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer release()
+	warnIfCommittable(ctx, o.DataDir, o.Logger)
 	if err := s.linkBinaries(); err != nil {
 		return err
 	}
@@ -335,6 +337,22 @@ func Run(ctx context.Context, o Options) (err error) {
 	<-ctx.Done()
 	s.log.Info("fleet dev stopping")
 	return nil
+}
+
+// warnIfCommittable warns when the data folder, which holds secrets and
+// device keys, is in a git work tree that does not ignore it (a `git add`
+// would commit them).
+func warnIfCommittable(ctx context.Context, dataDir string, log *slog.Logger) {
+	root, err := gitwork.Unignored(ctx, filepath.Join(dataDir, "secrets", "x"))
+	if root == "" {
+		return
+	}
+	attrs := []any{"dataDir", dataDir, "worktree", root}
+	if err != nil {
+		attrs = append(attrs, "gitError", err)
+	}
+	log.Warn("the data folder is inside a git work tree that does not ignore it: a git add would commit its secrets and device keys; add it to .gitignore or pass another --data-dir",
+		attrs...)
 }
 
 // session is what Run has started so far: each step of Run adds its part,
@@ -530,6 +548,9 @@ func (s *session) startDevices(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("fleet dev: enroll %s: %w", d.name, err)
 		}
+		if err := bindDevice(ctx, bs.admin, o.Namespace, res.Subject); err != nil {
+			return err
+		}
 		if err := waitIdentity(ctx, plane.Identity(), res.Subject, res.Device); err != nil {
 			return err
 		}
@@ -566,7 +587,7 @@ func (s *session) announce() (Info, error) {
 	if err := writeEndpoints(o.DataDir, Endpoints{
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
 		IDPTokenFile: s.sec.idpTokenFile(), OpenBaoAddr: info.OpenBaoAddr, OpenBaoRole: OpenBaoRole(o.Namespace),
-		OpenBaoDevicePrefix: devicePrefix(o.Namespace), Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
+		OpenBaoDevicePrefix: devicePrefix(o.Namespace), OpenBaoTokenFile: s.bs.tokenFile, Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
 	}); err != nil {
 		return info, err
 	}
@@ -782,8 +803,9 @@ func attachSection(dataDir string, in Info) string {
 	if isLoopback(in.Listen) {
 		b.WriteString("; it must reach this machine: start fleet dev with --listen 0.0.0.0")
 	}
-	fmt.Fprintf(&b, "):\n  fleet enroll --dev --data-dir %s --key-file pi-1.json --label board=rpi pi-1\n", dataDir)
-	b.WriteString("  # prints the fleet-agent command line and the systemd settings for the device\n")
+	fmt.Fprintf(&b, "):\n  fleet enroll --dev --data-dir %s --label board=rpi pi-1\n", dataDir)
+	fmt.Fprintf(&b, "  # writes the device's key file %s (mode 0600), prints the fleet-agent command line and the systemd settings\n",
+		filepath.Join(dataDir, "devices", "pi-1.key.json"))
 	return b.String()
 }
 

@@ -20,8 +20,12 @@ import (
 // OpenBao set-up of fleet dev, as docs/agent.md and docs/operator.md
 // describe it for a real OpenBao: the JWT auth method trusts the development
 // OpenID Provider; one role, OpenBaoRole (the role of device group "lab",
-// the group of every dev device), bound to the provider's audience, grants a
-// policy that lets devices read the application secrets under apps/. Pull
+// the group of every dev device), bound to the provider's audience and, as
+// an administrator binds a group's role in production, to the subjects of
+// the group's devices (bound_claims on sub: each device's machine user id
+// is added when it is enrolled, by fleet dev or by `fleet enroll --dev`),
+// grants a policy that lets devices read the application secrets under
+// apps/. Any other id_token of the provider is refused. Pull
 // credentials are granted per Deployment by the operator's policy sync,
 // which adds each Deployment's policy to the same role.
 const (
@@ -62,7 +66,7 @@ type bao struct {
 // it is free, else a free one), its address naming the advertised host,
 // writes its root token to <secrets>/openbao.root-token (0600, replaced
 // every run), and configures it: JWT auth trusting issuer, the device
-// policy, the role bound to audience, the demo secrets (random values
+// policy, the role bound to audience and to no device yet, the demo secrets (random values
 // created on the first run in the secrets folder, never printed). Serve it
 // with run.
 func startBao(ctx context.Context, secretsDir, listen, advertise string, port int, issuer, audience, namespace string) (*bao, error) {
@@ -95,8 +99,9 @@ func startBao(ctx context.Context, secretsDir, listen, advertise string, port in
 	if err := b.admin.PutPolicy(ctx, OpenBaoDevicePolicy, policy); err != nil {
 		return fail(err)
 	}
+	// No device yet: bindDevice adds each one's subject.
 	if err := b.admin.PutJWTRole(ctx, OpenBaoRole(namespace), openbao.JWTRole{
-		BoundAudiences: []string{audience}, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
+		BoundAudiences: []string{audience}, BoundClaims: map[string][]string{"sub": {}}, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
 	}); err != nil {
 		return fail(err)
 	}
@@ -119,6 +124,32 @@ func startBao(ctx context.Context, secretsDir, listen, advertise string, port in
 		return fail(err)
 	}
 	return b, nil
+}
+
+// bindDevice lets the machine user subject log in with OpenBaoRole of
+// namespace: it adds subject to the role's bound sub values.
+func bindDevice(ctx context.Context, admin *openbao.Client, namespace, subject string) error {
+	if err := admin.AddJWTRoleBoundClaimValues(ctx, OpenBaoRole(namespace), "sub", subject); err != nil {
+		return fmt.Errorf("fleet dev: OpenBao stand-in: bind subject %s to role %s: %w", subject, OpenBaoRole(namespace), err)
+	}
+	return nil
+}
+
+// BindDevice lets an attached device (the machine user subject, which
+// `fleet enroll --dev` enrolled) log in to the OpenBao stand-in of the
+// fleet dev of ep with its group's role, ep.OpenBaoRole, as fleet dev's
+// own devices do: it adds subject to the role's bound sub values, with the
+// stand-in's root token from ep.OpenBaoTokenFile.
+func BindDevice(ctx context.Context, ep Endpoints, subject string) error {
+	tok, err := os.ReadFile(ep.OpenBaoTokenFile)
+	if err != nil {
+		return fmt.Errorf("fleet dev: OpenBao stand-in's root token: %w", err)
+	}
+	admin, err := openbao.NewWithToken(openbao.Config{Address: ep.OpenBaoAddr}, strings.TrimSpace(string(tok)))
+	if err != nil {
+		return fmt.Errorf("fleet dev: %w", err)
+	}
+	return bindDevice(ctx, admin, ep.Namespace, subject)
 }
 
 // deviceSecrets is a device's secret source: its own client, logging in

@@ -1,11 +1,13 @@
 // Package kubelocal starts a local Kubernetes API server: etcd and
-// kube-apiserver from a folder of binaries, on free loopback ports, with
-// controller-runtime's envtest. It owns that start and stop and nothing
-// around it: the apiserver flags a control plane without controller-manager
-// needs, the installation of the caller's CRDs (created or updated, waited
-// for until established) and of the manifests shipped with them (admission
-// policies, server-side applied), the admin *rest.Config and the kubeconfig
-// bytes.
+// kube-apiserver from a folder of binaries, on free loopback ports
+// (kube-apiserver through controller-runtime's envtest). It owns that start
+// and stop and nothing around it: etcd reachable by kube-apiserver alone
+// (mutual TLS with a CA made for each start, client and peer listeners
+// alike, no metrics listener), the apiserver flags a control plane without
+// controller-manager needs, the installation of the caller's CRDs (created
+// or updated, waited for until established) and of the manifests shipped
+// with them (admission policies, server-side applied), the admin
+// *rest.Config and the kubeconfig bytes.
 //
 // Callers keep their own policy: where the binaries are and what to say when
 // they are missing, where the kubeconfig file goes, and the records of child
@@ -22,11 +24,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -73,7 +77,12 @@ type Options struct {
 // Server is a running etcd + kube-apiserver pair. Create it with Start and
 // stop it with Stop.
 type Server struct {
-	env *envtest.Environment
+	etcd      *etcd
+	apiServer *envtest.APIServer
+	// certDir holds the etcd certificates; dataDir etcd's data when Start
+	// made a temporary one ("" otherwise).
+	certDir, dataDir string
+	stopTimeout      time.Duration
 
 	// Config is the admin client configuration (group system:masters,
 	// client-certificate authentication).
@@ -83,11 +92,25 @@ type Server struct {
 	// KubectlPath is the kubectl binary of BinDir (the version of
 	// kube-apiserver).
 	KubectlPath string
+	// EtcdURL is etcd's client URL (https on loopback). Only clients with
+	// a certificate of the CA Start made for this run get an answer:
+	// kube-apiserver's.
+	EtcdURL string
+	// EtcdPeerURL is etcd's peer listener (https on loopback, the same
+	// client-certificate requirement).
+	EtcdPeerURL string
 }
 
 // Start starts etcd and kube-apiserver and installs the CRDs of o.CRDDirs.
 // On failure nothing it started keeps running.
-func Start(o Options) (*Server, error) {
+//
+// etcd listens on loopback for clients and peers with TLS and requires a
+// client certificate of a CA made for this start (--client-cert-auth,
+// --peer-client-cert-auth), whose files are in a folder only this user
+// reads; kube-apiserver holds the one client certificate. So another local
+// user gets nothing from etcd, and every read and write goes through
+// kube-apiserver's authentication, RBAC and admission.
+func Start(o Options) (_ *Server, err error) {
 	startTimeout, stopTimeout := o.StartTimeout, o.StopTimeout
 	if startTimeout == 0 {
 		startTimeout = time.Minute
@@ -100,40 +123,114 @@ func Start(o Options) (*Server, error) {
 			return nil, fmt.Errorf("manifests: %q is not a folder of manifests", d)
 		}
 	}
-	apiServer := &envtest.APIServer{Path: filepath.Join(o.BinDir, APIServerBin)}
+	s := &Server{stopTimeout: stopTimeout, KubectlPath: filepath.Join(o.BinDir, KubectlBin)}
+	defer func() {
+		if err != nil {
+			_ = s.Stop()
+		}
+	}()
+	// os.MkdirTemp makes the folder 0700: the keys stay this user's.
+	if s.certDir, err = os.MkdirTemp("", "kubelocal-etcd-pki-"); err != nil {
+		return nil, fmt.Errorf("etcd certificates: %w", err)
+	}
+	pki, err := newEtcdPKI(s.certDir)
+	if err != nil {
+		return nil, err
+	}
+	dataDir := o.EtcdDataDir
+	if dataDir == "" {
+		if s.dataDir, err = os.MkdirTemp("", "kubelocal-etcd-"); err != nil {
+			return nil, fmt.Errorf("etcd data folder: %w", err)
+		}
+		dataDir = s.dataDir
+	}
+	if s.etcd, err = startEtcd(filepath.Join(o.BinDir, EtcdBin), dataDir, pki, startTimeout); err != nil {
+		return nil, err
+	}
+	s.EtcdURL, s.EtcdPeerURL = s.etcd.URL, s.etcd.PeerURL
+	etcdURL, err := url.Parse(s.etcd.URL)
+	if err != nil {
+		return nil, fmt.Errorf("etcd URL: %w", err)
+	}
+	apiServer := &envtest.APIServer{
+		Path: filepath.Join(o.BinDir, APIServerBin), EtcdURL: etcdURL,
+		StartTimeout: startTimeout, StopTimeout: stopTimeout,
+	}
 	// No controller-manager runs, so nobody would maintain the endpoints of
 	// the "kubernetes" service, and loopback endpoints are refused anyway.
-	apiServer.Configure().Set("endpoint-reconciler-type", "none")
-	noExisting := false
-	env := &envtest.Environment{
-		ControlPlane: envtest.ControlPlane{
-			APIServer:   apiServer,
-			Etcd:        &envtest.Etcd{Path: filepath.Join(o.BinDir, EtcdBin), DataDir: o.EtcdDataDir},
-			KubectlPath: filepath.Join(o.BinDir, KubectlBin),
-		},
-		CRDDirectoryPaths:        o.CRDDirs,
-		ErrorIfCRDPathMissing:    true,
-		UseExistingCluster:       &noExisting,
-		ControlPlaneStartTimeout: startTimeout,
-		ControlPlaneStopTimeout:  stopTimeout,
+	apiServer.Configure().Set("endpoint-reconciler-type", "none").
+		Set("etcd-cafile", pki.CAFile).Set("etcd-certfile", pki.ClientCertFile).Set("etcd-keyfile", pki.ClientKeyFile)
+	if err := apiServer.Start(); err != nil {
+		return nil, fmt.Errorf("start kube-apiserver: %w", err)
 	}
-	cfg, err := env.Start()
+	s.apiServer = apiServer
+	plane := &envtest.ControlPlane{APIServer: apiServer}
+	// A local server: clients need not be throttled.
+	admin, err := plane.AddUser(envtest.User{Name: "admin", Groups: []string{"system:masters"}}, &rest.Config{QPS: 1000, Burst: 2000})
 	if err != nil {
-		// Start may fail after the processes came up (CRD install): stop them.
-		_ = env.Stop()
+		return nil, fmt.Errorf("admin user: %w", err)
+	}
+	s.Config = admin.Config()
+	if s.Kubeconfig, err = admin.KubeConfig(); err != nil {
+		return nil, fmt.Errorf("admin kubeconfig: %w", err)
+	}
+	if err := waitForDefaultNamespace(s.Config, startTimeout); err != nil {
 		return nil, err
 	}
-	if err := applyManifests(cfg, o.ManifestDirs, startTimeout); err != nil {
-		_ = env.Stop()
+	if _, err := envtest.InstallCRDs(s.Config, envtest.CRDInstallOptions{Paths: o.CRDDirs, ErrorIfPathMissing: true}); err != nil {
+		return nil, fmt.Errorf("install CRDs: %w", err)
+	}
+	if err := applyManifests(s.Config, o.ManifestDirs, startTimeout); err != nil {
 		return nil, err
 	}
-	return &Server{env: env, Config: cfg, Kubeconfig: env.KubeConfig, KubectlPath: env.ControlPlane.KubectlPath}, nil
+	return s, nil
 }
 
 // Stop stops kube-apiserver and etcd and removes their certificates and a
 // temporary etcd data folder; a caller's Options.EtcdDataDir stays.
 func (s *Server) Stop() error {
-	return s.env.Stop()
+	var errs []error
+	if s.apiServer != nil {
+		if err := s.apiServer.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop kube-apiserver: %w", err))
+		}
+	}
+	if s.etcd != nil {
+		if err := s.etcd.stop(s.stopTimeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, d := range []string{s.certDir, s.dataDir} {
+		if d == "" {
+			continue
+		}
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// waitForDefaultNamespace waits until the API server serves the default
+// namespace (on a new etcd it takes a moment to create it).
+func waitForDefaultNamespace(cfg *rest.Config, timeout time.Duration) error {
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var last error
+	for {
+		if last = c.Get(ctx, client.ObjectKey{Name: "default"}, &corev1.Namespace{}); last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the default namespace did not appear within %s: %w", timeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // applyManifests server-side applies every object of the files of dirs, in

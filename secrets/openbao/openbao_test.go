@@ -259,3 +259,55 @@ func TestALoginAfterTheProviderRotatedItsKeyFetchesTheNewKey(t *testing.T) {
 		t.Fatalf("after the key rotation: %q, %v", v, err)
 	}
 }
+
+// TestAGroupRoleBoundToItsDevicesSubjectsRefusesEveryOtherToken binds a
+// group's role to its devices' subjects as fleet dev does (bound_claims on
+// sub, values added one device at a time) and checks, through the real
+// client, that only a listed subject logs in, before and after the
+// operator's policy sync rewrote the role's policies.
+func TestAGroupRoleBoundToItsDevicesSubjectsRefusesEveryOtherToken(t *testing.T) {
+	e := start(t)
+	ctx := context.Background()
+	const role = "fleet-group-lab-lab"
+	must(t, e.admin.PutJWTRole(ctx, role, openbao.JWTRole{
+		BoundAudiences: []string{e.prov.Audience()}, BoundClaims: map[string][]string{"sub": {}}, Policies: []string{"device-d1"},
+	}))
+	login := func() error {
+		t.Helper()
+		c, err := openbao.New(openbao.Config{Address: e.bao.URL(), Role: role})
+		must(t, err)
+		tok, err := e.device.IDToken(ctx)
+		must(t, err)
+		return c.Login(ctx, tok)
+	}
+	refused := func(when string) {
+		t.Helper()
+		if err := login(); !errors.Is(err, openbao.ErrLogin) || !strings.Contains(err.Error(), `claim "sub" does not match any associated bound claim values`) {
+			t.Errorf("%s: login = %v, want refused on claim sub", when, err)
+		}
+	}
+	refused("with no device bound")
+	must(t, e.admin.AddJWTRoleBoundClaimValues(ctx, role, "sub", "another-device"))
+	refused("with another device bound")
+	must(t, e.admin.AddJWTRoleBoundClaimValues(ctx, role, "sub", e.device.Subject(), "another-device"))
+	if err := login(); err != nil {
+		t.Errorf("with the device bound: login = %v, want a token", err)
+	}
+	// The operator's policy sync rewrites the policies alone.
+	must(t, e.admin.SetJWTRolePolicies(ctx, role, []string{"device-d1", "fleet-deploy.lab.analysis-api"}))
+	if err := login(); err != nil {
+		t.Errorf("after the policy sync: login = %v, want a token", err)
+	}
+	other := "fleet-group-lab-other"
+	must(t, e.admin.PutJWTRole(ctx, other, openbao.JWTRole{
+		BoundAudiences: []string{e.prov.Audience()}, BoundClaims: map[string][]string{"sub": {"another-device"}},
+	}))
+	must(t, e.admin.SetJWTRolePolicies(ctx, other, []string{"fleet-deploy.lab.analysis-api"}))
+	c, err := openbao.New(openbao.Config{Address: e.bao.URL(), Role: other})
+	must(t, err)
+	tok, err := e.device.IDToken(ctx)
+	must(t, err)
+	if err := c.Login(ctx, tok); !errors.Is(err, openbao.ErrLogin) {
+		t.Errorf("another group's role after the policy sync: login = %v, want refused", err)
+	}
+}
