@@ -16,6 +16,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 func testContext(t *testing.T) context.Context {
@@ -407,11 +408,12 @@ func TestReplayFromTime(t *testing.T) {
 	// server clock has moved past it (poll, no sleep).
 	recs := collect(t, st.Replay(ctx, "fleet.report.d1.workload", events.FromStart()))
 	cut := recs[len(recs)-1].Stored.Add(time.Nanosecond)
-	for deadline := time.Now().Add(5 * time.Second); !time.Now().After(cut); {
-		if time.Now().After(deadline) {
-			t.Fatal("clock did not advance")
+	testenv.EventuallyErr(t, "the clock to advance past the cut", 5*time.Second, func() error {
+		if now := time.Now(); !now.After(cut) {
+			return fmt.Errorf("now %s, cut %s", now.Format(time.RFC3339Nano), cut.Format(time.RFC3339Nano))
 		}
-	}
+		return nil
+	})
 	var late []string
 	for i := 5; i < 8; i++ {
 		ev := workload(t, "d1", i)

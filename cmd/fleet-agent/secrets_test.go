@@ -130,7 +130,7 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 	want := map[string]events.WorkloadPhase{"good": events.WorkloadConverged, "missing-key": events.WorkloadFailed, "wrong-password": events.WorkloadFailed}
 	got := map[string]events.WorkloadStatus{}
 	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	if err := testenv.PollErr(ctx, 3*time.Minute, func() error {
 		recs, err := env.Store.LastPerSubject(ctx, "fleet.report."+device+".workload")
 		if err == nil {
 			got = map[string]events.WorkloadStatus{}
@@ -152,17 +152,16 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 			ok = ok && got[n].Phase == ph
 		}
 		if ok {
-			break
+			return nil
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("the agent stopped: %v\nlogs:\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("reports %+v, want %v\nlogs:\n%s", got, want, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("reports %+v, want %v", got, want)
+	}); err != nil {
+		t.Fatalf("%v\nlogs:\n%s", err, logs.String())
 	}
 	if !strings.Contains(got["missing-key"].Error, "no-such-key") || !strings.Contains(got["missing-key"].Error, "apps/demo/db") {
 		t.Errorf("missing key error %q does not name the path and key", got["missing-key"].Error)
@@ -209,17 +208,16 @@ path "secret/data/fleet/lab/registry/device-pull/*" { capabilities = ["read"] }
 	if _, err := env.Store.Append(ctx, cmd); err != nil {
 		t.Fatal(err)
 	}
-	for {
+	// The rest of the three minutes the first wait began.
+	if err := testenv.PollErr(ctx, time.Until(deadline).Truncate(time.Second), func() error {
 		apiID, apiEnv := inspectID(name("api"))
 		initID, initEnv := inspectID(name("migrate"))
 		if apiID != "" && initID != "" && apiID != apiBefore && initID != initBefore && slices.Contains(apiEnv, "DB_PASSWORD="+rotated) && slices.Contains(initEnv, "DB_PASSWORD="+rotated) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the rotated secret was not applied after reconcile-now (service replaced: %v, init rerun: %v)\nlogs:\n%s",
-				apiID != apiBefore, initID != initBefore, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+		return fmt.Errorf("service replaced: %v, init rerun: %v", apiID != apiBefore, initID != initBefore)
+	}); err != nil {
+		t.Fatalf("the rotated secret was not applied after reconcile-now: %v\nlogs:\n%s", err, logs.String())
 	}
 
 	stop()

@@ -99,17 +99,16 @@ func startBinary(t *testing.T, args ...string) *binary {
 	wg.Go(func() { b.runErr <- run(ctx, append([]string{"-config", cfgPath}, args...), b.logs) })
 
 	opSrc := b.source(t, "operator", authcallout.RoleOperator)
-	deadline := time.Now().Add(30 * time.Second)
-	for b.admin == nil {
+	if err := testenv.PollErr(ctx, 30*time.Second, func() error {
 		b.admin, err = nats.Connect(b.ns.ClientURL(), nats.TokenHandler(opSrc.TokenHandler(0)), nats.CustomInboxPrefix(authcallout.InboxPrefix(opSrc.Subject())))
-		if err != nil && time.Now().After(deadline) {
-			t.Fatalf("operator connect: %v\nlogs:\n%s", err, b.logs.String())
-		}
 		select {
 		case err := <-b.runErr:
 			t.Fatalf("run returned early: %v\nlogs:\n%s", err, b.logs.String())
 		default:
 		}
+		return err
+	}); err != nil {
+		t.Fatalf("operator connect: %v\nlogs:\n%s", err, b.logs.String())
 	}
 	t.Cleanup(b.admin.Close)
 	js, _ := jetstream.New(b.admin)

@@ -1,9 +1,10 @@
 // Command fleet is the Fleet admin tool for a laptop: `fleet dev` runs the
 // control plane on one machine (package internal/devenv), `fleet enroll`
 // enrolls, re-enrolls and revokes devices (package enroll), `fleet
-// history` answers questions about the past (package history) and `fleet
-// rollout` asks the operator to pause, resume or approve a rollout. See
-// docs/fleet.md.
+// history` answers questions about the past (package history), `fleet
+// rollout` asks the operator to pause, resume or approve a rollout and
+// `fleet token` mints a device's id_token and checks it as the auth callout
+// would. See docs/fleet.md.
 package main
 
 import (

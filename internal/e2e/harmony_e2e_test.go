@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -458,19 +460,18 @@ func (f *harmonyFleet) secondPodman() string {
 // self-reported labels onto its Device resource (placement needs them).
 func (f *harmonyFleet) waitForDeviceLabels() {
 	f.t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for device := range f.devices {
-		for {
+	testenv.EventuallyErr(f.t, "every device's app=example label", 90*time.Second, func() error {
+		for _, device := range slices.Sorted(maps.Keys(f.devices)) {
 			d, err := f.kube.Resource(devicesGVR).Namespace(exampleNamespace).Get(f.ctx, device, metav1.GetOptions{})
-			if err == nil && d.GetLabels()["app"] == "example" {
-				break
+			if err != nil {
+				return fmt.Errorf("device %s: %w", device, err)
 			}
-			if time.Now().After(deadline) {
-				f.t.Fatalf("device %s has no app=example label after 90s (%v)", device, err)
+			if got := d.GetLabels()["app"]; got != "example" {
+				return fmt.Errorf("device %s has app=%q", device, got)
 			}
-			time.Sleep(100 * time.Millisecond)
 		}
-	}
+		return nil
+	})
 }
 
 func (f *harmonyFleet) noSecretIn(what, s string) {

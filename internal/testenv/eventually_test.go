@@ -103,3 +103,76 @@ func TestPoll(t *testing.T) {
 		}
 	})
 }
+
+func TestEventuallyErrSucceeds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		msg := runFake(func(tb testing.TB) {
+			EventuallyErr(tb, "the third call", time.Second, func() error {
+				calls++
+				if calls < 3 {
+					return fmt.Errorf("call %d", calls)
+				}
+				return nil
+			})
+		})
+		if msg != "" {
+			t.Fatalf("EventuallyErr failed: %s", msg)
+		}
+		if calls != 3 {
+			t.Fatalf("check called %d times, want 3", calls)
+		}
+	})
+}
+
+func TestEventuallyErrFailsWithTheLastError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var last time.Time
+		calls := 0
+		msg := runFake(func(tb testing.TB) {
+			EventuallyErr(tb, "never", 2*time.Second, func() error {
+				last = time.Now()
+				calls++
+				return fmt.Errorf("state %d", calls)
+			})
+		})
+		if want := fmt.Sprintf("timed out after 2s waiting for never: state %d", calls); msg != want {
+			t.Fatalf("message %q, want %q", msg, want)
+		}
+		if got := last.Sub(start); got != 2*time.Second {
+			t.Fatalf("last check at %s, want at the 2s deadline", got)
+		}
+	})
+}
+
+func TestPollErr(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		errState := errors.New("not yet")
+		err := PollErr(context.Background(), time.Second, func() error { return errState })
+		if !errors.Is(err, ErrTimeout) || !errors.Is(err, errState) {
+			t.Fatalf("PollErr: %v, want a timeout wrapping the last error", err)
+		}
+		if want := "timed out after 1s; last: not yet"; err.Error() != want {
+			t.Fatalf("PollErr: %q, want %q", err, want)
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		err = PollErr(ctx, time.Minute, func() error { return errState })
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errState) {
+			t.Fatalf("PollErr with an ending context: %v, want %v wrapping the last error", err, context.DeadlineExceeded)
+		}
+
+		calls := 0
+		if err := PollErr(context.Background(), time.Second, func() error {
+			calls++
+			if calls < 2 {
+				return errState
+			}
+			return nil
+		}); err != nil || calls != 2 {
+			t.Fatalf("PollErr with a check that holds on the second call: %v after %d calls", err, calls)
+		}
+	})
+}
