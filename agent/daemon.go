@@ -545,7 +545,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 			ue, _ := AsUnavailable(err)
 			unavailable = true
 			d.log.WarnContext(ctx, ue.Component+" unavailable; retrying", "deployment", e.Namespace+"/"+e.Name, "error", err)
-			d.status(ctx, e, events.WorkloadPending, ue.Component+" unavailable, retrying: "+err.Error())
+			d.status(ctx, e, events.WorkloadPending, ue.Component+" unavailable, retrying: "+unavailableText(err))
 		case runtime.IsUnavailable(err):
 			// Not the workload's failure: the engine is down (restarting,
 			// socket gone). Say so and retry; the rollout waits.
@@ -620,6 +620,18 @@ func (d *daemon) restoreOnce(ctx context.Context) {
 	if err != nil {
 		d.log.WarnContext(ctx, "restore services without the intent", "error", err)
 	}
+}
+
+// unavailableText is what a Pending report says of err, which holds an
+// *UnavailableError, after "<component> unavailable, retrying: ": the
+// *runtime.PullError's one line for a registry (it names the image, the
+// registry and what was tried), err's whole text otherwise.
+func unavailableText(err error) string {
+	var pe *runtime.PullError
+	if ue, _ := AsUnavailable(err); ue.Component == ComponentRegistry && errors.As(ue.Err, &pe) {
+		return pe.Error()
+	}
+	return err.Error()
 }
 
 // isUnavailable reports whether err holds an *UnavailableError.

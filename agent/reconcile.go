@@ -704,13 +704,24 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		auth = &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}
 	}
 	if err := r.rt().Pull(ctx, s.Image, auth); err != nil {
-		err = fmt.Errorf("pull %s: %w", s.Image, err)
-		if errors.Is(err, runtime.ErrRegistryUnavailable) {
-			return &UnavailableError{Component: ComponentRegistry, Err: err}
-		}
-		return err
+		return pullErr(s.Image, err)
 	}
 	return nil
+}
+
+// pullErr is the error of a failed pull of image: a *runtime.PullError as
+// it is (it names the image itself), inside an *UnavailableError when the
+// registry was unavailable; anything else (a cancelled pull, an engine
+// that cannot be reached) wrapped with the image.
+func pullErr(image string, err error) error {
+	var pe *runtime.PullError
+	if !errors.As(err, &pe) {
+		err = fmt.Errorf("pull %s: %w", image, err)
+	}
+	if errors.Is(err, runtime.ErrRegistryUnavailable) {
+		return &UnavailableError{Component: ComponentRegistry, Err: err}
+	}
+	return err
 }
 
 // stopRemove stops a container with the stop timeout, then force-removes
