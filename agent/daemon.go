@@ -221,6 +221,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Reconciler.Pins == nil {
 		o.Reconciler.Pins = &SecretPins{}
 	}
+	if o.Reconciler.PullBackoff == nil {
+		o.Reconciler.PullBackoff = &PullBackoff{}
+	}
 	o.Metrics.attach(o.Conn)
 	defer o.Metrics.detach(o.Conn)
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
@@ -516,10 +519,11 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	d.mu.Unlock()
 	d.tasks.feed(ctx, intent.Tasks)
 	d.o.Reconciler.Pins.Keep(intent.Deployments)
+	d.o.Reconciler.PullBackoff.Keep(intent.Deployments)
 
 	want := map[[2]string]bool{}
 	unavailable, failed := false, false
-	for _, e := range intent.Deployments {
+	for _, e := range pullingLast(intent.Deployments, d.o.Reconciler.PullBackoff) {
 		want[[2]string{e.Namespace, e.Name}] = true
 		if ctx.Err() != nil {
 			return "" // cancelled by a newer intent, or the agent stops
@@ -599,6 +603,27 @@ func (d *daemon) reconcile(ctx context.Context) string {
 		return passFailed
 	}
 	return passConverged
+}
+
+// pullingLast returns entries with those whose last pull failed
+// (PullBackoff.Failing) moved after the others, each group in intent
+// order: a pull that hangs (Podman retries a registry that does not answer
+// for seconds) never delays another Deployment. While no pull fails it is
+// entries itself.
+func pullingLast(entries []events.IntentEntry, b *PullBackoff) []events.IntentEntry {
+	if b.empty() {
+		return entries
+	}
+	first := make([]events.IntentEntry, 0, len(entries))
+	var last []events.IntentEntry
+	for _, e := range entries {
+		if b.Failing(e) {
+			last = append(last, e)
+		} else {
+			first = append(first, e)
+		}
+	}
+	return append(first, last...)
 }
 
 // restoreOnce brings back the services a reboot left down (Restore) the
@@ -895,6 +920,7 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 		// device's current revision.
 		res.OK = true
 		d.o.Reconciler.Pins.Forget()
+		d.o.Reconciler.PullBackoff.Forget()
 		poke()
 	case cmd.Command == CommandReportInventory:
 		res.OK = true

@@ -73,6 +73,9 @@ func TestAFailingPullIsReportedOnceInOneLineOnRealPodman(t *testing.T) {
 			var logs testenv.SyncBuffer
 			w.r.Runtime = counter
 			w.r.Log = slog.New(slog.NewTextHandler(&logs, nil))
+			// Every pass pulls again (no wait between retries), each
+			// with the chance of a new report.
+			w.r.PullBackoff = &agent.PullBackoff{First: time.Nanosecond, Last: time.Nanosecond}
 			w.r.Credentials = creds{
 				"hub":   fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, reg.Password),
 				"wrong": fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, marker),
@@ -111,5 +114,158 @@ func TestAFailingPullIsReportedOnceInOneLineOnRealPodman(t *testing.T) {
 				t.Error("the registry password shows in a report or a log line")
 			}
 		})
+	}
+}
+
+// fakeClock is a clock the test moves.
+type fakeClock struct{ now atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	return c
+}
+
+func (c *fakeClock) Now() time.Time      { return time.Unix(0, c.now.Load()).UTC() }
+func (c *fakeClock) Add(d time.Duration) { c.now.Add(int64(d)) }
+
+// waitFor waits for a workload report that ok accepts.
+func (e *agentEnv) waitFor(ok func(events.WorkloadStatus) bool) {
+	e.t.Helper()
+	if testenv.Poll(e.ctx, 20*time.Second, func() bool {
+		for _, ws := range e.statuses() {
+			if ok(ws) {
+				return true
+			}
+		}
+		return false
+	}) != nil {
+		e.t.Fatalf("no such report; got %+v", e.statuses())
+	}
+}
+
+// TestAFailedPullIsNotRetriedBeforeItsBackoff: after a failed pull the
+// image is not pulled again before 1 s, then 2 s, … up to 1 minute have
+// passed; meanwhile a pass fails with the same error (the same report).
+// A pull that works, an image that became present, or Forget (the
+// reconcile-now command) end the wait.
+func TestAFailedPullIsNotRetriedBeforeItsBackoff(t *testing.T) {
+	w := newWorld(t)
+	clock := newFakeClock()
+	counter := &pullCounter{Runtime: w.rt}
+	w.r.Runtime = counter
+	w.r.PullBackoff = &agent.PullBackoff{Now: clock.Now}
+	w.rt.SetRegistryUnavailable(true)
+	s := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: privateImage, ImagePullSecret: "hub-pull"}}}}
+	apply := func() error {
+		t.Helper()
+		err := w.r.Apply(w.ctx, entry(t, 1, s))
+		if _, ok := agent.AsUnavailable(err); !ok && err != nil {
+			t.Fatalf("Apply: %v, want the registry unavailable", err)
+		}
+		return err
+	}
+	first := apply()
+	if first == nil || counter.pulls.Load() != 1 {
+		t.Fatalf("Apply = %v after %d pulls; want a failure after one pull", first, counter.pulls.Load())
+	}
+	pulls := int64(1)
+	for _, delay := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second,
+		32 * time.Second, time.Minute, time.Minute} {
+		clock.Add(delay - time.Millisecond)
+		if err := apply(); err == nil || err.Error() != first.Error() {
+			t.Fatalf("a pass within the backoff says %v, want the same error as the first: %v", err, first)
+		}
+		if got := counter.pulls.Load(); got != pulls {
+			t.Fatalf("%d pulls %s after the last failure, want %d: the backoff is %s", got, delay-time.Millisecond, pulls, delay)
+		}
+		clock.Add(time.Millisecond)
+		apply()
+		pulls++
+		if got := counter.pulls.Load(); got != pulls {
+			t.Fatalf("%d pulls once %s passed, want %d", got, delay, pulls)
+		}
+	}
+
+	t.Run("reconcile-now forgets the backoff", func(t *testing.T) {
+		w.r.PullBackoff.Forget()
+		apply()
+		if got := counter.pulls.Load(); got != pulls+1 {
+			t.Fatalf("%d pulls after Forget, want %d", got, pulls+1)
+		}
+		pulls++
+	})
+	t.Run("an image that became present is used at once", func(t *testing.T) {
+		w.rt.AddImage(privateImage)
+		if err := w.r.Apply(w.ctx, entry(t, 1, s)); err != nil {
+			t.Fatalf("Apply with the image present: %v", err)
+		}
+		w.rt.RemoveImage(privateImage)
+		w.rt.SetRegistryUnavailable(false)
+		if err := w.r.Apply(w.ctx, entry(t, 1, s)); err != nil {
+			t.Fatalf("Apply after the image was present once: %v (the failure was not forgotten)", err)
+		}
+	})
+}
+
+// stallingRuntime makes pulls of one image wait until released (or their
+// context ends), as Podman's own retries of a registry that does not
+// answer do, and counts them.
+type stallingRuntime struct {
+	runtime.Runtime
+	image   string
+	stall   atomic.Bool
+	release chan struct{}
+	stalled atomic.Int64
+}
+
+func (s *stallingRuntime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
+	if ref == s.image && s.stall.Load() {
+		s.stalled.Add(1)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.Runtime.Pull(ctx, ref, auth)
+}
+
+// TestAStuckPullDoesNotDelayAnotherDeployment: once A's pull has failed,
+// the pass applies B, which needs no pull, before A: B's new revision
+// converges while A's pull is still stuck in the engine.
+func TestAStuckPullDoesNotDelayAnotherDeployment(t *testing.T) {
+	clock := newFakeClock()
+	stalling := &stallingRuntime{image: "unreachable.example/app:v1", release: make(chan struct{})}
+	e := startAgent(t, func(o *agent.Options) {
+		stalling.Runtime = o.Reconciler.Runtime
+		o.Reconciler.Runtime = stalling
+		o.Reconciler.PullBackoff = &agent.PullBackoff{Now: clock.Now}
+	})
+	t.Cleanup(func() { close(stalling.release) })
+	e.world.rt.SetRegistryUnavailable(true)
+	a := entry(t, 1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "a-api", Image: stalling.image}}}})
+	a.Name = "a"
+	bEntry := func(gen int64, value string) events.IntentEntry {
+		b := entry(t, gen, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "b-api", Image: "reg.example/api:v1",
+			Env: []score.EnvVar{{Name: "V", Value: value}}}}}})
+		b.Name = "b"
+		return b
+	}
+	e.put(a, bEntry(1, "1"))
+	e.waitFor(func(ws events.WorkloadStatus) bool { return ws.Deployment == "a" && ws.Phase == events.WorkloadPending })
+	e.waitFor(func(ws events.WorkloadStatus) bool {
+		return ws.Deployment == "b" && ws.Phase == events.WorkloadConverged
+	})
+
+	// From now on A's pull is due and hangs in the engine.
+	stalling.stall.Store(true)
+	clock.Add(time.Hour)
+	e.put(a, bEntry(2, "2"))
+	e.waitFor(func(ws events.WorkloadStatus) bool {
+		return ws.Deployment == "b" && ws.Generation == 2 && ws.Phase == events.WorkloadConverged
+	})
+	if testenv.Poll(e.ctx, 20*time.Second, func() bool { return stalling.stalled.Load() > 0 }) != nil {
+		t.Fatal("A's pull was never retried: the test proves nothing")
 	}
 }
