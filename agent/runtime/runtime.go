@@ -174,7 +174,8 @@ type Runtime interface {
 	Inspect(ctx context.Context, idOrName string) (Container, error)
 	// ImageExists reports whether the image is present locally.
 	ImageExists(ctx context.Context, ref string) (bool, error)
-	// Pull fetches an image; auth may be nil. A refused credential is
+	// Pull fetches an image; auth may be nil. A failure the registry (or
+	// the way to it) caused is a *PullError: a refused credential is
 	// ErrAuth; a missing image is ErrImageNotFound; a registry that cannot
 	// be reached or answers with a server error is ErrRegistryUnavailable.
 	Pull(ctx context.Context, ref string, auth *RegistryAuth) error
