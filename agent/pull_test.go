@@ -98,6 +98,7 @@ func TestAFailingPullIsReportedOnceInOneLineOnRealPodman(t *testing.T) {
 				t.Fatalf("%d %s reports after %d pulls, want one (the text is the same on every retry): %q", len(got), tt.phase, counter.pulls.Load(), got)
 			}
 			msg := got[0]
+			t.Logf("the report: %s", msg)
 			if !strings.HasPrefix(msg, tt.prefix) || !strings.HasSuffix(msg, tt.suffix) {
 				t.Errorf("the report reads\n%q\nwant it to start\n%q\nand end\n%q", msg, tt.prefix, tt.suffix)
 			}
