@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
 )
 
 // PullCredential is a device pull secret: JSON with the three required
@@ -60,24 +61,9 @@ func ParsePullCredential(raw []byte) (PullCredential, error) {
 }
 
 // ImageAuthority returns the normalised registry authority of an image
-// reference: the host in lower case with its port, "docker.io" for images
-// without a registry host (and for Docker Hub's aliases).
-func ImageAuthority(ref string) string {
-	first, _, found := strings.Cut(ref, "/")
-	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
-		return "docker.io"
-	}
-	return NormaliseAuthority(first)
-}
+// reference: runtime.ImageAuthority.
+func ImageAuthority(ref string) string { return runtime.ImageAuthority(ref) }
 
 // NormaliseAuthority lower-cases a registry authority and maps Docker Hub's
-// aliases to docker.io. The port is kept: hub.example:5000 and hub.example
-// are different authorities.
-func NormaliseAuthority(a string) string {
-	a = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"), "/"))
-	switch a {
-	case "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com":
-		return "docker.io"
-	}
-	return a
-}
+// aliases to docker.io: runtime.NormaliseAuthority.
+func NormaliseAuthority(a string) string { return runtime.NormaliseAuthority(a) }

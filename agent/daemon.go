@@ -221,6 +221,9 @@ func Run(ctx context.Context, o Options) error {
 	if o.Reconciler.Pins == nil {
 		o.Reconciler.Pins = &SecretPins{}
 	}
+	if o.Reconciler.PullBackoff == nil {
+		o.Reconciler.PullBackoff = &PullBackoff{}
+	}
 	o.Metrics.attach(o.Conn)
 	defer o.Metrics.detach(o.Conn)
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
@@ -516,10 +519,11 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	d.mu.Unlock()
 	d.tasks.feed(ctx, intent.Tasks)
 	d.o.Reconciler.Pins.Keep(intent.Deployments)
+	d.o.Reconciler.PullBackoff.Keep(intent.Deployments)
 
 	want := map[[2]string]bool{}
 	unavailable, failed := false, false
-	for _, e := range intent.Deployments {
+	for _, e := range pullingLast(intent.Deployments, d.o.Reconciler.PullBackoff) {
 		want[[2]string{e.Namespace, e.Name}] = true
 		if ctx.Err() != nil {
 			return "" // cancelled by a newer intent, or the agent stops
@@ -545,7 +549,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 			ue, _ := AsUnavailable(err)
 			unavailable = true
 			d.log.WarnContext(ctx, ue.Component+" unavailable; retrying", "deployment", e.Namespace+"/"+e.Name, "error", err)
-			d.status(ctx, e, events.WorkloadPending, ue.Component+" unavailable, retrying: "+err.Error())
+			d.status(ctx, e, events.WorkloadPending, ue.Component+" unavailable, retrying: "+unavailableText(err))
 		case runtime.IsUnavailable(err):
 			// Not the workload's failure: the engine is down (restarting,
 			// socket gone). Say so and retry; the rollout waits.
@@ -601,6 +605,27 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	return passConverged
 }
 
+// pullingLast returns entries with those whose last pull failed
+// (PullBackoff.Failing) moved after the others, each group in intent
+// order: a pull that hangs (Podman retries a registry that does not answer
+// for seconds) never delays another Deployment. While no pull fails it is
+// entries itself.
+func pullingLast(entries []events.IntentEntry, b *PullBackoff) []events.IntentEntry {
+	if b.empty() {
+		return entries
+	}
+	first := make([]events.IntentEntry, 0, len(entries))
+	var last []events.IntentEntry
+	for _, e := range entries {
+		if b.Failing(e) {
+			last = append(last, e)
+		} else {
+			first = append(first, e)
+		}
+	}
+	return append(first, last...)
+}
+
 // restoreOnce brings back the services a reboot left down (Restore) the
 // first time the intent cannot be read, unless one was read before: a
 // device that boots offline runs its workloads again without the control
@@ -620,6 +645,18 @@ func (d *daemon) restoreOnce(ctx context.Context) {
 	if err != nil {
 		d.log.WarnContext(ctx, "restore services without the intent", "error", err)
 	}
+}
+
+// unavailableText is what a Pending report says of err, which holds an
+// *UnavailableError, after "<component> unavailable, retrying: ": the
+// *runtime.PullError's one line for a registry (it names the image, the
+// registry and what was tried), err's whole text otherwise.
+func unavailableText(err error) string {
+	var pe *runtime.PullError
+	if ue, _ := AsUnavailable(err); ue.Component == ComponentRegistry && errors.As(ue.Err, &pe) {
+		return pe.Error()
+	}
+	return err.Error()
 }
 
 // isUnavailable reports whether err holds an *UnavailableError.
@@ -880,6 +917,7 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 		// device's current revision.
 		res.OK = true
 		d.o.Reconciler.Pins.Forget()
+		d.o.Reconciler.PullBackoff.Forget()
 		poke()
 	case cmd.Command == CommandReportInventory:
 		res.OK = true

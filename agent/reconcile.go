@@ -54,8 +54,9 @@ type PullCredentials interface {
 }
 
 // Reconciler applies one Deployment's desired state to the runtime with the
-// PodmanV0 semantics. It keeps no state: everything it needs is in the
-// runtime's labels, so a restart rebuilds it.
+// PodmanV0 semantics. It keeps no state of its own: everything it needs is
+// in the runtime's labels, so a restart rebuilds it; the secret pins and
+// the pull backoff it is given live in memory and start empty.
 type Reconciler struct {
 	Runtime runtime.Runtime
 	// Device is the id of the device this reconciler acts for; it is part
@@ -77,6 +78,10 @@ type Reconciler struct {
 	// when it is nil; nil in a Reconciler used alone: every Apply reads
 	// the source.
 	Pins *SecretPins
+	// PullBackoff holds back the pull of an image whose last pull failed
+	// (see PullBackoff). Run sets a fresh one when it is nil; nil in a
+	// Reconciler used alone: every Apply pulls a missing image.
+	PullBackoff *PullBackoff
 	// Metrics, when set, count failed engine calls, image pulls and
 	// unresolved secret references. Run sets the agent's (Options.Metrics)
 	// when it is nil.
@@ -682,7 +687,12 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		return fmt.Errorf("image %s: %w", s.Image, err)
 	}
 	if ok {
+		r.PullBackoff.present(s.Image)
 		return nil
+	}
+	key := pullKey{image: s.Image, secret: s.ImagePullSecret}
+	if pe, held := r.PullBackoff.held(key); held {
+		return pullErr(s.Image, pe) // the same error, the same report: nothing new to say
 	}
 	var auth *runtime.RegistryAuth
 	if s.ImagePullSecret != "" {
@@ -703,14 +713,27 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		}
 		auth = &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}
 	}
-	if err := r.rt().Pull(ctx, s.Image, auth); err != nil {
-		err = fmt.Errorf("pull %s: %w", s.Image, err)
-		if errors.Is(err, runtime.ErrRegistryUnavailable) {
-			return &UnavailableError{Component: ComponentRegistry, Err: err}
-		}
-		return err
+	err = r.rt().Pull(ctx, s.Image, auth)
+	r.PullBackoff.pulled(key, err)
+	if err != nil {
+		return pullErr(s.Image, err)
 	}
 	return nil
+}
+
+// pullErr is the error of a failed pull of image: a *runtime.PullError as
+// it is (it names the image itself), inside an *UnavailableError when the
+// registry was unavailable; anything else (a cancelled pull, an engine
+// that cannot be reached) wrapped with the image.
+func pullErr(image string, err error) error {
+	var pe *runtime.PullError
+	if !errors.As(err, &pe) {
+		err = fmt.Errorf("pull %s: %w", image, err)
+	}
+	if errors.Is(err, runtime.ErrRegistryUnavailable) {
+		return &UnavailableError{Component: ComponentRegistry, Err: err}
+	}
+	return err
 }
 
 // stopRemove stops a container with the stop timeout, then force-removes

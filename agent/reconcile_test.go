@@ -230,7 +230,7 @@ func TestPreflightChangesNothing(t *testing.T) {
 			s := baseScore()
 			s.Data.Services[1].Image = "reg.example/missing:v1"
 			return s
-		}, "pull reg.example/missing:v1"},
+		}, "image reg.example/missing:v1 could not be pulled from reg.example (anonymously): the image does not exist in the registry"},
 		{"a pull secret for another registry authority is never sent", func(*world) {}, func() score.Score {
 			s := baseScore()
 			s.Data.Services[1].Image = "hub.example:5000/private/api@sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"

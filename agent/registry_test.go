@@ -80,8 +80,10 @@ func TestAnUnreachableRegistryLeavesTheDeploymentPendingUntilItAnswers(t *testin
 	s.Data.Services[0].ImagePullSecret = "hub-pull"
 	e.put(entry(t, 1, s))
 	st := e.waitStatus(1, events.WorkloadPending)
-	if !strings.HasPrefix(st.Error, "registry unavailable, retrying: ") || strings.Contains(st.Error, "container engine") {
-		t.Errorf("pending report %q does not name the registry alone", st.Error)
+	want := "registry unavailable, retrying: image " + privateImage + " could not be pulled from hub.example:5000 " +
+		"(with the pull secret for hub.example:5000): the registry refused the connection (connection refused)"
+	if st.Error != want {
+		t.Errorf("pending report\n%q\nwant\n%q", st.Error, want)
 	}
 	e.world.rt.SetRegistryUnavailable(false)
 	e.waitStatus(1, events.WorkloadConverged)

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -173,7 +174,8 @@ type Runtime interface {
 	Inspect(ctx context.Context, idOrName string) (Container, error)
 	// ImageExists reports whether the image is present locally.
 	ImageExists(ctx context.Context, ref string) (bool, error)
-	// Pull fetches an image; auth may be nil. A refused credential is
+	// Pull fetches an image; auth may be nil. A failure the registry (or
+	// the way to it) caused is a *PullError: a refused credential is
 	// ErrAuth; a missing image is ErrImageNotFound; a registry that cannot
 	// be reached or answers with a server error is ErrRegistryUnavailable.
 	Pull(ctx context.Context, ref string, auth *RegistryAuth) error
@@ -233,4 +235,122 @@ func IsUnavailable(err error) bool {
 	return errors.Is(err, ErrUnavailable) || errors.As(err, &op) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// How a pull authenticated, as PullError.Auth says it.
+const (
+	// PullAnonymously: no credential was sent.
+	PullAnonymously = "anonymously"
+	// pullWithSecret is followed by the registry authority.
+	pullWithSecret = "with the pull secret for "
+)
+
+// Causes of a failed pull: the first words of PullError.Cause, the same on
+// every runtime so that a report reads the same whatever the engine. The
+// engine's detail follows in parentheses.
+const (
+	PullCauseNotFound    = "the image does not exist in the registry"
+	PullCauseAuth        = "the registry refused the credentials"
+	PullCauseNoSuchHost  = "the registry's host name does not resolve"
+	PullCauseRefused     = "the registry refused the connection"
+	PullCauseUnreachable = "the registry could not be reached"
+	PullCauseServerError = "the registry answered with a server error"
+	PullCauseTLS         = "the registry's TLS certificate is not trusted"
+	PullCauseOther       = "the engine could not pull it"
+)
+
+// PullError is a failed pull as a user reads it: one line that names the
+// image, the registry, how the pull authenticated and why it failed, never
+// a secret. Runtimes return it from Pull for every failure the registry
+// (or the way to it) caused; a cancelled pull and an engine that cannot be
+// reached are not PullErrors.
+type PullError struct {
+	// Ref is the image reference pulled.
+	Ref string
+	// Authority is the registry the pull went to (ImageAuthority of Ref).
+	Authority string
+	// Auth is what was tried: PullAnonymously, or "with the pull secret
+	// for <authority>". Never the credential.
+	Auth string
+	// Cause is one of the PullCause phrases, followed by the engine's
+	// detail in parentheses when there is one, on one line and without
+	// the engine's wrapping ("podman: pull …: initializing source …").
+	Cause string
+	// Hint, when set, says what to check ("check the image name and
+	// tag").
+	Hint string
+	// Err classifies the failure for errors.Is: ErrImageNotFound, ErrAuth
+	// or ErrRegistryUnavailable; nil for a failure that is none of them
+	// (PullCauseTLS, PullCauseOther). It is never the engine's error,
+	// whose text may hold a secret.
+	Err error
+}
+
+// Error is the one-line message: "image <ref> could not be pulled from
+// <authority> (<auth>): <cause>[; <hint>]".
+func (e *PullError) Error() string {
+	msg := "image " + e.Ref + " could not be pulled from " + e.Authority + " (" + e.Auth + "): " + e.Cause
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
+	return msg
+}
+
+// Unwrap returns the sentinel that classifies the failure (nil: none).
+func (e *PullError) Unwrap() error { return e.Err }
+
+// ImageAuthority returns the normalised registry authority of an image
+// reference: the host in lower case with its port, "docker.io" for images
+// without a registry host (and for Docker Hub's aliases).
+func ImageAuthority(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if !found || (!strings.ContainsAny(first, ".:") && first != "localhost") {
+		return "docker.io"
+	}
+	return NormaliseAuthority(first)
+}
+
+// NormaliseAuthority lower-cases a registry authority and maps Docker Hub's
+// aliases to docker.io. The port is kept: hub.example:5000 and hub.example
+// are different authorities.
+func NormaliseAuthority(a string) string {
+	a = strings.ToLower(strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(a, "https://"), "http://"), "/"))
+	switch a {
+	case "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com":
+		return "docker.io"
+	}
+	return a
+}
+
+// NewPullError returns the *PullError of a failed pull of ref: auth is the
+// credential sent (nil: anonymous; only whether it was sent is kept), err
+// the sentinel that classifies the failure (nil: none), cause one of the
+// PullCause phrases and detail the engine's own words for it ("manifest
+// unknown"), shown in parentheses when not empty. The hint follows from
+// the cause.
+func NewPullError(ref string, auth *RegistryAuth, err error, cause, detail string) *PullError {
+	authority := ImageAuthority(ref)
+	tried := PullAnonymously
+	if auth != nil {
+		tried = pullWithSecret + authority
+	}
+	e := &PullError{Ref: ref, Authority: authority, Auth: tried, Cause: cause, Err: err}
+	if detail != "" {
+		e.Cause += " (" + detail + ")"
+	}
+	switch {
+	case cause == PullCauseNotFound:
+		e.Hint = "check the image name and tag"
+	case cause == PullCauseAuth && auth == nil:
+		e.Hint = "give the service an image_pull_secret for " + authority
+	case cause == PullCauseAuth:
+		e.Hint = "check the pull secret's username and password"
+	case cause == PullCauseNoSuchHost:
+		e.Hint = "check the registry host in the image name"
+	case authority == "localhost":
+		e.Hint = "check the image name: a localhost/ image is one built or loaded on the device, and this device does not have it"
+	case cause == PullCauseTLS:
+		e.Hint = "the device must trust the registry's certificate authority"
+	}
+	return e
 }

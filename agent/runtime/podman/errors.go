@@ -3,9 +3,12 @@ package podman
 import (
 	"errors"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/containers/podman/v5/pkg/errorhandling"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
 )
 
 // ErrOptions reports invalid Options.
@@ -159,19 +162,100 @@ func redact(err error, sentinel error, secrets ...string) error {
 		return nil
 	}
 	msg := err.Error()
-	changed := false
-	if i := strings.Index(msg, ", data "); i >= 0 {
-		msg = msg[:i] + ", data <elided>"
-		changed = true
-	}
-	for _, s := range secrets {
-		if len(s) >= minSecretLen && strings.Contains(msg, s) {
-			msg = strings.ReplaceAll(msg, s, "<redacted>")
-			changed = true
-		}
-	}
-	if !changed {
+	red := redactText(msg, secrets)
+	if red == msg {
 		return err
 	}
-	return &redacted{msg: msg, sentinel: sentinel}
+	return &redacted{msg: red, sentinel: sentinel}
+}
+
+// redactText is msg cut at a raw response body and without secrets (see
+// redact).
+func redactText(msg string, secrets []string) string {
+	if i := strings.Index(msg, ", data "); i >= 0 {
+		msg = msg[:i] + ", data <elided>"
+	}
+	for _, s := range secrets {
+		if len(s) >= minSecretLen {
+			msg = strings.ReplaceAll(msg, s, "<redacted>")
+		}
+	}
+	return msg
+}
+
+// The wrapping go.podman.io/image puts around a pull's cause, removed from
+// a PullError's detail: the PullError names the image and the registry
+// itself. An ephemeral local address ("read tcp 10.0.0.2:53712->…") is
+// removed too, so that the detail, and the report, stay the same across
+// retries.
+var (
+	pullSourcePrefix   = regexp.MustCompile(`^.*initializing source \S+: `)
+	pullPingPrefix     = regexp.MustCompile(`pinging container registry \S+: `)
+	pullRequestPrefix  = regexp.MustCompile(`\b(?i:get|head|post|put|patch) "[^"]*": `)
+	pullManifestPrefix = regexp.MustCompile(`reading manifest \S+ in \S+: `)
+	pullLocalAddress   = regexp.MustCompile(`\S+->`)
+)
+
+// maxPullDetail bounds a PullError's detail, in bytes.
+const maxPullDetail = 300
+
+// pullDetail is the engine's cause of a failed pull on one line, without
+// the wrapping (pullSourcePrefix …) and without secrets: "manifest
+// unknown", "dial tcp 127.0.0.1:443: connect: connection refused".
+func pullDetail(err error, secrets []string) string {
+	msg := strings.Join(strings.Fields(err.Error()), " ")
+	msg = pullSourcePrefix.ReplaceAllString(msg, "")
+	msg = pullPingPrefix.ReplaceAllString(msg, "")
+	msg = pullRequestPrefix.ReplaceAllString(msg, "")
+	msg = pullManifestPrefix.ReplaceAllString(msg, "")
+	msg = pullLocalAddress.ReplaceAllString(msg, "")
+	msg = strings.ReplaceAll(msg, "dial tcp: lookup ", "lookup ")
+	if a, b, ok := strings.Cut(msg, ": "); ok && a == b { // "manifest unknown: manifest unknown"
+		msg = a
+	}
+	msg = redactText(msg, secrets)
+	if len(msg) > maxPullDetail {
+		msg = strings.ToValidUTF8(msg[:maxPullDetail], "") + "…"
+	}
+	return msg
+}
+
+// serverErrorMarkers are the registryUnavailableMarkers of a registry that
+// answered, with a server error or a 429.
+var serverErrorMarkers = []string{
+	"received unexpected http status: 5", "status code: 5", "statuscode: 5", "service unavailable", "bad gateway",
+	"gateway timeout", "internal server error", "too many requests",
+}
+
+// tlsMarkers are the phrases of a registry certificate that does not
+// verify.
+var tlsMarkers = []string{"x509:", "certificate signed by unknown authority", "tls: failed to verify certificate"}
+
+// pullError is the *runtime.PullError of err from images.Pull, which is
+// neither a cancelled pull nor an engine that cannot be reached: classified
+// by the markers (isAuthFailure, isImageNotFound, isRegistryUnavailable),
+// with the engine's detail without secrets.
+func pullError(ref string, auth *runtime.RegistryAuth, err error, secrets []string) *runtime.PullError {
+	detail := pullDetail(err, secrets)
+	var sentinel error
+	cause := runtime.PullCauseOther
+	switch {
+	case isAuthFailure(err):
+		sentinel, cause = runtime.ErrAuth, runtime.PullCauseAuth
+	case isImageNotFound(err):
+		sentinel, cause = runtime.ErrImageNotFound, runtime.PullCauseNotFound
+	case isRegistryUnavailable(err):
+		sentinel, cause = runtime.ErrRegistryUnavailable, runtime.PullCauseUnreachable
+		switch {
+		case containsAny(err, []string{"no such host"}):
+			cause = runtime.PullCauseNoSuchHost
+		case containsAny(err, []string{"connection refused"}):
+			cause = runtime.PullCauseRefused
+		case containsAny(err, serverErrorMarkers):
+			cause = runtime.PullCauseServerError
+		}
+	case containsAny(err, tlsMarkers):
+		cause = runtime.PullCauseTLS
+	}
+	return runtime.NewPullError(ref, auth, sentinel, cause, detail)
 }

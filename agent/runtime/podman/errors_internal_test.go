@@ -153,3 +153,82 @@ func TestOptionsValidate(t *testing.T) {
 		})
 	}
 }
+
+// The texts are what Podman 4.3.1 answered to the probes of issue #32.
+func TestAPullErrorIsOneLineWithTheEnginesCauseAlone(t *testing.T) {
+	const secret = "marker-password-7f3a"
+	withSecret := &runtime.RegistryAuth{Username: "puller", Password: secret}
+	tests := []struct {
+		name string
+		ref  string
+		auth *runtime.RegistryAuth
+		err  string
+		want string
+		is   error
+	}{
+		{"a localhost image that was never built",
+			"localhost/fleet-examples/analysis-apii:v1", nil,
+			`initializing source docker://localhost/fleet-examples/analysis-apii:v1: pinging container registry localhost: Get "https://localhost/v2/": dial tcp 127.0.0.1:443: connect: connection refused`,
+			"image localhost/fleet-examples/analysis-apii:v1 could not be pulled from localhost (anonymously): " +
+				"the registry refused the connection (dial tcp 127.0.0.1:443: connect: connection refused); " +
+				"check the image name: a localhost/ image is one built or loaded on the device, and this device does not have it",
+			runtime.ErrRegistryUnavailable},
+		{"a host name that does not resolve",
+			"nonexistent.invalid/app:v1", nil,
+			`initializing source docker://nonexistent.invalid/app:v1: pinging container registry nonexistent.invalid: Get "https://nonexistent.invalid/v2/": dial tcp: lookup nonexistent.invalid on 10.255.255.53:53: no such host`,
+			"image nonexistent.invalid/app:v1 could not be pulled from nonexistent.invalid (anonymously): " +
+				"the registry's host name does not resolve (lookup nonexistent.invalid on 10.255.255.53:53: no such host); " +
+				"check the registry host in the image name",
+			runtime.ErrRegistryUnavailable},
+		{"a tag the registry does not have, with a pull secret",
+			"127.0.0.1:5000/fleet-examples/analysis-apii:v1", withSecret,
+			"initializing source docker://127.0.0.1:5000/fleet-examples/analysis-apii:v1: reading manifest v1 in 127.0.0.1:5000/fleet-examples/analysis-apii: manifest unknown: manifest unknown",
+			"image 127.0.0.1:5000/fleet-examples/analysis-apii:v1 could not be pulled from 127.0.0.1:5000 (with the pull secret for 127.0.0.1:5000): " +
+				"the image does not exist in the registry (manifest unknown); check the image name and tag",
+			runtime.ErrImageNotFound},
+		{"a refused credential that echoes the password",
+			"127.0.0.1:5000/private/api:v1", withSecret,
+			"initializing source docker://127.0.0.1:5000/private/api:v1: unable to retrieve auth token: invalid username/password (" + secret + "): unauthorized: authentication required",
+			"image 127.0.0.1:5000/private/api:v1 could not be pulled from 127.0.0.1:5000 (with the pull secret for 127.0.0.1:5000): " +
+				"the registry refused the credentials (unable to retrieve auth token: invalid username/password (<redacted>): unauthorized: authentication required); " +
+				"check the pull secret's username and password",
+			runtime.ErrAuth},
+		{"a reset connection names no ephemeral port, so retries read the same",
+			"hub.example/app:v1", nil,
+			`initializing source docker://hub.example/app:v1: reading manifest v1 in hub.example/app: Get "https://hub.example/v2/app/manifests/v1": read tcp 10.0.0.2:53712->10.0.0.1:443: read: connection reset by peer`,
+			"image hub.example/app:v1 could not be pulled from hub.example (anonymously): " +
+				"the registry could not be reached (read tcp 10.0.0.1:443: read: connection reset by peer)",
+			runtime.ErrRegistryUnavailable},
+		{"a server error",
+			"hub.example/app:v1", nil,
+			"initializing source docker://hub.example/app:v1: reading manifest v1 in hub.example/app: received unexpected HTTP status: 503 Service Unavailable",
+			"image hub.example/app:v1 could not be pulled from hub.example (anonymously): " +
+				"the registry answered with a server error (received unexpected HTTP status: 503 Service Unavailable)",
+			runtime.ErrRegistryUnavailable},
+		{"a certificate that does not verify",
+			"hub.example/app:v1", nil,
+			"initializing source docker://hub.example/app:v1: pinging container registry hub.example: Get \"https://hub.example/v2/\": tls: failed to verify certificate: x509: certificate signed by unknown authority",
+			"image hub.example/app:v1 could not be pulled from hub.example (anonymously): " +
+				"the registry's TLS certificate is not trusted (tls: failed to verify certificate: x509: certificate signed by unknown authority); " +
+				"the device must trust the registry's certificate authority",
+			nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var secrets []string
+			if tt.auth != nil {
+				secrets = append(secrets, tt.auth.Password)
+			}
+			err := pullError(tt.ref, tt.auth, errors.New(tt.err), secrets)
+			if got := err.Error(); got != tt.want {
+				t.Errorf("got  %q\nwant %q", got, tt.want)
+			}
+			if tt.is != nil && !errors.Is(err, tt.is) {
+				t.Errorf("%v is not %v", err, tt.is)
+			}
+			if tt.is == nil && errors.Unwrap(err) != nil {
+				t.Errorf("%v unwraps to %v, want nothing", err, errors.Unwrap(err))
+			}
+		})
+	}
+}

@@ -282,9 +282,11 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 // Pull fetches an image. auth, when not nil, travels in this request's
 // X-Registry-Auth header only; when nil the pull is anonymous unless the
 // host's Podman holds credentials of its own (the agent never stores any).
-// A refused credential is runtime.ErrAuth, a registry without the image
-// runtime.ErrImageNotFound, a registry that cannot be reached or answers
-// with a server error runtime.ErrRegistryUnavailable.
+// Every failure but a cancelled pull and an engine that cannot be reached
+// is a *runtime.PullError: a refused credential is runtime.ErrAuth, a
+// registry without the image runtime.ErrImageNotFound, a registry that
+// cannot be reached or answers with a server error
+// runtime.ErrRegistryUnavailable (see pullError).
 func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
 	opts := new(images.PullOptions).WithQuiet(true)
 	var secrets []string
@@ -298,14 +300,10 @@ func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAu
 		return nil
 	case ctx.Err() != nil:
 		return redact(fmt.Errorf("podman: pull %s: %w", ref, ctx.Err()), ctx.Err(), secrets...)
-	case isAuthFailure(err):
-		return redact(fmt.Errorf("podman: pull %s: %w: %w", ref, runtime.ErrAuth, err), runtime.ErrAuth, secrets...)
-	case isImageNotFound(err):
-		return redact(fmt.Errorf("podman: pull %s: %w: %w", ref, runtime.ErrImageNotFound, err), runtime.ErrImageNotFound, secrets...)
-	case !runtime.IsUnavailable(err) && isRegistryUnavailable(err): // the engine answered; the registry did not
-		return redact(fmt.Errorf("podman: pull %s: %w: %w", ref, runtime.ErrRegistryUnavailable, err), runtime.ErrRegistryUnavailable, secrets...)
-	default:
+	case runtime.IsUnavailable(err): // the engine did not answer: not the registry's doing
 		return redact(fmt.Errorf("podman: pull %s: %w", ref, err), nil, secrets...)
+	default:
+		return pullError(ref, auth, err, secrets)
 	}
 }
 

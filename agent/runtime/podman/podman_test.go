@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -69,6 +70,9 @@ func TestConformance(t *testing.T) {
 			HostPort:    freePort,
 			Registry: func(t *testing.T) runtimetest.Registry {
 				return privateRegistry(ctx, t)
+			},
+			Unreachable: func(t *testing.T) string {
+				return fmt.Sprintf("127.0.0.1:%d/fleet-conformance/unreachable:v1", freePort(t))
 			},
 			CreateForeign: func(t *testing.T) string {
 				return createForeign(ctx, t, localImage(t, "running", runningFile))

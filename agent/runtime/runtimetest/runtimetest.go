@@ -81,6 +81,10 @@ type Fixture struct {
 	// Registry returns images in a registry that requires credentials; nil
 	// skips the pull cases. It may skip t when the registry is missing.
 	Registry func(t *testing.T) Registry
+	// Unreachable returns a reference on a registry that refuses
+	// connections (the engine answers, the registry does not); nil skips
+	// that part of the PullError case.
+	Unreachable func(t *testing.T) string
 	// CreateForeign creates and starts a container the way something other
 	// than the agent would: not through the Runtime, without the agent's
 	// labels (only what the harness needs for cleanup). It returns its name.
@@ -144,6 +148,7 @@ var cases = []testCase{
 	{"Pull of a private image with the right credentials works", testPullWithCredentials},
 	{"Pull of a private image without or with wrong credentials is ErrAuth", testPullRefused},
 	{"Pull of an image the registry does not have is ErrImageNotFound", testPullMissing},
+	{"a failed pull is one PullError line naming the image, the registry, what was tried and why", testPullError},
 	{"the restart policy of the spec is applied", testRestartPolicy},
 	{"starting a container whose host port a running container holds fails and leaves it not running", testPortConflict},
 	{"a started exited container runs again", testRestartExited},
@@ -613,6 +618,64 @@ func testPullMissing(s *suite) {
 	}
 	if errors.Is(err, runtime.ErrAuth) {
 		s.t.Error("Pull of a missing image with valid credentials is also ErrAuth")
+	}
+}
+
+// engineNoise is text of an engine's error wrapping that a PullError never
+// carries: the message is one line a user reads.
+var engineNoise = []string{"podman:", "sim:", "initializing source", "pinging container registry", "reading manifest", "\n"}
+
+func testPullError(s *suite) {
+	reg := s.registry()
+	auth := reg.Auth
+	tests := []struct {
+		name  string
+		ref   string
+		auth  *runtime.RegistryAuth
+		want  error
+		cause string
+		tried string
+	}{
+		{"a missing image with the pull secret", reg.Missing, &auth, runtime.ErrImageNotFound, runtime.PullCauseNotFound,
+			"with the pull secret for " + runtime.ImageAuthority(reg.Missing)},
+		{"a private image pulled anonymously", reg.Private, nil, runtime.ErrAuth, runtime.PullCauseAuth, runtime.PullAnonymously},
+	}
+	if s.fx.Unreachable != nil {
+		ref := s.fx.Unreachable(s.t)
+		tests = append(tests, struct {
+			name  string
+			ref   string
+			auth  *runtime.RegistryAuth
+			want  error
+			cause string
+			tried string
+		}{"an image on a registry that refuses connections", ref, nil, runtime.ErrRegistryUnavailable, runtime.PullCauseRefused, runtime.PullAnonymously})
+	}
+	for _, tt := range tests {
+		err := s.rt.Pull(s.ctx(), tt.ref, tt.auth)
+		var pe *runtime.PullError
+		if !errors.As(err, &pe) {
+			s.t.Errorf("%s: Pull = %v, want a *runtime.PullError", tt.name, err)
+			continue
+		}
+		if !errors.Is(err, tt.want) {
+			s.t.Errorf("%s: %v is not %v", tt.name, err, tt.want)
+		}
+		authority := runtime.ImageAuthority(tt.ref)
+		if pe.Ref != tt.ref || pe.Authority != authority || pe.Auth != tt.tried || !strings.HasPrefix(pe.Cause, tt.cause) {
+			s.t.Errorf("%s: PullError{Ref: %q, Authority: %q, Auth: %q, Cause: %q}, want %q, %q, %q and a cause starting %q",
+				tt.name, pe.Ref, pe.Authority, pe.Auth, pe.Cause, tt.ref, authority, tt.tried, tt.cause)
+		}
+		msg := err.Error()
+		want := "image " + tt.ref + " could not be pulled from " + authority + " (" + tt.tried + "): " + tt.cause
+		if !strings.HasPrefix(msg, want) || strings.Count(msg, tt.ref) != 1 {
+			s.t.Errorf("%s: the error reads %q; want one line starting %q that names the image once", tt.name, msg, want)
+		}
+		for _, n := range engineNoise {
+			if strings.Contains(msg, n) {
+				s.t.Errorf("%s: the error %q carries the engine's wrapping %q", tt.name, msg, n)
+			}
+		}
 	}
 }
 

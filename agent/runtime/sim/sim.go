@@ -73,6 +73,10 @@ type Options struct {
 	// Registry maps image references to the images a Pull can fetch. A
 	// reference absent from it is runtime.ErrImageNotFound.
 	Registry map[string]RegistryImage
+	// Unreachable are registry authorities (host:port) that refuse
+	// connections: a Pull of an image on one is a *runtime.PullError with
+	// runtime.ErrRegistryUnavailable, as Podman's is.
+	Unreachable []string
 	// HostPathExists reports whether a mount's host path exists; Create
 	// fails for a missing one, as Podman's does. Nil means every path
 	// exists (the file system is never touched).
@@ -120,8 +124,10 @@ type Runtime struct {
 	nextID   uint64
 	images   map[string]bool
 	registry map[string]RegistryImage
-	byID     map[string]*container
-	byName   map[string]*container
+	// unreachable holds Options.Unreachable, normalised; read-only.
+	unreachable map[string]bool
+	byID        map[string]*container
+	byName      map[string]*container
 }
 
 // container is one simulated container; its fields are guarded by
@@ -165,6 +171,10 @@ func New(opts Options) *Runtime {
 	}
 	for _, ref := range opts.LocalImages {
 		r.images[ref] = true
+	}
+	r.unreachable = make(map[string]bool, len(opts.Unreachable))
+	for _, a := range opts.Unreachable {
+		r.unreachable[runtime.NormaliseAuthority(a)] = true
 	}
 	return r
 }
@@ -372,8 +382,10 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 // auth: runtime.ErrImageNotFound when it does not serve it, runtime.ErrAuth
 // when the image requires a credential other than auth. Like a registry, it
 // checks the image before the credential only when the credential is right
-// or not required. While SetRegistryUnavailable(true) every pull is
-// runtime.ErrRegistryUnavailable.
+// or not required. While SetRegistryUnavailable(true) every pull, and
+// always a pull from an Options.Unreachable registry, is
+// runtime.ErrRegistryUnavailable. Each of these failures is a
+// *runtime.PullError worded as runtime/podman words it.
 func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
 	if err := r.down("pull"); err != nil {
 		return err
@@ -381,17 +393,17 @@ func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAu
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("sim: pull %s: %w", ref, err)
 	}
-	if r.registryDown.Load() {
-		return fmt.Errorf("sim: pull %s: connection refused: %w", ref, runtime.ErrRegistryUnavailable)
+	if r.registryDown.Load() || r.unreachable[runtime.ImageAuthority(ref)] {
+		return runtime.NewPullError(ref, auth, runtime.ErrRegistryUnavailable, runtime.PullCauseRefused, "connection refused")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	img, ok := r.registry[ref]
 	if !ok {
-		return fmt.Errorf("sim: pull %s: %w", ref, runtime.ErrImageNotFound)
+		return runtime.NewPullError(ref, auth, runtime.ErrImageNotFound, runtime.PullCauseNotFound, "manifest unknown")
 	}
 	if img.Auth != nil && (auth == nil || *auth != *img.Auth) {
-		return fmt.Errorf("sim: pull %s: %w", ref, runtime.ErrAuth)
+		return runtime.NewPullError(ref, auth, runtime.ErrAuth, runtime.PullCauseAuth, "unauthorized: authentication required")
 	}
 	r.images[ref] = true
 	return nil

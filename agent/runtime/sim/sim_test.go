@@ -68,6 +68,7 @@ func TestConformance(t *testing.T) {
 		rt := sim.New(sim.Options{
 			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck},
 			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
+			Unreachable: []string{"unreachable.example:5000"},
 			Behave:      behave,
 			Now:         time.Now,
 			HostPathExists: func(path string) bool {
@@ -87,6 +88,7 @@ func TestConformance(t *testing.T) {
 			Registry: func(*testing.T) runtimetest.Registry {
 				return runtimetest.Registry{Private: imgPrivate, Auth: auth, Missing: imgMissing}
 			},
+			Unreachable: func(*testing.T) string { return "unreachable.example:5000/app:v1" },
 			CreateForeign: func(t *testing.T) string {
 				id, err := rt.Create(t.Context(), runtime.ContainerSpec{Name: "foreign", Image: imgRunning})
 				if err != nil {
