@@ -106,6 +106,29 @@ func TestEveryMockPageRendersWithTheMockBanner(t *testing.T) {
 		}
 		t.Error("no mock Deployment page shows a rollout plan")
 	})
+	t.Run("a Deployment past its progress deadline shows that its rollout stalled, and is alerted", func(t *testing.T) {
+		_, _, list := b.get(base + "/deployments")
+		found := false
+		for _, m := range href.FindAllStringSubmatch(list, -1) {
+			if !strings.HasPrefix(m[1], "/deployments/") {
+				continue
+			}
+			_, _, body := b.get(base + m[1])
+			if strings.Contains(body, "<strong>Rollout stalled</strong>") {
+				found = true
+				if !strings.Contains(body, "no progress within its progress deadline") || !strings.Contains(body, "registry unavailable, retrying") {
+					t.Errorf("the stalled banner of %s does not name the waiting devices' report:\n%s", m[1], body)
+				}
+			}
+		}
+		if !found {
+			t.Error("no mock Deployment page shows a stalled rollout")
+		}
+		_, _, alerts := b.get(base + "/alerts")
+		if !strings.Contains(alerts, "rollout stalled: ") || !strings.Contains(alerts, "(rollout-stalled)") {
+			t.Errorf("the alerts page lists no rollout-stalled alert:\n%s", alerts)
+		}
+	})
 	for _, p := range pages {
 		t.Run(p, func(t *testing.T) {
 			status, _, body := b.get(base + p)

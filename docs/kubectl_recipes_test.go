@@ -12,8 +12,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
@@ -109,6 +112,83 @@ func TestKubectlRecipes(t *testing.T) {
 			cmd.Env = append(os.Environ(), "KUBECONFIG="+srv.KubeconfigPath(), "NATS_URL="+nsrv.ClientURL(),
 				"HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
 				"PATH="+filepath.Dir(srv.KubectlPath())+string(os.PathListSeparator)+filepath.Dir(nats)+string(os.PathListSeparator)+os.Getenv("PATH"))
+			var out bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &out, &out
+			if err := cmd.Run(); err != nil {
+				t.Fatalf("recipe failed: %v\n%s", err, out.String())
+			}
+			for _, want := range r.expect {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("output lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
+
+// TestTheRolloutWaitRecipes runs the kubectl recipes of rollouts.md, in
+// order: one Deployment whose generations succeed, fail (a health check
+// that fails) and stall (an image name with a typo: every pull fails with
+// "registry unavailable"), each waited for with the documented command, with
+// the real kubectl against a real API server, the operator, and an agent on
+// the simulated container engine.
+func TestTheRolloutWaitRecipes(t *testing.T) {
+	srv := kubeapi.Shared(t)
+	rs := recipes(t, "rollouts.md", "kubectl-recipe")
+	if len(rs) != 3 {
+		t.Fatalf("found %d kubectl recipes in rollouts.md, want 3 (succeed, fail, stall); the marker format changed?", len(rs))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nsrv, st := natstest.Provisioned(t)
+	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.DiscardHandler)
+	opCtx, stopOp := context.WithCancel(ctx)
+	defer stopOp()
+	opDone := make(chan error, 1)
+	go func() {
+		opDone <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: st, Reader: st, IntentKV: kv, Devices: st,
+			Logger: logger, StatusInterval: 100 * time.Millisecond, SeveralPerProcess: true})
+	}()
+	// Device wait-1 in lab, with an agent whose engine has the image of the
+	// recipes locally and reaches no registry.
+	const device = "wait-1"
+	for _, obj := range []string{"apiVersion: v1\nkind: Namespace\nmetadata: {name: lab}\n",
+		"apiVersion: fleet.nationtech.io/v1alpha1\nkind: Device\nmetadata: {name: " + device + ", namespace: lab, labels: {app: wait-demo}}\nspec: {identitySubject: sub-" + device + "}\n"} {
+		if out, err := srv.Kubectl(ctx, []byte(obj), "apply", "-f", "-"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+	}
+	rt := sim.New(sim.Options{LocalImages: []string{"registry.example.com/api:v1"}})
+	rt.SetRegistryUnavailable(true)
+	agCtx, stopAgent := context.WithCancel(ctx)
+	agDone := make(chan error, 1)
+	go func() {
+		nc := natstest.Connect(t, nsrv, nats.CustomInboxPrefix("_INBOX_"+device))
+		agDone <- agent.Run(agCtx, agent.Options{Device: device, Conn: nc, Logger: logger,
+			Reconciler: &agent.Reconciler{Runtime: rt, Log: logger, StopTimeout: time.Second}})
+	}()
+	defer func() {
+		stopAgent()
+		<-agDone
+		stopOp()
+		if err := <-opDone; err != nil {
+			t.Errorf("operator: %v", err)
+		}
+	}()
+
+	home := t.TempDir()
+	for _, r := range rs {
+		t.Run(r.script, func(t *testing.T) {
+			rctx, rcancel := context.WithTimeout(ctx, 3*time.Minute)
+			defer rcancel()
+			cmd := exec.CommandContext(rctx, "bash", "-euo", "pipefail", "-c", r.script)
+			cmd.Dir = ".."
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+srv.KubeconfigPath(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+				"PATH="+filepath.Dir(srv.KubectlPath())+string(os.PathListSeparator)+os.Getenv("PATH"))
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Run(); err != nil {

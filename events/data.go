@@ -40,6 +40,11 @@ type DeploymentRevisionCreated struct {
 	// Plan.Budget is set: the index of the target's group in
 	// Plan.Budget.Values.
 	TargetGroups []int `json:"targetGroups,omitempty"`
+	// ProgressDeadlineSeconds is the Deployment's progress deadline
+	// (spec.rollout.progressDeadline), when it sets one; 0: the operator's
+	// (--progress-deadline). It only says when the rollout's Progressing
+	// condition turns False: no decision depends on it.
+	ProgressDeadlineSeconds int64 `json:"progressDeadlineSeconds,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the

@@ -24,6 +24,7 @@ type Metrics struct {
 	transitions  *prometheus.CounterVec
 	durations    *prometheus.HistogramVec
 	started      *prometheus.GaugeVec
+	deadlines    *prometheus.GaugeVec
 	phases       *prometheus.GaugeVec
 	reports      *prometheus.CounterVec
 	intentWrites *prometheus.CounterVec
@@ -45,6 +46,7 @@ const (
 	MetricRolloutTransitions  = "fleet_rollout_transitions_total"
 	MetricRolloutDuration     = "fleet_rollout_duration_seconds"
 	MetricRolloutStarted      = "fleet_rollout_started_timestamp_seconds"
+	MetricRolloutDeadline     = "fleet_rollout_progress_deadline_exceeded"
 	MetricRollouts            = "fleet_rollouts"
 	MetricRunnerReports       = "fleet_rollout_runner_reports_total"
 	MetricRunnerIntentWrites  = "fleet_rollout_runner_intent_writes_total"
@@ -72,6 +74,9 @@ func NewMetrics() *Metrics {
 			[]string{"namespace", "deployment", "result"}),
 		started: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRolloutStarted,
 			Help: "Unix time of the revision event of each rollout in progress (a series exists only while its rollout is neither succeeded nor failed)."},
+			[]string{"namespace", "deployment"}),
+		deadlines: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRolloutDeadline,
+			Help: "1 while a Deployment's rollout has made no progress within its progress deadline (its Progressing condition is False, reason ProgressDeadlineExceeded); the series exists only then."},
 			[]string{"namespace", "deployment"}),
 		phases: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRollouts,
 			Help: "Deployments by the phase of their current revision's rollout, as the rollout runner folds them."},
@@ -125,7 +130,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	if m == nil {
 		return nil
 	}
-	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.phases, m.reports,
+	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.deadlines, m.phases, m.reports,
 		m.intentWrites, m.statusWrites, m.live, m.devices, m.trimmed, m.leader, m.checkpoint}
 }
 
@@ -174,6 +179,19 @@ func (m *Metrics) rolloutEnded(k depKey, result string, took time.Duration) {
 	if m != nil {
 		m.durations.WithLabelValues(k.ns, k.name, result).Observe(took.Seconds())
 	}
+}
+
+// progressDeadline sets Deployment k's gauge while its rollout exceeded
+// its progress deadline and deletes it otherwise.
+func (m *Metrics) progressDeadline(k depKey, exceeded bool) {
+	if m == nil {
+		return
+	}
+	if exceeded {
+		m.deadlines.WithLabelValues(k.ns, k.name).Set(1)
+		return
+	}
+	m.deadlines.DeleteLabelValues(k.ns, k.name)
 }
 
 func (m *Metrics) report(outcome string) {

@@ -69,6 +69,11 @@ type Options struct {
 	// of a revision after it was handed it before it is removed from the
 	// revision's accounting; 0: DefaultTargetTimeout (1h).
 	TargetTimeout time.Duration
+	// ProgressDeadline is how long a rollout may make no progress before
+	// its Progressing condition turns False (ProgressDeadlineExceeded), for
+	// a Deployment without spec.rollout.progressDeadline; 0:
+	// DefaultProgressDeadline (10m); negative: none.
+	ProgressDeadline time.Duration
 	// Skips counts the stored records the operator's readers skip because
 	// they do not decode (fleet_events_skipped_records_total). Run
 	// registers it with controller-runtime's metrics registry
@@ -219,7 +224,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
-		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, Removals: removals}
+		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals}
 	if err := mgr.Add(leaderOnly(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

@@ -56,6 +56,8 @@ type env struct {
 	metrics *operator.Metrics
 	// targetTimeout, when set, is the operator's target timeout.
 	targetTimeout time.Duration
+	// progressDeadline, when set, is the operator's progress deadline.
+	progressDeadline time.Duration
 	// deviceController runs the Device controller (fleet-identity, Device
 	// status) on the env's store.
 	deviceController bool
@@ -125,7 +127,7 @@ func (e *env) startOperator() (stop func()) {
 	}
 	o := operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 		Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
-		Metrics: e.metrics, TargetTimeout: e.targetTimeout, DeviceWorkers: e.deviceWorkers}
+		Metrics: e.metrics, TargetTimeout: e.targetTimeout, ProgressDeadline: e.progressDeadline, DeviceWorkers: e.deviceWorkers}
 	if e.deviceController {
 		o.Devices = e.store
 	}

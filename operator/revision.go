@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -50,6 +51,11 @@ func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, da
 		UID: string(d.UID), Generation: d.Generation, RevisionID: RevisionID(d.Generation, digest),
 		ScoreDigest: digest, Score: raw, Targets: nonNil(r.Targets), Canaries: nonNil(r.Canaries),
 		Plan: r.Plan, TargetBatches: r.TargetBatches, TargetGroups: r.TargetGroups,
+	}
+	if pd := d.Spec.Rollout.ProgressDeadline; pd != nil && pd.Duration > 0 {
+		// Frozen only when set, so a revision without one has the bytes
+		// of before.
+		data.ProgressDeadlineSeconds = int64(max(pd.Duration.Round(time.Second), time.Second) / time.Second)
 	}
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.

@@ -187,3 +187,39 @@ func TestARevisionWithAPlanOfAHundredThousandTargetsIsAppendedAndAssembledWithIt
 		}
 	}
 }
+
+// TestAProgressDeadlineIsFrozenOnlyWhenSet: a Deployment without
+// spec.rollout.progressDeadline writes the revision bytes of before; one
+// with it adds progressDeadlineSeconds and nothing else.
+func TestAProgressDeadlineIsFrozenOnlyWhenSet(t *testing.T) {
+	devices := []fleetv1.Device{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-2", Labels: map[string]string{"role": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-1", Labels: map[string]string{"role": "x", "canary": "true"}}},
+	}
+	for _, tc := range []struct {
+		name     string
+		deadline *metav1.Duration
+		want     string
+	}{
+		{"without a deadline the bytes are those of before", nil, beforePlans},
+		{"a deadline of 30s is frozen in seconds", &metav1.Duration{Duration: 30 * time.Second},
+			strings.TrimSuffix(beforePlans, "}") + `,"progressDeadlineSeconds":30}`},
+		{"a deadline of 1h30m is frozen in seconds", &metav1.Duration{Duration: 90 * time.Minute},
+			strings.TrimSuffix(beforePlans, "}") + `,"progressDeadlineSeconds":5400}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := planTestDeployment(fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate, ProgressDeadline: tc.deadline})
+			res, err := ResolveTargets(context.Background(), d, devices, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, _, err := revisionEvents(d, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, string(evs[len(evs)-1].Data)); len(evs) != 1 || diff != "" {
+				t.Errorf("%d events; the revision's data (-want +got):\n%s", len(evs), diff)
+			}
+		})
+	}
+}

@@ -56,6 +56,9 @@ type runnerState struct {
 	dirtyStat map[depKey]bool
 	// revisedAt is when each Deployment's current revision was stored.
 	revisedAt map[depKey]time.Time
+	// exceeded are the Deployments whose rollout exceeded its progress
+	// deadline when the runner last judged it (progressDeadlines).
+	exceeded map[depKey]bool
 	// live is set once every source caught up with its history.
 	live bool
 	// revisionless counts the rollouts that have reports or transitions but
@@ -78,7 +81,8 @@ type runnerState struct {
 
 func newRunnerState() *runnerState {
 	return &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
-		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, revisedAt: map[depKey]time.Time{}}
+		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, revisedAt: map[depKey]time.Time{},
+		exceeded: map[depKey]bool{}}
 }
 
 // Bounds on what device reports can add to the runner's state once it is
@@ -137,8 +141,10 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		}
 		ev = whole
 	}
-	// The data decoded once: to route a report and to fold it.
+	// The data decoded once: to route a report and to fold it. The
+	// stream's stored time moves the progress clock, never a device's.
 	p := projections.NewPayload(ev)
+	p.Stored = rec.Stored
 	switch source {
 	case sourceIntent, sourceRollouts:
 		if ev.Type == events.TypeTaskRunCreated || ev.Type == events.TypeTaskRunDeleted {

@@ -47,13 +47,14 @@ func (k KubeStatus) WriteDeploymentStatus(ctx context.Context, namespace, name s
 	return err
 }
 
-// writeStatus hands the status of every Deployment that changed to w; one
-// that fails stays dirty for the next tick.
-func writeStatus(ctx context.Context, w DeploymentStatusWriter, log *slog.Logger, m *Metrics, s *runnerState) {
+// writeStatus hands the status of every Deployment that changed to w, as
+// at now with def the operator's progress deadline; one that fails stays
+// dirty for the next tick.
+func writeStatus(ctx context.Context, w DeploymentStatusWriter, log *slog.Logger, m *Metrics, s *runnerState, now time.Time, def time.Duration) {
 	defer m.rolloutGauges(s)
 	for k := range s.dirtyStat {
 		ro := s.rollouts[k]
-		st, ok := ro.Status()
+		st, ok := ro.StatusAt(now, def)
 		if !ok || ro.Deleted {
 			delete(s.dirtyStat, k)
 			continue
@@ -640,8 +641,11 @@ const CheckpointObject = "rollout-runner"
 // checkpointVersion is the version of the checkpoints this build writes and
 // restores. 2: the intent source includes TaskRun intent (a version 1
 // checkpoint's position passed TaskRun events it never folded, so it is
-// rebuilt from the first event).
-const checkpointVersion = 2
+// rebuilt from the first event). 3: the folds keep the progress clock
+// (each target's first report and first result, with the stream's stored
+// time), which an earlier checkpoint lacks: it is rebuilt from the first
+// event once.
+const checkpointVersion = 3
 
 // checkpoint is the snapshot the runner writes: its folds and the last
 // sequence it folded of each stream it reads.

@@ -90,6 +90,16 @@ type RolloutRunner struct {
 	// the runner removes it from the revision's accounting. Default
 	// DefaultTargetTimeout.
 	TargetTimeout time.Duration
+	// ProgressDeadline is how long a rollout may make no progress before
+	// its Progressing condition turns False (ProgressDeadlineExceeded),
+	// for a revision that sets no spec.rollout.progressDeadline of its
+	// own. It appends no event and decides nothing. Zero:
+	// DefaultProgressDeadline; negative: none (only revisions that set one
+	// have a deadline).
+	ProgressDeadline time.Duration
+	// Now, when set, is the clock the progress deadline is judged by
+	// (tests); nil: time.Now.
+	Now func() time.Time
 	// Removals, when set, tells the runner of Devices deleted or
 	// quarantined (TargetWatch): each is removed from the accounting of
 	// every rollout in progress in its namespace that has it as a target.
@@ -98,6 +108,9 @@ type RolloutRunner struct {
 
 // DefaultTargetTimeout is RolloutRunner.TargetTimeout when zero.
 const DefaultTargetTimeout = time.Hour
+
+// DefaultProgressDeadline is RolloutRunner.ProgressDeadline when zero.
+const DefaultProgressDeadline = 10 * time.Minute
 
 // TargetRemoval is a Device that can no longer take part in a rollout.
 type TargetRemoval struct {
@@ -149,6 +162,12 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 	}
 	if r.TargetTimeout == 0 {
 		r.TargetTimeout = DefaultTargetTimeout
+	}
+	if r.ProgressDeadline == 0 {
+		r.ProgressDeadline = DefaultProgressDeadline
+	}
+	if r.Now == nil {
+		r.Now = time.Now
 	}
 	if js, ok := r.Store.(interface{ JetStream() jetstream.JetStream }); ok && r.JS == nil {
 		r.JS = js.JetStream()
@@ -205,7 +224,8 @@ func (r *runner) run(ctx context.Context) error {
 				r.retry(ctx) // also the fleet-intent writes that failed or conflicted
 				r.endSoaks(ctx, time.Now())
 				r.removeTargets(ctx, time.Now())
-				writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
+				r.progressDeadlines(ctx, r.Now())
+				writeStatus(ctx, r.Status, r.Log, r.Metrics, s, r.Now(), r.ProgressDeadline)
 			}
 		case u := <-kvWrites:
 			if s.live && r.intent.foreign(ctx, u, s.dirtyKV) {
@@ -278,7 +298,8 @@ func (r *runner) goLive(ctx context.Context) error {
 		r.decide(ctx, k)
 	}
 	r.removeTargets(ctx, time.Now())
-	writeStatus(ctx, r.Status, r.Log, r.Metrics, s)
+	r.progressDeadlines(ctx, r.Now())
+	writeStatus(ctx, r.Status, r.Log, r.Metrics, s, r.Now(), r.ProgressDeadline)
 	r.Metrics.setLive(true)
 	r.Log.InfoContext(ctx, "rollout runner caught up", "deployments", len(s.rollouts))
 	return nil
@@ -462,6 +483,42 @@ func (r *runner) endSoaks(ctx context.Context, now time.Time) {
 	for _, k := range r.s.sortedKeys() {
 		if at := r.s.rollouts[k].SoakEnds(); !at.IsZero() && !now.Before(at) {
 			r.decide(ctx, k)
+		}
+	}
+}
+
+// progressDeadlines judges every rollout's progress deadline at now: a
+// Deployment whose rollout exceeded it, or no longer does, gets its status
+// written again (no event marks a deadline passing) and its gauge set or
+// deleted. It appends nothing and decides nothing.
+func (r *runner) progressDeadlines(ctx context.Context, now time.Time) {
+	s := r.s
+	for _, k := range s.sortedKeys() {
+		ro := s.rollouts[k]
+		ex := !ro.Deleted && ro.DeadlineExceeded(now, r.ProgressDeadline)
+		if ex == s.exceeded[k] {
+			continue
+		}
+		s.dirtyStat[k] = true
+		r.Metrics.progressDeadline(k, ex)
+		if !ex {
+			delete(s.exceeded, k)
+			continue
+		}
+		s.exceeded[k] = true
+		waiting, n := ro.Waiting(1)
+		args := []any{"deployment", k.ns + "/" + k.name, "revision", ro.RevisionID, "deadline", ro.Deadline(r.ProgressDeadline),
+			"lastProgress", ro.ProgressAt, "waiting", n}
+		if len(waiting) > 0 {
+			args = append(args, "device", waiting[0].Device, "phase", waiting[0].Result.Phase, "report", waiting[0].Result.Error)
+		}
+		r.Log.WarnContext(ctx, "rollout progress deadline exceeded: no transition, and no target's first report or first result, within the deadline", args...)
+	}
+	// Deployments no longer in the fold.
+	for k := range s.exceeded {
+		if _, ok := s.rollouts[k]; !ok {
+			delete(s.exceeded, k)
+			r.Metrics.progressDeadline(k, false)
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package projections
 
-import "github.com/nationtech/harmony-fleet/events"
+import (
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
 
 // Payload is one event whose data is decoded at most once, however many
 // folds read it: a reader that routes a report by its Deployment, then folds
@@ -16,6 +20,10 @@ import "github.com/nationtech/harmony-fleet/events"
 type Payload struct {
 	// Event is the event being folded.
 	Event events.Event
+	// Stored is when the stream stored the event (events.Record.Stored);
+	// zero when unknown. The rollout fold's progress clock takes a report's
+	// time from it, never from the device's clock (Rollout.ProgressAt).
+	Stored time.Time
 
 	done       uint8 // the slots below that were decoded, a bit each
 	report     decoded[events.WorkloadStatus]
@@ -42,6 +50,10 @@ const (
 
 // NewPayload returns ev to fold, its data not decoded yet.
 func NewPayload(ev events.Event) Payload { return Payload{Event: ev} }
+
+// NewStoredPayload is NewPayload of the record rec: its event and the
+// stream's stored time.
+func NewStoredPayload(rec events.Record) Payload { return Payload{Event: rec.Event, Stored: rec.Stored} }
 
 // once decodes p's data as T (with decode, events.Decode[T] when nil) the
 // first time and returns the memo after.

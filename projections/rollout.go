@@ -34,6 +34,26 @@ type DeviceResult struct {
 	// the Deployment (1, 2, …): stream order, which decides which of two
 	// devices' failures is the latest.
 	Order uint64 `json:",omitempty"`
+	// First is when the stream stored the target's first report of the
+	// revision, Settled when it stored its first Converged or Failed
+	// (zero: none yet, or the time was unknown). Both move the rollout's
+	// progress clock (Rollout.ProgressAt); later reports never do.
+	First   time.Time `json:",omitzero"`
+	Settled time.Time `json:",omitzero"`
+}
+
+// next is the result of a report of phase, error and device time since,
+// stored at stored, that follows prev (the zero value: no report yet);
+// had says whether there was one.
+func (prev DeviceResult) next(had bool, phase events.WorkloadPhase, errText string, since, stored time.Time, order uint64) DeviceResult {
+	res := DeviceResult{Phase: phase, Error: errText, Since: since, Order: order, First: prev.First, Settled: prev.Settled}
+	if !had {
+		res.First = stored
+	}
+	if finished(phase) && res.Settled.IsZero() && !(had && finished(prev.Phase) && prev.Settled.IsZero()) {
+		res.Settled = stored
+	}
+	return res
 }
 
 // Rollout is the state of one Deployment's current revision, folded from its
@@ -115,6 +135,19 @@ type Rollout struct {
 	// requests are the request ids of the approvals, pauses and resumes
 	// folded for the revision.
 	requests map[string]bool
+	// ProgressAt is the progress clock: the latest of the revision
+	// event's time, the time of any transition of the revision (a resume
+	// or an approval restarts it), and the times the stream stored each
+	// target's first report of the revision and its first Converged or
+	// Failed (DeviceResult.First and Settled). A Pending or Applying
+	// report that is not a target's first never moves it, so a device can
+	// put the progress deadline off at most twice. Times are the
+	// operator's and the stream's, never a device's clock.
+	ProgressAt time.Time
+	// ProgressDeadline is the revision's own progress deadline
+	// (spec.rollout.progressDeadline, frozen in its event); 0: the
+	// operator's (DeadlineExceeded's def).
+	ProgressDeadline time.Duration
 	// LastSucceeded is the greatest generation of this Deployment UID,
 	// older than the revision's, whose rollout succeeded (0: none): what
 	// onFailure Rollback hands back. RolledBackTo is the generation a
@@ -142,6 +175,8 @@ type earlyFacts struct {
 	stage       Stage
 	stageAt     time.Time
 	releasedAll bool
+	// progressAt is the latest time of the revision's transitions.
+	progressAt time.Time
 	// controls are the plan's transitions and pauses and resumes, in
 	// order, folded once the revision is.
 	controls []events.Event
@@ -217,7 +252,8 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 		// (events.RevisionAssembler).
 		return r
 	}
-	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time,
+	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time, ProgressAt: ev.Time,
+		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second,
 		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports}
 	if r.UID == d.UID {
 		n.LastSucceeded = r.LastSucceeded
@@ -263,8 +299,11 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 	for dev, res := range f.results {
 		if r.IsTarget(dev) {
 			r.Results[dev] = res
+			r.progress(res.First)
+			r.progress(res.Settled)
 		}
 	}
+	r.progress(f.progressAt)
 	for dev, res := range f.failures {
 		if r.IsTarget(dev) {
 			r.noteFailure(dev, res)
@@ -300,7 +339,8 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 		}
 		order := r.reports + 1
 		n := r.withEarly(d.UID, d.Generation, inPlace, func(f *earlyFacts) {
-			f.results[device] = DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since, Order: order}
+			prev, had := f.results[device]
+			f.results[device] = prev.next(had, d.Phase, d.Error, d.Since, p.Stored, order)
 			if d.Phase == events.WorkloadFailed {
 				f.failures[device] = f.results[device]
 			}
@@ -311,7 +351,7 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 	if !r.IsTarget(device) {
 		return r
 	}
-	prev := r.Results[device]
+	prev, had := r.Results[device]
 	n := r
 	n.reports++
 	if !inPlace {
@@ -320,7 +360,9 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 	if !n.countsOK {
 		n.counts, n.countsOK = n.computeCounts(), true
 	}
-	res := DeviceResult{Phase: d.Phase, Error: d.Error, Since: d.Since, Order: n.reports}
+	res := prev.next(had, d.Phase, d.Error, d.Since, p.Stored, n.reports)
+	n.progress(res.First)
+	n.progress(res.Settled)
 	canary := n.IsCanary(device)
 	tally(&n.counts, prev.Phase, canary, -1)
 	tally(&n.counts, res.Phase, canary, +1)
@@ -358,6 +400,9 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 			return r
 		}
 		return r.withEarly(d.UID, d.Generation, inPlace, func(f *earlyFacts) {
+			if ev.Time.After(f.progressAt) {
+				f.progressAt = ev.Time
+			}
 			if planControl(ev.Type) {
 				f.controls = append(slices.Clip(f.controls), *ev)
 				return
@@ -377,9 +422,12 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 		})
 	}
 	if planControl(ev.Type) {
-		return r.applyControl(ev, d, inPlace)
+		n := r.applyControl(ev, d, inPlace)
+		n.progress(ev.Time)
+		return n
 	}
 	n := r
+	n.progress(ev.Time)
 	if st := stageAfter(ev.Type, r.Stage); st != r.Stage {
 		n.Stage, n.StageAt = st, ev.Time
 	}
@@ -475,7 +523,7 @@ func (r Rollout) withEarly(uid string, gen int64, inPlace bool, fn func(*earlyFa
 	f := &earlyFacts{results: map[string]DeviceResult{}, failures: map[string]DeviceResult{}}
 	if old != nil {
 		f.controls = old.controls
-		f.stage, f.stageAt, f.releasedAll = old.stage, old.stageAt, old.releasedAll
+		f.stage, f.stageAt, f.releasedAll, f.progressAt = old.stage, old.stageAt, old.releasedAll, old.progressAt
 		f.removed, f.canariesAt, f.releasedAt = old.removed, old.canariesAt, old.releasedAt
 		for k, v := range old.failures {
 			f.failures[k] = v
@@ -520,6 +568,62 @@ func (r *Rollout) noteFailure(device string, res DeviceResult) {
 	if r.LastFailure == nil || res.Order >= r.lastFailOrder {
 		r.LastFailure = &events.RolloutTransition{Device: device, Error: res.Error}
 		r.LastFailAt, r.lastFailOrder = res.Since, res.Order
+	}
+}
+
+// Deadline is the revision's progress deadline: its own, else def (the
+// operator's; 0 or less: none).
+func (r Rollout) Deadline(def time.Duration) time.Duration {
+	if r.ProgressDeadline > 0 {
+		return r.ProgressDeadline
+	}
+	return max(def, 0)
+}
+
+// DeadlineExceeded reports whether the rollout has made no progress for its
+// progress deadline (Deadline(def)) at now, the operator's time: it is not
+// over, not paused, awaits no approval, soaks no batch, and now is at or
+// after ProgressAt plus the deadline. The zero now, or no deadline, is
+// never exceeded. It decides nothing: it is the Progressing condition's,
+// the gauge's and the alert's.
+func (r Rollout) DeadlineExceeded(now time.Time, def time.Duration) bool {
+	d := r.Deadline(def)
+	if d <= 0 || now.IsZero() || r.ProgressAt.IsZero() || r.Terminal() || r.Paused || r.AwaitingApproval > 0 || !r.SoakEnds().IsZero() {
+		return false
+	}
+	return !now.Before(r.ProgressAt.Add(d))
+}
+
+// WaitingTarget is a target handed the revision without a result of it
+// (Converged or Failed), and its latest report (the zero Result: none).
+type WaitingTarget struct {
+	Device string
+	Result DeviceResult
+}
+
+// Waiting lists up to limit targets handed the revision that have no
+// result (Converged or Failed) of it, in device-id order, and how many
+// there are. O(targets handed).
+func (r Rollout) Waiting(limit int) ([]WaitingTarget, int) {
+	var ids []string
+	for _, d := range r.Released() {
+		if !finished(r.Results[d].Phase) {
+			ids = append(ids, d)
+		}
+	}
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	out := make([]WaitingTarget, 0, min(limit, len(ids)))
+	for _, d := range ids[:min(limit, len(ids))] {
+		out = append(out, WaitingTarget{Device: d, Result: r.Results[d]})
+	}
+	return out, len(ids)
+}
+
+// progress moves the progress clock to t when t is later.
+func (r *Rollout) progress(t time.Time) {
+	if t.After(r.ProgressAt) {
+		r.ProgressAt = t
 	}
 }
 

@@ -27,6 +27,7 @@ type earlySnapshot struct {
 	CanariesAt  time.Time               `json:"canariesAt,omitzero"`
 	ReleasedAt  time.Time               `json:"releasedAt,omitzero"`
 	Controls    []events.Event          `json:"controls,omitempty"`
+	ProgressAt  time.Time               `json:"progressAt,omitzero"`
 }
 
 type rolloutSnapshot struct {
@@ -68,6 +69,10 @@ type rolloutSnapshot struct {
 	// LastSucceeded and RolledBackTo: onFailure Rollback.
 	LastSucceeded int64 `json:"lastSucceeded,omitempty"`
 	RolledBackTo  int64 `json:"rolledBackTo,omitempty"`
+	// ProgressAt and ProgressDeadline: the progress clock (absent from
+	// snapshots of earlier builds, which the runner does not restore).
+	ProgressAt       time.Time     `json:"progressAt,omitzero"`
+	ProgressDeadline time.Duration `json:"progressDeadline,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -79,7 +84,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt,
 		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
 		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: setKeys(r.requests),
-		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo}
+		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo, ProgressAt: r.ProgressAt, ProgressDeadline: r.ProgressDeadline}
 	if r.planned() {
 		s.TargetBatches = make([]int, len(r.Targets))
 		for i, d := range r.Targets {
@@ -96,7 +101,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
 			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll, Removed: f.removed, CanariesAt: f.canariesAt, ReleasedAt: f.releasedAt,
-			Controls: f.controls})
+			Controls: f.controls, ProgressAt: f.progressAt})
 	}
 	slices.SortFunc(s.Early, func(a, b earlySnapshot) int {
 		if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -118,7 +123,7 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted,
 		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt,
 		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason,
-		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo}
+		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo, ProgressAt: s.ProgressAt, ProgressDeadline: s.ProgressDeadline}
 	if r.Results == nil && r.UID != "" {
 		r.Results = map[string]DeviceResult{}
 	}
@@ -147,7 +152,7 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 			r.early = map[revKey]*earlyFacts{}
 		}
 		f := &earlyFacts{results: e.Results, failures: e.Failures, stage: e.Stage, stageAt: e.StageAt, releasedAll: e.ReleasedAll,
-			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt, controls: e.Controls}
+			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt, controls: e.Controls, progressAt: e.ProgressAt}
 		if f.results == nil {
 			f.results = map[string]DeviceResult{}
 		}

@@ -2,6 +2,8 @@ package projections
 
 import (
 	"fmt"
+	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +20,18 @@ import (
 // an earlier one. Every time in it comes from events, so a rebuild from zero
 // gives the same status as the live projection. The zero Rollout has no
 // status.
-func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
+//
+// Status is StatusAt without a time: the progress deadline is never
+// exceeded.
+func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) { return r.StatusAt(time.Time{}, 0) }
+
+// StatusAt is the status at the operator's time now, with def the
+// operator's progress deadline (--progress-deadline; 0: none) for a
+// revision that sets none: Status's fields and the Progressing condition,
+// which is False with reason ProgressDeadlineExceeded once
+// DeadlineExceeded(now, def). The same events and the same now give the
+// same status, so a rebuild from zero still equals the live projection.
+func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentStatus, bool) {
 	if r.UID == "" {
 		return fleetv1.DeploymentStatus{}, false
 	}
@@ -75,6 +88,10 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 			ready.Message += fmt.Sprintf("; batch %d awaits approval", r.AwaitingApproval)
 		}
 	}
+	exceeded := r.DeadlineExceeded(now, def)
+	if exceeded {
+		ready.Message += "; progress deadline exceeded"
+	}
 	if n := len(r.Removed); n > 0 {
 		st.Counts.Removed = int32(n)
 		for _, rm := range r.Removed[:min(n, fleetv1.MaxRemovedListed)] {
@@ -99,5 +116,91 @@ func (r Rollout) Status() (fleetv1.DeploymentStatus, bool) {
 	ready.Message = events.PrintableLines(ready.Message) // a pause reason may quote a device's error
 	meta.SetStatusCondition(&st.Conditions, ready)
 	st.Conditions[0].LastTransitionTime = metav1.NewTime(r.StageAt) // SetStatusCondition stamps now when zero
+	prog := r.progressing(ready, exceeded, def)
+	meta.SetStatusCondition(&st.Conditions, prog)
+	st.Conditions[1].LastTransitionTime = prog.LastTransitionTime
 	return st, true
+}
+
+// progressing is the Progressing condition: False at every stop (success,
+// failure, no targets, the progress deadline exceeded), Unknown while
+// paused or awaiting an approval, True while moving. ready is the Ready
+// condition of the same status (its reason and message on a failure).
+func (r Rollout) progressing(ready metav1.Condition, exceeded bool, def time.Duration) metav1.Condition {
+	c := metav1.Condition{Type: fleetv1.ConditionProgressing, ObservedGeneration: r.Generation, LastTransitionTime: metav1.NewTime(r.ProgressAt)}
+	d := r.Deadline(def)
+	switch {
+	case r.Stage == StageSucceeded:
+		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionFalse, fleetv1.ReasonRolloutSucceeded, metav1.NewTime(r.StageAt)
+		c.Message = fmt.Sprintf("revision %s: the rollout ended: it succeeded", r.RevisionID)
+	case r.Stage == StageFailed:
+		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionFalse, ready.Reason, metav1.NewTime(r.StageAt)
+		c.Message = "the rollout ended: it failed: " + ready.Message
+	case r.Paused:
+		c.Status, c.Reason = metav1.ConditionUnknown, fleetv1.ReasonRolloutPaused
+		c.Message = fmt.Sprintf("revision %s: paused by %s; the progress deadline does not run until it is resumed", r.RevisionID, r.PausedBy)
+		if r.PauseReason != "" {
+			c.Message = fmt.Sprintf("revision %s: paused: %s; the progress deadline does not run until it is resumed", r.RevisionID, r.PauseReason)
+		}
+	case r.AwaitingApproval > 0:
+		c.Status, c.Reason = metav1.ConditionUnknown, fleetv1.ReasonAwaitingApproval
+		c.Message = fmt.Sprintf("revision %s: batch %d awaits approval; the progress deadline does not run until it is approved", r.RevisionID, r.AwaitingApproval)
+	case exceeded:
+		c.Status, c.Reason = metav1.ConditionFalse, fleetv1.ReasonProgressDeadlineExceeded
+		c.LastTransitionTime = metav1.NewTime(r.ProgressAt.Add(d))
+		c.Message = r.exceededMessage(d)
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, fleetv1.ReasonRolloutProgressing
+		switch {
+		case !r.SoakEnds().IsZero():
+			c.Message = fmt.Sprintf("revision %s: batch %d soaks until %s", r.RevisionID, r.Batch, r.SoakEnds().UTC().Format(time.RFC3339))
+		case d > 0:
+			c.Message = fmt.Sprintf("revision %s: last progress at %s; progress deadline %s", r.RevisionID, r.ProgressAt.UTC().Format(time.RFC3339), d)
+		default:
+			c.Message = fmt.Sprintf("revision %s: last progress at %s; no progress deadline", r.RevisionID, r.ProgressAt.UTC().Format(time.RFC3339))
+		}
+	}
+	return c
+}
+
+// maxWaitingListed is how many waiting targets the ProgressDeadlineExceeded
+// message names; maxReportText how many bytes of each one's error it
+// quotes.
+const (
+	maxWaitingListed = 5
+	maxReportText    = 200
+)
+
+// exceededMessage names the deadline, the last progress, and up to maxWaitingListed waiting targets with their last
+// report.
+func (r Rollout) exceededMessage(d time.Duration) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "revision %s: no progress within the progress deadline (%s) since %s: no transition, and no target's first report or first result (Converged or Failed)",
+		r.RevisionID, d, r.ProgressAt.UTC().Format(time.RFC3339))
+	waiting, n := r.Waiting(maxWaitingListed)
+	if n == 0 {
+		return b.String()
+	}
+	fmt.Fprintf(&b, "; %d waiting:", n)
+	for i, w := range waiting {
+		if i > 0 {
+			b.WriteString(";")
+		}
+		b.WriteString(" " + w.Device)
+		if w.Result.Phase == "" {
+			b.WriteString(" no report yet")
+			continue
+		}
+		fmt.Fprintf(&b, " %s since %s", w.Result.Phase, w.Result.Since.UTC().Format(time.RFC3339))
+		if e := w.Result.Error; e != "" {
+			if len(e) > maxReportText {
+				e = strings.ToValidUTF8(e[:maxReportText], "") + "…"
+			}
+			b.WriteString(": " + e)
+		}
+	}
+	if n > len(waiting) {
+		fmt.Fprintf(&b, "; and %d more", n-len(waiting))
+	}
+	return b.String()
 }

@@ -170,7 +170,11 @@ func (w *failoverWorld) rebuild() (*projections.Intent, map[events.Keys]projecti
 			} else {
 				intent.Apply(r.Event)
 			}
-			rollouts[k] = rollouts[k].Apply(r.Event)
+			// With the stream's stored time, as the runner folds it (the
+			// progress clock).
+			ro, p := rollouts[k], projections.NewStoredPayload(r)
+			ro.FoldPayload(&p)
+			rollouts[k] = ro
 		}
 	}
 	return intent, rollouts
@@ -370,9 +374,11 @@ func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCom
 			t.Fatalf("round trip: %v", err)
 		}
 		live := w.deployment().Status
-		// The rollout runner's fields; TargetsResolved is the Deployment
-		// controller's.
-		live.Conditions = slices.DeleteFunc(live.Conditions, func(c metav1.Condition) bool { return c.Type != fleetv1.ConditionReady })
+		// The rollout runner's fields (Ready, Progressing); TargetsResolved
+		// is the Deployment controller's.
+		live.Conditions = slices.DeleteFunc(live.Conditions, func(c metav1.Condition) bool {
+			return c.Type != fleetv1.ConditionReady && c.Type != fleetv1.ConditionProgressing
+		})
 		if diff := cmp.Diff(wantSt, live); diff != "" {
 			t.Errorf("status (-rebuild +live):\n%s", diff)
 		}

@@ -106,6 +106,7 @@ func TestBadFlagsAreRefused(t *testing.T) {
 		{"a NATS key file without an issuer asks for --oidc-issuer", append(kc, "--leader-election-namespace", "default",
 			"--nats-key-file", key), "--oidc-issuer"},
 		{"no Device workers are refused", append(kc, "--device-workers", "0"), "--device-workers"},
+		{"a negative progress deadline is refused", append(kc, "--progress-deadline", "-1m"), "--progress-deadline"},
 		{"a client-side rate of zero is refused", append(kc, "--kube-api-qps", "0"), "--kube-api-qps"},
 		{"a client-side rate without a burst is refused", append(kc, "--kube-api-qps", "50", "--kube-api-burst", "0"), "--kube-api-burst"},
 		{"a missing CA file is named", append(kc, "--openbao-url", "https://127.0.0.1:8200", "--openbao-token-file", token, "--openbao-ca-file", "no-such-ca.pem"), "no-such-ca.pem"},

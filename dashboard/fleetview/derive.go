@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -268,6 +269,19 @@ func deriveAlerts(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv
 		}
 		out = append(out, a)
 	}
+	for i := range deps {
+		d := &deps[i]
+		s := stalledOf(d.Status)
+		if s == nil {
+			continue
+		}
+		// The episode is the revision and the deadline's end: progress
+		// and a new stall make a new one.
+		out = append(out, Alert{ID: alertID(AlertRolloutStalled, d.Namespace, d.Name, string(d.UID), strconv.FormatInt(d.Status.ObservedGeneration, 10),
+			s.Since.Format(time.RFC3339Nano)), Kind: AlertRolloutStalled, Severity: SeverityWarning,
+			Page: PageRef{Kind: PageDeployment, Key: d.Namespace + "/" + d.Name}, Since: s.Since,
+			Message: fmt.Sprintf("Deployment %s/%s: rollout stalled: %s", d.Namespace, d.Name, clean(s.Message, MaxFieldLength))})
+	}
 	for i := range trs {
 		t := &trs[i]
 		if t.Status.Counts.Failed == 0 {
@@ -294,6 +308,20 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// stalledOf is the stall of st's revision: its Progressing condition of
+// the status's generation False with reason ProgressDeadlineExceeded (nil:
+// none).
+func stalledOf(st fleetv1.DeploymentStatus) *Stalled {
+	for i := range st.Conditions {
+		c := &st.Conditions[i]
+		if c.Type == fleetv1.ConditionProgressing && c.Status == metav1.ConditionFalse && c.Reason == fleetv1.ReasonProgressDeadlineExceeded &&
+			c.ObservedGeneration == st.ObservedGeneration {
+			return &Stalled{Since: c.LastTransitionTime.UTC(), Message: clean(c.Message, MaxErrorLength)}
+		}
+	}
+	return nil
 }
 
 func readyCondition(cs []metav1.Condition) *metav1.Condition {
@@ -396,6 +424,7 @@ func deploymentSummary(d *fleetv1.Deployment) DeploymentSummary {
 		s.ReadyReason, s.ReadyMessage = c.Reason, clean(c.Message, MaxErrorLength)
 	}
 	s.Canary = st.Counts.Canaries > 0
+	s.Stalled = stalledOf(st)
 	return s
 }
 

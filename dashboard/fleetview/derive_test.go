@@ -340,3 +340,59 @@ func TestPagesOfAForgedWorkloadReport(t *testing.T) {
 		}
 	}
 }
+
+// stalledDeployment is a Deployment whose rollout of generation gen the
+// operator marked past its progress deadline at since (Progressing of
+// condGen False, ProgressDeadlineExceeded).
+func stalledDeployment(name string, gen, condGen int64, since time.Time) fleetv1.Deployment {
+	d := failingDeployment(name, "u9", gen, 0, fleetv1.PhaseCanary)
+	d.Status.ObservedGeneration = gen
+	d.Status.Counts = fleetv1.RolloutCounts{Total: 2, Pending: 2, Canaries: 1}
+	d.Status.Conditions = []metav1.Condition{
+		{Type: fleetv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: gen, Reason: fleetv1.ReasonRolloutInProgress,
+			Message: "0 of 1 canaries converged; progress deadline exceeded", LastTransitionTime: metav1.NewTime(since.Add(-time.Hour))},
+		{Type: fleetv1.ConditionProgressing, Status: metav1.ConditionFalse, ObservedGeneration: condGen, Reason: fleetv1.ReasonProgressDeadlineExceeded,
+			LastTransitionTime: metav1.NewTime(since), Message: "revision r: no progress within the progress deadline (10m0s); 1 waiting: podman-1 Pending since 2026-12-05T00:00:00Z: " +
+				"registry unavailable, retrying: image localhost/fleet-examples/analysis-apii:v1\x1b[2J"},
+	}
+	return d
+}
+
+func TestARolloutPastItsProgressDeadlineIsStalled(t *testing.T) {
+	since := testNow.Add(-5 * time.Minute)
+	for _, tc := range []struct {
+		name    string
+		dep     fleetv1.Deployment
+		stalled bool
+	}{
+		{"Progressing False ProgressDeadlineExceeded of the status's generation is a stall", stalledDeployment("api", 2, 2, since), true},
+		{"the condition of an earlier generation is not", stalledDeployment("api", 3, 2, since), false},
+		{"a rollout that is progressing is not", failingDeployment("api", "u9", 1, 0, fleetv1.PhaseProgressing), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := deploymentSummary(&tc.dep)
+			var alerts []string
+			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{tc.dep}, nil, testNow, time.Hour) {
+				if a.Kind == AlertRolloutStalled {
+					alerts = append(alerts, fmt.Sprintf("%s %s %s", a.Severity, a.Page.Key, a.Since.Format(time.RFC3339)))
+					if !strings.Contains(a.Message, "rollout stalled: ") || !strings.Contains(a.Message, "podman-1 Pending") || strings.Contains(a.Message, "\x1b") {
+						t.Errorf("alert message %q: want the waiting device and its report, cleaned", a.Message)
+					}
+				}
+			}
+			if !tc.stalled {
+				if s.Stalled != nil || len(alerts) > 0 {
+					t.Errorf("stalled %+v, alerts %v; want none", s.Stalled, alerts)
+				}
+				return
+			}
+			if s.Stalled == nil || !s.Stalled.Since.Equal(since) || !strings.Contains(s.Stalled.Message, "registry unavailable, retrying") ||
+				strings.Contains(s.Stalled.Message, "\x1b") {
+				t.Errorf("stalled %+v, want since %s with the cleaned message", s.Stalled, since)
+			}
+			if diff := cmp.Diff([]string{"warning apps/api " + since.Format(time.RFC3339)}, alerts); diff != "" {
+				t.Errorf("rollout-stalled alerts (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -270,6 +270,16 @@ func generate(seed int64, n int, now time.Time) *mockFleet {
 		}
 		d.Status.Conditions = []metav1.Condition{{Type: fleetv1.ConditionReady, Status: status, Reason: reason, LastTransitionTime: metav1.NewTime(stageAt),
 			Message: fmt.Sprintf("%d of %d targets succeeded, %d failed", counts.Succeeded, counts.Total, counts.Failed)}}
+		if sc.name == "mqtt-broker" && phase == fleetv1.PhaseCanary {
+			// A canary stage past its progress deadline: a canary retries
+			// a pull that cannot succeed.
+			d.Status.Conditions[0].Message += "; progress deadline exceeded"
+			d.Status.Conditions = append(d.Status.Conditions, metav1.Condition{Type: fleetv1.ConditionProgressing, Status: metav1.ConditionFalse,
+				ObservedGeneration: sc.generation, Reason: fleetv1.ReasonProgressDeadlineExceeded, LastTransitionTime: metav1.NewTime(stageAt.Add(10 * time.Minute)),
+				Message: fmt.Sprintf("revision %s: no progress within the progress deadline (10m0s) since %s: no transition, and no target's first report or first result (Converged or Failed); "+
+					"%d waiting: a canary Pending: registry unavailable, retrying: image docker.io/library/eclipse-mosquitto:2.0.20 could not be pulled", current.RevisionID,
+					stageAt.Format(time.RFC3339), counts.Pending)})
+		}
 		m.deps = append(m.deps, d)
 	}
 	m.generateTaskRuns(r, seed, now)

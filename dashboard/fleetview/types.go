@@ -283,8 +283,20 @@ type DeploymentSummary struct {
 	ReadyMessage string `json:"readyMessage,omitempty"`
 	// Canary is true when the Deployment gates on canaries.
 	Canary bool `json:"canary,omitempty"`
+	// Stalled, when set, says the current revision's rollout made no
+	// progress within its progress deadline: its Progressing condition is
+	// False with reason ProgressDeadlineExceeded.
+	Stalled *Stalled `json:"stalled,omitempty"`
 	// Created is metadata.creationTimestamp.
 	Created time.Time `json:"created"`
+}
+
+// Stalled is a rollout past its progress deadline: since when (the
+// deadline's end) and the Progressing condition's message (the waiting
+// devices and their last report), bounded.
+type Stalled struct {
+	Since   time.Time `json:"since"`
+	Message string    `json:"message"`
 }
 
 // TargetCounts are a rollout's target counts.
@@ -515,6 +527,9 @@ const (
 	AlertDeploymentFailing AlertKind = "deployment-failing"
 	// AlertTaskRunFailing: a TaskRun has failed targets.
 	AlertTaskRunFailing AlertKind = "taskrun-failing"
+	// AlertRolloutStalled: a Deployment's rollout made no progress within
+	// its progress deadline (Progressing False, ProgressDeadlineExceeded).
+	AlertRolloutStalled AlertKind = "rollout-stalled"
 )
 
 // Alert is one alert derived from state. Its ID is stable while its cause

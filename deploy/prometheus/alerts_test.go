@@ -33,7 +33,7 @@ const unitTests = "fleet-alerts_test.yaml"
 // wantAlerts are the alerts docs/alerts.md describes.
 var wantAlerts = []string{
 	"FleetAuthCalloutRefusalsSpiking", "FleetAuthCalloutSlow", "FleetDevicesStale", "FleetOperatorNoLeader",
-	"FleetRolloutFailed", "FleetRolloutRunnerCheckpointBehind", "FleetRolloutRunnerNotLive", "FleetRolloutStuck",
+	"FleetRolloutFailed", "FleetRolloutProgressDeadlineExceeded", "FleetRolloutRunnerCheckpointBehind", "FleetRolloutRunnerNotLive", "FleetRolloutStuck",
 	"FleetSkippedRecords",
 }
 

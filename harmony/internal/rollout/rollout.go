@@ -53,6 +53,13 @@ var ErrSuperseded = errors.New("rollout: the applied revision was superseded")
 // message.
 var ErrNoTargets = errors.New("rollout: the revision has no targets")
 
+// ErrProgressDeadlineExceeded means the applied revision's rollout made no
+// progress within its progress deadline: the operator set its Progressing
+// condition False with reason ProgressDeadlineExceeded. The rollout goes
+// on (the deadline decides nothing); the wait stops, so that a typo'd image
+// is reported in minutes, not at the wait's timeout.
+var ErrProgressDeadlineExceeded = errors.New("rollout: no progress within the progress deadline")
+
 // Applied identifies the revision an apply made.
 type Applied struct {
 	// Namespace and Name of the Deployment.
@@ -121,6 +128,27 @@ type FailedError struct {
 func (e *FailedError) Error() string {
 	return fmt.Sprintf("rollout of %s/%s generation %d failed: %s", e.Applied.Namespace, e.Applied.Name, e.Applied.Generation, Summary(e.Status))
 }
+
+// StalledError is a revision whose rollout made no progress within its
+// progress deadline; it wraps ErrProgressDeadlineExceeded.
+type StalledError struct {
+	// Applied is the revision waited for.
+	Applied Applied
+	// Status is its status: counts and conditions.
+	Status fleetv1.DeploymentStatus
+	// Message is the Progressing condition's message: the waiting devices
+	// and their last report.
+	Message string
+}
+
+// Error gives the counts and the waiting devices with their last report.
+func (e *StalledError) Error() string {
+	return fmt.Sprintf("rollout of %s/%s generation %d made no progress within its progress deadline (the rollout goes on; the wait stops): %s; %s",
+		e.Applied.Namespace, e.Applied.Name, e.Applied.Generation, Summary(e.Status), e.Message)
+}
+
+// Unwrap returns ErrProgressDeadlineExceeded.
+func (e *StalledError) Unwrap() error { return ErrProgressDeadlineExceeded }
 
 // TimeoutError is a wait that ended before the revision finished.
 type TimeoutError struct {
@@ -218,8 +246,9 @@ type WaitOptions struct {
 
 // Wait reads the Deployment's status until the revision a describes
 // succeeds (nil), fails (*FailedError), is superseded (ErrSuperseded), has
-// no targets (ErrNoTargets) or ctx ends (*TimeoutError). It returns the
-// last status of that revision.
+// no targets (ErrNoTargets), makes no progress within its progress deadline
+// (*StalledError) or ctx ends (*TimeoutError). It returns the last status
+// of that revision.
 //
 // A read that fails transiently (the API server is overloaded, restarting
 // or unreachable for a moment; see transient) is retried at the next
@@ -386,6 +415,10 @@ func judge(a Applied, d *fleetv1.Deployment) (fleetv1.DeploymentStatus, bool, er
 		return st, true, nil
 	case fleetv1.PhaseFailed:
 		return st, true, &FailedError{Applied: a, Status: st}
+	}
+	if c := meta.FindStatusCondition(st.Conditions, fleetv1.ConditionProgressing); c != nil && c.ObservedGeneration == a.Generation &&
+		c.Status == metav1.ConditionFalse && c.Reason == fleetv1.ReasonProgressDeadlineExceeded {
+		return st, true, &StalledError{Applied: a, Status: st, Message: c.Message}
 	}
 	return st, false, nil
 }

@@ -209,6 +209,42 @@ func TestWait(t *testing.T) {
 			},
 		},
 		{
+			name: "a revision past its progress deadline ends the wait with the waiting devices",
+			setup: func(c *cluster) rollout.Applied {
+				a := c.apply(c.deployment(digestA))
+				c.patchStatus(a.Name, stalled(a, a.Generation))
+				return a
+			},
+			timeout: 30 * time.Second,
+			want: func(t *testing.T, st fleetv1.DeploymentStatus, err error) {
+				var se *rollout.StalledError
+				if !errors.As(err, &se) || !errors.Is(err, rollout.ErrProgressDeadlineExceeded) || st.Revision == nil {
+					t.Fatalf("got %+v, %v; want a StalledError (ErrProgressDeadlineExceeded) with the revision's status", st, err)
+				}
+				for _, s := range []string{"generation 1", "made no progress within its progress deadline", "1 pending, 0 failed of 2",
+					"edge-2 Pending since", "registry unavailable, retrying"} {
+					if !strings.Contains(err.Error(), s) {
+						t.Errorf("error %q does not say %q", err, s)
+					}
+				}
+			},
+		},
+		{
+			name: "an older generation past its deadline never ends a newer wait",
+			setup: func(c *cluster) rollout.Applied {
+				old := c.apply(c.deployment(digestA))
+				c.patchStatus(old.Name, stalled(old, old.Generation))
+				return c.apply(c.deployment(digestB))
+			},
+			timeout: 3 * time.Second,
+			want: func(t *testing.T, st fleetv1.DeploymentStatus, err error) {
+				var te *rollout.TimeoutError
+				if !errors.As(err, &te) || st.Revision != nil {
+					t.Fatalf("got %+v, %v; want a timeout that saw no status of the new revision", st, err)
+				}
+			},
+		},
+		{
 			name: "a newer apply supersedes the wait",
 			setup: func(c *cluster) rollout.Applied {
 				a := c.apply(c.deployment(digestA))
@@ -291,6 +327,20 @@ func TestWait(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stalled is the status of revision gen of a past its progress deadline:
+// one target converged, edge-2 Pending, Progressing False
+// ProgressDeadlineExceeded, as the operator writes it.
+func stalled(a rollout.Applied, gen int64) fleetv1.DeploymentStatus {
+	return fleetv1.DeploymentStatus{ObservedGeneration: gen, Revision: &fleetv1.RevisionRef{UID: a.UID, Generation: gen, ID: fmt.Sprintf("r%d", gen)},
+		Phase: fleetv1.PhaseProgressing, Counts: fleetv1.RolloutCounts{Total: 2, Succeeded: 1, Pending: 1},
+		Conditions: []metav1.Condition{{Type: fleetv1.ConditionReady, Status: metav1.ConditionFalse, ObservedGeneration: gen,
+			Reason: fleetv1.ReasonRolloutInProgress, Message: "1 of 2 targets converged; progress deadline exceeded", LastTransitionTime: metav1.Now()},
+			{Type: fleetv1.ConditionProgressing, Status: metav1.ConditionFalse, ObservedGeneration: gen, Reason: fleetv1.ReasonProgressDeadlineExceeded,
+				LastTransitionTime: metav1.Now(), Message: "revision r1: no progress within the progress deadline (10m0s) since 2026-12-05T00:00:00Z: " +
+					"no transition, and no target's first report or first result (Converged or Failed); 1 waiting: edge-2 Pending since " +
+					"2026-12-05T00:00:01Z: registry unavailable, retrying: image localhost/fleet-examples/analysis-apii:v1"}}}
 }
 
 // flaky is a client whose Gets of Deployments go through get: n counts the

@@ -7,6 +7,14 @@ const (
 	ConditionTargetsResolved = "TargetsResolved"
 	// ConditionReady is true when the current revision succeeded.
 	ConditionReady = "Ready"
+	// ConditionProgressing says whether the current revision's rollout is
+	// moving: True while it makes progress, Unknown while it is paused or
+	// awaits an approval, False once it stopped: it succeeded, failed, has
+	// no targets, or made no progress within its progress deadline
+	// (ProgressDeadlineExceeded). Unlike Kubernetes' Deployment, it is
+	// False after a success too, so that one `kubectl wait
+	// --for=condition=Progressing=False` returns at every end (docs/rollouts.md).
+	ConditionProgressing = "Progressing"
 	// ConditionOnline is true while the device heartbeats.
 	ConditionOnline = "Online"
 	// ConditionPullSecretPolicy says whether the Deployment's pull-secret
@@ -39,6 +47,22 @@ const (
 	ReasonRolloutSucceeded = "RolloutSucceeded"
 	// ReasonRolloutInProgress: targets are still converging.
 	ReasonRolloutInProgress = "RolloutInProgress"
+	// ReasonRolloutProgressing (Progressing True): the rollout made
+	// progress within its progress deadline (a transition, a target's
+	// first report or first result).
+	ReasonRolloutProgressing = "RolloutProgressing"
+	// ReasonRolloutPaused (Progressing Unknown): the rollout is paused; its
+	// progress deadline does not run.
+	ReasonRolloutPaused = "RolloutPaused"
+	// ReasonAwaitingApproval (Progressing Unknown): the next batch waits
+	// for an approval; the progress deadline does not run.
+	ReasonAwaitingApproval = "AwaitingApproval"
+	// ReasonProgressDeadlineExceeded (Progressing False): no transition and
+	// no target's first report or first result for the progress deadline
+	// while targets wait; the message names up to five waiting targets and
+	// their last report. It decides nothing: the rollout goes on, and a
+	// target still ends in the target timeout's removal.
+	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
 	// ReasonCanaryFailed: a canary failed; release is blocked.
 	ReasonCanaryFailed = "CanaryFailed"
 	// ReasonRolloutFailed: a target failed.

@@ -114,6 +114,22 @@ type RolloutSpec struct {
 	// batches are not set).
 	// +optional
 	DisruptionBudget *DisruptionBudget `json:"disruptionBudget,omitempty"`
+
+	// ProgressDeadline is how long the rollout may make no progress (no
+	// transition, no target's first report of the revision and no target's
+	// first Converged or Failed) while targets wait, before its Progressing
+	// condition turns False with reason ProgressDeadlineExceeded and the
+	// FleetRolloutProgressDeadlineExceeded alert fires: 30s to 24h, in
+	// hours, minutes and seconds ("90s", "5m", "1h30m"). It decides
+	// nothing: the rollout goes on, and the operator's target timeout
+	// still removes a silent target. Absent: the operator's
+	// --progress-deadline (default 10m). A pause, an approval wait and a
+	// batch's soak stop the clock.
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?$') && self != '' && duration(self) >= duration('30s') && duration(self) <= duration('24h')",message="rollout.progressDeadline must be hours, minutes and seconds from 30s to 24h, e.g. 90s, 10m or 1h30m"
+	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
 }
 
 // DisruptionBudget groups the targets by the value of a label and bounds
