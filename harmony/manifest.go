@@ -258,7 +258,7 @@ func fleetDeployment(app HarmonyApp, c Context, tag string, refs map[string]stri
 			AllowedGroups:  slices.Clone(d.AllowedGroups),
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: maps.Clone(d.Placement)},
 			Rollout:        rolloutSpec(d.Rollout),
-			Score:          fleetv1.Score{Type: fleetv1.ScorePodmanV0},
+			Score:          score.Score{Type: score.TypePodmanV0},
 		},
 	}
 	out.Name, out.Namespace = d.Name, c.Namespace
@@ -275,29 +275,29 @@ func fleetDeployment(app HarmonyApp, c Context, tag string, refs map[string]stri
 	return out
 }
 
-func podmanService(s Service, refs map[string]string) fleetv1.PodmanService {
-	p := fleetv1.PodmanService{
+func podmanService(s Service, refs map[string]string) score.Service {
+	p := score.Service{
 		Name:            s.Name,
 		Image:           refs[s.Image],
 		Ports:           slices.Clone(s.Ports),
-		RestartPolicy:   fleetv1.RestartPolicy(s.RestartPolicy),
+		RestartPolicy:   score.RestartPolicy(s.RestartPolicy),
 		ImagePullSecret: s.ImagePullSecret,
 	}
 	if p.RestartPolicy == "" {
 		p.RestartPolicy = "unless-stopped"
 	}
 	for _, e := range s.Env {
-		p.Env = append(p.Env, fleetv1.EnvVar{Name: e.Name, Value: e.Value})
+		p.Env = append(p.Env, score.EnvVar{Name: e.Name, Value: e.Value})
 	}
 	for _, e := range s.SecretEnv {
-		p.SecretEnv = append(p.SecretEnv, fleetv1.SecretEnvVar{Name: e.Name, Secret: e.Secret, Key: e.Key})
+		p.SecretEnv = append(p.SecretEnv, score.SecretEnv{Name: e.Name, Secret: e.Secret, Key: e.Key})
 	}
 	for _, v := range s.Volumes {
-		p.Volumes = append(p.Volumes, fleetv1.Volume{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})
+		p.Volumes = append(p.Volumes, score.Volume{HostPath: v.HostPath, ContainerPath: v.ContainerPath, ReadOnly: v.ReadOnly})
 	}
 	if h := s.Healthcheck; h != nil {
 		sh := scoreHealthcheck(*h)
-		p.Healthcheck = &fleetv1.Healthcheck{Command: sh.Command, Interval: sh.Interval, Timeout: sh.Timeout, StartPeriod: sh.StartPeriod, Retries: sh.Retries}
+		p.Healthcheck = &sh
 	}
 	return p
 }

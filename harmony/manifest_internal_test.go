@@ -12,6 +12,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/harmony/internal/cisecret"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
@@ -121,14 +122,14 @@ func TestTheDeploymentCarriesThePolicyAndThePinnedImages(t *testing.T) {
 		AllowedGroups:  []string{"stores"},
 		TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "till"}},
 		Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
-		Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{
-			InitContainer: &fleetv1.PodmanService{Name: "migrate", Image: refs["api"], RestartPolicy: "no", Env: []fleetv1.EnvVar{{Name: "ROLE", Value: "migrate"}}},
-			Services: []fleetv1.PodmanService{
+		Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{
+			InitContainer: &score.Service{Name: "migrate", Image: refs["api"], RestartPolicy: "no", Env: []score.EnvVar{{Name: "ROLE", Value: "migrate"}}},
+			Services: []score.Service{
 				{Name: "web", Image: refs["web"], Ports: []string{"8080:80"}, RestartPolicy: "unless-stopped",
-					Env: []fleetv1.EnvVar{{Name: "API", Value: "http://api"}}, ImagePullSecret: "shop-pull"},
+					Env: []score.EnvVar{{Name: "API", Value: "http://api"}}, ImagePullSecret: "shop-pull"},
 				{Name: "api", Image: refs["api"], RestartPolicy: "on-failure",
-					SecretEnv: []fleetv1.SecretEnvVar{{Name: "DB_PASSWORD", Secret: "shop/db", Key: "password"}},
-					Volumes:   []fleetv1.Volume{{HostPath: "/var/lib/shop", ContainerPath: "/data", ReadOnly: true}}},
+					SecretEnv: []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "shop/db", Key: "password"}},
+					Volumes:   []score.Volume{{HostPath: "/var/lib/shop", ContainerPath: "/data", ReadOnly: true}}},
 			},
 		}},
 	}}
@@ -246,7 +247,7 @@ func TestARolloutAndHealthChecksReachTheDeployment(t *testing.T) {
 	if diff := cmp.Diff(wantRollout, got.Spec.Rollout); diff != "" {
 		t.Errorf("rollout (-want +got):\n%s", diff)
 	}
-	wantCheck := &fleetv1.Healthcheck{Command: []string{"/bin/check"}, Interval: "10s", StartPeriod: "1m30s", Retries: 2}
+	wantCheck := &score.Healthcheck{Command: []string{"/bin/check"}, Interval: "10s", StartPeriod: "1m30s", Retries: 2}
 	if diff := cmp.Diff(wantCheck, got.Spec.Score.Data.Services[0].Healthcheck); diff != "" {
 		t.Errorf("health check (-want +got):\n%s", diff)
 	}

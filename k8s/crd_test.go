@@ -14,6 +14,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 func TestMain(m *testing.M) {
@@ -42,13 +43,13 @@ func validDeployment(name string) *fleetv1.Deployment {
 		Spec: fleetv1.DeploymentSpec{
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
 			Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{
-				InitContainer: &fleetv1.PodmanService{Name: "migrate", Image: "registry.example.com/migrate" + digest, RestartPolicy: "no"},
-				Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{
+				InitContainer: &score.Service{Name: "migrate", Image: "registry.example.com/migrate" + digest, RestartPolicy: "no"},
+				Services: []score.Service{{
 					Name: "api", Image: "registry.example.com:5000/api:v1.2.3", Ports: []string{"8080:8080", "53:53/udp"},
-					Env:           []fleetv1.EnvVar{{Name: "MODE", Value: "prod"}},
-					SecretEnv:     []fleetv1.SecretEnvVar{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
-					Volumes:       []fleetv1.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data"}},
+					Env:           []score.EnvVar{{Name: "MODE", Value: "prod"}},
+					SecretEnv:     []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "lab/analysis/db", Key: "password"}},
+					Volumes:       []score.Volume{{HostPath: "/var/lib/analysis", ContainerPath: "/data"}},
 					RestartPolicy: "unless-stopped", ImagePullSecret: "hub-pull",
 				}},
 			}},
@@ -137,12 +138,12 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 		{"one host port published twice in a service is refused naming the fix", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Ports = []string{"8080:80", "8080:81"} },
 			[]string{"services[].ports: a host port is published twice with one protocol", "publish each host port once per protocol"}},
 		{"one host port published by two services is refused", func(d *fleetv1.Deployment) {
-			d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, fleetv1.PodmanService{Name: "web", Image: "web:v1", Ports: []string{"8080:80/tcp"}})
+			d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, score.Service{Name: "web", Image: "web:v1", Ports: []string{"8080:80/tcp"}})
 		}, []string{"a host port is published twice"}},
 		{"32 services of 64 ports each are refused by the total, within the CEL cost budget", func(d *fleetv1.Deployment) {
 			d.Spec.Score.Data.Services = nil
 			for i := range 32 {
-				svc := fleetv1.PodmanService{Name: fmt.Sprintf("s%d", i), Image: "s:v1"}
+				svc := score.Service{Name: fmt.Sprintf("s%d", i), Image: "s:v1"}
 				for j := range 64 {
 					svc.Ports = append(svc.Ports, fmt.Sprintf("%d:80", 1+i*64+j))
 				}

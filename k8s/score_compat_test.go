@@ -4,101 +4,19 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
-// The PodmanV0 score is defined twice: by the CRD types (k8s/api/v1alpha1,
-// whose markers the API server enforces) and by package score (what the
-// agent and harmony use, free of Kubernetes). These tests keep the two one
-// contract: the same JSON fields, and the same scores accepted and refused.
-
-// TestTheScorePackageHasTheCRDsJSONFields compares the JSON field names,
-// omitempty options and kinds of both type trees, field by field.
-func TestTheScorePackageHasTheCRDsJSONFields(t *testing.T) {
-	crd := jsonFields(reflect.TypeFor[fleetv1.Score](), "score")
-	pkg := jsonFields(reflect.TypeFor[score.Score](), "score")
-	if diff := cmp.Diff(crd, pkg); diff != "" {
-		t.Errorf("the score types differ (-CRD +score package):\n%s", diff)
-	}
-	if len(crd) < 20 {
-		t.Fatalf("only %d fields found: the walk misses fields", len(crd))
-	}
-}
-
-// jsonFields maps the JSON path of every field under t to its kind and
-// omitempty option.
-func jsonFields(t reflect.Type, path string) map[string]string {
-	out := map[string]string{}
-	var walk func(t reflect.Type, path string)
-	walk = func(t reflect.Type, path string) {
-		switch t.Kind() {
-		case reflect.Pointer:
-			walk(t.Elem(), path)
-		case reflect.Slice:
-			out[path] += " list"
-			walk(t.Elem(), path+"[]")
-		case reflect.Struct:
-			for f := range t.Fields() {
-				if !f.IsExported() {
-					continue
-				}
-				name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-				p := path + "." + name
-				out[p] = f.Type.Kind().String()
-				if f.Type.Kind() == reflect.Pointer {
-					out[p] = "optional " + f.Type.Elem().Kind().String()
-				}
-				if strings.Contains(opts, "omitempty") {
-					out[p] += " omitempty"
-				}
-				walk(f.Type, p)
-			}
-		}
-	}
-	walk(t, path)
-	return out
-}
-
-// TestEveryScoreTheCRDAcceptsDecodesInTheScorePackage guards the agent's
-// Kubernetes-free reading of a score: a score marshalled from the CRD
-// types must survive score.Parse unchanged.
-func TestEveryScoreTheCRDAcceptsDecodesInTheScorePackage(t *testing.T) {
-	crdScore := validDeployment("x").Spec.Score
-	crdScore.Data.Services[0].Volumes[0].ReadOnly = true
-	crdScore.Data.Services[0].Healthcheck = &fleetv1.Healthcheck{Command: []string{"/bin/sh", "-c", "true"},
-		Interval: "10s", Timeout: "2s", StartPeriod: "1m", Retries: 4}
-	raw, err := json.Marshal(crdScore)
-	if err != nil {
-		t.Fatal(err)
-	}
-	parsed, err := score.Parse(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	back, err := json.Marshal(parsed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var want, got map[string]any
-	if err := json.Unmarshal(raw, &want); err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(back, &got); err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("the score package loses score fields (-CRD +score):\n%s", diff)
-	}
-}
+// The Deployment CRD's spec.score is package score's Score: its markers are
+// what the API server enforces, and score.Validate is the same contract for
+// code without Kubernetes (the agent, harmony). This test keeps the two
+// agreeing: the same scores accepted and refused.
 
 // TestScoreValidateAndTheAPIServerAgree runs every score of the table
 // through score.Validate and through the API server's validation of a
@@ -321,38 +239,23 @@ func TestScoreValidateAndTheAPIServerAgree(t *testing.T) {
 	}
 }
 
-// exampleScore is validDeployment's score in the score package's types.
+// exampleScore is validDeployment's score.
 func exampleScore(t *testing.T) score.Score {
 	t.Helper()
-	raw, err := json.Marshal(validDeployment("x").Spec.Score)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s score.Score
-	if err := json.Unmarshal(raw, &s); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return validDeployment("x").Spec.Score
 }
 
-// apply creates a Deployment with score s (converted through its JSON) and
-// deletes it again; it returns the score the API server stored (defaults
-// applied) or its refusal.
-func apply(t *testing.T, c client.Client, name string, s score.Score) (fleetv1.Score, error) {
+// apply creates a Deployment with (a copy of) score s and deletes it
+// again; it returns the score the API server stored (defaults applied) or
+// its refusal.
+func apply(t *testing.T, c client.Client, name string, s score.Score) (score.Score, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	raw, err := json.Marshal(s)
-	if err != nil {
-		t.Fatal(err)
-	}
 	d := validDeployment(name)
-	d.Spec.Score = fleetv1.Score{}
-	if err := json.Unmarshal(raw, &d.Spec.Score); err != nil {
-		t.Fatal(err)
-	}
+	d.Spec.Score = *s.DeepCopy()
 	if err := c.Create(ctx, d); err != nil {
-		return fleetv1.Score{}, err
+		return score.Score{}, err
 	}
 	if err := c.Delete(ctx, d); err != nil {
 		t.Fatal(err)

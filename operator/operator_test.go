@@ -27,6 +27,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 func TestMain(m *testing.M) {
@@ -164,7 +165,7 @@ func (e *env) deployment(name string, selector map[string]string, groups ...stri
 		Spec: fleetv1.DeploymentSpec{
 			AllowedGroups:  groups,
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: selector},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1", Ports: []string{"8080:8080"}}}}},
 		},
 	}

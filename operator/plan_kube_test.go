@@ -11,6 +11,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 func TestApplyingADeploymentWithBatchesAppendsARevisionWithItsFrozenPlan(t *testing.T) {
@@ -32,7 +33,7 @@ func TestApplyingADeploymentWithBatchesAppendsARevisionWithItsFrozenPlan(t *test
 				{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "b"}}, SuccessThreshold: 50},
 				{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "moon"}}},
 			}, Approval: fleetv1.RolloutApprovalManual},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1"}}}},
 		},
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/poisontest"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // readyMessage is the Ready condition's message of the Deployment's
@@ -49,7 +50,7 @@ func TestAPlannedRolloutRunsBatchByBatchOnTheRealAPIServer(t *testing.T) {
 			Rollout: fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](2)}},
 				Approval: fleetv1.RolloutApprovalManual, OnFailure: fleetv1.RolloutOnFailurePause,
 				DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(1)}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1"}}}},
 		},
 	}
@@ -204,7 +205,7 @@ func TestHostileReportsNeitherAdvanceNorFailABatch(t *testing.T) {
 		Spec: fleetv1.DeploymentSpec{
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "hb"}},
 			Rollout:        fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1"}}}},
 		},
 	}

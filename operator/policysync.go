@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
@@ -171,7 +172,7 @@ func pullSecrets(d *fleetv1.Deployment) []string {
 	var refs []string
 	svcs := d.Spec.Score.Data.Services
 	if ic := d.Spec.Score.Data.InitContainer; ic != nil {
-		svcs = append([]fleetv1.PodmanService{*ic}, svcs...)
+		svcs = append([]score.Service{*ic}, svcs...)
 	}
 	for _, s := range svcs {
 		if s.ImagePullSecret != "" {

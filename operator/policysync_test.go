@@ -21,6 +21,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
@@ -33,11 +34,11 @@ func (e *env) pullSecretDeployment(name string, refs []string, groups ...string)
 		Spec: fleetv1.DeploymentSpec{
 			AllowedGroups:  groups,
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
-			Score:          fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{}},
+			Score:          score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{}},
 		},
 	}
 	for i, r := range refs {
-		svc := fleetv1.PodmanService{Name: "svc" + string(rune('a'+i)), Image: "hub.example:5000/app:v1", ImagePullSecret: r}
+		svc := score.Service{Name: "svc" + string(rune('a'+i)), Image: "hub.example:5000/app:v1", ImagePullSecret: r}
 		if i == 0 && len(refs) > 1 {
 			d.Spec.Score.Data.InitContainer = &svc
 			continue
@@ -45,7 +46,7 @@ func (e *env) pullSecretDeployment(name string, refs []string, groups ...string)
 		d.Spec.Score.Data.Services = append(d.Spec.Score.Data.Services, svc)
 	}
 	if len(d.Spec.Score.Data.Services) == 0 {
-		d.Spec.Score.Data.Services = []fleetv1.PodmanService{{Name: "plain", Image: "hub.example:5000/app:v1"}}
+		d.Spec.Score.Data.Services = []score.Service{{Name: "plain", Image: "hub.example:5000/app:v1"}}
 	}
 	if err := e.c.Create(e.ctx, d); err != nil {
 		e.t.Fatal(err)
@@ -182,7 +183,7 @@ func TestPullSecretPoliciesFollowTheDeployments(t *testing.T) {
 		}
 		d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: other}, Spec: fleetv1.DeploymentSpec{
 			AllowedGroups: []string{"lab"}, TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{
 				{Name: "svc", Image: "hub.example:5000/app:v1", ImagePullSecret: "hub"}}}}}}
 		if err := e.c.Create(e.ctx, d); err != nil {
 			t.Fatal(err)

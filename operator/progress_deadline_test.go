@@ -13,6 +13,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // progressing is the Deployment's Progressing condition (nil: none).
@@ -132,7 +133,7 @@ func TestTheAPIServerRefusesAProgressDeadlineOutOfBounds(t *testing.T) {
 			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bounds", Namespace: e.ns},
 				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
 					Rollout: fleetv1.RolloutSpec{ProgressDeadline: &metav1.Duration{Duration: tc.deadline}},
-					Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+					Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 						Name: "api", Image: "registry.example.com/api:v1"}}}}}}
 			err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			switch {

@@ -9,11 +9,12 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // ScoreDigest is the sha256 of the score's canonical JSON (field order is
 // fixed by the Go types, so the encoding is stable).
-func ScoreDigest(s fleetv1.Score) (string, json.RawMessage, error) {
+func ScoreDigest(s score.Score) (string, json.RawMessage, error) {
 	raw, err := json.Marshal(s)
 	if err != nil {
 		return "", nil, fmt.Errorf("encode score: %w", err)

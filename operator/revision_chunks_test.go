@@ -18,6 +18,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // statusRecorder keeps the last status the rollout runner wrote of each
@@ -61,7 +62,7 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	}
 	res := Resolution{Targets: targets, Canaries: targets[:canaries:canaries]}
 	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "big", Name: "api", UID: "uid-1", Generation: 1},
-		Spec: fleetv1.DeploymentSpec{Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+		Spec: fleetv1.DeploymentSpec{Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 			Name: "api", Image: "registry.example.com/api:v1"}}}}}}
 	subject, err := events.DeploymentIntentSubject(d.Namespace, d.Name)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // beforePlans is the data of the revision below as the operator wrote it
@@ -30,7 +31,7 @@ const beforePlans = `{"uid":"uid-1","generation":3,"revisionId":"3-82bdb855",` +
 func planTestDeployment(rollout fleetv1.RolloutSpec) *fleetv1.Deployment {
 	return &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api", UID: "uid-1", Generation: 3},
 		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "x"}}, Rollout: rollout,
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1"}}}}}}
 }
 

@@ -3,18 +3,21 @@
 // types, its validation ([Validate]) and its parsing ([Parse],
 // [ParsePort], [ParsePorts]).
 //
-// The rules are the Deployment CRD's: the types in k8s/api/v1alpha1 carry
-// the same fields with kubebuilder markers and CEL rules, which the API
-// server enforces on every write. This package is the same contract for
-// code that never links Kubernetes: the agent decodes and checks the score
-// of its intent with it, and the CI shipper (harmony) checks container
-// names and port mappings with it before it builds anything. Tests in
-// package k8s keep the two equal: the JSON field names of both type trees
-// are compared by reflection, and a table of scores is run through
-// [Validate] and through a real API server, which must accept and refuse
-// the same ones.
+// Its types are the Deployment CRD's spec.score too: package v1alpha1
+// embeds Score, and the kubebuilder markers and CEL rules on the types here
+// are what the API server enforces on every write. This package is the
+// same contract for code that never links Kubernetes: the agent decodes and
+// checks the score of its intent with it, and the CI shipper (harmony)
+// checks container names and port mappings with it before it builds
+// anything. A test in package k8s runs a table of scores through [Validate]
+// and through a real API server, which must accept and refuse the same
+// ones. controller-gen generates the deepcopy functions the CRD types need
+// (zz_generated.deepcopy.go); never edit them by hand.
 //
 // It imports the standard library only (nothing of k8s, the agent, the
 // operator or events), so anyone in the module may import it, including the
-// harmony SDK that application repositories link.
+// harmony SDK that application repositories link. The markers are
+// comments and the generated deepcopy code is plain Go.
+//
+// +kubebuilder:object:generate=true
 package score

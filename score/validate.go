@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 )
 
-// The CRD's limits (k8s/api/v1alpha1, kubebuilder markers). Lengths count
+// The CRD's limits (the kubebuilder markers in score.go). Lengths count
 // characters (Unicode code points), as the API server does.
 const (
 	maxServices         = 32

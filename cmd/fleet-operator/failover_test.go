@@ -30,6 +30,7 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/projections"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Log records the failover test waits for in an operator's text logs.
@@ -265,7 +266,7 @@ func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCom
 		ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: w.ns},
 		Spec: fleetv1.DeploymentSpec{
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "failover"}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1", Ports: []string{"8080:8080"}}}}},
 		},
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // kubeconfigAs writes a copy of the admin kubeconfig that acts as user
@@ -78,7 +79,7 @@ func TestFleetRolloutWritesARequestAsTheCaller(t *testing.T) {
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}},
 		&fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "analyzer", Namespace: "default"}, Spec: fleetv1.DeploymentSpec{
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "analyzer"}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1"}}}}}},
 	} {
 		if err := admin.Create(ctx, o); err != nil {

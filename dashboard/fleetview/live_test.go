@@ -28,6 +28,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 func TestMain(m *testing.M) {
@@ -259,7 +260,7 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 
 	dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns},
 		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "web"}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{Name: "web", Image: "registry.example.com/web:v1"}}}}}}
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "web", Image: "registry.example.com/web:v1"}}}}}}
 	testenv.Eventually(t, "the three web devices online (the operator mirrors their heartbeats)", wait, func() bool {
 		p, err := v.Devices(f.ctx, fleetview.DeviceQuery{Selector: "role=web", Liveness: fleetview.LivenessOnline})
 		return err == nil && p.Matched == 3

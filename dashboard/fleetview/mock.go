@@ -18,6 +18,7 @@ import (
 	"github.com/nationtech/harmony-fleet/history"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/projections"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Mock returns a View of generated data for serve-web --mock: devices
@@ -143,7 +144,7 @@ func generate(seed int64, n int, now time.Time) *mockFleet {
 		d := fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: sc.name, Namespace: sc.ns, UID: uid, Generation: sc.generation,
 			CreationTimestamp: metav1.NewTime(now.Add(-time.Duration(10+si*3) * 24 * time.Hour))},
 			Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: sc.selector},
-				Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{Name: sc.name, Image: sc.image}}}}}}
+				Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: sc.name, Image: sc.image}}}}}}
 		tl := &history.DeploymentTimeline{Namespace: sc.ns, Name: sc.name, Entries: []history.Entry{}}
 		var current history.Revision
 		for g := int64(1); g <= sc.generation; g++ {

@@ -10,6 +10,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // TestTheDeploymentPageShowsARolloutPlan applies a Deployment with two
@@ -24,7 +25,7 @@ func TestTheDeploymentPageShowsARolloutPlan(t *testing.T) {
 	dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "kiosk", Namespace: f.ns},
 		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "kiosk"}},
 			Rollout: fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: new(int32(1))}}, Approval: fleetv1.RolloutApprovalManual},
-			Score:   fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{Name: "kiosk", Image: "registry.example.com/kiosk:v1"}}}}}}
+			Score:   score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "kiosk", Image: "registry.example.com/kiosk:v1"}}}}}}
 	if err := f.c.Create(f.ctx, dep); err != nil {
 		t.Fatal(err)
 	}

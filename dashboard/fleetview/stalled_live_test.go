@@ -12,6 +12,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // TestALiveRolloutPastItsProgressDeadlineIsShownStalled: on a real
@@ -27,7 +28,7 @@ func TestALiveRolloutPastItsProgressDeadlineIsShownStalled(t *testing.T) {
 	dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: f.ns},
 		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "typo"}},
 			Rollout: fleetv1.RolloutSpec{ProgressDeadline: &metav1.Duration{Duration: 30 * time.Second}},
-			Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{Name: "api",
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "api",
 				Image: "localhost/fleet-examples/analysis-apii:v1"}}}}}}
 	if err := f.c.Create(f.ctx, dep); err != nil {
 		t.Fatal(err)

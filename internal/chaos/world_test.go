@@ -38,6 +38,7 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/projections"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Names of the world.
@@ -464,7 +465,7 @@ func (w *world) deploy(gen int64) {
 		dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: depName, Namespace: w.ns},
 			Spec: fleetv1.DeploymentSpec{
 				TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "chaos"}},
-				Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{
+				Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 					Name: "api", Image: image(1)}}}},
 			}}
 		if err := w.c.Create(w.ctx, dep); err != nil {

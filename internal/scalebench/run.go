@@ -20,8 +20,8 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natscluster"
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // Defaults of Options.
@@ -545,8 +545,8 @@ func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun
 	b.generation++
 	generation := b.generation
 	fig := rolloutFigures{generation: generation}
-	score := fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{{Name: "api", Image: benchImage}}}}
-	digest, raw, err := operator.ScoreDigest(score)
+	sc := score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: benchImage}}}}
+	digest, raw, err := operator.ScoreDigest(sc)
 	if err != nil {
 		return fig, err
 	}

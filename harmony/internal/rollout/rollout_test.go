@@ -25,6 +25,7 @@ import (
 	"github.com/nationtech/harmony-fleet/harmony/internal/rollout"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 func TestMain(m *testing.M) {
@@ -63,7 +64,7 @@ func (c *cluster) deployment(digest string) *fleetv1.Deployment {
 	d := &fleetv1.Deployment{Spec: fleetv1.DeploymentSpec{
 		TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"app": "web"}},
 		Rollout:        fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate},
-		Score: fleetv1.Score{Type: fleetv1.ScorePodmanV0, Data: fleetv1.PodmanV0{Services: []fleetv1.PodmanService{
+		Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{
 			{Name: "web", Image: "reg.example/app/web@" + digest, RestartPolicy: "unless-stopped"},
 		}}},
 	}}
