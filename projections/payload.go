@@ -53,7 +53,9 @@ func NewPayload(ev events.Event) Payload { return Payload{Event: ev} }
 
 // NewStoredPayload is NewPayload of the record rec: its event and the
 // stream's stored time.
-func NewStoredPayload(rec events.Record) Payload { return Payload{Event: rec.Event, Stored: rec.Stored} }
+func NewStoredPayload(rec events.Record) Payload {
+	return Payload{Event: rec.Event, Stored: rec.Stored}
+}
 
 // once decodes p's data as T (with decode, events.Decode[T] when nil) the
 // first time and returns the memo after.

@@ -37,7 +37,9 @@ func prev(at int, targets, canaries []string, plan *events.RolloutPlan, batches 
 
 func ptr(at int, typ events.Type) pstep { return pstep{at: at, transition: typ} }
 
-func pbatch(at int, typ events.Type, batch int) pstep { return pstep{at: at, transition: typ, batch: batch} }
+func pbatch(at int, typ events.Type, batch int) pstep {
+	return pstep{at: at, transition: typ, batch: batch}
+}
 
 func prep(at int, device string, phase events.WorkloadPhase, err string) pstep {
 	return pstep{at: at, device: device, phase: phase, err: err}

@@ -253,8 +253,8 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 		return r
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time, ProgressAt: ev.Time,
-		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second,
-		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports}
+		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports,
+		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second}
 	if r.UID == d.UID {
 		n.LastSucceeded = r.LastSucceeded
 		if r.Stage == StageSucceeded {
