@@ -342,14 +342,16 @@ func (e *env) hasWarning(name, reason, s string) bool {
 	return false
 }
 
-// TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded is the
-// reproduction of issue #31 item 2 on a cluster without the admission
+// TestARequestWrittenAheadForTheNextGenerationIsRemovedWithItsWarning is
+// the reproduction of issue #31 item 2 on a cluster without the admission
 // policy (this package's API server has none): alice asks to pause
-// generation 2 while the Deployment is at 1, the operator refuses it; then
-// someone else changes the spec (generation 2) and the operator restarts.
-// The request was never seen by its author for generation 2: it is never
-// recorded, and a new request for generation 2 still is.
-func TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded(t *testing.T) {
+// generation 2 while the Deployment is at 1; the operator refuses it and
+// removes it from the Deployment, so that after someone else changes the
+// spec (generation 2) and the operator restarts there is nothing left to
+// record; a new request for generation 2 is recorded. (A request still on
+// the Deployment at the restart is
+// TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp.)
+func TestARequestWrittenAheadForTheNextGenerationIsRemovedWithItsWarning(t *testing.T) {
 	e := newEnv(t)
 	stop := e.startOperator()
 	e.deployment("api", map[string]string{"role": "analyzer"})
@@ -366,12 +368,6 @@ func TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded(t *testing.T) {
 	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
 	e.startOperator()
 	e.revisionOf("api", 2)
-	// The restarted operator either records the request ahead or finds
-	// none to record.
-	e.waitFor("the request ahead recorded or gone", func() bool {
-		_, there := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]
-		return !there || len(e.requests("api")) > 0
-	})
 	if got := e.requestIDs("api"); len(got) != 0 {
 		t.Fatalf("recorded after the spec change and the restart: %q, want nothing", got)
 	}
@@ -466,5 +462,32 @@ func TestAReconcileAheadOfTheWatchEventOfARequestWaitsForIt(t *testing.T) {
 	}
 	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
 		t.Errorf("the request is still on the Deployment: %s", v)
+	}
+}
+
+// TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp
+// is the limit ADR 0016's addendum names ("What remains"): without the
+// admission policy, a request for generation 2 written while no operator
+// runs and the Deployment is at 1, followed by a spec change before an
+// operator starts, is still on the Deployment when the operator first sees
+// it, at generation 2: it is recorded. The admission policy refuses that
+// write.
+func TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	stop()
+
+	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	e.startOperator()
+	e.revisionOf("api", 2)
+	e.waitFor("the request ahead recorded", func() bool { return len(e.requests("api")) > 0 })
+	if diff := cmp.Diff([]string{"rollout.paused ahead by alice for generation 2"}, e.requestIDs("api")); diff != "" {
+		t.Errorf("recorded (-want +got):\n%s", diff)
+	}
+	if w := e.warnings("api"); len(w) != 0 {
+		t.Errorf("Warnings %q, want none: the operator never saw the request at generation 1", w)
 	}
 }
