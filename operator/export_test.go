@@ -31,3 +31,10 @@ func ApplyDeviceStatus(ctx context.Context, c client.Client, d *fleetv1.Device, 
 func (r *RolloutActions) WatchUpdate(old, updated *fleetv1.Deployment) bool {
 	return r.rolloutActionChanged().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: updated})
 }
+
+// WatchCreate passes a Deployment through the rollout-action controller's
+// predicate as its watch does when it first lists it (a started or
+// restarted operator), and reports whether it is reconciled.
+func (r *RolloutActions) WatchCreate(d *fleetv1.Deployment) bool {
+	return r.rolloutActionChanged().Create(event.CreateEvent{Object: d})
+}

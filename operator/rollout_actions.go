@@ -47,6 +47,10 @@ const eventActionRecord = "RecordRolloutAction"
 // not appended yet is looked at again.
 const revisionWait = 2 * time.Second
 
+// seenWait is how soon a request the predicates have not seen yet is
+// looked at again.
+const seenWait = 100 * time.Millisecond
+
 // maxEventNote bounds an Event's note (the API refuses more than 1 kB).
 const maxEventNote = 1000
 
@@ -102,25 +106,39 @@ type seenAction struct {
 	generation int64
 }
 
-// see notes o's annotation value, and returns the generation o had when
-// that value was first seen (o's own when it is new). Without the
-// annotation it forgets o.
-func (r *RolloutActions) see(o client.Object) int64 {
+// see notes o's annotation value with o's generation, unless that value is
+// noted already (it keeps the generation it was first seen at). Without
+// the annotation it forgets o. Only the predicates call it: the object of
+// a watch event is the object as the write that set the value left it,
+// whereas the cache a reconcile reads may already hold a later write (the
+// informer updates it before the predicates run).
+func (r *RolloutActions) see(o client.Object) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	v, ok := o.GetAnnotations()[fleetv1.AnnotationRolloutAction]
 	if !ok {
 		delete(r.seen, o.GetUID())
-		return o.GetGeneration()
+		return
 	}
 	if s, ok := r.seen[o.GetUID()]; ok && s.value == v {
-		return s.generation
+		return
 	}
 	if r.seen == nil {
 		r.seen = map[types.UID]seenAction{}
 	}
 	r.seen[o.GetUID()] = seenAction{value: v, generation: o.GetGeneration()}
-	return o.GetGeneration()
+}
+
+// seenAt returns the generation o had when the predicates first saw the
+// annotation value v, and false when they have not seen it yet.
+func (r *RolloutActions) seenAt(o client.Object, v string) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s, ok := r.seen[o.GetUID()]
+	if !ok || s.value != v {
+		return 0, false
+	}
+	return s.generation, true
 }
 
 // forget drops what see noted of o.
@@ -194,7 +212,15 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		r.Log.DebugContext(ctx, "rollout request already recorded", "deployment", req.String(), "request", a.Request)
 		return ctrl.Result{}, nil
 	}
-	if seenAt := r.see(&d); a.Generation != d.Generation || a.Generation != seenAt {
+	seenAt, ok := r.seenAt(&d, raw)
+	if !ok {
+		// Read from a cache the informer updated before the predicates
+		// ran: the watch event of the write that set the value comes
+		// with the generation to judge it by.
+		r.Log.DebugContext(ctx, "rollout request waits for its watch event", "deployment", req.String(), "request", a.Request)
+		return ctrl.Result{RequeueAfter: seenWait}, nil
+	}
+	if a.Generation != d.Generation || a.Generation != seenAt {
 		// Removed first: once the Warning is out, the request is gone
 		// (a restart after a spec change finds nothing to record).
 		at := fmt.Sprintf("the Deployment is at generation %d", d.Generation)
@@ -270,7 +296,9 @@ func (r *RolloutActions) remove(ctx context.Context, d *fleetv1.Deployment, valu
 	case err != nil:
 		return false, fmt.Errorf("remove the stale rollout request of %s/%s: %w", d.Namespace, d.Name, err)
 	}
-	r.forget(d)
+	// What see noted stays until the watch event of the removal: an
+	// event of a write made before it (a spec change) still carries the
+	// value and must find it noted at its first generation.
 	return true, nil
 }
 

@@ -193,8 +193,11 @@ func TestARolloutRequestIsRecordedOnceAcrossRestarts(t *testing.T) {
 	stop() // the operators below are the test's, called one reconcile at a time
 
 	rec := &recorder{}
+	// fresh is an operator started now: its watch lists the Deployment.
 	fresh := func() *operator.RolloutActions {
-		return &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+		r := &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+		r.WatchCreate(e.get("api"))
+		return r
 	}
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "api"}}
 	reconcile := func(r *operator.RolloutActions) ctrl.Result {
@@ -294,6 +297,9 @@ func TestARolloutRequestThatLosesAnAppendRaceIsDecidedAgain(t *testing.T) {
 	r := &operator.RolloutActions{Client: e.c, Store: racing, Reader: e.store, Log: slog.New(slog.DiscardHandler)}
 	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "api"}}
 	e.annotate("api", request("resume", 1, 0, "alice", "mine"))
+	if !r.WatchCreate(e.get("api")) {
+		t.Fatal("the controller does not look at a Deployment listed with the annotation")
+	}
 
 	res, err := r.Reconcile(e.ctx, req)
 	if err != nil {
@@ -336,14 +342,16 @@ func (e *env) hasWarning(name, reason, s string) bool {
 	return false
 }
 
-// TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded is the
-// reproduction of issue #31 item 2 on a cluster without the admission
+// TestARequestWrittenAheadForTheNextGenerationIsRemovedWithItsWarning is
+// the reproduction of issue #31 item 2 on a cluster without the admission
 // policy (this package's API server has none): alice asks to pause
-// generation 2 while the Deployment is at 1, the operator refuses it; then
-// someone else changes the spec (generation 2) and the operator restarts.
-// The request was never seen by its author for generation 2: it is never
-// recorded, and a new request for generation 2 still is.
-func TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded(t *testing.T) {
+// generation 2 while the Deployment is at 1; the operator refuses it and
+// removes it from the Deployment, so that after someone else changes the
+// spec (generation 2) and the operator restarts there is nothing left to
+// record; a new request for generation 2 is recorded. (A request still on
+// the Deployment at the restart is
+// TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp.)
+func TestARequestWrittenAheadForTheNextGenerationIsRemovedWithItsWarning(t *testing.T) {
 	e := newEnv(t)
 	stop := e.startOperator()
 	e.deployment("api", map[string]string{"role": "analyzer"})
@@ -360,12 +368,6 @@ func TestARequestWrittenAheadForTheNextGenerationIsNeverRecorded(t *testing.T) {
 	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
 	e.startOperator()
 	e.revisionOf("api", 2)
-	// The restarted operator either records the request ahead or finds
-	// none to record.
-	e.waitFor("the request ahead recorded or gone", func() bool {
-		_, there := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]
-		return !there || len(e.requests("api")) > 0
-	})
 	if got := e.requestIDs("api"); len(got) != 0 {
 		t.Fatalf("recorded after the spec change and the restart: %q, want nothing", got)
 	}
@@ -414,5 +416,78 @@ func TestARequestFirstSeenAheadOfItsGenerationIsNotRecordedWhenTheSpecCatchesUp(
 	e.waitFor("the request for generation 2", func() bool { return len(e.requests("api")) > 0 })
 	if diff := cmp.Diff([]string{"rollout.resumed now by bob for generation 2"}, e.requestIDs("api")); diff != "" {
 		t.Errorf("recorded (-want +got):\n%s", diff)
+	}
+}
+
+// TestAReconcileAheadOfTheWatchEventOfARequestWaitsForIt is the same
+// request when a reconcile already queued for the Deployment reads it from
+// the cache (which the informer updates before the predicates run) after
+// the spec change and before the predicate has seen alice's write: the
+// reconcile does not judge the request by the generation it reads but
+// waits for the predicate, whose event carries generation 1.
+func TestAReconcileAheadOfTheWatchEventOfARequestWaitsForIt(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	stop() // the controller below is the test's, fed one event at a time
+
+	rec := &recorder{}
+	r := &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+	before := e.get("api")
+	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
+	written := e.get("api")
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	req := ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "api"}}
+	res, err := r.Reconcile(e.ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 {
+		t.Errorf("a reconcile of a request no watch event has carried yet returns %+v, want a requeue", res)
+	}
+	if got := rec.take(); len(got) != 0 {
+		t.Errorf("Events %q before the watch event of the write, want none", got)
+	}
+	if !r.WatchUpdate(before, written) {
+		t.Fatal("the controller does not look at a write that sets the annotation")
+	}
+	if _, err := r.Reconcile(e.ctx, req); err != nil {
+		t.Fatal(err)
+	}
+	got := rec.take()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+operator.EventReasonRolloutActionStale) ||
+		!strings.Contains(got[0], "the Deployment was at generation 1 when it was written") {
+		t.Errorf("Events %q, want one StaleRolloutAction Warning saying the Deployment was at generation 1", got)
+	}
+	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
+		t.Errorf("the request is still on the Deployment: %s", v)
+	}
+}
+
+// TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp
+// is the limit ADR 0016's addendum names ("What remains"): without the
+// admission policy, a request for generation 2 written while no operator
+// runs and the Deployment is at 1, followed by a spec change before an
+// operator starts, is still on the Deployment when the operator first sees
+// it, at generation 2: it is recorded. The admission policy refuses that
+// write.
+func TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp(t *testing.T) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	stop()
+
+	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	e.startOperator()
+	e.revisionOf("api", 2)
+	e.waitFor("the request ahead recorded", func() bool { return len(e.requests("api")) > 0 })
+	if diff := cmp.Diff([]string{"rollout.paused ahead by alice for generation 2"}, e.requestIDs("api")); diff != "" {
+		t.Errorf("recorded (-want +got):\n%s", diff)
+	}
+	if w := e.warnings("api"); len(w) != 0 {
+		t.Errorf("Warnings %q, want none: the operator never saw the request at generation 1", w)
 	}
 }

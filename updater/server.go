@@ -157,6 +157,7 @@ func Run(ctx context.Context, o Options) error {
 			s.serve(tctx, &wg, c)
 		})
 	}
+	refusals.flush(s.log)
 	cancelTasks()
 	wg.Wait()
 	_ = os.Remove(o.Socket)
@@ -256,7 +257,8 @@ func refuse(c *net.UnixConn, why error) {
 // Only the accept loop uses it.
 type refusalLog struct {
 	last  time.Time
-	count int
+	count int   // refusals not logged yet
+	err   error // the last of them
 }
 
 // refusalLogEvery is the least time between two lines of refusalLog.
@@ -265,10 +267,19 @@ const refusalLogEvery = 10 * time.Second
 // note counts one refusal, at now, and logs it when the last line is old
 // enough.
 func (r *refusalLog) note(log *slog.Logger, err error, now time.Time) {
-	r.count++
+	r.count, r.err = r.count+1, err
 	if r.last.IsZero() || now.Sub(r.last) >= refusalLogEvery {
 		log.Warn("connection refused", "error", err, "refusals", r.count)
-		r.last, r.count = now, 0
+		r.last, r.count, r.err = now, 0, nil
+	}
+}
+
+// flush logs the refusals not logged yet, with the last one's error: the
+// server stops, so no later refusal would log them.
+func (r *refusalLog) flush(log *slog.Logger) {
+	if r.count > 0 {
+		log.Warn("connection refused", "error", r.err, "refusals", r.count)
+		r.count, r.err = 0, nil
 	}
 }
 

@@ -230,6 +230,26 @@ func (f *enrollFlags) keyPath(ctx context.Context, device string) (string, error
 	return path, nil
 }
 
+// checkBindable refuses, before anything is enrolled, a fleet dev whose
+// OpenBao stand-in's root token cannot be read (a fleet dev older than
+// endpoints' openbaoTokenFile, or its file gone): devenv.BindDevice needs
+// it after the enrollment, and without it the device would stay enrolled
+// with no role to read its secrets.
+func (f *enrollFlags) checkBindable(ep devenv.Endpoints) error {
+	fix := fmt.Sprintf("restart fleet dev (`fleet dev --data-dir %s`), then enroll again "+
+		"(pass -reenroll for a device enrolled already)", f.dataDir)
+	if ep.OpenBaoTokenFile == "" {
+		return fmt.Errorf("enroll: -dev: the fleet dev on -data-dir %s (process %d) names no OpenBao stand-in root token in its %s "+
+			"(it is older than this fleet), so the device could not be bound to its role %s: %s",
+			f.dataDir, ep.PID, devenv.EndpointsFile, ep.OpenBaoRole, fix)
+	}
+	if _, err := os.ReadFile(ep.OpenBaoTokenFile); err != nil {
+		return fmt.Errorf("enroll: -dev: the OpenBao stand-in's root token: %w, so the device could not be bound to its role %s: %s",
+			err, ep.OpenBaoRole, fix)
+	}
+	return nil
+}
+
 // defaultKeyDir is the folder of key files without -key-file: with -dev
 // <data-dir>/devices (where fleet dev keeps its own devices' keys), else
 // <user config folder>/fleet/keys/<namespace>.
@@ -253,6 +273,11 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	}
 	if err := f.check(); err != nil {
 		return err
+	}
+	if f.dev && !f.revoke {
+		if err := f.checkBindable(ep); err != nil {
+			return err
+		}
 	}
 	if !f.revoke {
 		if f.keyFile, err = f.keyPath(ctx, device); err != nil {

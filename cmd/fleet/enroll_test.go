@@ -133,6 +133,21 @@ func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A fleet dev older than the stand-in's root token in its endpoints.
+	older := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(older, "run"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for name, text := range map[string]string{
+		devenv.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab", "issuer": "http://127.0.0.1:1", "audience": "a",
+			"idpTokenFile": "` + filepath.Join(older, "idp.token") + `", "openbaoAddr": "http://127.0.0.1:1", "openbaoRole": "fleet-group-lab-lab"}`,
+		"run/owner": self,
+		"idp.token": "pat",
+	} {
+		if err := os.WriteFile(filepath.Join(older, name), []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -146,6 +161,12 @@ func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
 			"runs namespace lab"},
 		{"-label with -reenroll is refused", []string{"-dev", "-data-dir", running, "-reenroll", "-label", "role=analyzer", "-key-file", "k.json", "d"},
 			"kubectl label"},
+		// Its endpoints name no OpenBao stand-in root token: the device
+		// could be enrolled but not bound to its group's role.
+		{"-dev with an older fleet dev says to restart it", []string{"-dev", "-data-dir", older, "-key-file", filepath.Join(older, "d.json"), "d"},
+			"restart fleet dev (`fleet dev --data-dir " + older + "`), then enroll"},
+		{"-dev -reenroll with an older fleet dev says to restart it", []string{"-dev", "-data-dir", older, "-reenroll", "-key-file", filepath.Join(older, "d.json"), "d"},
+			"restart fleet dev (`fleet dev --data-dir " + older + "`), then enroll"},
 		{"the quarantine label is refused", []string{"-label", "blacklist=true", "-key-file", "k.json", "d"}, "-revoke"},
 		{"a control plane label is refused", []string{"-label", "fleet.nationtech.io/x=y", "-key-file", "k.json", "d"}, "control plane's"},
 		{"without -dev the provider must be given", []string{"-key-file", "k.json", "d"}, "-idp-url"},

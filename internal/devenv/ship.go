@@ -195,9 +195,11 @@ func (s *session) setupShip(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	// The example group's role: the operator binds the example's
-	// pull-secret policy to it (PolicySynced).
+	// pull-secret policy to it (PolicySynced). No dev device logs in with
+	// it (each uses OpenBaoRole), so it is bound to no subject: it refuses
+	// every id_token, as an unused group's role should.
 	if err := admin.PutJWTRole(ctx, strings.ReplaceAll(operator.DefaultGroupRolePrefix, "{namespace}", ns)+ExampleGroup, openbao.JWTRole{
-		BoundAudiences: []string{op.Audience()}, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
+		BoundAudiences: []string{op.Audience()}, BoundClaims: map[string][]string{"sub": {}}, Policies: []string{OpenBaoDevicePolicy}, TTL: time.Hour,
 	}); err != nil {
 		return fmt.Errorf("fleet dev: OpenBao stand-in: role of group %s: %w", ExampleGroup, err)
 	}

@@ -27,7 +27,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -109,7 +111,10 @@ type Server struct {
 // --peer-client-cert-auth), whose files are in a folder only this user
 // reads; kube-apiserver holds the one client certificate. So another local
 // user gets nothing from etcd, and every read and write goes through
-// kube-apiserver's authentication, RBAC and admission.
+// kube-apiserver's authentication, RBAC and admission. Those files and a
+// temporary etcd data folder are under $TMPDIR, which Stop removes; Start
+// first removes the ones a run killed before its Stop left (their process
+// is gone).
 func Start(o Options) (_ *Server, err error) {
 	startTimeout, stopTimeout := o.StartTimeout, o.StopTimeout
 	if startTimeout == 0 {
@@ -129,8 +134,9 @@ func Start(o Options) (_ *Server, err error) {
 			_ = s.Stop()
 		}
 	}()
+	sweepStale(os.TempDir())
 	// os.MkdirTemp makes the folder 0700: the keys stay this user's.
-	if s.certDir, err = os.MkdirTemp("", "kubelocal-etcd-pki-"); err != nil {
+	if s.certDir, err = os.MkdirTemp("", tempName(pkiPrefix)); err != nil {
 		return nil, fmt.Errorf("etcd certificates: %w", err)
 	}
 	pki, err := newEtcdPKI(s.certDir)
@@ -139,7 +145,7 @@ func Start(o Options) (_ *Server, err error) {
 	}
 	dataDir := o.EtcdDataDir
 	if dataDir == "" {
-		if s.dataDir, err = os.MkdirTemp("", "kubelocal-etcd-"); err != nil {
+		if s.dataDir, err = os.MkdirTemp("", tempName(dataPrefix)); err != nil {
 			return nil, fmt.Errorf("etcd data folder: %w", err)
 		}
 		dataDir = s.dataDir
@@ -184,6 +190,57 @@ func Start(o Options) (_ *Server, err error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// The temporary folders Start makes under $TMPDIR are named by a prefix,
+// the pid of the process that made them, "-" and a random part: the etcd
+// certificates (with their private keys) and a temporary etcd data folder.
+const (
+	pkiPrefix  = "kubelocal-etcd-pki-"
+	dataPrefix = "kubelocal-etcd-"
+)
+
+// tempName is the os.MkdirTemp pattern of a folder of this process.
+func tempName(prefix string) string { return prefix + strconv.Itoa(os.Getpid()) + "-" }
+
+// sweepStale removes the temporary folders of dir (this user's) whose
+// process is gone: a run killed before its Stop (SIGKILL) leaves them.
+// Best effort: a folder it cannot read or remove stays.
+func sweepStale(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		rest, ok := strings.CutPrefix(name, pkiPrefix)
+		if !ok {
+			rest, ok = strings.CutPrefix(name, dataPrefix)
+		}
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || processExists(pid) {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if st, isUnix := fi.Sys().(*syscall.Stat_t); !isUnix || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(dir, name))
+	}
+}
+
+// processExists reports whether a process pid exists (another user's
+// counts).
+func processExists(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // Stop stops kube-apiserver and etcd and removes their certificates and a

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -123,5 +126,47 @@ func TestStartFailsOnAMissingManifestFolder(t *testing.T) {
 	if err == nil {
 		_ = srv.Stop()
 		t.Fatal("Start succeeded with a missing manifest folder")
+	}
+}
+
+// TestStartRemovesTheTemporaryFoldersOfAKilledRun: a run killed before
+// its Stop leaves its etcd certificates (client private keys) and its
+// temporary etcd data under $TMPDIR; the next Start removes the folders
+// whose process is gone, and leaves a live process's and anything else.
+func TestStartRemovesTheTemporaryFoldersOfAKilledRun(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead, live := strconv.Itoa(gone.Process.Pid), strconv.Itoa(os.Getpid())
+	stale := []string{"kubelocal-etcd-pki-" + dead + "-123", "kubelocal-etcd-" + dead + "-456"}
+	kept := []string{"kubelocal-etcd-pki-" + live + "-123", "kubelocal-etcd-" + live + "-456", "kubelocal-etcd-pki-789", "other-" + dead + "-1"}
+	for _, d := range slices.Concat(stale, kept) {
+		if err := os.Mkdir(filepath.Join(tmp, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, d, "client.key"), []byte("key"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// No binaries: Start fails at etcd, after its sweep, and removes its
+	// own folders.
+	if srv, err := kubelocal.Start(kubelocal.Options{BinDir: filepath.Join(tmp, "no-binaries")}); err == nil {
+		_ = srv.Stop()
+		t.Fatal("Start succeeded without binaries")
+	}
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	slices.Sort(kept)
+	if diff := cmp.Diff(kept, got); diff != "" {
+		t.Errorf("$TMPDIR after Start (-want +got):\n%s", diff)
 	}
 }

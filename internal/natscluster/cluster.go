@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -171,9 +172,50 @@ func (c *Cluster) config(n *node) string {
 	return b.String()
 }
 
-// freePorts returns n distinct free loopback ports (held open together, so
-// none repeats, then released).
+// ephemeralRangeFile holds the kernel's ephemeral port range: "low high".
+const ephemeralRangeFile = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// ephemeralRange is the kernel's ephemeral port range, from which it
+// picks the local port of an outgoing connection and of a :0 listener.
+func ephemeralRange() (lo, hi int, err error) {
+	b, err := os.ReadFile(ephemeralRangeFile)
+	if err != nil {
+		return 0, 0, fmt.Errorf("natscluster: the ephemeral port range: %w", err)
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 2 {
+		lo, err1 := strconv.Atoi(f[0])
+		hi, err2 := strconv.Atoi(f[1])
+		if err1 == nil && err2 == nil && lo <= hi {
+			return lo, hi, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("natscluster: the ephemeral port range: %s holds %q", ephemeralRangeFile, b)
+}
+
+// minPort is the lowest port freePorts chooses.
+const minPort = 10000
+
+// freePorts returns n distinct loopback ports that are free now and lie
+// outside the kernel's ephemeral range (ephemeralRange): chosen at random
+// from [minPort, low-1], or above the range when the room below is too
+// small, each bound once (all held open together, so none repeats, then
+// released). No outgoing connection or :0 listener of another process can
+// take such a port, so a server killed and restarted (Restart) finds its
+// ports free; only another process choosing ports the same way could,
+// which the random choice makes unlikely.
 func freePorts(n int) ([]int, error) {
+	lo, hi, err := ephemeralRange()
+	if err != nil {
+		return nil, err
+	}
+	first, last := minPort, lo-1
+	if last-first+1 < 100*n {
+		first, last = max(hi+1, minPort), 65535
+	}
+	if last-first+1 < 100*n {
+		return nil, fmt.Errorf("natscluster: no room for %d ports outside the ephemeral range %d-%d (%s)", n, lo, hi, ephemeralRangeFile)
+	}
 	var lns []net.Listener
 	defer func() {
 		for _, ln := range lns {
@@ -181,13 +223,17 @@ func freePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 100*n {
+			return nil, fmt.Errorf("natscluster: %d free ports in %d-%d: found %d in %d tries", n, first, last, len(ports), tries)
+		}
+		p := first + rand.IntN(last-first+1)
+		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
-			return nil, fmt.Errorf("natscluster: free port: %w", err)
+			continue // in use (or chosen already: held open)
 		}
 		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

@@ -7,6 +7,13 @@
 // block routing to every other server; its log goes to a file whose tail
 // callers put in their failure messages.
 //
+// Ports are chosen at random below the kernel's ephemeral range
+// (/proc/sys/net/ipv4/ip_local_port_range; from 10000 up, or above the
+// range when it leaves too little room below), each checked bindable: a
+// killed server restarts on the same ports, and a port of the ephemeral
+// range could meanwhile be taken by any process's outgoing connection or
+// :0 listener ("bind: address already in use" on restart).
+//
 // The nats-server binary is the version go.mod pins, built once into the
 // repository's .cache/tools (Binary; `task setup:nats-server` builds it
 // ahead).
