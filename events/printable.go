@@ -57,6 +57,53 @@ func writeEscape(b *strings.Builder, r rune) {
 	fmt.Fprintf(b, `\u%04x`, r)
 }
 
+// CutMarker ends a text PrintableCut and PrintableLinesCut cut.
+const CutMarker = "…"
+
+// PrintableCut is Printable(s) bounded to at most n bytes: when the escaped
+// text is longer, its longest prefix that fits with CutMarker after it,
+// cut between two characters of s, so never inside a character or an
+// escape (nothing when n is under the marker's length). Text a device
+// reports may be far longer than the agent's bound and grows up to six
+// times when escaped: whatever writes it into an object cuts it after
+// escaping, with this.
+func PrintableCut(s string, n int) string { return printableCut(s, n, false) }
+
+// PrintableLinesCut is PrintableLines(s) bounded to at most n bytes as
+// PrintableCut does.
+func PrintableLinesCut(s string, n int) string { return printableCut(s, n, true) }
+
+func printableCut(s string, n int, lines bool) string {
+	p := Printable(s)
+	if lines {
+		p = PrintableLines(s)
+	}
+	if len(p) <= n {
+		return p
+	}
+	if n < len(CutMarker) {
+		return ""
+	}
+	var b strings.Builder
+	b.Grow(n)
+	var one strings.Builder
+	for _, r := range strings.ToValidUTF8(s, string(utf8.RuneError)) {
+		one.Reset()
+		switch {
+		case lines && (r == '\n' || r == '\t'), !Invisible(r):
+			one.WriteRune(r)
+		default:
+			writeEscape(&one, r)
+		}
+		if b.Len()+one.Len() > n-len(CutMarker) {
+			break
+		}
+		b.WriteString(one.String())
+	}
+	b.WriteString(CutMarker)
+	return b.String()
+}
+
 func printableAlready(s string) bool {
 	for i := 0; i < len(s); {
 		c := s[i]

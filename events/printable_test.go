@@ -129,3 +129,40 @@ func TestPrintableEscapesCharactersPastTheBasicPlaneWithEightDigits(t *testing.T
 		})
 	}
 }
+
+func TestPrintableCutBoundsTheEscapedText(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    string
+		n     int
+		lines bool
+		want  string
+	}{
+		{"text that fits is only escaped", "a\u202eb", 16, false, `a\u202eb`},
+		{"text that fits escaped is kept whole", "a\x1bb", 8, false, `a\u001bb`},
+		{"text that does not fit escaped is cut with a marker", "a\x1bbcdef", 8, false, "a…"},
+		{"the cut never splits an escape", "\x1b\x1b\x1b", 15, false, `\u001b\u001b…`},
+		{"the cut never splits a character", "日本語", 8, false, "日…"},
+		{"an escape past the basic plane is kept whole or dropped", "a\U000e0041b", 11, false, "a…"},
+		{"bytes that are not UTF-8 are replaced before the cut", "\xffabcdef", 7, false, "\uFFFDa…"},
+		{"a bound under the marker gives nothing", "abcdef", 2, false, ""},
+		{"line feeds and tabs of lines are kept", "a\n\tb\x00", 32, true, "a\n\tb\\u0000"},
+		{"lines are cut after escaping too", "a\nb\x00\x00c", 10, true, "a\nb…"},
+		{"one line escapes line feeds", "a\nb", 16, false, `a\u000ab`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cut := events.PrintableCut
+			if tc.lines {
+				cut = events.PrintableLinesCut
+			}
+			got := cut(tc.in, tc.n)
+			if got != tc.want {
+				t.Errorf("cut(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+			}
+			if len(got) > tc.n {
+				t.Errorf("cut(%q, %d) has %d bytes", tc.in, tc.n, len(got))
+			}
+		})
+	}
+}

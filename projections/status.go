@@ -140,7 +140,10 @@ func (r Rollout) progressing(ready metav1.Condition, exceeded bool, def time.Dur
 		c.Status, c.Reason = metav1.ConditionUnknown, fleetv1.ReasonRolloutPaused
 		c.Message = fmt.Sprintf("revision %s: paused by %s; the progress deadline does not run until it is resumed", r.RevisionID, r.PausedBy)
 		if r.PauseReason != "" {
-			c.Message = fmt.Sprintf("revision %s: paused: %s; the progress deadline does not run until it is resumed", r.RevisionID, r.PauseReason)
+			// The pause reason may quote a device's error: escaped, on one
+			// line, bounded.
+			c.Message = fmt.Sprintf("revision %s: paused: %s; the progress deadline does not run until it is resumed", r.RevisionID,
+				events.PrintableCut(r.PauseReason, MaxDeviceText))
 		}
 	case r.AwaitingApproval > 0:
 		c.Status, c.Reason = metav1.ConditionUnknown, fleetv1.ReasonAwaitingApproval
@@ -163,9 +166,15 @@ func (r Rollout) progressing(ready metav1.Condition, exceeded bool, def time.Dur
 	return c
 }
 
+// MaxDeviceText is how many bytes of a device's text (an error, a pause
+// reason quoting one, a task's message) the control plane writes into a
+// status field, escaped then cut (events.PrintableCut): what the agent
+// sends at most (events.MaxReportError), whatever a hostile device sends.
+const MaxDeviceText = events.MaxReportError
+
 // maxWaitingListed is how many waiting targets the ProgressDeadlineExceeded
 // message names; maxReportText how many bytes of each one's error it
-// quotes.
+// quotes (escaped), before the cut marker.
 const (
 	maxWaitingListed = 5
 	maxReportText    = 200
@@ -193,10 +202,8 @@ func (r Rollout) exceededMessage(d time.Duration) string {
 		}
 		fmt.Fprintf(&b, " %s since %s", w.Result.Phase, w.Result.Since.UTC().Format(time.RFC3339))
 		if e := w.Result.Error; e != "" {
-			if len(e) > maxReportText {
-				e = strings.ToValidUTF8(e[:maxReportText], "") + "…"
-			}
-			b.WriteString(": " + e)
+			// The device's text: escaped, on one line, cut after escaping.
+			b.WriteString(": " + events.PrintableCut(e, maxReportText+len(events.CutMarker)))
 		}
 	}
 	if n > len(waiting) {
