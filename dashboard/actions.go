@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -60,10 +61,12 @@ func (q QuarantineStatus) Pending() bool {
 
 // CommandResult is an agent's answer to a command.
 type CommandResult struct {
+	// Command is the command the agent names in its answer (device data:
+	// shown escaped, bounded, fleetview.Clean).
 	Command string
 	OK      bool
 	// Error is the agent's error text (device data: shown escaped,
-	// bounded).
+	// bounded, fleetview.Clean).
 	Error string
 	// Time is when the stream stored the answer.
 	Time time.Time
@@ -253,7 +256,9 @@ func (a *FleetActions) CommandResult(ctx context.Context, device, id string) (*C
 		if err != nil || res.CommandID != id {
 			continue
 		}
-		return &CommandResult{Command: res.Command, OK: res.OK, Error: res.Error, Time: rec.Stored}, nil
+		// Both are the device's text: escaped and cut as the view's.
+		return &CommandResult{Command: fleetview.Clean(res.Command, fleetview.MaxFieldLength), OK: res.OK,
+			Error: fleetview.Clean(res.Error, fleetview.MaxErrorLength), Time: rec.Stored}, nil
 	}
 	return nil, nil
 }

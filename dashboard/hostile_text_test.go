@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oklog/ulid/v2"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,7 +30,9 @@ import (
 // whose status carries a right-to-left override (written by an operator of
 // an earlier build, or anyone with status access) and heartbeats whose
 // agent version carries every hidden character (poisontest.Hidden) are
-// shown on the device page with visible escapes, never raw. The page is
+// shown on the device page with visible escapes, never raw; so is the
+// agent's answer to a command (the error, and the command it names, also
+// bounded). The page is
 // served from a live view of a real API server and JetStream.
 func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	srv := kubeapi.Shared(t)
@@ -65,7 +68,23 @@ func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	natstest.Report(t, ctx, st, hb)
+	// The agent's answer to a command: its error carries every hidden
+	// character, and the command it names has 32 KiB more (what fits in a report).
+	cmdID := ulid.Make().String()
+	hugeCommand := poisontest.Hidden + strings.Repeat("c", 32<<10)
+	res, err := events.New(events.Keys{Device: id}, events.CommandResult{CommandID: cmdID, Command: hugeCommand, Error: poisontest.Hidden + "\r\nfake line"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Report(t, ctx, st, hb, res)
+	identity, err := st.JetStream().KeyValue(ctx, events.BucketIdentity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	actions, err := dashboard.NewFleetActions(c, st, identity, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	ca, err := cache.New(srv.RESTConfig(), cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
@@ -85,21 +104,29 @@ func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	// The mock sign-in (and its banner) with a live view: the page's data
 	// is the real fleet's.
 	o, _ := mockOptions(t, nil)
-	o.View = view
+	o.View, o.Actions = view, actions
 	_, base := serve(t, o)
 	b := newBrowser(t, base)
 	signInMock(t, b, base, dashboard.RoleAdmin)
 	var body string
 	err = testenv.Poll(ctx, 60*time.Second, func() bool {
 		var status int
-		status, _, body = b.get(base + "/devices/" + id)
-		return status == http.StatusOK && strings.Contains(body, "Debian")
+		status, _, body = b.get(base + "/devices/" + id + "?command=" + cmdID)
+		return status == http.StatusOK && strings.Contains(body, "Debian") && strings.Contains(body, "the agent answered")
 	})
 	if err != nil {
 		t.Fatalf("the device page: %v\n%s", err, body)
 	}
 	text := html.UnescapeString(body)
-	for _, want := range []string{`v1.4\u202e2-exe`, `Debian\u2066 12`, `6.1\u200b.0`} {
+	if _, after, ok := strings.Cut(text, "the agent answered “"); !ok {
+		t.Error("the device page shows no command result")
+	} else if command, _, _ := strings.Cut(after, "”"); len(command) > fleetview.MaxFieldLength+len("…") {
+		t.Errorf("the device page shows the command the agent named in %d bytes, over %d", len(command), fleetview.MaxFieldLength)
+	}
+	if strings.Contains(text, strings.Repeat("c", fleetview.MaxErrorLength)) {
+		t.Error("the device page shows the command the agent named unbounded")
+	}
+	for _, want := range []string{`v1.4\u202e2-exe`, `Debian\u2066 12`, `6.1\u200b.0`, `answered “v1\u202egnp.exe`, `with: <q>v1\u202egnp.exe`} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the device page lacks %s", want)
 		}

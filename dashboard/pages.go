@@ -206,7 +206,8 @@ func (s *Server) handleDevice(w http.ResponseWriter, r *http.Request) {
 		case res == nil:
 			p.AutoRefresh = true
 		default:
-			res.Error = bounded(res.Error, fleetview.MaxErrorLength)
+			// The device's text, whatever Actions gave it: escaped and cut.
+			res.Command, res.Error = fleetview.Clean(res.Command, fleetview.MaxFieldLength), fleetview.Clean(res.Error, fleetview.MaxErrorLength)
 			d.Result = res
 		}
 	}

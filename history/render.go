@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,10 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 // Format is an output format.
@@ -41,9 +46,13 @@ type Answer interface {
 func Write(w io.Writer, a Answer, f Format) error {
 	switch f {
 	case FormatJSON:
-		enc := json.NewEncoder(w)
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(a); err != nil {
+			return fmt.Errorf("history: write json: %w", err)
+		}
+		if _, err := w.Write(jsonEscapeInvisible(b.Bytes())); err != nil {
 			return fmt.Errorf("history: write json: %w", err)
 		}
 		return nil
@@ -54,6 +63,36 @@ func Write(w io.Writer, a Answer, f Format) error {
 		return nil
 	}
 	return fmt.Errorf("%w %q: use text or json", ErrUnknownFormat, f)
+}
+
+// jsonEscapeInvisible returns the JSON text js with DEL and every character
+// past ASCII that events.Invisible names written as a \u escape (a
+// surrogate pair past U+FFFF). encoding/json escapes C0 controls, U+2028
+// and U+2029 but leaves DEL, C1 controls and bidirectional and zero-width
+// characters raw, which a terminal showing the output would act on. Such characters
+// are only ever inside a string, where the escape decodes to the same
+// character: the answer a script decodes is unchanged.
+func jsonEscapeInvisible(js []byte) []byte {
+	raw := func(r rune) bool { return r == 0x7f || r >= utf8.RuneSelf && events.Invisible(r) }
+	if !bytes.ContainsFunc(js, raw) {
+		return js
+	}
+	out := make([]byte, 0, len(js)+64)
+	for len(js) > 0 {
+		r, n := utf8.DecodeRune(js)
+		switch {
+		case raw(r):
+			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+				out = fmt.Appendf(out, `\u%04x\u%04x`, r1, r2)
+			} else {
+				out = fmt.Appendf(out, `\u%04x`, r)
+			}
+		default:
+			out = append(out, js[:n]...)
+		}
+		js = js[n:]
+	}
+	return out
 }
 
 // timeText is how every text table shows a time: UTC with milliseconds.
@@ -82,24 +121,34 @@ func newTable(w io.Writer, header ...string) *table {
 	return t
 }
 
+// row writes one row. A cell may hold a device's text (an error, a
+// summary quoting one, an agent version): every character that is
+// invisible or a control, a line feed, a carriage return and a terminal
+// escape sequence's ESC included, is shown as an escape (events.Printable),
+// so a cell is one line and nothing in it reaches the terminal raw.
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
-		cells[i] = strings.ReplaceAll(c, "\t", " ")
+		cells[i] = events.Printable(strings.ReplaceAll(c, "\t", " "))
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }
 
 func (t *table) flush() error { return t.tw.Flush() }
 
+// line writes a line that may quote a device's text, escaped as a cell is.
+func line(w io.Writer, format string, a ...any) {
+	fmt.Fprintln(w, events.Printable(fmt.Sprintf(format, a...)))
+}
+
 func (tl *DeploymentTimeline) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "Deployment %s/%s\n", tl.Namespace, tl.Name)
+	line(w, "Deployment %s/%s", tl.Namespace, tl.Name)
 	if s := tl.State; s != nil {
 		state := fmt.Sprintf("now: revision %s (generation %d) %s, stage %s since %s: %s", s.RevisionID, s.Generation, s.Phase,
 			s.Stage, timeText(s.Since), s.Message)
 		if s.Deleted {
 			state += " (Deployment deleted)"
 		}
-		fmt.Fprintln(w, state)
+		line(w, "%s", state)
 	}
 	fmt.Fprintln(w, "\nREVISIONS")
 	t := newTable(w, "GEN", "REVISION", "CREATED", "TARGETS", "CANARIES", "EVENT")
@@ -143,16 +192,16 @@ func genText(g int64) string {
 }
 
 func (tl *DeviceTimeline) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "Device %s\n", tl.Device)
+	line(w, "Device %s", tl.Device)
 	hb := tl.Heartbeats
 	if hb.Count == 0 {
 		fmt.Fprintln(w, "heartbeats: none kept")
 	} else {
-		fmt.Fprintf(w, "heartbeats: %d kept, %s … %s, agent %s, uptime %s at the last\n", hb.Count, timeText(hb.First), timeText(hb.Last),
+		line(w, "heartbeats: %d kept, %s … %s, agent %s, uptime %s at the last", hb.Count, timeText(hb.First), timeText(hb.Last),
 			strings.Join(hb.AgentVersions, ", "), hb.Uptime.Round(time.Second))
 	}
 	if tl.Inventory != nil {
-		fmt.Fprintf(w, "inventory: %s\n", inventoryText(*tl.Inventory))
+		line(w, "inventory: %s", inventoryText(*tl.Inventory))
 	}
 	fmt.Fprintln(w, "\nDESIRED NOW")
 	t := newTable(w, "DEPLOYMENT", "GEN", "REVISION", "SCORE")

@@ -172,13 +172,13 @@ func oneLine(s string) string {
 }
 
 func (tl *TaskRunTimeline) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "TaskRun %s/%s\n", tl.Namespace, tl.Name)
+	line(w, "TaskRun %s/%s", tl.Namespace, tl.Name)
 	if tl.UID != "" {
-		line := fmt.Sprintf("task %s (uid %s) created %s, %d targets", tl.Task, tl.UID, timeText(tl.Created), len(tl.Targets))
+		created := fmt.Sprintf("task %s (uid %s) created %s, %d targets", tl.Task, tl.UID, timeText(tl.Created), len(tl.Targets))
 		if tl.Agent != nil {
-			line += fmt.Sprintf(", agent %s from %s", tl.Agent.Version, tl.Agent.URL)
+			created += fmt.Sprintf(", agent %s from %s", tl.Agent.Version, tl.Agent.URL)
 		}
-		fmt.Fprintln(w, line)
+		line(w, "%s", created)
 	}
 	if st := tl.Status; st != nil {
 		msg := ""
@@ -189,7 +189,7 @@ func (tl *TaskRunTimeline) writeText(w io.Writer) error {
 		if tl.Deleted {
 			deleted = " (TaskRun deleted)"
 		}
-		fmt.Fprintf(w, "now: %s, %d/%d succeeded, %d failed, %d running, %d pending%s%s\n", st.Phase, st.Counts.Succeeded, st.Counts.Targets,
+		line(w, "now: %s, %d/%d succeeded, %d failed, %d running, %d pending%s%s", st.Phase, st.Counts.Succeeded, st.Counts.Targets,
 			st.Counts.Failed, st.Counts.Running, st.Counts.Pending, msg, deleted)
 	}
 	fmt.Fprintln(w, "\nRESULTS (latest report per target)")

@@ -78,10 +78,12 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 			ready.Message = fmt.Sprintf("revision %s has no targets: no eligible device matched when it was created (the TargetsResolved condition says why); apply a new generation once devices match", r.RevisionID)
 		}
 	}
+	// A pause reason may quote a device's error: escaped, then cut.
+	pauseReason := events.PrintableLinesCut(r.PauseReason, MaxDeviceText)
 	if !r.Terminal() {
 		switch {
 		case r.Paused && r.PauseReason != "":
-			ready.Message += "; paused: " + r.PauseReason
+			ready.Message += "; paused: " + pauseReason
 		case r.Paused:
 			ready.Message += "; paused by " + r.PausedBy
 		case r.AwaitingApproval > 0:
@@ -105,18 +107,22 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 		st.Plan = &fleetv1.PlanStatus{Batch: int32(r.Batch), Batches: int32(len(r.Batches)), AwaitingApproval: int32(r.AwaitingApproval),
 			Paused: r.Paused && !r.Terminal(), RolledBackTo: r.RolledBackTo}
 		if st.Plan.Paused {
-			// A pause reason may quote a device's error: shown escaped.
-			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, events.PrintableLines(r.PauseReason)
+			st.Plan.PausedBy, st.Plan.PauseReason = r.PausedBy, pauseReason
 		}
 	}
 	if r.LastFailure != nil {
-		// The error is the device's text: shown escaped (events.Printable).
-		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: events.PrintableLines(r.LastFailure.Error), Time: metav1.NewTime(r.LastFailAt)}
+		// The error is the device's text: escaped (events.Printable), then
+		// cut, whatever length a hostile device sent.
+		st.LatestFailure = &fleetv1.DeviceFailure{Device: r.LastFailure.Device, Error: events.PrintableLinesCut(r.LastFailure.Error, MaxDeviceText),
+			Time: metav1.NewTime(r.LastFailAt)}
 	}
-	ready.Message = events.PrintableLines(ready.Message) // a pause reason may quote a device's error
+	// Escaped again (a no-op on what is escaped) and bounded: the API
+	// server refuses the whole status over the CRD's maxLength.
+	ready.Message = events.PrintableLinesCut(ready.Message, MaxConditionMessage)
 	meta.SetStatusCondition(&st.Conditions, ready)
 	st.Conditions[0].LastTransitionTime = metav1.NewTime(r.StageAt) // SetStatusCondition stamps now when zero
 	prog := r.progressing(ready, exceeded, def)
+	prog.Message = events.PrintableLinesCut(prog.Message, MaxConditionMessage)
 	meta.SetStatusCondition(&st.Conditions, prog)
 	st.Conditions[1].LastTransitionTime = prog.LastTransitionTime
 	return st, true
@@ -140,7 +146,10 @@ func (r Rollout) progressing(ready metav1.Condition, exceeded bool, def time.Dur
 		c.Status, c.Reason = metav1.ConditionUnknown, fleetv1.ReasonRolloutPaused
 		c.Message = fmt.Sprintf("revision %s: paused by %s; the progress deadline does not run until it is resumed", r.RevisionID, r.PausedBy)
 		if r.PauseReason != "" {
-			c.Message = fmt.Sprintf("revision %s: paused: %s; the progress deadline does not run until it is resumed", r.RevisionID, r.PauseReason)
+			// The pause reason may quote a device's error: escaped, on one
+			// line, bounded.
+			c.Message = fmt.Sprintf("revision %s: paused: %s; the progress deadline does not run until it is resumed", r.RevisionID,
+				events.PrintableCut(r.PauseReason, MaxDeviceText))
 		}
 	case r.AwaitingApproval > 0:
 		c.Status, c.Reason = metav1.ConditionUnknown, fleetv1.ReasonAwaitingApproval
@@ -163,9 +172,25 @@ func (r Rollout) progressing(ready metav1.Condition, exceeded bool, def time.Dur
 	return c
 }
 
+// MaxDeviceText is how many bytes of a device's text (an error, a pause
+// reason quoting one, a task's message) the control plane writes into a
+// status field, escaped then cut (events.PrintableCut): what the agent
+// sends at most (events.MaxReportError), whatever a hostile device sends.
+const MaxDeviceText = events.MaxReportError
+
+// MaxAgentVersionText is how many bytes of an agent's version a status
+// holds (escaped, cut).
+const MaxAgentVersionText = 256
+
+// MaxConditionMessage is how many bytes a condition's message the
+// projections build holds at most (escaped, cut): well under the CRDs'
+// maxLength of 32768, which the API server enforces by refusing the whole
+// status.
+const MaxConditionMessage = 8192
+
 // maxWaitingListed is how many waiting targets the ProgressDeadlineExceeded
 // message names; maxReportText how many bytes of each one's error it
-// quotes.
+// quotes (escaped), before the cut marker.
 const (
 	maxWaitingListed = 5
 	maxReportText    = 200
@@ -193,10 +218,8 @@ func (r Rollout) exceededMessage(d time.Duration) string {
 		}
 		fmt.Fprintf(&b, " %s since %s", w.Result.Phase, w.Result.Since.UTC().Format(time.RFC3339))
 		if e := w.Result.Error; e != "" {
-			if len(e) > maxReportText {
-				e = strings.ToValidUTF8(e[:maxReportText], "") + "…"
-			}
-			b.WriteString(": " + e)
+			// The device's text: escaped, on one line, cut after escaping.
+			b.WriteString(": " + events.PrintableCut(e, maxReportText+len(events.CutMarker)))
 		}
 	}
 	if n > len(waiting) {

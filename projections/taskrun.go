@@ -210,7 +210,7 @@ func (f *TaskRuns) apply(k TaskRunKey, run *taskRunState, r taskReport) string {
 		since: cmp.Or(r.st.Since, r.stored)}
 	if r.st.Phase == events.TaskFailed {
 		res.message = cmp.Or(r.st.Error, "failed (the device gave no error)")
-		run.failure = &fleetv1.TaskFailure{Device: r.device, Message: events.PrintableLines(res.message), Time: metav1.NewTime(res.since.UTC().Truncate(time.Second))}
+		run.failure = &fleetv1.TaskFailure{Device: r.device, Message: events.PrintableLinesCut(res.message, MaxDeviceText), Time: metav1.NewTime(res.since.UTC().Truncate(time.Second))}
 	}
 	run.results[r.device] = res
 	if s := run.readyStatus(); s != run.ready {
@@ -280,8 +280,11 @@ func (run *taskRunState) resultList() []fleetv1.TaskDeviceResult {
 		r, ok := run.results[t]
 		dr := fleetv1.TaskDeviceResult{Device: t, Phase: events.TaskPending}
 		if ok {
-			// Message and agent version are the device's text: shown escaped.
-			dr.Phase, dr.Message, dr.AgentVersion, dr.ChangedPackages = r.phase, events.PrintableLines(r.message), events.Printable(r.agentVersion), r.changed
+			// Message and agent version are the device's text: escaped,
+			// then cut (50 results of a hostile device's 60 KiB would
+			// take the object past etcd's limit).
+			dr.Phase, dr.Message, dr.AgentVersion, dr.ChangedPackages = r.phase, events.PrintableLinesCut(r.message, MaxDeviceText),
+				events.PrintableCut(r.agentVersion, MaxAgentVersionText), r.changed
 			since := metav1.NewTime(r.since.UTC().Truncate(time.Second))
 			dr.Since = &since
 		}
@@ -360,6 +363,7 @@ func (run *taskRunState) status() fleetv1.TaskRunStatus {
 		ready.Message = fmt.Sprintf("%d of %d targets finished: %d succeeded, %d failed, %d running, %d pending",
 			c.Succeeded+c.Failed, c.Targets, c.Succeeded, c.Failed, c.Running, c.Pending)
 	}
+	ready.Message = events.PrintableLinesCut(ready.Message, MaxConditionMessage)
 	st.Conditions = []metav1.Condition{ready}
 	return st
 }

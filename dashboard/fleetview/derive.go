@@ -20,6 +20,11 @@ import (
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
+// Clean is clean for the dashboard's own pages: text a device sent that
+// reaches a page by another way than the view (an agent's answer to a
+// command), escaped and cut as the view's.
+func Clean(s string, max int) string { return clean(s, max) }
+
 // clean bounds a string that may come from a device: bytes that are not
 // UTF-8 and control characters become U+FFFD, characters that are invisible
 // or reorder the text around them (a right-to-left override, say) become a
