@@ -15,7 +15,7 @@
 // Of this repository it imports events (subject builders) only. It must
 // never link k8s.io/*, sigs.k8s.io/*, agent or operator (internal/hygiene
 // checks). cmd/fleet-authcallout and the one-machine control plane
-// (internal/controlplane) import it and make a replica's connections and
+// (controlplane) import it and make a replica's connections and
 // Service with Connect; fleet dev (internal/devenv), the scale benchmark
 // (internal/scalebench) and the tests' chain (internal/callouttest) import
 // it for its configuration, roles and limits; tests may.

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
 // tokenTestPassword is the NATS reader's password: it must never be printed.

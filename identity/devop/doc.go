@@ -26,7 +26,7 @@
 // and offers no per-provider logger (its WithLogger option is a no-op), so
 // those records follow the process default.
 //
-// The one-machine control plane (internal/controlplane), `fleet dev`
+// The one-machine control plane (controlplane), `fleet dev`
 // (internal/devenv, which also enrolls its devices with it), the scale
 // benchmark (internal/scalebench), the tests' chain (internal/callouttest)
 // and tests may import it; no other package, so no production binary but

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strconv"
 
+	"github.com/nationtech/harmony-fleet/controlplane"
 	"github.com/nationtech/harmony-fleet/dashboard"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
 )
 
 // The dashboard of fleet dev.

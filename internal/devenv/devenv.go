@@ -15,7 +15,7 @@
 // It owns the wiring and the lifecycle of the parts it starts; the parts
 // themselves live in their own packages, and the control plane proper
 // (NATS, the provider, the callout, the operator's connection, the streams
-// and buckets) is assembled by internal/controlplane, whose run group also
+// and buckets) is assembled by controlplane, whose run group also
 // runs the stand-in, the operator and the devices. State under the data
 // folder (the JetStream store, etcd's data, the NATS secrets, the device key
 // files) survives a restart; the development provider and the OpenBao stand-in
@@ -61,8 +61,8 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane"
 	"github.com/nationtech/harmony-fleet/enroll"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/gitwork"
 	"github.com/nationtech/harmony-fleet/metrics"
 	"github.com/nationtech/harmony-fleet/operator"

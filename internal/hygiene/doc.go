@@ -5,7 +5,7 @@
 // internal/natscluster, internal/callouttest, internal/poisontest,
 // agent/runtime/runtimetest),
 // fleet dev (internal/devenv) and the one-machine control plane's parts
-// (internal/controlplane, internal/natsembed, identity/devop,
+// (controlplane, controlplane/natsembed, identity/devop,
 // internal/baostandin, enroll), so no production binary links them. It has
 // no code of its own; nothing imports it.
 package hygiene

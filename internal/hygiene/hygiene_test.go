@@ -89,7 +89,7 @@ func TestImportRules(t *testing.T) {
 		// operator's identities, but never links its controllers, the agent
 		// or the development provider.
 		{"the dashboard never links the operator, the agent or the development provider", module + "/dashboard",
-			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/"}, nil},
+			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/", module + "/controlplane"}, nil},
 		// The agent imports the credential.
 		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
@@ -98,7 +98,7 @@ func TestImportRules(t *testing.T) {
 		// too.)
 		{"the harmony SDK links neither the control plane, the agent nor the container runtime bindings", module + "/harmony",
 			[]string{module + "/operator", module + "/agent", module + "/authcallout", module + "/projections", module + "/events",
-				module + "/internal/", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
+				module + "/internal/", module + "/controlplane", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
 		// Agent tests use the Podman harness; the Podman bindings link
 		// sigs.k8s.io/yaml (pkg/bindings/images → pkg/trust).
 		{"the Podman test harness links no Kubernetes code, so agent tests may use it", module + "/internal/testenv/podmantest",
@@ -134,12 +134,12 @@ func TestWhoMayLinkWhat(t *testing.T) {
 		linkers []string // the only packages whose dependencies may include pkg
 	}{
 		{"fleet dev (internal/devenv) is linked only by cmd/fleet", "internal/devenv", []string{"cmd/fleet"}},
-		{"the one-machine control plane (internal/controlplane) is linked only by fleet dev, the scale benchmark and the tests' callout chain",
-			"internal/controlplane", []string{"internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
-		{"the embedded NATS server (internal/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
-			"internal/natsembed", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/natstest", "internal/callouttest"}},
+		{"the one-machine control plane (controlplane) is linked only by fleet dev, the scale benchmark and the tests' callout chain",
+			"controlplane", []string{"internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
+		{"the embedded NATS server (controlplane/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
+			"controlplane/natsembed", []string{"controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/natstest", "internal/callouttest"}},
 		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the tests' callout chain",
-			"identity/devop", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
+			"identity/devop", []string{"controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
 		{"the OpenBao stand-in (internal/baostandin) is linked only by fleet dev", "internal/baostandin", []string{"internal/devenv", "cmd/fleet"}},
 		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "internal/devenv"}},
 		{"the web dashboard (dashboard) is linked only by fleet-operator serve-web and fleet dev", "dashboard",

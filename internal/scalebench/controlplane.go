@@ -10,10 +10,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
 	"github.com/nationtech/harmony-fleet/internal/natscluster"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
@@ -28,7 +28,7 @@ func randomToken() string {
 }
 
 // controlPlane is what the parent process runs: the control plane
-// (internal/controlplane: the embedded server with the documented callout
+// (controlplane: the embedded server with the documented callout
 // configuration plus the floor user, the development OpenID Provider, the
 // auth callout, the operator's connection, event store and buckets) and
 // the benchmark's own parts: the monitor connection, the raw floor's

@@ -12,8 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/natscluster"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
 // fleetServers are the NATS servers of a run as the measurements see them:

@@ -8,9 +8,9 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
 // URL is the server's client URL; with Options.Servers, those URLs

@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
 // operatorName is the machine user (and client name) of the operator's

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
 // Options configure Start.

@@ -4,7 +4,7 @@
 // policy (see docs/adr/0002-durability-policy.md); it knows nothing of Fleet
 // streams (package events provisions those).
 //
-// The one-machine control plane (internal/controlplane, through which
+// The one-machine control plane (controlplane, through which
 // `fleet dev` runs it), the scale benchmark, the NATS test harnesses
 // (internal/natstest, internal/callouttest) and tests may import it; the
 // binaries that run in a cluster or on a device never link it

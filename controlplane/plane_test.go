@@ -14,10 +14,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 

@@ -1,5 +1,5 @@
 // Package controlplane assembles, once, the Fleet control plane that runs on
-// one machine: the embedded NATS JetStream server (internal/natsembed) with
+// one machine: the embedded NATS JetStream server (controlplane/natsembed) with
 // the documented auth callout configuration (authcallout.ServerConfig:
 // accounts AUTH, FLEET, DEVICES, SYS), its passwords and issuer and xkey
 // secrets, the development OpenID Provider (identity/devop), the auth
