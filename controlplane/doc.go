@@ -16,7 +16,7 @@
 // the server down. What the parts do lives in their own packages.
 //
 // The development provider is in it, so no production binary may import
-// it: only fleet dev (internal/devenv), the scale benchmark
+// it: only fleet dev (package dev), the scale benchmark
 // (internal/scalebench) and the tests' chain (internal/callouttest) do
 // (internal/hygiene checks).
 package controlplane

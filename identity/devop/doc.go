@@ -27,7 +27,7 @@
 // those records follow the process default.
 //
 // The one-machine control plane (controlplane), `fleet dev`
-// (internal/devenv, which also enrolls its devices with it), the scale
+// (package dev, which also enrolls its devices with it), the scale
 // benchmark (internal/scalebench), the tests' chain (internal/callouttest)
 // and tests may import it; no other package, so no production binary but
 // cmd/fleet, links it (internal/hygiene checks). The agent and the auth

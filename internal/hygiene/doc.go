@@ -4,8 +4,8 @@
 // there link the test harnesses (internal/testenv/..., internal/natstest,
 // internal/natscluster, internal/callouttest, internal/poisontest,
 // agent/runtime/runtimetest),
-// fleet dev (internal/devenv) and the one-machine control plane's parts
+// fleet dev (package dev) and the one-machine control plane's parts
 // (controlplane, controlplane/natsembed, identity/devop,
-// internal/baostandin, enroll), so no production binary links them. It has
+// dev/baostandin, enroll), so no production binary links them. It has
 // no code of its own; nothing imports it.
 package hygiene

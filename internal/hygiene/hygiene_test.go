@@ -89,7 +89,7 @@ func TestImportRules(t *testing.T) {
 		// operator's identities, but never links its controllers, the agent
 		// or the development provider.
 		{"the dashboard never links the operator, the agent or the development provider", module + "/dashboard",
-			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/", module + "/controlplane"}, nil},
+			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/", module + "/controlplane", module + "/dev"}, nil},
 		// The agent imports the credential.
 		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
@@ -98,7 +98,7 @@ func TestImportRules(t *testing.T) {
 		// too.)
 		{"the harmony SDK links neither the control plane, the agent nor the container runtime bindings", module + "/harmony",
 			[]string{module + "/operator", module + "/agent", module + "/authcallout", module + "/projections", module + "/events",
-				module + "/internal/", module + "/controlplane", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
+				module + "/internal/", module + "/controlplane", module + "/dev", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
 		// Agent tests use the Podman harness; the Podman bindings link
 		// sigs.k8s.io/yaml (pkg/bindings/images → pkg/trust).
 		{"the Podman test harness links no Kubernetes code, so agent tests may use it", module + "/internal/testenv/podmantest",
@@ -133,19 +133,19 @@ func TestWhoMayLinkWhat(t *testing.T) {
 		pkg     string
 		linkers []string // the only packages whose dependencies may include pkg
 	}{
-		{"fleet dev (internal/devenv) is linked only by cmd/fleet", "internal/devenv", []string{"cmd/fleet"}},
+		{"fleet dev (package dev) is linked only by cmd/fleet", "dev", []string{"cmd/fleet"}},
 		{"the one-machine control plane (controlplane) is linked only by fleet dev, the scale benchmark and the tests' callout chain",
-			"controlplane", []string{"internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
+			"controlplane", []string{"dev", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
 		{"the embedded NATS server (controlplane/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
-			"controlplane/natsembed", []string{"controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/natstest", "internal/callouttest"}},
+			"controlplane/natsembed", []string{"controlplane", "dev", "cmd/fleet", "internal/scalebench/...", "internal/natstest", "internal/callouttest"}},
 		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the tests' callout chain",
-			"identity/devop", []string{"controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
-		{"the OpenBao stand-in (internal/baostandin) is linked only by fleet dev", "internal/baostandin", []string{"internal/devenv", "cmd/fleet"}},
-		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "internal/devenv"}},
+			"identity/devop", []string{"controlplane", "dev", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
+		{"the OpenBao stand-in (dev/baostandin) is linked only by fleet dev", "dev/baostandin", []string{"dev", "cmd/fleet"}},
+		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "dev"}},
 		{"the web dashboard (dashboard) is linked only by fleet-operator serve-web and fleet dev", "dashboard",
-			[]string{"cmd/fleet-operator", "internal/devenv", "cmd/fleet"}},
-		{"the local API server starter (internal/kubelocal) is linked only by fleet dev and the API server harness",
-			"internal/kubelocal", []string{"internal/devenv", "cmd/fleet", "internal/testenv/kubeapi"}},
+			[]string{"cmd/fleet-operator", "dev", "cmd/fleet"}},
+		{"the local API server starter (dev/kubelocal) is linked only by fleet dev and the API server harness",
+			"dev/kubelocal", []string{"dev", "cmd/fleet", "internal/testenv/kubeapi"}},
 		{"the scale benchmark (internal/scalebench) is linked only by its command", "internal/scalebench", []string{"internal/scalebench/cmd/fleet-scale"}},
 		{"the missing-component policy (internal/testenv) is linked only by the test harnesses", "internal/testenv",
 			[]string{"internal/testenv/kubeapi", "internal/testenv/podmantest", "internal/testenv/debianroot", "internal/testenv/browser", "internal/callouttest"}},
@@ -201,11 +201,11 @@ func TestTheImportRuleCheckCanFail(t *testing.T) {
 	if !found {
 		t.Fatal("go list -deps did not report a known dependency; the import rule test would pass vacuously")
 	}
-	// cmd/fleet runs fleet dev, so its Deps must name internal/devenv; this
+	// cmd/fleet runs fleet dev, so its Deps must name dev; this
 	// guards TestWhoMayLinkWhat in the same way.
 	for _, p := range list(t, module+"/cmd/fleet") {
-		if !slices.Contains(p.Deps, module+"/internal/devenv") {
-			t.Fatal("go list did not report cmd/fleet's dependency on internal/devenv; TestWhoMayLinkWhat would pass vacuously")
+		if !slices.Contains(p.Deps, module+"/dev") {
+			t.Fatal("go list did not report cmd/fleet's dependency on dev; TestWhoMayLinkWhat would pass vacuously")
 		}
 	}
 }
