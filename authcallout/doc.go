@@ -17,6 +17,6 @@
 // checks). cmd/fleet-authcallout and the one-machine control plane
 // (controlplane) import it and make a replica's connections and
 // Service with Connect; fleet dev (package dev), the scale benchmark
-// (internal/scalebench) and the tests' chain (internal/callouttest) import
+// (package bench) and the tests' chain (internal/callouttest) import
 // it for its configuration, roles and limits; tests may.
 package authcallout

@@ -17,6 +17,6 @@
 //
 // The development provider is in it, so no production binary may import
 // it: only fleet dev (package dev), the scale benchmark
-// (internal/scalebench) and the tests' chain (internal/callouttest) do
+// (package bench) and the tests' chain (internal/callouttest) do
 // (internal/hygiene checks).
 package controlplane

@@ -16,7 +16,7 @@
 //
 // It may be imported by agent packages and their tests, cmd/fleet-agent
 // (--runtime sim), package dev (the simulated devices of `fleet dev`)
-// and the scale benchmark (internal/scalebench); it links no Kubernetes
+// and the scale benchmark (package bench); it links no Kubernetes
 // code.
 package sim
 

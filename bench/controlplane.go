@@ -1,4 +1,4 @@
-package scalebench
+package bench
 
 import (
 	"context"
@@ -71,7 +71,7 @@ const runnerStatusInterval = 2 * time.Second
 const floorBucket = "scalebench-floor"
 
 // floorStoredPrefix is where the floor bucket republishes its values.
-const floorStoredPrefix = "scalebench.floor.stored."
+const floorStoredPrefix = "bench.floor.stored."
 
 // startControlPlane starts everything the parent runs; stop undoes it.
 func startControlPlane(ctx context.Context, o Options, storeDir string) (*controlPlane, error) {

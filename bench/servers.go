@@ -1,4 +1,4 @@
-package scalebench
+package bench
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package scalebench
+package bench
 
 import (
 	"bufio"
@@ -334,11 +334,11 @@ func connectDevice(ctx context.Context, f childFlags, dev string, hc *http.Clien
 // Floor subjects: a floor subscriber of device d watches its key's subject
 // in the floor bucket and answers each value on floorAckPrefix+d with the
 // value's round tag.
-const floorAckPrefix = "scalebench.floor.ack."
+const floorAckPrefix = "bench.floor.ack."
 
 // floorStoredAckPrefix is where a floor subscriber answers the stored copy
 // of a value (republished by the bucket once stored).
-const floorStoredAckPrefix = "scalebench.floor.storedack."
+const floorStoredAckPrefix = "bench.floor.storedack."
 
 // runFloorSubscribers connects plain clients (static floor user, no
 // callout, no product code) for devices f.from..f.to, each core-subscribed

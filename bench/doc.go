@@ -1,4 +1,4 @@
-// Package scalebench is the scale benchmark of Harmony Fleet (`task
+// Package bench is the scale benchmark of Harmony Fleet (`task
 // bench:scale`): N simulated devices, each running the real agent daemon
 // (agent.Run on the simulated runtime) with its own NATS connection
 // authenticated through the production chain (machine key file → id_token
@@ -27,6 +27,6 @@
 // does not work (a device never converges, the consumer count grows, the
 // runner counts reports that are not the targets' own).
 //
-// Only its command (internal/scalebench/cmd/fleet-scale) and its tests
+// Only its command (cmd/fleet-scale) and its tests
 // import it (internal/hygiene checks).
-package scalebench
+package bench

@@ -1,4 +1,4 @@
-package scalebench
+package bench
 
 import (
 	"context"
@@ -584,7 +584,7 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 		if err != nil {
 			return fr, err
 		}
-		if err := cp.monitor.Publish(subj, []byte(`{"type":"scalebench.drain-sentinel"}`)); err != nil {
+		if err := cp.monitor.Publish(subj, []byte(`{"type":"bench.drain-sentinel"}`)); err != nil {
 			return fr, fmt.Errorf("scalebench: the drain sentinel on %s: %w", subj, err)
 		}
 	}

@@ -1,5 +1,5 @@
 // Command fleet-scale runs the Harmony Fleet scale benchmark (`task
-// bench:scale`): see package scalebench and docs/performance.md.
+// bench:scale`): see package bench and docs/performance.md.
 //
 //	fleet-scale [-n 1000,10000] [-per-process 5000] [-rate 100] [-flooders 1] ...
 //
@@ -21,8 +21,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nationtech/harmony-fleet/bench"
 	"github.com/nationtech/harmony-fleet/internal/repo"
-	"github.com/nationtech/harmony-fleet/internal/scalebench"
 )
 
 func main() {
@@ -37,21 +37,21 @@ func run() error {
 	defer stop()
 	if len(os.Args) > 1 && os.Args[1] == "child" {
 		log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-		return scalebench.RunChild(ctx, os.Args[2:], os.Stdin, os.Stdout, log)
+		return bench.RunChild(ctx, os.Args[2:], os.Stdin, os.Stdout, log)
 	}
 	var (
-		o             scalebench.Options
+		o             bench.Options
 		sizes         string
 		verbose       bool
 		profile       string
 		childProfiles string
 	)
 	flag.StringVar(&sizes, "n", "1000,10000", "device counts to run, comma-separated, in order")
-	flag.IntVar(&o.PerProcess, "per-process", scalebench.DefaultPerProcess, fmt.Sprintf("most devices per agent process (1..%d)", scalebench.MaxPerProcess))
-	flag.Float64Var(&o.ConnectRate, "rate", scalebench.DefaultConnectRate, "device connects per second the ramp is sized for (jitter window = N / rate)")
-	flag.Float64Var(&o.FloorRate, "floor-rate", scalebench.DefaultFloorRate, "floor subscriber connects per second")
-	flag.DurationVar(&o.Timeout, "timeout", scalebench.DefaultTimeout, "bound of each phase after its ramp window")
-	flag.IntVar(&o.Flooders, "flooders", 0, fmt.Sprintf("flooding devices (0..%d): roll out a second revision per size while they flood their report subjects", scalebench.MaxFlooders))
+	flag.IntVar(&o.PerProcess, "per-process", bench.DefaultPerProcess, fmt.Sprintf("most devices per agent process (1..%d)", bench.MaxPerProcess))
+	flag.Float64Var(&o.ConnectRate, "rate", bench.DefaultConnectRate, "device connects per second the ramp is sized for (jitter window = N / rate)")
+	flag.Float64Var(&o.FloorRate, "floor-rate", bench.DefaultFloorRate, "floor subscriber connects per second")
+	flag.DurationVar(&o.Timeout, "timeout", bench.DefaultTimeout, "bound of each phase after its ramp window")
+	flag.IntVar(&o.Flooders, "flooders", 0, fmt.Sprintf("flooding devices (0..%d): roll out a second revision per size while they flood their report subjects", bench.MaxFlooders))
 	flag.BoolVar(&o.FloodWorkloadOnly, "flood-workload-only", false, "flooders publish small workload reports only (the rollout runner's worst case) instead of the mix")
 	flag.IntVar(&o.Servers, "servers", 0, "run on a cluster of this many nats-server processes (0: the embedded server; 100,000 devices need at least 6)")
 	flag.BoolVar(&o.FastSync, "fast-sync", false, "fsync every 2 minutes instead of on every write (the product default)")
@@ -59,7 +59,7 @@ func run() error {
 	flag.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
 	flag.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
 	flag.StringVar(&childProfiles, "child-cpuprofile", "", "write each child process's CPU profile (agents, floor subscribers, flooders; from its start until it stops) to a file in this folder")
-	flag.DurationVar(&o.TokenLifetime, "token-lifetime", scalebench.DefaultTokenLifetime, "id_token lifetime of the development provider (longer than the run)")
+	flag.DurationVar(&o.TokenLifetime, "token-lifetime", bench.DefaultTokenLifetime, "id_token lifetime of the development provider (longer than the run)")
 	flag.StringVar(&o.KeyCache.Dir, "key-cache", defaultKeyCache(), "folder caching the devices' RSA keys across runs (empty: the provider generates them every run)")
 	flag.IntVar(&o.DistinctKeys, "distinct-keys", 0, "use at most this many distinct cached keys, device i key i mod this (0: one key per device); each device keeps its own user, key id, token and connection")
 	flag.Parse()
@@ -104,7 +104,7 @@ func run() error {
 		if err != nil {
 			return fmt.Errorf("-child-cpuprofile: %w", err)
 		}
-		if err := os.Setenv(scalebench.EnvChildCPUProfile, abs); err != nil {
+		if err := os.Setenv(bench.EnvChildCPUProfile, abs); err != nil {
 			return fmt.Errorf("-child-cpuprofile: %w", err)
 		}
 	}
@@ -114,7 +114,7 @@ func run() error {
 	}
 	o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	o.Out = os.Stdout
-	_, err := scalebench.Run(ctx, o)
+	_, err := bench.Run(ctx, o)
 	if errors.Is(err, context.Canceled) {
 		return errors.New("interrupted")
 	}
