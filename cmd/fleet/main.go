@@ -4,7 +4,8 @@
 // history` answers questions about the past (package history), `fleet
 // rollout` asks the operator to pause, resume or approve a rollout and
 // `fleet token` mints a device's id_token and checks it as the auth callout
-// would. See docs/fleet.md.
+// would (package identity/tokencheck). It is wiring only: flags, the
+// packages' calls and what they print. See docs/fleet.md.
 package main
 
 import (

@@ -138,8 +138,11 @@ func TestWhoMayLinkWhat(t *testing.T) {
 			"controlplane", []string{"dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/callouttest"}},
 		{"the embedded NATS server (controlplane/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
 			"controlplane/natsembed", []string{"controlplane", "dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/natstest", "internal/callouttest"}},
-		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the tests' callout chain",
-			"identity/devop", []string{"controlplane", "dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/callouttest"}},
+		// fleet token's diagnosis (identity/tokencheck) names the
+		// development audience in a hint; it runs in cmd/fleet only.
+		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark, the tests' callout chain and fleet token's diagnosis",
+			"identity/devop", []string{"controlplane", "dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/callouttest", "identity/tokencheck"}},
+		{"fleet token's diagnosis (identity/tokencheck) is linked only by cmd/fleet", "identity/tokencheck", []string{"cmd/fleet"}},
 		{"the OpenBao stand-in (dev/baostandin) is linked only by fleet dev", "dev/baostandin", []string{"dev", "cmd/fleet"}},
 		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "dev"}},
 		{"the web dashboard (dashboard) is linked only by fleet-operator serve-web and fleet dev", "dashboard",
