@@ -4,8 +4,9 @@
 // there link the test harnesses (internal/testenv/..., internal/natstest,
 // internal/natscluster, internal/callouttest, internal/poisontest,
 // agent/runtime/runtimetest),
-// fleet dev (package dev) and the one-machine control plane's parts
-// (controlplane, controlplane/natsembed, identity/devop,
-// dev/baostandin, enroll), so no production binary links them. It has
-// no code of its own; nothing imports it.
+// fleet dev (dev and its stand-ins dev/baostandin and dev/kubelocal), the
+// scale benchmark (bench), fleet token's diagnosis (identity/tokencheck) and
+// the one-machine control plane's parts (controlplane,
+// controlplane/natsembed, identity/devop, enroll), so no production binary
+// links them. It has no code of its own; nothing imports it.
 package hygiene
