@@ -8,5 +8,6 @@
 // scale benchmark (bench), fleet token's diagnosis (identity/tokencheck) and
 // the one-machine control plane's parts (controlplane,
 // controlplane/natsembed, identity/devop, enroll), so no production binary
-// links them. It has no code of its own; nothing imports it.
+// links them; and internal/ holds no command and no code a binary links but
+// the helpers. It has no code of its own; nothing imports it.
 package hygiene

@@ -183,6 +183,31 @@ func TestWhoMayLinkWhat(t *testing.T) {
 	}
 }
 
+// TestInternalHoldsNoProductCode keeps internal/ to test harnesses and
+// helpers (docs/architecture.md, Package layout): no binary lives under it,
+// and a binary under cmd/ links from it only the helpers (the repository
+// root, /proc, the git work tree check) and, for the scale benchmark, the
+// NATS cluster it runs on.
+func TestInternalHoldsNoProductCode(t *testing.T) {
+	helpers := []string{"internal/repo", "internal/procfs", "internal/gitwork"}
+	also := map[string][]string{"cmd/fleet-scale": {"internal/natscluster"}}
+	for _, p := range list(t, "./...") {
+		path := strings.TrimPrefix(p.ImportPath, module+"/")
+		if strings.HasPrefix(path, "internal/") && p.Name == "main" {
+			t.Errorf("%s is a command under internal/: put it in cmd/", path)
+		}
+		if !strings.HasPrefix(path, "cmd/") {
+			continue
+		}
+		for _, d := range p.Deps {
+			dep, ok := strings.CutPrefix(d, module+"/")
+			if ok && strings.HasPrefix(dep, "internal/") && !slices.Contains(helpers, dep) && !slices.Contains(also[path], dep) {
+				t.Errorf("the binary %s links %s: internal/ holds harnesses and helpers (%v), not product code", path, dep, helpers)
+			}
+		}
+	}
+}
+
 func mayLink(pkg string, linkers []string) bool {
 	for _, l := range linkers {
 		if pkg == l || (strings.HasSuffix(l, "/...") && (pkg == strings.TrimSuffix(l, "/...") || strings.HasPrefix(pkg, strings.TrimSuffix(l, "...")))) {
