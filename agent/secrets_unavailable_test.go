@@ -30,7 +30,7 @@ const (
 
 // fakeBao speaks the part of OpenBao's HTTP API the device uses (JWT
 // login, KV v2 read) and fails as mode says. The stand-in
-// (internal/baostandin) cannot be sealed, hang or fail its login with a
+// (dev/baostandin) cannot be sealed, hang or fail its login with a
 // 5xx, so the failure modes are played by this server.
 type fakeBao struct {
 	mode atomic.Int32

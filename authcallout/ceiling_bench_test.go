@@ -18,7 +18,7 @@ import (
 	"golang.org/x/crypto/nacl/box"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
 

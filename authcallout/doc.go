@@ -15,8 +15,8 @@
 // Of this repository it imports events (subject builders) only. It must
 // never link k8s.io/*, sigs.k8s.io/*, agent or operator (internal/hygiene
 // checks). cmd/fleet-authcallout and the one-machine control plane
-// (internal/controlplane) import it and make a replica's connections and
-// Service with Connect; fleet dev (internal/devenv), the scale benchmark
-// (internal/scalebench) and the tests' chain (internal/callouttest) import
+// (controlplane) import it and make a replica's connections and
+// Service with Connect; fleet dev (package dev), the scale benchmark
+// (package bench) and the tests' chain (internal/callouttest) import
 // it for its configuration, roles and limits; tests may.
 package authcallout

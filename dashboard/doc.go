@@ -21,5 +21,5 @@
 // of FLEET_AUDIT; no secret (session key, client secret, token, code,
 // password) is ever logged, rendered or put into an error.
 //
-// Only cmd/fleet-operator and internal/devenv import it; tests may.
+// Only cmd/fleet-operator and package dev import it; tests may.
 package dashboard

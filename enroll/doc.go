@@ -12,7 +12,7 @@
 // stop working at the next connect.
 //
 // It talks to Kubernetes, so only cmd/fleet (`fleet enroll`),
-// internal/devenv (`fleet dev` enrolls its devices the same way) and tests
+// package dev (`fleet dev` enrolls its devices the same way) and tests
 // may import it; the agent, the auth callout and the operator must not
 // (internal/hygiene checks).
 package enroll

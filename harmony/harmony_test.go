@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/dynamic"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"github.com/nationtech/harmony-fleet/dev/baostandin"
 	"github.com/nationtech/harmony-fleet/harmony"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"

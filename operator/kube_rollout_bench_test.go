@@ -35,7 +35,7 @@ import (
 // the revision, writes every device's fleet-intent value and patches the
 // Deployment's status; each device's Applying and Converged reports are
 // published as an agent publishes them (core NATS, no agent process: the
-// agents' side is the scale benchmark's, internal/scalebench), and the run
+// agents' side is the scale benchmark's, bench), and the run
 // ends when the Deployment's status says Succeeded. It prints the times
 // from the apply, the API server's requests during the rollout by verb and
 // resource (apiserver_request_total), and the test process's Go heap (the

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nationtech/harmony-fleet/internal/baostandin"
+	"github.com/nationtech/harmony-fleet/dev/baostandin"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/score"

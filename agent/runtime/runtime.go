@@ -9,7 +9,7 @@
 // environment value; errors name the container or image, never the secret.
 // The one exception is what a container prints itself: Health.LastOutput
 // is returned as the engine recorded it, and its reader filters it.
-// Agent packages, cmd/fleet-agent and internal/devenv (the devices of
+// Agent packages, cmd/fleet-agent and package dev (the devices of
 // `fleet dev`) may import it; it never links Kubernetes.
 package runtime
 

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nationtech/harmony-fleet/dev/baostandin"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
-	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"

@@ -16,9 +16,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/dev/baostandin"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
-	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
@@ -42,7 +42,7 @@ func randomHex(t *testing.T) string {
 // TestSecretValuesReachOnlyTheContainer runs the agent binary's main path
 // against the production chain — machine key → id_token → NATS auth callout,
 // and id_token → OpenBao JWT login (the stand-in; see
-// internal/baostandin) — on real Podman with the test registry. A
+// dev/baostandin) — on real Podman with the test registry. A
 // secret_env value and a device pull credential are resolved and used; then
 // every event and KV entry on the server (all streams, with history), every
 // label of the device's containers, every log line and every error is

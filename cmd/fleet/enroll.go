@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/dev"
 	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/identity/zitadel"
-	"github.com/nationtech/harmony-fleet/internal/devenv"
 	"github.com/nationtech/harmony-fleet/internal/gitwork"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -124,7 +124,7 @@ func runEnroll(args []string) error {
 	fs.StringVar(&f.audience, "audience", "", "id_token audience written into the key file for the device (with -dev: fleet dev's)")
 	fs.Var(f.labels, "label", "label key=value of the new Device resource (repeatable), e.g. board=rpi, for the targetSelector of Deployments meant for it")
 	fs.BoolVar(&f.dev, "dev", false, "enroll at the fleet dev running on -data-dir: its kubeconfig, provider, namespace and URLs; print the device's fleet-agent command line")
-	fs.StringVar(&f.dataDir, "data-dir", devenv.DefaultDataDir(), "fleet dev's data folder (with -dev)")
+	fs.StringVar(&f.dataDir, "data-dir", dev.DefaultDataDir(), "fleet dev's data folder (with -dev)")
 	fs.StringVar(&f.agentKeyFile, "agent-key-file", unitKeyFile, "where the key file will be on the device, for the printed fleet-agent command line (with -dev)")
 	fs.StringVar(&f.agentPodman, "agent-podman-socket", defaultDevicePodman, "the Podman API socket on the device, for the printed fleet-agent command line (with -dev)")
 	fs.BoolVar(&f.verbose, "v", false, "log each step")
@@ -146,16 +146,16 @@ func runEnroll(args []string) error {
 // devDefaults fills what -dev reads from fleet dev's data folder; flags
 // given on the command line win, but for the namespace, which must be
 // fleet dev's.
-func (f *enrollFlags) devDefaults() (devenv.Endpoints, error) {
+func (f *enrollFlags) devDefaults() (dev.Endpoints, error) {
 	for _, name := range []string{"data-dir", "agent-key-file", "agent-podman-socket"} {
 		if f.set[name] && !f.dev {
-			return devenv.Endpoints{}, fmt.Errorf("enroll: -%s is for -dev: add -dev, or leave it out", name)
+			return dev.Endpoints{}, fmt.Errorf("enroll: -%s is for -dev: add -dev, or leave it out", name)
 		}
 	}
 	if !f.dev {
-		return devenv.Endpoints{}, nil
+		return dev.Endpoints{}, nil
 	}
-	ep, err := devenv.ReadEndpoints(f.dataDir)
+	ep, err := dev.ReadEndpoints(f.dataDir)
 	if err != nil {
 		return ep, fmt.Errorf("enroll: -dev: %w", err)
 	}
@@ -232,16 +232,16 @@ func (f *enrollFlags) keyPath(ctx context.Context, device string) (string, error
 
 // checkBindable refuses, before anything is enrolled, a fleet dev whose
 // OpenBao stand-in's root token cannot be read (a fleet dev older than
-// endpoints' openbaoTokenFile, or its file gone): devenv.BindDevice needs
+// endpoints' openbaoTokenFile, or its file gone): dev.BindDevice needs
 // it after the enrollment, and without it the device would stay enrolled
 // with no role to read its secrets.
-func (f *enrollFlags) checkBindable(ep devenv.Endpoints) error {
+func (f *enrollFlags) checkBindable(ep dev.Endpoints) error {
 	fix := fmt.Sprintf("restart fleet dev (`fleet dev --data-dir %s`), then enroll again "+
 		"(pass -reenroll for a device enrolled already)", f.dataDir)
 	if ep.OpenBaoTokenFile == "" {
 		return fmt.Errorf("enroll: -dev: the fleet dev on -data-dir %s (process %d) names no OpenBao stand-in root token in its %s "+
 			"(it is older than this fleet), so the device could not be bound to its role %s: %s",
-			f.dataDir, ep.PID, devenv.EndpointsFile, ep.OpenBaoRole, fix)
+			f.dataDir, ep.PID, dev.EndpointsFile, ep.OpenBaoRole, fix)
 	}
 	if _, err := os.ReadFile(ep.OpenBaoTokenFile); err != nil {
 		return fmt.Errorf("enroll: -dev: the OpenBao stand-in's root token: %w, so the device could not be bound to its role %s: %s",
@@ -319,7 +319,7 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	case f.reenroll && f.dev:
 		// fleet dev's provider forgets its machine users when fleet dev
 		// restarts: Reattach makes a new one when needed.
-		res, err = devenv.Reattach(ctx, en, kc, idp, f.namespace, req)
+		res, err = dev.Reattach(ctx, en, kc, idp, f.namespace, req)
 	case f.reenroll:
 		res, err = en.Reenroll(ctx, req)
 	default:
@@ -341,7 +341,7 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 	}
 	// fleet dev's OpenBao stand-in binds its devices' role to their
 	// subjects, as production binds a group's role.
-	if err := devenv.BindDevice(ctx, ep, res.Subject); err != nil {
+	if err := dev.BindDevice(ctx, ep, res.Subject); err != nil {
 		return fmt.Errorf("enroll: -dev: %w", err)
 	}
 	if err := waitRegistered(ctx, kc, f.namespace, res.Device, res.Subject); err != nil {
@@ -427,7 +427,7 @@ var agentEnv = []struct{ env, flag string }{
 // printAgentSettings prints how to run fleet-agent on the device: the
 // command line, and the settings of deploy/systemd/fleet-agent.service.
 // The device id, the issuer and the audience are in the key file.
-func printAgentSettings(out io.Writer, ep devenv.Endpoints, keyFile, agentKeyFile, socket string) {
+func printAgentSettings(out io.Writer, ep dev.Endpoints, keyFile, agentKeyFile, socket string) {
 	values := map[string]string{
 		"NATS_URL": ep.NATSURL, "FLEET_KEY_FILE": agentKeyFile, "FLEET_OPENBAO_URL": ep.OpenBaoAddr,
 		"FLEET_OPENBAO_ROLE": ep.OpenBaoRole, "FLEET_OPENBAO_DEVICE_PREFIX": ep.OpenBaoDevicePrefix,

@@ -13,9 +13,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/nationtech/harmony-fleet/dev"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/devenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -126,8 +126,8 @@ func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, text := range map[string]string{
-		devenv.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab"}`,
-		"run/owner":          self,
+		dev.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab"}`,
+		"run/owner":       self,
 	} {
 		if err := os.WriteFile(filepath.Join(running, name), []byte(text), 0o600); err != nil {
 			t.Fatal(err)
@@ -139,7 +139,7 @@ func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, text := range map[string]string{
-		devenv.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab", "issuer": "http://127.0.0.1:1", "audience": "a",
+		dev.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab", "issuer": "http://127.0.0.1:1", "audience": "a",
 			"idpTokenFile": "` + filepath.Join(older, "idp.token") + `", "openbaoAddr": "http://127.0.0.1:1", "openbaoRole": "fleet-group-lab-lab"}`,
 		"run/owner": self,
 		"idp.token": "pat",
@@ -186,13 +186,13 @@ func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
 // line and the EnvironmentFile lines say the same, the device-side paths
 // are the flags', and a loopback fleet dev is called out.
 func TestThePrintedAgentSettingsAreTheAgentsFlagsAndVariables(t *testing.T) {
-	lan := devenv.Endpoints{Listen: "0.0.0.0", Advertise: "192.0.2.7", NATSURL: "nats://192.0.2.7:4222", OpenBaoAddr: "http://192.0.2.7:40002",
+	lan := dev.Endpoints{Listen: "0.0.0.0", Advertise: "192.0.2.7", NATSURL: "nats://192.0.2.7:4222", OpenBaoAddr: "http://192.0.2.7:40002",
 		OpenBaoRole: "fleet-group-lab-lab", OpenBaoDevicePrefix: "fleet/lab"}
 	loopback := lan
 	loopback.Listen, loopback.Advertise, loopback.NATSURL, loopback.OpenBaoAddr = "127.0.0.1", "127.0.0.1", "nats://127.0.0.1:4222", "http://127.0.0.1:40002"
 	for _, tc := range []struct {
 		name          string
-		ep            devenv.Endpoints
+		ep            dev.Endpoints
 		keyFile, sock string
 		want          []string
 		absent        []string

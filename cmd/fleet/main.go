@@ -1,10 +1,11 @@
 // Command fleet is the Fleet admin tool for a laptop: `fleet dev` runs the
-// control plane on one machine (package internal/devenv), `fleet enroll`
+// control plane on one machine (package dev), `fleet enroll`
 // enrolls, re-enrolls and revokes devices (package enroll), `fleet
 // history` answers questions about the past (package history), `fleet
 // rollout` asks the operator to pause, resume or approve a rollout and
 // `fleet token` mints a device's id_token and checks it as the auth callout
-// would. See docs/fleet.md.
+// would (package identity/tokencheck). It is wiring only: flags, the
+// packages' calls and what they print. See docs/fleet.md.
 package main
 
 import (
@@ -21,7 +22,7 @@ import (
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/nationtech/harmony-fleet/internal/devenv"
+	"github.com/nationtech/harmony-fleet/dev"
 )
 
 func main() {
@@ -67,25 +68,25 @@ func run(args []string) error {
 
 func runDev(args []string) error {
 	fs := flag.NewFlagSet("fleet dev", flag.ContinueOnError)
-	var o devenv.Options
+	var o dev.Options
 	defaultDir := ".fleet-dev"
 	if d, err := os.UserCacheDir(); err == nil {
 		defaultDir = filepath.Join(d, "fleet-dev")
 	}
 	fs.StringVar(&o.DataDir, "data-dir", defaultDir, "folder for state kept across runs")
 	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
-	fs.StringVar(&o.Listen, "listen", devenv.DefaultListen, "IP address NATS, the OpenID Provider and the OpenBao stand-in listen on (0.0.0.0: every interface, so a real device can attach; development only, no TLS)")
+	fs.StringVar(&o.Listen, "listen", dev.DefaultListen, "IP address NATS, the OpenID Provider and the OpenBao stand-in listen on (0.0.0.0: every interface, so a real device can attach; development only, no TLS)")
 	fs.StringVar(&o.Advertise, "advertise", "", "host name or address a device reaches this machine at, used in every printed URL and the issuer (default: --listen, or the first non-loopback address with 0.0.0.0)")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", devenv.DefaultMetricsAddr, "where the Prometheus metrics of the operator, the auth callout and the devices are served (host:port; port 0: any free port)")
-	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none); with Podman, "+devenv.PodmanDevice+" runs besides them")
-	fs.StringVar(&o.Runtime, "runtime", devenv.RuntimeAuto, "auto (one device, "+devenv.PodmanDevice+", on Podman when a Podman API socket answers, else simulated only), podman or sim")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", dev.DefaultMetricsAddr, "where the Prometheus metrics of the operator, the auth callout and the devices are served (host:port; port 0: any free port)")
+	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none); with Podman, "+dev.PodmanDevice+" runs besides them")
+	fs.StringVar(&o.Runtime, "runtime", dev.RuntimeAuto, "auto (one device, "+dev.PodmanDevice+", on Podman when a Podman API socket answers, else simulated only), podman or sim")
 	fs.StringVar(&o.PodmanSocket, "podman-socket", "", "Podman API socket, a path or unix:// URI (default: $XDG_RUNTIME_DIR/podman/podman.sock, then <repository>/.cache/run/podman.sock)")
 	fs.StringVar(&o.Namespace, "namespace", "lab", "namespace of the Device resources and the examples")
-	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+devenv.KubernetesVersion+", built by `"+devenv.SetupK8sCommand+"`)")
+	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+dev.KubernetesVersion+", built by `"+dev.SetupK8sCommand+"`)")
 	fs.StringVar(&o.CRDDir, "crd-dir", "", "folder with the Fleet CRDs (default: <repository>/k8s/config/crd)")
 	fs.StringVar(&o.AdmissionDir, "admission-dir", "", "folder with the admission policies shipped with the CRDs (default: <repository>/k8s/config/admission)")
-	fs.StringVar(&o.NATSCLI, "nats-cli", "", "the nats CLI linked as <data-dir>/bin/nats for the printed next steps (default: $"+devenv.NATSCLIEnv+
-		", else <repository>/.cache/tools/natscli-v0.5.0/nats, built by `"+devenv.SetupNATSCLICommand+"`, else nats on PATH)")
+	fs.StringVar(&o.NATSCLI, "nats-cli", "", "the nats CLI linked as <data-dir>/bin/nats for the printed next steps (default: $"+dev.NATSCLIEnv+
+		", else <repository>/.cache/tools/natscli-v0.5.0/nats, built by `"+dev.SetupNATSCLICommand+"`, else nats on PATH)")
 	verbose := fs.Bool("v", false, "log debug records")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -105,5 +106,5 @@ func runDev(args []string) error {
 	o.Out = os.Stdout
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return devenv.Run(ctx, o)
+	return dev.Run(ctx, o)
 }

@@ -13,12 +13,13 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
+	"github.com/nationtech/harmony-fleet/identity/tokencheck"
 	"github.com/nationtech/harmony-fleet/internal/callouttest"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 )
 
 // tokenTestPassword is the NATS reader's password: it must never be printed.
@@ -210,14 +211,14 @@ func TestFleetTokenChecksAsTheCalloutWould(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, err := runTokenCmd(tc.args...)
-			var refused *tokenRefused
+			var refused *tokencheck.Refused
 			switch {
 			case tc.wantCheck == "" && err != nil:
 				t.Fatalf("refused: %v\n%s", err, out)
 			case tc.wantCheck != "" && !errors.As(err, &refused):
 				t.Fatalf("error %v, want a refusal at the %s check\n%s", err, tc.wantCheck, out)
-			case refused != nil && refused.check.Check != tc.wantCheck:
-				t.Fatalf("refused at the %s check, want %s: %v\n%s", refused.check.Check, tc.wantCheck, err, out)
+			case refused != nil && refused.Check.Check != tc.wantCheck:
+				t.Fatalf("refused at the %s check, want %s: %v\n%s", refused.Check.Check, tc.wantCheck, err, out)
 			}
 			if refused != nil && !strings.Contains(err.Error(), "at the "+tc.wantCheck+" check") {
 				t.Errorf("the error does not name the check: %v", err)
@@ -259,18 +260,18 @@ func TestFleetTokenChecksAsTheCalloutWould(t *testing.T) {
 
 	t.Run("--json reports the claims and the failed check", func(t *testing.T) {
 		out, _, err := runTokenCmd(with("--key-file", okKey, "--audience", "not-fleet", "--json")...)
-		var refused *tokenRefused
+		var refused *tokencheck.Refused
 		if !errors.As(err, &refused) {
 			t.Fatalf("error %v, want a refusal", err)
 		}
-		var rep tokenReport
+		var rep tokencheck.Report
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("the output is not the JSON report: %v\n%s", err, out)
 		}
 		if rep.Accepted || rep.Claims == nil || rep.Claims.Subject != okKF.UserID || rep.AudienceFrom != "--audience" {
 			t.Errorf("report %+v", rep)
 		}
-		if f := rep.failed(); f == nil || f.Check != "audience" || f.Verification != "wrong_audience" || f.Reason != "token_invalid" {
+		if f := rep.Failed(); f == nil || f.Check != "audience" || f.Verification != "wrong_audience" || f.Reason != "token_invalid" {
 			t.Errorf("failed check %+v, want audience (wrong_audience, token_invalid)", f)
 		}
 		tp.assertNoSecrets(t, "output", out, false)
@@ -322,7 +323,7 @@ func TestFleetTokenErrorsNameTheFlagToFix(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error\n%s", out)
 			}
-			var refused *tokenRefused
+			var refused *tokencheck.Refused
 			if errors.As(err, &refused) {
 				t.Fatalf("a refusal, want a flag error: %v", err)
 			}

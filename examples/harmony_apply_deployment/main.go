@@ -25,7 +25,7 @@ import "github.com/nationtech/harmony-fleet/harmony"
 
 // Coordinates of the "dev" context: a running `fleet dev` on this machine
 // (docs/fleet.md, "Ship from a laptop as CI would"). The defaults are the
-// addresses fleet dev takes when they are free (internal/devenv
+// addresses fleet dev takes when they are free (package dev
 // DefaultShip*); when one was taken, fleet dev prints the go build command
 // with -ldflags -X main.devZitadel=… (and the others) that compiles this
 // run's addresses in.

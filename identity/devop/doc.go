@@ -26,9 +26,9 @@
 // and offers no per-provider logger (its WithLogger option is a no-op), so
 // those records follow the process default.
 //
-// The one-machine control plane (internal/controlplane), `fleet dev`
-// (internal/devenv, which also enrolls its devices with it), the scale
-// benchmark (internal/scalebench), the tests' chain (internal/callouttest)
+// The one-machine control plane (controlplane), `fleet dev`
+// (package dev, which also enrolls its devices with it), the scale
+// benchmark (package bench), the tests' chain (internal/callouttest)
 // and tests may import it; no other package, so no production binary but
 // cmd/fleet, links it (internal/hygiene checks). The agent and the auth
 // callout talk to any provider over HTTP.

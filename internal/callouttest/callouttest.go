@@ -1,5 +1,5 @@
 // Package callouttest runs, for tests, the production authentication chain
-// on one machine, assembled by internal/controlplane: an embedded NATS
+// on one machine, assembled by controlplane: an embedded NATS
 // server with the documented auth callout configuration (docs/security.md),
 // the development OpenID Provider, the callout service, an operator
 // connection that provisioned the Fleet streams, and helpers to enroll
@@ -23,11 +23,11 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/controlplane"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/controlplane"
-	"github.com/nationtech/harmony-fleet/internal/natsembed"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
@@ -107,7 +107,7 @@ func DocumentedConfig(tb testing.TB) string {
 // Start runs the chain as production configures it.
 func Start(tb testing.TB) *Env { return StartWith(tb, Options{}) }
 
-// StartWith runs the chain with o: a control plane (internal/controlplane)
+// StartWith runs the chain with o: a control plane (controlplane)
 // on the documented configuration text, its $FLEET_... variables set in the
 // environment as production sets them, stopped when the test ends; a part
 // that failed fails the test then.

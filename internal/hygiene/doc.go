@@ -4,8 +4,10 @@
 // there link the test harnesses (internal/testenv/..., internal/natstest,
 // internal/natscluster, internal/callouttest, internal/poisontest,
 // agent/runtime/runtimetest),
-// fleet dev (internal/devenv) and the one-machine control plane's parts
-// (internal/controlplane, internal/natsembed, identity/devop,
-// internal/baostandin, enroll), so no production binary links them. It has
-// no code of its own; nothing imports it.
+// fleet dev (dev and its stand-ins dev/baostandin and dev/kubelocal), the
+// scale benchmark (bench), fleet token's diagnosis (identity/tokencheck) and
+// the one-machine control plane's parts (controlplane,
+// controlplane/natsembed, identity/devop, enroll), so no production binary
+// links them; and internal/ holds no command and no code a binary links but
+// the helpers. It has no code of its own; nothing imports it.
 package hygiene

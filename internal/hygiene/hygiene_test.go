@@ -90,7 +90,7 @@ func TestImportRules(t *testing.T) {
 		// operator's identities, but never links its controllers, the agent
 		// or the development provider.
 		{"the dashboard never links the operator, the agent or the development provider", module + "/dashboard",
-			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/"}, nil},
+			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/", module + "/controlplane", module + "/dev"}, nil},
 		// The agent imports the credential.
 		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
@@ -99,7 +99,7 @@ func TestImportRules(t *testing.T) {
 		// too.)
 		{"the harmony SDK links neither the control plane, the agent nor the container runtime bindings", module + "/harmony",
 			[]string{module + "/operator", module + "/agent", module + "/authcallout", module + "/projections", module + "/events",
-				module + "/internal/", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
+				module + "/internal/", module + "/controlplane", module + "/dev", "github.com/containers/podman/", "sigs.k8s.io/controller-runtime"}, nil},
 		// Agent tests use the Podman harness; the Podman bindings link
 		// sigs.k8s.io/yaml (pkg/bindings/images → pkg/trust).
 		{"the Podman test harness links no Kubernetes code, so agent tests may use it", module + "/internal/testenv/podmantest",
@@ -134,20 +134,23 @@ func TestWhoMayLinkWhat(t *testing.T) {
 		pkg     string
 		linkers []string // the only packages whose dependencies may include pkg
 	}{
-		{"fleet dev (internal/devenv) is linked only by cmd/fleet", "internal/devenv", []string{"cmd/fleet"}},
-		{"the one-machine control plane (internal/controlplane) is linked only by fleet dev, the scale benchmark and the tests' callout chain",
-			"internal/controlplane", []string{"internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
-		{"the embedded NATS server (internal/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
-			"internal/natsembed", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/natstest", "internal/callouttest"}},
-		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the tests' callout chain",
-			"identity/devop", []string{"internal/controlplane", "internal/devenv", "cmd/fleet", "internal/scalebench/...", "internal/callouttest"}},
-		{"the OpenBao stand-in (internal/baostandin) is linked only by fleet dev", "internal/baostandin", []string{"internal/devenv", "cmd/fleet"}},
-		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "internal/devenv"}},
+		{"fleet dev (package dev) is linked only by cmd/fleet", "dev", []string{"cmd/fleet"}},
+		{"the one-machine control plane (controlplane) is linked only by fleet dev, the scale benchmark and the tests' callout chain",
+			"controlplane", []string{"dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/callouttest"}},
+		{"the embedded NATS server (controlplane/natsembed) is linked only by the one-machine control plane, fleet dev, the scale benchmark and the NATS test harnesses",
+			"controlplane/natsembed", []string{"controlplane", "dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/natstest", "internal/callouttest"}},
+		// fleet token's diagnosis (identity/tokencheck) names the
+		// development audience in a hint; it runs in cmd/fleet only.
+		{"the development OpenID Provider (identity/devop) is linked only by the one-machine control plane, fleet dev, the scale benchmark, the tests' callout chain and fleet token's diagnosis",
+			"identity/devop", []string{"controlplane", "dev", "cmd/fleet", "bench", "cmd/fleet-scale", "internal/callouttest", "identity/tokencheck"}},
+		{"fleet token's diagnosis (identity/tokencheck) is linked only by cmd/fleet", "identity/tokencheck", []string{"cmd/fleet"}},
+		{"the OpenBao stand-in (dev/baostandin) is linked only by fleet dev", "dev/baostandin", []string{"dev", "cmd/fleet"}},
+		{"enrollment (enroll) is linked only by cmd/fleet and fleet dev", "enroll", []string{"cmd/fleet", "dev"}},
 		{"the web dashboard (dashboard) is linked only by fleet-operator serve-web and fleet dev", "dashboard",
-			[]string{"cmd/fleet-operator", "internal/devenv", "cmd/fleet"}},
-		{"the local API server starter (internal/kubelocal) is linked only by fleet dev and the API server harness",
-			"internal/kubelocal", []string{"internal/devenv", "cmd/fleet", "internal/testenv/kubeapi"}},
-		{"the scale benchmark (internal/scalebench) is linked only by its command", "internal/scalebench", []string{"internal/scalebench/cmd/fleet-scale"}},
+			[]string{"cmd/fleet-operator", "dev", "cmd/fleet"}},
+		{"the local API server starter (dev/kubelocal) is linked only by fleet dev and the API server harness",
+			"dev/kubelocal", []string{"dev", "cmd/fleet", "internal/testenv/kubeapi"}},
+		{"the scale benchmark (bench) is linked only by its command", "bench", []string{"cmd/fleet-scale"}},
 		{"the missing-component policy (internal/testenv) is linked only by the test harnesses", "internal/testenv",
 			[]string{"internal/testenv/kubeapi", "internal/testenv/podmantest", "internal/testenv/debianroot", "internal/testenv/browser", "internal/callouttest"}},
 		{"the API server harness (internal/testenv/kubeapi) is linked by no package, only tests", "internal/testenv/kubeapi", nil},
@@ -156,7 +159,7 @@ func TestWhoMayLinkWhat(t *testing.T) {
 		{"the Debian root harness (internal/testenv/debianroot) is linked by no package, only tests", "internal/testenv/debianroot", nil},
 		{"the browser harness (internal/testenv/browser) is linked by no package, only tests", "internal/testenv/browser", nil},
 		{"the NATS test harness (internal/natstest) is linked by no package, only tests", "internal/natstest", nil},
-		{"the NATS cluster harness (internal/natscluster) is linked only by the chaos run, the scale benchmark, and tests", "internal/natscluster", []string{"internal/chaos/...", "internal/scalebench/..."}},
+		{"the NATS cluster harness (internal/natscluster) is linked only by the chaos run, the scale benchmark, and tests", "internal/natscluster", []string{"internal/chaos/...", "bench", "cmd/fleet-scale"}},
 		{"the auth chain harness (internal/callouttest) is linked by no package, only tests", "internal/callouttest", nil},
 		{"the hostile payloads (internal/poisontest) are linked by no package, only tests", "internal/poisontest", nil},
 		{"the runtime conformance suite (agent/runtime/runtimetest) is linked by no package, only tests", "agent/runtime/runtimetest", nil},
@@ -181,6 +184,31 @@ func TestWhoMayLinkWhat(t *testing.T) {
 	}
 }
 
+// TestInternalHoldsNoProductCode keeps internal/ to test harnesses and
+// helpers (docs/architecture.md, Package layout): no binary lives under it,
+// and a binary under cmd/ links from it only the helpers (the repository
+// root, /proc, the git work tree check) and, for the scale benchmark, the
+// NATS cluster it runs on.
+func TestInternalHoldsNoProductCode(t *testing.T) {
+	helpers := []string{"internal/repo", "internal/procfs", "internal/gitwork"}
+	also := map[string][]string{"cmd/fleet-scale": {"internal/natscluster"}}
+	for _, p := range list(t, "./...") {
+		path := strings.TrimPrefix(p.ImportPath, module+"/")
+		if strings.HasPrefix(path, "internal/") && p.Name == "main" {
+			t.Errorf("%s is a command under internal/: put it in cmd/", path)
+		}
+		if !strings.HasPrefix(path, "cmd/") {
+			continue
+		}
+		for _, d := range p.Deps {
+			dep, ok := strings.CutPrefix(d, module+"/")
+			if ok && strings.HasPrefix(dep, "internal/") && !slices.Contains(helpers, dep) && !slices.Contains(also[path], dep) {
+				t.Errorf("the binary %s links %s: internal/ holds harnesses and helpers (%v), not product code", path, dep, helpers)
+			}
+		}
+	}
+}
+
 func mayLink(pkg string, linkers []string) bool {
 	for _, l := range linkers {
 		if pkg == l || (strings.HasSuffix(l, "/...") && (pkg == strings.TrimSuffix(l, "/...") || strings.HasPrefix(pkg, strings.TrimSuffix(l, "...")))) {
@@ -202,11 +230,11 @@ func TestTheImportRuleCheckCanFail(t *testing.T) {
 	if !found {
 		t.Fatal("go list -deps did not report a known dependency; the import rule test would pass vacuously")
 	}
-	// cmd/fleet runs fleet dev, so its Deps must name internal/devenv; this
+	// cmd/fleet runs fleet dev, so its Deps must name dev; this
 	// guards TestWhoMayLinkWhat in the same way.
 	for _, p := range list(t, module+"/cmd/fleet") {
-		if !slices.Contains(p.Deps, module+"/internal/devenv") {
-			t.Fatal("go list did not report cmd/fleet's dependency on internal/devenv; TestWhoMayLinkWhat would pass vacuously")
+		if !slices.Contains(p.Deps, module+"/dev") {
+			t.Fatal("go list did not report cmd/fleet's dependency on dev; TestWhoMayLinkWhat would pass vacuously")
 		}
 	}
 }

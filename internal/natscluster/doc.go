@@ -19,6 +19,6 @@
 // ahead).
 //
 // Only tests, the chaos run (internal/chaos) and the scale benchmark
-// (internal/scalebench) import it (internal/hygiene checks); no product
+// (package bench) import it (internal/hygiene checks); no product
 // binary links it.
 package natscluster

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nationtech/harmony-fleet/dev/baostandin"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 

@@ -13,7 +13,7 @@
 //
 // Build with CGO_ENABLED=0 and the tags `remote exclude_graphdriver_btrfs
 // containers_image_openpgp`. It may be imported by agent packages,
-// cmd/fleet-agent and internal/devenv (the Podman device of `fleet dev`); it
+// cmd/fleet-agent and package dev (the Podman device of `fleet dev`); it
 // links no Kubernetes code (the bindings bring only the sigs.k8s.io/yaml
 // library).
 package podman

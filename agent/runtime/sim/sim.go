@@ -15,8 +15,8 @@
 // host ports held by non-container processes, and the time a stop takes.
 //
 // It may be imported by agent packages and their tests, cmd/fleet-agent
-// (--runtime sim), internal/devenv (the simulated devices of `fleet dev`)
-// and the scale benchmark (internal/scalebench); it links no Kubernetes
+// (--runtime sim), package dev (the simulated devices of `fleet dev`)
+// and the scale benchmark (package bench); it links no Kubernetes
 // code.
 package sim
 

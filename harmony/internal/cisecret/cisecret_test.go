@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nationtech/harmony-fleet/dev/baostandin"
 	"github.com/nationtech/harmony-fleet/harmony/internal/cisecret"
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/baostandin"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 

@@ -1,7 +1,7 @@
 // Package kubeapi runs a real Kubernetes API server for tests: etcd and
 // kube-apiserver, built from the Go module proxy by `task setup:k8s` into
 // .cache/k8s-<version>/ at the repository root, started on loopback by
-// internal/kubelocal (shared with fleet dev: etcd behind mutual TLS,
+// dev/kubelocal (shared with fleet dev: etcd behind mutual TLS,
 // kube-apiserver through controller-runtime's envtest).
 // It owns what a test harness adds: the binary folder and the skip policy,
 // temporary folders, a kubeconfig file for the real kubectl binary and the
@@ -35,7 +35,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"github.com/nationtech/harmony-fleet/internal/kubelocal"
+	"github.com/nationtech/harmony-fleet/dev/kubelocal"
 )
 
 // Options configures Start. The zero value starts a server without CRDs.

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/nationtech/harmony-fleet/internal/kubelocal"
+	"github.com/nationtech/harmony-fleet/dev/kubelocal"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 

@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
+	"github.com/nationtech/harmony-fleet/internal/natscluster"
+)
+
+// fleetServers are the NATS servers of a run as the measurements see them:
+// the embedded server in this process, or a cluster of nats-server
+// processes (Options.Servers).
+type fleetServers interface {
+	// urlFor is the client URL child process i connects to: the children
+	// are spread over the servers in turn.
+	urlFor(i int) string
+	// clients is the number of client connections over every server.
+	clients(ctx context.Context) (int, error)
+	// consumers is the number of JetStream consumers, every account and
+	// stream, each counted once.
+	consumers(ctx context.Context) (int, error)
+	// rss is the resident memory of the server processes, summed; 0 for
+	// the embedded server (it is this process: measureMemory).
+	rss() uint64
+}
+
+// embeddedServer is the one server in this process.
+type embeddedServer struct{ srv *natsembed.Server }
+
+func (e embeddedServer) urlFor(int) string { return e.srv.ClientURL() }
+func (e embeddedServer) rss() uint64       { return 0 }
+
+func (e embeddedServer) clients(context.Context) (int, error) { return e.srv.NATS().NumClients(), nil }
+
+func (e embeddedServer) consumers(context.Context) (int, error) { return consumers(e.srv.NATS()) }
+
+// clusterServers are nats-server processes (internal/natscluster), read
+// through their HTTP monitoring endpoints.
+type clusterServers struct {
+	c    *natscluster.Cluster
+	http *http.Client
+}
+
+func newClusterServers(c *natscluster.Cluster) clusterServers {
+	return clusterServers{c: c, http: &http.Client{Timeout: 30 * time.Second}}
+}
+
+func (s clusterServers) urlFor(i int) string { return s.c.ClientURL(i % s.c.N()) }
+
+// get decodes server i's monitoring endpoint path into v.
+func (s clusterServers) get(ctx context.Context, i int, path string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.c.MonitorURL(i)+path, nil)
+	if err != nil {
+		return fmt.Errorf("scalebench: %w", err)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("scalebench: server %s%s: %w", s.c.Name(i), path, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("scalebench: server %s%s: %s", s.c.Name(i), path, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+		return fmt.Errorf("scalebench: server %s%s: %w", s.c.Name(i), path, err)
+	}
+	return nil
+}
+
+func (s clusterServers) clients(ctx context.Context) (int, error) {
+	total := 0
+	for i := range s.c.N() {
+		var v struct {
+			Connections int `json:"connections"`
+		}
+		if err := s.get(ctx, i, "/varz", &v); err != nil {
+			return 0, err
+		}
+		total += v.Connections
+	}
+	return total, nil
+}
+
+// consumers counts distinct consumers over every server: a replicated
+// consumer is on several servers, an R1 consumer on one.
+func (s clusterServers) consumers(ctx context.Context) (int, error) {
+	seen := map[[3]string]bool{}
+	for i := range s.c.N() {
+		var v server.JSInfo
+		if err := s.get(ctx, i, "/jsz?accounts=true&streams=true&consumers=true", &v); err != nil {
+			return 0, err
+		}
+		for _, a := range v.AccountDetails {
+			for _, sd := range a.Streams {
+				for _, ci := range sd.Consumer {
+					seen[[3]string{a.Name, sd.Name, ci.Name}] = true
+				}
+			}
+		}
+	}
+	return len(seen), nil
+}
+
+func (s clusterServers) rss() uint64 {
+	var total uint64
+	for i := range s.c.N() {
+		if pid := s.c.PID(i); pid != 0 {
+			total += pidRSS(pid)
+		}
+	}
+	return total
+}
+
+// pidRSS is process pid's VmRSS in bytes (0 when unknown).
+func pidRSS(pid int) uint64 {
+	return statusRSS("/proc/" + strconv.Itoa(pid) + "/status")
+}
+
+// statusRSS reads VmRSS from a /proc status file, in bytes (0 when
+// unknown).
+func statusRSS(path string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			if f := strings.Fields(v); len(f) > 0 {
+				kb, _ := strconv.ParseUint(f[0], 10, 64)
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,147 @@
+package dev_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/dev"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+)
+
+// gettingStartedBlock is a command block of docs/getting-started.md marked
+// for the test: its commands, whether they are lines fleet dev prints (the
+// test then runs the printed ones), and the lines its output must contain.
+type gettingStartedBlock struct {
+	script  string
+	printed bool
+	expect  []string
+}
+
+var gettingStartedRE = regexp.MustCompile("(?s)<!-- getting-started( printed)? expect=\"([^\"]*)\" -->\\s*```sh\\n(.*?)```")
+
+func gettingStartedBlocks(t *testing.T) []gettingStartedBlock {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "getting-started.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []gettingStartedBlock
+	for _, m := range gettingStartedRE.FindAllStringSubmatch(string(b), -1) {
+		blk := gettingStartedBlock{script: strings.TrimSpace(m[3]), printed: m[1] != ""}
+		if m[2] != "" {
+			blk.expect = strings.Split(m[2], "|")
+		}
+		out = append(out, blk)
+	}
+	if len(out) < 8 {
+		t.Fatalf("docs/getting-started.md has %d getting-started blocks; the marker format changed?", len(out))
+	}
+	return out
+}
+
+// printedLine is the line fleet dev printed that a documented line stands
+// for: the documented line has the printed one's form (its paths and ports
+// those of the documented defaults).
+func printedLine(t *testing.T, out, doc string) string {
+	t.Helper()
+	for _, re := range []*regexp.Regexp{rePATH, reKubeconfig, reNATS, reShipBuild, reShipExport, reShipCmd} {
+		// The build line is printed with -ldflags when an address is not
+		// the default (another registry on 127.0.0.1:5000, say).
+		if re.MatchString(doc) || re.MatchString("  "+doc) {
+			m := re.FindStringSubmatch(out)
+			if m == nil {
+				t.Fatalf("fleet dev printed no line of the form of %q:\n%s", doc, out)
+			}
+			return m[1]
+		}
+	}
+	t.Fatalf("the documented line %q is none of fleet dev's printed export, build or ship lines", doc)
+	return ""
+}
+
+// TestGettingStartedRunsAsDocumented is docs/getting-started.md: one fleet
+// dev (the real binary, a Podman device and 2 simulated ones, in the
+// default data folder of a new user's home), then every marked block in
+// order, each in a new shell from the repository root that has the system
+// PATH, Go and only what the previous blocks exported; each block must
+// exit 0 and print its expected lines. Blocks marked printed are lines
+// fleet dev prints: the test checks the documented line has the printed
+// one's form and runs the printed one.
+func TestGettingStartedRunsAsDocumented(t *testing.T) {
+	testenv.Exclusive(t, testenv.PodmanExamples)
+	blocks := gettingStartedBlocks(t)
+	_, goBin, sock, _ := shipPrerequisites(t)
+
+	// A new user's home: fleet dev's default data folder is
+	// ~/.cache/fleet-dev, as the guide's paths say.
+	home := t.TempDir()
+	p := startDev(t, filepath.Join(home, ".cache", "fleet-dev"), "--devices", "2", "--runtime", "podman", "--podman-socket", sock)
+	defer p.stop(t)
+	// The guide starts fleet dev with --devices 2 and shows its outputs.
+	if want := "podman-1 on Podman + 2 simulated in namespace lab"; !strings.Contains(p.out, want) {
+		t.Fatalf("fleet dev's output lacks %q:\n%s", want, p.out)
+	}
+
+	caches, err := exec.Command(goBin, "env", "GOCACHE", "GOMODCACHE").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cache := strings.Fields(string(caches))
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "PATH", name == "KUBECONFIG", name == "HOME", name == dev.ShipKeyVariable, strings.HasPrefix(name, "NATS_"),
+			strings.HasPrefix(name, "FLEET_"), strings.HasPrefix(name, "XDG_"), strings.HasPrefix(name, "GO"), name == "CGO_ENABLED":
+		default:
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "PATH="+systemPATH+":"+filepath.Dir(goBin), "HOME="+home, "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false",
+		"GOCACHE="+cache[0], "GOMODCACHE="+cache[1])
+	// What each block exported, for the next ones (not the shell's own
+	// variables).
+	state := filepath.Join(t.TempDir(), "exported.sh")
+	if err := os.WriteFile(state, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	save := `export -p | grep -Ev '^declare -x (PWD|OLDPWD|SHLVL|_)(=|$)' > ` + state
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	for i, blk := range blocks {
+		script := blk.script
+		if blk.printed {
+			var lines []string
+			for l := range strings.SplitSeq(script, "\n") {
+				if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+					lines = append(lines, printedLine(t, p.out, l))
+				}
+			}
+			script = strings.Join(lines, "\n")
+		}
+		start := time.Now()
+		cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", "source "+state+"\n"+script+"\ncd "+repoRoot(t)+"\n"+save)
+		cmd.Dir = repoRoot(t)
+		cmd.Env = env
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		err := cmd.Run()
+		t.Logf("block %d (%s):\n%s\n%s", i+1, time.Since(start).Round(time.Millisecond), script, out.String())
+		if err != nil {
+			t.Fatalf("block %d failed: %v\n%s\nfleet dev's logs:\n%s", i+1, err, out.String(), tail(p.stderr.String(), 4000))
+		}
+		for _, want := range blk.expect {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("block %d's output lacks %q", i+1, want)
+			}
+		}
+	}
+}
