@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -122,20 +121,7 @@ func boundReportedLabels(reported map[string]string) (map[string]string, *trim) 
 // else the longest prefix of it that fits with "…" after it, cut between
 // two characters of s (never inside an escape), with "…", and true.
 func printableCut(s string, max int) (string, bool) {
-	p := events.Printable(s)
-	if len(p) <= max {
-		return p, false
-	}
-	var b strings.Builder
-	for _, r := range strings.ToValidUTF8(s, string(utf8.RuneError)) {
-		piece := events.Printable(string(r))
-		if b.Len()+len(piece) > max-len("…") {
-			break
-		}
-		b.WriteString(piece)
-	}
-	b.WriteString("…")
-	return b.String(), true
+	return events.PrintableCut(s, max), len(events.Printable(s)) > max
 }
 
 // thousands formats n with a comma every three digits.
