@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -228,15 +229,17 @@ func (p *devProc) stop(t *testing.T) {
 		<-p.done
 		t.Fatalf("fleet dev did not exit within 2 minutes of SIGINT:\n%s", tail(p.stderr.String(), 3000))
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, pid := range p.kube {
-		for alive(pid) {
-			if time.Now().After(deadline) {
-				t.Errorf("process %d (etcd or kube-apiserver) still runs after fleet dev exited", pid)
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-				break
+	if err := testenv.PollErr(context.Background(), 30*time.Second, func() error {
+		for _, pid := range p.kube {
+			if alive(pid) {
+				return fmt.Errorf("process %d (etcd or kube-apiserver) still runs after fleet dev exited", pid)
 			}
-			time.Sleep(20 * time.Millisecond)
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+		for _, pid := range p.kube {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(p.dataDir, "run", "owner")); !errors.Is(err, os.ErrNotExist) {

@@ -494,24 +494,18 @@ func TestIdentityKVFollowsDevices(t *testing.T) {
 
 func (e *devEnv) waitGone(id string) {
 	e.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	if err := testenv.PollErr(e.ctx, 60*time.Second, func() error {
 		var d fleetv1.Device
 		err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: id}, &d)
-		if client.IgnoreNotFound(err) != nil {
-			e.t.Fatal(err)
+		if apierrors.IsNotFound(err) {
+			return nil
 		}
 		if err != nil {
-			return
+			return err
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("timed out waiting for Device %s to go; finalizers %v", id, d.Finalizers)
-		}
-		select {
-		case <-e.ctx.Done():
-			e.t.Fatal(e.ctx.Err())
-		case <-time.After(20 * time.Millisecond):
-		}
+		return fmt.Errorf("Device %s still there; finalizers %v", id, d.Finalizers)
+	}); err != nil {
+		e.t.Fatalf("waiting for Device %s to go: %v", id, err)
 	}
 }
 
