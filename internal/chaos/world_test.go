@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -532,6 +533,9 @@ func (w *world) waitSucceeded(gen int64, timeout time.Duration) time.Time {
 				_ = f.Close()
 			}
 		}
+		// Where the operator's and the client's goroutines stand: a
+		// rollout that stopped moving shows what it waits on.
+		w.t.Logf("goroutines of the operator and the JetStream client:\n%s", stacksOf(60_000, "harmony-fleet/operator", "nats.go/jetstream"))
 		w.t.Fatalf("%v waiting for generation %d to succeed on %d devices; status: %s; stored reports: %s", err, gen, len(w.devices),
 			w.statusLine(), w.reportsOf(gen))
 	}
@@ -657,4 +661,24 @@ func (w *world) adminURL() string {
 		urls = append(urls, p.String())
 	}
 	return strings.Join(urls, ",")
+}
+
+// stacksOf returns the stacks of this process's goroutines that mention
+// one of marks, at most limit bytes of them.
+func stacksOf(limit int, marks ...string) string {
+	var all bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&all, 2)
+	var b strings.Builder
+	for g := range strings.SplitSeq(all.String(), "\n\n") {
+		if !slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(g, m) }) {
+			continue
+		}
+		if b.Len()+len(g) > limit {
+			b.WriteString("… (more goroutines left out)\n")
+			break
+		}
+		b.WriteString(g)
+		b.WriteString("\n\n")
+	}
+	return b.String()
 }
