@@ -102,7 +102,7 @@ func (s *Store) read(ctx context.Context, filters []string, from Start, live boo
 			return
 		}
 		filter := strings.Join(filters, ",") // for errors
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: consumerInactiveThreshold}
+		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: consumerInactiveThreshold, MaxResetAttempts: maxResetAttempts}
 		from.apply(&cfg)
 		cons, err := s.js.OrderedConsumer(ctx, stream, cfg)
 		if err != nil {
@@ -399,6 +399,18 @@ func (s *Store) consumerLastPerSubject(ctx context.Context, stream, filter strin
 // consumerInactiveThreshold is how long the server keeps a read's ordered
 // consumer after its client vanished without deleting it.
 const consumerInactiveThreshold = 30 * time.Second
+
+// maxResetAttempts bounds how often a read's ordered consumer is recreated
+// by the client after it lost it (missed heartbeats, a sequence gap) before
+// the read fails with the client's error. The client's default is no
+// bound: its retry loop (1 s doubling to 10 s, each attempt up to 10 s)
+// does not watch the read's context, so a consumer that cannot be
+// recreated on the stream as the client sees it — seen after the SIGKILL
+// of the server holding the client's connection and the stream's leader —
+// kept the read stuck, unstoppable, for good. With a bound the read fails
+// within about half a minute, and its reader reads again from after the
+// last record it handled with a fresh consumer, which has worked there.
+const maxResetAttempts = 3
 
 // stopOrdered stops a read and deletes its server-side consumer at once, so
 // frequent reads leave nothing behind (an ordered consumer otherwise lingers

@@ -328,9 +328,20 @@ func (r *runner) outcome(ctx context.Context, f folded, m sourced) {
 	}
 }
 
-// read replays one filter from after sequence after to its end, marks the
-// catch-up, then follows.
+// read hands filter's records past after to the runner (readStream).
 func (r *runner) read(ctx context.Context, source int, filter string, after uint64, out chan<- sourced) {
+	readStream(ctx, r.Log, "rollout runner", r.Reader, source, filter, after, out, nil)
+}
+
+// readStream hands every record of filter past after to out, as sourced
+// messages of source (name says whose in its log lines): it replays the stream's history, sends the catch-up
+// mark (then calls caught, when set), and follows. A read that fails (its
+// server died, the stream is electing a leader, the client gave up
+// recreating its consumer) is read again from after the last record
+// handed over, after a wait that doubles from readRetryMin to
+// readRetryMax: the reader goes on, and no record is handed twice. It
+// returns when ctx ends.
+func readStream(ctx context.Context, log *slog.Logger, name string, reader EventReader, source int, filter string, after uint64, out chan<- sourced, caught func()) {
 	send := func(m sourced) bool {
 		select {
 		case out <- m:
@@ -358,12 +369,9 @@ func (r *runner) read(ctx context.Context, source int, filter string, after uint
 		}
 		return false, nil
 	}
-	// A read that fails (its server died, the stream is electing a
-	// leader) is read again from after the last record handed over: the
-	// runner goes on, and its folds never see a record twice.
 	wait := readRetryMin
 	again := func(err error) bool {
-		r.Log.WarnContext(ctx, "rollout runner: reading the stream failed; reading again after the last record folded",
+		log.WarnContext(ctx, name+": reading the stream failed; reading again after the last record folded",
 			"filter", filter, "after", last, "retryIn", wait, "error", err)
 		select {
 		case <-ctx.Done():
@@ -374,7 +382,7 @@ func (r *runner) read(ctx context.Context, source int, filter string, after uint
 		return true
 	}
 	for {
-		stop, err := each(r.Reader.Replay(ctx, filter, events.FromSequence(last+1)))
+		stop, err := each(reader.Replay(ctx, filter, events.FromSequence(last+1)))
 		switch {
 		case stop:
 			return
@@ -389,8 +397,11 @@ func (r *runner) read(ctx context.Context, source int, filter string, after uint
 	if !send(sourced{source: source, caught: true}) {
 		return
 	}
+	if caught != nil {
+		caught()
+	}
 	for {
-		stop, err := each(r.Reader.Follow(ctx, filter, events.FromSequence(last+1)))
+		stop, err := each(reader.Follow(ctx, filter, events.FromSequence(last+1)))
 		if stop || err == nil || !again(err) {
 			return
 		}

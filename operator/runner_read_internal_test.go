@@ -156,3 +156,78 @@ func TestTheRolloutRunnerReadsAgainAfterAFailedRead(t *testing.T) {
 		t.Errorf("%d reads failed; the test must fail the catch-up and two follows", f)
 	}
 }
+
+// TestTheTaskRunRunnerReadsAgainAfterAFailedRead: the TaskRun runner's
+// reads go through the same read loop as the rollout runner's
+// (readStream): a read of the reports that fails while catching up or
+// while following is read again from after the last record handed over,
+// so every record is handed over once and the runner is not stopped
+// (before, one failed read stopped it, and the operator with it).
+func TestTheTaskRunRunnerReadsAgainAfterAFailedRead(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	_, st := natstest.Provisioned(t)
+	report := func(dev string) {
+		t.Helper()
+		ev, err := events.New(events.Keys{Device: dev}, events.TaskStatus{Namespace: "lab", TaskRun: "upgrade", UID: "uid-1",
+			Task: "system-upgrade", Phase: "Running", Since: time.Now().UTC()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Report(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 8
+	for i := range 3 {
+		report(fmt.Sprintf("d%d", i))
+	}
+	reader := &flakyReader{Store: st}
+	r := &TaskRunRunner{Reader: reader, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	out := make(chan sourced, 64)
+	caught := make(chan struct{})
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		r.read(rctx, 1, filterTaskReports, out, caught)
+	}()
+	defer func() { rcancel(); <-done }()
+
+	var seqs []uint64
+	take := func(want int) {
+		t.Helper()
+		for len(seqs) < want {
+			select {
+			case m := <-out:
+				switch {
+				case m.err != nil:
+					t.Fatalf("the read handed over an error instead of reading again: %v", m.err)
+				case m.caught:
+				default:
+					seqs = append(seqs, m.seq())
+				}
+			case <-ctx.Done():
+				t.Fatalf("%v with %d of %d records handed over (%v)", ctx.Err(), len(seqs), want, seqs)
+			}
+		}
+	}
+	take(3)
+	select {
+	case <-caught:
+	case <-ctx.Done():
+		t.Fatalf("%v waiting for the catch-up after a failed read", ctx.Err())
+	}
+	for i := 3; i < n; i++ {
+		report(fmt.Sprintf("d%d", i))
+	}
+	take(n)
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] <= seqs[i-1] {
+			t.Fatalf("records handed over out of order or twice: %v", seqs)
+		}
+	}
+	if f := reader.failed.Load(); f != 3 {
+		t.Errorf("%d reads failed; the test must fail the catch-up and two follows", f)
+	}
+}

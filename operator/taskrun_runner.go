@@ -193,49 +193,12 @@ func (r *TaskRunRunner) write(ctx context.Context, f *projections.TaskRuns, writ
 }
 
 // read replays filter from the start, marks the catch-up (and closes
-// caught, when set), then follows.
+// caught, when set), then follows; a failed read is read again from after
+// the last record handed over (readStream).
 func (r *TaskRunRunner) read(ctx context.Context, source int, filter string, out chan<- sourced, caught chan<- struct{}) {
-	send := func(m sourced) bool {
-		select {
-		case out <- m:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	var last uint64
-	for rec, err := range r.Reader.Replay(ctx, filter, events.FromStart()) {
-		m, ok := sourcedOf(ctx, source, rec, err)
-		if !ok {
-			if m.err != nil {
-				send(m)
-			}
-			return
-		}
-		last = m.seq()
-		if !send(m) {
-			return
-		}
-	}
-	if !send(sourced{source: source, caught: true}) {
-		return
-	}
+	var closeCaught func()
 	if caught != nil {
-		close(caught)
+		closeCaught = func() { close(caught) }
 	}
-	for rec, err := range r.Reader.Follow(ctx, filter, events.FromSequence(last+1)) {
-		m, ok := sourcedOf(ctx, source, rec, err)
-		if !ok {
-			if m.err != nil {
-				send(m)
-			}
-			return
-		}
-		if m.seq() <= last {
-			continue
-		}
-		if !send(m) {
-			return
-		}
-	}
+	readStream(ctx, r.Log, "taskrun runner", r.Reader, source, filter, 0, out, closeCaught)
 }
