@@ -384,14 +384,7 @@ func TestARequestWrittenAheadForTheNextGenerationIsRemovedWithItsWarning(t *test
 // its reconcile does: the watch event of alice's write carries generation
 // 1, and that is the generation the request is judged against.
 func TestARequestFirstSeenAheadOfItsGenerationIsNotRecordedWhenTheSpecCatchesUp(t *testing.T) {
-	e := newEnv(t)
-	stop := e.startOperator()
-	e.deployment("api", map[string]string{"role": "analyzer"})
-	e.revisionOf("api", 1)
-	stop() // the controller below is the test's, fed one event at a time
-
-	rec := &recorder{}
-	r := &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+	e, r, rec := testRolloutActions(t)
 	before := e.get("api")
 	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
 	if !r.WatchUpdate(before, e.get("api")) {
@@ -401,14 +394,7 @@ func TestARequestFirstSeenAheadOfItsGenerationIsNotRecordedWhenTheSpecCatchesUp(
 	if _, err := r.Reconcile(e.ctx, ctrl.Request{NamespacedName: types.NamespacedName{Namespace: e.ns, Name: "api"}}); err != nil {
 		t.Fatal(err)
 	}
-	got := rec.take()
-	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+operator.EventReasonRolloutActionStale) ||
-		!strings.Contains(got[0], "the Deployment was at generation 1 when it was written") {
-		t.Errorf("Events %q, want one StaleRolloutAction Warning saying the Deployment was at generation 1", got)
-	}
-	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
-		t.Errorf("the request is still on the Deployment: %s", v)
-	}
+	e.staleRequestRemoved(t, rec)
 
 	e.startOperator()
 	e.revisionOf("api", 2)
@@ -426,14 +412,7 @@ func TestARequestFirstSeenAheadOfItsGenerationIsNotRecordedWhenTheSpecCatchesUp(
 // reconcile does not judge the request by the generation it reads but
 // waits for the predicate, whose event carries generation 1.
 func TestAReconcileAheadOfTheWatchEventOfARequestWaitsForIt(t *testing.T) {
-	e := newEnv(t)
-	stop := e.startOperator()
-	e.deployment("api", map[string]string{"role": "analyzer"})
-	e.revisionOf("api", 1)
-	stop() // the controller below is the test's, fed one event at a time
-
-	rec := &recorder{}
-	r := &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+	e, r, rec := testRolloutActions(t)
 	before := e.get("api")
 	e.annotate("api", request("pause", 2, 0, "alice", "ahead"))
 	written := e.get("api")
@@ -455,14 +434,7 @@ func TestAReconcileAheadOfTheWatchEventOfARequestWaitsForIt(t *testing.T) {
 	if _, err := r.Reconcile(e.ctx, req); err != nil {
 		t.Fatal(err)
 	}
-	got := rec.take()
-	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+operator.EventReasonRolloutActionStale) ||
-		!strings.Contains(got[0], "the Deployment was at generation 1 when it was written") {
-		t.Errorf("Events %q, want one StaleRolloutAction Warning saying the Deployment was at generation 1", got)
-	}
-	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
-		t.Errorf("the request is still on the Deployment: %s", v)
-	}
+	e.staleRequestRemoved(t, rec)
 }
 
 // TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp
@@ -489,5 +461,34 @@ func TestARequestWrittenAheadWhileNoOperatorRunsIsRecordedOnceTheSpecCatchesUp(t
 	}
 	if w := e.warnings("api"); len(w) != 0 {
 		t.Errorf("Warnings %q, want none: the operator never saw the request at generation 1", w)
+	}
+}
+
+// testRolloutActions is a Deployment "api" at generation 1 with its
+// revision, no operator running, and a RolloutActions controller the test
+// feeds one event at a time, with the recorder of its Events.
+func testRolloutActions(t *testing.T) (*env, *operator.RolloutActions, *recorder) {
+	e := newEnv(t)
+	stop := e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	stop()
+	rec := &recorder{}
+	r := &operator.RolloutActions{Client: e.c, Store: e.store, Reader: e.store, Recorder: rec, Log: slog.New(slog.DiscardHandler)}
+	return e, r, rec
+}
+
+// staleRequestRemoved checks that the controller answered alice's request
+// written ahead with one StaleRolloutAction Warning naming generation 1,
+// and removed it from the Deployment.
+func (e *env) staleRequestRemoved(t *testing.T, rec *recorder) {
+	t.Helper()
+	got := rec.take()
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+operator.EventReasonRolloutActionStale) ||
+		!strings.Contains(got[0], "the Deployment was at generation 1 when it was written") {
+		t.Errorf("Events %q, want one StaleRolloutAction Warning saying the Deployment was at generation 1", got)
+	}
+	if v, ok := e.get("api").Annotations[fleetv1.AnnotationRolloutAction]; ok {
+		t.Errorf("the request is still on the Deployment: %s", v)
 	}
 }
