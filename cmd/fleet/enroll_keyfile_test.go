@@ -19,6 +19,14 @@ import (
 // provider, and returns the flags that point `fleet enroll` at them.
 func enrollTarget(t *testing.T) []string {
 	t.Helper()
+	_, _, common := startEnrollTarget(t)
+	return common
+}
+
+// startEnrollTarget is enrollTarget, with the API server and the provider
+// for tests that look at what enrolling did.
+func startEnrollTarget(t *testing.T) (*kubeapi.Server, *devop.Provider, []string) {
+	t.Helper()
 	srv, err := kubeapi.Start(kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}})
 	if errors.Is(err, kubeapi.ErrBinariesMissing) {
 		testenv.Missing(t, "kube-apiserver and etcd", kubeapi.SetupCommand, err)
@@ -43,7 +51,7 @@ func enrollTarget(t *testing.T) []string {
 	if err := os.WriteFile(tokenFile, []byte("pat\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return []string{"-kubeconfig", srv.KubeconfigPath(), "-idp-url", op.Issuer(), "-idp-token-file", tokenFile}
+	return srv, op, []string{"-kubeconfig", srv.KubeconfigPath(), "-idp-url", op.Issuer(), "-idp-token-file", tokenFile}
 }
 
 // TestTheKeyFileLandsOutsideGitWorkTreesThatWouldCommitIt: `fleet enroll`

@@ -15,42 +15,14 @@ import (
 
 	"github.com/nationtech/harmony-fleet/dev"
 	"github.com/nationtech/harmony-fleet/identity/credential"
-	"github.com/nationtech/harmony-fleet/identity/devop"
-	"github.com/nationtech/harmony-fleet/internal/testenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	"github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
 // TestFleetEnrollEnrollsReenrollsAndRevokes runs `fleet enroll` against a
 // real API server and the development provider's management API.
 func TestFleetEnrollEnrollsReenrollsAndRevokes(t *testing.T) {
-	srv, err := kubeapi.Start(kubeapi.Options{CRDDirs: []string{"../../k8s/config/crd"}})
-	if errors.Is(err, kubeapi.ErrBinariesMissing) {
-		testenv.Missing(t, "kube-apiserver and etcd", kubeapi.SetupCommand, err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	op, err := devop.New(devop.Options{AdminToken: "pat"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-
+	srv, op, common := startEnrollTarget(t)
 	dir := t.TempDir()
-	tokenFile := filepath.Join(dir, "pat")
-	if err := os.WriteFile(tokenFile, []byte("pat\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	common := []string{"-kubeconfig", srv.KubeconfigPath(), "-idp-url", op.Issuer(), "-idp-token-file", tokenFile}
 	key1, key2 := filepath.Join(dir, "k1.json"), filepath.Join(dir, "k2.json")
 	grant := func(path string) error {
 		kf, err := credential.ReadKeyFile(path)
