@@ -217,6 +217,20 @@ spec:
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Services that stay up are never reported degraded or recovered (ADR
+	// 0019): nothing on a device's health subject. (Every report subject
+	// of the devices is pinned below anyway; this says why it matters.)
+	for _, dev := range devices {
+		health, err := events.ReportSubject(dev, events.ReportHealth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range lines {
+			if strings.Contains(l, `"subject":"`+health+`"`) {
+				t.Errorf("a healthy Deployment's device wrote on %s: %s", health, l)
+			}
+		}
+	}
 	got := strings.ReplaceAll(strings.Join(lines, "\n")+"\n", uid, uidPlaceholder)
 	if *update {
 		if err := os.MkdirAll(filepath.Dir(healthyFixture), 0o755); err != nil {
