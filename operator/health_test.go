@@ -21,7 +21,7 @@ func (e *env) healthEvent(keys, deployment string, rev events.DeploymentRevision
 	ev, err := events.New(events.Keys{Device: keys}, events.NewWorkloadHealth(typ, events.WorkloadHealth{Namespace: e.ns, Deployment: deployment,
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Reason: reason, Window: 300,
 		Services: []events.ServiceHealth{{Name: "api", State: "exited", Restarts: restarts, ExitCode: 2, Logs: []string{"fatal: MODE is not set"}}},
-		Since: time.Now().UTC()}), events.WithCorrelation(rev.UID, rev.Generation))
+		Since:    time.Now().UTC()}), events.WithCorrelation(rev.UID, rev.Generation))
 	if err != nil {
 		e.t.Fatal(err)
 	}
