@@ -7,10 +7,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 // healthEvent is a device.workload.degraded or .recovered report of device
@@ -132,6 +134,43 @@ func TestADegradedDeploymentStaysDegradedAcrossAnOperatorRestart(t *testing.T) {
 			if got := e.get("api").Status.Degraded; len(got) != 1 || got[0].Device != want[0].Device || got[0].Reason != want[0].Reason ||
 				!got[0].Since.Equal(&want[0].Since) || !strings.Contains(got[0].Message, "api: OOMKilled") {
 				t.Errorf("degraded after the restart %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+// TestTheAPIServerRefusesAMinReadyOutOfBounds: 0s to 15m, and never longer
+// than the Deployment's progress deadline.
+func TestTheAPIServerRefusesAMinReadyOutOfBounds(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		name     string
+		minReady time.Duration
+		deadline time.Duration // 0: none
+		refused  string        // the message naming the rule; "": accepted
+	}{
+		{"0s is accepted", 0, 0, ""},
+		{"30 seconds are accepted", 30 * time.Second, 0, ""},
+		{"15 minutes are accepted", 15 * time.Minute, 0, ""},
+		{"15 minutes and a second are refused", 15*time.Minute + time.Second, 0, "rollout.minReady must be"},
+		{"a minReady within the progress deadline is accepted", time.Minute, time.Minute, ""},
+		{"a minReady longer than the progress deadline is refused", 2 * time.Minute, time.Minute, "must not be longer than rollout.progressDeadline"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := fleetv1.RolloutSpec{MinReady: &metav1.Duration{Duration: tc.minReady}}
+			if tc.deadline > 0 {
+				spec.ProgressDeadline = &metav1.Duration{Duration: tc.deadline}
+			}
+			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "bounds", Namespace: e.ns},
+				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
+					Rollout: spec, Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
+						Name: "api", Image: "registry.example.com/api:v1"}}}}}}
+			err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			switch {
+			case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)):
+				t.Errorf("created with minReady %s: %v; want it refused with %q", tc.minReady, err, tc.refused)
+			case tc.refused == "" && err != nil:
+				t.Errorf("refused with minReady %s: %v", tc.minReady, err)
 			}
 		})
 	}
