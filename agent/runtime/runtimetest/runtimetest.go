@@ -178,6 +178,7 @@ var cases = []testCase{
 	{"a watch delivers a start, then the death with its exit code", testWatchDied},
 	{"a watch delivers only the events of containers carrying all its labels", testWatchLabels},
 	{"a watch's channel is closed when its context ends", testWatchClosed},
+	{"a watch delivers each health check run", testWatchHealth},
 	{"a container its policy restarts after a crash counts the restart, and both are watched", testPolicyRestart},
 	{"Logs returns the last lines printed on stdout and stderr, oldest first", testLogsTail},
 	{"Inspect reports the image digest, the same for the same image", testImageDigest},

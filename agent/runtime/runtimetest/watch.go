@@ -238,3 +238,26 @@ func testImageDigest(s *suite) {
 		}
 	}
 }
+
+func testWatchHealth(s *suite) {
+	ch, value := s.watch()
+	spec := s.healthSpec("watch-health", s.fx.HealthFails, 1, 0)
+	spec.Labels[watchLabel] = value
+	id := s.run(spec)
+	s.expect(ch, id, spec.Name, runtime.EventStart, 0)
+	s.waitState(id, runtime.StateRunning)
+	for range 2 {
+		if err := s.rt.RunHealthCheck(s.ctx(), id); err != nil {
+			s.t.Fatalf("RunHealthCheck: %v", err)
+		}
+		// The status in the event may lag one check behind (Podman 4.3):
+		// only its presence and its words are the contract.
+		e := s.expect(ch, id, spec.Name, runtime.EventHealth, 0)
+		if !slices.Contains([]string{runtime.HealthStarting, runtime.HealthHealthy, runtime.HealthUnhealthy}, e.Health) {
+			s.t.Errorf("a health event says %q", e.Health)
+		}
+	}
+	if h := s.health(id); h.Status != runtime.HealthUnhealthy {
+		s.t.Errorf("after two failed checks of one retry Inspect says %q, want unhealthy", h.Status)
+	}
+}
