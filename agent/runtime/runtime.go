@@ -233,7 +233,8 @@ type Runtime interface {
 	Watch(ctx context.Context, labels map[string]string) (<-chan ContainerEvent, error)
 	// Logs returns the last tail lines the container printed, stdout and
 	// stderr interleaved as printed, oldest first, without their line
-	// ends; tail <= 0 means every line. The lines are what the container
+	// ends, each cut at MaxLogLine bytes; tail <= 0 means every line. The
+	// lines are what the container
 	// printed: untrusted, unbounded text that may hold secrets. Never
 	// report them unfiltered. ErrNotFound when the container does not
 	// exist.
