@@ -146,9 +146,9 @@ func TestTheMonitorsRules(t *testing.T) {
 					r.at(at+time.Duration(i)*time.Second, func() { r.crash("api", 2) })
 				}
 			}
-			burst(0)                 // Degraded at 2s, recovered at 5m2s
-			burst(6 * time.Minute)   // Degraded at 6m2s (k=2), recovered 10m later
-			burst(17 * time.Minute)  // Degraded at 17m2s (k=3), recovered 20m later
+			burst(0)                // Degraded at 2s, recovered at 5m2s
+			burst(6 * time.Minute)  // Degraded at 6m2s (k=2), recovered 10m later
+			burst(17 * time.Minute) // Degraded at 17m2s (k=3), recovered 20m later
 			r.until(40 * time.Minute)
 		}, "2s Degraded CrashLoop, 5m2s Recovered Stable, 6m2s Degraded CrashLoop, 16m2s Recovered Stable, 17m2s Degraded CrashLoop, 37m2s Recovered Stable"},
 		{"a death the agent caused is not given to the engine, and one of another revision is ignored", func(r *engineRun) {
@@ -196,7 +196,10 @@ func TestADegradedReportNamesTheServicesAtFault(t *testing.T) {
 	r := newEngineRun()
 	r.at(0, func() { r.crash("api", 2) })
 	r.at(time.Second, func() { r.crash("api", 2) })
-	r.at(2*time.Second, func() { r.die("api", 137, false); r.h.observe(testKey, testRev.Hash, "api", serviceObs{State: "running", RestartsTotal: 7}, r.now) })
+	r.at(2*time.Second, func() {
+		r.die("api", 137, false)
+		r.h.observe(testKey, testRev.Hash, "api", serviceObs{State: "running", RestartsTotal: 7}, r.now)
+	})
 	r.until(3 * time.Second)
 	if len(r.reports) != 1 {
 		t.Fatalf("reports %s", r.got())
