@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 // Defaults of the monitor's rules (--degraded-restarts, --degraded-window).
@@ -37,18 +39,6 @@ const (
 	// hour; reports past it are coalesced per Deployment and the latest
 	// state goes out once the budget frees.
 	healthTokens = 32
-	// maxHealthServices bounds the services one report names.
-	maxHealthServices = 8
-)
-
-// Reasons a Deployment is Degraded, and the reason of a Recovered report
-// (the values of events.WorkloadHealth.Reason).
-const (
-	reasonCrashLoop = "CrashLoop"
-	reasonOOMKilled = "OOMKilled"
-	reasonDown      = "Down"
-	reasonUnhealthy = "Unhealthy"
-	reasonStable    = "Stable"
 )
 
 // healthRules are the monitor's bounds.
@@ -456,7 +446,7 @@ func (h *healthEngine) degrade(d *depHealth, reason string, at []*svcHealth, now
 	d.lastBad = maxTime(d.lastBad, now)
 	rep := healthReport{Key: d.key, Rev: d.rev, Degraded: true, Reason: reason, Window: h.rules.window, Since: now}
 	for _, s := range at {
-		if len(rep.Services) == maxHealthServices {
+		if len(rep.Services) == events.MaxHealthServices {
 			break
 		}
 		rep.Services = append(rep.Services, h.serviceReport(s))
@@ -478,9 +468,9 @@ func (h *healthEngine) recover(d *depHealth, now time.Time, always bool) (health
 	if d.lastBad.IsZero() {
 		stable = h.rules.window
 	}
-	rep := healthReport{Key: d.key, Rev: d.rev, Reason: reasonStable, Window: stable, Since: now}
+	rep := healthReport{Key: d.key, Rev: d.rev, Reason: events.HealthStable, Window: stable, Since: now}
 	for _, s := range d.services {
-		if len(rep.Services) == maxHealthServices {
+		if len(rep.Services) == events.MaxHealthServices {
 			break
 		}
 		if d.degraded && len(s.deaths) == 0 && s.last == nil {
@@ -496,7 +486,7 @@ func (h *healthEngine) recover(d *depHealth, now time.Time, always bool) (health
 // services at fault. The most serious reason names the report: OOMKilled,
 // CrashLoop, Down, Unhealthy.
 func (h *healthEngine) fault(d *depHealth, now time.Time) (string, []*svcHealth) {
-	rank := map[string]int{reasonOOMKilled: 4, reasonCrashLoop: 3, reasonDown: 2, reasonUnhealthy: 1}
+	rank := map[string]int{events.HealthOOMKilled: 4, events.HealthCrashLoop: 3, events.HealthDown: 2, events.HealthUnhealthy: 1}
 	best := ""
 	var at []*svcHealth
 	for _, s := range d.services {
@@ -516,16 +506,16 @@ func (h *healthEngine) fault(d *depHealth, now time.Time) (string, []*svcHealth)
 func (h *healthEngine) serviceFault(s *svcHealth, now time.Time) string {
 	for _, dth := range s.deaths {
 		if dth.OOMKilled {
-			return reasonOOMKilled
+			return events.HealthOOMKilled
 		}
 	}
 	switch {
 	case len(s.deaths) >= h.rules.restarts:
-		return reasonCrashLoop
+		return events.HealthCrashLoop
 	case !s.downSince.IsZero() && s.last != nil && now.Sub(s.downSince) >= downAfter:
-		return reasonDown
+		return events.HealthDown
 	case s.obs.State == "running" && s.obs.Health == "unhealthy":
-		return reasonUnhealthy
+		return events.HealthUnhealthy
 	}
 	return ""
 }

@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 func TestTheHealthStateFileIsWrittenAtomicallyAndReadBack(t *testing.T) {
 	dir := t.TempDir()
 	want := healthState{Deployments: []savedHealth{{Namespace: "lab", Name: "analysis", UID: "u1", Generation: 1, RevisionID: "r1",
-		Hash: "h1", Degraded: true, Reason: reasonCrashLoop, Since: t0, K: 1, Marks: []healthMark{{At: t0, Degraded: true}},
+		Hash: "h1", Degraded: true, Reason: events.HealthCrashLoop, Since: t0, K: 1, Marks: []healthMark{{At: t0, Degraded: true}},
 		Last: &savedMsg{Subject: "fleet.report.d1.health", Header: map[string][]string{"Nats-Msg-Id": {"01J"}}, Data: []byte(`{"a":1}`)}}}}
 	if err := saveHealthState(dir, want); err != nil {
 		t.Fatal(err)
@@ -21,7 +23,7 @@ func TestTheHealthStateFileIsWrittenAtomicallyAndReadBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Deployments) != 1 || got.Deployments[0].Reason != reasonCrashLoop || !got.Deployments[0].Since.Equal(t0) ||
+	if len(got.Deployments) != 1 || got.Deployments[0].Reason != events.HealthCrashLoop || !got.Deployments[0].Since.Equal(t0) ||
 		string(got.Deployments[0].Last.Data) != `{"a":1}` {
 		t.Errorf("read back %+v", got)
 	}

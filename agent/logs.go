@@ -8,17 +8,19 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 // Bounds of the output a health report or an *UnstableError quotes.
 const (
 	// maxLogLines is how many of a service's last lines are kept.
-	maxLogLines = 10
+	maxLogLines = events.MaxHealthLogLines
 	// maxLogLineRunes bounds one line; a longer one ends in "…".
-	maxLogLineRunes = 200
+	maxLogLineRunes = events.MaxHealthLogLineRunes
 	// maxLogBytes bounds a service's lines together; past it the oldest
 	// lines go.
-	maxLogBytes = 2 << 10
+	maxLogBytes = events.MaxHealthServiceLogBytes
 	// logTail is how many lines are asked of the engine.
 	logTail = 50
 )
