@@ -2,6 +2,7 @@ package podman
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -415,4 +416,17 @@ func (r *Runtime) containerError(op, id string, err error) error {
 		return redact(fmt.Errorf("podman: %s %s: %w: %w", op, id, runtime.ErrNotFound, err), runtime.ErrNotFound)
 	}
 	return redact(fmt.Errorf("podman: %s %s: %w", op, id, err), nil)
+}
+
+// ErrNotImplemented: the call is not implemented on Podman yet.
+var ErrNotImplemented = errors.New("not implemented")
+
+// Watch is not implemented yet: it always fails with ErrNotImplemented.
+func (r *Runtime) Watch(ctx context.Context, labels map[string]string) (<-chan runtime.ContainerEvent, error) {
+	return nil, fmt.Errorf("podman: watch: %w", ErrNotImplemented)
+}
+
+// Logs is not implemented yet: it always fails with ErrNotImplemented.
+func (r *Runtime) Logs(ctx context.Context, id string, tail int) ([]string, error) {
+	return nil, fmt.Errorf("podman: logs %s: %w", id, ErrNotImplemented)
 }

@@ -849,6 +849,16 @@ func (r *recorder) RunHealthCheck(ctx context.Context, id string) error {
 	return r.record("RunHealthCheck", r.rt.RunHealthCheck(ctx, id))
 }
 
+func (r *recorder) Watch(ctx context.Context, labels map[string]string) (<-chan runtime.ContainerEvent, error) {
+	ch, err := r.rt.Watch(ctx, labels)
+	return ch, r.record("Watch", err)
+}
+
+func (r *recorder) Logs(ctx context.Context, id string, tail int) ([]string, error) {
+	lines, err := r.rt.Logs(ctx, id, tail)
+	return lines, r.record("Logs", err)
+}
+
 // healthSpec is a Running container with a health check of command. The
 // interval is an hour: no check the engine schedules itself runs during a
 // case, so every check is one the case runs.

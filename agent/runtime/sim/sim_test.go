@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	goruntime "runtime"
 	"sync"
 	"testing"
@@ -125,7 +126,7 @@ func TestDefaultBehaviourScriptsContainersByImageName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sim.DefaultBehaviour(runtime.ContainerSpec{Image: tt.image}); got != tt.want {
+			if got := sim.DefaultBehaviour(runtime.ContainerSpec{Image: tt.image}); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("DefaultBehaviour(%s) = %+v, want %+v", tt.image, got, tt.want)
 			}
 		})
