@@ -95,6 +95,10 @@ type Options struct {
 	// NoContainerReports turns the device.containers snapshots off
 	// (--report-containers=false).
 	NoContainerReports bool
+
+	// stepHook, set by tests only, is called after each step of the
+	// monitor with the time it decided at.
+	stepHook func(now time.Time)
 }
 
 // Validate checks the options.
@@ -255,6 +259,7 @@ func Run(ctx context.Context, o Options) error {
 	d.tasks = newTaskRunner(d)
 	d.unstable = map[depKey]unstableRev{}
 	d.mon = newMonitor(d)
+	d.mon.start(ctx)
 	tctx, stopTasks := context.WithCancel(ctx)
 	var tasksDone sync.WaitGroup
 	defer tasksDone.Wait()

@@ -55,8 +55,8 @@ func (d *daemon) applied(ctx context.Context, e events.IntentEntry) {
 		d.mon.settle(spec, minReady, start.Add(minReady))
 		return
 	}
+	d.mon.track(spec) // before the report: a death right after it counts
 	d.status(ctx, e, events.WorkloadConverged, "")
-	d.mon.track(spec)
 }
 
 // reportedPhase reports whether the last report of e's Deployment was

@@ -79,6 +79,9 @@ type serviceObs struct {
 	Health        string // runtime.Health* or ""
 	RestartsTotal int
 	StartedAt     time.Time
+	// RestartedBefore: the container had restarted before the agent
+	// started (probing).
+	RestartedBefore bool
 }
 
 // serviceDeath is one death of a service's container.
@@ -276,7 +279,7 @@ func (h *healthEngine) observe(k depKey, hash, name string, o serviceObs, now ti
 		return
 	}
 	d := h.deps[k]
-	if !s.observed && d.probing && o.RestartsTotal > 0 && d.probeUntil.IsZero() {
+	if !s.observed && d.probing && o.RestartedBefore && d.probeUntil.IsZero() {
 		d.probeUntil = now.Add(h.rules.window)
 	}
 	s.observed = true

@@ -89,7 +89,7 @@ func TestAnAgentRestartKeepsDegradedFromTheFile(t *testing.T) {
 		h.restore(st, ok)
 		r := &engineRun{h: h, now: t0.Add(10 * time.Second)}
 		h.track(testKey, testRev, []string{"api", "worker"}, true, r.now)
-		r.h.observe(testKey, testRev.Hash, "api", serviceObs{State: "running", RestartsTotal: 3}, r.now)
+		r.h.observe(testKey, testRev.Hash, "api", serviceObs{State: "running", RestartsTotal: 3, RestartedBefore: true}, r.now)
 		r.observe("worker", "running", "")
 		return r
 	}

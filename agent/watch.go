@@ -82,6 +82,9 @@ type monitor struct {
 	mode     string
 	nextPoll time.Time
 	wake     chan struct{}
+	// before are the restart counts of the containers found when the
+	// agent started (the engine rule without a state file).
+	before map[string]int
 }
 
 func newMonitor(d *daemon) *monitor {
@@ -118,6 +121,23 @@ func newMonitor(d *daemon) *monitor {
 	m.eng.restore(st, err == nil)
 	m.pace.force()
 	return m
+}
+
+// start lists the containers the agent finds when it starts, before the
+// first pass creates any.
+func (m *monitor) start(ctx context.Context) {
+	all, err := m.r.rt().List(ctx)
+	if err != nil {
+		return // none is taken as restarted before
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.before = map[string]int{}
+	for _, c := range all {
+		if m.r.ownsAny(c) {
+			m.before[c.ID] = c.RestartCount
+		}
+	}
 }
 
 // poke makes the monitor look now.
@@ -313,6 +333,9 @@ func (m *monitor) step(ctx context.Context) {
 		m.save(ctx)
 	}
 	m.snapshot(ctx, now)
+	if m.d.o.stepHook != nil {
+		m.d.o.stepHook(now)
+	}
 }
 
 // settled reports the end of a revision's settling.
@@ -460,7 +483,7 @@ func (m *monitor) observe(s *seenContainer, c runtime.Container, now time.Time) 
 	if s.role != "service" {
 		return
 	}
-	o := serviceObs{State: string(c.State), RestartsTotal: c.RestartCount, StartedAt: c.StartedAt}
+	o := serviceObs{State: string(c.State), RestartsTotal: c.RestartCount, StartedAt: c.StartedAt, RestartedBefore: m.before[c.ID] > 0}
 	if c.Health != nil {
 		o.Health = c.Health.Status
 	}
