@@ -76,14 +76,20 @@ type settleResult struct {
 }
 
 // settle makes rev of k settle until deadline (the latest start of its
-// services plus minReady): it is tracked, not active, until then.
-func (h *healthEngine) settle(k depKey, rev healthRev, services []string, minReady time.Duration, deadline, now time.Time) {
+// services plus minReady): it is tracked, not active, until then. starts
+// are the services' last starts as the engine showed them.
+func (h *healthEngine) settle(k depKey, rev healthRev, services []string, starts map[string]time.Time, minReady time.Duration, deadline, now time.Time) {
 	if d, ok := h.deps[k]; ok && d.rev == rev && (d.active || !d.settle.IsZero()) {
 		return // settling already, or settled
 	}
 	h.track(k, rev, services, false, now)
 	d := h.deps[k]
 	d.settle, d.minReady = deadline, minReady
+	for _, s := range d.services {
+		if s.obs.StartedAt.IsZero() {
+			s.obs.StartedAt = starts[s.name]
+		}
+	}
 }
 
 // settling reports whether rev of k is settling now.

@@ -155,6 +155,8 @@ func (m *monitor) track(spec WatchSpec) {
 	m.specs[spec.key()] = spec
 	m.eng.track(spec.key(), spec.rev(), spec.Services, true, m.now())
 	m.pace.changed()
+	m.nextPoll = time.Time{}
+	m.poke()
 }
 
 // settle watches spec's revision until deadline; the monitor reports it
@@ -163,8 +165,9 @@ func (m *monitor) settle(spec WatchSpec, minReady time.Duration, deadline time.T
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.specs[spec.key()] = spec
-	m.eng.settle(spec.key(), spec.rev(), spec.Services, minReady, deadline, m.now())
+	m.eng.settle(spec.key(), spec.rev(), spec.Services, spec.starts, minReady, deadline, m.now())
 	m.pace.changed()
+	m.nextPoll = time.Time{}
 	m.poke()
 }
 

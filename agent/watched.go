@@ -32,6 +32,8 @@ type WatchSpec struct {
 	StartedAt time.Time
 	// secrets are the revision's secret values, from the pins.
 	secrets []string
+	// starts are the services' last starts, by name.
+	starts map[string]time.Time
 }
 
 // String never shows the secret values.
@@ -70,7 +72,8 @@ func (r *Reconciler) Watched(ctx context.Context, e events.IntentEntry) (WatchSp
 	}
 	entry := e
 	entry.Score = nil
-	w := WatchSpec{Entry: entry, Revision: res.revision, secrets: secretValues(res), Checks: map[string]runtime.HealthCheck{}}
+	w := WatchSpec{Entry: entry, Revision: res.revision, secrets: secretValues(res), Checks: map[string]runtime.HealthCheck{},
+		starts: map[string]time.Time{}}
 	if res.init != nil {
 		w.Init = res.init.Name
 	}
@@ -81,8 +84,11 @@ func (r *Reconciler) Watched(ctx context.Context, e events.IntentEntry) (WatchSp
 			w.Checks[svc.Name] = runtime.HealthCheck{Command: set.Command, Interval: set.Interval, Timeout: set.Timeout,
 				StartPeriod: set.StartPeriod, Retries: set.Retries}
 		}
-		if c, ok := mine[svc.Name]; ok && c.Labels[LabelRevision] == res.revision && c.StartedAt.After(w.StartedAt) {
-			w.StartedAt = c.StartedAt
+		if c, ok := mine[svc.Name]; ok && c.Labels[LabelRevision] == res.revision {
+			w.starts[svc.Name] = c.StartedAt
+			if c.StartedAt.After(w.StartedAt) {
+				w.StartedAt = c.StartedAt
+			}
 		}
 	}
 	return w, nil
