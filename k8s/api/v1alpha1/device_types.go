@@ -183,7 +183,7 @@ type DeviceContainer struct {
 	// Restarts is the engine's restart count of the container.
 	// +optional
 	// +kubebuilder:validation:Minimum=0
-	Restarts int32 `json:"restarts,omitempty"`
+	Restarts int32 `json:"restarts"`
 	// LastExit is how the container last exited; absent when it never
 	// did.
 	// +optional
