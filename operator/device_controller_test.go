@@ -49,6 +49,8 @@ type devEnv struct {
 	metrics *operator.Metrics
 	// workers is the operators' Options.DeviceWorkers (0: the default).
 	workers int
+	// now, when set, is the operators' Options.DeviceNow.
+	now func() time.Time
 }
 
 func newDevEnv(t *testing.T) *devEnv {
@@ -75,7 +77,7 @@ func (e *devEnv) start(staleAfter time.Duration) {
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.intent,
 			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips, Metrics: e.metrics,
-			DeviceWorkers: e.workers})
+			DeviceWorkers: e.workers, DeviceNow: e.now})
 	}()
 	e.t.Cleanup(func() {
 		cancel()

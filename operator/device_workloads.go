@@ -1,0 +1,289 @@
+// The containers a device reports (device.containers) as its Device carries
+// them: bounded and escaped again (readers never trust the agent's bounds),
+// the restart deltas between two consecutive reports for the
+// container-restarts metric, and how often status.workloads is written.
+
+package operator
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// Bounds of status.workloads (the CRD holds the same ones). A real device
+// runs a handful of Deployments of one to a few containers each, with
+// names of a few dozen bytes: none comes near them.
+const (
+	// MaxDeviceWorkloads is how many Deployments status.workloads lists:
+	// the first in namespace and name order.
+	MaxDeviceWorkloads = 32
+	// MaxDeviceWorkloadContainers is how many containers of one
+	// Deployment status.workloads lists: the first in the report's order.
+	MaxDeviceWorkloadContainers = 16
+	// MaxDeviceWorkloadsBytes bounds status.workloads as JSON: the
+	// Deployments that fit, in order (the agent's whole report is at most
+	// 64 KiB too). A real device's few containers take a few hundred
+	// bytes each.
+	MaxDeviceWorkloadsBytes = 64 << 10
+	// WorkloadsInterval is the least time between two writes of a
+	// Device's status.workloads for its containers reports: a device whose
+	// containers change every second costs its Device one write a minute.
+	// A status write for another reason (liveness, inventory, labels)
+	// takes the last report along.
+	WorkloadsInterval = time.Minute
+)
+
+// Byte bounds of each string of status.workloads, after escaping.
+const (
+	maxWorkloadName     = 63  // namespace, deployment, container name: DNS labels
+	maxWorkloadRevision = 64  // a revision id
+	maxWorkloadReason   = 32  // degraded: CrashLoop, OOMKilled, Down, Unhealthy
+	maxContainerWord    = 16  // role, state, health, signal
+	maxContainerDigest  = 128 // sha256: and 64 hex digits, or an image id
+)
+
+// workloadKey names a Deployment: namespace and name.
+type workloadKey struct{ ns, name string }
+
+// boundedContainers is a device's containers report as its Device carries
+// it, with the Deployment UIDs it named (uids[i] is workloads[i]'s).
+type boundedContainers struct {
+	workloads []fleetv1.DeviceWorkload
+	uids      []string
+	// degraded counts the distinct Deployments reported Degraded, listed
+	// or not.
+	degraded int32
+	// truncated: the report had more than the bounds keep, or said so.
+	truncated bool
+}
+
+// boundContainers applies the bounds of status.workloads to a report (after
+// the contract's, events.DeviceContainers.Clip: the first 64 Deployments
+// as reported, of at most 16 containers each): every
+// string escaped (events.Printable) and cut, numbers clamped, workloads
+// sorted by namespace and name with the first of each name kept (a second
+// one is dropped), at most MaxDeviceWorkloads of at most
+// MaxDeviceWorkloadContainers containers with distinct names, within
+// MaxDeviceWorkloadsBytes. It is
+// deterministic; c is not modified.
+func boundContainers(c events.DeviceContainers) boundedContainers {
+	c = c.Clip() // the contract's bounds first: at most 64 workloads of 16 containers
+	out := boundedContainers{truncated: c.Truncated}
+	type entry struct {
+		w   fleetv1.DeviceWorkload
+		uid string
+		at  int // index in the report: the first of a name wins
+	}
+	all := make([]entry, 0, min(len(c.Workloads), 4*MaxDeviceWorkloads))
+	seen := make(map[workloadKey]bool, len(c.Workloads))
+	for i, w := range c.Workloads {
+		k := workloadKey{events.PrintableCut(w.Namespace, maxWorkloadName), events.PrintableCut(w.Deployment, maxWorkloadName)}
+		if seen[k] {
+			out.truncated = true
+			continue
+		}
+		seen[k] = true
+		degraded := events.PrintableCut(w.Degraded, maxWorkloadReason)
+		if degraded != "" {
+			out.degraded = min(out.degraded+1, math.MaxInt32)
+		}
+		all = append(all, entry{w: fleetv1.DeviceWorkload{Namespace: k.ns, Deployment: k.name,
+			Revision: events.PrintableCut(w.RevisionID, maxWorkloadRevision), Degraded: degraded}, uid: w.UID, at: i})
+	}
+	slices.SortFunc(all, func(a, b entry) int {
+		return cmp.Or(cmp.Compare(a.w.Namespace, b.w.Namespace), cmp.Compare(a.w.Deployment, b.w.Deployment))
+	})
+	if len(all) > MaxDeviceWorkloads {
+		all, out.truncated = all[:MaxDeviceWorkloads], true
+	}
+	size := 0
+	for _, e := range all {
+		var cut bool
+		e.w.Containers, cut = boundWorkloadContainers(c.Workloads[e.at].Containers)
+		out.truncated = out.truncated || cut
+		raw, err := json.Marshal(e.w)
+		if err != nil || size+len(raw)+1 > MaxDeviceWorkloadsBytes {
+			out.truncated = true
+			break
+		}
+		size += len(raw) + 1 // and a comma
+		out.workloads = append(out.workloads, e.w)
+		out.uids = append(out.uids, events.PrintableCut(e.uid, maxWorkloadRevision))
+	}
+	return out
+}
+
+// boundWorkloadContainers bounds one Deployment's containers: the first
+// MaxDeviceWorkloadContainers of distinct names, in the report's order. It
+// reports whether it dropped any.
+func boundWorkloadContainers(cs []events.ContainerState) ([]fleetv1.DeviceContainer, bool) {
+	var out []fleetv1.DeviceContainer
+	names := map[string]bool{}
+	cut := false
+	for _, c := range cs {
+		name := events.PrintableCut(c.Name, maxWorkloadName)
+		if names[name] || len(out) == MaxDeviceWorkloadContainers {
+			cut = true
+			continue
+		}
+		names[name] = true
+		dc := fleetv1.DeviceContainer{
+			Name:        name,
+			Role:        events.PrintableCut(c.Role, maxContainerWord),
+			State:       events.PrintableCut(c.State, maxContainerWord),
+			Restarts:    clampInt32(c.Restarts, 0),
+			Health:      events.PrintableCut(c.Health, maxContainerWord),
+			ImageDigest: events.PrintableCut(c.ImageDigest, maxContainerDigest),
+		}
+		signal := events.PrintableCut(c.Signal, maxContainerWord)
+		if c.ExitCode != 0 || signal != "" || c.OOMKilled || c.ExitedAt != nil {
+			dc.LastExit = &fleetv1.ContainerExit{Code: clampInt32(c.ExitCode, math.MinInt32), Signal: signal, OOMKilled: c.OOMKilled,
+				At: deviceTime(c.ExitedAt)}
+		}
+		out = append(out, dc)
+	}
+	return out, cut
+}
+
+// clampInt32 returns n within [lo, math.MaxInt32].
+func clampInt32(n int, lo int32) int32 {
+	return int32(min(max(int64(n), int64(lo)), math.MaxInt32))
+}
+
+// deviceTime is a time of the device's clock as the status shows it, to
+// the second; nil for none.
+func deviceTime(t *time.Time) *metav1.Time {
+	if t == nil || t.IsZero() {
+		return nil
+	}
+	mt := metav1.NewTime(t.UTC().Truncate(time.Second))
+	return &mt
+}
+
+// sameWorkloads reports whether the status already shows b.
+func sameWorkloads(b boundedContainers, s fleetv1.DeviceStatus) bool {
+	return b.degraded == s.DegradedWorkloads && b.truncated == s.WorkloadsTruncated &&
+		equality.Semantic.DeepEqual(b.workloads, s.Workloads)
+}
+
+// workloadsEqual compares the workloads fields of two statuses.
+func workloadsEqual(a, b fleetv1.DeviceStatus) bool {
+	return a.DegradedWorkloads == b.DegradedWorkloads && a.WorkloadsTruncated == b.WorkloadsTruncated &&
+		equality.Semantic.DeepEqual(a.Workloads, b.Workloads)
+}
+
+// restartDelta is how many restarts the containers of one Deployment
+// gained between two consecutive reports of a device.
+type restartDelta struct {
+	workloadKey
+	uid string
+	n   int64
+}
+
+// restartDeltas compares a device's report cur with its previous one,
+// prev: per Deployment of cur, the restarts its containers gained. A
+// container of the same revision and name counts the growth of its count;
+// a new container, a container of another revision or one whose count went
+// down (it was replaced) counts its whole count. Deployments that gained
+// nothing are left out. first is true for the first report seen of the
+// device: it is the baseline and counts nothing (the counter does not
+// count again what it counted before an operator restart).
+func restartDeltas(prev, cur boundedContainers, first bool) []restartDelta {
+	if first {
+		return nil
+	}
+	before := make(map[workloadKey]*fleetv1.DeviceWorkload, len(prev.workloads))
+	for i := range prev.workloads {
+		w := &prev.workloads[i]
+		before[workloadKey{w.Namespace, w.Deployment}] = w
+	}
+	var out []restartDelta
+	for i, w := range cur.workloads {
+		k := workloadKey{w.Namespace, w.Deployment}
+		p := before[k]
+		var n int64
+		for _, c := range w.Containers {
+			old := int32(-1)
+			if p != nil && p.Revision == w.Revision {
+				if j := slices.IndexFunc(p.Containers, func(x fleetv1.DeviceContainer) bool { return x.Name == c.Name }); j >= 0 {
+					old = p.Containers[j].Restarts
+				}
+			}
+			if old >= 0 && c.Restarts >= old {
+				n += int64(c.Restarts - old)
+			} else {
+				n += int64(c.Restarts)
+			}
+		}
+		if n > 0 {
+			out = append(out, restartDelta{workloadKey: k, uid: cur.uids[i], n: n})
+		}
+	}
+	return out
+}
+
+// workloadsDue reports whether a Device whose status.workloads was last
+// written at last (zero: not by this operator) may be written again at now,
+// and else how long until it may.
+func workloadsDue(last, now time.Time, interval time.Duration) (bool, time.Duration) {
+	if last.IsZero() {
+		return true, 0
+	}
+	wait := last.Add(interval).Sub(now)
+	return wait <= 0, wait
+}
+
+// countRestarts adds the restart deltas of a device's containers report to
+// fleet_deployment_container_restarts_total, for the Deployments the device
+// may run only: in the namespace of the Device that serves its id, existing
+// with the UID the report names. So a device can neither make up series
+// (Deployments) nor count for another namespace's.
+func (r *DeviceReconciler) countRestarts(ctx context.Context, device string, deltas []restartDelta) error {
+	if len(deltas) == 0 || r.Metrics == nil {
+		return nil
+	}
+	var list fleetv1.DeviceList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexDeviceID: device}); err != nil {
+		return fmt.Errorf("find Device %s: %w", device, err)
+	}
+	var owner *fleetv1.Device
+	for i := range list.Items {
+		if c := &list.Items[i]; owner == nil || older(c, owner) {
+			owner = c
+		}
+	}
+	if owner == nil {
+		return nil
+	}
+	for _, d := range deltas {
+		if d.ns != owner.Namespace {
+			continue
+		}
+		var dep fleetv1.Deployment
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: d.ns, Name: d.name}, &dep)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("find Deployment %s/%s: %w", d.ns, d.name, err)
+		}
+		if string(dep.UID) == d.uid {
+			r.Metrics.ContainerRestarts(d.ns, d.name, d.n)
+		}
+	}
+	return nil
+}
