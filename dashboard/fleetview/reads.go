@@ -85,7 +85,7 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 		return DeviceDetail{}, fmt.Errorf("device %s: %w: no Device of that name in any namespace", id, ErrNotFound)
 	}
 	dd := DeviceDetail{DeviceRow: deviceRow(d, v.o.Now(), v.o.OfflineAfter), Conditions: conditionsOf(d.Status.Conditions),
-		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}}
+		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}, Workloads: []DeviceWorkload{}}
 	if err := events.ValidateToken(events.TokenDevice, id); err != nil {
 		dd.TimelineError = fmt.Sprintf("the device has no stream subjects: %v", err)
 		return dd, nil
