@@ -29,8 +29,6 @@ const (
 // Bounds of what a timeline shows of a health report: a device's report is
 // hostile, whatever bounds its agent keeps.
 const (
-	// maxHealthServices is how many services a summary names.
-	maxHealthServices = 8
 	// maxHealthName bounds a service name or a reason in a summary.
 	maxHealthName = 64
 	// maxHealthLine bounds the output line a summary quotes.
@@ -75,17 +73,14 @@ func isHealth(t events.Type) bool {
 
 // healthText describes a health report without its device: "degraded: api
 // CrashLoop, exit 2, 3 restarts in 5m, last output "boom"" or "recovered
-// (stable 5m)". Every part a device wrote is bounded.
+// (stable 5m)". d is clipped (healthKey): every part a device wrote is
+// bounded again here, and the whole.
 func healthText(t events.Type, d events.WorkloadHealth) string {
 	if t == events.TypeWorkloadRecovered {
 		return fmt.Sprintf("recovered (stable %s)", windowText(d.Window))
 	}
-	parts := make([]string, 0, min(len(d.Services), maxHealthServices)+1)
-	for i, s := range d.Services {
-		if i == maxHealthServices {
-			parts = append(parts, fmt.Sprintf("…+%d services", len(d.Services)-maxHealthServices))
-			break
-		}
+	parts := make([]string, 0, len(d.Services))
+	for _, s := range d.Services {
 		parts = append(parts, serviceText(d.Reason, d.Window, s))
 	}
 	if len(parts) == 0 {
