@@ -476,3 +476,38 @@ func TestADegradedDeploymentIsShownAndAlerted(t *testing.T) {
 		}
 	})
 }
+
+func TestPagesOfHealthAndContainerReports(t *testing.T) {
+	health := func(t *testing.T, typ events.Type, ns, name string) events.Event {
+		t.Helper()
+		ev, err := events.New(events.Keys{Device: "paris-1"}, events.NewWorkloadHealth(typ, events.WorkloadHealth{Namespace: ns, Deployment: name,
+			UID: "u", Generation: 1, RevisionID: "r", Reason: events.HealthCrashLoop, Since: testNow}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	containers, err := events.New(events.Keys{Device: "paris-1"}, events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: "apps", Deployment: "web"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ev   events.Event
+		want []PageRef
+	}{
+		{"a Degraded report changes the device's and the Deployment's pages", health(t, events.TypeWorkloadDegraded, "apps", "web"),
+			[]PageRef{{Kind: PageDevice, Key: "paris-1"}, {Kind: PageDeployment, Key: "apps/web"}}},
+		{"a Recovered report changes the same pages", health(t, events.TypeWorkloadRecovered, "apps", "web"),
+			[]PageRef{{Kind: PageDevice, Key: "paris-1"}, {Kind: PageDeployment, Key: "apps/web"}}},
+		{"a report naming an invalid Deployment changes the device's page only", health(t, events.TypeWorkloadDegraded, "a.b", "*"),
+			[]PageRef{{Kind: PageDevice, Key: "paris-1"}}},
+		{"a container report changes the device's page", containers, []PageRef{{Kind: PageDevice, Key: "paris-1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, pagesOfRecord(events.Record{Event: tc.ev})); diff != "" {
+				t.Errorf("pages (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
