@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,8 +42,12 @@ type healthEnv struct {
 // natsServer is what the tests need of the embedded NATS server.
 type natsServer interface{ ClientURL() string }
 
+// healthRuns numbers the environments of this process, so that a test run
+// again (-count) gets a namespace and devices of its own.
+var healthRuns atomic.Int64
+
 // newHealthEnv starts the operator on a fresh JetStream and creates
-// namespace e2e-<name>-<pid>.
+// namespace e2e-<name>-<pid>-<run>.
 func newHealthEnv(t *testing.T, ctx context.Context, name string) *healthEnv {
 	srv := kubeapi.Shared(t)
 	nsrv, st := natstest.Provisioned(t)
@@ -50,35 +56,130 @@ func newHealthEnv(t *testing.T, ctx context.Context, name string) *healthEnv {
 		t.Fatal(err)
 	}
 	e := &healthEnv{t: t, ctx: ctx, srv: srv, nsrv: nsrv, st: st, metrics: operator.NewMetrics(),
-		ns: fmt.Sprintf("e2e-%s-%d", name, os.Getpid()), kubectl: kubectlFor(t, ctx, srv)}
+		ns: fmt.Sprintf("e2e-%s-%d-%d", name, os.Getpid(), healthRuns.Add(1)), kubectl: kubectlFor(t, ctx, srv)}
 	runOperator(t, ctx, srv, st, kv, operator.Options{Logger: quietLogger(), StatusInterval: healthTick, SeveralPerProcess: true,
 		Metrics: e.metrics})
 	e.kubectl("apiVersion: v1\nkind: Namespace\nmetadata: {name: "+e.ns+"}\n", "apply", "-f", "-")
 	return e
 }
 
-// device creates Device id labelled app=<namespace> and runs an agent for
-// it on rt until the test ends.
-func (e *healthEnv) device(id string, rt *sim.Runtime) {
+// healthAgent is a device of the namespace and its agent on a simulated
+// engine, with a state directory that outlives a restart of the agent.
+type healthAgent struct {
+	e        *healthEnv
+	id       string
+	rt       *sim.Runtime
+	stateDir string
+	metrics  *agent.Metrics
+	stop     func()
+}
+
+// device creates Device <namespace>-<name> labelled app=<namespace> (and
+// canary=true when canary) and runs an agent for it on rt until the test
+// ends.
+func (e *healthEnv) device(name string, canary bool, rt *sim.Runtime) *healthAgent {
 	e.t.Helper()
-	e.kubectl(fmt.Sprintf("apiVersion: fleet.nationtech.io/v1alpha1\nkind: Device\nmetadata: {name: %s, labels: {app: %s}}\nspec: {identitySubject: \"sub-%s\"}\n",
-		id, e.ns, id), "apply", "-n", e.ns, "-f", "-")
-	nc, err := nats.Connect(e.nsrv.ClientURL(), nats.CustomInboxPrefix("_INBOX_"+id))
+	id := e.ns + "-" + name
+	e.kubectl(fmt.Sprintf("apiVersion: fleet.nationtech.io/v1alpha1\nkind: Device\nmetadata: {name: %s, labels: {app: %s, canary: %q}}\nspec: {identitySubject: \"sub-%s\"}\n",
+		id, e.ns, fmt.Sprint(canary), id), "apply", "-n", e.ns, "-f", "-")
+	a := &healthAgent{e: e, id: id, rt: rt, stateDir: e.t.TempDir()}
+	a.start()
+	e.t.Cleanup(func() { a.stop() })
+	return a
+}
+
+// start runs a new agent process for the device (new connection, new
+// metrics, the same engine and state directory).
+func (a *healthAgent) start() {
+	e := a.e
+	nc, err := nats.Connect(e.nsrv.ClientURL(), nats.CustomInboxPrefix("_INBOX_"+a.id))
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	ctx, stop := context.WithCancel(e.ctx)
+	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	log := quietLogger()
+	a.metrics = agent.NewMetrics(nil)
 	go func() {
-		done <- agent.Run(ctx, agent.Options{Device: id, Conn: nc, Logger: log,
-			Reconciler: &agent.Reconciler{Runtime: rt, Log: log, StopTimeout: time.Second}})
+		done <- agent.Run(ctx, agent.Options{Device: a.id, Conn: nc, Logger: log, StateDir: a.stateDir, Metrics: a.metrics,
+			Reconciler: &agent.Reconciler{Runtime: a.rt, Log: log, StopTimeout: time.Second}})
 	}()
-	e.t.Cleanup(func() {
-		stop()
-		<-done
-		nc.Close()
-	})
+	var once sync.Once
+	a.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("agent %s: %v", a.id, err)
+			}
+			nc.Close()
+		})
+	}
+}
+
+// deaths is how many deaths of its containers the running agent counted.
+func (a *healthAgent) deaths() int {
+	a.e.t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(a.metrics.Collectors()...)
+	fams, err := reg.Gather()
+	if err != nil {
+		a.e.t.Fatal(err)
+	}
+	n := 0
+	for _, f := range fams {
+		if f.GetName() == agent.MetricContainerDeaths {
+			for _, m := range f.GetMetric() {
+				n += int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return n
+}
+
+// crash ends service's process with code (oom: killed by the OOM killer);
+// its restart policy starts it again at once.
+func (a *healthAgent) crash(service string, code int, oom bool) {
+	a.e.t.Helper()
+	if err := a.rt.Crash(service, code, oom); err != nil {
+		a.e.t.Fatalf("crash %s on %s: %v", service, a.id, err)
+	}
+}
+
+// reports are the device's records of report kind (workload, health).
+func (a *healthAgent) reports(kind events.ReportKind) []events.Record {
+	a.e.t.Helper()
+	subject, err := events.ReportSubject(a.id, kind)
+	if err != nil {
+		a.e.t.Fatal(err)
+	}
+	var out []events.Record
+	for rec, err := range a.e.st.Replay(a.e.ctx, subject, events.FromStart()) {
+		if err != nil {
+			a.e.t.Fatal(err)
+		}
+		out = append(out, rec)
+	}
+	return out
+}
+
+// apply applies a Deployment of one service to the namespace's devices.
+func (e *healthEnv) apply(name, rollout, service, image string) {
+	e.t.Helper()
+	e.kubectl(fmt.Sprintf(`apiVersion: fleet.nationtech.io/v1alpha1
+kind: Deployment
+metadata: {name: %s}
+spec:
+  targetSelector: {matchLabels: {app: %s}}
+  rollout: {%s}
+  score: {type: PodmanV0, data: {services: [{name: %s, image: "%s", restart_policy: unless-stopped}]}}
+`, name, e.ns, rollout, service, image), "apply", "-n", e.ns, "-f", "-")
+}
+
+// waitReady waits with kubectl until the Deployment's current generation
+// is Ready.
+func (e *healthEnv) waitReady(name string) {
+	e.t.Helper()
+	e.kubectl("", "wait", "fdeploy/"+name, "-n", e.ns, "--for=condition=Ready", "--timeout=90s")
 }
 
 // condition is the Deployment's condition typ as "status reason message"
@@ -172,17 +273,8 @@ func TestATypoedImageExceedsItsProgressDeadlineWithinOneTick(t *testing.T) {
 	defer cancel()
 	e := newHealthEnv(t, ctx, "typo")
 	const image = "localhost/fleet-examples/analysis-apii:v1"
-	dev := fmt.Sprintf("typo%d-1", os.Getpid())
-	e.device(dev, sim.New(sim.Options{Unreachable: []string{"localhost"}}))
-
-	e.kubectl(`apiVersion: fleet.nationtech.io/v1alpha1
-kind: Deployment
-metadata: {name: typo}
-spec:
-  targetSelector: {matchLabels: {app: `+e.ns+`}}
-  rollout: {progressDeadline: 30s}
-  score: {type: PodmanV0, data: {services: [{name: typo, image: "`+image+`", restart_policy: unless-stopped}]}}
-`, "apply", "-n", e.ns, "-f", "-")
+	dev := e.device("1", false, sim.New(sim.Options{Unreachable: []string{"localhost"}})).id
+	e.apply("typo", "progressDeadline: 30s", "typo", image)
 	var progressing string
 	var seen time.Time
 	testenv.EventuallyErr(t, "Progressing False, ProgressDeadlineExceeded", 90*time.Second, func() error {
