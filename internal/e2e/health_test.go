@@ -15,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
+	"github.com/nationtech/harmony-fleet/controlplane/natsembed"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
@@ -32,15 +33,12 @@ type healthEnv struct {
 	t       *testing.T
 	ctx     context.Context
 	srv     *kubeapi.Server
-	nsrv    natsServer
+	nsrv    *natsembed.Server
 	st      *events.Store
 	metrics *operator.Metrics
 	ns      string
 	kubectl func(stdin string, args ...string) string
 }
-
-// natsServer is what the tests need of the embedded NATS server.
-type natsServer interface{ ClientURL() string }
 
 // healthRuns numbers the environments of this process, so that a test run
 // again (-count) gets a namespace and devices of its own.
