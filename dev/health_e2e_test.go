@@ -2,6 +2,7 @@ package dev_test
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +14,9 @@ import (
 // when" in `fleet dev --runtime podman`: examples/crashloop.yaml (a
 // service that exits with code 2 at start, restarted by Podman) succeeds,
 // then shows Degraded with the exit code and restart count in kubectl get
-// fdeploy and fleet history; examples/typo-image.yaml (an image name with
+// fdeploy, fleet history and the dashboard; examples/typo-image.yaml (an image name with
 // a typo) reports ProgressDeadlineExceeded after its 1-minute deadline,
-// naming podman-1's one-line pull error, and the gauges of both alerts are
+// naming podman-1's one-line pull error (also on the dashboard), and the gauges of both alerts are
 // set on the operator's metrics endpoint fleet dev prints.
 func TestDevShowsTheCrashLoopDegradedAndTheTypoStalled(t *testing.T) {
 	testenv.Exclusive(t, testenv.PodmanExamples)
@@ -45,6 +46,12 @@ fleet history deployment lab/crashloop-demo`)
 			t.Errorf("the crash loop's output lacks %q:\n%s", want, out)
 		}
 	}
+	// The dashboard's Deployment page shows it too (HTML-escaped).
+	dash := signInDashboard(t, ctx, p)
+	if status, page := dash.page(ctx, "/deployments/lab/crashloop-demo"); status != http.StatusOK ||
+		!strings.Contains(page, "<strong>Degraded</strong>") || !strings.Contains(page, "podman-1 (crashloop: CrashLoop, exited with code 2, ") {
+		t.Errorf("the dashboard's page of crashloop-demo (%d) does not show it Degraded:\n%s", status, page)
+	}
 	if row := rowOf(out, "crashloop-demo"); !strings.Contains(row, "Succeeded") {
 		t.Errorf("kubectl get fdeploy shows %q, want the phase Succeeded (health never rewrites it)", row)
 	}
@@ -64,6 +71,10 @@ kubectl get fdeploy -n lab typo-image-demo -o jsonpath='{.status.conditions[?(@.
 		if !strings.Contains(out, want) {
 			t.Errorf("the typo'd image's output lacks %q:\n%s", want, out)
 		}
+	}
+	if status, page := dash.page(ctx, "/deployments/lab/typo-image-demo"); status != http.StatusOK ||
+		!strings.Contains(page, "<strong>Rollout stalled</strong>") || !strings.Contains(page, "podman-1 Pending since ") {
+		t.Errorf("the dashboard's page of typo-image-demo (%d) does not show it stalled:\n%s", status, page)
 	}
 	if n, ok := metricSum(t, ctx, p.in.MetricsURL+"/operator", "fleet_rollout_progress_deadline_exceeded", dep("typo-image-demo")); !ok || n != 1 {
 		t.Errorf("fleet_rollout_progress_deadline_exceeded of typo-image-demo = %v (exported: %v), want 1 (FleetRolloutProgressDeadlineExceeded)", n, ok)
