@@ -31,7 +31,8 @@ func TestADeviceCanDoExactlyItsJob(t *testing.T) {
 
 	// Each report is stored: the control plane reads it back (a report
 	// stream never acknowledges one).
-	for _, k := range []events.ReportKind{events.ReportHeartbeat, events.ReportInventory, events.ReportWorkload, events.ReportTask, events.ReportCommand} {
+	for _, k := range []events.ReportKind{events.ReportHeartbeat, events.ReportInventory, events.ReportWorkload, events.ReportTask, events.ReportCommand,
+		events.ReportHealth, events.ReportContainers} {
 		subj, _ := events.ReportSubject("dev-a", k)
 		if seq := natstest.PublishStoredVia(t, c.Conn, e.admin, &nats.Msg{Subject: subj, Data: []byte(`{"kind":"` + string(k) + `"}`)}); seq == 0 {
 			t.Fatalf("report on %s stored at sequence 0", subj)

@@ -47,6 +47,7 @@ const (
 // allows events.ReportSubject(device, k) for each.
 var ReportKinds = []events.ReportKind{
 	events.ReportHeartbeat, events.ReportInventory, events.ReportWorkload, events.ReportTask, events.ReportCommand,
+	events.ReportHealth, events.ReportContainers,
 }
 
 // InboxPrefix is the inbox prefix an identity must connect with

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 
+	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/poisontest"
@@ -28,7 +29,7 @@ func TestAnOversizedReportFromADeviceIsStoredNowhere(t *testing.T) {
 	defer c.Close()
 	before := snapshotStreams(t, e.js)
 	var refused int
-	for _, kind := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory} {
+	for _, kind := range authcallout.ReportKinds {
 		subject, err := events.ReportSubject("dev-a", kind)
 		if err != nil {
 			t.Fatal(err)
@@ -75,8 +76,8 @@ func TestAnOversizedReportFromADeviceIsStoredNowhere(t *testing.T) {
 			}
 		}
 	}
-	if len(added) != 5 {
-		t.Errorf("the streams gained %d messages after %d oversized and 5 small reports, want the 5 small ones:\n%s", len(added), refused,
-			strings.Join(added, "\n"))
+	if want := len(authcallout.ReportKinds); len(added) != want {
+		t.Errorf("the streams gained %d messages after %d oversized and %d small reports, want the %d small ones:\n%s", len(added), refused,
+			want, want, strings.Join(added, "\n"))
 	}
 }

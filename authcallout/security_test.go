@@ -218,6 +218,8 @@ func TestADeviceCannotReachBeyondItsSubjects(t *testing.T) {
 	bKV, _ := events.IntentKVSubject("dev-b")
 	bDirect, _ := events.IntentDirectGetSubject("dev-b")
 	bReport, _ := events.ReportSubject("dev-b", events.ReportHeartbeat)
+	bHealth, _ := events.ReportSubject("dev-b", events.ReportHealth)
+	bContainers, _ := events.ReportSubject("dev-b", events.ReportContainers)
 	bCommand, _ := events.CommandSubject("dev-b")
 	sub := func(subject string) func(t *testing.T, c *conn) string {
 		return func(t *testing.T, c *conn) string {
@@ -251,6 +253,8 @@ func TestADeviceCannotReachBeyondItsSubjects(t *testing.T) {
 		{"direct-getting B's intent is refused", nil, pub(bDirect)},
 		{"the payload form of direct get is refused", nil, pub("$JS.API.DIRECT.GET.KV_fleet-intent")},
 		{"publishing B's report is refused", nil, pub(bReport)},
+		{"publishing B's health report is refused", nil, pub(bHealth)},
+		{"publishing B's containers report is refused", nil, pub(bContainers)},
 		{"publishing a report kind that does not exist is refused", nil, pub("fleet.report.dev-a.other")},
 		{"publishing intent is refused", nil, pub("fleet.intent.deployment.ns.web")},
 		// The device account maps every intent notification subject to a

@@ -45,6 +45,12 @@ type DeploymentRevisionCreated struct {
 	// (--progress-deadline). It only says when the rollout's Progressing
 	// condition turns False: no decision depends on it.
 	ProgressDeadlineSeconds int64 `json:"progressDeadlineSeconds,omitempty"`
+	// MinReadySeconds is the Deployment's stability period
+	// (spec.rollout.minReady), when it sets one: a device counts as
+	// Converged only after every service ran that long, and a death
+	// within it fails the device (ADR 0019). 0: Converged as soon as the
+	// revision applied.
+	MinReadySeconds int64 `json:"minReadySeconds,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the
@@ -352,3 +358,165 @@ type DashboardAlertAcknowledged struct {
 
 // EventType implements Data.
 func (DashboardAlertAcknowledged) EventType() Type { return TypeDashboardAlertAcknowledged }
+
+// Workload health (ADR 0019): what a device runs after the switch. Readers
+// never trust the bounds below: they clip every string and list before
+// showing or keeping it (Clip).
+
+// Health reasons (WorkloadHealth.Reason and WorkloadContainers.Degraded).
+const (
+	// HealthCrashLoop: a service died at least the agent's bound of times
+	// (3 by default) within its counting window (5 minutes by default).
+	HealthCrashLoop = "CrashLoop"
+	// HealthOOMKilled: a service was killed for running out of memory.
+	HealthOOMKilled = "OOMKilled"
+	// HealthDown: a service is not running 30 s after it died.
+	HealthDown = "Down"
+	// HealthUnhealthy: a service's health check reports it unhealthy.
+	HealthUnhealthy = "Unhealthy"
+	// HealthStable: the reason of every recovered report: every service
+	// ran without a death for the recovery window.
+	HealthStable = "Stable"
+)
+
+// Container roles (ContainerState.Role).
+const (
+	// ContainerRoleInit is a Deployment's init container.
+	ContainerRoleInit = "init"
+	// ContainerRoleService is one of a Deployment's services.
+	ContainerRoleService = "service"
+)
+
+// Bounds of the health and containers reports. The agent keeps within them;
+// readers clip to them (WorkloadHealth.Clip, DeviceContainers.Clip).
+const (
+	// MaxHealthServices bounds WorkloadHealth.Services.
+	MaxHealthServices = 8
+	// MaxHealthLogLines bounds ServiceHealth.Logs.
+	MaxHealthLogLines = 10
+	// MaxHealthLogLineRunes bounds each line of ServiceHealth.Logs.
+	MaxHealthLogLineRunes = 200
+	// MaxHealthServiceLogBytes bounds the bytes of one service's Logs.
+	MaxHealthServiceLogBytes = 2 << 10
+	// MaxContainerWorkloads bounds DeviceContainers.Workloads.
+	MaxContainerWorkloads = 64
+	// MaxWorkloadContainers bounds WorkloadContainers.Containers.
+	MaxWorkloadContainers = 16
+	// MaxHealthText bounds every other string of the health and
+	// containers reports (names, states, digests, reasons).
+	MaxHealthText = 256
+)
+
+// WorkloadHealth is the data of TypeWorkloadDegraded and
+// TypeWorkloadRecovered: the health of one Deployment revision on the
+// reporting device, after the device reported it Converged. Build it with
+// NewWorkloadHealth; its events carry the revision's correlation (UID,
+// Generation).
+type WorkloadHealth struct {
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+	RevisionID string `json:"revisionId"`
+	// Reason is HealthCrashLoop, HealthOOMKilled, HealthDown or
+	// HealthUnhealthy for a degraded report, HealthStable for a recovered
+	// one.
+	Reason string `json:"reason"`
+	// Window is, in seconds, the counting window of a degraded report, or
+	// how long the revision ran stably before a recovered one.
+	Window int `json:"windowSeconds"`
+	// Services are, for a degraded report, the services at fault; for a
+	// recovered one, those that were. At most MaxHealthServices.
+	Services []ServiceHealth `json:"services"`
+	// Since is the device's clock at the transition: informative only.
+	Since time.Time `json:"since"`
+
+	typ Type
+}
+
+// NewWorkloadHealth returns health data of type t (TypeWorkloadDegraded or
+// TypeWorkloadRecovered).
+func NewWorkloadHealth(t Type, d WorkloadHealth) WorkloadHealth {
+	d.typ = t
+	return d
+}
+
+// EventType implements Data. The zero value has no type; build health data
+// with NewWorkloadHealth.
+func (d WorkloadHealth) EventType() Type { return d.typ }
+
+// ServiceHealth is one service of a WorkloadHealth report.
+type ServiceHealth struct {
+	Name string `json:"name"`
+	// State is the container's state: running, exited, created or other.
+	State string `json:"state"`
+	// Restarts are the deaths the agent saw within the window.
+	Restarts int `json:"restarts"`
+	// RestartsTotal is the engine's restart count of the container.
+	RestartsTotal int `json:"restartsTotal,omitempty"`
+	// ExitCode is the last exit code; Signal names the signal when it is
+	// 128+n ("SIGKILL" for 137).
+	ExitCode  int        `json:"exitCode"`
+	Signal    string     `json:"signal,omitempty"`
+	OOMKilled bool       `json:"oomKilled,omitempty"`
+	ExitedAt  *time.Time `json:"exitedAt,omitempty"`
+	// Health is the health check's verdict: starting, healthy or
+	// unhealthy; empty without a check.
+	Health string `json:"health,omitempty"`
+	// Logs are the last lines the service printed, degraded reports only:
+	// at most MaxHealthLogLines of at most MaxHealthLogLineRunes each,
+	// control characters stripped and secrets redacted by the agent.
+	Logs []string `json:"logs,omitempty"`
+}
+
+// DeviceContainers is the data of TypeDeviceContainers: the state of every
+// container the agent owns on the device, whole, sent on change.
+type DeviceContainers struct {
+	// Workloads are sorted by namespace then Deployment; at most
+	// MaxContainerWorkloads.
+	Workloads []WorkloadContainers `json:"workloads"`
+	// Truncated says the agent left workloads or containers out to keep
+	// within the bounds.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// EventType implements Data.
+func (DeviceContainers) EventType() Type { return TypeDeviceContainers }
+
+// WorkloadContainers are the containers of one Deployment revision on the
+// device.
+type WorkloadContainers struct {
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+	RevisionID string `json:"revisionId"`
+	// Degraded is the health reason while the revision is Degraded on the
+	// device; empty otherwise.
+	Degraded string `json:"degraded,omitempty"`
+	// Containers are the init container first, then the services in the
+	// score's order; at most MaxWorkloadContainers.
+	Containers []ContainerState `json:"containers"`
+}
+
+// ContainerState is one container's state.
+type ContainerState struct {
+	Name string `json:"name"`
+	// Role is ContainerRoleInit or ContainerRoleService.
+	Role string `json:"role"`
+	// State is running, exited, created or other.
+	State string `json:"state"`
+	// Restarts is the engine's restart count of the container.
+	Restarts int `json:"restarts"`
+	// ExitCode is the last exit code; Signal names the signal when it is
+	// 128+n.
+	ExitCode  int        `json:"exitCode"`
+	Signal    string     `json:"signal,omitempty"`
+	OOMKilled bool       `json:"oomKilled,omitempty"`
+	StartedAt *time.Time `json:"startedAt,omitempty"`
+	ExitedAt  *time.Time `json:"exitedAt,omitempty"`
+	// Health is starting, healthy or unhealthy; empty without a check.
+	Health string `json:"health,omitempty"`
+	// ImageDigest is the image's digest (sha256:…), else its image ID.
+	ImageDigest string `json:"imageDigest,omitempty"`
+}

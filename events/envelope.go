@@ -230,3 +230,12 @@ func Decode[T Data](e Event) (T, error) {
 	}
 	return v, nil
 }
+
+func (d *WorkloadHealth) acceptType(t Type) bool {
+	info, ok := t.Info()
+	if !ok || info.Family != FamilyReport || info.Report != ReportHealth {
+		return false
+	}
+	d.typ = t
+	return true
+}

@@ -131,6 +131,10 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.TaskStatus](ev)
 	case events.TypeCommandResult:
 		_, err = events.Decode[events.CommandResult](ev)
+	case events.TypeWorkloadDegraded, events.TypeWorkloadRecovered:
+		_, err = events.Decode[events.WorkloadHealth](ev)
+	case events.TypeDeviceContainers:
+		_, err = events.Decode[events.DeviceContainers](ev)
 	case events.TypeAgentCommand:
 		_, err = events.Decode[events.AgentCommand](ev)
 	case events.TypeDashboardDeviceAction:
@@ -447,5 +451,27 @@ func goldenStory(t *testing.T) []events.Event {
 		Plan: &events.RolloutPlan{OnFailure: events.OnFailureRollback, Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 100}}}, TargetBatches: []int{0, 1, 1}}
 	runner(api, add(api, api2, events.WithCorrelation(apiUID, 2)))
 	workload("rpi-1", api, apiUID, 2, api2.RevisionID, events.WorkloadFailed, "service api exited with code 2")
+
+	// After the switch (ADR 0019): api's generation 1 crash-loops on
+	// rpi-2, the agent reports it degraded with the container state, and
+	// it recovers.
+	crashAt := t0.Add(2 * time.Hour)
+	exited := crashAt.Add(-2 * time.Second)
+	started := crashAt.Add(-90 * time.Second)
+	add(events.Keys{Device: "rpi-2"}, events.NewWorkloadHealth(events.TypeWorkloadDegraded, events.WorkloadHealth{Namespace: api.Namespace,
+		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthCrashLoop, Window: 300,
+		Services: []events.ServiceHealth{{Name: "api", State: "exited", Restarts: 3, RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited,
+			Logs: []string{"starting analysis-api v1.2.3", "error: DB_PASSWORD=*** rejected", "fatal: MODE is not set"}}},
+		Since: crashAt}), events.WithCorrelation(apiUID, 1))
+	add(events.Keys{Device: "rpi-2"}, events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: api.Namespace,
+		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Degraded: events.HealthCrashLoop,
+		Containers: []events.ContainerState{
+			{Name: "migrate", Role: events.ContainerRoleInit, State: "exited", ExitedAt: &started, ImageDigest: "sha256:" + strings.Repeat("1", 64)},
+			{Name: "api", Role: events.ContainerRoleService, State: "exited", Restarts: 12, ExitCode: 137, Signal: "SIGKILL", OOMKilled: true,
+				StartedAt: &started, ExitedAt: &exited, Health: "unhealthy", ImageDigest: "sha256:" + strings.Repeat("2", 64)}}}}})
+	add(events.Keys{Device: "rpi-2"}, events.NewWorkloadHealth(events.TypeWorkloadRecovered, events.WorkloadHealth{Namespace: api.Namespace,
+		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthStable, Window: 300,
+		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
+		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
 	return out
 }

@@ -79,4 +79,9 @@ type IntentEntry struct {
 	RevisionID  string          `json:"revisionId"`
 	ScoreDigest string          `json:"scoreDigest"`
 	Score       json.RawMessage `json:"score"`
+	// MinReadySeconds is the revision's stability period
+	// (DeploymentRevisionCreated.MinReadySeconds): the device reports the
+	// revision Converged only after every service ran that long, and
+	// Failed when one dies within it. 0: Converged as soon as it applied.
+	MinReadySeconds int64 `json:"minReadySeconds,omitempty"`
 }

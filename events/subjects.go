@@ -17,10 +17,10 @@ const (
 	// append-only.
 	StreamRollout = "FLEET_ROLLOUT"
 	// StreamReports holds device reports that are history: workload status
-	// per revision, task status and command results.
+	// per revision, workload health, task status and command results.
 	StreamReports = "FLEET_REPORTS"
 	// StreamTelemetry holds device reports of which only the last few per
-	// subject matter: heartbeats and inventory.
+	// subject matter: heartbeats, inventory and container state.
 	StreamTelemetry = "FLEET_TELEMETRY"
 	// StreamCommands holds agent commands, an audit trail of what was asked
 	// of each device.
@@ -69,10 +69,16 @@ const (
 	ReportWorkload  ReportKind = "workload"
 	ReportTask      ReportKind = "task"
 	ReportCommand   ReportKind = "command"
+	// ReportHealth carries a device's Degraded and Recovered reports of a
+	// Deployment revision (stream FLEET_REPORTS).
+	ReportHealth ReportKind = "health"
+	// ReportContainers carries a device's container state snapshot
+	// (stream FLEET_TELEMETRY).
+	ReportContainers ReportKind = "containers"
 )
 
 // reportKinds lists every report kind in catalogue order.
-var reportKinds = []ReportKind{ReportHeartbeat, ReportInventory, ReportWorkload, ReportTask, ReportCommand}
+var reportKinds = []ReportKind{ReportHeartbeat, ReportInventory, ReportWorkload, ReportTask, ReportCommand, ReportHealth, ReportContainers}
 
 // Valid reports whether k is a known report kind.
 func (k ReportKind) Valid() bool {
@@ -384,13 +390,13 @@ func StreamOf(subject string) (string, error) {
 	case "report":
 		if len(t) == 4 {
 			switch ReportKind(t[3]) {
-			case ReportHeartbeat, ReportInventory:
+			case ReportHeartbeat, ReportInventory, ReportContainers:
 				return StreamTelemetry, nil
-			case ReportWorkload, ReportTask, ReportCommand:
+			case ReportWorkload, ReportTask, ReportCommand, ReportHealth:
 				return StreamReports, nil
 			}
 		}
-		return "", fmt.Errorf("%w %q: a report filter must end in one report kind (heartbeat and inventory live in %s, the rest in %s)",
+		return "", fmt.Errorf("%w %q: a report filter must end in one report kind (heartbeat, inventory and containers live in %s, the rest in %s)",
 			ErrInvalidSubject, subject, StreamTelemetry, StreamReports)
 	case ">":
 		return "", fmt.Errorf("%w %q: spans every stream; name a family", ErrInvalidSubject, subject)

@@ -85,6 +85,16 @@ const (
 	TypeTaskStatus Type = "device.task.status"
 	// TypeCommandResult: the agent's answer to an agent command.
 	TypeCommandResult Type = "device.command.result"
+	// TypeWorkloadDegraded: a Deployment revision the device reported
+	// Converged no longer runs well: a service crash-loops, was OOM-killed,
+	// stays down or is unhealthy (ADR 0019).
+	TypeWorkloadDegraded Type = "device.workload.degraded"
+	// TypeWorkloadRecovered: a Degraded Deployment revision has run stably
+	// for the recovery window again.
+	TypeWorkloadRecovered Type = "device.workload.recovered"
+	// TypeDeviceContainers: the state of every container the agent owns,
+	// sent on change (device telemetry, like the heartbeat).
+	TypeDeviceContainers Type = "device.containers"
 )
 
 // Agent commands (stream FLEET_COMMANDS).
@@ -145,6 +155,9 @@ var catalogue = []TypeInfo{
 	{TypeWorkloadStatus, 1, FamilyReport, ReportWorkload},
 	{TypeTaskStatus, 1, FamilyReport, ReportTask},
 	{TypeCommandResult, 1, FamilyReport, ReportCommand},
+	{TypeWorkloadDegraded, 1, FamilyReport, ReportHealth},
+	{TypeWorkloadRecovered, 1, FamilyReport, ReportHealth},
+	{TypeDeviceContainers, 1, FamilyReport, ReportContainers},
 	{TypeAgentCommand, 1, FamilyCommand, ""},
 	{TypeDashboardDeviceAction, 1, FamilyDashboardDevice, ""},
 	{TypeDashboardAlertAcknowledged, 1, FamilyDashboardAlert, ""},

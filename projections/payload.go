@@ -32,6 +32,7 @@ type Payload struct {
 	transition decoded[events.RolloutTransition]
 	taskRun    decoded[events.TaskRunCreated]
 	taskDelete decoded[events.TaskRunDeleted]
+	health     decoded[events.WorkloadHealth]
 }
 
 type decoded[T events.Data] struct {
@@ -46,6 +47,7 @@ const (
 	slotTransition
 	slotTaskRun
 	slotTaskDelete
+	slotHealth
 )
 
 // NewPayload returns ev to fold, its data not decoded yet.
@@ -104,4 +106,11 @@ func (p *Payload) TaskRunCreated() (events.TaskRunCreated, error) {
 // decoded once.
 func (p *Payload) TaskRunDeleted() (events.TaskRunDeleted, error) {
 	return once(p, slotTaskDelete, &p.taskDelete, nil)
+}
+
+// WorkloadHealth is events.Decode[events.WorkloadHealth] of the event (a
+// device.workload.degraded or device.workload.recovered report), decoded
+// once.
+func (p *Payload) WorkloadHealth() (events.WorkloadHealth, error) {
+	return once(p, slotHealth, &p.health, nil)
 }
