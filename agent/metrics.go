@@ -42,6 +42,8 @@ const (
 	opPull        = "pull"
 	opInspect     = "inspect"
 	opHealthCheck = "healthcheck"
+	opWatch       = "watch"
+	opLogs        = "logs"
 )
 
 // passBuckets run from 5 ms (nothing to do) to 10 min (a pass includes
@@ -101,7 +103,7 @@ func NewMetrics(constLabels prometheus.Labels) *Metrics {
 		m.pulls.WithLabelValues(r)
 		m.intentReads.WithLabelValues(r)
 	}
-	for _, op := range []string{opList, opCreate, opStart, opStop, opRemove, opWait, opImageExists, opPull, opInspect, opHealthCheck} {
+	for _, op := range []string{opList, opCreate, opStart, opStop, opRemove, opWait, opImageExists, opPull, opInspect, opHealthCheck, opWatch, opLogs} {
 		m.runtimeErrors.WithLabelValues(op)
 	}
 	return m
@@ -209,6 +211,21 @@ func (c countedRuntime) RunHealthCheck(ctx context.Context, id string) error {
 	err := c.rt.RunHealthCheck(ctx, id)
 	c.m.engineCall(ctx, opHealthCheck, err)
 	return err
+}
+
+// Watch is counted when it cannot start; a stream that breaks later is
+// not an engine call that failed (the channel says so with EventLost).
+func (c countedRuntime) Watch(ctx context.Context, labels map[string]string) (<-chan runtime.ContainerEvent, error) {
+	ch, err := c.rt.Watch(ctx, labels)
+	c.m.engineCall(ctx, opWatch, err)
+	return ch, err
+}
+
+// Logs is counted, except a container already gone.
+func (c countedRuntime) Logs(ctx context.Context, id string, tail int) ([]string, error) {
+	lines, err := c.rt.Logs(ctx, id, tail)
+	c.m.engineCall(ctx, opLogs, err)
+	return lines, err
 }
 
 func (c countedRuntime) ImageExists(ctx context.Context, ref string) (bool, error) {

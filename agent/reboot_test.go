@@ -21,15 +21,16 @@ import (
 // code, and one that never started configured ("created"); nothing starts
 // them without podman-restart.service. The simulated runtime's Reboot puts
 // its containers in exactly those states; its Exit ends one service with a
-// chosen code.
+// chosen code and acts on its restart policy at once, as Podman does.
 
 func TestAnExitedServiceIsRestartedPerItsRestartPolicy(t *testing.T) {
 	tests := []struct {
 		name     string
 		policy   score.RestartPolicy
 		exitCode int
-		// restarted: the pass starts the same container again; otherwise
-		// it stays exited and the pass is a *ServiceDownError.
+		// restarted: the same container runs again after the pass (the
+		// engine restarted it); otherwise it stays exited and the pass is
+		// a *ServiceDownError.
 		restarted bool
 	}{
 		{"always is started again after exit code 0", "always", 0, true},

@@ -8,7 +8,11 @@
 // Invariants: a Runtime never logs or returns a registry password or an
 // environment value; errors name the container or image, never the secret.
 // The one exception is what a container prints itself: Health.LastOutput
-// is returned as the engine recorded it, and its reader filters it.
+// and the lines of Logs are returned as the engine recorded them, and
+// their reader filters them. Watch streams a container's deaths, starts,
+// health checks and removals (ContainerEvent) through a bounded channel
+// that drops the oldest events for an EventLost rather than block the
+// engine's side (Deliver).
 // Agent packages, cmd/fleet-agent and package dev (the devices of
 // `fleet dev`) may import it; it never links Kubernetes.
 package runtime
@@ -142,6 +146,24 @@ type Container struct {
 	// Health is the container's health when it has a health check; nil
 	// when it has none. Only Inspect reports it (List leaves it nil).
 	Health *Health
+	// RestartCount is how many times the engine restarted the container
+	// by its restart policy since it was last started by a Start call
+	// (which sets it back to 0, as a reboot does). It counts policy
+	// restarts only, not deaths: a container whose policy keeps it down
+	// died without a restart. Only Inspect reports it (List leaves it 0:
+	// Podman 4.3's list does not carry it; a newer StartedAt in List
+	// tells a restart there).
+	RestartCount int
+	// OOMKilled reports that the kernel's OOM killer ended the container.
+	// Like Podman's, it is never cleared once set (a later restart or
+	// exit leaves it true): a reader compares it with what it saw before.
+	// Only Inspect reports it (List leaves it false).
+	OOMKilled bool
+	// ImageDigest identifies the image the container runs: its manifest
+	// digest ("sha256:…") when the engine knows it, otherwise the image
+	// ID. Only Inspect reports it (List leaves it empty: Podman's list
+	// does not carry the digest).
+	ImageDigest string
 }
 
 // ExitUnrecorded reports whether c is exited without the engine having seen
@@ -196,6 +218,27 @@ type Runtime interface {
 	// when it has no health check or does not run. A check that fails is
 	// not an error.
 	RunHealthCheck(ctx context.Context, id string) error
+	// Watch streams the events of the containers that carry every label
+	// of labels (every container when labels is empty): deaths, starts,
+	// health check results and removals, in the order the engine saw
+	// them, from the call on (never past events). The channel has
+	// capacity WatchBuffer; a reader that falls behind loses the oldest
+	// waiting events, replaced by an EventLost (see Deliver), and must
+	// then List. The channel is closed when ctx ends; it is also closed
+	// when the engine's stream ends without ctx ending (the engine
+	// restarted or went away), and then its last event is an EventLost.
+	// Either way the reader watches again to go on. An error, and no
+	// channel, when the engine cannot be watched (ErrUnavailable when it
+	// cannot be reached).
+	Watch(ctx context.Context, labels map[string]string) (<-chan ContainerEvent, error)
+	// Logs returns the last tail lines the container printed, stdout and
+	// stderr interleaved as printed, oldest first, without their line
+	// ends, each cut at MaxLogLine bytes; tail <= 0 means every line. The
+	// lines are what the container
+	// printed: untrusted, unbounded text that may hold secrets. Never
+	// report them unfiltered. ErrNotFound when the container does not
+	// exist.
+	Logs(ctx context.Context, id string, tail int) ([]string, error)
 }
 
 // ErrNotFound: no such container.

@@ -149,10 +149,21 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 	if err != nil {
 		return runtime.Container{}, r.containerError("inspect", idOrName, err)
 	}
+	return inspected(data), nil
+}
+
+// inspected maps Podman's inspect data: the image digest falls back to the
+// image ID (Podman leaves the digest empty for an image it has none for).
+func inspected(data *define.InspectContainerData) runtime.Container {
 	c := runtime.Container{
-		ID:    data.ID,
-		Name:  data.Name,
-		Image: data.ImageName,
+		ID:           data.ID,
+		Name:         data.Name,
+		Image:        data.ImageName,
+		RestartCount: int(data.RestartCount),
+		ImageDigest:  data.ImageDigest,
+	}
+	if c.ImageDigest == "" {
+		c.ImageDigest = data.Image
 	}
 	if data.Config != nil {
 		c.Labels = data.Config.Labels
@@ -167,11 +178,12 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 			c.FinishedAt = data.State.FinishedAt
 		}
 		c.Health = health(data.State.Health)
+		c.OOMKilled = data.State.OOMKilled
 	}
 	if data.HostConfig != nil {
 		c.Ports = portBindings(data.HostConfig.PortBindings)
 	}
-	return c, nil
+	return c
 }
 
 // health reads Podman's health results: nil when the container has no

@@ -4,15 +4,29 @@
 // Runtime per simulated device, thousands per process) and in `fleet dev`.
 //
 // Invariants: it is deterministic (IDs count up per Runtime, no clocks
-// unless Options.Now is set, no randomness, no goroutines, health checks
-// only when RunHealthCheck is called), safe for
+// unless Options.Now is set, no randomness, no goroutines of its own,
+// health checks only when RunHealthCheck is called), safe for
 // concurrent use, and it behaves like Podman wherever the
 // runtime/runtimetest conformance suite says how Podman behaves; it never
 // puts a password or an environment value into an error. Reboot puts its
-// containers in the states Podman leaves after a host restart. What it does
-// not simulate: restart policies (stored, never acted on), mount contents
-// (a mount's host path is checked only when Options.HostPathExists is set),
-// host ports held by non-container processes, and the time a stop takes.
+// containers in the states Podman leaves after a host restart.
+//
+// Restart policies are acted on synchronously: when Exit or Crash ends a
+// running container, the container dies (an EventDied) and, when its
+// policy restarts it, starts again before the call returns (RestartCount
+// grows by one, an EventStart follows), as Podman does at once and without
+// backoff. Stop and Remove are the user's doing and restart nothing. Watch
+// delivers the events of every call as it happens (a watch ends when its
+// context does: context.AfterFunc closes the channel). Behaviour.Output and
+// Print script what Logs returns.
+//
+// What it does not simulate: a restart of a container that exits right at
+// its start (Behaviour.Exits): Podman restarts such a container in a loop,
+// the simulated runtime leaves it exited (script a crash loop with Crash);
+// the delay between a death and its restart; on-failure's retry limit;
+// mount contents (a mount's host path is checked only when
+// Options.HostPathExists is set); host ports held by non-container
+// processes; and the time a stop takes.
 //
 // It may be imported by agent packages and their tests, cmd/fleet-agent
 // (--runtime sim), package dev (the simulated devices of `fleet dev`)
@@ -54,6 +68,9 @@ type Behaviour struct {
 	// fail (exit code 1, output HealthCheckFailedOutput); otherwise every
 	// run passes.
 	HealthCheckFails bool
+	// Output is what the container prints each time it starts, one line
+	// each (Logs returns it).
+	Output []string
 }
 
 // HealthCheckFailedOutput is what a failing simulated health check prints.
@@ -128,6 +145,8 @@ type Runtime struct {
 	unreachable map[string]bool
 	byID        map[string]*container
 	byName      map[string]*container
+	// watches are the open Watch calls.
+	watches map[*watch]bool
 }
 
 // container is one simulated container; its fields are guarded by
@@ -148,6 +167,13 @@ type container struct {
 	removed bool
 	// health is the container's health when its spec has a check.
 	health *runtime.Health
+	// restartCount counts policy restarts since the last Start call.
+	restartCount int
+	// oomKilled is set by a Crash with oom and never cleared, as Podman's.
+	oomKilled bool
+	// logs is what the container printed, oldest first, at most
+	// MaxLogLines.
+	logs []string
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -162,6 +188,7 @@ func New(opts Options) *Runtime {
 		registry: maps.Clone(opts.Registry),
 		byID:     make(map[string]*container),
 		byName:   make(map[string]*container),
+		watches:  make(map[*watch]bool),
 	}
 	if r.behave == nil {
 		r.behave = DefaultBehaviour
@@ -179,10 +206,18 @@ func New(opts Options) *Runtime {
 	return r
 }
 
-// SetUnavailable makes every engine call (List … Remove) fail with
-// runtime.ErrUnavailable while down is true, as an engine whose socket is
-// gone does.
-func (r *Runtime) SetUnavailable(down bool) { r.unavailable.Store(down) }
+// SetUnavailable makes every engine call (List … Remove, Watch, Logs) fail
+// with runtime.ErrUnavailable while down is true, as an engine whose socket
+// is gone does; going down also ends every open watch (an EventLost, then
+// the channel is closed), as the engine's event stream breaks.
+func (r *Runtime) SetUnavailable(down bool) {
+	r.unavailable.Store(down)
+	if down {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.endWatches()
+	}
+}
 
 // down is the error of a call while the engine is unavailable.
 func (r *Runtime) down(op string) error {
@@ -237,19 +272,10 @@ func (r *Runtime) RestartPolicy(idOrName string) (string, error) {
 }
 
 // Exit makes a running container exit with code, as if its process ended
-// (a crash, an OOM kill). It is runtime.ErrNotFound when the container does
-// not exist and does nothing when it is not running.
+// by itself; it is Crash without an OOM kill: the container's restart
+// policy is acted on.
 func (r *Runtime) Exit(idOrName string, code int) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	c, err := r.lookup(idOrName)
-	if err != nil {
-		return err
-	}
-	if c.state == runtime.StateRunning {
-		c.exit(code)
-	}
-	return nil
+	return r.Crash(idOrName, code, false)
 }
 
 // Reboot puts the containers in the state Podman leaves them in after the
@@ -269,6 +295,10 @@ func (r *Runtime) Reboot() {
 		c.state = runtime.StateExited
 		close(c.exited)
 	}
+	for _, c := range r.byID {
+		c.restartCount = 0 // Podman's refresh resets it
+	}
+	r.endWatches() // the engine's event stream ends with the host
 }
 
 // lookup finds a container by name, full ID or unique ID prefix, as Podman
@@ -320,13 +350,15 @@ func (c *container) view() runtime.Container {
 	}
 }
 
-// inspectView is view with the container's health, as Inspect reports it.
+// inspectView is view with what only Inspect reports: the container's
+// health, restart count, OOM flag and image digest.
 func (c *container) inspectView() runtime.Container {
 	v := c.view()
 	if c.health != nil {
 		h := *c.health
 		v.Health = &h
 	}
+	v.RestartCount, v.OOMKilled, v.ImageDigest = c.restartCount, c.oomKilled, ImageDigest(c.spec.Image)
 	return v
 }
 
@@ -497,6 +529,17 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 				c.spec.Name, strings.ToUpper(p.Protocol), p.HostPort, holder.spec.Name)
 		}
 	}
+	c.restartCount = 0 // a user's start resets it, as Podman's does
+	r.run(c)
+	if c.behaviour.Exits {
+		r.die(c, c.behaviour.ExitCode)
+	}
+	return nil
+}
+
+// run makes c running (a Start or a policy restart): it prints its
+// Behaviour.Output and an EventStart is delivered. The caller holds r.mu.
+func (r *Runtime) run(c *container) {
 	if c.state == runtime.StateExited {
 		c.exited = make(chan struct{})
 	}
@@ -508,10 +551,15 @@ func (r *Runtime) Start(ctx context.Context, id string) error {
 	if c.health != nil { // Podman starts every run of the container over as starting
 		c.health.Status, c.health.FailingStreak = runtime.HealthStarting, 0
 	}
-	if c.behaviour.Exits {
-		c.exit(c.behaviour.ExitCode)
-	}
-	return nil
+	c.print(c.behaviour.Output...)
+	r.emit(c, runtime.ContainerEvent{Kind: runtime.EventStart})
+}
+
+// die ends running c with code and delivers its EventDied. The caller holds
+// r.mu.
+func (r *Runtime) die(c *container, code int) {
+	c.exit(code)
+	r.emit(c, runtime.ContainerEvent{Kind: runtime.EventDied, ExitCode: code})
 }
 
 // portHolder returns the running container other than self publishing p's
@@ -586,7 +634,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, timeout time.Duration) er
 	if c.behaviour.IgnoresTerm {
 		code = ExitCodeSIGKILL
 	}
-	c.exit(code)
+	r.die(c, code)
 	return nil
 }
 
@@ -609,7 +657,7 @@ func (r *Runtime) Remove(ctx context.Context, id string, force bool) error {
 		if !force {
 			return fmt.Errorf("sim: remove %s: the container is running: stop it first or force", c.spec.Name)
 		}
-		c.exit(ExitCodeSIGKILL)
+		r.die(c, ExitCodeSIGKILL)
 	}
 	if c.state != runtime.StateExited {
 		close(c.exited) // wakes waiters of a created container
@@ -617,6 +665,7 @@ func (r *Runtime) Remove(ctx context.Context, id string, force bool) error {
 	c.removed = true
 	delete(r.byID, c.id)
 	delete(r.byName, c.spec.Name)
+	r.emit(c, runtime.ContainerEvent{Kind: runtime.EventRemoved})
 	return nil
 }
 
@@ -653,6 +702,7 @@ func (r *Runtime) RunHealthCheck(ctx context.Context, id string) error {
 		h.LastStart = r.now()
 		h.LastEnd = h.LastStart
 	}
+	defer func() { r.emit(c, runtime.ContainerEvent{Kind: runtime.EventHealth, Health: h.Status}) }()
 	if !c.behaviour.HealthCheckFails {
 		h.Status, h.FailingStreak, h.LastExitCode, h.LastOutput = runtime.HealthHealthy, 0, 0, ""
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	goruntime "runtime"
 	"sync"
 	"testing"
@@ -24,6 +25,8 @@ const (
 	imgExit3       = "localhost/conformance/exit-3:1"
 	imgEnvCheck    = "localhost/conformance/envcheck:1"
 	imgMountCheck  = "localhost/conformance/mountcheck:1"
+	imgPrints      = "localhost/conformance/prints:1"
+	imgCrashable   = "localhost/conformance/crashable:1"
 	imgPrivate     = "registry.test:5000/conformance/private@sha256:0123"
 	imgMissing     = "registry.test:5000/conformance/missing:1"
 )
@@ -39,6 +42,9 @@ func behave(spec runtime.ContainerSpec) sim.Behaviour {
 	}
 	if spec.Image == imgMountCheck {
 		return sim.Behaviour{Exits: true, ExitCode: mountCheck(spec.Mounts)}
+	}
+	if spec.Image == imgPrints {
+		return sim.Behaviour{Output: runtimetest.PrintedLines}
 	}
 	return sim.DefaultBehaviour(spec)
 }
@@ -66,7 +72,7 @@ func TestConformance(t *testing.T) {
 	auth := runtime.RegistryAuth{Username: "device-pull", Password: "sim-password-41c7"}
 	runtimetest.Run(t, func(t *testing.T) (runtime.Runtime, runtimetest.Fixture) {
 		rt := sim.New(sim.Options{
-			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck},
+			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck, imgPrints, imgCrashable},
 			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
 			Unreachable: []string{"unreachable.example:5000"},
 			Behave:      behave,
@@ -99,6 +105,13 @@ func TestConformance(t *testing.T) {
 				}
 				return "foreign"
 			},
+			Prints:    imgPrints,
+			Crashable: imgCrashable,
+			Crash: func(t *testing.T, id string) {
+				if err := rt.Crash(id, runtimetest.CrashExitCode, false); err != nil {
+					t.Fatal(err)
+				}
+			},
 			RestartPolicy: func(t *testing.T, id string) string {
 				p, err := rt.RestartPolicy(id)
 				if err != nil {
@@ -125,7 +138,7 @@ func TestDefaultBehaviourScriptsContainersByImageName(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := sim.DefaultBehaviour(runtime.ContainerSpec{Image: tt.image}); got != tt.want {
+			if got := sim.DefaultBehaviour(runtime.ContainerSpec{Image: tt.image}); !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("DefaultBehaviour(%s) = %+v, want %+v", tt.image, got, tt.want)
 			}
 		})
