@@ -404,14 +404,14 @@ func degradedDeployment(name string, gen, condGen int64, status metav1.Condition
 	d := failingDeployment(name, "u7", gen, 0, fleetv1.PhaseSucceeded)
 	d.Status.ObservedGeneration = gen
 	d.Status.Counts = fleetv1.RolloutCounts{Total: 40, Succeeded: 40}
-	reason := reasonServicesDegraded
+	reason := fleetv1.ReasonServicesDegraded
 	if status != metav1.ConditionTrue {
-		reason = "NoDegradedDevices"
+		reason = fleetv1.ReasonNoDegradedDevices
 	}
 	d.Status.Conditions = []metav1.Condition{
 		{Type: fleetv1.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: gen, Reason: fleetv1.ReasonRolloutSucceeded,
 			Message: "40 of 40 targets succeeded", LastTransitionTime: metav1.NewTime(since.Add(-time.Hour))},
-		{Type: conditionDegraded, Status: status, ObservedGeneration: condGen, Reason: reason, LastTransitionTime: metav1.NewTime(since),
+		{Type: fleetv1.ConditionDegraded, Status: status, ObservedGeneration: condGen, Reason: reason, LastTransitionTime: metav1.NewTime(since),
 			Message: "2 of 40 devices degraded: podman-1 (api: CrashLoop, exited with code 2, 3 restarts in 5m0s), edge-7 (api: OOMKilled)\x1b[2J\u202e"},
 	}
 	return d

@@ -15,24 +15,24 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
-// The Deployment's Degraded condition (ADR 0019 A.6): True with reason
-// ServicesDegraded while devices run the current revision with services at
-// fault; False with NoDegradedDevices otherwise. Its observedGeneration is
-// the revision's.
-const (
-	conditionDegraded      = "Degraded"
-	reasonServicesDegraded = "ServicesDegraded"
-)
-
 // degradedOf is the degradation of st's revision: its Degraded condition
-// of the status's generation True (nil: none, or an operator that does
-// not set the condition). Count and Devices come from the streams
+// (ADR 0019 A.6) of the status's generation True (nil: none, or an
+// operator that does not set the condition), with status.counts.degraded
+// and the devices of status.degraded (the first MaxDegradedShown). An
+// operator that lists no device leaves them to the streams
 // (timelineHealth).
 func degradedOf(st fleetv1.DeploymentStatus) *Degraded {
 	for i := range st.Conditions {
 		c := &st.Conditions[i]
-		if c.Type == conditionDegraded && c.Status == metav1.ConditionTrue && c.ObservedGeneration == st.ObservedGeneration {
-			return &Degraded{Since: c.LastTransitionTime.UTC(), Message: clean(c.Message, MaxErrorLength), Devices: []DegradedDevice{}}
+		if c.Type == fleetv1.ConditionDegraded && c.Status == metav1.ConditionTrue && c.ObservedGeneration == st.ObservedGeneration {
+			g := &Degraded{Since: c.LastTransitionTime.UTC(), Message: clean(c.Message, MaxErrorLength), Count: int(st.Counts.Degraded),
+				Devices: make([]DegradedDevice, 0, min(len(st.Degraded), MaxDegradedShown))}
+			for _, d := range st.Degraded[:min(len(st.Degraded), MaxDegradedShown)] {
+				g.Devices = append(g.Devices, DegradedDevice{Device: clean(d.Device, MaxFieldLength), Reason: clean(d.Reason, MaxFieldLength),
+					Message: clean(d.Message, MaxErrorLength), Since: d.Since.UTC()})
+			}
+			g.Count = max(g.Count, len(st.Degraded))
+			return g
 		}
 	}
 	return nil
@@ -60,9 +60,10 @@ func hasCondition(cs []metav1.Condition, t string) bool {
 // timelineHealth completes a Deployment page's Degraded part from its
 // timeline: the devices whose last health report of the current revision
 // is Degraded. When the Deployment's status has a Degraded condition
-// (crSays), the status decides whether it is degraded and the timeline
-// only names the devices; without one (an operator that does not write it,
-// a deleted Deployment) the timeline decides.
+// (crSays), the status decides whether it is degraded, and the timeline
+// names the devices only when status.degraded lists none; without one (an
+// operator that does not write it, a deleted Deployment) the timeline
+// decides.
 func timelineHealth(dd *DeploymentDetail, tl *history.DeploymentTimeline, crSays bool) {
 	st := tl.State
 	if st == nil {
@@ -82,6 +83,8 @@ func timelineHealth(dd *DeploymentDetail, tl *history.DeploymentTimeline, crSays
 	}
 	slices.SortFunc(devices, func(a, b DegradedDevice) int { return cmp.Compare(a.Device, b.Device) })
 	switch {
+	case dd.Degraded != nil && len(dd.Degraded.Devices) > 0:
+		return // the operator's list: devices that hold the revision
 	case dd.Degraded != nil:
 		dd.Degraded.Count = max(dd.Degraded.Count, len(devices))
 	case crSays || len(devices) == 0:

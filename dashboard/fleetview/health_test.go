@@ -43,6 +43,8 @@ func TestADeploymentPageNamesItsDegradedDevices(t *testing.T) {
 	}{
 		{"a Degraded condition is completed with the devices of the current revision, sorted",
 			ptr(degradedDeployment("api", 2, 2, metav1.ConditionTrue, since)), "2: edge-7 OOMKilled, podman-1 CrashLoop"},
+		{"the devices status.degraded lists are shown rather than the reports'",
+			ptr(listedDeployment(since)), "3: podman-9 Down"},
 		{"a status that says not degraded is believed over the reports",
 			ptr(degradedDeployment("api", 2, 2, metav1.ConditionFalse, since)), "not degraded"},
 		{"without the condition (an older operator) the reports decide",
@@ -54,7 +56,7 @@ func TestADeploymentPageNamesItsDegradedDevices(t *testing.T) {
 			crSays := false
 			if tc.dep != nil {
 				dd.DeploymentSummary = deploymentSummary(tc.dep)
-				crSays = hasCondition(tc.dep.Status.Conditions, conditionDegraded)
+				crSays = hasCondition(tc.dep.Status.Conditions, fleetv1.ConditionDegraded)
 			}
 			tl := timeline()
 			fillDeploymentHistory(&dd, tl, tc.dep != nil)
@@ -77,6 +79,16 @@ func TestADeploymentPageNamesItsDegradedDevices(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// listedDeployment is degradedDeployment with status.degraded listing one
+// device of the three status.counts.degraded counts.
+func listedDeployment(since time.Time) fleetv1.Deployment {
+	d := degradedDeployment("api", 2, 2, metav1.ConditionTrue, since)
+	d.Status.Counts.Degraded = 3
+	d.Status.Degraded = []fleetv1.DegradedDevice{{Device: "podman-9", Revision: "r", Reason: events.HealthDown, Message: "api: Down\x1b[2J",
+		Since: metav1.NewTime(since)}}
+	return d
+}
 
 func TestTheContainersTableIsBoundedAndCleaned(t *testing.T) {
 	started := testNow.Add(-time.Hour)

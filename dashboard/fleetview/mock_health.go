@@ -51,17 +51,21 @@ func (m *mockFleet) degrade(d *fleetv1.Deployment, tl *history.DeploymentTimelin
 		names = append(names, res.Device)
 	}
 	slices.SortStableFunc(tl.Entries, func(a, b history.Entry) int { return a.Time.Compare(b.Time) })
-	c := metav1.Condition{Type: conditionDegraded, Status: metav1.ConditionFalse, ObservedGeneration: d.Status.ObservedGeneration,
-		Reason: "NoDegradedDevices", Message: "no device reports a service degraded", LastTransitionTime: d.CreationTimestamp}
+	c := metav1.Condition{Type: fleetv1.ConditionDegraded, Status: metav1.ConditionFalse, ObservedGeneration: d.Status.ObservedGeneration,
+		Reason: fleetv1.ReasonNoDegradedDevices, Message: "no device reports a service degraded", LastTransitionTime: d.CreationTimestamp}
 	if len(names) > 0 {
-		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionTrue, reasonServicesDegraded, metav1.NewTime(tl.Degraded[0].Since)
+		c.Status, c.Reason, c.LastTransitionTime = metav1.ConditionTrue, fleetv1.ReasonServicesDegraded, metav1.NewTime(tl.Degraded[0].Since)
 		c.Message = fmt.Sprintf("%d of %d devices degraded: ", len(names), len(cur.Targets))
 		for i, s := range tl.Degraded {
 			if i > 0 {
 				c.Message += ", "
 			}
-			c.Message += fmt.Sprintf("%s (%s: CrashLoop, exited with code 2, 3 restarts in 5m0s)", s.Device, d.Name)
+			msg := fmt.Sprintf("%s: CrashLoop, exited with code 2, 3 restarts in 5m0s", d.Name)
+			c.Message += fmt.Sprintf("%s (%s)", s.Device, msg)
+			d.Status.Degraded = append(d.Status.Degraded, fleetv1.DegradedDevice{Device: s.Device, Revision: s.RevisionID, Reason: s.Reason,
+				Message: msg, Since: metav1.NewTime(s.Since)})
 		}
+		d.Status.Counts.Degraded = int32(len(names))
 	}
 	d.Status.Conditions = append(d.Status.Conditions, c)
 }

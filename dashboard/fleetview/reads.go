@@ -218,7 +218,7 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 		if d.Namespace == namespace && d.Name == name {
 			inCache = true
 			dd.DeploymentSummary = deploymentSummary(d)
-			crSaysHealth = hasCondition(d.Status.Conditions, conditionDegraded)
+			crSaysHealth = hasCondition(d.Status.Conditions, fleetv1.ConditionDegraded)
 			if p := d.Status.Plan; p != nil && d.Status.ObservedGeneration == d.Generation {
 				dd.Plan = &PlanStage{Batch: int(p.Batch), Batches: int(p.Batches), AwaitingApproval: int(p.AwaitingApproval), Paused: p.Paused,
 					PausedBy: clean(p.PausedBy, MaxFieldLength), PauseReason: clean(p.PauseReason, MaxErrorLength), RolledBackTo: p.RolledBackTo}
