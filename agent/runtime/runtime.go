@@ -150,7 +150,9 @@ type Container struct {
 	// by its restart policy since it was last started by a Start call
 	// (which sets it back to 0, as a reboot does). It counts policy
 	// restarts only, not deaths: a container whose policy keeps it down
-	// died without a restart.
+	// died without a restart. Only Inspect reports it (List leaves it 0:
+	// Podman 4.3's list does not carry it; a newer StartedAt in List
+	// tells a restart there).
 	RestartCount int
 	// OOMKilled reports that the kernel's OOM killer ended the container.
 	// Like Podman's, it is never cleared once set (a later restart or
@@ -159,7 +161,8 @@ type Container struct {
 	OOMKilled bool
 	// ImageDigest identifies the image the container runs: its manifest
 	// digest ("sha256:…") when the engine knows it, otherwise the image
-	// ID; empty when the runtime knows neither.
+	// ID. Only Inspect reports it (List leaves it empty: Podman's list
+	// does not carry the digest).
 	ImageDigest string
 }
 
@@ -230,7 +233,8 @@ type Runtime interface {
 	Watch(ctx context.Context, labels map[string]string) (<-chan ContainerEvent, error)
 	// Logs returns the last tail lines the container printed, stdout and
 	// stderr interleaved as printed, oldest first, without their line
-	// ends; tail <= 0 means every line. The lines are what the container
+	// ends, each cut at MaxLogLine bytes; tail <= 0 means every line. The
+	// lines are what the container
 	// printed: untrusted, unbounded text that may hold secrets. Never
 	// report them unfiltered. ErrNotFound when the container does not
 	// exist.

@@ -32,6 +32,11 @@ const (
 // many events wait for a slow reader before the oldest are dropped.
 const WatchBuffer = 64
 
+// MaxLogLine is the most bytes of one line Runtime.Logs returns; the rest
+// of a longer line is dropped, so that a container printing without line
+// ends cannot make the reader hold its whole output.
+const MaxLogLine = 8 << 10
+
 // ContainerEvent is one thing that happened to a watched container.
 type ContainerEvent struct {
 	// ID and Name of the container; empty for EventLost.

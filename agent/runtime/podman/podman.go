@@ -2,7 +2,6 @@ package podman
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/url"
@@ -150,10 +149,21 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 	if err != nil {
 		return runtime.Container{}, r.containerError("inspect", idOrName, err)
 	}
+	return inspected(data), nil
+}
+
+// inspected maps Podman's inspect data: the image digest falls back to the
+// image ID (Podman leaves the digest empty for an image it has none for).
+func inspected(data *define.InspectContainerData) runtime.Container {
 	c := runtime.Container{
-		ID:    data.ID,
-		Name:  data.Name,
-		Image: data.ImageName,
+		ID:           data.ID,
+		Name:         data.Name,
+		Image:        data.ImageName,
+		RestartCount: int(data.RestartCount),
+		ImageDigest:  data.ImageDigest,
+	}
+	if c.ImageDigest == "" {
+		c.ImageDigest = data.Image
 	}
 	if data.Config != nil {
 		c.Labels = data.Config.Labels
@@ -168,11 +178,12 @@ func (r *Runtime) Inspect(ctx context.Context, idOrName string) (runtime.Contain
 			c.FinishedAt = data.State.FinishedAt
 		}
 		c.Health = health(data.State.Health)
+		c.OOMKilled = data.State.OOMKilled
 	}
 	if data.HostConfig != nil {
 		c.Ports = portBindings(data.HostConfig.PortBindings)
 	}
-	return c, nil
+	return c
 }
 
 // health reads Podman's health results: nil when the container has no
@@ -416,17 +427,4 @@ func (r *Runtime) containerError(op, id string, err error) error {
 		return redact(fmt.Errorf("podman: %s %s: %w: %w", op, id, runtime.ErrNotFound, err), runtime.ErrNotFound)
 	}
 	return redact(fmt.Errorf("podman: %s %s: %w", op, id, err), nil)
-}
-
-// ErrNotImplemented: the call is not implemented on Podman yet.
-var ErrNotImplemented = errors.New("not implemented")
-
-// Watch is not implemented yet: it always fails with ErrNotImplemented.
-func (r *Runtime) Watch(ctx context.Context, labels map[string]string) (<-chan runtime.ContainerEvent, error) {
-	return nil, fmt.Errorf("podman: watch: %w", ErrNotImplemented)
-}
-
-// Logs is not implemented yet: it always fails with ErrNotImplemented.
-func (r *Runtime) Logs(ctx context.Context, id string, tail int) ([]string, error) {
-	return nil, fmt.Errorf("podman: logs %s: %w", id, ErrNotImplemented)
 }

@@ -16,9 +16,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containers/podman/v5/pkg/api/handlers"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/specgen"
+	dockercontainer "github.com/docker/docker/api/types/container"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/podman"
@@ -38,6 +40,16 @@ var (
 		runtimetest.MountMarkerContent + " || exit " + strconv.Itoa(runtimetest.MountCheckMissing) +
 		"; touch " + runtimetest.MountPath + "/written 2>/dev/null || exit " + strconv.Itoa(runtimetest.MountCheckReadOnly) + "\"]\n"
 	envCheckFile = "CMD [\"sh\", \"-c\", \"test \\\"$" + runtimetest.EnvCheckVar + "\\\" = " + runtimetest.EnvCheckValue + "\"]\n"
+	// printsFile prints runtimetest.PrintedLines: the first on stderr, the
+	// others a second later on stdout (two pipes are read in no set
+	// order), then runs until stopped.
+	printsFile = "CMD [\"sh\", \"-c\", \"trap 'exit 0' TERM; echo '" + runtimetest.PrintedLines[0] + "' >&2; sleep 1; " +
+		"echo '" + runtimetest.PrintedLines[1] + "'; echo '" + runtimetest.PrintedLines[2] + "'; echo '" + runtimetest.PrintedLines[3] + "'; " +
+		"sleep 3600 & wait\"]\n"
+	// crashableFile exits with runtimetest.CrashExitCode on SIGUSR1 (which
+	// crash sends from inside), and with 0 on SIGTERM.
+	crashableFile = "CMD [\"sh\", \"-c\", \"trap 'exit 0' TERM; trap 'exit " + strconv.Itoa(runtimetest.CrashExitCode) +
+		"' USR1; while true; do sleep 3600 & wait; done\"]\n"
 )
 
 // newRuntime connects podmantest (cleanup by label, the testenv policy for a
@@ -83,6 +95,11 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("restart policy of %s: %v", id, err)
 				}
 				return p
+			},
+			Prints:    localImage(t, "prints", printsFile),
+			Crashable: localImage(t, "crashable", crashableFile),
+			Crash: func(t *testing.T, id string) {
+				crash(ctx, t, id)
 			},
 			HealthPasses: []string{"/bin/true"},
 			HealthFails:  []string{"/bin/sh", "-c", "echo not ready; exit 1"},
@@ -192,6 +209,22 @@ func createForeign(ctx context.Context, t *testing.T, image string) string {
 		t.Fatalf("start foreign container: %v", err)
 	}
 	return s.Name
+}
+
+// crash makes a container of the crashable image exit by itself: an exec
+// signals its process 1 (a stop would be the user's doing, and Podman
+// would not restart it).
+func crash(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	session, err := containers.ExecCreate(ctx, id, &handlers.ExecCreateConfig{
+		ExecOptions: dockercontainer.ExecOptions{Cmd: []string{"kill", "-USR1", "1"}},
+	})
+	if err != nil {
+		t.Fatalf("exec in %s: %v", id, err)
+	}
+	if err := containers.ExecStart(ctx, session, nil); err != nil {
+		t.Fatalf("start the exec in %s: %v", id, err)
+	}
 }
 
 func randomSuffix(tb testing.TB) string {

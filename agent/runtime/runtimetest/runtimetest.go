@@ -96,7 +96,25 @@ type Fixture struct {
 	// fail in the Running image's containers.
 	HealthPasses []string
 	HealthFails  []string
+	// Prints is an image whose containers print PrintedLines, the first
+	// on stderr and the others after it on stdout, then run until
+	// stopped (ending promptly on SIGTERM). Empty skips the Logs case.
+	Prints string
+	// Crashable is an image whose containers run until Crash makes their
+	// process exit with CrashExitCode by itself: not a stop, so the
+	// restart policy applies. Empty skips the restart count case.
+	Crashable string
+	// Crash makes a running container of Crashable exit with
+	// CrashExitCode, as a crash does.
+	Crash func(t *testing.T, id string)
 }
+
+// PrintedLines are what Fixture.Prints's containers print.
+var PrintedLines = []string{"conformance: on stderr", "conformance: line 1", "conformance: line 2", "conformance: line 3"}
+
+// CrashExitCode is the exit code of a Fixture.Crashable container that
+// Fixture.Crash ended.
+const CrashExitCode = 2
 
 // Registry names images in a registry that requires credentials.
 type Registry struct {
@@ -157,6 +175,13 @@ var cases = []testCase{
 	{"a failure within the start period does not count", testHealthStartPeriod},
 	{"a container without a health check reports no health and cannot run one", testNoHealthCheck},
 	{"no error carries a password or an environment value", testErrorsHoldNoSecret},
+	{"a watch delivers a start, then the death with its exit code", testWatchDied},
+	{"a watch delivers only the events of containers carrying all its labels", testWatchLabels},
+	{"a watch's channel is closed when its context ends", testWatchClosed},
+	{"a watch delivers each health check run", testWatchHealth},
+	{"a container its policy restarts after a crash counts the restart, and both are watched", testPolicyRestart},
+	{"Logs returns the last lines printed on stdout and stderr, oldest first", testLogsTail},
+	{"Inspect reports the image digest, the same for the same image", testImageDigest},
 }
 
 // suite is one case's state.

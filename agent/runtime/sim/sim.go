@@ -338,29 +338,27 @@ func (c *container) exit(code int) {
 
 func (c *container) view() runtime.Container {
 	return runtime.Container{
-		ID:           c.id,
-		Name:         c.spec.Name,
-		Image:        c.spec.Image,
-		Labels:       maps.Clone(c.spec.Labels),
-		State:        c.state,
-		ExitCode:     c.exitCode,
-		Ports:        slices.Clone(c.spec.Ports),
-		StartedAt:    c.startedAt,
-		FinishedAt:   c.finishedAt,
-		RestartCount: c.restartCount,
-		ImageDigest:  ImageDigest(c.spec.Image),
+		ID:         c.id,
+		Name:       c.spec.Name,
+		Image:      c.spec.Image,
+		Labels:     maps.Clone(c.spec.Labels),
+		State:      c.state,
+		ExitCode:   c.exitCode,
+		Ports:      slices.Clone(c.spec.Ports),
+		StartedAt:  c.startedAt,
+		FinishedAt: c.finishedAt,
 	}
 }
 
-// inspectView is view with the container's health and OOM flag, as Inspect
-// reports it.
+// inspectView is view with what only Inspect reports: the container's
+// health, restart count, OOM flag and image digest.
 func (c *container) inspectView() runtime.Container {
 	v := c.view()
 	if c.health != nil {
 		h := *c.health
 		v.Health = &h
 	}
-	v.OOMKilled = c.oomKilled
+	v.RestartCount, v.OOMKilled, v.ImageDigest = c.restartCount, c.oomKilled, ImageDigest(c.spec.Image)
 	return v
 }
 

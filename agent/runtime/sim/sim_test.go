@@ -25,6 +25,8 @@ const (
 	imgExit3       = "localhost/conformance/exit-3:1"
 	imgEnvCheck    = "localhost/conformance/envcheck:1"
 	imgMountCheck  = "localhost/conformance/mountcheck:1"
+	imgPrints      = "localhost/conformance/prints:1"
+	imgCrashable   = "localhost/conformance/crashable:1"
 	imgPrivate     = "registry.test:5000/conformance/private@sha256:0123"
 	imgMissing     = "registry.test:5000/conformance/missing:1"
 )
@@ -40,6 +42,9 @@ func behave(spec runtime.ContainerSpec) sim.Behaviour {
 	}
 	if spec.Image == imgMountCheck {
 		return sim.Behaviour{Exits: true, ExitCode: mountCheck(spec.Mounts)}
+	}
+	if spec.Image == imgPrints {
+		return sim.Behaviour{Output: runtimetest.PrintedLines}
 	}
 	return sim.DefaultBehaviour(spec)
 }
@@ -67,7 +72,7 @@ func TestConformance(t *testing.T) {
 	auth := runtime.RegistryAuth{Username: "device-pull", Password: "sim-password-41c7"}
 	runtimetest.Run(t, func(t *testing.T) (runtime.Runtime, runtimetest.Fixture) {
 		rt := sim.New(sim.Options{
-			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck},
+			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck, imgPrints, imgCrashable},
 			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
 			Unreachable: []string{"unreachable.example:5000"},
 			Behave:      behave,
@@ -99,6 +104,13 @@ func TestConformance(t *testing.T) {
 					t.Fatal(err)
 				}
 				return "foreign"
+			},
+			Prints:    imgPrints,
+			Crashable: imgCrashable,
+			Crash: func(t *testing.T, id string) {
+				if err := rt.Crash(id, runtimetest.CrashExitCode, false); err != nil {
+					t.Fatal(err)
+				}
 			},
 			RestartPolicy: func(t *testing.T, id string) string {
 				p, err := rt.RestartPolicy(id)

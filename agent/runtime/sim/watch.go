@@ -152,10 +152,12 @@ func (r *Runtime) Print(idOrName string, lines ...string) error {
 	return nil
 }
 
-// print appends lines to c's log, keeping the last MaxLogLines. The
-// caller holds the runtime's lock.
+// print appends lines to c's log, each cut at runtime.MaxLogLine bytes,
+// keeping the last MaxLogLines. The caller holds the runtime's lock.
 func (c *container) print(lines ...string) {
-	c.logs = append(c.logs, lines...)
+	for _, l := range lines {
+		c.logs = append(c.logs, l[:min(len(l), runtime.MaxLogLine)])
+	}
 	if n := len(c.logs); n > MaxLogLines {
 		c.logs = slices.Clone(c.logs[n-MaxLogLines:])
 	}

@@ -131,8 +131,8 @@ func TestRestartsCountUpUntilAStartAndAnOOMKillStaysFlagged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].RestartCount != 3 || list[0].OOMKilled {
-		t.Errorf("List reports %+v, want 3 restarts and no OOM flag (inspect only)", list)
+	if len(list) != 1 || list[0].RestartCount != 0 || list[0].OOMKilled || list[0].ImageDigest != "" {
+		t.Errorf("List reports %+v, want no restart count, OOM flag or digest (Inspect only, as on Podman 4.3)", list)
 	}
 	if err := rt.Stop(t.Context(), id, time.Second); err != nil {
 		t.Fatal(err)
