@@ -493,11 +493,38 @@ func (m *monitor) observe(s *seenContainer, c runtime.Container, now time.Time) 
 	m.eng.observe(s.key, s.hash, s.service, o, now)
 }
 
-// pollOnce lists the device's containers: a death the events did not tell
-// (a RestartCount that grew, a newer start of a container last seen
-// running) is counted at now, and every state is observed.
-func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
+// owned lists the agent's containers of this device, each inspected:
+// only Inspect reports restart counts, OOM kills, image digests and health
+// (Podman 4.3's list carries none of them). One that goes between the two
+// calls is left out.
+func (m *monitor) owned(ctx context.Context) ([]runtime.Container, error) {
 	all, err := m.r.rt().List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []runtime.Container
+	for _, c := range all {
+		if !m.r.ownsAny(c) {
+			continue
+		}
+		full, err := m.r.rt().Inspect(ctx, c.ID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		out = append(out, full)
+	}
+	return out, nil
+}
+
+// pollOnce lists the device's containers: a death the events did not tell
+// (a restart count that grew, a newer start of a container last seen
+// running, an exit of one last seen running) is counted at now, and every
+// state is observed. A health check that is due is run.
+func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
+	cs, err := m.owned(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.DebugContext(ctx, "list containers for the monitor", "error", err)
@@ -505,12 +532,9 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 		return
 	}
 	live := map[string]bool{}
-	var inspect []string
+	var checks []string
 	m.mu.Lock()
-	for _, c := range all {
-		if !m.r.ownsAny(c) {
-			continue
-		}
+	for _, c := range cs {
 		live[c.ID] = true
 		s, known := m.seen[c.ID]
 		if !known {
@@ -527,17 +551,17 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 		case c.State == runtime.StateExited && s.state == runtime.StateRunning && !m.r.expectStop.expected(c.ID):
 			deaths = 1
 		}
-		if known && (c.State != s.state || c.RestartCount != s.restarts) {
+		if known && (c.State != s.state || c.RestartCount != s.restarts || c.StartedAt != s.startedAt) {
 			m.pace.changed()
 		}
-		if deaths > 0 {
-			inspect = append(inspect, c.ID)
-			for range min(deaths, m.eng.rules.restarts+1) {
-				m.death(s, serviceDeath{At: now, ExitCode: c.ExitCode}, c)
-			}
+		for i := range min(deaths, m.eng.rules.restarts+1) {
+			oom := i == 0 && c.OOMKilled && !s.oom
+			m.death(s, serviceDeath{At: now, ExitCode: c.ExitCode, OOMKilled: oom}, c)
 		}
+		s.oom = s.oom || c.OOMKilled
 		if m.checkDue(s, c, now) {
-			inspect = append(inspect, c.ID)
+			s.lastCheck = now
+			checks = append(checks, c.ID)
 		}
 		m.observe(s, c, now)
 	}
@@ -548,8 +572,8 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 		}
 	}
 	m.mu.Unlock()
-	for _, id := range inspect {
-		m.inspect(ctx, id, now)
+	for _, id := range checks {
+		m.runCheck(ctx, id, now)
 	}
 }
 
@@ -567,28 +591,11 @@ func (m *monitor) checkDue(s *seenContainer, c runtime.Container, now time.Time)
 	return now.Sub(s.lastCheck) >= max(hc.Interval, minCheckEvery)
 }
 
-// inspect reads one container after a poll: its OOM flag after a death,
-// its health after running its check when due.
-func (m *monitor) inspect(ctx context.Context, id string, now time.Time) {
-	m.mu.Lock()
-	s, ok := m.seen[id]
-	var runCheck bool
-	if ok {
-		spec := m.specs[s.key]
-		_, hasCheck := spec.Checks[s.service]
-		runCheck = hasCheck && spec.Revision == s.hash && s.state == runtime.StateRunning
-		if runCheck {
-			s.lastCheck = now
-		}
-	}
-	m.mu.Unlock()
-	if !ok {
-		return
-	}
-	if runCheck {
-		if err := m.r.rt().RunHealthCheck(ctx, id); err != nil {
-			m.log.DebugContext(ctx, "run a health check for the monitor", "container", id, "error", err)
-		}
+// runCheck runs a container's health check, as the engine's own schedule
+// would (without systemd nothing else does), and observes its health.
+func (m *monitor) runCheck(ctx context.Context, id string, now time.Time) {
+	if err := m.r.rt().RunHealthCheck(ctx, id); err != nil {
+		m.log.DebugContext(ctx, "run a health check for the monitor", "container", id, "error", err)
 	}
 	c, err := m.r.rt().Inspect(ctx, id)
 	if err != nil {
@@ -596,17 +603,9 @@ func (m *monitor) inspect(ctx context.Context, id string, now time.Time) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if s, ok = m.seen[id]; !ok {
-		return
+	if s, ok := m.seen[id]; ok {
+		m.observe(s, c, now)
 	}
-	if c.OOMKilled && !s.oom {
-		s.oom = true
-		if d := m.eng.service(s.key, s.hash, s.service); d != nil && d.last != nil {
-			d.last.OOMKilled = true
-			d.deaths[len(d.deaths)-1].OOMKilled = true
-		}
-	}
-	m.observe(s, c, now)
 }
 
 // snapshot sends the device's containers when they changed and the pace
@@ -621,7 +620,7 @@ func (m *monitor) snapshot(ctx context.Context, now time.Time) {
 	if !due {
 		return
 	}
-	all, err := m.r.rt().List(ctx)
+	all, err := m.owned(ctx)
 	if err != nil {
 		m.mu.Lock()
 		m.pace.force() // try again
