@@ -190,6 +190,19 @@ func (m *monitor) untrackOther(e events.IntentEntry) {
 	}
 }
 
+// keep stops watching every Deployment not in want (gone from the
+// intent).
+func (m *monitor) keep(want map[[2]string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.specs {
+		if !want[[2]string{k.ns, k.name}] {
+			m.forget(k)
+		}
+	}
+}
+
+// untrack stops watching k.
 func (m *monitor) untrack(k depKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
