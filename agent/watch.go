@@ -31,6 +31,9 @@ const (
 	DefaultWatchPoll = time.Minute
 	// fastPoll is how often it lists them when events cannot be had.
 	fastPoll = 10 * time.Second
+	// lostFastFor is how long the monitor lists every fastPoll after
+	// events were lost.
+	lostFastFor = time.Minute
 	// DefaultHealthTick is how often the monitor applies its rules
 	// (Options.HealthTick).
 	DefaultHealthTick = time.Second
@@ -81,7 +84,10 @@ type monitor struct {
 	lastSnap []byte
 	mode     string
 	nextPoll time.Time
-	wake     chan struct{}
+	// fastUntil: events were lost; the monitor lists every fastPoll until
+	// then.
+	fastUntil time.Time
+	wake      chan struct{}
 	// before are the restart counts of the containers found when the
 	// agent started (the engine rule without a state file).
 	before map[string]int
@@ -308,7 +314,7 @@ func (m *monitor) step(ctx context.Context) {
 	due := !now.Before(m.nextPoll)
 	if due {
 		every := m.poll
-		if m.mode != watchEvents {
+		if m.mode != watchEvents || now.Before(m.fastUntil) {
 			every = fastPoll
 		}
 		m.nextPoll = now.Add(every)
@@ -422,7 +428,9 @@ func (m *monitor) containerOf(k depKey, hash, name string) string {
 func (m *monitor) event(ctx context.Context, ev runtime.ContainerEvent) {
 	switch ev.Kind {
 	case runtime.EventLost:
-		m.pollNow()
+		m.mu.Lock()
+		m.nextPoll, m.fastUntil = time.Time{}, m.now().Add(lostFastFor)
+		m.mu.Unlock()
 		return
 	case runtime.EventRemoved:
 		m.mu.Lock()
