@@ -185,6 +185,15 @@ func (m *monitor) settling(e events.IntentEntry) bool {
 	return ok && sameRevision(spec.Entry, e) && m.eng.settling(spec.key(), spec.rev())
 }
 
+// watching reports whether e's revision is watched (tracked or
+// settling).
+func (m *monitor) watching(e events.IntentEntry) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	spec, ok := m.specs[depKey{e.Namespace, e.Name}]
+	return ok && sameRevision(spec.Entry, e)
+}
+
 // untrackOther stops watching e's Deployment when it watches another
 // revision of it; untrack(k) stops watching k altogether.
 func (m *monitor) untrackOther(e events.IntentEntry) {
