@@ -83,3 +83,33 @@ func TestLogsAreRedactedOnRealPodman(t *testing.T) {
 		t.Errorf("logs %q lack the redacted line", logs)
 	}
 }
+
+// turnsUnhealthyFile runs a service whose check passes for its first
+// seconds, then fails.
+const turnsUnhealthyFile = "CMD [\"sh\", \"-c\", \"touch /tmp/ok; sleep 5; rm /tmp/ok; trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
+
+// TestAServiceThatTurnsUnhealthyIsDegradedOnRealPodman: Podman here runs
+// no check after the health gate (no systemd); the agent runs the check
+// when it is due, at most every 30 s, and reports the Deployment Degraded
+// once Podman says unhealthy.
+func TestAServiceThatTurnsUnhealthyIsDegradedOnRealPodman(t *testing.T) {
+	w := newPodmanWorld(t)
+	img := podmantest.BuildImage(t, "turns-unhealthy", turnsUnhealthyFile)
+	d := w.runDaemon(t, agent.Options{StateDir: t.TempDir()})
+	d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: img,
+		Healthcheck: &score.Healthcheck{Command: []string{"test", "-f", "/tmp/ok"}, Interval: "1s", Retries: 1}}}}})
+	testenv.Eventually(t, "generation 1 converges once healthy", time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) })
+	var rep events.WorkloadHealth
+	testenv.Eventually(t, "a Degraded report", 2*time.Minute, func() bool {
+		for _, wh := range d.health() {
+			if wh.EventType() == events.TypeWorkloadDegraded {
+				rep = wh
+				return true
+			}
+		}
+		return false
+	})
+	if rep.Reason != events.HealthUnhealthy || len(rep.Services) != 1 || rep.Services[0].Health != "unhealthy" || rep.Services[0].State != "running" {
+		t.Errorf("report %+v", rep)
+	}
+}

@@ -332,6 +332,7 @@ func (m *monitor) step(ctx context.Context) {
 	if due {
 		m.pollOnce(ctx, now)
 	}
+	m.checks(ctx, now)
 	m.mu.Lock()
 	reps := m.eng.decide(now)
 	settled := m.eng.settled(now)

@@ -51,7 +51,6 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 		return
 	}
 	live := map[string]bool{}
-	var checks []string
 	m.mu.Lock()
 	for _, c := range cs {
 		live[c.ID] = true
@@ -78,10 +77,6 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 			m.death(s, serviceDeath{At: now, ExitCode: c.ExitCode, OOMKilled: oom}, c)
 		}
 		s.oom = s.oom || c.OOMKilled
-		if m.checkDue(s, c, now) {
-			s.lastCheck = now
-			checks = append(checks, c.ID)
-		}
 		m.observe(s, c, now)
 	}
 	for id := range m.seen {
@@ -91,23 +86,28 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 		}
 	}
 	m.mu.Unlock()
-	for _, id := range checks {
-		m.runCheck(ctx, id, now)
-	}
 }
 
-// checkDue reports whether c's health check is due: it has one, runs, and
-// none ran for max(interval, minCheckEvery). The caller holds m.mu.
-func (m *monitor) checkDue(s *seenContainer, c runtime.Container, now time.Time) bool {
-	spec, ok := m.specs[s.key]
-	if !ok || spec.Revision != s.hash || c.State != runtime.StateRunning {
-		return false
+// checks runs the health checks that are due (runCheck): those of the
+// watched services that run and whose check did not run for
+// max(interval, minCheckEvery).
+func (m *monitor) checks(ctx context.Context, now time.Time) {
+	var due []string
+	m.mu.Lock()
+	for id, s := range m.seen {
+		spec, ok := m.specs[s.key]
+		if !ok || spec.Revision != s.hash || s.state != runtime.StateRunning {
+			continue
+		}
+		if hc, ok := spec.Checks[s.service]; ok && now.Sub(s.lastCheck) >= max(hc.Interval, minCheckEvery) {
+			s.lastCheck = now
+			due = append(due, id)
+		}
 	}
-	hc, ok := spec.Checks[s.service]
-	if !ok {
-		return false
+	m.mu.Unlock()
+	for _, id := range due {
+		m.runCheck(ctx, id, now)
 	}
-	return now.Sub(s.lastCheck) >= max(hc.Interval, minCheckEvery)
 }
 
 // runCheck runs a container's health check, as the engine's own schedule
