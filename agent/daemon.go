@@ -604,6 +604,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	if ctx.Err() != nil {
 		return ""
 	}
+	d.mon.keep(want)
 	have, err := d.o.Reconciler.Deployments(ctx)
 	if runtime.IsUnavailable(err) {
 		unavailable = true

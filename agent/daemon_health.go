@@ -33,6 +33,15 @@ func (d *daemon) applied(ctx context.Context, e events.IntentEntry) {
 		d.status(ctx, e, events.WorkloadFailed, u.text) // sticky: never settled again
 		return
 	}
+	if d.mon.watching(e) {
+		// Watched already (a resync, a repair): nothing to read again.
+		switch {
+		case d.mon.settling(e):
+		case e.MinReadySeconds == 0 || d.reportedPhase(e, events.WorkloadConverged):
+			d.status(ctx, e, events.WorkloadConverged, "")
+		}
+		return
+	}
 	spec, err := d.o.Reconciler.Watched(ctx, e)
 	if err != nil {
 		// Not the workload's failure: the revision applied. It is not

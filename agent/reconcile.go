@@ -56,7 +56,8 @@ type PullCredentials interface {
 // Reconciler applies one Deployment's desired state to the runtime with the
 // PodmanV0 semantics. It keeps no state of its own: everything it needs is
 // in the runtime's labels, so a restart rebuilds it; the secret pins and
-// the pull backoff it is given live in memory and start empty.
+// the pull backoff it is given, and the stops it expects (for the
+// monitor), live in memory and start empty.
 type Reconciler struct {
 	Runtime runtime.Runtime
 	// Device is the id of the device this reconciler acts for; it is part

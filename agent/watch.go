@@ -31,6 +31,9 @@ const (
 	DefaultWatchPoll = time.Minute
 	// fastPoll is how often it lists them when events cannot be had.
 	fastPoll = 10 * time.Second
+	// lostFastFor is how long the monitor lists every fastPoll after
+	// events were lost.
+	lostFastFor = time.Minute
 	// DefaultHealthTick is how often the monitor applies its rules
 	// (Options.HealthTick).
 	DefaultHealthTick = time.Second
@@ -81,7 +84,10 @@ type monitor struct {
 	lastSnap []byte
 	mode     string
 	nextPoll time.Time
-	wake     chan struct{}
+	// fastUntil: events were lost; the monitor lists every fastPoll until
+	// then.
+	fastUntil time.Time
+	wake      chan struct{}
 	// before are the restart counts of the containers found when the
 	// agent started (the engine rule without a state file).
 	before map[string]int
@@ -179,6 +185,15 @@ func (m *monitor) settling(e events.IntentEntry) bool {
 	return ok && sameRevision(spec.Entry, e) && m.eng.settling(spec.key(), spec.rev())
 }
 
+// watching reports whether e's revision is watched (tracked or
+// settling).
+func (m *monitor) watching(e events.IntentEntry) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	spec, ok := m.specs[depKey{e.Namespace, e.Name}]
+	return ok && sameRevision(spec.Entry, e)
+}
+
 // untrackOther stops watching e's Deployment when it watches another
 // revision of it; untrack(k) stops watching k altogether.
 func (m *monitor) untrackOther(e events.IntentEntry) {
@@ -190,6 +205,19 @@ func (m *monitor) untrackOther(e events.IntentEntry) {
 	}
 }
 
+// keep stops watching every Deployment not in want (gone from the
+// intent).
+func (m *monitor) keep(want map[[2]string]bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for k := range m.specs {
+		if !want[[2]string{k.ns, k.name}] {
+			m.forget(k)
+		}
+	}
+}
+
+// untrack stops watching k.
 func (m *monitor) untrack(k depKey) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -295,7 +323,7 @@ func (m *monitor) step(ctx context.Context) {
 	due := !now.Before(m.nextPoll)
 	if due {
 		every := m.poll
-		if m.mode != watchEvents {
+		if m.mode != watchEvents || now.Before(m.fastUntil) {
 			every = fastPoll
 		}
 		m.nextPoll = now.Add(every)
@@ -304,6 +332,7 @@ func (m *monitor) step(ctx context.Context) {
 	if due {
 		m.pollOnce(ctx, now)
 	}
+	m.checks(ctx, now)
 	m.mu.Lock()
 	reps := m.eng.decide(now)
 	settled := m.eng.settled(now)
@@ -409,7 +438,9 @@ func (m *monitor) containerOf(k depKey, hash, name string) string {
 func (m *monitor) event(ctx context.Context, ev runtime.ContainerEvent) {
 	switch ev.Kind {
 	case runtime.EventLost:
-		m.pollNow()
+		m.mu.Lock()
+		m.nextPoll, m.fastUntil = time.Time{}, m.now().Add(lostFastFor)
+		m.mu.Unlock()
 		return
 	case runtime.EventRemoved:
 		m.mu.Lock()
@@ -491,161 +522,6 @@ func (m *monitor) observe(s *seenContainer, c runtime.Container, now time.Time) 
 		o.Health = c.Health.Status
 	}
 	m.eng.observe(s.key, s.hash, s.service, o, now)
-}
-
-// pollOnce lists the device's containers: a death the events did not tell
-// (a RestartCount that grew, a newer start of a container last seen
-// running) is counted at now, and every state is observed.
-func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
-	all, err := m.r.rt().List(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			m.log.DebugContext(ctx, "list containers for the monitor", "error", err)
-		}
-		return
-	}
-	live := map[string]bool{}
-	var inspect []string
-	m.mu.Lock()
-	for _, c := range all {
-		if !m.r.ownsAny(c) {
-			continue
-		}
-		live[c.ID] = true
-		s, known := m.seen[c.ID]
-		if !known {
-			s = m.see(c)
-			m.pace.changed()
-		}
-		deaths := 0
-		switch {
-		case !known:
-		case c.RestartCount > s.restarts:
-			deaths = c.RestartCount - s.restarts
-		case c.StartedAt.After(s.startedAt) && s.state == runtime.StateRunning:
-			deaths = 1
-		case c.State == runtime.StateExited && s.state == runtime.StateRunning && !m.r.expectStop.expected(c.ID):
-			deaths = 1
-		}
-		if known && (c.State != s.state || c.RestartCount != s.restarts) {
-			m.pace.changed()
-		}
-		if deaths > 0 {
-			inspect = append(inspect, c.ID)
-			for range min(deaths, m.eng.rules.restarts+1) {
-				m.death(s, serviceDeath{At: now, ExitCode: c.ExitCode}, c)
-			}
-		}
-		if m.checkDue(s, c, now) {
-			inspect = append(inspect, c.ID)
-		}
-		m.observe(s, c, now)
-	}
-	for id := range m.seen {
-		if !live[id] {
-			delete(m.seen, id)
-			m.pace.changed()
-		}
-	}
-	m.mu.Unlock()
-	for _, id := range inspect {
-		m.inspect(ctx, id, now)
-	}
-}
-
-// checkDue reports whether c's health check is due: it has one, runs, and
-// none ran for max(interval, minCheckEvery). The caller holds m.mu.
-func (m *monitor) checkDue(s *seenContainer, c runtime.Container, now time.Time) bool {
-	spec, ok := m.specs[s.key]
-	if !ok || spec.Revision != s.hash || c.State != runtime.StateRunning {
-		return false
-	}
-	hc, ok := spec.Checks[s.service]
-	if !ok {
-		return false
-	}
-	return now.Sub(s.lastCheck) >= max(hc.Interval, minCheckEvery)
-}
-
-// inspect reads one container after a poll: its OOM flag after a death,
-// its health after running its check when due.
-func (m *monitor) inspect(ctx context.Context, id string, now time.Time) {
-	m.mu.Lock()
-	s, ok := m.seen[id]
-	var runCheck bool
-	if ok {
-		spec := m.specs[s.key]
-		_, hasCheck := spec.Checks[s.service]
-		runCheck = hasCheck && spec.Revision == s.hash && s.state == runtime.StateRunning
-		if runCheck {
-			s.lastCheck = now
-		}
-	}
-	m.mu.Unlock()
-	if !ok {
-		return
-	}
-	if runCheck {
-		if err := m.r.rt().RunHealthCheck(ctx, id); err != nil {
-			m.log.DebugContext(ctx, "run a health check for the monitor", "container", id, "error", err)
-		}
-	}
-	c, err := m.r.rt().Inspect(ctx, id)
-	if err != nil {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s, ok = m.seen[id]; !ok {
-		return
-	}
-	if c.OOMKilled && !s.oom {
-		s.oom = true
-		if d := m.eng.service(s.key, s.hash, s.service); d != nil && d.last != nil {
-			d.last.OOMKilled = true
-			d.deaths[len(d.deaths)-1].OOMKilled = true
-		}
-	}
-	m.observe(s, c, now)
-}
-
-// snapshot sends the device's containers when they changed and the pace
-// allows.
-func (m *monitor) snapshot(ctx context.Context, now time.Time) {
-	if !m.snaps {
-		return
-	}
-	m.mu.Lock()
-	due := m.pace.due(now)
-	m.mu.Unlock()
-	if !due {
-		return
-	}
-	all, err := m.r.rt().List(ctx)
-	if err != nil {
-		m.mu.Lock()
-		m.pace.force() // try again
-		m.mu.Unlock()
-		return
-	}
-	m.mu.Lock()
-	dc := m.containers(all)
-	m.mu.Unlock()
-	data, err := fitContainers(m.d.o.Device, dc)
-	if err != nil {
-		m.log.WarnContext(ctx, "container snapshot not sent", "error", err)
-		return
-	}
-	b, _ := marshalData(data)
-	m.mu.Lock()
-	same := string(b) == string(m.lastSnap)
-	if !same {
-		m.lastSnap = b
-	}
-	m.mu.Unlock()
-	if !same {
-		m.d.report(ctx, events.Keys{Device: m.d.o.Device}, data)
-	}
 }
 
 // generationOf parses a generation label (0 when it does not parse).

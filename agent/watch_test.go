@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nationtech/harmony-fleet/agent"
+	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/agent/runtime/sim"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
@@ -309,4 +312,45 @@ func TestAnAgentRestartKeepsDegradedWithoutNewReports(t *testing.T) {
 			t.Errorf("health reports %s, want at most one more", e.healthText())
 		}
 	})
+}
+
+// noEvents is an engine whose events cannot be watched.
+type noEvents struct{ *sim.Runtime }
+
+func (noEvents) Watch(context.Context, map[string]string) (<-chan runtime.ContainerEvent, error) {
+	return nil, errors.New("no events here")
+}
+
+func TestDeathsAreFoundByPollingWithoutEvents(t *testing.T) {
+	clk := newFakeClock()
+	w := newWorld(t, func(o *sim.Options) { o.Now = clk.Now })
+	w.r.Runtime = noEvents{w.rt}
+	m := agent.NewMetrics(nil)
+	e := &watchEnv{clk: clk, reg: registry(t, m)}
+	e.agentEnv = startAgentOn(t, w, func(o *agent.Options) {
+		o.Now, o.HealthTick, o.StateDir, o.Metrics = clk.Now, 5*time.Millisecond, t.TempDir(), m
+		agent.SetStepHook(o, func(now time.Time) { e.stepped.Store(now.UnixNano()) })
+	})
+	e.put(entry(t, 1, baseScore()))
+	e.waitStatus(1, events.WorkloadConverged)
+	e.advance(10 * time.Second) // a poll sees the containers
+	for range 3 {
+		if err := e.rt.Crash("api", 2, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.healthText(); got != "" {
+		t.Fatalf("reports before a poll: %s", got)
+	}
+	e.advance(10 * time.Second)
+	reps := e.waitHealth("degraded gen 1 CrashLoop")
+	// A death found by a poll is timed at the poll, with the exit code
+	// the engine shows then (the simulated engine clears it on a start).
+	if s := reps[0].Services[0]; s.Name != "api" || s.Restarts != 3 || s.RestartsTotal != 3 || s.ExitedAt == nil ||
+		!s.ExitedAt.Equal(e.clk.Now()) {
+		t.Errorf("service %+v", s)
+	}
+	if v := series(t, e.reg)[`fleet_agent_watch_mode{mode="poll"}`]; v != 1 {
+		t.Errorf("watch mode poll = %v, want 1", v)
+	}
 }
