@@ -95,7 +95,7 @@ func TestContainersReachTheDeviceStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		flat := strings.Join(strings.Fields(string(out)), " ")
-		for _, s := range []string{"Degraded Workloads: 1", "Workloads: Containers:", "Name: migrate Role: init State: exited",
+		for _, s := range []string{"Degraded Workloads: 1", "Workloads: Containers:", "Name: migrate Restarts: 0 Role: init State: exited",
 			"Image Digest: sha256:abab", "Code: 2 Name: api Restarts: 3 Role: service State: running", "Degraded: CrashLoop Deployment: api"} {
 			if !strings.Contains(flat, s) {
 				t.Errorf("kubectl describe fdev lacks %q:\n%s", s, out)
