@@ -281,9 +281,12 @@ func TestAContainersFloodWritesTheDeviceAtMostOncePerMinute(t *testing.T) {
 }
 
 // deployment creates Deployment name, which targets no device, and returns
-// its UID.
+// its UID. Call it before the operators start: the test's objects are
+// removed after they stopped, or the next test's operators would append
+// the Deployment's revisions to their stores.
 func (e *devEnv) deployment(name string) string {
 	e.t.Helper()
+	e.t.Cleanup(func() { removeAll(e.t, e.c, e.ns) })
 	dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Spec: fleetv1.DeploymentSpec{
 		TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
 		Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
