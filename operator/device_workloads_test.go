@@ -311,7 +311,7 @@ func TestContainerRestartsAreCountedByDeploymentWithoutADeviceLabel(t *testing.T
 	id := e.id("rpi-1")
 	e.create(id, nil)
 	uid := e.deployment("api")
-	e.start(time.Minute)
+	stop := e.start(time.Minute)
 	restarts := func() float64 { return e.restarts("api") }
 	// report is a report of api and of Deployments the device cannot count
 	// for: one that does not exist, one of another UID (a deleted and
@@ -359,6 +359,25 @@ func TestContainerRestartsAreCountedByDeploymentWithoutADeviceLabel(t *testing.T
 			t.Errorf("labels (-want +got):\n%s", diff)
 		}
 	}
+
+	t.Run("an operator started later takes the last report as its baseline", func(t *testing.T) {
+		stop()
+		c := crashLooping(e.ns, uid, 3)
+		c.Workloads[0].RevisionID = "rev-3"
+		e.report(id, c) // replaced while no operator ran: not counted
+		e.metrics = operator.NewMetrics()
+		e.start(time.Minute)
+		e.waitDevice(id, "the last report on the Device", func(d *fleetv1.Device) bool {
+			return restartsOf(d, "api", "api") == 3 && d.Status.Workloads[0].Revision == "rev-3"
+		})
+		c = crashLooping(e.ns, uid, 5)
+		c.Workloads[0].RevisionID = "rev-3"
+		e.report(id, c)
+		testenv.Eventually(t, "restarts counted by the new operator", 60*time.Second, func() bool { return e.restarts("api") > 0 })
+		if v := e.restarts("api"); v != 2 {
+			t.Errorf("the new operator counted %v restarts, want 2 (from its baseline, the last report before it started)", v)
+		}
+	})
 }
 
 func TestAContainersReportNamingAnotherDeviceIsRefused(t *testing.T) {
