@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,8 +69,9 @@ func newDevEnv(t *testing.T) *devEnv {
 	return &devEnv{t: t, ctx: ctx, srv: srv, c: c, store: st, identity: identity, intent: intent, ns: ns}
 }
 
-// start runs an operator with the Device controller until the test ends.
-func (e *devEnv) start(staleAfter time.Duration) {
+// start runs an operator with the Device controller until stop is called
+// or the test ends.
+func (e *devEnv) start(staleAfter time.Duration) (stop func()) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
@@ -79,12 +81,17 @@ func (e *devEnv) start(staleAfter time.Duration) {
 			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips, Metrics: e.metrics,
 			DeviceWorkers: e.workers, DeviceNow: e.now})
 	}()
-	e.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("operator.Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("operator.Run: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
 }
 
 // id makes a device id unique on the shared API server (ids are unique

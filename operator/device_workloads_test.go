@@ -95,7 +95,7 @@ func TestContainersReachTheDeviceStatus(t *testing.T) {
 			t.Fatal(err)
 		}
 		flat := strings.Join(strings.Fields(string(out)), " ")
-		for _, s := range []string{"Degraded Workloads: 1", "Workloads: Containers:", "Name: migrate Role: init State: exited",
+		for _, s := range []string{"Degraded Workloads: 1", "Workloads: Containers:", "Name: migrate Restarts: 0 Role: init State: exited",
 			"Image Digest: sha256:abab", "Code: 2 Name: api Restarts: 3 Role: service State: running", "Degraded: CrashLoop Deployment: api"} {
 			if !strings.Contains(flat, s) {
 				t.Errorf("kubectl describe fdev lacks %q:\n%s", s, out)
@@ -281,9 +281,12 @@ func TestAContainersFloodWritesTheDeviceAtMostOncePerMinute(t *testing.T) {
 }
 
 // deployment creates Deployment name, which targets no device, and returns
-// its UID.
+// its UID. Call it before the operators start: the test's objects are
+// removed after they stopped, or the next test's operators would append
+// the Deployment's revisions to their stores.
 func (e *devEnv) deployment(name string) string {
 	e.t.Helper()
+	e.t.Cleanup(func() { removeAll(e.t, e.c, e.ns) })
 	dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns}, Spec: fleetv1.DeploymentSpec{
 		TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
 		Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
@@ -308,7 +311,7 @@ func TestContainerRestartsAreCountedByDeploymentWithoutADeviceLabel(t *testing.T
 	id := e.id("rpi-1")
 	e.create(id, nil)
 	uid := e.deployment("api")
-	e.start(time.Minute)
+	stop := e.start(time.Minute)
 	restarts := func() float64 { return e.restarts("api") }
 	// report is a report of api and of Deployments the device cannot count
 	// for: one that does not exist, one of another UID (a deleted and
@@ -356,6 +359,25 @@ func TestContainerRestartsAreCountedByDeploymentWithoutADeviceLabel(t *testing.T
 			t.Errorf("labels (-want +got):\n%s", diff)
 		}
 	}
+
+	t.Run("an operator started later takes the last report as its baseline", func(t *testing.T) {
+		stop()
+		c := crashLooping(e.ns, uid, 3)
+		c.Workloads[0].RevisionID = "rev-3"
+		e.report(id, c) // replaced while no operator ran: not counted
+		e.metrics = operator.NewMetrics()
+		e.start(time.Minute)
+		e.waitDevice(id, "the last report on the Device", func(d *fleetv1.Device) bool {
+			return restartsOf(d, "api", "api") == 3 && d.Status.Workloads[0].Revision == "rev-3"
+		})
+		c = crashLooping(e.ns, uid, 5)
+		c.Workloads[0].RevisionID = "rev-3"
+		e.report(id, c)
+		testenv.Eventually(t, "restarts counted by the new operator", 60*time.Second, func() bool { return e.restarts("api") > 0 })
+		if v := e.restarts("api"); v != 2 {
+			t.Errorf("the new operator counted %v restarts, want 2 (from its baseline, the last report before it started)", v)
+		}
+	})
 }
 
 func TestAContainersReportNamingAnotherDeviceIsRefused(t *testing.T) {
