@@ -88,6 +88,9 @@ func TestAHealthyDeploymentWritesThePinnedRecords(t *testing.T) {
 		nc := natstest.Connect(t, nsrv, nats.CustomInboxPrefix("_INBOX_"+dev))
 		agentConns = append(agentConns, nc)
 		rec := &agent.Reconciler{Runtime: sim.New(sim.Options{LocalImages: []string{image1, image2}}), Log: logger, StopTimeout: time.Second}
+		// The device clock stands still (the reports' since): the agent's
+		// monitor sees no time pass, and services that stay up give it
+		// nothing to decide anyway.
 		go func() {
 			agDone <- agent.Run(agCtx, agent.Options{Device: dev, Conn: nc, Reconciler: rec, Logger: logger,
 				Now: func() time.Time { return at }, EventStamp: stamp.option()})
