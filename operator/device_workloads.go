@@ -174,6 +174,12 @@ func deviceTime(t *time.Time) *metav1.Time {
 	return &mt
 }
 
+// same reports whether b and o say the same.
+func (b boundedContainers) same(o boundedContainers) bool {
+	return b.degraded == o.degraded && b.truncated == o.truncated && slices.Equal(b.uids, o.uids) &&
+		equality.Semantic.DeepEqual(b.workloads, o.workloads)
+}
+
 // sameWorkloads reports whether the status already shows b.
 func sameWorkloads(b boundedContainers, s fleetv1.DeviceStatus) bool {
 	return b.degraded == s.DegradedWorkloads && b.truncated == s.WorkloadsTruncated &&
