@@ -84,6 +84,14 @@ func (s *Store) Follow(ctx context.Context, filter string, from Start) iter.Seq2
 	return s.read(ctx, []string{filter}, from, true)
 }
 
+// ReplaySubjects is Replay of several subject filters of one stream (an
+// error otherwise), read in stream order by one ordered consumer, until
+// caught up: the rollout runner reads a device's workload and health
+// reports in the order they were stored, with one consumer.
+func (s *Store) ReplaySubjects(ctx context.Context, filters []string, from Start) iter.Seq2[Record, error] {
+	return s.read(ctx, filters, from, false)
+}
+
 // FollowSubjects is Follow of several subject filters of one stream (an
 // error otherwise), read in stream order by one ordered consumer: one
 // consumer, not one per filter, whatever the number of subjects they match.
