@@ -31,7 +31,8 @@ func TestMain(m *testing.M) {
 
 // TestKubectlRecipes runs the kubectl recipes of operator.md, devices.md
 // and tasks.md, in order, with the real kubectl and nats CLIs against a real
-// API server, the operator, and a device reporting heartbeats and inventory.
+// API server, the operator, and a device reporting heartbeats, inventory
+// and its containers.
 func TestKubectlRecipes(t *testing.T) {
 	srv := kubeapi.Shared(t)
 	nats := natsCLI(t)
@@ -64,6 +65,21 @@ func TestKubectlRecipes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := st.Report(ctx, inv); err != nil {
+		t.Fatal(err)
+	}
+	// Its containers: Deployment lab/analysis-api crash-loops.
+	exited := time.Date(2026, 12, 5, 3, 4, 5, 0, time.UTC)
+	containers, err := events.New(events.Keys{Device: "rpi-1"}, events.DeviceContainers{Workloads: []events.WorkloadContainers{{
+		Namespace: "lab", Deployment: "analysis-api", UID: "0b9f6c1e-5d0a-4f43-9d2b-7b1f3e2a9c11", Generation: 2, RevisionID: "2-5f2c9a1b",
+		Degraded: events.HealthCrashLoop, Containers: []events.ContainerState{
+			{Name: "migrate", Role: events.ContainerRoleInit, State: "exited", ExitedAt: &exited},
+			{Name: "api", Role: events.ContainerRoleService, State: "running", Restarts: 3, ExitCode: 2, ExitedAt: &exited,
+				ImageDigest: "sha256:9c1e5d0a4f439d2b7b1f3e2a9c110b9f6c1e5d0a4f439d2b7b1f3e2a9c110b9f"},
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Report(ctx, containers); err != nil {
 		t.Fatal(err)
 	}
 	go func() {

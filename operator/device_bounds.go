@@ -36,7 +36,8 @@ const (
 	MaxInventoryField = 256
 	// MaxDeviceStatusBytes is what the bounds above keep a Device's status
 	// under, encoded as JSON, whatever the device reports (checked by a
-	// test on the worst case).
+	// test on the worst case), status.workloads aside: that has its own
+	// bound, MaxDeviceWorkloadsBytes.
 	MaxDeviceStatusBytes = 16 << 10
 )
 

@@ -88,6 +88,11 @@ type DeviceReconciler struct {
 	// Workers is how many Devices are reconciled at once. Default
 	// DefaultDeviceWorkers.
 	Workers int
+	// Now, when set, is the clock the controller decides by (tests):
+	// liveness against the heartbeats' stream times, and when a Device's
+	// status.workloads may be written again (WorkloadsInterval). Nil:
+	// time.Now.
+	Now func() time.Time
 
 	telemetry *telemetry
 
@@ -112,6 +117,9 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.Log == nil {
 		r.Log = slog.New(slog.DiscardHandler)
+	}
+	if r.Now == nil {
+		r.Now = time.Now
 	}
 	r.telemetry = newTelemetry(r.Metrics)
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &fleetv1.Device{}, IndexDeviceID,

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -49,6 +50,8 @@ type devEnv struct {
 	metrics *operator.Metrics
 	// workers is the operators' Options.DeviceWorkers (0: the default).
 	workers int
+	// now, when set, is the operators' Options.DeviceNow.
+	now func() time.Time
 }
 
 func newDevEnv(t *testing.T) *devEnv {
@@ -66,8 +69,9 @@ func newDevEnv(t *testing.T) *devEnv {
 	return &devEnv{t: t, ctx: ctx, srv: srv, c: c, store: st, identity: identity, intent: intent, ns: ns}
 }
 
-// start runs an operator with the Device controller until the test ends.
-func (e *devEnv) start(staleAfter time.Duration) {
+// start runs an operator with the Device controller until stop is called
+// or the test ends.
+func (e *devEnv) start(staleAfter time.Duration) (stop func()) {
 	e.t.Helper()
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
@@ -75,14 +79,19 @@ func (e *devEnv) start(staleAfter time.Duration) {
 	go func() {
 		done <- operator.Run(ctx, operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.intent,
 			Devices: e.store, StaleAfter: staleAfter, Logger: logger, SeveralPerProcess: true, Skips: e.skips, Metrics: e.metrics,
-			DeviceWorkers: e.workers})
+			DeviceWorkers: e.workers, DeviceNow: e.now})
 	}()
-	e.t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			e.t.Errorf("operator.Run: %v", err)
-		}
-	})
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("operator.Run: %v", err)
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return stop
 }
 
 // id makes a device id unique on the shared API server (ids are unique

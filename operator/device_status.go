@@ -30,7 +30,7 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 	}
 	seen := r.telemetry.snapshot(d.Name)
 	inv, invSeq := seen.inventory, seen.invSeq
-	now := time.Now()
+	now := r.Now()
 	liveness, hb := r.telemetry.decide(d.Name, now, r.StaleAfter)
 	// While Online, look again when the last heartbeat would turn stale, on
 	// every path (a write's own watch event may be the no-op of a racing
@@ -74,10 +74,34 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 	if liveness != d.Status.Liveness {
 		want.LastHeartbeat = heartbeatTime(hb)
 	}
+	// The workloads of the last containers report: written when
+	// WorkloadsInterval passed since the last write of them, or along
+	// with a write for another reason; else looked at again when it
+	// passes.
+	want.Workloads, want.DegradedWorkloads, want.WorkloadsTruncated = d.Status.Workloads, d.Status.DegradedWorkloads, d.Status.WorkloadsTruncated
+	newWorkloads := seen.contSeq > 0 && !sameWorkloads(seen.containers, d.Status)
+	if newWorkloads {
+		due, wait := workloadsDue(seen.workloadsWritten, now, WorkloadsInterval)
+		if due || !statusEqual(want, d.Status) {
+			c := seen.containers
+			want.Workloads, want.DegradedWorkloads, want.WorkloadsTruncated = c.workloads, c.degraded, c.truncated
+		} else {
+			newWorkloads = false
+			if next.RequeueAfter == 0 || wait < next.RequeueAfter {
+				next.RequeueAfter = wait
+			}
+		}
+	}
 	if !statusEqual(want, d.Status) {
 		// lastHeartbeat stays the one of the last liveness transition:
 		// it is what the Liveness-Since column shows.
-		return next, r.applyStatus(ctx, d, want)
+		if err := r.applyStatus(ctx, d, want); err != nil {
+			return next, err
+		}
+		if newWorkloads {
+			r.telemetry.wroteWorkloads(d.Name, now)
+		}
+		return next, nil
 	}
 	if labelsChange {
 		orig := d.DeepCopy()
@@ -91,7 +115,8 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 }
 
 // loadReports fills the telemetry view from the stream for a device the
-// consumer has not delivered yet (it may still be catching up).
+// consumer has not delivered yet (it may still be catching up): its last
+// heartbeat, inventory and containers report.
 func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error {
 	seen := r.telemetry.snapshot(device)
 	if seen.heartbeat.IsZero() {
@@ -104,19 +129,40 @@ func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error
 		}
 	}
 	if seen.invSeq == 0 {
-		rec, err := r.last(ctx, device, events.ReportInventory)
-		if err != nil {
+		if err := r.loadLast(ctx, device, events.ReportInventory, func(rec events.Record) error {
+			inv, err := events.Decode[events.DeviceInventory](rec.Event)
+			if err == nil {
+				r.telemetry.inventory(device, rec.Sequence, inv)
+			}
+			return err
+		}); err != nil {
 			return err
 		}
-		if rec != nil {
-			inv, err := events.Decode[events.DeviceInventory](rec.Event)
-			if err != nil {
-				// A bad report must not stall the Device: keep what is known.
-				r.Skips.Skip(ctx, r.Log, events.InvalidData(*rec, err))
-				return nil
+	}
+	if seen.contSeq == 0 {
+		return r.loadLast(ctx, device, events.ReportContainers, func(rec events.Record) error {
+			c, err := events.Decode[events.DeviceContainers](rec.Event)
+			if err == nil {
+				// The first report seen of the device: its baseline,
+				// no restarts to count.
+				r.telemetry.containers(device, rec.Sequence, c)
 			}
-			r.telemetry.inventory(device, rec.Sequence, inv)
-		}
+			return err
+		})
+	}
+	return nil
+}
+
+// loadLast passes the device's last report of kind, if any, to use; a
+// report whose data use cannot decode is skipped and counted (a bad report
+// must not stall the Device: what is known is kept).
+func (r *DeviceReconciler) loadLast(ctx context.Context, device string, kind events.ReportKind, use func(events.Record) error) error {
+	rec, err := r.last(ctx, device, kind)
+	if err != nil || rec == nil {
+		return err
+	}
+	if err := use(*rec); err != nil {
+		r.Skips.Skip(ctx, r.Log, events.InvalidData(*rec, err))
 	}
 	return nil
 }
@@ -177,6 +223,9 @@ func statusEqual(a, b fleetv1.DeviceStatus) bool {
 		return false
 	}
 	if (a.Inventory == nil) != (b.Inventory == nil) || (a.Inventory != nil && *a.Inventory != *b.Inventory) {
+		return false
+	}
+	if !workloadsEqual(a, b) {
 		return false
 	}
 	// ReportTrimmed is ours and goes once a report is within bounds: a

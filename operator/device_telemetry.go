@@ -36,6 +36,15 @@ type deviceTelemetry struct {
 	// decided is the liveness the controller last decided; a heartbeat wakes
 	// the controller only when it was not Online.
 	decided fleetv1.Liveness
+	// contSeq is the stream sequence of the last containers report; 0:
+	// none seen.
+	contSeq uint64
+	// containers is the last containers report, bounded as a Device
+	// carries it (boundContainers).
+	containers boundedContainers
+	// workloadsWritten is when the controller last wrote the Device's
+	// status.workloads; zero: not since this operator started.
+	workloadsWritten time.Time
 }
 
 func newTelemetry(m *Metrics) *telemetry {
@@ -79,6 +88,35 @@ func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInvent
 		t.metrics.reportTrimmed(tr.field)
 	}
 	return true
+}
+
+// containers records a containers report stored at stream sequence seq
+// (older ones are ignored), bounded as a Device carries it, and returns
+// the restarts each Deployment's containers gained since the device's
+// previous report (none for the first one seen: the baseline) and whether
+// the report is new and says something else than the one before it (the
+// same report again changes no Device).
+func (t *telemetry) containers(device string, seq uint64, c events.DeviceContainers) (deltas []restartDelta, changed bool) {
+	b := boundContainers(c) // outside the lock every heartbeat takes
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.entry(device)
+	if seq <= d.contSeq {
+		return nil, false
+	}
+	first := d.contSeq == 0
+	deltas = restartDeltas(d.containers, b, first)
+	changed = first || !b.same(d.containers)
+	d.contSeq, d.containers = seq, b
+	return deltas, changed
+}
+
+// wroteWorkloads records that the controller wrote the Device's
+// status.workloads at at.
+func (t *telemetry) wroteWorkloads(device string, at time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.entry(device).workloadsWritten = at
 }
 
 // snapshot returns a copy of what is known of a device (the zero value:
@@ -130,8 +168,9 @@ func livenessAt(heartbeat, now time.Time, staleAfter time.Duration) fleetv1.Live
 }
 
 // telemetryFilters are the subjects the Device controller follows: every
-// device's heartbeats and inventories, in one consumer.
-var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbeat), "fleet.report.*." + string(events.ReportInventory)}
+// device's heartbeats, inventories and container reports, in one consumer.
+var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbeat), "fleet.report.*." + string(events.ReportInventory),
+	"fleet.report.*." + string(events.ReportContainers)}
 
 // followTelemetry feeds the telemetry view from the event store's follow of
 // FLEET_TELEMETRY (Store.FollowSubjects: one ordered consumer for all
@@ -178,9 +217,11 @@ func (r *DeviceReconciler) followOnce(ctx context.Context, wake chan<- event.Gen
 }
 
 // observe records one telemetry report and wakes the Devices it concerns
-// when it may change their status. An inventory whose data does not decode
-// is skipped and counted. The device is the one in the subject
-// (events.DecodeStored checked that the keys name it).
+// when it may change their status; a containers report also counts the
+// restarts its containers gained (countRestarts). An inventory or
+// containers report whose data does not decode is skipped and counted.
+// The device is the one in the subject (events.DecodeStored checked that
+// the keys name it).
 func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake chan<- event.GenericEvent) error {
 	device := rec.Event.Keys.Device
 	switch rec.Event.Type {
@@ -195,6 +236,19 @@ func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake 
 			return nil
 		}
 		if !r.telemetry.inventory(device, rec.Sequence, inv) {
+			return nil
+		}
+	case events.TypeDeviceContainers:
+		c, err := events.Decode[events.DeviceContainers](rec.Event)
+		if err != nil {
+			r.Skips.Skip(ctx, r.Log, events.InvalidData(rec, err))
+			return nil
+		}
+		deltas, changed := r.telemetry.containers(device, rec.Sequence, c)
+		if err := r.countRestarts(ctx, device, deltas); err != nil {
+			r.Log.WarnContext(ctx, "container restarts not counted", "device", device, "error", err)
+		}
+		if !changed {
 			return nil
 		}
 	default:

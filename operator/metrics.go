@@ -33,6 +33,7 @@ type Metrics struct {
 	live         prometheus.Gauge
 	devices      *prometheus.GaugeVec
 	trimmed      *prometheus.CounterVec
+	restarts     *prometheus.CounterVec
 	leader       prometheus.Gauge
 	// checkpointAt is the unix nanoseconds of the last checkpoint written
 	// (or of the runner's start, before the first); 0: no checkpoints.
@@ -61,6 +62,9 @@ const (
 	// MetricDeviceReportsTrimmed counts device inventories cut to the
 	// bounds of a Device, by the field cut (never by device).
 	MetricDeviceReportsTrimmed = "fleet_device_reports_trimmed_total"
+	// MetricContainerRestarts counts the restarts of Deployments'
+	// containers the devices reported, by Deployment (never by device).
+	MetricContainerRestarts = "fleet_deployment_container_restarts_total"
 )
 
 // NewMetrics returns the operator's metrics at zero.
@@ -105,6 +109,9 @@ func NewMetrics() *Metrics {
 		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricDeviceReportsTrimmed,
 			Help: "Device inventories the Device controller cut to the bounds of a Device before writing it, by the field cut: labels (reported labels dropped), inventory.os, inventory.arch, inventory.kernel, inventory.agentVersion (string truncated). Counted per inventory read (again after an operator restart)."},
 			[]string{"field"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricContainerRestarts,
+			Help: "Restarts of a Deployment's containers on its devices: the growth of each container's restart count between two consecutive container reports of a device (a replaced container counts its whole count). A device's first report after an operator start is its baseline."},
+			[]string{"namespace", "deployment"}),
 		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricLeader,
 			Help: "1 on the operator replica that runs the controllers (the elected leader; a single replica leads once started), 0 otherwise."}),
 	}
@@ -138,7 +145,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 		return nil
 	}
 	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.deadlines, m.degraded, m.phases, m.reports,
-		m.intentWrites, m.statusWrites, m.live, m.devices, m.trimmed, m.leader, m.checkpoint}
+		m.intentWrites, m.statusWrites, m.live, m.devices, m.trimmed, m.restarts, m.leader, m.checkpoint}
 }
 
 // processMetrics are the metrics of operators started without their own.
@@ -224,6 +231,15 @@ func (m *Metrics) report(outcome string) {
 func (m *Metrics) reportTrimmed(field string) {
 	if m != nil {
 		m.trimmed.WithLabelValues(field).Inc()
+	}
+}
+
+// ContainerRestarts adds n restarts of the containers of Deployment
+// namespace/deployment (the Device controller's count of the growth
+// between two container reports of one device).
+func (m *Metrics) ContainerRestarts(namespace, deployment string, n int64) {
+	if m != nil && n > 0 {
+		m.restarts.WithLabelValues(namespace, deployment).Add(float64(n))
 	}
 }
 

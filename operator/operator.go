@@ -92,6 +92,9 @@ type Options struct {
 	// DeviceWorkers is how many Devices the Device controller reconciles at
 	// once; 0: DefaultDeviceWorkers (8).
 	DeviceWorkers int
+	// DeviceNow, when set, is the Device controller's clock (tests); nil:
+	// time.Now.
+	DeviceNow func() time.Time
 }
 
 // EventRecorderName is the reporting controller of the Kubernetes Events
@@ -240,7 +243,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Devices != nil {
 		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
-			Skips: o.Skips, Metrics: o.Metrics, Workers: o.DeviceWorkers}
+			Skips: o.Skips, Metrics: o.Metrics, Workers: o.DeviceWorkers, Now: o.DeviceNow}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

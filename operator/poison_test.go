@@ -445,6 +445,10 @@ func TestTelemetryReportsThatDoNotDecodeAreSkippedAndCounted(t *testing.T) {
 	for _, tc := range poisontest.For(t, event(id, events.DeviceInventory{OS: "linux", Labels: map[string]string{"zone": "poison"}})) {
 		publish("fleet.report."+id+".inventory", tc.Payload)
 	}
+	for _, tc := range poisontest.For(t, event(id, events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: e.ns, Deployment: "api",
+		Containers: []events.ContainerState{{Name: "api", State: "running"}}}}})) {
+		publish("fleet.report."+id+".containers", tc.Payload)
+	}
 	mismatched := e.skips.Skipped(events.StreamTelemetry, events.ReasonSubjectMismatch)
 	// rpi-1, on its own subjects, speaks for rpi-2.
 	publish("fleet.report."+id+".heartbeat", marshal(t, event(other, events.DeviceHeartbeat{AgentVersion: "1"})))

@@ -27,6 +27,7 @@ const (
 // +kubebuilder:printcolumn:name="Liveness",type=string,JSONPath=`.status.liveness`
 // +kubebuilder:printcolumn:name="Liveness-Since",type=date,JSONPath=`.status.lastHeartbeat`
 // +kubebuilder:printcolumn:name="Agent",type=string,JSONPath=`.status.inventory.agentVersion`
+// +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.degradedWorkloads`
 // +kubebuilder:printcolumn:name="Labels-Overridden",type=string,priority=1,JSONPath=`.status.conditions[?(@.type=="LabelsOverridden")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name is the device id: a DNS label (at most 63 lowercase letters, digits and '-', no dots)"
@@ -116,10 +117,103 @@ type DeviceStatus struct {
 	// +optional
 	// +listType=set
 	PinnedLabels []string `json:"pinnedLabels,omitempty"`
+	// Workloads is the state of the containers of each Deployment the
+	// device runs, from its last container report (device.containers), at
+	// most 32 Deployments (the first in namespace and name order) of at
+	// most 16 containers each. The operator writes it at most once a minute
+	// per device; absent until the device reports its containers.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Workloads []DeviceWorkload `json:"workloads,omitempty"`
+	// DegradedWorkloads is how many Deployments the device's last
+	// container report says are Degraded (kubectl get fdev: DEGRADED).
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	DegradedWorkloads int32 `json:"degradedWorkloads,omitempty"`
+	// WorkloadsTruncated is true when the device's last container report
+	// had more than status.workloads can hold (Deployments, containers or
+	// the device's own truncation): what is listed is a part.
+	// +optional
+	WorkloadsTruncated bool `json:"workloadsTruncated,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// DeviceWorkload is one Deployment revision's containers on the device, as
+// the device reported them. Every string is device data: invisible
+// characters are written as visible escapes and each is cut to its bound.
+type DeviceWorkload struct {
+	// Namespace of the Deployment.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Deployment is the Deployment's name.
+	// +kubebuilder:validation:MaxLength=63
+	Deployment string `json:"deployment"`
+	// Revision is the id of the revision the device runs.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	Revision string `json:"revision,omitempty"`
+	// Degraded is the reason the device reports this Deployment Degraded
+	// (CrashLoop, OOMKilled, Down, Unhealthy); empty while it is not.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	Degraded string `json:"degraded,omitempty"`
+	// Containers: init containers first, then services in the score's
+	// order; at most 16.
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Containers []DeviceContainer `json:"containers,omitempty"`
+}
+
+// DeviceContainer is one container's state on the device.
+type DeviceContainer struct {
+	// Name is the service (or init container) name.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Role is init or service.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Role string `json:"role,omitempty"`
+	// State is running, exited, created or other.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	State string `json:"state,omitempty"`
+	// Restarts is the engine's restart count of the container.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Restarts int32 `json:"restarts"`
+	// LastExit is how the container last exited; absent when it never
+	// did.
+	// +optional
+	LastExit *ContainerExit `json:"lastExit,omitempty"`
+	// Health is starting, healthy or unhealthy for a service with a
+	// health check; empty without one.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Health string `json:"health,omitempty"`
+	// ImageDigest is the digest of the image the container runs
+	// (sha256:…), else the image id.
+	// +optional
+	// +kubebuilder:validation:MaxLength=128
+	ImageDigest string `json:"imageDigest,omitempty"`
+}
+
+// ContainerExit is how a container last exited.
+type ContainerExit struct {
+	// Code is the exit code (128 + n when killed by signal n).
+	Code int32 `json:"code"`
+	// Signal names the signal that killed it (SIGKILL …), if any.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16
+	Signal string `json:"signal,omitempty"`
+	// OOMKilled is true when the kernel killed it out of memory.
+	// +optional
+	OOMKilled bool `json:"oomKilled,omitempty"`
+	// At is when it exited, by the device's clock (informative only).
+	// +optional
+	At *metav1.Time `json:"at,omitempty"`
 }
 
 // DeviceInventory is the device's self-description, as the operator
