@@ -94,8 +94,9 @@ func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInvent
 // (older ones are ignored), bounded as a Device carries it, and returns
 // the restarts each Deployment's containers gained since the device's
 // previous report (none for the first one seen: the baseline) and whether
-// the report is new.
-func (t *telemetry) containers(device string, seq uint64, c events.DeviceContainers) ([]restartDelta, bool) {
+// the report is new and says something else than the one before it (the
+// same report again changes no Device).
+func (t *telemetry) containers(device string, seq uint64, c events.DeviceContainers) (deltas []restartDelta, changed bool) {
 	b := boundContainers(c) // outside the lock every heartbeat takes
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -103,9 +104,11 @@ func (t *telemetry) containers(device string, seq uint64, c events.DeviceContain
 	if seq <= d.contSeq {
 		return nil, false
 	}
-	deltas := restartDeltas(d.containers, b, d.contSeq == 0)
+	first := d.contSeq == 0
+	deltas = restartDeltas(d.containers, b, first)
+	changed = first || !b.same(d.containers)
 	d.contSeq, d.containers = seq, b
-	return deltas, true
+	return deltas, changed
 }
 
 // wroteWorkloads records that the controller wrote the Device's
@@ -216,8 +219,9 @@ func (r *DeviceReconciler) followOnce(ctx context.Context, wake chan<- event.Gen
 // observe records one telemetry report and wakes the Devices it concerns
 // when it may change their status; a containers report also counts the
 // restarts its containers gained (countRestarts). An inventory or
-// containers report whose data does not decode is skipped and counted. The device is the one in the subject
-// (events.DecodeStored checked that the keys name it).
+// containers report whose data does not decode is skipped and counted.
+// The device is the one in the subject (events.DecodeStored checked that
+// the keys name it).
 func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake chan<- event.GenericEvent) error {
 	device := rec.Event.Keys.Device
 	switch rec.Event.Type {
@@ -240,12 +244,12 @@ func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake 
 			r.Skips.Skip(ctx, r.Log, events.InvalidData(rec, err))
 			return nil
 		}
-		deltas, isNew := r.telemetry.containers(device, rec.Sequence, c)
-		if !isNew {
-			return nil
-		}
+		deltas, changed := r.telemetry.containers(device, rec.Sequence, c)
 		if err := r.countRestarts(ctx, device, deltas); err != nil {
 			r.Log.WarnContext(ctx, "container restarts not counted", "device", device, "error", err)
+		}
+		if !changed {
+			return nil
 		}
 	default:
 		return nil
