@@ -24,6 +24,9 @@ type DeploymentTimeline struct {
 	// State is the rollout state after the last event; nil when no revision
 	// was ever created.
 	State *RolloutState `json:"state,omitempty"`
+	// Degraded are the devices that report the current revision Degraded
+	// after the last event (not recovered, not moved on), sorted.
+	Degraded []HealthState `json:"degraded"`
 }
 
 // Revision is one revision of a Deployment.
@@ -57,17 +60,17 @@ type DeviceResult struct {
 }
 
 // Deployment returns the timeline of Deployment namespace/name. It reads the
-// Deployment's intent and rollout subjects and the workload reports stored
-// since its first intent event (the reports stream is shared by every
-// Deployment, so that part is a scan). ErrNoEvents when the Deployment has
+// Deployment's intent and rollout subjects and the workload and health
+// reports stored since its first intent event (the reports stream is shared
+// by every Deployment, so that part is a scan). ErrNoEvents when the Deployment has
 // no intent event.
 func (h *History) Deployment(ctx context.Context, namespace, name string) (*DeploymentTimeline, error) {
-	recs, reports, err := h.deploymentRecords(ctx, namespace, name)
+	recs, decoded, err := h.deploymentRecords(ctx, namespace, name)
 	if err != nil {
 		return nil, err
 	}
 	f := newDeploymentFold(h, namespace, name)
-	f.reports = reports
+	f.decoded = decoded
 	f.tl.Entries = make([]Entry, 0, len(recs))
 	for _, rec := range recs {
 		f.add(ctx, rec)
@@ -75,28 +78,35 @@ func (h *History) Deployment(ctx context.Context, namespace, name string) (*Depl
 	return f.finish(), nil
 }
 
+// decodedReports are the data of the device reports a Deployment's read
+// kept, decoded by the read (by sequence in the reports stream).
+type decodedReports struct {
+	workload map[uint64]events.WorkloadStatus
+	health   map[uint64]events.WorkloadHealth
+}
+
 // deploymentRecords reads the Deployment's intent subject, then its rollout
-// subject and its workload reports stored since its first intent event, and
-// returns them merged in stored order, with the reports' data decoded (by
-// sequence in the reports stream).
-func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, map[uint64]events.WorkloadStatus, error) {
+// subject and its workload and health reports stored since its first
+// intent event, and returns them merged in stored order, with the reports'
+// data decoded.
+func (h *History) deploymentRecords(ctx context.Context, namespace, name string) ([]events.Record, decodedReports, error) {
+	decoded := decodedReports{workload: map[uint64]events.WorkloadStatus{}, health: map[uint64]events.WorkloadHealth{}}
 	intentSubj, err := events.DeploymentIntentSubject(namespace, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("history of Deployment: %w", err)
+		return nil, decoded, fmt.Errorf("history of Deployment: %w", err)
 	}
 	rolloutSubj, err := events.DeploymentRolloutSubject(namespace, name)
 	if err != nil {
-		return nil, nil, fmt.Errorf("history of Deployment: %w", err)
+		return nil, decoded, fmt.Errorf("history of Deployment: %w", err)
 	}
 	intent, err := h.collect(ctx, time.Time{}, read{filter: intentSubj, from: events.FromStart()})
 	if err != nil {
-		return nil, nil, err
+		return nil, decoded, err
 	}
 	if len(intent) == 0 {
-		return nil, nil, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
+		return nil, decoded, fmt.Errorf("%w for Deployment %s/%s (subject %s in %s): check the namespace and name (fleet history fleet --at <time> lists every Deployment)",
 			ErrNoEvents, namespace, name, intentSubj, events.StreamIntent)
 	}
-	reports := map[uint64]events.WorkloadStatus{}
 	rest, err := h.collect(ctx, time.Time{},
 		read{filter: rolloutSubj, from: events.FromStart()},
 		read{filter: filterWorkload, from: events.FromTime(intent[0].Stored), keep: func(rec events.Record) bool {
@@ -108,13 +118,25 @@ func (h *History) deploymentRecords(ctx context.Context, namespace, name string)
 			if !ok || k.Namespace != namespace || k.Name != name {
 				return false
 			}
-			reports[rec.Sequence] = d
+			decoded.workload[rec.Sequence] = d
+			return true
+		}},
+		read{filter: filterHealth, from: events.FromTime(intent[0].Stored), keep: func(rec events.Record) bool {
+			k, d, ok := healthKey(rec)
+			if !ok {
+				_, err := events.Decode[events.WorkloadHealth](rec.Event)
+				h.skipData(ctx, rec, err)
+			}
+			if !ok || k.Namespace != namespace || k.Name != name {
+				return false
+			}
+			decoded.health[rec.Sequence] = d
 			return true
 		}})
 	if err != nil {
-		return nil, nil, err
+		return nil, decoded, err
 	}
-	return mergeSorted(intent, rest), reports, nil
+	return mergeSorted(intent, rest), decoded, nil
 }
 
 // revKey identifies a revision: its uid and generation.
@@ -139,9 +161,10 @@ type deploymentFold struct {
 	ro projections.Rollout
 	// chunks assembles chunked revisions (intent stream only).
 	chunks events.RevisionAssembler
-	// reports holds the data of the reports read, decoded by their read
-	// (by sequence in the reports stream).
-	reports map[uint64]events.WorkloadStatus
+	// decoded holds the data of the reports read, decoded by their read.
+	decoded decodedReports
+	// health keeps the devices' Degraded states, by device.
+	health *healthFold
 }
 
 // revisionResults is a revision and the index of its targets' rows in
@@ -153,7 +176,7 @@ type revisionResults struct {
 
 func newDeploymentFold(h *History, namespace, name string) *deploymentFold {
 	return &deploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*revisionResults{}, pending: map[revKey][]events.Record{},
-		tl: &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}}
+		health: newHealthFold(), tl: &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}}
 }
 
 // add renders one record's entry with the renderer of its event family and
@@ -193,6 +216,8 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 		renderDeleted(rec, &e)
 	case events.TypeWorkloadStatus:
 		keep = f.workloadStatus(rec, &e)
+	case events.TypeWorkloadDegraded, events.TypeWorkloadRecovered:
+		keep = f.healthReport(rec, &e)
 	default:
 		if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
 			keep = f.transition(ctx, rec, &e)
@@ -207,6 +232,7 @@ func (f *deploymentFold) add(ctx context.Context, rec events.Record) {
 	}
 	e.Stage = f.ro.Stage
 	f.tl.Entries = append(f.tl.Entries, e)
+	f.tl.Entries = append(f.tl.Entries, f.health.supersededIn(rec, e.Deployment, f.ro)...)
 }
 
 // revisionCreated renders a revision and records it, with the reports that
@@ -276,6 +302,7 @@ func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
 		e.Summary += ": " + d.Error
 	}
 	e.Ignored = ignoredReport(f.ro, rec.Event.Keys.Device, d)
+	f.health.moveOn(rec.Event.Keys.Device, d)
 	k := revKeyOf(d.UID, d.Generation)
 	if rr := f.revs[k]; rr != nil {
 		rr.add(rec, d)
@@ -285,10 +312,41 @@ func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
 	return true
 }
 
+// healthReport renders a device's Degraded or Recovered report, says why
+// it does not count (f.ro is the projection before it) and keeps the
+// device's Degraded state. A re-sent copy is marked and changes nothing.
+func (f *deploymentFold) healthReport(rec events.Record, e *Entry) bool {
+	d, ok := f.decoded.health[rec.Sequence]
+	if !ok || rec.Stream != events.StreamReports {
+		if _, d, ok = healthKey(rec); !ok {
+			return false
+		}
+	}
+	renderHealth(f.health, f.ro, rec, d, e)
+	return true
+}
+
+// renderHealth renders a health report on a Deployment timeline and
+// folds it into h (ro: the rollout fold before it). Both Deployment
+// folds render with it.
+func renderHealth(h *healthFold, ro projections.Rollout, rec events.Record, d events.WorkloadHealth, e *Entry) {
+	device := rec.Event.Keys.Device
+	e.Generation, e.RevisionID = d.Generation, d.RevisionID
+	e.Summary = device + " " + healthText(rec.Event.Type, d)
+	e.Ignored = ignoredHealth(ro, device, d)
+	if h.resent(device, rec) {
+		e.Summary += " (re-sent)"
+		return
+	}
+	if e.Ignored == "" {
+		h.apply(device, rec, d, e.Summary)
+	}
+}
+
 // report returns a workload report's data: decoded when it was read, or
 // now.
 func (f *deploymentFold) report(rec events.Record) (events.WorkloadStatus, bool) {
-	if d, ok := f.reports[rec.Sequence]; ok && rec.Stream == events.StreamReports {
+	if d, ok := f.decoded.workload[rec.Sequence]; ok && rec.Stream == events.StreamReports {
 		return d, true
 	}
 	_, d, ok := workloadKey(rec)
@@ -317,6 +375,7 @@ func (f *deploymentFold) finish() *DeploymentTimeline {
 	if st, ok := stateOf(f.namespace, f.name, f.ro); ok {
 		tl.State = &st
 	}
+	tl.Degraded = f.health.list()
 	return tl
 }
 

@@ -30,6 +30,12 @@ type DeviceTimeline struct {
 	Heartbeats HeartbeatSummary `json:"heartbeats"`
 	// Inventory is the latest inventory report, if any.
 	Inventory *events.DeviceInventory `json:"inventory,omitempty"`
+	// Degraded are the Deployments the device reports Degraded after the
+	// last event (not recovered, not moved on), sorted.
+	Degraded []HealthState `json:"degraded"`
+	// Containers is the device's last container report (the telemetry
+	// stream keeps the last few); nil when it sent none.
+	Containers *ContainersSnapshot `json:"containers,omitempty"`
 }
 
 // HeartbeatSummary summarises a device's heartbeats. The telemetry stream
@@ -83,14 +89,17 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 	if err := f.finishIntent(); err != nil {
 		return nil, err
 	}
+	f.tl.Degraded = f.health.list()
 	return f.tl, nil
 }
 
 // deviceReads lists the reads of a device timeline: the whole intent and
-// rollout streams, the device's report subjects and its command subject.
+// rollout streams, the device's report subjects (health and containers
+// included) and its command subject.
 func deviceReads(device string) ([]read, error) {
 	reads := []read{{filter: filterAllIntent, from: events.FromStart()}, {filter: filterRollouts, from: events.FromStart()}}
-	for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory} {
+	for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory,
+		events.ReportHealth, events.ReportContainers} {
 		subj, err := events.ReportSubject(device, k)
 		if err != nil {
 			return nil, fmt.Errorf("history of device: %w", err)
@@ -127,6 +136,8 @@ type deviceFold struct {
 	assembled     map[uint64]assembly
 	targeting     map[deploymentKey]bool
 	revisionNames map[uint64]bool
+	// health keeps the device's Degraded states, by Deployment.
+	health *healthFold
 }
 
 // assembly is what a RevisionAssembler made of one record.
@@ -141,8 +152,9 @@ type assembly struct {
 type deploymentKey struct{ namespace, name string }
 
 func newDeviceFold(h *History, device string) *deviceFold {
-	return &deviceFold{h: h, device: device, intent: projections.NewIntent(), current: map[string]desiredEntry{},
-		tl: &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}}}}
+	return &deviceFold{h: h, device: device, intent: projections.NewIntent(), current: map[string]desiredEntry{}, health: newHealthFold(),
+		tl: &DeviceTimeline{Device: device, Entries: []Entry{}, Intent: []events.IntentEntry{}, Heartbeats: HeartbeatSummary{AgentVersions: []string{}},
+			Degraded: []HealthState{}}}
 }
 
 // prepare reads the intent records of recs before the fold: it assembles
@@ -214,11 +226,18 @@ func (f *deviceFold) add(ctx context.Context, rec events.Record) {
 		keep = f.agentCommand(ctx, rec, &e)
 	case ev.Type == events.TypeCommandResult:
 		keep = f.commandResult(ctx, rec, &e)
+	case isHealth(ev.Type):
+		keep = f.healthReport(ctx, rec, &e)
+	case ev.Type == events.TypeDeviceContainers:
+		keep = f.containers(ctx, rec)
 	default:
 		e.Summary, keep = string(ev.Type), true
 	}
 	if keep {
 		f.tl.Entries = append(f.tl.Entries, e)
+	}
+	if ev.Type == events.TypeDeploymentRevisionCreated || ev.Type == events.TypeDeploymentDeleted {
+		f.tl.Entries = append(f.tl.Entries, f.healthSuperseded(rec)...)
 	}
 }
 
@@ -330,6 +349,7 @@ func (f *deviceFold) workloadStatus(ctx context.Context, rec events.Record, e *E
 		return false
 	}
 	e.Deployment, e.Generation, e.RevisionID = d.Namespace+"/"+d.Deployment, d.Generation, d.RevisionID
+	f.health.moveOn(e.Deployment, d)
 	e.Summary = fmt.Sprintf("%s/%s generation %d: %s", d.Namespace, d.Deployment, d.Generation, d.Phase)
 	if d.Error != "" {
 		e.Summary += ": " + d.Error
@@ -374,6 +394,54 @@ func (f *deviceFold) commandResult(ctx context.Context, rec events.Record, e *En
 		e.Summary = fmt.Sprintf("command %s (%s) failed: %s", d.Command, d.CommandID, d.Error)
 	}
 	return true
+}
+
+// healthReport renders the device's Degraded or Recovered report of a
+// Deployment and keeps its Degraded state. A re-sent copy is marked and
+// changes nothing.
+func (f *deviceFold) healthReport(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.WorkloadHealth](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	d = d.Clip()
+	e.Deployment, e.Generation, e.RevisionID = d.Namespace+"/"+d.Deployment, d.Generation, d.RevisionID
+	e.Summary = fmt.Sprintf("%s generation %d %s", e.Deployment, d.Generation, healthText(rec.Event.Type, d))
+	if f.health.resent(e.Deployment, rec) {
+		e.Summary += " (re-sent)"
+		return true
+	}
+	f.health.apply(e.Deployment, rec, d, e.Summary)
+	return true
+}
+
+// healthSuperseded ends the device's Degraded state of the Deployment of
+// rec (a revision created, the Deployment deleted) when rec supersedes it.
+func (f *deviceFold) healthSuperseded(rec events.Record) []Entry {
+	dep := rec.Event.Keys.Namespace + "/" + rec.Event.Keys.Name
+	if rec.Event.Type == events.TypeDeploymentDeleted {
+		return f.health.superseded(rec, dep, nil, "")
+	}
+	d, err := events.Decode[events.DeploymentRevisionCreated](rec.Event)
+	if err != nil {
+		return nil // counted where the revision is rendered
+	}
+	current := func(uid string, gen int64) bool { return uid == d.UID && gen >= d.Generation }
+	return f.health.superseded(rec, dep, current, fmt.Sprintf("revision %s (generation %d)", d.RevisionID, d.Generation))
+}
+
+// containers keeps the device's latest container report; it never gets an
+// entry.
+func (f *deviceFold) containers(ctx context.Context, rec events.Record) bool {
+	f.relevant = true
+	d, err := events.Decode[events.DeviceContainers](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	f.tl.Containers = snapshotOf(rec, d)
+	return false
 }
 
 // finishIntent sets the timeline's desired state from the device's

@@ -1,8 +1,10 @@
 // Package history answers questions about the past of a Fleet from its
 // JetStream streams alone: a Deployment's timeline (revisions, rollout
-// transitions, per-device results), a device's timeline (the intent it was
-// given, its reports, its commands) and the whole fleet as it was at a time T
-// (desired versus reported per device, every Deployment's rollout state).
+// transitions, per-device results, the devices' Degraded and recovered
+// reports), a device's timeline (the intent it was given, its reports, its
+// commands, its last containers) and the whole fleet as it was at a time T
+// (desired versus reported per device, every Deployment's rollout state,
+// the devices Degraded then).
 //
 // It never re-implements rollout logic: every derived answer (rollout stage,
 // counts, status, a device's desired state) is the projections package's

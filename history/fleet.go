@@ -26,6 +26,9 @@ type FleetState struct {
 	// Deployments: every Deployment with a revision, sorted by namespace
 	// and name; deleted ones included (Deleted set).
 	Deployments []RolloutState `json:"deployments"`
+	// DegradedDevices counts the devices that reported the current
+	// revision of a Deployment Degraded and had not recovered then.
+	DegradedDevices int `json:"degradedDevices"`
 }
 
 // DeviceState is one device at a time: what it should run and what it
@@ -38,6 +41,9 @@ type DeviceState struct {
 	// Reported is the device's latest workload report per Deployment, sorted
 	// by namespace and name.
 	Reported []Report `json:"reported"`
+	// Degraded are the Deployments it reported Degraded and had not
+	// recovered then (of their current revision), sorted.
+	Degraded []HealthState `json:"degraded,omitempty"`
 }
 
 // Report is one workload report.
@@ -55,8 +61,8 @@ type Report struct {
 	ID     string    `json:"id"`
 }
 
-// FleetAt returns the fleet as it was at t: it replays the intent, rollout
-// and workload-report streams from their first event and stops each at its
+// FleetAt returns the fleet as it was at t: it replays the intent, rollout,
+// workload-report and health-report streams from their first event and stops each at its
 // first event stored after t, folding them with the projections (the
 // operator's rollout fold and intent fold). ErrNoEvents when nothing was
 // stored at or before t.
@@ -67,7 +73,8 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 	recs, err := h.collect(ctx, t,
 		read{filter: filterDeploymentIntent, from: events.FromStart()},
 		read{filter: filterRollouts, from: events.FromStart()},
-		read{filter: filterWorkload, from: events.FromStart()})
+		read{filter: filterWorkload, from: events.FromStart()},
+		read{filter: filterHealth, from: events.FromStart()})
 	if err != nil {
 		return nil, err
 	}
@@ -79,8 +86,13 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 	intent := projections.NewIntent()
 	rollouts := map[events.Keys]projections.Rollout{}
 	reported := map[string]map[events.Keys]Report{}
+	health := newHealthFold() // keyed by device and Deployment
 	for _, rec := range recs {
 		fs.Positions[rec.Stream] = max(fs.Positions[rec.Stream], rec.Sequence)
+		if isHealth(rec.Event.Type) {
+			h.foldHealth(ctx, health, rollouts, rec)
+			continue
+		}
 		k := rec.Event.Keys
 		// Decoded once: to find a report's Deployment and to fold it.
 		p := projections.NewPayload(rec.Event)
@@ -99,13 +111,20 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 			// it (never by the device's clock).
 			reported[dev][k] = Report{Namespace: d.Namespace, Deployment: d.Deployment, UID: d.UID, Generation: d.Generation,
 				RevisionID: d.RevisionID, Phase: d.Phase, Error: d.Error, Since: d.Since.UTC(), Stored: rec.Stored.UTC(), ID: rec.Event.ID.String()}
+			health.moveOn(dev+" "+d.Namespace+"/"+d.Deployment, d)
 		} else {
 			intent.ApplyPayload(&p)
 		}
 		ro := rollouts[k] // the only copy: folded in place (O(1) a report)
 		ro.FoldPayload(&p)
 		rollouts[k] = ro
+		health.supersededIn(rec, k.Namespace+"/"+k.Name, ro)
 	}
+	degraded := map[string][]HealthState{}
+	for _, s := range health.list() {
+		degraded[s.Device] = append(degraded[s.Device], s)
+	}
+	fs.DegradedDevices = len(degraded)
 
 	devices := map[string]bool{}
 	for _, d := range intent.Devices() {
@@ -138,6 +157,7 @@ func (h *History) FleetAt(ctx context.Context, t time.Time) (*FleetState, error)
 		for _, k := range slices.SortedFunc(maps.Keys(reported[dev]), compareKeys) {
 			ds.Reported = append(ds.Reported, reported[dev][k])
 		}
+		ds.Degraded = degraded[dev]
 		fs.Devices = append(fs.Devices, ds)
 	}
 	return fs, nil
@@ -148,4 +168,22 @@ func compareKeys(a, b events.Keys) int {
 		return c
 	}
 	return strings.Compare(a.Name, b.Name)
+}
+
+// foldHealth folds a health report into the fleet's Degraded states: only
+// a report of a Deployment's current revision by one of its frozen targets
+// counts (rollouts: the folds so far); a re-sent copy changes nothing.
+func (h *History) foldHealth(ctx context.Context, health *healthFold, rollouts map[events.Keys]projections.Rollout, rec events.Record) {
+	k, d, ok := healthKey(rec)
+	if !ok {
+		_, err := events.Decode[events.WorkloadHealth](rec.Event)
+		h.skipData(ctx, rec, err)
+		return
+	}
+	dev := rec.Event.Keys.Device
+	key := dev + " " + k.Namespace + "/" + k.Name
+	if ignoredHealth(rollouts[k], dev, d) != "" || health.resent(key, rec) {
+		return
+	}
+	health.apply(key, rec, d, dev+" "+healthText(rec.Event.Type, d))
 }

@@ -78,6 +78,15 @@ func (w streamWriter) reports(namespace, name string, rev events.DeploymentRevis
 	}
 }
 
+// health stores a device's health report of rev.
+func (w streamWriter) health(namespace, name string, rev events.DeploymentRevisionCreated, device string, t events.Type, reason string) {
+	w.tb.Helper()
+	d := events.NewWorkloadHealth(t, events.WorkloadHealth{Namespace: namespace, Deployment: name, UID: rev.UID, Generation: rev.Generation,
+		RevisionID: rev.RevisionID, Reason: reason, Window: 300, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+		Services: []events.ServiceHealth{{Name: name, State: "exited", Restarts: 3, ExitCode: 2, Logs: []string{"boom"}}}})
+	w.append(events.Keys{Device: device}, d, rev.UID, rev.Generation)
+}
+
 func devices(prefix string, from, to int) []string {
 	out := make([]string, 0, to-from)
 	for i := from; i < to; i++ {
@@ -119,6 +128,13 @@ func TestTheInPlaceFoldRendersWhatTheCopyingFoldRendered(t *testing.T) {
 	w.reports(ns, name, rev1, targets1, events.WorkloadApplying)
 	w.reports(ns, name, rev1, targets1, events.WorkloadConverged, targets1[500], targets1[501])
 	w.transition(ns, name, events.TypeRolloutFailed, rev1, nil, targets1[501], "image pull: manifest unknown")
+	// Health reports: a crash loop that recovers, one a new revision
+	// clears, a re-sent copy, a device outside the frozen set.
+	w.health(ns, name, rev1, targets1[3], events.TypeWorkloadDegraded, events.HealthCrashLoop)
+	w.health(ns, name, rev1, targets1[600], events.TypeWorkloadDegraded, events.HealthOOMKilled)
+	w.health(ns, name, rev1, targets1[3], events.TypeWorkloadDegraded, events.HealthCrashLoop)
+	w.health(ns, name, rev1, targets1[3], events.TypeWorkloadRecovered, events.HealthStable)
+	w.health(ns, name, rev1, "stray-00001", events.TypeWorkloadDegraded, events.HealthDown)
 
 	// Generation 2 drops the last 100 targets and adds 100; some devices
 	// report it before its revision is stored, in target chunks.
@@ -127,6 +143,8 @@ func TestTheInPlaceFoldRendersWhatTheCopyingFoldRendered(t *testing.T) {
 	w.reports(ns, name, rev2, targets2[:20], events.WorkloadApplying)
 	w.revision(ns, name, rev2, 2000)
 	w.reports(ns, name, rev1, targets1[:10], events.WorkloadConverged) // older revision
+	w.health(ns, name, rev1, targets1[4], events.TypeWorkloadDegraded, events.HealthCrashLoop)
+	w.health(ns, name, rev2, targets2[1], events.TypeWorkloadDegraded, events.HealthUnhealthy)
 	w.transition(ns, name, events.TypeRolloutStarted, rev2, nil, "", "")
 	w.transition(ns, name, events.TypeRolloutCanaryStage, rev2, targets2[:3], "", "")
 	w.reports(ns, name, rev2, targets2[:3], events.WorkloadConverged)
@@ -140,6 +158,7 @@ func TestTheInPlaceFoldRendersWhatTheCopyingFoldRendered(t *testing.T) {
 	rev3 := benchRevision(name, 3, targets2, nil)
 	w.reports(ns, name, rev3, targets2[:5], events.WorkloadApplying)
 	w.revision(ns, name, rev3, 0)
+	w.health(ns, name, rev3, targets2[20], events.TypeWorkloadDegraded, events.HealthCrashLoop) // cleared by the deletion
 	w.append(events.Keys{Namespace: ns, Name: name}, events.DeploymentDeleted{UID: rev3.UID, Generation: rev3.Generation}, rev3.UID, rev3.Generation)
 	w.reports(ns, name, rev3, targets2[5:10], events.WorkloadConverged)
 
@@ -163,8 +182,15 @@ func TestTheInPlaceFoldRendersWhatTheCopyingFoldRendered(t *testing.T) {
 	for _, e := range want.Entries {
 		ignored[e.Ignored]++
 	}
-	if len(ignored) != 3 {
-		t.Errorf("the reports' verdicts are %v, want counted, outside the frozen set and of an older revision", ignored)
+	if len(ignored) != 4 {
+		t.Errorf("the reports' verdicts are %v, want counted, outside the frozen set, of an older revision and a health report of an older revision", ignored)
+	}
+	kinds := map[events.Type]int{}
+	for _, e := range want.Entries {
+		kinds[e.Type]++
+	}
+	if kinds[EntryHealthCleared] != 2 || kinds[events.TypeWorkloadRecovered] != 1 || kinds[events.TypeWorkloadDegraded] != 7 {
+		t.Errorf("health entries %v: want 7 degraded, 1 recovered, 2 cleared (by revision 2, by the deletion)", kinds)
 	}
 	gotJSON, err := json.Marshal(got)
 	if err != nil {

@@ -41,10 +41,13 @@ type refDeploymentFold struct {
 	ro      projections.Rollout
 	// chunks assembles chunked revisions (intent stream only).
 	chunks events.RevisionAssembler
+	// health keeps the devices' Degraded states (the same fold as the
+	// in-place one: it copies nothing per record).
+	health *healthFold
 }
 
 func newRefDeploymentFold(h *History, namespace, name string) *refDeploymentFold {
-	return &refDeploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*Revision{}, pending: map[revKey][]events.Record{},
+	return &refDeploymentFold{h: h, namespace: namespace, name: name, revs: map[revKey]*Revision{}, pending: map[revKey][]events.Record{}, health: newHealthFold(),
 		tl: &DeploymentTimeline{Namespace: namespace, Name: name, Entries: []Entry{}, Revisions: []Revision{}}}
 }
 
@@ -89,6 +92,12 @@ func (f *refDeploymentFold) add(ctx context.Context, rec events.Record) {
 		if !keep {
 			return // not undone: the projection ignores it too
 		}
+	case events.TypeWorkloadDegraded, events.TypeWorkloadRecovered:
+		_, d, ok := healthKey(rec)
+		if !ok {
+			return // the projection ignores it too
+		}
+		renderHealth(f.health, before, rec, d, &e)
 	default:
 		if info, ok := rec.Event.Type.Info(); ok && info.Family == events.FamilyDeploymentRollout {
 			keep = f.transition(ctx, rec, &e)
@@ -103,6 +112,7 @@ func (f *refDeploymentFold) add(ctx context.Context, rec events.Record) {
 	}
 	e.Stage = f.ro.Stage
 	f.tl.Entries = append(f.tl.Entries, e)
+	f.tl.Entries = append(f.tl.Entries, f.health.supersededIn(rec, e.Deployment, f.ro)...)
 }
 
 // revisionCreated renders a revision and records it, with the reports that
@@ -153,6 +163,7 @@ func (f *refDeploymentFold) workloadStatus(rec events.Record, before projections
 		e.Summary += ": " + d.Error
 	}
 	e.Ignored = refIgnoredReport(before, f.ro, rec.Event.Keys.Device, d)
+	f.health.moveOn(rec.Event.Keys.Device, d)
 	k := revKeyOf(d.UID, d.Generation)
 	if rv := f.revs[k]; rv != nil {
 		refAddResult(rv, rec, d)
@@ -184,6 +195,7 @@ func (f *refDeploymentFold) finish() *DeploymentTimeline {
 	if st, ok := stateOf(f.namespace, f.name, f.ro); ok {
 		tl.State = &st
 	}
+	tl.Degraded = f.health.list()
 	return tl
 }
 
@@ -234,5 +246,6 @@ func (h *History) referenceDevice(ctx context.Context, device string) (*DeviceTi
 	if err := f.finishIntent(); err != nil {
 		return nil, err
 	}
+	f.tl.Degraded = f.health.list()
 	return f.tl, nil
 }

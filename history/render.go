@@ -172,6 +172,9 @@ func (tl *DeploymentTimeline) writeText(w io.Writer) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
+	if err := writeDegraded(w, "DEGRADED NOW (devices whose last health report of the current revision is Degraded)", tl.Degraded, false); err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "\nTIMELINE")
 	t = newTable(w, "TIME", "EVENT", "TYPE", "GEN", "STAGE", "SUMMARY")
 	for _, e := range tl.Entries {
@@ -221,6 +224,12 @@ func (tl *DeviceTimeline) writeText(w io.Writer) error {
 			return err
 		}
 	}
+	if err := writeDegraded(w, "DEGRADED NOW (Deployments whose last health report is Degraded)", tl.Degraded, true); err != nil {
+		return err
+	}
+	if err := writeContainers(w, tl.Containers); err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "\nTIMELINE")
 	t = newTable(w, "TIME", "EVENT", "TYPE", "SUMMARY")
 	for _, e := range tl.Entries {
@@ -231,6 +240,7 @@ func (tl *DeviceTimeline) writeText(w io.Writer) error {
 
 func (fs *FleetState) writeText(w io.Writer) error {
 	fmt.Fprintf(w, "Fleet at %s\n", fs.At.Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "degraded devices: %d\n", fs.DegradedDevices)
 	fmt.Fprintln(w, "\nDEPLOYMENTS")
 	t := newTable(w, "DEPLOYMENT", "GEN", "REVISION", "PHASE", "STAGE", "SUCCEEDED", "FAILED", "PENDING", "CANARIES", "SINCE", "MESSAGE")
 	for _, d := range fs.Deployments {
@@ -279,5 +289,72 @@ func (fs *FleetState) writeText(w io.Writer) error {
 			t.row(d.Device, k, dash(rows[k][0]), dash(rows[k][1]), phase, since, dash(r.Error))
 		}
 	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	var degraded []HealthState
+	for _, d := range fs.Devices {
+		degraded = append(degraded, d.Degraded...)
+	}
+	return writeDegraded(w, "DEGRADED (the last health report then of each Deployment's current revision)", degraded, false)
+}
+
+// writeDegraded writes a table of Degraded states under title, nothing
+// when there is none. byDeployment: a device's table (the Deployment first).
+func writeDegraded(w io.Writer, title string, states []HealthState, byDeployment bool) error {
+	if len(states) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\n"+title)
+	t := newTable(w, "DEVICE", "DEPLOYMENT", "GEN", "REASON", "SINCE", "SUMMARY")
+	if byDeployment {
+		t = newTable(w, "DEPLOYMENT", "GEN", "REASON", "SINCE", "SUMMARY")
+	}
+	for _, s := range states {
+		if byDeployment {
+			t.row(s.Deployment, fmt.Sprint(s.Generation), s.Reason, timeText(s.Since), s.Summary)
+		} else {
+			t.row(s.Device, s.Deployment, fmt.Sprint(s.Generation), s.Reason, timeText(s.Since), s.Summary)
+		}
+	}
 	return t.flush()
+}
+
+// writeContainers writes a device's last container report, nothing when
+// it sent none.
+func writeContainers(w io.Writer, s *ContainersSnapshot) error {
+	if s == nil {
+		return nil
+	}
+	title := fmt.Sprintf("\nCONTAINERS (as the device reported them at %s)", timeText(s.Stored))
+	if s.Truncated {
+		title += " (truncated)"
+	}
+	fmt.Fprintln(w, title)
+	t := newTable(w, "DEPLOYMENT", "GEN", "CONTAINER", "ROLE", "STATE", "RESTARTS", "LAST EXIT", "HEALTH", "IMAGE", "DEGRADED")
+	for _, wl := range s.Workloads {
+		for _, c := range wl.Containers {
+			t.row(wl.Namespace+"/"+wl.Deployment, fmt.Sprint(wl.Generation), c.Name, dash(c.Role), dash(c.State), fmt.Sprint(c.Restarts),
+				exitText(c), dash(c.Health), dash(c.ImageDigest), dash(wl.Degraded))
+		}
+	}
+	return t.flush()
+}
+
+// exitText is a container's last exit: "-" when it never exited.
+func exitText(c events.ContainerState) string {
+	if c.ExitedAt == nil && c.ExitCode == 0 && c.Signal == "" && !c.OOMKilled {
+		return "-"
+	}
+	s := fmt.Sprintf("code %d", c.ExitCode)
+	if c.Signal != "" {
+		s += " (" + c.Signal + ")"
+	}
+	if c.OOMKilled {
+		s += " OOM-killed"
+	}
+	if c.ExitedAt != nil {
+		s += " at " + timeText(*c.ExitedAt)
+	}
+	return s
 }

@@ -61,20 +61,23 @@ type hostileAnswer struct {
 func hostileAnswers() []hostileAnswer {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	entry := history.Entry{Time: now, ID: "01J", Type: events.TypeWorkloadStatus, Summary: "Failed: " + hostile, Ignored: hostile}
+	degraded := []history.HealthState{{Device: "d1", Deployment: "lab/api", Generation: 1, Reason: hostile, Summary: "d1 degraded: " + hostile, Since: now}}
+	containers := &history.ContainersSnapshot{Stored: now, Workloads: []events.WorkloadContainers{{Namespace: "lab", Deployment: "api", Generation: 1,
+		Degraded: hostile, Containers: []events.ContainerState{{Name: hostile, Role: hostile, State: hostile, Signal: hostile, Health: hostile, ImageDigest: hostile}}}}}
 	return []hostileAnswer{
 		{"a Deployment's timeline", &history.DeploymentTimeline{Namespace: "lab", Name: "api",
 			State: &history.RolloutState{RevisionID: "1-abc", Generation: 1, Phase: "Failed", Message: "1 failed: " + hostile},
 			Revisions: []history.Revision{{Generation: 1, RevisionID: "1-abc", Targets: []string{"d1"},
 				Results: []history.DeviceResult{{Device: "d1", Phase: events.WorkloadFailed, Error: hostile, Reports: 1}}}},
-			Entries: []history.Entry{entry}}},
-		{"a device's timeline", &history.DeviceTimeline{Device: "d1",
+			Entries: []history.Entry{entry}, Degraded: degraded}},
+		{"a device's timeline", &history.DeviceTimeline{Device: "d1", Degraded: degraded, Containers: containers,
 			Heartbeats: history.HeartbeatSummary{Count: 1, First: now, Last: now, AgentVersions: []string{hostile}},
 			Inventory:  &events.DeviceInventory{OS: hostile, Arch: "arm64", Kernel: hostile, AgentVersion: hostile, Labels: map[string]string{"site": hostile}},
 			Entries:    []history.Entry{entry}}},
 		{"the fleet at a time", &history.FleetState{At: now,
 			Deployments: []history.RolloutState{{Namespace: "lab", Name: "api", Phase: "Failed", Message: hostile}},
 			Devices: []history.DeviceState{{Device: "d1", Reported: []history.Report{{Namespace: "lab", Deployment: "api", Generation: 1,
-				RevisionID: "1-abc", Phase: events.WorkloadFailed, Error: hostile}}}}}},
+				RevisionID: "1-abc", Phase: events.WorkloadFailed, Error: hostile}}, Degraded: degraded}}, DegradedDevices: 1}},
 		{"a TaskRun's timeline", &history.TaskRunTimeline{Namespace: "lab", Name: "upgrade", UID: "u", Task: "system-upgrade", Created: now,
 			Status:  &fleetv1.TaskRunStatus{Phase: fleetv1.TaskRunFailed, Conditions: []metav1.Condition{{Type: fleetv1.ConditionReady, Message: hostile}}},
 			Results: []fleetv1.TaskDeviceResult{{Device: "d1", Phase: events.TaskFailed, AgentVersion: hostile, Message: hostile}},

@@ -25,6 +25,7 @@ type Metrics struct {
 	durations    *prometheus.HistogramVec
 	started      *prometheus.GaugeVec
 	deadlines    *prometheus.GaugeVec
+	degraded     *prometheus.GaugeVec
 	phases       *prometheus.GaugeVec
 	reports      *prometheus.CounterVec
 	intentWrites *prometheus.CounterVec
@@ -41,13 +42,16 @@ type Metrics struct {
 
 // Metric names the alert rules and the docs use.
 const (
-	MetricRevisions           = "fleet_operator_revisions_total"
-	MetricLeader              = "fleet_operator_leader"
-	MetricRolloutTransitions  = "fleet_rollout_transitions_total"
-	MetricRolloutDuration     = "fleet_rollout_duration_seconds"
-	MetricRolloutStarted      = "fleet_rollout_started_timestamp_seconds"
-	MetricRolloutDeadline     = "fleet_rollout_progress_deadline_exceeded"
-	MetricRollouts            = "fleet_rollouts"
+	MetricRevisions          = "fleet_operator_revisions_total"
+	MetricLeader             = "fleet_operator_leader"
+	MetricRolloutTransitions = "fleet_rollout_transitions_total"
+	MetricRolloutDuration    = "fleet_rollout_duration_seconds"
+	MetricRolloutStarted     = "fleet_rollout_started_timestamp_seconds"
+	MetricRolloutDeadline    = "fleet_rollout_progress_deadline_exceeded"
+	MetricRollouts           = "fleet_rollouts"
+	// MetricDeploymentDegraded is how many devices report a Deployment
+	// degraded (ADR 0019); never labelled by device.
+	MetricDeploymentDegraded  = "fleet_deployment_degraded_devices"
 	MetricRunnerReports       = "fleet_rollout_runner_reports_total"
 	MetricRunnerIntentWrites  = "fleet_rollout_runner_intent_writes_total"
 	MetricRunnerStatusWrites  = "fleet_rollout_runner_status_writes_total"
@@ -78,11 +82,14 @@ func NewMetrics() *Metrics {
 		deadlines: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRolloutDeadline,
 			Help: "1 while a Deployment's rollout has made no progress within its progress deadline (its Progressing condition is False, reason ProgressDeadlineExceeded); the series exists only then."},
 			[]string{"namespace", "deployment"}),
+		degraded: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricDeploymentDegraded,
+			Help: "Devices that report a Deployment degraded (a service crash-looping, OOM-killed, down or unhealthy after it converged): its status.counts.degraded. A series exists for every Deployment with a status; it is deleted with the Deployment."},
+			[]string{"namespace", "deployment"}),
 		phases: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricRollouts,
 			Help: "Deployments by the phase of their current revision's rollout, as the rollout runner folds them."},
 			[]string{"phase"}),
 		reports: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRunnerReports,
-			Help: "Workload reports the rollout runner read, by outcome: folded, or dropped at a bound (reports about unknown Deployments or revisions once live)."},
+			Help: "Workload and health reports the rollout runner read, by outcome: folded, or dropped (reports about unknown Deployments or revisions once live past a bound; health reports from a device that does not hold the revision they name)."},
 			[]string{"outcome"}),
 		intentWrites: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRunnerIntentWrites,
 			Help: "Writes of devices' fleet-intent values by the rollout runner, by operation (put, delete) and result (ok, error)."},
@@ -130,7 +137,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	if m == nil {
 		return nil
 	}
-	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.deadlines, m.phases, m.reports,
+	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.deadlines, m.degraded, m.phases, m.reports,
 		m.intentWrites, m.statusWrites, m.live, m.devices, m.trimmed, m.leader, m.checkpoint}
 }
 
@@ -192,6 +199,19 @@ func (m *Metrics) progressDeadline(k depKey, exceeded bool) {
 		return
 	}
 	m.deadlines.DeleteLabelValues(k.ns, k.name)
+}
+
+// degradedDevices sets Deployment k's degraded device count; a negative n
+// deletes its series (the Deployment is gone).
+func (m *Metrics) degradedDevices(k depKey, n int) {
+	if m == nil {
+		return
+	}
+	if n < 0 {
+		m.degraded.DeleteLabelValues(k.ns, k.name)
+		return
+	}
+	m.degraded.WithLabelValues(k.ns, k.name).Set(float64(n))
 }
 
 func (m *Metrics) report(outcome string) {

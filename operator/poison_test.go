@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/nationtech/harmony-fleet/events"
@@ -543,5 +544,106 @@ func TestReportsOfMadeUpDeploymentsAndRevisionsCannotGrowTheRunner(t *testing.T)
 		if n := len(c.Rollouts[e.ns+"/"+name].Early); n > 8 {
 			t.Errorf("the runner keeps reports of %d made-up revisions of %s, want at most 8", n, name)
 		}
+	}
+}
+
+// TestAForgedDegradedIsRefused: a device cannot make another device, or a
+// revision it does not hold, degraded. A report in another device's name
+// is skipped (subject-mismatch); one from a device that holds no revision
+// of the Deployment, or another revision than it holds, is dropped and
+// counted. The devices' own reports still count.
+func TestAForgedDegradedIsRefused(t *testing.T) {
+	e := newEnv(t)
+	e.skips = events.NewSkipCounter()
+	e.metrics = operator.NewMetrics()
+	e.device("rpi-3", map[string]string{"role": "elsewhere"})
+	_, rev := e.succeededRollout("rpi-2")
+	dropped := func() float64 {
+		v, _ := scrape(t, e.metrics, operator.MetricRunnerReports, map[string]string{"outcome": "dropped"})
+		return v
+	}
+	before := dropped()
+
+	// rpi-2, on its own subject, in rpi-1's name.
+	e.publishRaw("fleet.report.rpi-2.health", marshal(t, e.healthEvent("rpi-1", "api", rev, events.TypeWorkloadDegraded, events.HealthCrashLoop, 3)))
+	// rpi-3, which runs no revision of api, in its own name.
+	e.publishRaw("fleet.report.rpi-3.health", marshal(t, e.healthEvent("rpi-3", "api", rev, events.TypeWorkloadDegraded, events.HealthCrashLoop, 3)))
+	// rpi-2, about a revision it was never handed.
+	other := rev
+	other.Generation, other.RevisionID = 7, "7-forged"
+	e.publishRaw("fleet.report.rpi-2.health", marshal(t, e.healthEvent("rpi-2", "api", other, events.TypeWorkloadDegraded, events.HealthOOMKilled, 1)))
+	e.waitFor("the report in another's name skipped, the others dropped", func() bool {
+		return e.skips.Skipped(events.StreamReports, events.ReasonSubjectMismatch) == 1 && dropped()-before == 2
+	})
+	if c := e.degraded("api"); c == nil || c.Status != metav1.ConditionFalse {
+		t.Errorf("Degraded %+v after forged reports only, want False", c)
+	}
+
+	// rpi-2's own report of the revision it runs counts.
+	if err := e.store.Report(e.ctx, e.healthEvent("rpi-2", "api", rev, events.TypeWorkloadDegraded, events.HealthCrashLoop, 3)); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("Degraded True", func() bool { c := e.degraded("api"); return c != nil && c.Status == metav1.ConditionTrue })
+	if got := e.get("api").Status.Degraded; len(got) != 1 || got[0].Device != "rpi-2" || got[0].Revision != rev.RevisionID {
+		t.Errorf("degraded %+v, want rpi-2 on %s only", got, rev.RevisionID)
+	}
+}
+
+// TestADegradedFloodIsBounded: 100,000 alternating degraded and recovered
+// reports from one device cost one entry, at most one status write per
+// StatusInterval, and leave the device's workload history as it was.
+func TestADegradedFloodIsBounded(t *testing.T) {
+	e := newEnv(t)
+	e.metrics = operator.NewMetrics()
+	e.logs = slog.DiscardHandler
+	_, rev := e.succeededRollout("rpi-2")
+	writes := func() float64 {
+		v, _ := scrape(t, e.metrics, operator.MetricRunnerStatusWrites, map[string]string{"result": "ok"})
+		return v
+	}
+	workload := func() []events.Record {
+		var out []events.Record
+		for r, err := range e.store.Replay(e.ctx, "fleet.report.rpi-2.workload", events.FromStart()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, r)
+		}
+		return out
+	}
+	history := workload()
+
+	const flood = 100_000
+	msgs := make([]*nats.Msg, 0, flood)
+	for i := range flood {
+		typ, reason := events.TypeWorkloadDegraded, events.HealthCrashLoop
+		switch {
+		case i == flood-1:
+			reason = events.HealthOOMKilled // the last word, to wait for
+		case i%2 == 1:
+			typ, reason = events.TypeWorkloadRecovered, events.HealthStable
+		}
+		m, err := events.Message(e.healthEvent("rpi-2", "api", rev, typ, reason, i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	start, before := time.Now(), writes()
+	natstest.PublishStored(t, e.store.JetStream().Conn(), msgs...)
+	e.waitFor("the flood's last report folded", func() bool {
+		got := e.get("api").Status.Degraded
+		return len(got) == 1 && got[0].Reason == events.HealthOOMKilled
+	})
+	elapsed := time.Since(start)
+	if n, most := writes()-before, float64(elapsed/(100*time.Millisecond))+3; n > most {
+		t.Errorf("%v status writes in %s for %d reports, want at most one per StatusInterval (100ms): %v", n, elapsed, flood, most)
+	}
+	if d := e.get("api").Status; d.Counts.Degraded != 1 || d.Phase != fleetv1.PhaseSucceeded {
+		t.Errorf("counts.degraded %d, phase %s; want 1 entry and Succeeded", d.Counts.Degraded, d.Phase)
+	}
+	after := workload()
+	if len(after) != len(history) || len(after) == 0 || after[len(after)-1].Sequence != history[len(history)-1].Sequence {
+		t.Errorf("the device's workload history changed under the flood: %d records, then %d", len(history), len(after))
 	}
 }

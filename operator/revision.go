@@ -58,6 +58,11 @@ func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, da
 		// of before.
 		data.ProgressDeadlineSeconds = int64(max(pd.Duration.Round(time.Second), time.Second) / time.Second)
 	}
+	if mr := d.Spec.Rollout.MinReady; mr != nil && mr.Duration > 0 {
+		// Likewise: 0s and absent are today's Converged, and the bytes of
+		// before (ADR 0019).
+		data.MinReadySeconds = int64(max(mr.Duration.Round(time.Second), time.Second) / time.Second)
+	}
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.
 		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)

@@ -224,3 +224,43 @@ func TestAProgressDeadlineIsFrozenOnlyWhenSet(t *testing.T) {
 		})
 	}
 }
+
+// TestAMinReadyIsFrozenOnlyWhenSet: a Deployment without
+// spec.rollout.minReady, or with 0s, writes the revision bytes of before;
+// one with it adds minReadySeconds and nothing else.
+func TestAMinReadyIsFrozenOnlyWhenSet(t *testing.T) {
+	devices := []fleetv1.Device{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-2", Labels: map[string]string{"role": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-1", Labels: map[string]string{"role": "x", "canary": "true"}}},
+	}
+	for _, tc := range []struct {
+		name     string
+		minReady *metav1.Duration
+		deadline *metav1.Duration
+		want     string
+	}{
+		{"without minReady the bytes are those of before", nil, nil, beforePlans},
+		{"a minReady of 0s writes the bytes of before", &metav1.Duration{}, nil, beforePlans},
+		{"a minReady of 30s is frozen in seconds", &metav1.Duration{Duration: 30 * time.Second}, nil,
+			strings.TrimSuffix(beforePlans, "}") + `,"minReadySeconds":30}`},
+		{"a minReady under a second is frozen as one second", &metav1.Duration{Duration: 300 * time.Millisecond}, nil,
+			strings.TrimSuffix(beforePlans, "}") + `,"minReadySeconds":1}`},
+		{"minReady and a deadline are both frozen", &metav1.Duration{Duration: 2 * time.Minute}, &metav1.Duration{Duration: 5 * time.Minute},
+			strings.TrimSuffix(beforePlans, "}") + `,"progressDeadlineSeconds":300,"minReadySeconds":120}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := planTestDeployment(fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate, MinReady: tc.minReady, ProgressDeadline: tc.deadline})
+			res, err := ResolveTargets(context.Background(), d, devices, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, _, err := revisionEvents(d, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, string(evs[len(evs)-1].Data)); len(evs) != 1 || diff != "" {
+				t.Errorf("%d events; the revision's data (-want +got):\n%s", len(evs), diff)
+			}
+		})
+	}
+}

@@ -38,7 +38,7 @@ func cmpKey(a, b depKey) int {
 const (
 	sourceIntent   = 0 // filterDeploymentIntent
 	sourceRollouts = 1 // filterRollouts
-	sourceReports  = 2 // filterWorkload
+	sourceReports  = 2 // the workload and health reports
 )
 
 // runnerState is the fold, owned by the Run goroutine.
@@ -59,6 +59,12 @@ type runnerState struct {
 	// exceeded are the Deployments whose rollout exceeded its progress
 	// deadline when the runner last judged it (progressDeadlines).
 	exceeded map[depKey]bool
+	// health is each Deployment's degraded devices (ADR 0019), from the
+	// health reports of devices that hold the revision they name.
+	health map[depKey]*projections.Health
+	// healthDropped counts the health reports dropped once live because
+	// the device does not hold the revision they name.
+	healthDropped int
 	// live is set once every source caught up with its history.
 	live bool
 	// revisionless counts the rollouts that have reports or transitions but
@@ -82,7 +88,7 @@ type runnerState struct {
 func newRunnerState() *runnerState {
 	return &runnerState{rollouts: map[depKey]projections.Rollout{}, intent: projections.NewIntent(),
 		rolloutSeq: map[depKey]uint64{}, dirtyKV: map[string]bool{}, dirtyStat: map[depKey]bool{}, revisedAt: map[depKey]time.Time{},
-		exceeded: map[depKey]bool{}}
+		exceeded: map[depKey]bool{}, health: map[depKey]*projections.Health{}}
 }
 
 // Bounds on what device reports can add to the runner's state once it is
@@ -112,6 +118,9 @@ type folded struct {
 	// dropped is the bound a report was dropped at (empty: none); the
 	// runner logs the first drop and counts the rest.
 	dropped string
+	// health is a health report folded (it decides nothing: the status
+	// only).
+	health bool
 }
 
 // fold applies one record of source.
@@ -159,13 +168,24 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		if source == sourceRollouts && rec.Sequence > s.rolloutSeq[k] {
 			s.rolloutSeq[k] = rec.Sequence
 		}
-		for _, d := range s.intent.ApplyPayload(&p) {
+		changed := s.intent.ApplyPayload(&p)
+		for _, d := range changed {
 			s.dirtyKV[d] = true
+		}
+		if len(changed) > 0 {
+			// The event's own time, as when the runner folds a
+			// transition it appended (appended): the same either way.
+			s.pruneHealth(k, ev.Time)
 		}
 		if ev.Type == events.TypeDeploymentRevisionCreated {
 			s.revisedAt[k] = cmp.Or(rec.Stored, ev.Time)
 		}
 	case sourceReports:
+		// Routed by type before the data is decoded: the source reads
+		// the health subject too.
+		if ev.Type == events.TypeWorkloadDegraded || ev.Type == events.TypeWorkloadRecovered {
+			return s.foldHealth(rec, &p)
+		}
 		var err error
 		wd, err = p.WorkloadStatus()
 		if err != nil {
@@ -185,6 +205,9 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 	wasRevisionless := ro.UID == ""
 	ro.FoldPayload(&p) // the runner's own state: in place, O(1) per report
 	s.rollouts[k] = ro
+	if h := s.health[k]; h != nil {
+		h.Apply(&p) // a report of another revision, Removed, the deletion: the device moved on
+	}
 	switch {
 	case !known && ro.UID == "":
 		s.revisionless++
@@ -193,6 +216,54 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 	}
 	s.dirtyStat[k] = true
 	return folded{key: k, decide: true}
+}
+
+// foldHealth folds a device.workload.degraded or .recovered report. Once
+// live it is accepted only from a device that holds exactly the revision
+// it names (projections.Intent.Holds): a device cannot mark another device,
+// or a Deployment it does not run, degraded, and the state is bounded by
+// the devices that hold each Deployment (a Deployment keeps its fold once
+// a device reported it degraded, for the time it recovered). While catching up the streams are
+// read side by side (the release may come after the report), so every
+// report is folded and goLive prunes what the intent does not hold.
+func (s *runnerState) foldHealth(rec events.Record, p *projections.Payload) folded {
+	d, err := p.WorkloadHealth()
+	if err != nil {
+		return folded{skip: events.InvalidData(rec, err)}
+	}
+	k := depKey{d.Namespace, d.Deployment}
+	dev := p.Event.Keys.Device
+	if s.live && !s.intent.Holds(dev, d.Namespace, d.Deployment, d.UID, d.Generation) {
+		s.healthDropped++
+		return folded{dropped: "health reports from a device that does not hold the revision they name", health: true}
+	}
+	h := s.health[k]
+	if h == nil {
+		if p.Event.Type != events.TypeWorkloadDegraded {
+			return folded{health: true} // nothing to recover
+		}
+		h = &projections.Health{}
+		s.health[k] = h
+	}
+	if h.Apply(p) {
+		s.dirtyStat[k] = true
+	}
+	return folded{key: k, health: true}
+}
+
+// pruneHealth drops the degraded devices of Deployment k that no longer
+// hold the revision they reported (the intent moved them on, or the
+// Deployment was deleted), at the stream time at.
+func (s *runnerState) pruneHealth(k depKey, at time.Time) {
+	h := s.health[k]
+	if h == nil {
+		return
+	}
+	if h.Prune(at, func(e projections.DegradedEntry) bool {
+		return s.intent.Holds(e.Device, k.ns, k.name, e.UID, e.Generation)
+	}) {
+		s.dirtyStat[k] = true
+	}
 }
 
 // bound names the bound a live report about rollout ro (known: the runner
@@ -241,8 +312,12 @@ func (s *runnerState) appended(k depKey, seq uint64, ev events.Event) {
 	ro := s.rollouts[k]
 	ro.Fold(ev)
 	s.rollouts[k] = ro
-	for _, d := range s.intent.Apply(ev) {
+	changed := s.intent.Apply(ev)
+	for _, d := range changed {
 		s.dirtyKV[d] = true
+	}
+	if len(changed) > 0 {
+		s.pruneHealth(k, ev.Time)
 	}
 	s.dirtyStat[k] = true
 }

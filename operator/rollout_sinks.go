@@ -54,11 +54,13 @@ func writeStatus(ctx context.Context, w DeploymentStatusWriter, log *slog.Logger
 	defer m.rolloutGauges(s)
 	for k := range s.dirtyStat {
 		ro := s.rollouts[k]
-		st, ok := ro.StatusAt(now, def)
+		st, ok := projections.DeploymentStatusAt(ro, s.health[k], now, def)
 		if !ok || ro.Deleted {
+			m.degradedDevices(k, -1)
 			delete(s.dirtyStat, k)
 			continue
 		}
+		m.degradedDevices(k, int(st.Counts.Degraded))
 		err := w.WriteDeploymentStatus(ctx, k.ns, k.name, st)
 		m.statusWrite(err)
 		if err != nil {
@@ -644,8 +646,11 @@ const CheckpointObject = "rollout-runner"
 // rebuilt from the first event). 3: the folds keep the progress clock
 // (each target's first report and first result, with the stream's stored
 // time), which an earlier checkpoint lacks: it is rebuilt from the first
-// event once.
-const checkpointVersion = 3
+// event once. 4: the reports source reads the health reports too, and the
+// checkpoint keeps each Deployment's degraded devices (ADR 0019): a
+// version 3 position passed health reports it never read, so it is
+// rebuilt once.
+const checkpointVersion = 4
 
 // checkpoint is the snapshot the runner writes: its folds and the last
 // sequence it folded of each stream it reads.
@@ -658,6 +663,8 @@ type checkpoint struct {
 	// RevisedAt is when each Deployment's current revision was stored
 	// (absent from checkpoints of earlier builds: then unknown).
 	RevisedAt map[string]time.Time `json:"revisedAt,omitempty"`
+	// Health is each Deployment's degraded devices (version 4).
+	Health map[string]*projections.Health `json:"health,omitempty"`
 }
 
 // checkpoints keeps the fold in an object store (object CheckpointObject).
@@ -702,6 +709,12 @@ func (c checkpoints) restore(ctx context.Context, s *runnerState) {
 		ns, name, _ := strings.Cut(k, "/")
 		s.revisedAt[depKey{ns, name}] = at
 	}
+	for k, h := range cp.Health {
+		ns, name, _ := strings.Cut(k, "/")
+		if h != nil {
+			s.health[depKey{ns, name}] = h
+		}
+	}
 	s.intent = cp.Intent
 	s.seqs = cp.Seqs
 	for k := range s.rollouts {
@@ -719,7 +732,10 @@ func (c checkpoints) save(s *runnerState) {
 		return
 	}
 	cp := checkpoint{Version: checkpointVersion, Seqs: s.seqs, Rollouts: map[string]projections.Rollout{}, Intent: s.intent, RolloutSeq: map[string]uint64{},
-		RevisedAt: map[string]time.Time{}}
+		RevisedAt: map[string]time.Time{}, Health: map[string]*projections.Health{}}
+	for k, h := range s.health {
+		cp.Health[k.ns+"/"+k.name] = h
+	}
 	for k, ro := range s.rollouts {
 		cp.Rollouts[k.ns+"/"+k.name] = ro
 	}

@@ -22,19 +22,26 @@ import (
 // the Ready condition.
 const FieldOwnerRollouts = "fleet-operator-rollouts"
 
-// Filters the rollout runner reads, by source.
-var runnerFilters = [3]string{
+// Filters the rollout runner reads, by source: one ordered consumer per
+// source, whatever the number of its filters (ADR 0019 keeps three).
+var runnerFilters = [3][]string{
 	// Deployment and TaskRun intent: both kinds of entry go into one
 	// fleet-intent value per device.
-	sourceIntent:   "fleet.intent.*.*.*",
-	sourceRollouts: "fleet.rollout.deployment.*.*",
-	sourceReports:  "fleet.report.*.workload",
+	sourceIntent:   {"fleet.intent.*.*.*"},
+	sourceRollouts: {"fleet.rollout.deployment.*.*"},
+	// Workload and health reports in the order they were stored: a
+	// device's degraded report never passes the workload report before
+	// it.
+	sourceReports: {"fleet.report.*.workload", "fleet.report.*.health"},
 }
 
-// EventReader is what the rollout runner needs to read events.
+// EventReader is what the rollout runner needs to read events: one
+// subject filter, or several of one stream through one consumer.
 type EventReader interface {
 	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
 	Follow(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+	ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
+	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 }
 
 // RolloutRunner folds Deployment intent, rollout transitions and workload
@@ -196,11 +203,11 @@ func (r *runner) run(ctx context.Context) error {
 		cancel() // readers stop on it; then wait for them
 		wg.Wait()
 	}()
-	for i, filter := range runnerFilters {
+	for i, filters := range runnerFilters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.read(ctx, i, filter, s.seqs[i], in)
+			r.read(ctx, i, filters, s.seqs[i], in)
 		}()
 	}
 	// Writes to fleet-intent by anyone else are repaired (intentWriter.foreign).
@@ -291,6 +298,12 @@ func (r *runner) retry(ctx context.Context) {
 func (r *runner) goLive(ctx context.Context) error {
 	s := r.s
 	s.live = true
+	// Health reports were folded whatever the intent said while the
+	// streams were read side by side: keep those of devices that hold
+	// the revision they name.
+	for k := range s.health {
+		s.pruneHealth(k, time.Time{})
+	}
 	if err := r.intent.sync(ctx, s.intent, s.dirtyKV); err != nil {
 		return err
 	}
@@ -315,11 +328,15 @@ func (r *runner) outcome(ctx context.Context, f folded, m sourced) {
 		switch {
 		case f.dropped != "":
 			r.Metrics.report("dropped")
-		case f.decide:
+		case f.decide || f.health:
 			r.Metrics.report("folded")
 		}
 	}
-	if f.dropped != "" && r.s.dropped == 1 {
+	if f.health && f.dropped != "" && r.s.healthDropped == 1 {
+		r.Log.WarnContext(ctx, "a health report dropped: the runner accepts one only from a device that holds the revision it names; later drops are counted, not logged",
+			"stream", m.rec.Stream, "subject", m.rec.Subject, "seq", m.rec.Sequence)
+	}
+	if !f.health && f.dropped != "" && r.s.dropped == 1 {
 		r.Log.WarnContext(ctx, "a report dropped: the runner keeps reports for a bounded number of "+f.dropped+" (a lagging runner, or a device naming Deployments or revisions that do not exist); later drops are counted, not logged",
 			"stream", m.rec.Stream, "subject", m.rec.Subject, "seq", m.rec.Sequence)
 	}
@@ -328,12 +345,13 @@ func (r *runner) outcome(ctx context.Context, f folded, m sourced) {
 	}
 }
 
-// read hands filter's records past after to the runner (readStream).
-func (r *runner) read(ctx context.Context, source int, filter string, after uint64, out chan<- sourced) {
-	readStream(ctx, r.Log, "rollout runner", r.Reader, source, filter, after, out, nil)
+// read hands the records of filters past after to the runner (readStream).
+func (r *runner) read(ctx context.Context, source int, filters []string, after uint64, out chan<- sourced) {
+	readStream(ctx, r.Log, "rollout runner", r.Reader, source, filters, after, out, nil)
 }
 
-// readStream hands every record of filter past after to out, as sourced
+// readStream hands every record of filters (of one stream, read by one
+// consumer) past after to out, as sourced
 // messages of source (name says whose in its log lines): it replays the stream's history, sends the catch-up
 // mark (then calls caught, when set), and follows. A read that fails (its
 // server died, the stream is electing a leader, the client gave up
@@ -341,7 +359,8 @@ func (r *runner) read(ctx context.Context, source int, filter string, after uint
 // handed over, after a wait that doubles from readRetryMin to
 // readRetryMax: the reader goes on, and no record is handed twice. It
 // returns when ctx ends.
-func readStream(ctx context.Context, log *slog.Logger, name string, reader EventReader, source int, filter string, after uint64, out chan<- sourced, caught func()) {
+func readStream(ctx context.Context, log *slog.Logger, name string, reader EventReader, source int, filters []string, after uint64, out chan<- sourced, caught func()) {
+	filter := strings.Join(filters, ",") // for the log
 	send := func(m sourced) bool {
 		select {
 		case out <- m:
@@ -382,7 +401,7 @@ func readStream(ctx context.Context, log *slog.Logger, name string, reader Event
 		return true
 	}
 	for {
-		stop, err := each(reader.Replay(ctx, filter, events.FromSequence(last+1)))
+		stop, err := each(reader.ReplaySubjects(ctx, filters, events.FromSequence(last+1)))
 		switch {
 		case stop:
 			return
@@ -401,7 +420,7 @@ func readStream(ctx context.Context, log *slog.Logger, name string, reader Event
 		caught()
 	}
 	for {
-		stop, err := each(reader.Follow(ctx, filter, events.FromSequence(last+1)))
+		stop, err := each(reader.FollowSubjects(ctx, filters, events.FromSequence(last+1)))
 		if stop || err == nil || !again(err) {
 			return
 		}

@@ -50,17 +50,17 @@ func (f *flakyReader) cut(seq iter.Seq2[events.Record, error], after int) iter.S
 	}
 }
 
-func (f *flakyReader) Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error] {
-	seq := f.Store.Replay(ctx, filter, from)
-	if strings.HasPrefix(filter, "fleet.report.") && f.replays.Add(1) == 1 {
+func (f *flakyReader) ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error] {
+	seq := f.Store.ReplaySubjects(ctx, filters, from)
+	if strings.HasPrefix(filters[0], "fleet.report.") && f.replays.Add(1) == 1 {
 		return f.cut(seq, 1)
 	}
 	return seq
 }
 
-func (f *flakyReader) Follow(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error] {
-	seq := f.Store.Follow(ctx, filter, from)
-	if strings.HasPrefix(filter, "fleet.report.") && f.follows.Add(1) <= 2 {
+func (f *flakyReader) FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error] {
+	seq := f.Store.FollowSubjects(ctx, filters, from)
+	if strings.HasPrefix(filters[0], "fleet.report.") && f.follows.Add(1) <= 2 {
 		return f.cut(seq, 2)
 	}
 	return seq

@@ -200,5 +200,5 @@ func (r *TaskRunRunner) read(ctx context.Context, source int, filter string, out
 	if caught != nil {
 		closeCaught = func() { close(caught) }
 	}
-	readStream(ctx, r.Log, "taskrun runner", r.Reader, source, filter, 0, out, closeCaught)
+	readStream(ctx, r.Log, "taskrun runner", r.Reader, source, []string{filter}, 0, out, closeCaught)
 }

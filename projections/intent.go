@@ -143,7 +143,7 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		r.known, r.order = true, s.order[k]
 		delete(s.live, k)
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
-			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score}
+			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds}
 		for _, t := range d.Targets {
 			r.targets[t] = true
 		}
@@ -354,6 +354,15 @@ func (s *Intent) liveRevs(k depKey) []*intentRev {
 	}
 	s.live[k] = revs
 	return revs
+}
+
+// Holds reports whether device's value holds exactly revision (uid,
+// generation) of Deployment namespace/name: the device was handed that
+// revision and no newer one, and the Deployment was not deleted. The
+// rollout runner accepts a device's health report only then.
+func (s *Intent) Holds(device, namespace, name, uid string, generation int64) bool {
+	e, ok := s.devices[device][depKey{namespace, name}]
+	return ok && e.UID == uid && e.Generation == generation
 }
 
 // Devices lists every device with a value, sorted.

@@ -136,3 +136,59 @@ func TestIntentIgnoresHowStreamsInterleave(t *testing.T) {
 		}
 	}
 }
+
+func TestHoldsIsExactlyTheRevisionTheDeviceWasHanded(t *testing.T) {
+	s := projections.NewIntent()
+	for _, ev := range []events.Event{revEv(t, "u", 1, []string{"a", "b"}, nil), relEv(t, events.TypeRolloutReleased, "u", 1, "a", "b"),
+		revEv(t, "u", 2, []string{"a", "b"}, []string{"a"}), relEv(t, events.TypeRolloutCanaryStage, "u", 2, "a")} {
+		s.Apply(ev)
+	}
+	tests := []struct {
+		name                 string
+		device, ns, dep, uid string
+		gen                  int64
+		want                 bool
+	}{
+		{"the canary holds the new revision", "a", "lab", "api", "u", 2, true},
+		{"the canary no longer holds the old one", "a", "lab", "api", "u", 1, false},
+		{"a device not yet handed the new one holds the old one", "b", "lab", "api", "u", 1, true},
+		{"a device not yet handed the new one does not hold it", "b", "lab", "api", "u", 2, false},
+		{"a device that is no target holds nothing", "c", "lab", "api", "u", 1, false},
+		{"another uid is not held", "a", "lab", "api", "v", 2, false},
+		{"another Deployment is not held", "a", "lab", "web", "u", 2, false},
+		{"another namespace is not held", "a", "ops", "api", "u", 2, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := s.Holds(tc.device, tc.ns, tc.dep, tc.uid, tc.gen); got != tc.want {
+				t.Errorf("Holds = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	s.Apply(delEv(t, "u", 2))
+	if s.Holds("b", "lab", "api", "u", 1) {
+		t.Error("a deleted Deployment is still held")
+	}
+}
+
+func TestMinReadySecondsReachesTheIntentEntryOnlyWhenSet(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		minReady int64
+		want     string
+	}{
+		{"a revision without minReady writes the value as before", 0, `{"device":"a","deployments":[{"namespace":"lab","name":"api","uid":"u","generation":1,"revisionId":"r1","scoreDigest":"sha256:x","score":{"type":"PodmanV0"}}]}`},
+		{"a revision with minReady copies it", 30, `{"device":"a","deployments":[{"namespace":"lab","name":"api","uid":"u","generation":1,"revisionId":"r1","scoreDigest":"sha256:x","score":{"type":"PodmanV0"},"minReadySeconds":30}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := projections.NewIntent()
+			s.Apply(mustNew(t, dep, events.DeploymentRevisionCreated{UID: "u", Generation: 1, RevisionID: "r1", ScoreDigest: "sha256:x",
+				Score: json.RawMessage(`{"type":"PodmanV0"}`), Targets: []string{"a"}, Canaries: []string{}, MinReadySeconds: tc.minReady}))
+			s.Apply(relEv(t, events.TypeRolloutReleased, "u", 1, "a"))
+			v, _ := s.Value("a")
+			if diff := cmp.Diff(tc.want, string(v)); diff != "" {
+				t.Errorf("fleet-intent value (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

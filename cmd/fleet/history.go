@@ -26,9 +26,11 @@ const historyUsage = `usage: fleet history <query> [flags]
 
 Answers from the JetStream streams alone (no Kubernetes API needed):
 
-  fleet history deployment <namespace>/<name>   revisions, rollout transitions, per-device results
+  fleet history deployment <namespace>/<name>   revisions, rollout transitions, per-device results,
+                                                Degraded and recovered devices
   fleet history taskrun <namespace>/<name>      a TaskRun's targets and every device's result, reports
-  fleet history device <device-id>              intents received, reports, inventory changes, commands
+  fleet history device <device-id>              intents received, reports (health included), inventory
+                                                changes, commands, its last containers
   fleet history fleet --at <RFC 3339 time>      every device's desired vs reported state and every
                                                 Deployment's rollout state, as of that time
 

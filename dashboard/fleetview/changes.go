@@ -168,6 +168,16 @@ func pagesOfRecord(rec events.Record) []PageRef {
 			p = append(p, PageRef{Kind: PageTaskRun, Key: ts.Namespace + "/" + ts.TaskRun})
 		}
 		return p
+	case events.TypeWorkloadDegraded, events.TypeWorkloadRecovered:
+		// The Deployment's Degraded condition and the alerts come with the
+		// operator's patch (the informer).
+		p := []PageRef{{Kind: PageDevice, Key: k.Device}}
+		if h, err := events.Decode[events.WorkloadHealth](ev); err == nil && validKey(h.Namespace, h.Deployment) {
+			p = append(p, PageRef{Kind: PageDeployment, Key: h.Namespace + "/" + h.Deployment})
+		}
+		return p
+	case events.TypeDeviceContainers:
+		return []PageRef{{Kind: PageDevice, Key: k.Device}}
 	case events.TypeCommandResult, events.TypeAgentCommand:
 		return []PageRef{{Kind: PageDevice, Key: k.Device}, {Kind: PageTrend}}
 	}

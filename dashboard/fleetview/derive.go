@@ -226,7 +226,9 @@ func alertID(kind AlertKind, parts ...string) string {
 // (the episode is its last heartbeat: a device that never heartbeated is
 // offline, not alerted, since it may not be installed yet); a Deployment
 // whose current revision has failed targets or is Failed (the episode is the
-// revision: UID and generation); a TaskRun with failed targets (its UID).
+// revision: UID and generation); a Deployment past its progress deadline
+// or degraded (the episode is the revision and the condition's
+// transition); a TaskRun with failed targets (its UID).
 // Quarantined devices are not alerted. Sorted by severity, then since
 // (newest first), then id.
 func deriveAlerts(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv1.TaskRun, now time.Time, offlineAfter time.Duration) []Alert {
@@ -286,6 +288,11 @@ func deriveAlerts(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv
 			s.Since.Format(time.RFC3339Nano)), Kind: AlertRolloutStalled, Severity: SeverityWarning,
 			Page: PageRef{Kind: PageDeployment, Key: d.Namespace + "/" + d.Name}, Since: s.Since,
 			Message: fmt.Sprintf("Deployment %s/%s: rollout stalled: %s", d.Namespace, d.Name, clean(s.Message, MaxFieldLength))})
+	}
+	for i := range deps {
+		if a, ok := degradedAlert(&deps[i]); ok {
+			out = append(out, a)
+		}
 	}
 	for i := range trs {
 		t := &trs[i]
@@ -430,6 +437,7 @@ func deploymentSummary(d *fleetv1.Deployment) DeploymentSummary {
 	}
 	s.Canary = st.Counts.Canaries > 0
 	s.Stalled = stalledOf(st)
+	s.Degraded = degradedOf(st)
 	return s
 }
 

@@ -396,3 +396,118 @@ func TestARolloutPastItsProgressDeadlineIsStalled(t *testing.T) {
 		})
 	}
 }
+
+// degradedDeployment is a Succeeded Deployment of generation gen whose
+// Degraded condition of condGen is status (True: devices degraded) since
+// since.
+func degradedDeployment(name string, gen, condGen int64, status metav1.ConditionStatus, since time.Time) fleetv1.Deployment {
+	d := failingDeployment(name, "u7", gen, 0, fleetv1.PhaseSucceeded)
+	d.Status.ObservedGeneration = gen
+	d.Status.Counts = fleetv1.RolloutCounts{Total: 40, Succeeded: 40}
+	reason := fleetv1.ReasonServicesDegraded
+	if status != metav1.ConditionTrue {
+		reason = fleetv1.ReasonNoDegradedDevices
+	}
+	d.Status.Conditions = []metav1.Condition{
+		{Type: fleetv1.ConditionReady, Status: metav1.ConditionTrue, ObservedGeneration: gen, Reason: fleetv1.ReasonRolloutSucceeded,
+			Message: "40 of 40 targets succeeded", LastTransitionTime: metav1.NewTime(since.Add(-time.Hour))},
+		{Type: fleetv1.ConditionDegraded, Status: status, ObservedGeneration: condGen, Reason: reason, LastTransitionTime: metav1.NewTime(since),
+			Message: "2 of 40 devices degraded: podman-1 (api: CrashLoop, exited with code 2, 3 restarts in 5m0s), edge-7 (api: OOMKilled)\x1b[2J\u202e"},
+	}
+	return d
+}
+
+func TestADegradedDeploymentIsShownAndAlerted(t *testing.T) {
+	since := testNow.Add(-3 * time.Minute)
+	for _, tc := range []struct {
+		name     string
+		dep      fleetv1.Deployment
+		degraded bool
+	}{
+		{"Degraded True of the status's generation is shown and alerted", degradedDeployment("api", 2, 2, metav1.ConditionTrue, since), true},
+		{"Degraded False is neither shown nor alerted", degradedDeployment("api", 2, 2, metav1.ConditionFalse, since), false},
+		{"Degraded True of an earlier generation is neither shown nor alerted", degradedDeployment("api", 3, 2, metav1.ConditionTrue, since), false},
+		{"a Deployment without the condition (an older operator) is neither shown nor alerted", failingDeployment("api", "u7", 1, 0, fleetv1.PhaseSucceeded), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := deploymentSummary(&tc.dep)
+			var alerts []string
+			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{tc.dep}, nil, testNow, time.Hour) {
+				if a.Kind == AlertDeploymentDegraded {
+					alerts = append(alerts, fmt.Sprintf("%s %s %s", a.Severity, a.Page.Key, a.Since.Format(time.RFC3339)))
+					if !strings.Contains(a.Message, "Deployment apps/api: services degraded: 2 of 40 devices degraded: podman-1 (api: CrashLoop") ||
+						strings.ContainsAny(a.Message, "\x1b\u202e") {
+						t.Errorf("alert message %q: want the condition's message, cleaned", a.Message)
+					}
+				}
+			}
+			if !tc.degraded {
+				if s.Degraded != nil || len(alerts) > 0 {
+					t.Errorf("degraded %+v, alerts %v; want none", s.Degraded, alerts)
+				}
+				return
+			}
+			if s.Degraded == nil || !s.Degraded.Since.Equal(since) || !strings.Contains(s.Degraded.Message, "3 restarts in 5m0s") ||
+				strings.ContainsAny(s.Degraded.Message, "\x1b\u202e") {
+				t.Fatalf("degraded %+v, want since %s with the cleaned message", s.Degraded, since)
+			}
+			if s.Phase != string(fleetv1.PhaseSucceeded) {
+				t.Errorf("phase %s: degradation never rewrites a rollout that succeeded", s.Phase)
+			}
+			if diff := cmp.Diff([]string{"warning apps/api " + since.Format(time.RFC3339)}, alerts); diff != "" {
+				t.Errorf("deployment-degraded alerts (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("a new episode of degradation has a new id", func(t *testing.T) {
+		ids := func(d fleetv1.Deployment) []string {
+			var out []string
+			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{d}, nil, testNow, time.Hour) {
+				out = append(out, a.ID)
+			}
+			return out
+		}
+		first := ids(degradedDeployment("api", 2, 2, metav1.ConditionTrue, since))
+		same := ids(degradedDeployment("api", 2, 2, metav1.ConditionTrue, since))
+		again := ids(degradedDeployment("api", 2, 2, metav1.ConditionTrue, since.Add(time.Minute)))
+		next := ids(degradedDeployment("api", 3, 3, metav1.ConditionTrue, since))
+		if len(first) != 1 || !cmp.Equal(first, same) || cmp.Equal(first, again) || cmp.Equal(first, next) {
+			t.Errorf("ids: first %v, same cause %v, degraded again %v, next revision %v", first, same, again, next)
+		}
+	})
+}
+
+func TestPagesOfHealthAndContainerReports(t *testing.T) {
+	health := func(t *testing.T, typ events.Type, ns, name string) events.Event {
+		t.Helper()
+		ev, err := events.New(events.Keys{Device: "paris-1"}, events.NewWorkloadHealth(typ, events.WorkloadHealth{Namespace: ns, Deployment: name,
+			UID: "u", Generation: 1, RevisionID: "r", Reason: events.HealthCrashLoop, Since: testNow}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	containers, err := events.New(events.Keys{Device: "paris-1"}, events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: "apps", Deployment: "web"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		ev   events.Event
+		want []PageRef
+	}{
+		{"a Degraded report changes the device's and the Deployment's pages", health(t, events.TypeWorkloadDegraded, "apps", "web"),
+			[]PageRef{{Kind: PageDevice, Key: "paris-1"}, {Kind: PageDeployment, Key: "apps/web"}}},
+		{"a Recovered report changes the same pages", health(t, events.TypeWorkloadRecovered, "apps", "web"),
+			[]PageRef{{Kind: PageDevice, Key: "paris-1"}, {Kind: PageDeployment, Key: "apps/web"}}},
+		{"a report naming an invalid Deployment changes the device's page only", health(t, events.TypeWorkloadDegraded, "a.b", "*"),
+			[]PageRef{{Kind: PageDevice, Key: "paris-1"}}},
+		{"a container report changes the device's page", containers, []PageRef{{Kind: PageDevice, Key: "paris-1"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, pagesOfRecord(events.Record{Event: tc.ev})); diff != "" {
+				t.Errorf("pages (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

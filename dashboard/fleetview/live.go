@@ -18,7 +18,8 @@ import (
 // Subject filters the live View follows.
 var (
 	filterHeartbeats = []string{"fleet.report.*.heartbeat"}
-	filterReports    = []string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command"}
+	filterReports    = []string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command", "fleet.report.*.health"}
+	filterContainers = []string{"fleet.report.*.containers"}
 	filterIntent     = []string{"fleet.intent.>"}
 	filterRollout    = []string{"fleet.rollout.>"}
 	filterInventory  = []string{"fleet.report.*.inventory"}
@@ -49,6 +50,15 @@ func (v *View) runLive(ctx context.Context) error {
 	})
 	v.trend.startLive(start)
 	follow("reports", filterReports, events.FromTime(since), func(rec events.Record) {
+		if rec.Event.Type == events.TypeWorkloadDegraded || rec.Event.Type == events.TypeWorkloadRecovered {
+			// Not in the trend (workload, task and command reports).
+			if _, err := events.Decode[events.WorkloadHealth](rec.Event); err != nil {
+				v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
+			} else if rec.Stored.After(start) {
+				v.hub.publish(pagesOfRecord(rec)...)
+			}
+			return
+		}
 		failed, err := reportFailed(rec)
 		if err != nil {
 			v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
@@ -62,7 +72,7 @@ func (v *View) runLive(ctx context.Context) error {
 	for _, f := range []struct {
 		name    string
 		filters []string
-	}{{"intent", filterIntent}, {"rollout", filterRollout}, {"inventory", filterInventory}, {"commands", filterCommands}} {
+	}{{"intent", filterIntent}, {"rollout", filterRollout}, {"inventory", filterInventory}, {"containers", filterContainers}, {"commands", filterCommands}} {
 		follow(f.name, f.filters, events.FromTime(start), func(rec events.Record) { v.hub.publish(pagesOfRecord(rec)...) })
 	}
 	v.following.Store(true)

@@ -573,12 +573,17 @@ func TestLiveViewSkipsAndCountsPoisonAndGoesOn(t *testing.T) {
 	f.poison(mustEvent(t, dev, events.WorkloadStatus{Namespace: f.ns, Deployment: "web", UID: "u", Generation: 1, Phase: events.WorkloadFailed}))
 	f.poison(mustEvent(t, dev, events.TaskStatus{Namespace: f.ns, TaskRun: "up", UID: "u", Phase: events.TaskFailed}))
 	f.poison(mustEvent(t, dev, events.CommandResult{CommandID: "c", Command: "reconcile-now"}))
+	f.poison(mustEvent(t, dev, events.NewWorkloadHealth(events.TypeWorkloadDegraded, events.WorkloadHealth{Namespace: f.ns, Deployment: "web", UID: "u",
+		Generation: 1, Reason: events.HealthCrashLoop})))
+	f.poison(mustEvent(t, dev, events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: f.ns, Deployment: "web"}}}))
 	f.poison(mustEvent(t, events.Keys{Namespace: f.ns, Name: "web"}, events.DeploymentRevisionCreated{UID: "u", Generation: 1}))
 	f.poison(mustEvent(t, events.Keys{Namespace: f.ns, Name: "web"}, events.NewRolloutTransition(events.TypeRolloutStarted, events.RolloutTransition{UID: "u", Generation: 1})))
 	// After the poison, one valid heartbeat and one valid failing report.
 	f.report("edge-1", events.DeviceHeartbeat{AgentVersion: "v1"})
 	f.report("edge-1", events.WorkloadStatus{Namespace: f.ns, Deployment: "web", UID: "u", Generation: 1, RevisionID: "r1",
 		Phase: events.WorkloadFailed, Error: "exit 1", Since: time.Now()})
+	f.report("edge-1", events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: f.ns, Deployment: "web", UID: "u", Generation: 1,
+		RevisionID: "r1", Containers: []events.ContainerState{{Name: "web", Role: events.ContainerRoleService, State: "running", Restarts: 4}}}}})
 
 	testenv.Eventually(t, "the trend counts the valid heartbeat and report past the poison", wait, func() bool {
 		tr, err := v.Trend(f.ctx)
@@ -605,6 +610,9 @@ func TestLiveViewSkipsAndCountsPoisonAndGoesOn(t *testing.T) {
 	}
 	if len(d.Deployments) != 1 || d.Deployments[0].Reported == nil || d.Deployments[0].Reported.Error != "exit 1" || d.Deployments[0].State != fleetview.TargetRemoved {
 		t.Errorf("edge-1's Deployments: %+v (want its one valid report, of a Deployment it no longer should run)", d.Deployments)
+	}
+	if len(d.Workloads) != 1 || len(d.Workloads[0].Containers) != 1 || d.Workloads[0].Containers[0].Restarts != 4 {
+		t.Errorf("edge-1's containers: %+v (want its one valid container report, past the poison)", d.Workloads)
 	}
 	if _, err := v.FleetAt(f.ctx, time.Now()); err != nil {
 		t.Errorf("the fleet as of now, with poison in every stream: %v", err)

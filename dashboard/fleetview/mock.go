@@ -24,8 +24,10 @@ import (
 // Mock returns a View of generated data for serve-web --mock: devices
 // devices with realistic names, labels and inventory, mixed liveness (mostly
 // online, some stale, some offline, a few never seen, two quarantined), four
-// Deployments (one succeeded, one rolling out past its canaries with
-// failures, one whose canary failed, one waiting on its canaries), two
+// Deployments (one succeeded with two devices crash-looping since, so
+// Degraded, one rolling out past its canaries with failures, one whose
+// canary failed, one waiting on its canaries past its progress deadline),
+// every device's containers, two
 // TaskRuns (one running, one finished with a failure), a 24-hour trend and
 // per-device timelines. Times are relative to the call, and the clock is
 // the real one; the same seed gives the same fleet relative to that
@@ -64,7 +66,10 @@ type mockFleet struct {
 	tasks    map[string]*history.TaskRunTimeline
 	// results[device] are the device's workload results per Deployment.
 	results map[string][]history.Report
-	trend   *trendCounter
+	// degraded[device][namespace/name] is the health reason of a
+	// Deployment the device reports Degraded.
+	degraded map[string]map[string]string
+	trend    *trendCounter
 }
 
 func (m *mockFleet) devices(context.Context) ([]fleetv1.Device, error) {
@@ -89,7 +94,7 @@ var (
 func generate(seed int64, n int, now time.Time) *mockFleet {
 	r := rand.New(rand.NewPCG(uint64(seed), 0x9e3779b97f4a7c15))
 	m := &mockFleet{timeline: map[string]*history.DeploymentTimeline{}, tasks: map[string]*history.TaskRunTimeline{},
-		results: map[string][]history.Report{}, trend: newTrendCounter()}
+		results: map[string][]history.Report{}, degraded: map[string]map[string]string{}, trend: newTrendCounter()}
 	for i := range n {
 		s := mockSites[r.IntN(len(mockSites))]
 		hw := mockHardware[r.IntN(len(mockHardware))]
@@ -281,6 +286,11 @@ func generate(seed int64, n int, now time.Time) *mockFleet {
 					"%d waiting: a canary Pending: registry unavailable, retrying: image docker.io/library/eclipse-mosquitto:2.0.20 could not be pulled", current.RevisionID,
 					stageAt.Format(time.RFC3339), counts.Pending)})
 		}
+		if si == 0 {
+			m.degrade(&d, tl, mockDegraded)
+		} else {
+			m.degrade(&d, tl, 0)
+		}
 		m.deps = append(m.deps, d)
 	}
 	m.generateTaskRuns(r, seed, now)
@@ -457,10 +467,19 @@ func (m *mockFleet) Device(_ context.Context, device string) (*history.DeviceTim
 			Stream: events.StreamReports, Device: device, Deployment: rep.Namespace + "/" + rep.Deployment, Generation: rep.Generation,
 			Summary: fmt.Sprintf("%s/%s generation %d: %s %s", rep.Namespace, rep.Deployment, rep.Generation, rep.Phase, rep.Error), Data: data})
 	}
+	for _, dep := range m.deps {
+		for _, e := range m.timeline[dep.Namespace+"/"+dep.Name].Entries {
+			if e.Device == device && e.Type == events.TypeWorkloadDegraded {
+				e.Summary = fmt.Sprintf("%s generation %d %s", e.Deployment, e.Generation, e.Summary[len(device)+1:])
+				tl.Entries = append(tl.Entries, e)
+			}
+		}
+	}
 	slices.SortStableFunc(tl.Entries, func(a, b history.Entry) int { return a.Time.Compare(b.Time) })
 	if len(tl.Entries) == 0 {
 		return nil, fmt.Errorf("device %s: %w", device, history.ErrNoEvents)
 	}
+	tl.Containers = m.containersOf(device)
 	return tl, nil
 }
 

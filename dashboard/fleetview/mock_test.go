@@ -41,10 +41,14 @@ func TestMockServesEveryPage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var degraded *fleetview.DeploymentDetail
 	for _, d := range deps {
 		dd, err := src.Deployment(ctx, d.Namespace, d.Name)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if dd.Degraded != nil {
+			degraded = &dd
 		}
 		if len(dd.Devices) == 0 || len(dd.Revisions) == 0 || dd.Stage == "" {
 			t.Errorf("Deployment %s/%s: %d device rows, %d revisions, stage %q", d.Namespace, d.Name, len(dd.Devices), len(dd.Revisions), dd.Stage)
@@ -53,12 +57,39 @@ func TestMockServesEveryPage(t *testing.T) {
 			t.Errorf("Deployment %s/%s has canaries but no canary stage", d.Namespace, d.Name)
 		}
 	}
+	if degraded == nil || degraded.Phase != "Succeeded" || len(degraded.Degraded.Devices) != degraded.Degraded.Count || degraded.Degraded.Count == 0 {
+		t.Fatalf("the mock has no Succeeded Deployment that is Degraded, naming its devices: %+v", degraded)
+	}
+	sick, err := src.Device(ctx, degraded.Degraded.Devices[0].Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashing := false
+	for _, w := range sick.Workloads {
+		for _, c := range w.Containers {
+			crashing = crashing || (w.Degraded != "" && c.Restarts > 0 && c.ExitCode != 0)
+		}
+	}
+	if !crashing {
+		t.Errorf("degraded device %s's containers show no crash: %+v", sick.ID, sick.Workloads)
+	}
+	alerts, err := src.Alerts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[fleetview.AlertKind]bool{}
+	for _, a := range alerts {
+		kinds[a.Kind] = true
+	}
+	if !kinds[fleetview.AlertDeploymentDegraded] || !kinds[fleetview.AlertRolloutStalled] {
+		t.Errorf("alert kinds %v: want deployment-degraded and rollout-stalled", kinds)
+	}
 	dev, err := src.Device(ctx, page.Items[0].ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(dev.Deployments) == 0 || len(dev.Timeline) == 0 {
-		t.Errorf("device %s: %d Deployments, %d timeline entries", dev.ID, len(dev.Deployments), len(dev.Timeline))
+	if len(dev.Deployments) == 0 || len(dev.Timeline) == 0 || len(dev.Workloads) == 0 {
+		t.Errorf("device %s: %d Deployments, %d timeline entries, %d Deployments with containers", dev.ID, len(dev.Deployments), len(dev.Timeline), len(dev.Workloads))
 	}
 	trs, err := src.TaskRuns(ctx)
 	if err != nil || len(trs) != 2 {

@@ -85,7 +85,7 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 		return DeviceDetail{}, fmt.Errorf("device %s: %w: no Device of that name in any namespace", id, ErrNotFound)
 	}
 	dd := DeviceDetail{DeviceRow: deviceRow(d, v.o.Now(), v.o.OfflineAfter), Conditions: conditionsOf(d.Status.Conditions),
-		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}}
+		Deployments: []DeviceDeployment{}, Timeline: []TimelineEntry{}, Heartbeats: Heartbeats{AgentVersions: []string{}}, Workloads: []DeviceWorkload{}}
 	if err := events.ValidateToken(events.TokenDevice, id); err != nil {
 		dd.TimelineError = fmt.Sprintf("the device has no stream subjects: %v", err)
 		return dd, nil
@@ -112,6 +112,10 @@ func (v *View) Device(ctx context.Context, id string) (DeviceDetail, error) {
 		dd.Heartbeats.AgentVersions = append(dd.Heartbeats.AgentVersions, clean(a, MaxFieldLength))
 	}
 	dd.Timeline = newestFirst(tl.Entries, MaxTimeline, timelineEntry)
+	if c := tl.Containers; c != nil {
+		dd.Workloads, dd.WorkloadsTruncated = deviceWorkloads(c)
+		dd.WorkloadsAt = c.Stored
+	}
 	return dd, nil
 }
 
@@ -208,12 +212,13 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 		return DeploymentDetail{}, err
 	}
 	dd := DeploymentDetail{Devices: []TargetRow{}, Revisions: []RevisionRow{}, Timeline: []TimelineEntry{}, Services: []Service{}, Selector: []Label{}}
-	inCache := false
+	inCache, crSaysHealth := false, false
 	for i := range deps {
 		d := &deps[i]
 		if d.Namespace == namespace && d.Name == name {
 			inCache = true
 			dd.DeploymentSummary = deploymentSummary(d)
+			crSaysHealth = hasCondition(d.Status.Conditions, fleetv1.ConditionDegraded)
 			if p := d.Status.Plan; p != nil && d.Status.ObservedGeneration == d.Generation {
 				dd.Plan = &PlanStage{Batch: int(p.Batch), Batches: int(p.Batches), AwaitingApproval: int(p.AwaitingApproval), Paused: p.Paused,
 					PausedBy: clean(p.PausedBy, MaxFieldLength), PauseReason: clean(p.PauseReason, MaxErrorLength), RolledBackTo: p.RolledBackTo}
@@ -244,6 +249,7 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 		return dd, nil
 	}
 	fillDeploymentHistory(&dd, tl, inCache)
+	timelineHealth(&dd, tl, crSaysHealth)
 	return dd, nil
 }
 

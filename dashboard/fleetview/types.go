@@ -167,6 +167,61 @@ type DeviceDetail struct {
 	// TimelineError says why the timeline could not be read (the streams
 	// unreachable); the rest of the page is from the cache.
 	TimelineError string `json:"timelineError,omitempty"`
+	// Workloads are the device's containers per Deployment as its last
+	// device.containers snapshot has them (the telemetry stream keeps the
+	// last few), sorted by namespace and name, at most MaxWorkloadsShown.
+	// Empty when the device never sent one (an older agent, or
+	// --report-containers=false).
+	Workloads []DeviceWorkload `json:"workloads"`
+	// WorkloadsAt is when the stream stored that snapshot (zero: none).
+	WorkloadsAt time.Time `json:"workloadsAt,omitzero"`
+	// WorkloadsTruncated is true when the device cut its snapshot (its
+	// bound) or the page shows fewer Deployments or containers than it has.
+	WorkloadsTruncated bool `json:"workloadsTruncated,omitempty"`
+}
+
+// Bounds of the containers table of a device page (the agent's own bounds:
+// what a device sends past them is cut here).
+const (
+	MaxWorkloadsShown  = 64
+	MaxContainersShown = 16
+)
+
+// DeviceWorkload is one Deployment's containers on a device: every string
+// is the device's and is cleaned.
+type DeviceWorkload struct {
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Generation int64  `json:"generation"`
+	RevisionID string `json:"revisionId"`
+	// Degraded is the reason the device reports the Deployment Degraded
+	// (CrashLoop, OOMKilled, Down, Unhealthy); empty when it is not.
+	Degraded string `json:"degraded,omitempty"`
+	// Containers: init containers first, then the services in score
+	// order, at most MaxContainersShown.
+	Containers []Container `json:"containers"`
+}
+
+// Container is one container's state as the device reported it.
+type Container struct {
+	Name string `json:"name"`
+	// Role is init or service.
+	Role string `json:"role"`
+	// State is running, exited, created or other.
+	State string `json:"state"`
+	// Restarts is the engine's restart count.
+	Restarts int `json:"restarts"`
+	// ExitCode, Signal and OOMKilled are the last exit.
+	ExitCode  int    `json:"exitCode"`
+	Signal    string `json:"signal,omitempty"`
+	OOMKilled bool   `json:"oomKilled,omitempty"`
+	// StartedAt and ExitedAt are the device's clock (zero: unknown).
+	StartedAt time.Time `json:"startedAt,omitzero"`
+	ExitedAt  time.Time `json:"exitedAt,omitzero"`
+	// Health is starting, healthy or unhealthy (empty: no health check).
+	Health string `json:"health,omitempty"`
+	// ImageDigest is sha256:… (else the image ID).
+	ImageDigest string `json:"imageDigest,omitempty"`
 }
 
 // Heartbeats summarises a device's heartbeats as the telemetry stream holds
@@ -287,6 +342,12 @@ type DeploymentSummary struct {
 	// progress within its progress deadline: its Progressing condition is
 	// False with reason ProgressDeadlineExceeded.
 	Stalled *Stalled `json:"stalled,omitempty"`
+	// Degraded, when set, says devices run the current revision with
+	// services that crash-loop, were OOM-killed, stay down or are
+	// unhealthy: its Degraded condition is True, or (a Deployment page
+	// whose status does not say so yet, a deleted Deployment) the
+	// devices' health reports say so. The phase is unchanged by it.
+	Degraded *Degraded `json:"degraded,omitempty"`
 	// Created is metadata.creationTimestamp.
 	Created time.Time `json:"created"`
 }
@@ -297,6 +358,36 @@ type DeploymentSummary struct {
 type Stalled struct {
 	Since   time.Time `json:"since"`
 	Message string    `json:"message"`
+}
+
+// Degraded is the degraded devices of a Deployment's current revision.
+type Degraded struct {
+	// Since is when the Degraded condition turned True (the first health
+	// report's stored time when the page derives it from the streams).
+	Since time.Time `json:"since,omitzero"`
+	// Count is the number of degraded devices (status.counts.degraded, or
+	// the devices of the health reports).
+	Count int `json:"count"`
+	// Message is the Degraded condition's message, bounded ("" when
+	// derived from the streams).
+	Message string `json:"message,omitempty"`
+	// Devices are the degraded devices, sorted, at most MaxDegradedShown.
+	Devices []DegradedDevice `json:"devices"`
+}
+
+// MaxDegradedShown bounds the degraded devices a page lists.
+const MaxDegradedShown = 20
+
+// DegradedDevice is one degraded device of a Deployment.
+type DegradedDevice struct {
+	Device string `json:"device"`
+	// Reason is CrashLoop, OOMKilled, Down or Unhealthy.
+	Reason string `json:"reason"`
+	// Message names the services at fault, their exit and restarts, the
+	// last lines they printed; bounded and cleaned.
+	Message string `json:"message"`
+	// Since is when the stream stored the device's Degraded report.
+	Since time.Time `json:"since,omitzero"`
 }
 
 // TargetCounts are a rollout's target counts.
@@ -530,6 +621,10 @@ const (
 	// AlertRolloutStalled: a Deployment's rollout made no progress within
 	// its progress deadline (Progressing False, ProgressDeadlineExceeded).
 	AlertRolloutStalled AlertKind = "rollout-stalled"
+	// AlertDeploymentDegraded: devices run a Deployment's current revision
+	// with services that crash-loop, were OOM-killed, stay down or are
+	// unhealthy (its Degraded condition is True).
+	AlertDeploymentDegraded AlertKind = "deployment-degraded"
 )
 
 // Alert is one alert derived from state. Its ID is stable while its cause

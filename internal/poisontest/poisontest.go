@@ -179,7 +179,8 @@ func For(tb testing.TB, base events.Event) []Case {
 		{"an envelope whose data does not decode into its type", mutate(func(m map[string]any) {
 			m["data"] = map[string]any{"uid": 7, "generation": "x", "agentVersion": 7, "uptimeNs": "x", "os": 7, "labels": "x",
 				"namespace": 7, "deployment": 7, "phase": 7, "since": 7, "revisionId": 7, "command": 7, "commandId": 7, "ok": "x",
-				"targets": "x", "counts": "x", "task": 7, "taskRun": 7, "chunk": "x", "requestedBy": 7}
+				"targets": "x", "counts": "x", "task": 7, "taskRun": 7, "chunk": "x", "requestedBy": 7,
+				"reason": 7, "windowSeconds": "x", "services": "x", "workloads": "x", "truncated": "x"}
 		}), events.ReasonInvalidData},
 	}
 }

@@ -110,3 +110,52 @@ func TestEveryPageOfTheMockDashboardPassesAxe(t *testing.T) {
 	}
 	p.CheckAccessibility("the 404 page")
 }
+
+// TestWorkloadHealthOnTheMockDashboardPassesAxe opens the mock's Deployment
+// that is Succeeded but Degraded (two devices crash-loop since its
+// rollout), one of its degraded devices' page with its containers table,
+// and the alerts, and checks that each shows the health and passes
+// axe-core.
+func TestWorkloadHealthOnTheMockDashboardPassesAxe(t *testing.T) {
+	url := serveMock(t)
+	b := browser.Start(t)
+	p := b.NewPage(t)
+	p.Open(url + "/")
+	p.WaitVisible("#role-admin")
+	if status := p.ClickAndWaitLoad(`form[action="/login/mock"] button[type=submit]`); status != http.StatusOK {
+		t.Fatalf("the mock admin got %d, want 200", status)
+	}
+
+	if status := p.Open(url + "/deployments/fleet/telemetry-collector"); status != http.StatusOK {
+		t.Fatalf("the degraded Deployment's page: %d", status)
+	}
+	p.WaitText("#degraded", "Degraded")
+	p.WaitText("#degraded", "2 devices run this revision")
+	p.WaitText("#degraded li", "CrashLoop")
+	p.WaitText(".phase", "Succeeded")
+	p.WaitText("main", "device.workload.degraded")
+	p.CheckAccessibility("a Degraded Deployment's page (mock)")
+
+	href := browser.Eval[string](p, `document.querySelector("#degraded li a").getAttribute("href")`)
+	if status := p.Open(url + href); status != http.StatusOK {
+		t.Fatalf("GET %s: %d", href, status)
+	}
+	p.WaitVisible("#containers")
+	p.WaitText("#containers", "Degraded: CrashLoop")
+	p.WaitText("#containers", "code 2")
+	p.WaitText("#containers", "sha256:")
+	p.CheckAccessibility("a degraded device's page with its containers (mock, " + href + ")")
+
+	if status := p.Open(url + "/alerts"); status != http.StatusOK {
+		t.Fatalf("the alerts page: %d", status)
+	}
+	p.WaitText("main", "deployment-degraded")
+	p.WaitText("main", "rollout-stalled")
+	p.CheckAccessibility("the alerts page with a degraded Deployment (mock)")
+
+	if status := p.Open(url + "/deployments"); status != http.StatusOK {
+		t.Fatalf("the Deployment list: %d", status)
+	}
+	p.WaitText("table", "Degraded")
+	p.CheckAccessibility("the Deployment list with a degraded Deployment (mock)")
+}

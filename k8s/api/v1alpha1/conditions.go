@@ -15,6 +15,11 @@ const (
 	// False after a success too, so that one `kubectl wait
 	// --for=condition=Progressing=False` returns at every end (docs/rollouts.md).
 	ConditionProgressing = "Progressing"
+	// ConditionDegraded is True while at least one device reports the
+	// Deployment's revision it runs degraded after it converged (a crash
+	// loop, an OOM kill, a service down or unhealthy; ADR 0019), False
+	// otherwise. It never changes Ready or the phase.
+	ConditionDegraded = "Degraded"
 	// ConditionOnline is true while the device heartbeats.
 	ConditionOnline = "Online"
 	// ConditionPullSecretPolicy says whether the Deployment's pull-secret
@@ -63,6 +68,13 @@ const (
 	// their last report. It decides nothing: the rollout goes on, and a
 	// target still ends in the target timeout's removal.
 	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
+	// ReasonServicesDegraded (Degraded True): devices report services
+	// that crash-loop, were OOM-killed, stay down or are unhealthy; the
+	// message names up to five of them.
+	ReasonServicesDegraded = "ServicesDegraded"
+	// ReasonNoDegradedDevices (Degraded False): no device reports the
+	// Deployment degraded.
+	ReasonNoDegradedDevices = "NoDegradedDevices"
 	// ReasonCanaryFailed: a canary failed; release is blocked.
 	ReasonCanaryFailed = "CanaryFailed"
 	// ReasonRolloutFailed: a target failed.

@@ -18,6 +18,7 @@ import (
 // +kubebuilder:printcolumn:name="Targets",type=integer,JSONPath=`.status.counts.total`
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.counts.succeeded`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
+// +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.counts.degraded`
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision.id`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-', no dots): it is a NATS subject token"
@@ -74,6 +75,8 @@ const RolloutImmediate RolloutStrategy = "Immediate"
 // a batch fails. A rollout that sets none of them (or only their defaults)
 // releases every non-canary target at once, exactly as before. There is no
 // workload rollback yet.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minReady) || !has(self.progressDeadline) || duration(self.minReady) <= duration(self.progressDeadline)",message="rollout.minReady must not be longer than rollout.progressDeadline"
 type RolloutSpec struct {
 	// Strategy of the rollout.
 	// +kubebuilder:default=Immediate
@@ -132,6 +135,19 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:MaxLength=16
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?$') && self != '' && duration(self) >= duration('30s') && duration(self) <= duration('24h')",message="rollout.progressDeadline must be hours, minutes and seconds from 30s to 24h, e.g. 90s, 10m or 1h30m"
 	ProgressDeadline *metav1.Duration `json:"progressDeadline,omitempty"`
+
+	// MinReady is how long every service of the revision must run on a
+	// device before the device counts as Converged (Kubernetes'
+	// minReadySeconds): a service that dies within it fails the device,
+	// and the canary gate, batch thresholds and onFailure apply as for
+	// any failure. 0s to 15m, in hours, minutes and seconds ("30s",
+	// "2m"); at most progressDeadline when both are set. Absent or 0s:
+	// Converged as soon as the revision applied, as before (ADR 0019).
+	// +optional
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=16
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?$') && self != '' && duration(self) >= duration('0s') && duration(self) <= duration('15m')",message="rollout.minReady must be hours, minutes and seconds from 0s to 15m, e.g. 30s or 2m"
+	MinReady *metav1.Duration `json:"minReady,omitempty"`
 }
 
 // DisruptionBudget groups the targets by the value of a label and bounds
@@ -263,6 +279,15 @@ type DeploymentStatus struct {
 	// spec's rollout.
 	// +optional
 	Plan *PlanStatus `json:"plan,omitempty"`
+	// Degraded are the devices that reported the revision they run
+	// degraded after it converged (a crash loop, an OOM kill, a service
+	// down or unhealthy; ADR 0019): the first MaxDegradedListed by device
+	// id; counts.degraded has the number. Health never changes the phase,
+	// the counts or Ready: a rollout that succeeded stays Succeeded, and
+	// the Degraded condition says what runs badly since.
+	// +optional
+	// +kubebuilder:validation:MaxItems=20
+	Degraded []DegradedDevice `json:"degraded,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -302,6 +327,28 @@ type RevisionRef struct {
 // MaxRemovedListed is how many removed targets a Deployment status lists.
 const MaxRemovedListed = 100
 
+// MaxDegradedListed is how many degraded devices a Deployment status
+// lists.
+const MaxDegradedListed = 20
+
+// DegradedDevice is a device that reported its revision of the Deployment
+// degraded.
+type DegradedDevice struct {
+	Device string `json:"device"`
+	// Revision is the id of the revision the device runs degraded (the
+	// current one, or an older one it was not yet handed a newer one of).
+	Revision string `json:"revision"`
+	// Reason is CrashLoop, OOMKilled, Down or Unhealthy.
+	// +kubebuilder:validation:MaxLength=256
+	Reason string `json:"reason"`
+	// Message names the services at fault, their last exit and restarts.
+	// +kubebuilder:validation:MaxLength=256
+	Message string `json:"message"`
+	// Since is when the control plane stored the device's first report
+	// of this degradation.
+	Since metav1.Time `json:"since"`
+}
+
 // RemovedTarget is a frozen target removed from a revision's accounting,
 // and why.
 type RemovedTarget struct {
@@ -314,7 +361,11 @@ type RemovedTarget struct {
 type RolloutCounts struct {
 	// Removed is how many frozen targets were removed from the accounting.
 	// +optional
-	Removed           int32 `json:"removed,omitempty"`
+	Removed int32 `json:"removed,omitempty"`
+	// Degraded is how many devices report the revision they run degraded
+	// (status.degraded lists them). It is in none of the other counts.
+	// +optional
+	Degraded          int32 `json:"degraded,omitempty"`
 	Total             int32 `json:"total"`
 	Succeeded         int32 `json:"succeeded"`
 	Pending           int32 `json:"pending"`
