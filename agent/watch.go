@@ -473,6 +473,11 @@ func (m *monitor) event(ctx context.Context, ev runtime.ContainerEvent) {
 		m.death(s, serviceDeath{At: now, ExitCode: ev.ExitCode, OOMKilled: oom}, c)
 	}
 	m.observe(s, c, now)
+	if ev.Kind == runtime.EventDied && c.State == runtime.StateExited && restarts(s.policy, ev.ExitCode != 0) {
+		// Its policy restarts it: the restart count it will show then is
+		// this death's, not another for a poll to find.
+		s.restarts = c.RestartCount + 1
+	}
 }
 
 // see returns the seen entry of c, made from its labels when new. The
