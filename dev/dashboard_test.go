@@ -1,93 +1,99 @@
 package dev_test
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 var (
-	reDashboard   = regexp.MustCompile(`(?m)^\s*dashboard\s+(http://\S+)`)
-	reDashSignIn  = regexp.MustCompile(`(?m)^\s*sign in as (\S+), password (\S+)`)
-	reAuthRequest = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
-	reLoginAction = regexp.MustCompile(`<form method="post" action="([^"]+)"`)
+	reDashboard  = regexp.MustCompile(`(?m)^  dashboard          (http://127\.0\.0\.1:\d+)   \(loopback only`)
+	reDashLogin  = regexp.MustCompile(`(?m)^ +sign in as (\S+), password (\S+)   \(new every run; also in (\S+)\)$`)
+	reLoginForm  = regexp.MustCompile(`name="authRequestID" value="([^"]+)"`)
+	reDashViewer = regexp.MustCompile(`(?m)^ +(\S+) has no fleet-admin role \(the 403 page\): password in (\S+)$`)
 )
 
-// dashboard is a signed-in session on the dashboard fleet dev printed: an
-// HTTP client with a cookie jar that follows redirects, as a browser does.
-type dashboard struct {
-	t    *testing.T
-	base string
-	c    *http.Client
-}
-
-// signInDashboard signs in on the dashboard of p with the user and
-// password fleet dev printed, through the development provider's login
-// form, as a browser does.
-func signInDashboard(t *testing.T, ctx context.Context, p *devProc) *dashboard {
-	t.Helper()
-	base, user := reDashboard.FindStringSubmatch(p.out), reDashSignIn.FindStringSubmatch(p.out)
-	if base == nil || user == nil {
-		t.Fatalf("fleet dev printed no dashboard address or sign-in:\n%s", p.out)
+func TestFleetDevServesTheDashboardAndItsPrintedLoginSignsIn(t *testing.T) {
+	needKube(t)
+	dir := t.TempDir()
+	p := startDev(t, dir, "--devices", "1", "--runtime", "sim")
+	defer p.stop(t)
+	d, l := reDashboard.FindStringSubmatch(p.out), reDashLogin.FindStringSubmatch(p.out)
+	if d == nil || l == nil {
+		t.Fatalf("fleet dev prints no dashboard URL and login:\n%s", p.out)
+	}
+	base, user, password, file := d[1], l[1], l[2], l[3]
+	if file != filepath.Join(dir, "secrets", "dashboard.password") {
+		t.Errorf("the password file is %s, want <data>/secrets/dashboard.password", file)
+	}
+	if b, err := os.ReadFile(file); err != nil || strings.TrimSpace(string(b)) != password {
+		t.Errorf("the password file does not hold the printed password (%v)", err)
 	}
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dashboard{t: t, base: strings.TrimSuffix(base[1], "/"), c: &http.Client{Jar: jar, Timeout: time.Minute}}
-	status, final, body := d.do(ctx, http.MethodGet, d.base+"/deployments", nil)
-	id, action := reAuthRequest.FindStringSubmatch(body), reLoginAction.FindStringSubmatch(body)
-	if status != http.StatusOK || id == nil || action == nil {
-		t.Fatalf("the provider's login form: %d at %s\n%s", status, final, body)
+	c := &http.Client{Jar: jar, Timeout: time.Minute}
+	read := func(resp *http.Response, err error) (int, string, string) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Request.URL.String(), string(b)
 	}
-	at, err := url.Parse(final)
+	_, at, body := read(c.Get(base + "/devices"))
+	id := reLoginForm.FindStringSubmatch(body)
+	if id == nil {
+		t.Fatalf("the dashboard did not lead to the provider's login form (at %s):\n%s", at, body)
+	}
+	u, _ := url.Parse(at)
+	status, _, body := read(c.PostForm(u.Scheme+"://"+u.Host+u.Path, url.Values{"authRequestID": {id[1]}, "username": {user}, "password": {password}}))
+	if status != http.StatusOK || !strings.Contains(body, "Signed in as <strong>"+user+"</strong>") {
+		t.Fatalf("signing in with the printed login: %d\n%s", status, body)
+	}
+	testenv.Eventually(t, "sim-1 on the dashboard's device list", time.Minute, func() bool {
+		_, _, body := read(c.Get(base + "/devices"))
+		return strings.Contains(body, `href="/devices/sim-1"`)
+	})
+	if strings.Contains(p.stderr.String(), password) {
+		t.Error("fleet dev's logs contain the dashboard password")
+	}
+
+	// The printed user without fleet-admin signs in and is refused.
+	v := reDashViewer.FindStringSubmatch(p.out)
+	if v == nil {
+		t.Fatalf("fleet dev prints no user without the fleet-admin role:\n%s", p.out)
+	}
+	if v[2] != filepath.Join(dir, "secrets", "dashboard-viewer.password") {
+		t.Errorf("the viewer's password file is %s, want <data>/secrets/dashboard-viewer.password", v[2])
+	}
+	vb, err := os.ReadFile(v[2])
 	if err != nil {
 		t.Fatal(err)
 	}
-	target, err := at.Parse(action[1])
+	vjar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	form := url.Values{"authRequestID": {id[1]}, "username": {user[1]}, "password": {user[2]}}
-	if status, final, body := d.do(ctx, http.MethodPost, target.String(), form); status != http.StatusOK || !strings.HasPrefix(final, d.base) {
-		t.Fatalf("signing in as %s: %d at %s\n%s", user[1], status, final, body)
+	c = &http.Client{Jar: vjar, Timeout: time.Minute}
+	_, at, body = read(c.Get(base + "/devices"))
+	if id = reLoginForm.FindStringSubmatch(body); id == nil {
+		t.Fatalf("the dashboard did not lead the viewer to the provider's login form (at %s):\n%s", at, body)
 	}
-	return d
-}
-
-// page fetches a page of the dashboard and returns its status and body.
-func (d *dashboard) page(ctx context.Context, path string) (int, string) {
-	d.t.Helper()
-	status, _, body := d.do(ctx, http.MethodGet, d.base+path, nil)
-	return status, body
-}
-
-// do sends a request (a form when form is set) and returns the status, the
-// final URL after redirects and the body.
-func (d *dashboard) do(ctx context.Context, method, u string, form url.Values) (int, string, string) {
-	d.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
+	u, _ = url.Parse(at)
+	status, _, body = read(c.PostForm(u.Scheme+"://"+u.Host+u.Path, url.Values{"authRequestID": {id[1]}, "username": {v[1]}, "password": {strings.TrimSpace(string(vb))}}))
+	if status != http.StatusForbidden || strings.Contains(body, `href="/devices/sim-1"`) {
+		t.Errorf("the user without fleet-admin got %d (want 403) and must see no device:\n%s", status, body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, u, body)
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	}
-	resp, err := d.c.Do(req)
-	if err != nil {
-		d.t.Fatalf("%s %s: %v", method, u, err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Request.URL.String(), string(b)
 }
