@@ -68,6 +68,16 @@ func TestTheFoldRoutesHealthReportsAndAcceptsThemFromHoldersOnly(t *testing.T) {
 			}
 			return f
 		}, folded{key: web, health: true}, 1},
+		{"a report folded while catching up survives a canary release that hands the revision to another device first", func(t *testing.T, s *runnerState) folded {
+			f := s.fold(sourceReports, healthRecord(t, 1, "d2", "web", events.TypeWorkloadDegraded))
+			s.fold(sourceIntent, revisionRecord(t, 1, "web"))
+			s.fold(sourceRollouts, releasedRecord(t, 1, "web", "d1"))
+			s.fold(sourceRollouts, releasedRecord(t, 2, "web", "d2"))
+			for k := range s.health { // as goLive does
+				s.pruneHealth(k, time.Time{})
+			}
+			return f
+		}, folded{key: web, health: true}, 1},
 		{"a report folded while catching up from a device never handed the revision is pruned going live", func(t *testing.T, s *runnerState) folded {
 			f := s.fold(sourceReports, healthRecord(t, 1, "d2", "web", events.TypeWorkloadDegraded))
 			s.fold(sourceIntent, revisionRecord(t, 1, "web"))

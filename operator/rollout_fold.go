@@ -172,9 +172,13 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		for _, d := range changed {
 			s.dirtyKV[d] = true
 		}
-		if len(changed) > 0 {
+		if len(changed) > 0 && s.live {
 			// The event's own time, as when the runner folds a
 			// transition it appended (appended): the same either way.
+			// While catching up the reports are read beside the
+			// rollouts, so a device's health report may come before
+			// the release that handed it the revision: goLive prunes
+			// once the intent is whole.
 			s.pruneHealth(k, ev.Time)
 		}
 		if ev.Type == events.TypeDeploymentRevisionCreated {

@@ -443,15 +443,17 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(before.Deployments) != 0 {
-			t.Errorf("before the revision the fleet had Deployments: %+v", before.Deployments)
+		// The API server is shared by the package's tests, and this test's
+		// operator follows every namespace: only this test's namespace counts.
+		if mine := ownDeployments(before.Deployments, f.ns); len(mine) != 0 {
+			t.Errorf("before the revision the fleet had Deployments: %+v", mine)
 		}
 		now, err := v.FleetAt(f.ctx, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(now.Deployments) != 1 || now.Deployments[0].Phase != string(fleetv1.PhaseFailed) {
-			t.Errorf("now: %+v", now.Deployments)
+		if mine := ownDeployments(now.Deployments, f.ns); len(mine) != 1 || mine[0].Phase != string(fleetv1.PhaseFailed) {
+			t.Errorf("now: %+v", mine)
 		}
 	})
 	t.Run("the change feed names the pages that changed", func(t *testing.T) {
@@ -620,4 +622,15 @@ func TestLiveViewSkipsAndCountsPoisonAndGoesOn(t *testing.T) {
 	if _, err := v.Deployment(f.ctx, f.ns, "web"); err != nil && !errors.Is(err, fleetview.ErrNotFound) {
 		t.Errorf("the page of a Deployment with only poison: %v", err)
 	}
+}
+
+// ownDeployments keeps the Deployments of namespace ns.
+func ownDeployments(ds []fleetview.DeploymentAt, ns string) []fleetview.DeploymentAt {
+	var mine []fleetview.DeploymentAt
+	for _, d := range ds {
+		if d.Namespace == ns {
+			mine = append(mine, d)
+		}
+	}
+	return mine
 }
