@@ -264,12 +264,12 @@ func Run(ctx context.Context, o Options) error {
 	d.tasks = newTaskRunner(d)
 	d.unstable = map[depKey]unstableRev{}
 	d.mon = newMonitor(d)
-	d.mon.start(ctx)
 	tctx, stopTasks := context.WithCancel(ctx)
 	var tasksDone sync.WaitGroup
 	defer tasksDone.Wait()
 	defer stopTasks()
 	tasksDone.Go(func() { d.tasks.run(tctx) })
+	d.mon.start(tctx) // before the first pass starts a container
 
 	notifySubj, _ := events.IntentNotifySubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)

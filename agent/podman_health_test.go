@@ -84,9 +84,10 @@ func TestLogsAreRedactedOnRealPodman(t *testing.T) {
 	}
 }
 
-// turnsUnhealthyFile runs a service whose check passes for its first
-// seconds, then fails.
-const turnsUnhealthyFile = "CMD [\"sh\", \"-c\", \"touch /tmp/ok; sleep 5; rm /tmp/ok; trap 'exit 0' TERM; sleep 3600 & wait\"]\n"
+// passesOnce is a health check that passes the first time it runs, then
+// fails: the service turns unhealthy after it converged, whatever the
+// machine's speed.
+var passesOnce = []string{"sh", "-c", "test ! -f /tmp/checked && touch /tmp/checked"}
 
 // TestAServiceThatTurnsUnhealthyIsDegradedOnRealPodman: Podman here runs
 // no check after the health gate (no systemd); the agent runs the check
@@ -94,10 +95,10 @@ const turnsUnhealthyFile = "CMD [\"sh\", \"-c\", \"touch /tmp/ok; sleep 5; rm /t
 // once Podman says unhealthy.
 func TestAServiceThatTurnsUnhealthyIsDegradedOnRealPodman(t *testing.T) {
 	w := newPodmanWorld(t)
-	img := podmantest.BuildImage(t, "turns-unhealthy", turnsUnhealthyFile)
+	img := podmantest.BuildImage(t, "runs", runsFile)
 	d := w.runDaemon(t, agent.Options{StateDir: t.TempDir()})
 	d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: img,
-		Healthcheck: &score.Healthcheck{Command: []string{"test", "-f", "/tmp/ok"}, Interval: "1s", Retries: 1}}}}})
+		Healthcheck: &score.Healthcheck{Command: passesOnce, Interval: "1s", Retries: 1}}}}})
 	testenv.Eventually(t, "generation 1 converges once healthy", time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) })
 	var rep events.WorkloadHealth
 	testenv.Eventually(t, "a Degraded report", 2*time.Minute, func() bool {

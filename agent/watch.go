@@ -60,6 +60,17 @@ type seenContainer struct {
 	state     runtime.State
 	oom       bool
 	lastCheck time.Time
+	// held is what a poll saw of a death the events did not tell yet
+	// (zero: none).
+	held polled
+}
+
+// polled is a container's restart count, start and state as a poll saw
+// them.
+type polled struct {
+	restarts  int
+	startedAt time.Time
+	state     runtime.State
 }
 
 // monitor watches the containers of the revisions the passes applied.
@@ -91,6 +102,10 @@ type monitor struct {
 	// before are the restart counts of the containers found when the
 	// agent started (the engine rule without a state file).
 	before map[string]int
+	// evs are the engine's events (nil: none now; watched again at
+	// watchAt).
+	evs     <-chan runtime.ContainerEvent
+	watchAt time.Time
 }
 
 func newMonitor(d *daemon) *monitor {
@@ -129,21 +144,46 @@ func newMonitor(d *daemon) *monitor {
 	return m
 }
 
-// start lists the containers the agent finds when it starts, before the
-// first pass creates any.
+// start watches the engine's events and lists the containers the agent
+// finds when it starts, before the first pass creates any: the events of
+// that pass are seen, and the containers found are those restarted before
+// (the engine rule without a state file). ctx is the monitor's (run).
 func (m *monitor) start(ctx context.Context) {
+	m.watch(ctx)
 	all, err := m.r.rt().List(ctx)
 	if err != nil {
 		return // none is taken as restarted before
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.before = map[string]int{}
+	before := map[string]int{}
 	for _, c := range all {
-		if m.r.ownsAny(c) {
-			m.before[c.ID] = c.RestartCount
+		if !m.r.ownsAny(c) {
+			continue
+		}
+		if full, err := m.r.rt().Inspect(ctx, c.ID); err == nil {
+			before[c.ID] = full.RestartCount
 		}
 	}
+	m.mu.Lock()
+	m.before = before
+	m.mu.Unlock()
+}
+
+// watch starts watching the engine's events of the device's containers;
+// without them the monitor polls, and tries again at the next fast poll.
+func (m *monitor) watch(ctx context.Context) {
+	ch, err := m.r.rt().Watch(ctx, map[string]string{LabelOwner: OwnerValue, LabelDevice: m.d.o.Device})
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err != nil {
+		m.evs, m.watchAt = nil, m.now().Add(fastPoll)
+		if ctx.Err() == nil {
+			m.log.DebugContext(ctx, "container events unavailable; polling", "error", err)
+		}
+		m.setModeLocked(watchPoll)
+		return
+	}
+	m.evs = ch
+	m.setModeLocked(watchEvents)
 }
 
 // poke makes the monitor look now.
@@ -159,10 +199,22 @@ func (m *monitor) track(spec WatchSpec) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.specs[spec.key()] = spec
+	m.baseline(spec)
 	m.eng.track(spec.key(), spec.rev(), spec.Services, true, m.now())
 	m.pace.changed()
 	m.nextPoll = time.Time{}
 	m.poke()
+}
+
+// baseline sees the containers of spec's revision not seen yet, as they
+// were when it applied. The caller holds m.mu.
+func (m *monitor) baseline(spec WatchSpec) {
+	for _, c := range spec.found {
+		if _, ok := m.seen[c.ID]; !ok {
+			s := m.see(c)
+			s.oom = c.OOMKilled
+		}
+	}
 }
 
 // settle watches spec's revision until deadline; the monitor reports it
@@ -171,6 +223,7 @@ func (m *monitor) settle(spec WatchSpec, minReady time.Duration, deadline time.T
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.specs[spec.key()] = spec
+	m.baseline(spec)
 	m.eng.settle(spec.key(), spec.rev(), spec.Services, spec.starts, minReady, deadline, m.now())
 	m.pace.changed()
 	m.nextPoll = time.Time{}
@@ -260,34 +313,28 @@ func (m *monitor) reconnected(ctx context.Context) {
 
 // run watches until ctx ends.
 func (m *monitor) run(ctx context.Context) {
-	labels := map[string]string{LabelOwner: OwnerValue, LabelDevice: m.d.o.Device}
-	var evs <-chan runtime.ContainerEvent
-	var watchAt time.Time
 	t := time.NewTicker(m.tick)
 	defer t.Stop()
 	for {
-		if evs == nil && !m.now().Before(watchAt) {
-			ch, err := m.r.rt().Watch(ctx, labels)
-			if err != nil {
-				if ctx.Err() != nil {
-					return
-				}
-				m.setMode(watchPoll)
-				watchAt = m.now().Add(fastPoll)
-				m.log.DebugContext(ctx, "container events unavailable; polling", "error", err)
-			} else {
-				evs = ch
-				m.setMode(watchEvents)
-			}
+		m.mu.Lock()
+		evs, retry := m.evs, m.evs == nil && !m.now().Before(m.watchAt)
+		m.mu.Unlock()
+		if retry {
+			m.watch(ctx)
+			m.mu.Lock()
+			evs = m.evs
+			m.mu.Unlock()
 		}
 		select {
 		case <-ctx.Done():
 			return
 		case ev, ok := <-evs:
 			if !ok {
-				evs = nil
-				m.setMode(watchPoll)
-				m.pollNow()
+				m.mu.Lock()
+				m.evs, m.watchAt = nil, time.Time{}
+				m.setModeLocked(watchPoll)
+				m.nextPoll = time.Time{}
+				m.mu.Unlock()
 				continue
 			}
 			m.event(ctx, ev)
@@ -298,22 +345,14 @@ func (m *monitor) run(ctx context.Context) {
 	}
 }
 
-// setMode says how the monitor learns of deaths.
-func (m *monitor) setMode(mode string) {
-	m.mu.Lock()
+// setModeLocked says how the monitor learns of deaths. The caller holds
+// m.mu.
+func (m *monitor) setModeLocked(mode string) {
 	if m.mode != mode && mode == watchPoll {
 		m.nextPoll = time.Time{}
 	}
 	m.mode = mode
-	m.mu.Unlock()
 	m.d.o.Metrics.watchMode(mode)
-}
-
-// pollNow makes the next step list the containers.
-func (m *monitor) pollNow() {
-	m.mu.Lock()
-	m.nextPoll = time.Time{}
-	m.mu.Unlock()
 }
 
 // step polls when due, applies the rules and sends what they decided.
@@ -480,14 +519,15 @@ func (m *monitor) event(ctx context.Context, ev runtime.ContainerEvent) {
 	}
 }
 
-// see returns the seen entry of c, made from its labels when new. The
-// caller holds m.mu.
+// see returns the seen entry of c, made from its labels when new (its
+// OOM flag not yet seen: a death being told counts it). The caller holds
+// m.mu.
 func (m *monitor) see(c runtime.Container) *seenContainer {
 	s, ok := m.seen[c.ID]
 	if !ok {
 		s = &seenContainer{key: depKey{c.Labels[LabelNamespace], c.Labels[LabelDeployment]}, hash: c.Labels[LabelRevision],
 			service: c.Name, role: c.Labels[LabelRole], policy: c.Labels[LabelRestartPolicy], restarts: c.RestartCount,
-			startedAt: c.StartedAt, state: c.State, oom: c.OOMKilled}
+			startedAt: c.StartedAt, state: c.State}
 		m.seen[c.ID] = s
 	}
 	return s
@@ -518,7 +558,13 @@ func (m *monitor) death(s *seenContainer, d serviceDeath, c runtime.Container) {
 
 // observe gives the engine c's state. The caller holds m.mu.
 func (m *monitor) observe(s *seenContainer, c runtime.Container, now time.Time) {
-	s.restarts, s.startedAt, s.state = c.RestartCount, c.StartedAt, c.State
+	s.restarts, s.startedAt, s.state, s.held = c.RestartCount, c.StartedAt, c.State, polled{}
+	m.observeEngine(s, c, now)
+}
+
+// observeEngine gives the engine c's state, keeping what the monitor saw
+// of it. The caller holds m.mu.
+func (m *monitor) observeEngine(s *seenContainer, c runtime.Container, now time.Time) {
 	if s.role != "service" {
 		return
 	}

@@ -52,11 +52,15 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 	}
 	live := map[string]bool{}
 	m.mu.Lock()
+	// Without events, or after some were lost, a poll's deaths count at
+	// once.
+	confirmed := m.mode != watchEvents || now.Before(m.fastUntil)
 	for _, c := range cs {
 		live[c.ID] = true
 		s, known := m.seen[c.ID]
 		if !known {
 			s = m.see(c)
+			s.oom = c.OOMKilled // found so: no death of this poll's
 			m.pace.changed()
 		}
 		deaths := 0
@@ -72,6 +76,17 @@ func (m *monitor) pollOnce(ctx context.Context, now time.Time) {
 		if known && (c.State != s.state || c.RestartCount != s.restarts || c.StartedAt != s.startedAt) {
 			m.pace.changed()
 		}
+		if deaths > 0 && !confirmed {
+			// Events flow: the died event of a death this poll sees may
+			// not be read yet. Counted only if the next poll sees it still
+			// untold.
+			if seenAs := (polled{c.RestartCount, c.StartedAt, c.State}); s.held != seenAs {
+				s.held = seenAs
+				m.observeEngine(s, c, now)
+				continue
+			}
+		}
+		s.held = polled{}
 		for i := range min(deaths, m.eng.rules.restarts+1) {
 			oom := i == 0 && c.OOMKilled && !s.oom
 			m.death(s, serviceDeath{At: now, ExitCode: c.ExitCode, OOMKilled: oom}, c)

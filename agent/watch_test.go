@@ -121,7 +121,8 @@ func (e *watchEnv) healthText() string {
 func (e *watchEnv) waitHealth(want string) []healthReport {
 	e.t.Helper()
 	if testenv.Poll(e.ctx, 20*time.Second, func() bool { return e.healthText() == want }) != nil {
-		e.t.Fatalf("health reports %q, want %q", e.healthText(), want)
+		dc, _ := e.snapshot()
+		e.t.Fatalf("health reports %q, want %q (deaths %v, containers %+v)", e.healthText(), want, e.deathsSeen(), dc)
 	}
 	return e.health()
 }

@@ -34,6 +34,10 @@ type WatchSpec struct {
 	secrets []string
 	// starts are the services' last starts, by name.
 	starts map[string]time.Time
+	// found are the revision's service containers as inspected once it
+	// applied: the monitor's baseline (restart counts, OOM flags), so
+	// that a death right after the report counts.
+	found []runtime.Container
 }
 
 // String never shows the secret values.
@@ -85,6 +89,9 @@ func (r *Reconciler) Watched(ctx context.Context, e events.IntentEntry) (WatchSp
 				StartPeriod: set.StartPeriod, Retries: set.Retries}
 		}
 		if c, ok := mine[svc.Name]; ok && c.Labels[LabelRevision] == res.revision {
+			if full, err := r.rt().Inspect(ctx, c.ID); err == nil {
+				w.found = append(w.found, full)
+			}
 			w.starts[svc.Name] = c.StartedAt
 			if c.StartedAt.After(w.StartedAt) {
 				w.StartedAt = c.StartedAt
