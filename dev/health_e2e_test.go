@@ -14,7 +14,8 @@ import (
 // when" in `fleet dev --runtime podman`: examples/crashloop.yaml (a
 // service that exits with code 2 at start, restarted by Podman) succeeds,
 // then shows Degraded with the exit code and restart count in kubectl get
-// fdeploy, fleet history and the dashboard; examples/typo-image.yaml (an image name with
+// fdeploy, fleet history and the dashboard, and podman-1's Device shows
+// the container; examples/typo-image.yaml (an image name with
 // a typo) reports ProgressDeadlineExceeded after its 1-minute deadline,
 // naming podman-1's one-line pull error (also on the dashboard), and the gauges of both alerts are
 // set on the operator's metrics endpoint fleet dev prints.
@@ -54,6 +55,16 @@ fleet history deployment lab/crashloop-demo`)
 	}
 	if row := rowOf(out, "crashloop-demo"); !strings.Contains(row, "Succeeded") {
 		t.Errorf("kubectl get fdeploy shows %q, want the phase Succeeded (health never rewrites it)", row)
+	}
+	// The Device shows its containers (written at most once a minute).
+	out, err = p.script(ctx, `
+kubectl wait -n lab fdev/podman-1 --for=jsonpath='{.status.degradedWorkloads}'=1 --timeout=2m
+kubectl get fdev -n lab podman-1 -o jsonpath='{range .status.workloads[?(@.deployment=="crashloop-demo")]}{.degraded} {range .containers[*]}{.name} restarts={.restarts} exit={.lastExit.code}{end}{end}{"\n"}'`)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "CrashLoop crashloop restarts=") || !strings.Contains(out, " exit=2") {
+		t.Errorf("podman-1's Device status does not show the crash loop's container:\n%s", out)
 	}
 	dep := func(name string) map[string]string { return map[string]string{"namespace": "lab", "deployment": name} }
 	if n, ok := metricSum(t, ctx, p.in.MetricsURL+"/operator", "fleet_deployment_degraded_devices", dep("crashloop-demo")); !ok || n != 1 {
