@@ -76,6 +76,29 @@ type Options struct {
 	// buffer and the connection's state; the Reconciler records to them too
 	// when it has no Metrics of its own. Nil: nothing recorded.
 	Metrics *Metrics
+	// StateDir holds the monitor's state file (health.json, a cache of
+	// which Deployments are Degraded); "" keeps none, and an agent restart
+	// then decides from the engine (ADR 0019).
+	StateDir string
+	// DegradedRestarts deaths of a service within DegradedWindow make its
+	// Deployment Degraded (CrashLoop); 0 means DefaultDegradedRestarts and
+	// DefaultDegradedWindow.
+	DegradedRestarts int
+	DegradedWindow   time.Duration
+	// WatchPoll is how often the monitor lists the containers while the
+	// engine's events flow (DefaultWatchPoll when 0); without events it
+	// lists them every 10 s.
+	WatchPoll time.Duration
+	// HealthTick is how often the monitor applies its rules
+	// (DefaultHealthTick when 0). Its times are read on Now.
+	HealthTick time.Duration
+	// NoContainerReports turns the device.containers snapshots off
+	// (--report-containers=false).
+	NoContainerReports bool
+
+	// stepHook, set by tests only, is called after each step of the
+	// monitor with the time it decided at.
+	stepHook func(now time.Time)
 }
 
 // Validate checks the options.
@@ -133,6 +156,11 @@ type daemon struct {
 	restored bool
 	// tasks runs the intent's tasks (see tasks.go).
 	tasks *taskRunner
+	// mon watches what the passes started (watch.go); unstable holds the
+	// revisions with minReady that failed to settle, sticky until a new
+	// revision (stability.go).
+	mon      *monitor
+	unstable map[depKey]unstableRev
 }
 
 // Retry delays after the engine (or the secret source) was found
@@ -229,11 +257,14 @@ func Run(ctx context.Context, o Options) error {
 	d := &daemon{o: o, log: o.Logger.With("device", o.Device), started: time.Now(), reported: map[[2]string]events.WorkloadStatus{}}
 	defer d.stopRetry()
 	d.tasks = newTaskRunner(d)
+	d.unstable = map[depKey]unstableRev{}
+	d.mon = newMonitor(d)
 	tctx, stopTasks := context.WithCancel(ctx)
 	var tasksDone sync.WaitGroup
 	defer tasksDone.Wait()
 	defer stopTasks()
 	tasksDone.Go(func() { d.tasks.run(tctx) })
+	d.mon.start(tctx) // before the first pass starts a container
 
 	notifySubj, _ := events.IntentNotifySubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)
@@ -245,6 +276,7 @@ func Run(ctx context.Context, o Options) error {
 		}
 	}
 	d.poke = poke
+	tasksDone.Go(func() { d.mon.run(tctx) })
 	// A change notification arrives on the core subscription, republished
 	// by the bucket once stored: the device's own value as stored is run
 	// as it is; anything else is only a hint that triggers a direct get,
@@ -345,6 +377,7 @@ func Run(ctx context.Context, o Options) error {
 			}
 			d.flushOffline(ctx)
 			d.rereport(ctx)
+			d.mon.reconnected(ctx)
 			d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
 			poke()
 		case m := <-cmds:
@@ -528,6 +561,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 		if ctx.Err() != nil {
 			return "" // cancelled by a newer intent, or the agent stops
 		}
+		d.mon.untrackOther(e) // a new revision starts over
 		if !d.reportedRevision(e) {
 			// The first pass of a revision says it is applying; a pass
 			// that repairs or re-checks a revision already reported
@@ -541,7 +575,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 			// finishes from the containers' labels.
 			return ""
 		case err == nil:
-			d.status(ctx, e, events.WorkloadConverged, "")
+			d.applied(ctx, e)
 		case isUnavailable(err):
 			// A component the workload needs (the secret source) is down:
 			// not the workload's failure either. Checked before the engine:
@@ -565,6 +599,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	if ctx.Err() != nil {
 		return ""
 	}
+	d.mon.keep(want)
 	have, err := d.o.Reconciler.Deployments(ctx)
 	if runtime.IsUnavailable(err) {
 		unavailable = true
@@ -590,6 +625,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 			}
 			continue
 		}
+		d.mon.untrack(depKey{k[0], k[1]})
 		d.mu.Lock()
 		last := d.reported[k]
 		d.mu.Unlock()
@@ -762,30 +798,32 @@ func (d *daemon) inventory() events.DeviceInventory {
 	return inv
 }
 
-// report publishes one report event on the device's own subject. Reports
-// are core publishes captured by the report streams: the agent never blocks
-// on the control plane.
-func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data, opts ...events.Option) {
+// report publishes one report event on the device's own subject, and
+// returns its message (nil when it could not be built). Reports are core
+// publishes captured by the report streams: the agent never blocks on the
+// control plane.
+func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data, opts ...events.Option) *nats.Msg {
 	// Fitted to the report streams (buildReport): a report over
 	// events.MaxReportSize would be refused and lost.
 	m, err := buildReport(keys, data, opts...)
 	if err != nil {
 		d.log.ErrorContext(ctx, "build report", "type", data.EventType(), "error", err)
-		return
+		return nil
 	}
 	// A core publish: the report streams never acknowledge (ADR 0006).
 	if !d.o.Conn.IsConnected() {
 		d.hold(offlineKey(data), m)
-		return
+		return m
 	}
 	if err := d.o.Conn.PublishMsg(m); err != nil {
 		d.log.WarnContext(ctx, "report not sent", "type", data.EventType(), "error", err)
-		return
+		return m
 	}
 	switch data.(type) {
-	case events.WorkloadStatus, events.TaskStatus, events.CommandResult:
+	case events.WorkloadStatus, events.TaskStatus, events.CommandResult, events.WorkloadHealth:
 		d.remember(m, time.Now())
 	}
+	return m
 }
 
 // Defaults of Options.RereportInterval and Options.EchoWindow.
@@ -849,6 +887,8 @@ func offlineKey(data events.Data) string {
 		return "command/" + d.CommandID
 	case events.TaskStatus:
 		return "task/" + d.UID
+	case events.WorkloadHealth:
+		return "health/" + d.Namespace + "/" + d.Deployment
 	}
 	return string(data.EventType())
 }
@@ -885,7 +925,8 @@ func (d *daemon) flushOffline(ctx context.Context) {
 			d.log.WarnContext(ctx, "held report not sent", "key", k, "error", err)
 			continue
 		}
-		if strings.HasSuffix(m.Subject, ".workload") || strings.HasSuffix(m.Subject, ".task") || strings.HasSuffix(m.Subject, ".command") {
+		if strings.HasSuffix(m.Subject, ".workload") || strings.HasSuffix(m.Subject, ".task") || strings.HasSuffix(m.Subject, ".command") ||
+			strings.HasSuffix(m.Subject, ".health") {
 			d.remember(m, time.Now())
 		}
 	}

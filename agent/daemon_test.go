@@ -24,17 +24,44 @@ type agentEnv struct {
 	st   *events.Store
 	kv   jetstream.KeyValue
 	nc   *nats.Conn
+	srv  *natsembed.Server
 	stop func()
 }
 
 func startAgent(t *testing.T, opts ...func(*agent.Options)) *agentEnv {
-	w := newWorld(t)
+	return startAgentOn(t, newWorld(t), opts...)
+}
+
+// startAgentOn is startAgent on the simulated device w.
+func startAgentOn(t *testing.T, w *world, opts ...func(*agent.Options)) *agentEnv {
 	srv, st := natstest.Provisioned(t)
 	kv, err := st.JetStream().KeyValue(w.ctx, events.BucketIntent)
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
+	e := &agentEnv{world: w, st: st, kv: kv, srv: srv}
+	e.run(t, opts...)
+	return e
+}
+
+// restartAgent starts another agent for the device of prev (its engine,
+// its server), once prev's was stopped.
+func restartAgent(t *testing.T, prev *agentEnv, opts ...func(*agent.Options)) *agentEnv {
+	e := &agentEnv{world: prev.world, st: prev.st, kv: prev.kv, srv: prev.srv}
+	e.run(t, opts...)
+	return e
+}
+
+// run starts the agent of e on a new connection and waits for its first
+// inventory after the last one stored.
+func (e *agentEnv) run(t *testing.T, opts ...func(*agent.Options)) {
+	w := e.world
+	var after uint64
+	if rec, err := e.st.Last(w.ctx, "fleet.report.d1.inventory"); err == nil {
+		after = rec.Sequence
+	}
+	nc := natstest.Connect(t, e.srv, nats.CustomInboxPrefix("_INBOX_d1"))
+	e.nc = nc
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
 	o := agent.Options{Device: "d1", Conn: nc, Reconciler: w.r, AgentVersion: "test",
@@ -43,12 +70,11 @@ func startAgent(t *testing.T, opts ...func(*agent.Options)) *agentEnv {
 		f(&o)
 	}
 	go func() { done <- agent.Run(ctx, o) }()
-	e := &agentEnv{world: w, st: st, kv: kv, nc: nc}
 	// The agent subscribes before its first report: once the inventory is
 	// there, commands and intent changes reach it.
 	if testenv.Poll(context.Background(), 20*time.Second, func() bool {
-		_, err := st.Last(w.ctx, "fleet.report.d1.inventory")
-		return err == nil
+		rec, err := e.st.Last(w.ctx, "fleet.report.d1.inventory")
+		return err == nil && rec.Sequence > after
 	}) != nil {
 		t.Fatal("the agent never reported its inventory")
 	}
@@ -65,7 +91,6 @@ func startAgent(t *testing.T, opts ...func(*agent.Options)) *agentEnv {
 			e.stop()
 		}
 	})
-	return e
 }
 
 func (e *agentEnv) put(entries ...events.IntentEntry) {

@@ -249,17 +249,33 @@ func secretValues(res resolved) []string {
 }
 
 // checkOutput makes a check's output fit a report: surrounding space
-// trimmed, every secret value replaced by "***" (also one the engine cut
-// at the end; the whole output withheld when a value shorter than
-// minRedacted appears in it, where replacing would not hide it), invalid
-// UTF-8 replaced, at most maxHealthOutput characters. Error quotes it with %q, so control characters are escaped.
+// trimmed, every secret value replaced by "***" (redactText), invalid
+// UTF-8 replaced, at most maxHealthOutput characters. Error quotes it with
+// %q, so control characters are escaped.
 func checkOutput(out string, secrets []string) string {
-	out = strings.TrimSpace(out)
-	// Longest first: a secret that holds another is replaced whole.
+	out, ok := redactText(strings.TrimSpace(out), secrets)
+	if !ok {
+		return withheldOutput
+	}
+	out = strings.ToValidUTF8(out, "\uFFFD")
+	if r := []rune(out); len(r) > maxHealthOutput {
+		out = string(r[:maxHealthOutput]) + "…"
+	}
+	return out
+}
+
+// withheldOutput stands for an output that may hold a secret value too
+// short to replace.
+const withheldOutput = "(withheld: it may hold a secret value)"
+
+// redactText replaces every secret value in out by "***", longest first
+// (a secret that holds another is replaced whole), also one cut at the
+// end (the engine cuts a long output: Podman a check's at 500 bytes). ok
+// is false when a value shorter than minRedacted appears in it, where
+// replacing would not hide it: the whole text must be withheld.
+func redactText(out string, secrets []string) (string, bool) {
 	secrets = slices.Clone(secrets)
 	slices.SortFunc(secrets, func(a, b string) int { return len(b) - len(a) })
-	// The engine cuts a long output (Podman at 500 bytes): a secret value
-	// cut at the end is replaced too.
 	for _, s := range secrets {
 		for k := len(s) - 1; k >= minRedacted; k-- {
 			if strings.HasSuffix(out, s[:k]) {
@@ -269,17 +285,13 @@ func checkOutput(out string, secrets []string) string {
 		}
 	}
 	for _, s := range secrets {
-		if !strings.Contains(out, s) {
+		if s == "" || !strings.Contains(out, s) {
 			continue
 		}
 		if utf8.RuneCountInString(s) < minRedacted {
-			return "(withheld: it may hold a secret value)"
+			return "", false
 		}
 		out = strings.ReplaceAll(out, s, "***")
 	}
-	out = strings.ToValidUTF8(out, "\uFFFD")
-	if r := []rune(out); len(r) > maxHealthOutput {
-		out = string(r[:maxHealthOutput]) + "…"
-	}
-	return out
+	return out, true
 }

@@ -64,6 +64,8 @@ type Metrics struct {
 	intentReads   *prometheus.CounterVec
 	// conn is the connection of the running agent; nil when none runs.
 	conn atomic.Pointer[nats.Conn]
+	// health are the monitor's (metrics_health.go).
+	health *healthMetrics
 }
 
 // NewMetrics returns the agent's metrics at zero. constLabels are added to
@@ -87,6 +89,7 @@ func NewMetrics(constLabels prometheus.Labels) *Metrics {
 		intentReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricIntentReads, ConstLabels: constLabels,
 			Help: "Direct gets of the device's intent, by result: ok, or error (no answer, or a value that is not this device's intent)."},
 			[]string{"result"}),
+		health: newHealthMetrics(constLabels),
 	}
 	m.connected = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricConnected, ConstLabels: constLabels,
 		Help: "1 while the agent runs and its NATS connection is up, 0 otherwise."},
@@ -115,7 +118,8 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	if m == nil {
 		return nil
 	}
-	return []prometheus.Collector{m.passes, m.pulls, m.runtimeErrors, m.secretErrors, m.buffered, m.connected, m.intentReads}
+	return append([]prometheus.Collector{m.passes, m.pulls, m.runtimeErrors, m.secretErrors, m.buffered, m.connected, m.intentReads},
+		m.health.collectors()...)
 }
 
 // attach makes fleet_agent_connected follow nc while the agent runs.

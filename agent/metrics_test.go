@@ -100,12 +100,16 @@ func TestTheAgentRegistersItsFamilies(t *testing.T) {
 	}
 	want := []string{
 		"fleet_agent_connected{}",
+		"fleet_agent_container_deaths_total{reason}",
+		"fleet_agent_degraded_deployments{}",
+		"fleet_agent_health_reports_total{type}",
 		"fleet_agent_image_pulls_total{result}",
 		"fleet_agent_intent_reads_total{result}",
 		"fleet_agent_pass_duration_seconds{result}",
 		"fleet_agent_report_buffer_depth{}",
 		"fleet_agent_runtime_errors_total{op}",
 		"fleet_agent_secret_errors_total{}",
+		"fleet_agent_watch_mode{mode}",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("families %v, want %v", got, want)

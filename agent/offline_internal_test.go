@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 func TestOfflineReportsAreCoalescedAndBounded(t *testing.T) {
@@ -29,5 +31,20 @@ func TestOfflineReportsAreCoalescedAndBounded(t *testing.T) {
 	}
 	if _, ok := d.offline["device.heartbeat"]; ok {
 		t.Error("the oldest report was not the one dropped")
+	}
+}
+
+func TestAHealthReportIsHeldOfflinePerDeployment(t *testing.T) {
+	degraded := events.NewWorkloadHealth(events.TypeWorkloadDegraded, events.WorkloadHealth{Namespace: "lab", Deployment: "a"})
+	recovered := events.NewWorkloadHealth(events.TypeWorkloadRecovered, events.WorkloadHealth{Namespace: "lab", Deployment: "a"})
+	other := events.NewWorkloadHealth(events.TypeWorkloadDegraded, events.WorkloadHealth{Namespace: "lab", Deployment: "b"})
+	if offlineKey(degraded) != "health/lab/a" || offlineKey(recovered) != offlineKey(degraded) || offlineKey(other) == offlineKey(degraded) {
+		t.Errorf("keys %q %q %q: want one per Deployment, whatever the type", offlineKey(degraded), offlineKey(recovered), offlineKey(other))
+	}
+	if offlineKey(degraded) == offlineKey(events.WorkloadStatus{Namespace: "lab", Deployment: "a"}) {
+		t.Error("a health report replaces the Deployment's workload report offline")
+	}
+	if offlineKey(events.DeviceContainers{}) != string(events.TypeDeviceContainers) {
+		t.Error("container snapshots are not coalesced into the latest")
 	}
 }

@@ -56,7 +56,8 @@ type PullCredentials interface {
 // Reconciler applies one Deployment's desired state to the runtime with the
 // PodmanV0 semantics. It keeps no state of its own: everything it needs is
 // in the runtime's labels, so a restart rebuilds it; the secret pins and
-// the pull backoff it is given live in memory and start empty.
+// the pull backoff it is given, and the stops it expects (for the
+// monitor), live in memory and start empty.
 type Reconciler struct {
 	Runtime runtime.Runtime
 	// Device is the id of the device this reconciler acts for; it is part
@@ -99,6 +100,10 @@ type Reconciler struct {
 	// listens for the running containers. Nil: not checked (the start of
 	// the service fails instead, after its old container was replaced).
 	PortInUse func(proto string, port uint16) (bool, error)
+
+	// expectStop holds the containers stopRemove stops: the monitor does
+	// not count their deaths.
+	expectStop expectedStops
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
@@ -737,8 +742,9 @@ func pullErr(image string, err error) error {
 }
 
 // stopRemove stops a container with the stop timeout, then force-removes
-// it.
+// it. Its stop is expected (expectStop): the monitor ignores its death.
 func (r *Reconciler) stopRemove(ctx context.Context, c runtime.Container) error {
+	r.expectStop.add(c.ID) // its death, and a restart by its policy meanwhile, are not the workload's
 	if c.State == runtime.StateRunning {
 		if err := r.rt().Stop(ctx, c.ID, r.stopTimeout()); err != nil && !errors.Is(err, runtime.ErrNotFound) {
 			r.log().WarnContext(ctx, "stop failed, removing by force", "container", c.Name, "error", err)

@@ -319,3 +319,40 @@ func TestAHostPathOutsideTheRootsFailsPreflightAndChangesNothing(t *testing.T) {
 		t.Error("the refused host path was created")
 	}
 }
+
+// TestTheSystemdUnitGivesTheAgentAStateDirectory: the unit's
+// StateDirectory= includes fleet-agent, writable in the sandbox, and the
+// $STATE_DIRECTORY systemd sets from it makes --state-dir that folder.
+func TestTheSystemdUnitGivesTheAgentAStateDirectory(t *testing.T) {
+	s := readService(t, filepath.Join(unitDir, "fleet-agent.service"))
+	dirs := s.lists["StateDirectory"]
+	if !slices.Contains(dirs, stateDirName) {
+		t.Fatalf("StateDirectory= %v has no %s: the agent would keep no state file", dirs, stateDirName)
+	}
+	var env []string
+	for _, d := range dirs {
+		env = append(env, "/var/lib/"+d)
+	}
+	if got := stateDirFromEnv(strings.Join(env, ":")); got != "/var/lib/"+stateDirName {
+		t.Errorf("--state-dir from $STATE_DIRECTORY=%s is %q, want /var/lib/%s", strings.Join(env, ":"), got, stateDirName)
+	}
+	if !under("/var/lib/"+stateDirName, s.writable()) {
+		t.Errorf("/var/lib/%s is not writable in the sandbox", stateDirName)
+	}
+}
+
+func TestTheStateDirectoryComesFromSystemd(t *testing.T) {
+	tests := []struct{ name, env, want string }{
+		{"no StateDirectory= means no state file", "", ""},
+		{"the only folder is the state directory", "/var/lib/x", "/var/lib/x"},
+		{"of several, the one named fleet-agent", "/var/lib/fleet-workloads:/var/lib/fleet-agent", "/var/lib/fleet-agent"},
+		{"of several others, none", "/var/lib/a:/var/lib/b", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := stateDirFromEnv(tc.env); got != tc.want {
+				t.Errorf("stateDirFromEnv(%q) = %q, want %q", tc.env, got, tc.want)
+			}
+		})
+	}
+}

@@ -75,6 +75,11 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	initTimeout := fs.Duration("init-timeout", agent.DefaultInitTimeout, "how long an init container may run before the agent stops it and reports the Deployment failed")
 	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
 	updaterSocket := fs.String("updater-socket", os.Getenv("FLEET_UPDATER_SOCKET"), "the root updater's socket, e.g. /run/fleet-updater/updater.sock ($FLEET_UPDATER_SOCKET; empty: tasks fail with \"no updater configured\")")
+	stateDir := fs.String("state-dir", stateDirFromEnv(os.Getenv("STATE_DIRECTORY")), "folder for the agent's state file (health.json: which Deployments are Degraded, a cache) ($STATE_DIRECTORY, systemd's StateDirectory=; empty: none, an agent restart then decides from the engine)")
+	degradedRestarts := fs.Int("degraded-restarts", agent.DefaultDegradedRestarts, "deaths of a service within --degraded-window that make its Deployment Degraded (CrashLoop)")
+	degradedWindow := fs.Duration("degraded-window", agent.DefaultDegradedWindow, "window the deaths of a service are counted in, and the first recovery window")
+	watchPoll := fs.Duration("watch-poll", agent.DefaultWatchPoll, "how often the agent lists its containers while the engine's events flow (every 10s without them)")
+	reportContainers := fs.Bool("report-containers", true, "send the device's container state (device.containers telemetry) on change, at most once a minute")
 	showVersion := fs.Bool("version", false, "print the version and exit")
 	labels := labelFlag{}
 	fs.Var(labels, "label", "self-reported placement label key=value (repeatable)")
@@ -191,7 +196,8 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	g.Go(func() error {
 		return agent.Run(gctx, agent.Options{
 			Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
-			Reconciler: rec, Metrics: am, Updater: upd,
+			Reconciler: rec, Metrics: am, Updater: upd, StateDir: *stateDir, DegradedRestarts: *degradedRestarts,
+			DegradedWindow: *degradedWindow, WatchPoll: *watchPoll, NoContainerReports: !*reportContainers,
 		})
 	})
 	return g.Wait()
