@@ -76,6 +76,11 @@ type Options struct {
 	// buffer and the connection's state; the Reconciler records to them too
 	// when it has no Metrics of its own. Nil: nothing recorded.
 	Metrics *Metrics
+	// EventStamp, when set, is applied last to every report the agent
+	// builds: tests that pin the bytes of reports set their id and time
+	// with it (events.WithID, events.WithTime), and Now their since. Nil,
+	// always in production: a new ULID and the current time.
+	EventStamp events.Option
 	// StateDir holds the monitor's state file (health.json, a cache of
 	// which Deployments are Degraded); "" keeps none, and an agent restart
 	// then decides from the engine (ADR 0019).
@@ -731,7 +736,7 @@ func (d *daemon) stopRetry() {
 func (d *daemon) status(ctx context.Context, e events.IntentEntry, phase events.WorkloadPhase, errText string) {
 	k := [2]string{e.Namespace, e.Name}
 	ws := events.WorkloadStatus{Namespace: e.Namespace, Deployment: e.Name, UID: e.UID, Generation: e.Generation,
-		RevisionID: e.RevisionID, Phase: phase, Error: errText, Since: time.Now().UTC()}
+		RevisionID: e.RevisionID, Phase: phase, Error: errText, Since: d.clock().UTC()}
 	d.mu.Lock()
 	last, ok := d.reported[k]
 	same := ok && last.UID == ws.UID && last.Generation == ws.Generation && last.RevisionID == ws.RevisionID &&
@@ -748,6 +753,14 @@ func (d *daemon) status(ctx context.Context, e events.IntentEntry, phase events.
 		opts = append(opts, events.WithCorrelation(e.UID, e.Generation))
 	}
 	d.report(ctx, events.Keys{Device: d.o.Device}, ws, opts...)
+}
+
+// clock is the device's clock: Options.Now, else time.Now.
+func (d *daemon) clock() time.Time {
+	if d.o.Now != nil {
+		return d.o.Now()
+	}
+	return time.Now()
 }
 
 // reportedRevision reports whether the last report of e's Deployment was
@@ -805,6 +818,9 @@ func (d *daemon) inventory() events.DeviceInventory {
 func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data, opts ...events.Option) *nats.Msg {
 	// Fitted to the report streams (buildReport): a report over
 	// events.MaxReportSize would be refused and lost.
+	if d.o.EventStamp != nil {
+		opts = append(opts, d.o.EventStamp)
+	}
 	m, err := buildReport(keys, data, opts...)
 	if err != nil {
 		d.log.ErrorContext(ctx, "build report", "type", data.EventType(), "error", err)

@@ -104,6 +104,12 @@ func TestAFloodingDeviceNeitherStopsAThousandDeviceRolloutNorChangesAnyTargetsSt
 	if f.RunnerMaxFailed != 0 {
 		t.Errorf("the runner showed %d failed targets; none failed: forged reports counted", f.RunnerMaxFailed)
 	}
+	if f.RunnerMaxDegraded != 0 {
+		t.Errorf("the runner showed %d degraded targets; none degraded: forged health reports counted", f.RunnerMaxDegraded)
+	}
+	if h := f.ByKind[string(events.ReportHealth)]; h.Published == 0 {
+		t.Errorf("the flooder published no health report")
+	}
 	// The flood must have reached the stream and the runner, or the test
 	// shows nothing.
 	if w := f.ByKind[string(events.ReportWorkload)]; w.Published == 0 || f.IngestedReports <= uint64(2*n) {
@@ -116,8 +122,9 @@ func TestAFloodingDeviceNeitherStopsAThousandDeviceRolloutNorChangesAnyTargetsSt
 	if f.InReports == 0 || f.InTelemetry == 0 {
 		t.Errorf("the flooder's messages held after the flood: %d in %s, %d in %s; want some in both", f.InReports, events.StreamReports, f.InTelemetry, events.StreamTelemetry)
 	}
-	if f.InTelemetry > 2*events.DefaultTelemetryPerSubject {
-		t.Errorf("%s holds %d of the flooder's messages; it keeps %d per subject (2 subjects)", events.StreamTelemetry, f.InTelemetry, events.DefaultTelemetryPerSubject)
+	if f.InTelemetry > 3*events.DefaultTelemetryPerSubject {
+		t.Errorf("%s holds %d of the flooder's messages; it keeps %d per subject (3 subjects: heartbeat, inventory, containers)",
+			events.StreamTelemetry, f.InTelemetry, events.DefaultTelemetryPerSubject)
 	}
 }
 

@@ -221,11 +221,13 @@ type statusSink struct {
 
 // statusFigures are what the runner's statuses of one revision showed.
 type statusFigures struct {
-	// Applies counts the statuses; MaxFailed is the largest failed count
-	// among them; Failure is the last latestFailure shown (nil: none).
-	Applies   int
-	MaxFailed int
-	Failure   *fleetv1.DeviceFailure
+	// Applies counts the statuses; MaxFailed and MaxDegraded are the
+	// largest failed and degraded counts among them; Failure is the last
+	// latestFailure shown (nil: none).
+	Applies     int
+	MaxFailed   int
+	MaxDegraded int
+	Failure     *fleetv1.DeviceFailure
 	// Last is the last status applied.
 	Last fleetv1.DeploymentStatus
 }
@@ -249,6 +251,7 @@ func (s *statusSink) record(st fleetv1.DeploymentStatus) {
 	f := s.byGen[st.Revision.Generation]
 	f.Applies++
 	f.MaxFailed = max(f.MaxFailed, int(st.Counts.Failed))
+	f.MaxDegraded = max(f.MaxDegraded, int(st.Counts.Degraded), len(st.Degraded))
 	if st.LatestFailure != nil {
 		f.Failure = st.LatestFailure
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -37,7 +38,7 @@ type FloodResult struct {
 	// revision's append until the runner had appended rollout.succeeded.
 	Duration time.Duration
 	// ByKind is the flooders' traffic per report kind (heartbeat,
-	// inventory, workload, task, command).
+	// inventory, workload, task, command, health, containers).
 	ByKind map[string]FloodTraffic
 	// PublishErrors counts publishes the client library refused (while
 	// disconnected); Disconnects the flooders' connections lost.
@@ -80,6 +81,11 @@ type FloodResult struct {
 	// revision, in its transitions and in its Deployment statuses up to the
 	// first status after the drain: 0 unless it counted a forged failure.
 	RunnerMaxFailed int
+	// RunnerMaxDegraded is the largest degraded count the runner's
+	// Deployment statuses of the revision showed: 0 unless it believed a
+	// Degraded report that was not a target's own about the revision it
+	// holds.
+	RunnerMaxDegraded int
 }
 
 // FloodTraffic is what the flooding devices published on one report kind.
@@ -115,7 +121,11 @@ func (r *FloodResult) Stream(stream string) FloodTraffic {
 }
 
 // floodKinds are the report kinds a flooder publishes on: all of a device's.
-var floodKinds = []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory}
+var floodKinds = [...]events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory,
+	events.ReportHealth, events.ReportContainers}
+
+// floodHealth is the index of events.ReportHealth in floodKinds.
+var floodHealth = slices.Index(floodKinds[:], events.ReportHealth)
 
 // floodCmd is a line the parent writes on a flood child's stdin.
 type floodCmd struct {
@@ -172,7 +182,7 @@ type flooder struct {
 	name string
 	nc   *nats.Conn
 	// published and publishedBytes are written by the flood goroutine only.
-	published, publishedBytes [5]uint64
+	published, publishedBytes [len(floodKinds)]uint64
 	pubErrs                   uint64
 	disconnects               atomic.Uint64
 	reconnected               chan struct{}
@@ -311,8 +321,11 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 // must refuse them), a Failed report of its own (a device that is not a
 // target: the runner drops it), garbage, and a Failed report naming a
 // target padded to DeviceMaxPayload bytes; on each of its other report
-// subjects, garbage and garbage of DeviceMaxPayload bytes. With
-// t.WorkloadOnly, only the small workload messages. Every forged report is
+// subjects, garbage and garbage of DeviceMaxPayload bytes; on its health
+// subject also a Degraded report of the revision naming the target (the
+// reader must refuse it) and one of its own (it does not hold the
+// revision: the runner drops it). With t.WorkloadOnly, only the small
+// workload messages. Every forged report is
 // dated an hour ahead, so that counted for a target it would win over the
 // target's own.
 func floodPlan(self string, t floodTarget) ([]floodMsg, error) {
@@ -360,8 +373,22 @@ func floodPlan(self string, t floodTarget) ([]floodMsg, error) {
 		}
 		return b
 	}
+	degraded := func(dev string) ([]byte, error) {
+		d := events.NewWorkloadHealth(events.TypeWorkloadDegraded, events.WorkloadHealth{Namespace: t.Namespace, Deployment: t.Deployment,
+			UID: t.UID, Generation: t.Generation, RevisionID: t.RevisionID, Reason: events.HealthCrashLoop, Window: 300,
+			Services: []events.ServiceHealth{{Name: "forged", State: "exited", Restarts: 3, ExitCode: 2}}, Since: since})
+		ev, err := events.New(events.Keys{Device: dev}, d, events.WithCorrelation(t.UID, t.Generation))
+		if err != nil {
+			return nil, fmt.Errorf("scalebench flood: forge a health report: %w", err)
+		}
+		return ev.Marshal()
+	}
 	small, big := garbage(512), garbage(authcallout.DeviceMaxPayload)
 	own, err := forge(self, events.WorkloadFailed, 0)
+	if err != nil {
+		return nil, err
+	}
+	ownDegraded, err := degraded(self)
 	if err != nil {
 		return nil, err
 	}
@@ -391,7 +418,11 @@ func floodPlan(self string, t floodTarget) ([]floodMsg, error) {
 		if t.WorkloadOnly {
 			continue
 		}
-		plan = append(plan, msg(0, bigForged[i%len(bigForged)]))
+		forgedDegraded, err := degraded(dev)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, msg(0, bigForged[i%len(bigForged)]), msg(floodHealth, forgedDegraded), msg(floodHealth, ownDegraded))
 		for k := 1; k < len(floodKinds); k++ {
 			plan = append(plan, msg(k, small), msg(k, big))
 		}
@@ -616,6 +647,7 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 	cp.status.awaitAfter(ctx, drained, 2*runnerStatusInterval+time.Second)
 	st := cp.status.figures(fig.generation)
 	fr.RunnerMaxFailed = max(fig.maxFailed, st.MaxFailed)
+	fr.RunnerMaxDegraded = st.MaxDegraded
 	fr.RunnerSkipped = cp.runnerSkips.Skipped(events.StreamReports, "") - skipped
 	after, _, err := streamFigures(cp.plane.Server().NATS(), events.StreamReports, "")
 	if err != nil {
@@ -648,6 +680,9 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 	case st.MaxFailed > 0 || st.Failure != nil:
 		return fr, fmt.Errorf("%w: the runner's status of the revision showed %d failed targets (latest failure %v) though none reported Failed on its own subject",
 			ErrMiscounted, st.MaxFailed, st.Failure != nil)
+	case st.MaxDegraded > 0:
+		return fr, fmt.Errorf("%w: the runner's status of the revision showed %d degraded targets though none reported Degraded on its own subject",
+			ErrMiscounted, st.MaxDegraded)
 	case st.Applies > 0 && st.Last.Counts.Succeeded != int32(n):
 		return fr, fmt.Errorf("%w: the runner's last status of the revision showed %d of %d targets succeeded after the flood",
 			ErrMiscounted, st.Last.Counts.Succeeded, n)

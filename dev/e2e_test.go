@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containers/podman/v5/pkg/bindings"
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 	"github.com/nats-io/nats.go"
 
@@ -197,50 +196,7 @@ func TestDevRunsTheExamplesOnAPodmanDeviceWithSecretsFromTheOpenBaoStandIn(t *te
 	testenv.Exclusive(t, testenv.PodmanExamples)
 	needKube(t)
 	natsCLI(t) // the printed steps need it: fail or skip here, not in the middle
-	sock := filepath.Join(repoRoot(t), ".cache", "run", "podman.sock")
-	if _, err := os.Stat(sock); err != nil {
-		testenv.Missing(t, "the Podman API service", dev.SetupPodmanCommand, err)
-	}
-	began := time.Now()
-	conn, err := bindings.NewConnection(t.Context(), "unix://"+sock)
-	if err != nil {
-		testenv.Missing(t, "the Podman API service", dev.SetupPodmanCommand, err)
-	}
-	mine := func() []string {
-		t.Helper()
-		list, err := containers.List(conn, new(containers.ListOptions).WithAll(true).
-			WithFilters(map[string][]string{"label": {"fleet.nationtech.io/device=" + dev.PodmanDevice}}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, c := range list {
-			if !c.Created.Before(began.Add(-time.Second)) {
-				out = append(out, c.Names[0]+"="+c.State)
-			}
-		}
-		return out
-	}
-	t.Cleanup(func() {
-		// Only what this test made: podman-1's containers created since it
-		// began (a failed run leaves them).
-		// t.Context(), and so conn, is already cancelled when cleanups run.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(conn), time.Minute)
-		defer cancel()
-		list, err := containers.List(cctx, new(containers.ListOptions).WithAll(true).
-			WithFilters(map[string][]string{"label": {"fleet.nationtech.io/device=" + dev.PodmanDevice}}))
-		if err != nil {
-			t.Errorf("list podman-1's containers: %v", err)
-		}
-		for _, c := range list {
-			if !c.Created.Before(began.Add(-time.Second)) {
-				if _, err := containers.Remove(cctx, c.ID, new(containers.RemoveOptions).WithForce(true).WithTimeout(0).WithIgnore(true)); err != nil {
-					t.Errorf("remove %s: %v", c.Names, err)
-				}
-			}
-		}
-	})
-
+	sock, conn, mine := podmanDevice(t)
 	p := startDev(t, t.TempDir(), "--devices", "2", "--runtime", "podman", "--podman-socket", sock)
 	defer p.stop(t)
 	for _, want := range []string{"podman-1 on Podman + 2 simulated in namespace lab", "(canary=true: podman-1, sim-1)",

@@ -63,7 +63,9 @@ var ExampleImages = []ExampleImage{
 	{Ref: "localhost/fleet-examples/analysis-migrate:v1", Containerfile: `CMD ["sh", "-c", "test -n \"$DB_PASSWORD\" || { echo 'DB_PASSWORD is not set' >&2; exit 2; }; echo \"migrated $(date -u +%FT%TZ)\" >> /data/migrations.log; cat /data/migrations.log"]` + "\n"},
 	// The service: busybox httpd on 8080 serving the migration log. The
 	// trap makes a stop immediate (httpd as PID 1 would ignore SIGTERM).
-	{Ref: "localhost/fleet-examples/analysis-api:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; test -n \"$DB_PASSWORD\" || exit 2; mkdir -p /www; cp /data/migrations.log /www/index.html; httpd -f -p 8080 -h /www & wait"]` + "\n"},
+	// Without DB_PASSWORD it says so and exits with code 2
+	// (examples/crashloop.yaml).
+	{Ref: "localhost/fleet-examples/analysis-api:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; test -n \"$DB_PASSWORD\" || { echo 'fatal: DB_PASSWORD is not set' >&2; exit 2; }; mkdir -p /www; cp /data/migrations.log /www/index.html; httpd -f -p 8080 -h /www & wait"]` + "\n"},
 	// The canary example's service: waits until stopped.
 	{Ref: "localhost/fleet-examples/hello:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; echo \"hello from $HOSTNAME\"; sleep 2147483647 & wait"]` + "\n"},
 }

@@ -144,15 +144,16 @@ func TestKubectlRecipes(t *testing.T) {
 
 // TestTheRolloutWaitRecipes runs the kubectl recipes of rollouts.md, in
 // order: one Deployment whose generations succeed, fail (a health check
-// that fails) and stall (an image name with a typo: every pull fails with
-// "registry unavailable"), each waited for with the documented command, with
+// that fails), stall (an image name with a typo: every pull fails with
+// "registry unavailable") and stall again (a target with no agent never
+// reports), each waited for with the documented command, with
 // the real kubectl against a real API server, the operator, and an agent on
 // the simulated container engine.
 func TestTheRolloutWaitRecipes(t *testing.T) {
 	srv := kubeapi.Shared(t)
 	rs := recipes(t, "rollouts.md", "kubectl-recipe")
-	if len(rs) != 3 {
-		t.Fatalf("found %d kubectl recipes in rollouts.md, want 3 (succeed, fail, stall); the marker format changed?", len(rs))
+	if len(rs) != 4 {
+		t.Fatalf("found %d kubectl recipes in rollouts.md, want 4 (succeed, fail, stall on an image, stall on a silent device); the marker format changed?", len(rs))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()

@@ -54,6 +54,9 @@ type DeploymentReconciler struct {
 	Skips *events.SkipCounter
 	// Metrics, when set, counts the revisions appended.
 	Metrics *Metrics
+	// Stamp, when set, is applied last to the events the controller
+	// builds (Options.EventStamp, tests only).
+	Stamp events.Option
 }
 
 // policyReady reports whether d's pull-secret policy is written for its
@@ -124,7 +127,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		evs, data, err := revisionEvents(&d, res)
+		evs, data, err := revisionEvents(&d, res, r.Stamp)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -271,7 +274,8 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 	}
 	return finishDeletion(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, subject, head, done, func() (events.Event, error) {
 		return events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
-			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation}, events.WithCorrelation(string(d.UID), d.Generation))
+			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation},
+			stamped(r.Stamp, events.WithCorrelation(string(d.UID), d.Generation))...)
 	})
 }
 

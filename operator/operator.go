@@ -92,6 +92,12 @@ type Options struct {
 	// DeviceWorkers is how many Devices the Device controller reconciles at
 	// once; 0: DefaultDeviceWorkers (8).
 	DeviceWorkers int
+	// EventStamp, when set, is applied last to every Deployment event the
+	// operator builds (revisions, deletions, rollout requests and
+	// transitions): tests that pin the bytes of those events set their id
+	// and time with it (events.WithID, events.WithTime). Nil, always in
+	// production: a new ULID and the current time.
+	EventStamp events.Option
 	// DeviceNow, when set, is the Device controller's clock (tests); nil:
 	// time.Now.
 	DeviceNow func() time.Time
@@ -207,12 +213,12 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
-		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips, Metrics: o.Metrics}
+		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips, Metrics: o.Metrics, Stamp: o.EventStamp}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	ra := &RolloutActions{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Recorder: mgr.GetEventRecorder(EventRecorderName),
-		Log: o.Logger.With("controller", "rollout-actions"), Skips: o.Skips}
+		Log: o.Logger.With("controller", "rollout-actions"), Skips: o.Skips, Stamp: o.EventStamp}
 	if err := ra.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -227,7 +233,8 @@ func Run(ctx context.Context, o Options) error {
 	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
-		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals}
+		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals,
+		Stamp: o.EventStamp}
 	if err := mgr.Add(leaderOnly(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}

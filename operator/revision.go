@@ -42,8 +42,9 @@ var revisionChunkBytes = 0
 // not fit in one event, then the deployment.revision.created event (last:
 // readers assemble a revision only when it comes). data is the revision
 // with its complete lists, and the resolution's frozen plan with its
-// targets' batches (none without a plan: the bytes are as before).
-func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
+// targets' batches (none without a plan: the bytes are as before). stamp,
+// when set, is applied last to each event (Options.EventStamp, tests only).
+func revisionEvents(d *fleetv1.Deployment, r Resolution, stamp ...events.Option) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
 	digest, raw, err := ScoreDigest(d.Spec.Score)
 	if err != nil {
 		return nil, data, err
@@ -68,16 +69,19 @@ func revisionEvents(d *fleetv1.Deployment, r Resolution) (evs []events.Event, da
 		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)
 	}
 	keys := events.Keys{Namespace: d.Namespace, Name: d.Name}
-	corr := events.WithCorrelation(string(d.UID), d.Generation)
+	opts := []events.Option{events.WithCorrelation(string(d.UID), d.Generation)}
+	for _, s := range stamp {
+		opts = stamped(s, opts...)
+	}
 	created, chunks := events.ChunkRevision(data, revisionChunkBytes)
 	for _, c := range chunks {
-		ev, err := events.New(keys, c, corr)
+		ev, err := events.New(keys, c, opts...)
 		if err != nil {
 			return nil, data, err
 		}
 		evs = append(evs, ev)
 	}
-	ev, err := events.New(keys, created, corr)
+	ev, err := events.New(keys, created, opts...)
 	if err != nil {
 		return nil, data, err
 	}

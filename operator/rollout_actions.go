@@ -92,6 +92,9 @@ type RolloutActions struct {
 	Log      *slog.Logger
 	// Skips counts rollout records that do not decode. Nil-safe.
 	Skips *events.SkipCounter
+	// Stamp, when set, is applied last to the events the controller
+	// builds (Options.EventStamp, tests only).
+	Stamp events.Option
 
 	mu sync.Mutex // guards seen
 	// seen is, per Deployment UID, the annotation value this process saw
@@ -256,7 +259,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	tr := events.NewRolloutTransition(transitionOf(a.Action), events.RolloutTransition{
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: a.Batch, By: a.By, Request: a.Request})
-	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, events.WithCorrelation(rev.UID, rev.Generation))
+	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, stamped(r.Stamp, events.WithCorrelation(rev.UID, rev.Generation))...)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rollout request of %s: %w", req, err)
 	}

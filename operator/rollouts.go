@@ -111,6 +111,9 @@ type RolloutRunner struct {
 	// quarantined (TargetWatch): each is removed from the accounting of
 	// every rollout in progress in its namespace that has it as a target.
 	Removals <-chan TargetRemoval
+	// Stamp, when set, is applied last to the transitions the runner
+	// builds (Options.EventStamp, tests only).
+	Stamp events.Option
 }
 
 // DefaultTargetTimeout is RolloutRunner.TargetTimeout when zero.
@@ -583,7 +586,7 @@ func silentTargets(ro projections.Rollout, now time.Time, timeout time.Duration)
 func (r *runner) appendTransition(ctx context.Context, k depKey, tr events.RolloutTransition) bool {
 	s := r.s
 	ro := s.rollouts[k]
-	ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, events.WithCorrelation(ro.UID, ro.Generation))
+	ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, stamped(r.Stamp, events.WithCorrelation(ro.UID, ro.Generation))...)
 	if err != nil {
 		r.Log.ErrorContext(ctx, "build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)
 		return false
@@ -610,7 +613,7 @@ func (r *runner) decide(ctx context.Context, k depKey) {
 	s := r.s
 	ro := s.rollouts[k]
 	for _, tr := range ro.NextAt(time.Now()) {
-		ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, events.WithCorrelation(ro.UID, ro.Generation))
+		ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, stamped(r.Stamp, events.WithCorrelation(ro.UID, ro.Generation))...)
 		if err != nil {
 			r.Log.ErrorContext(ctx, "build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)
 			return
