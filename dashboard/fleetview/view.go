@@ -18,9 +18,10 @@ import (
 
 // Streams is what a live View needs of the event store: replays (history,
 // the trend's recomputation) and follows (the live heartbeat count, the
-// change feed). *events.Store implements it.
+// change feed, read by a runner.Runner). *events.Store implements it.
 type Streams interface {
 	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+	ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 }
 
