@@ -26,6 +26,10 @@ type fakeStream struct {
 	failed int
 }
 
+// endsCleanly plus n is a cut that ends the read after n records without
+// an error (a follow whose consumer went away).
+const endsCleanly = 1000
+
 // fakeItem is one stored message: a record, or one that does not decode.
 type fakeItem struct {
 	rec  events.Record
@@ -81,6 +85,11 @@ func (s *fakeStream) read(ctx context.Context, kind string, from events.Start, f
 				s.failed++
 				s.mu.Unlock()
 				yield(events.Record{}, errServerGone)
+				return
+			}
+			if cut >= endsCleanly && n == cut-endsCleanly {
+				s.failed++
+				s.mu.Unlock()
 				return
 			}
 			if !follow && i >= end {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"iter"
 	"log/slog"
 	"strings"
@@ -28,22 +29,31 @@ type read struct {
 // says whether it completes every source's), and follows when the mode
 // says so. It returns when ctx ends, or when a read ends for good.
 func (rd *read) run(caughtUp func() (live bool)) {
-	if !rd.src.FollowOnly && !rd.loop(rd.r.Reader.ReplaySubjects) {
+	if !rd.src.FollowOnly && !rd.loop(rd.r.Reader.ReplaySubjects, false) {
 		return
 	}
 	if !rd.send(Msg{Source: rd.index, Caught: true, Live: caughtUp()}) || !rd.mode.follow {
 		return
 	}
-	rd.loop(rd.r.Reader.FollowSubjects)
+	rd.loop(rd.r.Reader.FollowSubjects, true)
 }
+
+// errFollowEnded is a follow that ended while the run goes on.
+var errFollowEnded = errors.New("the follow ended before the run")
 
 // loop reads with open until a read ends without an error (true), ctx
 // ends or, in RunOnce, a read fails (false). A failed read is read again
 // from after the last record handed over, after a wait that doubles from
-// RetryMin to RetryMax.
-func (rd *read) loop(open func(context.Context, []string, events.Start) iter.Seq2[events.Record, error]) bool {
+// RetryMin to RetryMax; so is a follow that ends while ctx goes on.
+func (rd *read) loop(open func(context.Context, []string, events.Start) iter.Seq2[events.Record, error], follow bool) bool {
 	for {
 		stop, err := rd.each(open(rd.ctx, rd.src.Filters, rd.start()))
+		if !stop && err == nil && follow {
+			err = errFollowEnded
+		}
+		if err != nil {
+			rd.r.failed.Add(1)
+		}
 		switch {
 		case stop:
 			return false
@@ -78,7 +88,6 @@ func (rd *read) each(records iter.Seq2[events.Record, error]) (stop bool, err er
 				if rd.ctx.Err() != nil {
 					return true, nil
 				}
-				rd.r.failed.Add(1)
 				return false, err
 			}
 			m.Skip = re

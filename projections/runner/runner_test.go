@@ -109,6 +109,16 @@ func TestRunner(t *testing.T) {
 			wantFailed: 2,
 		},
 		{
+			name:       "a follow that ends while the run goes on is read again from after the last record",
+			streams:    map[string][]string{"a": {"r"}},
+			cuts:       map[string]map[string][]int{"a": {"follow": {endsCleanly + 1}}},
+			sources:    []runner.Source{{Filters: []string{"a"}}},
+			entry:      "run",
+			later:      map[string][]string{"a": {"r", "r"}},
+			want:       map[int][]string{0: {"r1", "caught", "r2", "r3"}},
+			wantFailed: 1,
+		},
+		{
 			name:    "a read resumes after a checkpoint's position",
 			streams: map[string][]string{"a": {"r", "r", "r", "r"}},
 			sources: []runner.Source{{Filters: []string{"a"}, After: 2}},
