@@ -130,20 +130,20 @@ func (r *Runner) run(ctx context.Context, out chan<- Msg, m mode) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// caught[i] closes when source i caught up, ended[i] when its read
+	// ended (in RunOnce, perhaps without catching up).
 	caught := make([]chan struct{}, len(r.Sources))
+	ended := make([]chan struct{}, len(r.Sources))
 	for i := range caught {
-		caught[i] = make(chan struct{})
+		caught[i], ended[i] = make(chan struct{}), make(chan struct{})
 	}
 	var live atomic.Int64
 	var wg sync.WaitGroup
 	for i, src := range r.Sources {
 		wg.Go(func() {
-			if src.AfterPrevious && i > 0 {
-				select {
-				case <-caught[i-1]:
-				case <-ctx.Done():
-					return
-				}
+			defer close(ended[i])
+			if src.AfterPrevious && i > 0 && !waitCaught(ctx, caught[i-1], ended[i-1]) {
+				return
 			}
 			rd := &read{r: r, log: log, ctx: ctx, out: out, index: i, src: src, mode: m, last: src.After}
 			rd.run(func() bool {
@@ -153,4 +153,22 @@ func (r *Runner) run(ctx context.Context, out chan<- Msg, m mode) {
 		})
 	}
 	wg.Wait()
+}
+
+// waitCaught waits for a source to catch up: false when its read ended
+// without catching up, or ctx ended first.
+func waitCaught(ctx context.Context, caught, ended <-chan struct{}) bool {
+	select {
+	case <-caught:
+		return true
+	case <-ended:
+		select {
+		case <-caught:
+			return true
+		default:
+			return false
+		}
+	case <-ctx.Done():
+		return false
+	}
 }

@@ -169,6 +169,15 @@ func TestRunner(t *testing.T) {
 			want:       map[int][]string{0: {"r1", "r2", "err"}, 1: {"r1", "caught"}},
 			wantFailed: 1,
 		},
+		{
+			name:       "run once does not read a source held behind one whose read failed, and returns",
+			streams:    map[string][]string{"a": {"r", "r"}, "b": {"r"}},
+			cuts:       map[string]map[string][]int{"a": {"replay": {1}}},
+			sources:    []runner.Source{{Filters: []string{"a"}}, {Filters: []string{"b"}, AfterPrevious: true}},
+			entry:      "once",
+			want:       map[int][]string{0: {"r1", "err"}},
+			wantFailed: 1,
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
