@@ -26,13 +26,16 @@ type read struct {
 }
 
 // run replays the source's history, hands over its catch-up mark (live
-// says whether it completes every source's), and follows when the mode
-// says so. It returns when ctx ends, or when a read ends for good.
-func (rd *read) run(caughtUp func() (live bool)) {
+// says whether it completes every source's), then calls caught (a source
+// held behind this one starts reading) and follows when the mode says so.
+// It returns when ctx ends, or when a read ends for good.
+func (rd *read) run(live func() bool, caught func()) {
 	if !rd.src.FollowOnly && !rd.loop(rd.r.Reader.ReplaySubjects, false) {
 		return
 	}
-	if !rd.send(Msg{Source: rd.index, Caught: true, Live: caughtUp()}) || !rd.mode.follow {
+	sent := rd.send(Msg{Source: rd.index, Caught: true, Live: live()})
+	caught()
+	if !sent || !rd.mode.follow {
 		return
 	}
 	rd.loop(rd.r.Reader.FollowSubjects, true)

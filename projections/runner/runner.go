@@ -146,10 +146,7 @@ func (r *Runner) run(ctx context.Context, out chan<- Msg, m mode) {
 				return
 			}
 			rd := &read{r: r, log: log, ctx: ctx, out: out, index: i, src: src, mode: m, last: src.After}
-			rd.run(func() bool {
-				defer close(caught[i])
-				return live.Add(1) == int64(len(r.Sources))
-			})
+			rd.run(func() bool { return live.Add(1) == int64(len(r.Sources)) }, func() { close(caught[i]) })
 		})
 	}
 	wg.Wait()

@@ -13,18 +13,24 @@ import (
 
 // got is what a run handed over: each source's messages in order ("r3":
 // record 3, "x2": skip of 2, "caught", "err"), which source's mark was
-// Live and how many records each source had handed over by then, and the
-// order in which sources first spoke.
+// Live and how many records each source had handed over by then, and
+// where in the whole order each source first spoke and was caught up.
 type got struct {
-	per       map[int][]string
-	live      int
-	atLive    map[int]int
-	firstSeen []int
+	per      map[int][]string
+	live     int
+	atLive   map[int]int
+	n        int
+	firstAt  map[int]int
+	caughtAt map[int]int
 }
 
 func (g *got) add(m runner.Msg) {
-	if !slices.Contains(g.firstSeen, m.Source) {
-		g.firstSeen = append(g.firstSeen, m.Source)
+	g.n++
+	if _, ok := g.firstAt[m.Source]; !ok {
+		g.firstAt[m.Source] = g.n
+	}
+	if m.Caught {
+		g.caughtAt[m.Source] = g.n
 	}
 	var s string
 	switch {
@@ -70,7 +76,9 @@ func TestRunner(t *testing.T) {
 		// least this many messages (its whole history).
 		wantLiveAfter map[int]int
 		wantFailed    uint64
-		wantFirst     []int // the order in which sources first spoke, when it is fixed
+		// wantBehind: source k's first message comes after source v's
+		// catch-up mark.
+		wantBehind map[int]int
 	}{
 		{
 			name:    "a source's history is handed over in order, then its catch-up mark, and it follows what is stored later",
@@ -136,12 +144,12 @@ func TestRunner(t *testing.T) {
 			wantLiveAfter: map[int]int{0: 2, 1: 3},
 		},
 		{
-			name:      "a source held behind the one before it reads only once that one caught up",
-			streams:   map[string][]string{"a": {"r", "r"}, "b": {"r"}},
-			sources:   []runner.Source{{Filters: []string{"a"}}, {Filters: []string{"b"}, AfterPrevious: true}},
-			entry:     "run",
-			want:      map[int][]string{0: {"r1", "r2", "caught"}, 1: {"r1", "caught"}},
-			wantFirst: []int{0, 1},
+			name:       "a source held behind the one before it reads only once that one caught up",
+			streams:    map[string][]string{"a": {"r", "r"}, "b": {"r"}},
+			sources:    []runner.Source{{Filters: []string{"a"}}, {Filters: []string{"b"}, AfterPrevious: true}},
+			entry:      "run",
+			want:       map[int][]string{0: {"r1", "r2", "caught"}, 1: {"r1", "caught"}},
+			wantBehind: map[int]int{1: 0},
 		},
 		{
 			name:    "a source that only follows hands over nothing stored before its start, and is caught up at once",
@@ -210,7 +218,7 @@ func TestRunner(t *testing.T) {
 			for _, l := range tc.want {
 				want += len(l)
 			}
-			g := &got{per: map[int][]string{}}
+			g := &got{per: map[int][]string{}, firstAt: map[int]int{}, caughtAt: map[int]int{}}
 			storedLater := false
 			for g.count() < want {
 				select {
@@ -261,8 +269,10 @@ func TestRunner(t *testing.T) {
 			if failed != tc.wantFailed || r.ReadsFailed() != tc.wantFailed {
 				t.Errorf("%d reads failed (the runner counted %d), want %d: the test must fail them", failed, r.ReadsFailed(), tc.wantFailed)
 			}
-			if tc.wantFirst != nil && !slices.Equal(g.firstSeen, tc.wantFirst) {
-				t.Errorf("sources spoke first in the order %v, want %v", g.firstSeen, tc.wantFirst)
+			for k, v := range tc.wantBehind {
+				if g.firstAt[k] <= g.caughtAt[v] {
+					t.Errorf("source %d spoke at message %d, before source %d's catch-up mark (message %d)", k, g.firstAt[k], v, g.caughtAt[v])
+				}
 			}
 		})
 	}
