@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"sync"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
 )
@@ -25,6 +26,12 @@ type fakeStream struct {
 	opened map[string]int
 	failed int
 }
+
+// epoch is when the fake streams' first record was stored.
+var epoch = time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+
+// storedAt is when the record of sequence seq was stored: a second apart.
+func storedAt(seq uint64) time.Time { return epoch.Add(time.Duration(seq) * time.Second) }
 
 // endsCleanly plus n is a cut that ends the read after n records without
 // an error (a follow whose consumer went away).
@@ -49,7 +56,8 @@ func (s *fakeStream) add(name, kind string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq := uint64(len(s.items) + 1)
-	s.items = append(s.items, fakeItem{rec: events.Record{Stream: name, Subject: "fleet.report.d1.workload", Sequence: seq}, skip: kind == "x"})
+	s.items = append(s.items, fakeItem{rec: events.Record{Stream: name, Subject: "fleet.report.d1.workload", Sequence: seq,
+		Stored: storedAt(seq)}, skip: kind == "x"})
 	close(s.grew)
 	s.grew = make(chan struct{})
 }

@@ -35,7 +35,7 @@ func (rd *read) run(live func() bool, caught func()) {
 	}
 	sent := rd.send(Msg{Source: rd.index, Caught: true, Live: live()})
 	caught()
-	if !sent || !rd.mode.follow {
+	if !sent || !rd.mode.follow || !rd.src.Until.IsZero() {
 		return
 	}
 	rd.loop(rd.r.Reader.FollowSubjects, true)
@@ -85,6 +85,9 @@ func (rd *read) start() events.Start {
 func (rd *read) each(records iter.Seq2[events.Record, error]) (stop bool, err error) {
 	for rec, err := range records {
 		m := Msg{Source: rd.index, Record: rec}
+		if !rd.src.Until.IsZero() && rec.Stored.After(rd.src.Until) {
+			return false, nil // the first record after Until: the read ends here
+		}
 		if err != nil {
 			re, ok := events.AsRecordError(err)
 			if !ok {

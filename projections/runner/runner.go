@@ -32,6 +32,10 @@ type Source struct {
 	// FollowOnly skips the catch-up: the source is caught up at its start
 	// and follows from there (the dashboard's change feed).
 	FollowOnly bool
+	// Until, when set, ends the read before the first record stored after
+	// it (a question about the past: fleet history at a time): the source
+	// is caught up there and does not follow.
+	Until time.Time
 	// AfterPrevious holds the read back until the source before it in
 	// Runner.Sources caught up with its history (the TaskRun runner reads
 	// the task reports only once it knows every TaskRun stored before).

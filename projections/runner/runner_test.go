@@ -76,6 +76,8 @@ func TestRunner(t *testing.T) {
 		// least this many messages (its whole history).
 		wantLiveAfter map[int]int
 		wantFailed    uint64
+		// returns: Run returns on its own (every source stops).
+		returns bool
 		// wantBehind: source k's first message comes after source v's
 		// catch-up mark.
 		wantBehind map[int]int
@@ -125,6 +127,22 @@ func TestRunner(t *testing.T) {
 			later:      map[string][]string{"a": {"r", "r"}},
 			want:       map[int][]string{0: {"r1", "caught", "r2", "r3"}},
 			wantFailed: 1,
+		},
+		{
+			name:    "a source read until a time stops before the first record stored after it, undecodable or not, and is caught up there",
+			streams: map[string][]string{"a": {"r", "x", "x", "r"}, "b": {"r", "r", "r"}},
+			sources: []runner.Source{{Filters: []string{"a"}, Until: storedAt(2)}, {Filters: []string{"b"}, Until: storedAt(2), AfterPrevious: true}},
+			entry:   "once",
+			want:    map[int][]string{0: {"r1", "x2", "caught"}, 1: {"r1", "r2", "caught"}},
+		},
+		{
+			name:    "a source read until a time does not follow",
+			streams: map[string][]string{"a": {"r", "r"}},
+			sources: []runner.Source{{Filters: []string{"a"}, Until: storedAt(1)}},
+			entry:   "run",
+			later:   map[string][]string{"a": {"r"}},
+			want:    map[int][]string{0: {"r1", "caught"}},
+			returns: true,
 		},
 		{
 			name:    "a read resumes after a checkpoint's position",
@@ -238,7 +256,7 @@ func TestRunner(t *testing.T) {
 					}
 				}
 			}
-			if tc.entry == "run" {
+			if tc.entry == "run" && !tc.returns {
 				rcancel()
 			}
 			select {
