@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"iter"
 	"log/slog"
 	"slices"
 	"time"
@@ -15,12 +14,11 @@ import (
 	"github.com/nationtech/harmony-fleet/projections/runner"
 )
 
-// Reader is what history needs of the event store: replays that end once
-// caught up, of one subject filter (a chunked revision's) or of several
-// through a projections/runner. *events.Store implements it.
+// Reader is what history needs of the event store: the replays a
+// projections/runner makes, which end once caught up. *events.Store
+// implements it.
 type Reader interface {
 	runner.Reader
-	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
 }
 
 // Options configure a History.

@@ -22,10 +22,6 @@ func (f *failingReader) fail() iter.Seq2[events.Record, error] {
 	return func(yield func(events.Record, error) bool) { yield(events.Record{}, errGone) }
 }
 
-func (f *failingReader) Replay(context.Context, string, events.Start) iter.Seq2[events.Record, error] {
-	return f.fail()
-}
-
 func (f *failingReader) ReplaySubjects(context.Context, []string, events.Start) iter.Seq2[events.Record, error] {
 	return f.fail()
 }

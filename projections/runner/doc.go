@@ -8,10 +8,12 @@
 //
 // A Runner reads its sources, each through one ordered consumer whatever
 // the number of its subject filters, and hands records, skips and
-// catch-up marks to one channel, in stream order per source. The folds
-// stay with their owners: the operator's rollout and TaskRun runners and
-// the dashboard's read models consume the channel; this package decides
-// nothing about what a record means.
+// catch-up marks to one channel, in stream order per source: Run catches
+// up and follows, RunToEnd only catches up, RunOnce reads each history once
+// and hands a failed read over. The folds stay with their owners: the
+// operator's rollout and TaskRun runners and its Device controller's
+// telemetry follow, the dashboard's read models and history consume the
+// channel; this package decides nothing about what a record means.
 //
 // It imports only events (the read contract).
 package runner
