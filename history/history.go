@@ -5,19 +5,20 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"iter"
 	"log/slog"
 	"slices"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/projections"
+	"github.com/nationtech/harmony-fleet/projections/runner"
 )
 
-// Reader is what history needs of the event store: a replay of one subject
-// filter that ends once caught up. *events.Store implements it.
+// Reader is what history needs of the event store: the replays a
+// projections/runner makes, which end once caught up. *events.Store
+// implements it.
 type Reader interface {
-	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+	runner.Reader
 }
 
 // Options configure a History.
@@ -123,31 +124,42 @@ type read struct {
 }
 
 // collect replays every read up to (and including) the last event stored at
-// or before until (zero: to the end), and returns the records merged in
-// stored order. A record that does not decode is skipped, counted and
-// logged; the read goes on.
+// or before until (zero: to the end), one read after the other through a
+// projections/runner, and returns the records merged in stored order. A
+// record that does not decode is skipped, counted and logged; the read goes
+// on. A read that fails ends the collection with its error.
 func (h *History) collect(ctx context.Context, until time.Time, reads ...read) ([]events.Record, error) {
+	rn := &runner.Runner{Name: "history", Reader: h.r, Log: h.log}
+	for i, rd := range reads {
+		rn.Sources = append(rn.Sources, runner.Source{Filters: []string{rd.filter}, From: rd.from, Until: until, AfterPrevious: i > 0})
+	}
+	in := make(chan runner.Msg)
+	go func() {
+		defer close(in)
+		rn.RunOnce(ctx, in)
+	}()
 	var out []events.Record
-	for _, rd := range reads {
-		n := 0
-		for rec, err := range h.r.Replay(ctx, rd.filter, rd.from) {
-			re, skip := events.AsRecordError(err)
-			if err != nil && !skip {
-				return nil, fmt.Errorf("history: read %s: %w", rd.filter, err)
-			}
-			if !until.IsZero() && rec.Stored.After(until) {
-				break // the first event after T: stop this stream here
-			}
-			if skip {
-				h.skips.Skip(ctx, h.log, re)
-				continue
-			}
-			if rd.keep == nil || rd.keep(rec) {
-				out = append(out, rec)
-				n++
-			}
+	var failed error
+	n := make([]int, len(reads))
+	for m := range in {
+		rd := reads[m.Source]
+		switch {
+		case m.Err != nil:
+			failed = fmt.Errorf("history: read %s: %w", rd.filter, m.Err)
+		case m.Caught:
+			h.log.DebugContext(ctx, "history read", "filter", rd.filter, "records", n[m.Source])
+		case m.Skip != nil:
+			h.skips.Skip(ctx, h.log, m.Skip)
+		case rd.keep == nil || rd.keep(m.Record):
+			out = append(out, m.Record)
+			n[m.Source]++
 		}
-		h.log.DebugContext(ctx, "history read", "filter", rd.filter, "records", n)
+	}
+	if failed != nil {
+		return nil, failed
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("history: %w", err)
 	}
 	slices.SortStableFunc(out, compareRecords)
 	return out, nil

@@ -32,10 +32,11 @@ import (
 
 // DeviceStore is what the Device controller needs of the event store
 // (*events.Store): direct gets of the last report on a subject, the follow
-// of every device's telemetry, and the JetStream handle for the
-// fleet-identity bucket.
+// of every device's telemetry (a projections/runner reader), and the
+// JetStream handle for the fleet-identity bucket.
 type DeviceStore interface {
 	Last(ctx context.Context, subject string) (events.Record, error)
+	ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 	JetStream() jetstream.JetStream
 }

@@ -3,7 +3,6 @@ package operator
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	projrunner "github.com/nationtech/harmony-fleet/projections/runner"
 )
 
 // telemetry is the operator's in-memory view of device telemetry: the last
@@ -173,48 +173,52 @@ var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbea
 	"fleet.report.*." + string(events.ReportContainers)}
 
 // followTelemetry feeds the telemetry view from the event store's follow of
-// FLEET_TELEMETRY (Store.FollowSubjects: one ordered consumer for all
-// devices, never one per device) and wakes the Device controller through
-// wake, one generic event per Device named by a report that may change its
-// status. It starts from the last report per subject, which is the whole
-// current state, so a restart loses nothing; the ordered consumer resumes
-// by itself after a reconnect. It returns when ctx ends.
+// FLEET_TELEMETRY (one ordered consumer for all devices, never one per
+// device, read through projections/runner) and wakes the Device controller
+// through wake, one generic event per Device named by a report that may
+// change its status. It starts from the last report per subject, which is
+// the whole current state, so a restart loses nothing; a failed read is
+// read again from after the last report observed, after a wait that
+// doubles from one second to 30. A record that does not decode (the
+// device's own garbage, another device's keys on its subject) is skipped
+// and counted; the follow goes on. It returns when ctx ends.
 func (r *DeviceReconciler) followTelemetry(ctx context.Context, wake chan<- event.GenericEvent) error {
-	backoff := time.Second
+	ctx, cancel := context.WithCancel(ctx)
+	in := make(chan projrunner.Msg, 1024)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	reads := &projrunner.Runner{Name: "telemetry consumer", Reader: r.Store, Log: r.Log,
+		RetryMin: telemetryRetryMin, RetryMax: telemetryRetryMax,
+		Sources: []projrunner.Source{{Filters: telemetryFilters, From: events.FromLastPerSubject(), FollowOnly: true}}}
+	wg.Go(func() { reads.Run(ctx, in) })
 	for {
-		err := r.followOnce(ctx, wake)
-		if ctx.Err() != nil {
-			return nil
-		}
-		r.Log.WarnContext(ctx, "telemetry consumer stopped, restarting", "error", err, "in", backoff)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(backoff + rand.N(backoff/2)):
+		case m := <-in:
+			switch {
+			case m.Skip != nil:
+				r.Skips.Skip(ctx, r.Log, m.Skip)
+			case m.Caught, m.Err != nil:
+			default:
+				if err := r.observe(ctx, m.Record, wake); err != nil {
+					// One report must not stop the others.
+					r.Log.WarnContext(ctx, "telemetry report ignored", "subject", m.Record.Subject, "error", err)
+				}
+			}
 		}
-		backoff = min(2*backoff, 30*time.Second)
 	}
 }
 
-func (r *DeviceReconciler) followOnce(ctx context.Context, wake chan<- event.GenericEvent) error {
-	for rec, err := range r.Store.FollowSubjects(ctx, telemetryFilters, events.FromLastPerSubject()) {
-		if re, ok := events.AsRecordError(err); ok {
-			// The device's own garbage, another device's keys on its
-			// subject: neither a heartbeat nor an inventory. Skipped and
-			// counted; the follow goes on.
-			r.Skips.Skip(ctx, r.Log, re)
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("telemetry consumer: %w", err)
-		}
-		if err := r.observe(ctx, rec, wake); err != nil {
-			// One report must not stop the others.
-			r.Log.WarnContext(ctx, "telemetry report ignored", "subject", rec.Subject, "error", err)
-		}
-	}
-	return ctx.Err()
-}
+// telemetryRetryMin and telemetryRetryMax bound the wait before the
+// telemetry follow is read again after a failed read.
+const (
+	telemetryRetryMin = time.Second
+	telemetryRetryMax = 30 * time.Second
+)
 
 // observe records one telemetry report and wakes the Devices it concerns
 // when it may change their status; a containers report also counts the

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/projections"
+	projrunner "github.com/nationtech/harmony-fleet/projections/runner"
 )
 
 // FieldOwnerRollouts is the server-side-apply field manager of the status
@@ -129,17 +130,6 @@ type TargetRemoval struct {
 	Reason string
 }
 
-// sourced is what a read hands the Run goroutine.
-type sourced struct {
-	rec    events.Record
-	source int
-	caught bool // a marker: source has caught up with its history
-	// skip, when set, is a record of source that does not decode: the
-	// runner counts it and moves past it.
-	skip *events.RecordError
-	err  error
-}
-
 // runner is one Run: the fold and its sinks.
 type runner struct {
 	*RolloutRunner
@@ -200,19 +190,18 @@ func (r *runner) run(ctx context.Context) error {
 	s.refetch = func(rec events.Record) (events.Event, error) { return reassemble(ctx, r.Reader, rec) }
 
 	ctx, cancel := context.WithCancel(ctx)
-	in := make(chan sourced, 1024)
+	in := make(chan projrunner.Msg, 1024)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel() // readers stop on it; then wait for them
 		wg.Wait()
 	}()
+	// One consumer per source, each from the checkpoint's position.
+	reads := &projrunner.Runner{Name: "rollout runner", Reader: r.Reader, Log: r.Log}
 	for i, filters := range runnerFilters {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r.read(ctx, i, filters, s.seqs[i], in)
-		}()
+		reads.Sources = append(reads.Sources, projrunner.Source{Filters: filters, After: s.seqs[i]})
 	}
+	wg.Go(func() { reads.Run(ctx, in) })
 	// Writes to fleet-intent by anyone else are repaired (intentWriter.foreign).
 	kvWrites := make(chan kvUpdate, 1024)
 	if r.intent.js != nil {
@@ -222,7 +211,6 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	ckpt := time.NewTicker(r.CheckpointInterval)
 	defer ckpt.Stop()
-	caught := 0
 	tick := time.NewTicker(r.StatusInterval)
 	defer tick.Stop()
 	for {
@@ -254,10 +242,10 @@ func (r *runner) run(ctx context.Context) error {
 			}
 		case m := <-in:
 			switch {
-			case m.err != nil:
-				return fmt.Errorf("rollout runner: %w", m.err)
-			case m.caught:
-				if caught++; caught == len(runnerFilters) {
+			case m.Err != nil:
+				return fmt.Errorf("rollout runner: %w", m.Err)
+			case m.Caught:
+				if m.Live {
 					if err := r.goLive(ctx); err != nil {
 						if ctx.Err() != nil {
 							return nil // stopped while catching up
@@ -265,10 +253,10 @@ func (r *runner) run(ctx context.Context) error {
 						return err
 					}
 				}
-			case m.skip != nil:
-				r.outcome(ctx, s.pass(m.source, m.skip), m)
+			case m.Skip != nil:
+				r.outcome(ctx, s.pass(m.Source, m.Skip), m)
 			default:
-				r.outcome(ctx, s.fold(m.source, m.rec), m)
+				r.outcome(ctx, s.fold(m.Source, m.Record), m)
 				if s.live {
 					r.intent.flush(ctx, s.intent, s.dirtyKV)
 				}
@@ -323,11 +311,11 @@ func (r *runner) goLive(ctx context.Context) error {
 
 // outcome acts on what folding m did: a skip is counted and logged, the
 // first drop logged, and a changed Deployment decided again once live.
-func (r *runner) outcome(ctx context.Context, f folded, m sourced) {
+func (r *runner) outcome(ctx context.Context, f folded, m projrunner.Msg) {
 	if f.skip != nil {
 		r.Skips.Skip(ctx, r.Log, f.skip)
 	}
-	if m.source == sourceReports && m.skip == nil && f.skip == nil {
+	if m.Source == sourceReports && m.Skip == nil && f.skip == nil {
 		switch {
 		case f.dropped != "":
 			r.Metrics.report("dropped")
@@ -337,129 +325,15 @@ func (r *runner) outcome(ctx context.Context, f folded, m sourced) {
 	}
 	if f.health && f.dropped != "" && r.s.healthDropped == 1 {
 		r.Log.WarnContext(ctx, "a health report dropped: the runner accepts one only from a device that holds the revision it names; later drops are counted, not logged",
-			"stream", m.rec.Stream, "subject", m.rec.Subject, "seq", m.rec.Sequence)
+			"stream", m.Record.Stream, "subject", m.Record.Subject, "seq", m.Record.Sequence)
 	}
 	if !f.health && f.dropped != "" && r.s.dropped == 1 {
 		r.Log.WarnContext(ctx, "a report dropped: the runner keeps reports for a bounded number of "+f.dropped+" (a lagging runner, or a device naming Deployments or revisions that do not exist); later drops are counted, not logged",
-			"stream", m.rec.Stream, "subject", m.rec.Subject, "seq", m.rec.Sequence)
+			"stream", m.Record.Stream, "subject", m.Record.Subject, "seq", m.Record.Sequence)
 	}
 	if f.decide && r.s.live {
 		r.decide(ctx, f.key)
 	}
-}
-
-// read hands the records of filters past after to the runner (readStream).
-func (r *runner) read(ctx context.Context, source int, filters []string, after uint64, out chan<- sourced) {
-	readStream(ctx, r.Log, "rollout runner", r.Reader, source, filters, after, out, nil)
-}
-
-// readStream hands every record of filters (of one stream, read by one
-// consumer) past after to out, as sourced
-// messages of source (name says whose in its log lines): it replays the stream's history, sends the catch-up
-// mark (then calls caught, when set), and follows. A read that fails (its
-// server died, the stream is electing a leader, the client gave up
-// recreating its consumer) is read again from after the last record
-// handed over, after a wait that doubles from readRetryMin to
-// readRetryMax: the reader goes on, and no record is handed twice. It
-// returns when ctx ends.
-func readStream(ctx context.Context, log *slog.Logger, name string, reader EventReader, source int, filters []string, after uint64, out chan<- sourced, caught func()) {
-	filter := strings.Join(filters, ",") // for the log
-	send := func(m sourced) bool {
-		select {
-		case out <- m:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	}
-	last := after
-	// each hands the records of one read to the runner, past last; it
-	// returns stop when the runner is done, or the read's error.
-	each := func(records iter.Seq2[events.Record, error]) (stop bool, err error) {
-		for rec, err := range records {
-			m, ok := sourcedOf(ctx, source, rec, err)
-			if !ok {
-				return m.err == nil, m.err
-			}
-			if m.seq() <= last {
-				continue // read again after an error
-			}
-			last = m.seq()
-			if !send(m) {
-				return true, nil
-			}
-		}
-		return false, nil
-	}
-	wait := readRetryMin
-	again := func(err error) bool {
-		log.WarnContext(ctx, name+": reading the stream failed; reading again after the last record folded",
-			"filter", filter, "after", last, "retryIn", wait, "error", err)
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, readRetryMax)
-		return true
-	}
-	for {
-		stop, err := each(reader.ReplaySubjects(ctx, filters, events.FromSequence(last+1)))
-		switch {
-		case stop:
-			return
-		case err == nil:
-		case again(err):
-			continue
-		default:
-			return
-		}
-		break
-	}
-	if !send(sourced{source: source, caught: true}) {
-		return
-	}
-	if caught != nil {
-		caught()
-	}
-	for {
-		stop, err := each(reader.FollowSubjects(ctx, filters, events.FromSequence(last+1)))
-		if stop || err == nil || !again(err) {
-			return
-		}
-	}
-}
-
-// readRetryMin and readRetryMax bound the wait before the runner reads a
-// stream again after a failed read (doubling from the first to the
-// second).
-const (
-	readRetryMin = 250 * time.Millisecond
-	readRetryMax = 10 * time.Second
-)
-
-// sourcedOf turns what a read yielded into the runner's message. A record
-// that does not decode becomes a skip and the read goes on; any other error
-// ends the read (ok false; m.err is set unless ctx ended).
-func sourcedOf(ctx context.Context, source int, rec events.Record, err error) (m sourced, ok bool) {
-	if err == nil {
-		return sourced{rec: rec, source: source}, true
-	}
-	if re, isRec := events.AsRecordError(err); isRec {
-		return sourced{rec: rec, source: source, skip: re}, true
-	}
-	if ctx.Err() != nil {
-		return sourced{}, false
-	}
-	return sourced{err: err}, false
-}
-
-// seq is the stream sequence of the record or skip m carries.
-func (m sourced) seq() uint64 {
-	if m.skip != nil {
-		return m.skip.Sequence
-	}
-	return m.rec.Sequence
 }
 
 // removeTargets appends a rollout.target-removed transition for every

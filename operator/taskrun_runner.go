@@ -15,6 +15,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/projections"
+	projrunner "github.com/nationtech/harmony-fleet/projections/runner"
 )
 
 // FieldOwnerTaskRunStatus is the server-side-apply field manager of the
@@ -22,10 +23,14 @@ import (
 // counts, latestFailure, results and the Ready condition.
 const FieldOwnerTaskRunStatus = "fleet-operator-taskrun-status"
 
-// Filters the TaskRun runner reads.
+// Filters the TaskRun runner reads, and their sources' indexes in its
+// runner.
 const (
 	filterTaskRunIntent = "fleet.intent.taskrun.*.*"
 	filterTaskReports   = "fleet.report.*.task"
+
+	sourceTaskRunIntent = 0
+	sourceTaskReports   = 1
 )
 
 // TaskRunStatusWriter receives the status the TaskRun runner folded for one
@@ -92,7 +97,7 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 		interval = 2 * time.Second
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	in := make(chan sourced, 1024)
+	in := make(chan projrunner.Msg, 1024)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
@@ -100,25 +105,15 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 	}()
 	// The reports are read only after the intent's history: a report
 	// always finds the creation of its TaskRun if it was stored before.
-	intentCaught := make(chan struct{})
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		r.read(ctx, 0, filterTaskRunIntent, in, intentCaught)
-	}()
-	go func() {
-		defer wg.Done()
-		select {
-		case <-intentCaught:
-		case <-ctx.Done():
-			return
-		}
-		r.read(ctx, 1, filterTaskReports, in, nil)
-	}()
+	reads := &projrunner.Runner{Name: "taskrun runner", Reader: r.Reader, Log: r.Log, Sources: []projrunner.Source{
+		sourceTaskRunIntent: {Filters: []string{filterTaskRunIntent}},
+		sourceTaskReports:   {Filters: []string{filterTaskReports}, AfterPrevious: true},
+	}}
+	wg.Go(func() { reads.Run(ctx, in) })
 
 	f := projections.NewTaskRuns()
 	written := map[projections.TaskRunKey]string{}
-	live := 0
+	live := false
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -126,20 +121,21 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-tick.C:
-			if live == 2 {
+			if live {
 				r.write(ctx, f, written)
 			}
 		case m := <-in:
 			switch {
-			case m.err != nil:
-				return fmt.Errorf("taskrun runner: %w", m.err)
-			case m.caught:
-				if live++; live == 2 {
+			case m.Err != nil:
+				return fmt.Errorf("taskrun runner: %w", m.Err)
+			case m.Caught:
+				if m.Live {
+					live = true
 					r.Log.InfoContext(ctx, "taskrun runner caught up", "taskruns", f.Len())
 					r.write(ctx, f, written)
 				}
-			case m.skip != nil:
-				r.Skips.Skip(ctx, r.Log, m.skip)
+			case m.Skip != nil:
+				r.Skips.Skip(ctx, r.Log, m.Skip)
 			default:
 				r.fold(ctx, f, m)
 			}
@@ -148,22 +144,22 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 }
 
 // fold applies one record and counts what the fold ignored.
-func (r *TaskRunRunner) fold(ctx context.Context, f *projections.TaskRuns, m sourced) {
+func (r *TaskRunRunner) fold(ctx context.Context, f *projections.TaskRuns, m projrunner.Msg) {
 	var why string
 	var err error
 	before := f.Ignored()
-	if m.source == 0 {
-		err = f.ApplyIntent(m.rec)
+	if m.Source == sourceTaskRunIntent {
+		err = f.ApplyIntent(m.Record)
 	} else {
-		why, err = f.ApplyReport(m.rec)
+		why, err = f.ApplyReport(m.Record)
 	}
 	if err != nil {
-		r.Skips.Skip(ctx, r.Log, events.InvalidData(m.rec, err))
+		r.Skips.Skip(ctx, r.Log, events.InvalidData(m.Record, err))
 		return
 	}
 	if n := f.Ignored() - before; n > 0 && r.ignored.Add(n) == n { // the first
 		r.Log.WarnContext(ctx, "a task report ignored (later ones are counted, not logged)", "reason", why,
-			"subject", m.rec.Subject, "seq", m.rec.Sequence)
+			"subject", m.Record.Subject, "seq", m.Record.Sequence)
 	}
 }
 
@@ -190,15 +186,4 @@ func (r *TaskRunRunner) write(ctx context.Context, f *projections.TaskRuns, writ
 			delete(written, k)
 		}
 	}
-}
-
-// read replays filter from the start, marks the catch-up (and closes
-// caught, when set), then follows; a failed read is read again from after
-// the last record handed over (readStream).
-func (r *TaskRunRunner) read(ctx context.Context, source int, filter string, out chan<- sourced, caught chan<- struct{}) {
-	var closeCaught func()
-	if caught != nil {
-		closeCaught = func() { close(caught) }
-	}
-	readStream(ctx, r.Log, "taskrun runner", r.Reader, source, []string{filter}, 0, out, closeCaught)
 }

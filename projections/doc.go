@@ -17,7 +17,9 @@
 // Folds never do I/O and never change their input; the same events in the
 // same order give the same state, byte for byte. The runners that feed them
 // and write their results (fleet-intent KV, status, transitions) are the
-// operator's RolloutRunner and TaskRunRunner.
+// operator's RolloutRunner and TaskRunRunner; they read the streams through
+// projections/runner, the one read loop (catch up, follow, skip, read
+// again) of every projection reader.
 //
 // It may import events and the k8s API types; the operator and history
 // (`fleet history`) import it.

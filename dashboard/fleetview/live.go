@@ -13,6 +13,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/projections/runner"
 )
 
 // Subject filters the live View follows.
@@ -27,7 +28,8 @@ var (
 )
 
 // retryAfter is how long a follow waits before starting again after an
-// error (the server restarting, the connection lost).
+// error (the server restarting, the connection lost): the runner's wait,
+// not doubled.
 const retryAfter = 2 * time.Second
 
 // runLive follows the streams and the informers until ctx ends.
@@ -37,10 +39,15 @@ func (v *View) runLive(ctx context.Context) error {
 	start := v.o.Now()
 	since := start.Add(-TrendHours * time.Hour)
 	var wg sync.WaitGroup
-	follow := func(name string, filters []string, from events.Start, handle func(events.Record)) {
-		wg.Go(func() { v.follow(ctx, name, filters, from, handle) })
+	// One follow per subject family (no catch-up: the trend counts from
+	// since, the change feed from start), each through one consumer.
+	reads := &runner.Runner{Name: "dashboard follow", Reader: v.streams, Log: v.o.Logger, RetryMin: retryAfter, RetryMax: retryAfter}
+	var handlers []func(events.Record)
+	follow := func(filters []string, from events.Start, handle func(events.Record)) {
+		reads.Sources = append(reads.Sources, runner.Source{Filters: filters, From: from, FollowOnly: true})
+		handlers = append(handlers, handle)
 	}
-	follow("heartbeats", filterHeartbeats, events.FromTime(since), func(rec events.Record) {
+	follow(filterHeartbeats, events.FromTime(since), func(rec events.Record) {
 		if _, err := events.Decode[events.DeviceHeartbeat](rec.Event); err != nil {
 			v.o.Skips.Skip(ctx, v.o.Logger, events.InvalidData(rec, err))
 			return
@@ -49,7 +56,7 @@ func (v *View) runLive(ctx context.Context) error {
 		v.hub.publish(pagesOfRecord(rec)...)
 	})
 	v.trend.startLive(start)
-	follow("reports", filterReports, events.FromTime(since), func(rec events.Record) {
+	follow(filterReports, events.FromTime(since), func(rec events.Record) {
 		if rec.Event.Type == events.TypeWorkloadDegraded || rec.Event.Type == events.TypeWorkloadRecovered {
 			// Not in the trend (workload, task and command reports).
 			if _, err := events.Decode[events.WorkloadHealth](rec.Event); err != nil {
@@ -69,12 +76,12 @@ func (v *View) runLive(ctx context.Context) error {
 			v.hub.publish(pagesOfRecord(rec)...)
 		}
 	})
-	for _, f := range []struct {
-		name    string
-		filters []string
-	}{{"intent", filterIntent}, {"rollout", filterRollout}, {"inventory", filterInventory}, {"containers", filterContainers}, {"commands", filterCommands}} {
-		follow(f.name, f.filters, events.FromTime(start), func(rec events.Record) { v.hub.publish(pagesOfRecord(rec)...) })
+	for _, filters := range [][]string{filterIntent, filterRollout, filterInventory, filterContainers, filterCommands} {
+		follow(filters, events.FromTime(start), func(rec events.Record) { v.hub.publish(pagesOfRecord(rec)...) })
 	}
+	in := make(chan runner.Msg, 1024)
+	wg.Go(func() { reads.Run(ctx, in) })
+	wg.Go(func() { v.handle(ctx, in, handlers) })
 	v.following.Store(true)
 	defer v.following.Store(false)
 	var err error
@@ -89,32 +96,21 @@ func (v *View) runLive(ctx context.Context) error {
 	return err
 }
 
-// follow follows filters, handing every decoded record to handle, until ctx
-// ends. After an error it starts again past the last record handled, so
-// nothing is counted twice. Undecodable records are skipped and counted.
-func (v *View) follow(ctx context.Context, name string, filters []string, from events.Start, handle func(events.Record)) {
+// handle hands every decoded record the follows read to its source's
+// handler, until ctx ends. Undecodable records are skipped and counted.
+func (v *View) handle(ctx context.Context, in <-chan runner.Msg, handlers []func(events.Record)) {
 	for {
-		for rec, err := range v.streams.FollowSubjects(ctx, filters, from) {
-			if re, ok := events.AsRecordError(err); ok {
-				v.o.Skips.Skip(ctx, v.o.Logger, re)
-				from = events.FromSequence(rec.Sequence + 1)
-				continue
-			}
-			if err != nil {
-				if ctx.Err() == nil {
-					v.o.Logger.Warn("dashboard follow failed; starting again", "follow", name, "err", err, "after", retryAfter)
-				}
-				break
-			}
-			from = events.FromSequence(rec.Sequence + 1)
-			handle(rec)
-		}
-		t := time.NewTimer(retryAfter)
 		select {
 		case <-ctx.Done():
-			t.Stop()
 			return
-		case <-t.C:
+		case m := <-in:
+			switch {
+			case m.Skip != nil:
+				v.o.Skips.Skip(ctx, v.o.Logger, m.Skip)
+			case m.Caught, m.Err != nil:
+			default:
+				handlers[m.Source](m.Record)
+			}
 		}
 	}
 }

@@ -16,11 +16,11 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
-// Streams is what a live View needs of the event store: replays (history,
-// the trend's recomputation) and follows (the live heartbeat count, the
-// change feed). *events.Store implements it.
+// Streams is what a live View needs of the event store: replays (history)
+// and follows (the live heartbeat count, the change feed), both made by a
+// projections/runner. *events.Store implements it.
 type Streams interface {
-	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
+	ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 }
 

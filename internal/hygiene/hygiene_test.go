@@ -79,6 +79,10 @@ func TestImportRules(t *testing.T) {
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator"}, nil},
 		{"projections never import the operator or the agent", module + "/projections",
 			[]string{module + "/operator", module + "/agent", module + "/authcallout"}, nil},
+		// Every projection reader (the operator's runners, the dashboard's
+		// read models) links the runner: it reads streams, nothing more.
+		{"the projection runner imports only events of the module and no Kubernetes", module + "/projections/runner",
+			[]string{module + "/", "k8s.io/", "sigs.k8s.io/"}, []string{module + "/events"}},
 		// score comes in with k8s/api, whose Deployment embeds its types.
 		{"history reads the streams through events and projections only", module + "/history",
 			[]string{module + "/", "sigs.k8s.io/controller-runtime", "k8s.io/client-go"}, []string{module + "/events", module + "/projections", module + "/k8s/api/", module + "/score"}},
