@@ -13,23 +13,23 @@ import (
 	"github.com/nationtech/harmony-fleet/score"
 )
 
-// podmanDaemon is the agent daemon of device d1 on w's Podman, fed by the
+// podmanDaemon is the agent daemon of w's device on w's Podman, fed by the
 // fleet-intent bucket of an embedded JetStream, reporting into its streams.
 type podmanDaemon struct {
 	w  *podmanWorld
 	st *events.Store
 }
 
-// runDaemon runs agent.Run for d1 with opts (Device, Conn and Reconciler
-// are set here) until the test ends; the test fails if it returns an
-// error.
+// runDaemon runs agent.Run for w's device with opts (Device, Conn and
+// Reconciler are set here) until the test ends; the test fails if it
+// returns an error.
 func (w *podmanWorld) runDaemon(t *testing.T, opts agent.Options) *podmanDaemon {
 	t.Helper()
 	srv, st := natstest.Provisioned(t)
-	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"))
+	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_"+w.device))
 	ctx, cancel := context.WithCancel(w.ctx)
 	done := make(chan error, 1)
-	opts.Device, opts.Conn, opts.Reconciler = "d1", nc, w.r
+	opts.Device, opts.Conn, opts.Reconciler = w.device, nc, w.r
 	go func() { done <- agent.Run(ctx, opts) }()
 	t.Cleanup(func() {
 		cancel()
@@ -40,7 +40,7 @@ func (w *podmanWorld) runDaemon(t *testing.T, opts agent.Options) *podmanDaemon 
 	return &podmanDaemon{w: w, st: st}
 }
 
-// put writes d1's fleet-intent value: generation gen of s.
+// put writes the device's fleet-intent value: generation gen of s.
 func (d *podmanDaemon) put(gen int64, s score.Score) {
 	t := d.w.t
 	t.Helper()
@@ -48,20 +48,20 @@ func (d *podmanDaemon) put(gen int64, s score.Score) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(events.DeviceIntent{Device: "d1", Deployments: []events.IntentEntry{d.w.entry(gen, s)}})
+	b, err := json.Marshal(events.DeviceIntent{Device: d.w.device, Deployments: []events.IntentEntry{d.w.entry(gen, s)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Put(d.w.ctx, "d1", b); err != nil {
+	if _, err := kv.Put(d.w.ctx, d.w.device, b); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// reports lists d1's workload reports of generation gen, in stream order
-// (those read before an error, if one comes).
+// reports lists the device's workload reports of generation gen, in
+// stream order (those read before an error, if one comes).
 func (d *podmanDaemon) reports(gen int64) []events.WorkloadStatus {
 	var out []events.WorkloadStatus
-	for r, err := range d.st.Replay(d.w.ctx, "fleet.report.d1.workload", events.FromStart()) {
+	for r, err := range d.st.Replay(d.w.ctx, "fleet.report."+d.w.device+".workload", events.FromStart()) {
 		if err != nil {
 			return out
 		}
@@ -72,7 +72,7 @@ func (d *podmanDaemon) reports(gen int64) []events.WorkloadStatus {
 	return out
 }
 
-// reported reports whether d1 reported generation gen in phase.
+// reported reports whether the device reported generation gen in phase.
 func (d *podmanDaemon) reported(gen int64, phase events.WorkloadPhase) bool {
 	for _, ws := range d.reports(gen) {
 		if ws.Phase == phase {

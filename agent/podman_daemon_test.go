@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
 	// Heartbeats are telemetry: the stream keeps the last few per
 	// device; their sequence says how many were made.
 	beat := func() uint64 {
-		r, err := st.Last(w.ctx, "fleet.report.d1.heartbeat")
+		r, err := st.Last(w.ctx, "fleet.report."+w.device+".heartbeat")
 		if err != nil {
 			return 0
 		}
@@ -61,5 +62,39 @@ func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
 	}
 	if reported(1, events.WorkloadConverged) || reported(1, events.WorkloadFailed) {
 		t.Error("the cancelled generation 1 was reported converged or failed")
+	}
+}
+
+// TestEachPodmanWorldIsADeviceOfItsOwn: the tests on real Podman share the
+// machine's one engine with every other run of them (another process,
+// another checkout, all at once on a loaded machine). A pass removes the
+// containers of its device whose Deployment is not on its intent, so a
+// world's agent must be a device of its own: with one device id for all,
+// another run's pass removes this run's services (their deaths then read
+// as Down).
+func TestEachPodmanWorldIsADeviceOfItsOwn(t *testing.T) {
+	runs := podmantest.BuildImage(t, "runs", runsFile)
+	service := func(w *podmanWorld) score.Score {
+		return score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: runs}}}}
+	}
+	a := newPodmanWorld(t)
+	da := a.runDaemon(t, agent.Options{})
+	da.put(1, service(a))
+	testenv.Eventually(t, "the first world's Deployment converges", time.Minute, func() bool { return da.reported(1, events.WorkloadConverged) })
+
+	b := newPodmanWorld(t)
+	b.ns += "x" // as another run's: its process id differs
+	db := b.runDaemon(t, agent.Options{})
+	db.put(1, service(b))
+	testenv.Eventually(t, "the second world's Deployment converges", time.Minute, func() bool { return db.reported(1, events.WorkloadConverged) })
+
+	// What a pass of b's agent removes: the Deployments of its device that
+	// its intent lacks.
+	have, err := b.r.Deployments(b.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(have, [][2]string{{b.ns, "analysis"}}) {
+		t.Errorf("the second world's agent owns the Deployments %v, want only its own %s/analysis", have, b.ns)
 	}
 }

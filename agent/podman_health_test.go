@@ -20,10 +20,10 @@ import (
 // crashFile prints a line with the secret, then boom, and exits with 2.
 const crashFile = "CMD [\"sh\", \"-c\", \"echo \\\"login with $DB_PASSWORD refused\\\"; echo boom; exit 2\"]\n"
 
-// healthOf lists d1's health reports of w's Deployment.
+// health lists the device's health reports of w's Deployment.
 func (d *podmanDaemon) health() []events.WorkloadHealth {
 	var out []events.WorkloadHealth
-	for r, err := range d.st.Replay(d.w.ctx, "fleet.report.d1.health", events.FromStart()) {
+	for r, err := range d.st.Replay(d.w.ctx, "fleet.report."+d.w.device+".health", events.FromStart()) {
 		if err != nil {
 			return out
 		}

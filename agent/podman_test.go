@@ -33,6 +33,11 @@ type podmanWorld struct {
 	r      *agent.Reconciler
 	ns     string
 	suffix string
+	// device is the id the world's agent acts for (r.Device), the
+	// world's own: every run of these tests shares the machine's Podman,
+	// and an agent's pass removes the containers of its device that its
+	// intent lacks, so one id for all would let one run remove another's.
+	device string
 }
 
 func newPodmanWorld(t *testing.T) *podmanWorld { return newPodmanWorldB(t) }
@@ -50,8 +55,9 @@ func newPodmanWorldB(t testing.TB) *podmanWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &podmanWorld{t: t, ctx: ctx, rt: rt, ns: fmt.Sprintf("pt%d", os.Getpid()), suffix: fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6),
-		r: &agent.Reconciler{Runtime: rt, StopTimeout: 10 * time.Second, EnsureHostPath: func(p string) error { return os.MkdirAll(p, 0o755) }}}
+	suffix := fmt.Sprintf("%d-%d", os.Getpid(), time.Now().UnixNano()%1e6)
+	w := &podmanWorld{t: t, ctx: ctx, rt: rt, ns: fmt.Sprintf("pt%d", os.Getpid()), suffix: suffix, device: "pt-" + suffix,
+		r: &agent.Reconciler{Runtime: rt, Device: "pt-" + suffix, StopTimeout: 10 * time.Second, EnsureHostPath: func(p string) error { return os.MkdirAll(p, 0o755) }}}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
