@@ -15,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/policysync"
 )
 
 // EventStore is what the controllers need of the event store.
@@ -59,20 +60,6 @@ type DeploymentReconciler struct {
 	Stamp events.Option
 }
 
-// policyReady reports whether d's pull-secret policy is written for its
-// generation (or there is nothing to write, or a group role is missing —
-// waiting would not help; the condition says so).
-func policyReady(d *fleetv1.Deployment) bool {
-	if len(pullSecrets(d)) == 0 {
-		return true
-	}
-	c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy)
-	if c == nil || c.ObservedGeneration != d.Generation {
-		return false
-	}
-	return c.Reason == fleetv1.ReasonPolicySynced || c.Reason == fleetv1.ReasonOpenBaoRoleMissing
-}
-
 // SetupWithManager registers the controller.
 func (r *DeploymentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
@@ -112,7 +99,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 
 	rev, appended := alreadyAppended(head.last, &d)
 	res := Resolution{}
-	if !appended && r.WaitForPolicy && !policyReady(&d) {
+	if !appended && r.WaitForPolicy && !policysync.Ready(&d) {
 		// The policy sync's status update triggers the next reconcile;
 		// the requeue covers an OpenBao that is down.
 		r.Log.DebugContext(ctx, "revision waits for the pull-secret policy", "deployment", req.String(), "generation", d.Generation)

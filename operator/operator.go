@@ -20,6 +20,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/policysync"
 )
 
 // Options configure the operator.
@@ -50,7 +51,7 @@ type Options struct {
 	// HealthAddr serves /healthz and /readyz; "0" (default) disables them.
 	HealthAddr string
 	// OpenBao, when set, is OpenBao with an administrator's token: the
-	// operator keeps each Deployment's pull-secret policy (PolicySync).
+	// operator keeps each Deployment's pull-secret policy (policysync.Sync).
 	// Nil: the sync is disabled and says so in a condition.
 	OpenBao PolicyAdmin
 	// OpenBaoNames are the paths and role names of the policy sync.
@@ -222,7 +223,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := ra.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	ps := &PolicySync{Client: mgr.GetClient(), Admin: o.OpenBao, PolicyNames: o.OpenBaoNames, Log: o.Logger.With("controller", "openbao-policy")}
+	ps := &policysync.Sync{Client: mgr.GetClient(), Admin: o.OpenBao, Names: o.OpenBaoNames, Log: o.Logger.With("controller", "openbao-policy")}
 	if err := ps.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
