@@ -21,6 +21,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
+	"github.com/nationtech/harmony-fleet/operator/taskruns"
 )
 
 // Options configure the operator.
@@ -239,12 +240,12 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.Add(leaderOnly(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	tr := &TaskRunReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
+	tr := &taskruns.Reconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
 		Log: o.Logger.With("controller", "taskrun"), Skips: o.Skips}
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	tasks := &TaskRunRunner{Reader: o.Reader, Status: KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
+	tasks := &taskruns.Runner{Reader: o.Reader, Status: taskruns.KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
 		StatusInterval: o.StatusInterval, Skips: o.Skips}
 	if err := mgr.Add(leaderOnly(tasks.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)

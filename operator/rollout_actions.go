@@ -23,6 +23,8 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	intentsubj "github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 )
 
 // Reasons of the Kubernetes Events the rollout-action controller writes on
@@ -203,11 +205,11 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err) // CRD validation prevents this
 	}
-	head, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, rollout)
+	head, err := intentsubj.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, rollout)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	recorded, err := r.recorded(ctx, rollout, head.seq, string(d.UID), a.Request)
+	recorded, err := r.recorded(ctx, rollout, head.Seq, string(d.UID), a.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -247,11 +249,11 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err)
 	}
-	ih, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, intent)
+	ih, err := intentsubj.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, intent)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rev, ok := alreadyAppended(ih.last, &d)
+	rev, ok := alreadyAppended(ih.Last, &d)
 	if !ok || rev.Generation != d.Generation {
 		// The Deployment controller appends it; the request waits for it.
 		r.Log.DebugContext(ctx, "rollout request waits for its revision", "deployment", req.String(), "generation", d.Generation)
@@ -263,12 +265,12 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rollout request of %s: %w", req, err)
 	}
-	pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
+	pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.Seq))
 	if errors.Is(err, events.ErrConflict) {
 		// The runner (or another replica) appended first: re-read, the
 		// request may be there now.
 		r.Log.DebugContext(ctx, "rollout request append conflict, re-reading", "deployment", req.String(), "request", a.Request)
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("append %s of %s: %w", tr.EventType(), req, err)

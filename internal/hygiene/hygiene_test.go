@@ -197,6 +197,7 @@ var operatorRoles = []struct {
 	other string   // why, when may is not empty
 }{
 	{"operator/policysync", nil, ""},
+	{"operator/taskruns", nil, ""},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency
