@@ -20,6 +20,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/devices"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
 	"github.com/nationtech/harmony-fleet/operator/taskruns"
 )
@@ -251,7 +252,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {
-		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
+		dev := &devices.Reconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
 			Skips: o.Skips, Metrics: o.Metrics, Workers: o.DeviceWorkers, Now: o.DeviceNow}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)

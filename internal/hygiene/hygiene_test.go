@@ -198,6 +198,7 @@ var operatorRoles = []struct {
 }{
 	{"operator/policysync", nil, ""},
 	{"operator/taskruns", nil, ""},
+	{"operator/devices", nil, ""},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency
