@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,7 +96,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// The policy sync's status update triggers the next reconcile;
 		// the requeue covers an OpenBao that is down.
 		r.Log.DebugContext(ctx, "revision waits for the pull-secret policy", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+		return ctrl.Result{RequeueAfter: requeue.PolicyWait}, nil
 	}
 	if !appended {
 		var devices fleetv1.DeviceList

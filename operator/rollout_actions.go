@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -44,14 +43,6 @@ const (
 
 // eventActionRecord is the action of the Events the controller writes.
 const eventActionRecord = "RecordRolloutAction"
-
-// revisionWait is how soon a request for a generation whose revision is
-// not appended yet is looked at again.
-const revisionWait = 2 * time.Second
-
-// seenWait is how soon a request the predicates have not seen yet is
-// looked at again.
-const seenWait = 100 * time.Millisecond
 
 // maxEventNote bounds an Event's note (the API refuses more than 1 kB).
 const maxEventNote = 1000
@@ -223,7 +214,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// ran: the watch event of the write that set the value comes
 		// with the generation to judge it by.
 		r.Log.DebugContext(ctx, "rollout request waits for its watch event", "deployment", req.String(), "request", a.Request)
-		return ctrl.Result{RequeueAfter: seenWait}, nil
+		return ctrl.Result{RequeueAfter: requeue.SeenWait}, nil
 	}
 	if a.Generation != d.Generation || a.Generation != seenAt {
 		// Removed first: once the Warning is out, the request is gone
@@ -257,7 +248,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if !ok || rev.Generation != d.Generation {
 		// The Deployment controller appends it; the request waits for it.
 		r.Log.DebugContext(ctx, "rollout request waits for its revision", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: revisionWait}, nil
+		return ctrl.Result{RequeueAfter: requeue.RevisionWait}, nil
 	}
 	tr := events.NewRolloutTransition(transitionOf(a.Action), events.RolloutTransition{
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: a.Batch, By: a.By, Request: a.Request})

@@ -6,6 +6,5 @@ import "github.com/nationtech/harmony-fleet/operator/internal/kstatus"
 // kstatus).
 var (
 	applyStatus   = kstatus.Apply
-	applyStatusAt = kstatus.ApplyAt
 	ownConditions = kstatus.OwnConditions
 )

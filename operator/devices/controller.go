@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -29,6 +28,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/leader"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 )
 
 // Store is what the Device controller needs of the event store
@@ -237,7 +237,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case err != nil && ctx.Err() != nil:
 		return ctrl.Result{}, nil // stopping
 	case apierrors.IsConflict(err):
-		return ctrl.Result{RequeueAfter: 50*time.Millisecond + rand.N(100*time.Millisecond)}, nil
+		return ctrl.Result{RequeueAfter: requeue.StatusConflict()}, nil
 	}
 	return res, err
 }
