@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -15,16 +14,11 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
+	"github.com/nationtech/harmony-fleet/operator/internal/targets"
+	"github.com/nationtech/harmony-fleet/operator/policysync"
 )
-
-// EventStore is what the controllers need of the event store.
-type EventStore interface {
-	Append(ctx context.Context, ev events.Event, opts ...events.AppendOption) (events.Position, error)
-	Last(ctx context.Context, subject string) (events.Record, error)
-}
-
-// conflictRetry is how soon a reconcile that lost an append race re-reads.
-const conflictRetry = 50 * time.Millisecond
 
 // FieldOwnerRevisions is the server-side-apply field manager of the status
 // fields the Deployment controller owns: the TargetsResolved condition.
@@ -57,20 +51,6 @@ type DeploymentReconciler struct {
 	// Stamp, when set, is applied last to the events the controller
 	// builds (Options.EventStamp, tests only).
 	Stamp events.Option
-}
-
-// policyReady reports whether d's pull-secret policy is written for its
-// generation (or there is nothing to write, or a group role is missing —
-// waiting would not help; the condition says so).
-func policyReady(d *fleetv1.Deployment) bool {
-	if len(pullSecrets(d)) == 0 {
-		return true
-	}
-	c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy)
-	if c == nil || c.ObservedGeneration != d.Generation {
-		return false
-	}
-	return c.Reason == fleetv1.ReasonPolicySynced || c.Reason == fleetv1.ReasonOpenBaoRoleMissing
 }
 
 // SetupWithManager registers the controller.
@@ -110,13 +90,13 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, r.Client.Patch(ctx, &d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	}
 
-	rev, appended := alreadyAppended(head.last, &d)
+	rev, appended := alreadyAppended(head.Last, &d)
 	res := Resolution{}
-	if !appended && r.WaitForPolicy && !policyReady(&d) {
+	if !appended && r.WaitForPolicy && !policysync.Ready(&d) {
 		// The policy sync's status update triggers the next reconcile;
 		// the requeue covers an OpenBao that is down.
 		r.Log.DebugContext(ctx, "revision waits for the pull-secret policy", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+		return ctrl.Result{RequeueAfter: requeue.PolicyWait}, nil
 	}
 	if !appended {
 		var devices fleetv1.DeviceList
@@ -131,12 +111,12 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		err = appendRevision(ctx, r.Store, evs, head.seq)
+		err = appendRevision(ctx, r.Store, evs, head.Seq)
 		if errors.Is(err, events.ErrConflict) {
 			// Another writer appended first: re-read and re-decide.
 			r.Metrics.revision("conflict")
 			r.Log.InfoContext(ctx, "revision append conflict, re-reading", "deployment", req.String())
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		}
 		if err != nil {
 			r.Metrics.revision("failed")
@@ -171,60 +151,9 @@ func appendRevision(ctx context.Context, store EventStore, evs []events.Event, s
 	return nil
 }
 
-// intentHead is where a Deployment's intent subject stands.
-type intentHead struct {
-	// last is the last event that decodes (nil: none).
-	last *events.Record
-	// seq is the subject's last sequence (0: none): the one the next
-	// append expects.
-	seq uint64
-}
-
 // head reads where the Deployment's intent subject stands (readHead).
-func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intentHead, error) {
-	return readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
-}
-
-// readHead reads where an intent subject stands. When the last record does
-// not decode (a JetStream answer aimed at the stream), it is skipped and
-// counted: the sequence is still its own (the next append expects it), the
-// event is the last one before it that decodes.
-func readHead(ctx context.Context, store EventStore, reader EventReader, skips *events.SkipCounter, log *slog.Logger, subject string) (intentHead, error) {
-	rec, err := store.Last(ctx, subject)
-	if errors.Is(err, events.ErrNotFound) {
-		return intentHead{}, nil
-	}
-	if re, ok := events.AsRecordError(err); ok {
-		skips.Skip(ctx, log, re)
-		prev, err := lastDecodable(ctx, reader, subject)
-		if err != nil {
-			return intentHead{}, err
-		}
-		return intentHead{last: prev, seq: re.Sequence}, nil
-	}
-	if err != nil {
-		return intentHead{}, fmt.Errorf("read intent of %s: %w", subject, err)
-	}
-	return intentHead{last: &rec, seq: rec.Sequence}, nil
-}
-
-// lastDecodable replays one intent subject (a handful of events) for its
-// last record that decodes; nil when none does or there is no reader.
-func lastDecodable(ctx context.Context, reader EventReader, subject string) (*events.Record, error) {
-	if reader == nil {
-		return nil, nil
-	}
-	var last *events.Record
-	for rec, err := range reader.Replay(ctx, subject, events.FromStart()) {
-		if _, skip := events.AsRecordError(err); skip {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read intent of %s: %w", subject, err)
-		}
-		last = &rec
-	}
-	return last, nil
+func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intent.Head, error) {
+	return intent.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
 }
 
 // alreadyAppended reports whether the last intent event is the revision of
@@ -252,7 +181,7 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 		r.Message = fmt.Sprintf("targets and canaries in %d chunk events", rev.TargetChunks)
 	case len(rev.Targets) > 0:
 	case len(d.Spec.AllowedGroups) > 0 && groups == nil:
-		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, noGroupSourceMessage
+		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, targets.NoGroupSourceMessage
 	default:
 		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the revision was created"
 	}
@@ -262,17 +191,17 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 	return r
 }
 
-func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, subject string, head intentHead) (ctrl.Result, error) {
+func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, subject string, head intent.Head) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(d, fleetv1.FinalizerDeployment) {
 		return ctrl.Result{}, nil
 	}
 	done := false
-	if last := head.last; last != nil && last.Event.Type == events.TypeDeploymentDeleted {
+	if last := head.Last; last != nil && last.Event.Type == events.TypeDeploymentDeleted {
 		if del, err := events.Decode[events.DeploymentDeleted](last.Event); err == nil && del.UID == string(d.UID) {
 			done = true
 		}
 	}
-	return finishDeletion(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, subject, head, done, func() (events.Event, error) {
+	return intent.FinishDeletion(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, subject, head, done, func() (events.Event, error) {
 		return events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
 			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation},
 			stamped(r.Stamp, events.WithCorrelation(string(d.UID), d.Generation))...)

@@ -18,18 +18,18 @@
 //     generation than the Deployment's (now or when the controller first
 //     saw it), with a Warning Event, removing the latter from the
 //     Deployment; the rollout fold decides what a request means;
-//   - the TaskRun controller resolves a new TaskRun's targets by the same
+//   - the TaskRun controller (package taskruns) resolves a new TaskRun's targets by the same
 //     rules and freezes them in exactly one taskrun.created event per
 //     TaskRun UID; deletion appends taskrun.deleted behind a finalizer. The
 //     rollout runner writes both kinds of entry (Deployments and tasks) into
 //     the one fleet-intent value of each device;
-//   - the TaskRun runner folds TaskRun intent and device.task.status
+//   - the TaskRun runner (package taskruns) folds TaskRun intent and device.task.status
 //     reports into TaskRun status (phase, counts, latest failure,
 //     per-device results), rebuilding from the streams at every start;
-//   - the Device controller projects heartbeats and inventory onto Device
+//   - the Device controller (package devices) projects heartbeats and inventory onto Device
 //     status on transitions only, mirrors self-reported labels (never the
 //     reserved ones) and keeps the fleet-identity KV in sync;
-//   - the pull-secret policy sync (PolicySync, when OpenBao administration
+//   - the pull-secret policy sync (package policysync, when OpenBao administration
 //     is configured) keeps, per Deployment, an OpenBao ACL policy granting
 //     read on exactly the pull secrets its score references, bound to the
 //     JWT roles of its device groups.
@@ -47,7 +47,11 @@
 // fleet_events_skipped_records_total — logs it without its payload, and
 // moves its position past it.
 //
-// It may import k8s, events, projections and secrets/openbao (the
-// pull-secret policy sync); cmd/fleet-operator runs it, and the one-machine
+// Package operator is the composition root: Options, Run, leader election
+// and the metrics wire the roles, each in a sub-package (devices, taskruns,
+// policysync; the Deployment controllers and the rollout runner are still
+// here), which share operator/internal and never import the root
+// (internal/hygiene checks it). It may import k8s, events, projections and
+// secrets/openbao; cmd/fleet-operator runs it, and the one-machine
 // assemblies (fleet dev, the scale benchmark) embed it.
 package operator

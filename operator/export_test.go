@@ -8,6 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/devices"
 )
 
 // SetRevisionChunkBytes makes revisions chunk their targets past n id bytes
@@ -21,8 +22,8 @@ func SetRevisionChunkBytes(n int) (restore func()) {
 // ApplyDeviceStatus writes want as the Device controller writes a status it
 // decided from d.
 func ApplyDeviceStatus(ctx context.Context, c client.Client, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
-	r := &DeviceReconciler{Client: c, Log: slog.New(slog.DiscardHandler)}
-	return r.applyStatus(ctx, d, want)
+	r := &devices.Reconciler{Client: c, Log: slog.New(slog.DiscardHandler)}
+	return r.WriteStatus(ctx, d, want)
 }
 
 // WatchUpdate passes an update of a Deployment from old to updated through

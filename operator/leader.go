@@ -1,12 +1,11 @@
 package operator
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"time"
 
-	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"github.com/nationtech/harmony-fleet/operator/internal/leader"
 )
 
 // LeaseName is the name of the coordination.k8s.io Lease the operator
@@ -100,15 +99,5 @@ func (l LeaderElection) TakeoverBound() time.Duration {
 }
 
 // leaderOnly is a runnable that runs on the elected replica only
-// (manager.LeaderElectionRunnable): the runners and the telemetry consumer
-// write, so they say so rather than rely on controller-runtime's default for
-// runnables that do not.
-type leaderOnly func(ctx context.Context) error
-
-var _ manager.LeaderElectionRunnable = leaderOnly(nil)
-
-// Start runs the function.
-func (f leaderOnly) Start(ctx context.Context) error { return f(ctx) }
-
-// NeedLeaderElection is true: only the leader runs it.
-func (leaderOnly) NeedLeaderElection() bool { return true }
+// (leader.Only).
+type leaderOnly = leader.Only

@@ -12,6 +12,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/devices"
 )
 
 // Metrics are the operator's own Prometheus metrics (fleet_operator_*,
@@ -130,7 +131,7 @@ func NewMetrics() *Metrics {
 	for _, l := range []fleetv1.Liveness{fleetv1.LivenessOnline, fleetv1.LivenessStale, fleetv1.LivenessUnknown} {
 		m.devices.WithLabelValues(string(l))
 	}
-	for _, f := range trimFields {
+	for _, f := range devices.TrimFields {
 		m.trimmed.WithLabelValues(f)
 	}
 	for _, r := range []string{"appended", "conflict", "failed"} {
@@ -227,8 +228,8 @@ func (m *Metrics) report(outcome string) {
 	}
 }
 
-// reportTrimmed counts one device inventory cut at field.
-func (m *Metrics) reportTrimmed(field string) {
+// ReportTrimmed counts one device inventory cut at field.
+func (m *Metrics) ReportTrimmed(field string) {
 	if m != nil {
 		m.trimmed.WithLabelValues(field).Inc()
 	}
@@ -274,9 +275,9 @@ func (m *Metrics) checkpointed(t time.Time) {
 	}
 }
 
-// livenessChanged moves one device from liveness from ("": none) to to
+// LivenessChanged moves one device from liveness from ("": none) to to
 // ("": gone).
-func (m *Metrics) livenessChanged(from, to fleetv1.Liveness) {
+func (m *Metrics) LivenessChanged(from, to fleetv1.Liveness) {
 	if m == nil || from == to {
 		return
 	}

@@ -20,6 +20,9 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/devices"
+	"github.com/nationtech/harmony-fleet/operator/policysync"
+	"github.com/nationtech/harmony-fleet/operator/taskruns"
 )
 
 // Options configure the operator.
@@ -50,7 +53,7 @@ type Options struct {
 	// HealthAddr serves /healthz and /readyz; "0" (default) disables them.
 	HealthAddr string
 	// OpenBao, when set, is OpenBao with an administrator's token: the
-	// operator keeps each Deployment's pull-secret policy (PolicySync).
+	// operator keeps each Deployment's pull-secret policy (policysync.Sync).
 	// Nil: the sync is disabled and says so in a condition.
 	OpenBao PolicyAdmin
 	// OpenBaoNames are the paths and role names of the policy sync.
@@ -222,7 +225,7 @@ func Run(ctx context.Context, o Options) error {
 	if err := ra.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	ps := &PolicySync{Client: mgr.GetClient(), Admin: o.OpenBao, PolicyNames: o.OpenBaoNames, Log: o.Logger.With("controller", "openbao-policy")}
+	ps := &policysync.Sync{Client: mgr.GetClient(), Admin: o.OpenBao, Names: o.OpenBaoNames, Log: o.Logger.With("controller", "openbao-policy")}
 	if err := ps.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -238,18 +241,18 @@ func Run(ctx context.Context, o Options) error {
 	if err := mgr.Add(leaderOnly(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	tr := &TaskRunReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
+	tr := &taskruns.Reconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
 		Log: o.Logger.With("controller", "taskrun"), Skips: o.Skips}
 	if err := tr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
-	tasks := &TaskRunRunner{Reader: o.Reader, Status: KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
+	tasks := &taskruns.Runner{Reader: o.Reader, Status: taskruns.KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
 		StatusInterval: o.StatusInterval, Skips: o.Skips}
 	if err := mgr.Add(leaderOnly(tasks.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {
-		dev := &DeviceReconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
+		dev := &devices.Reconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
 			Skips: o.Skips, Metrics: o.Metrics, Workers: o.DeviceWorkers, Now: o.DeviceNow}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)

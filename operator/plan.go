@@ -13,6 +13,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	devtargets "github.com/nationtech/harmony-fleet/operator/internal/targets"
 )
 
 // maxSoak bounds a batch's soak, as the CRD does.
@@ -98,7 +99,7 @@ func resolvePlan(spec fleetv1.RolloutSpec, targets, canaries []string, labels fu
 			continue
 		}
 		for j, t := range targets {
-			if of[j] == 0 && matches(b.Selector.MatchLabels, labels(t)) {
+			if of[j] == 0 && devtargets.Matches(b.Selector.MatchLabels, labels(t)) {
 				of[j] = i + 1
 			}
 		}

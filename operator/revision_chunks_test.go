@@ -18,6 +18,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -68,9 +69,9 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	if err != nil {
 		t.Fatal(err)
 	}
-	head := func() intentHead {
+	head := func() intent.Head {
 		t.Helper()
-		h, err := readHead(ctx, st, st, nil, log, subject)
+		h, err := intent.ReadHead(ctx, st, st, nil, log, subject)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +90,7 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 		t.Fatal(err)
 	}
 	h := head()
-	if _, done := alreadyAppended(h.last, d); done {
+	if _, done := alreadyAppended(h.Last, d); done {
 		t.Fatal("orphan chunks read as an appended revision")
 	}
 	// A racing operator that read the subject before them loses; the next
@@ -102,11 +103,11 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := appendRevision(ctx, st, evs, h.seq); err != nil {
+	if err := appendRevision(ctx, st, evs, h.Seq); err != nil {
 		t.Fatal(err)
 	}
 	h = head()
-	rev, done := alreadyAppended(h.last, d)
+	rev, done := alreadyAppended(h.Last, d)
 	if !done || rev.TargetChunks != len(evs)-1 || rev.TargetsDigest != events.TargetsDigest(targets) {
 		t.Fatalf("head after the append: %+v appended %v, want the revision naming %d chunks", rev.RevisionID, done, len(evs)-1)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -155,11 +156,11 @@ func TestARevisionWithAPlanOfAHundredThousandTargetsIsAppendedAndAssembledWithIt
 	if err := appendRevision(ctx, st, evs, 0); err != nil {
 		t.Fatal(err)
 	}
-	h, err := readHead(ctx, st, st, nil, log, subject)
+	h, err := intent.ReadHead(ctx, st, st, nil, log, subject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rev, done := alreadyAppended(h.last, d); !done || rev.TargetChunks != len(evs)-1 {
+	if rev, done := alreadyAppended(h.Last, d); !done || rev.TargetChunks != len(evs)-1 {
 		t.Fatalf("head after the append: %s appended %v", rev.RevisionID, done)
 	}
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"time"
 	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +22,8 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	intentsubj "github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 )
 
 // Reasons of the Kubernetes Events the rollout-action controller writes on
@@ -42,14 +43,6 @@ const (
 
 // eventActionRecord is the action of the Events the controller writes.
 const eventActionRecord = "RecordRolloutAction"
-
-// revisionWait is how soon a request for a generation whose revision is
-// not appended yet is looked at again.
-const revisionWait = 2 * time.Second
-
-// seenWait is how soon a request the predicates have not seen yet is
-// looked at again.
-const seenWait = 100 * time.Millisecond
 
 // maxEventNote bounds an Event's note (the API refuses more than 1 kB).
 const maxEventNote = 1000
@@ -203,11 +196,11 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err) // CRD validation prevents this
 	}
-	head, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, rollout)
+	head, err := intentsubj.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, rollout)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	recorded, err := r.recorded(ctx, rollout, head.seq, string(d.UID), a.Request)
+	recorded, err := r.recorded(ctx, rollout, head.Seq, string(d.UID), a.Request)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -221,7 +214,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// ran: the watch event of the write that set the value comes
 		// with the generation to judge it by.
 		r.Log.DebugContext(ctx, "rollout request waits for its watch event", "deployment", req.String(), "request", a.Request)
-		return ctrl.Result{RequeueAfter: seenWait}, nil
+		return ctrl.Result{RequeueAfter: requeue.SeenWait}, nil
 	}
 	if a.Generation != d.Generation || a.Generation != seenAt {
 		// Removed first: once the Warning is out, the request is gone
@@ -247,15 +240,15 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err)
 	}
-	ih, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, intent)
+	ih, err := intentsubj.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, intent)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rev, ok := alreadyAppended(ih.last, &d)
+	rev, ok := alreadyAppended(ih.Last, &d)
 	if !ok || rev.Generation != d.Generation {
 		// The Deployment controller appends it; the request waits for it.
 		r.Log.DebugContext(ctx, "rollout request waits for its revision", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: revisionWait}, nil
+		return ctrl.Result{RequeueAfter: requeue.RevisionWait}, nil
 	}
 	tr := events.NewRolloutTransition(transitionOf(a.Action), events.RolloutTransition{
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: a.Batch, By: a.By, Request: a.Request})
@@ -263,12 +256,12 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rollout request of %s: %w", req, err)
 	}
-	pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
+	pos, err := r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.Seq))
 	if errors.Is(err, events.ErrConflict) {
 		// The runner (or another replica) appended first: re-read, the
 		// request may be there now.
 		r.Log.DebugContext(ctx, "rollout request append conflict, re-reading", "deployment", req.String(), "request", a.Request)
-		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("append %s of %s: %w", tr.EventType(), req, err)

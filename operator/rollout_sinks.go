@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/kvstore"
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
@@ -158,15 +159,8 @@ const (
 	errCodeAtomicPublishDisabled jetstream.ErrorCode = 10174
 )
 
-// kvConflict reports whether a conditional write lost against another
-// writer: the key's revision was not the one expected. A single-replica
-// stream answers with code 10071, a replicated one with 10164.
-func kvConflict(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
-		(errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant))
-}
+// kvConflict reports whether a conditional write lost (kvstore.Conflict).
+func kvConflict(err error) bool { return kvstore.Conflict(err) }
 
 // sync makes the bucket equal to the fold once caught up: it reads what
 // the bucket holds, then puts values that differ and deletes keys of

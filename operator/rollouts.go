@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -34,15 +33,6 @@ var runnerFilters = [3][]string{
 	// device's degraded report never passes the workload report before
 	// it.
 	sourceReports: {"fleet.report.*.workload", "fleet.report.*.health"},
-}
-
-// EventReader is what the rollout runner needs to read events: one
-// subject filter, or several of one stream through one consumer.
-type EventReader interface {
-	Replay(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
-	Follow(ctx context.Context, filter string, from events.Start) iter.Seq2[events.Record, error]
-	ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
-	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 }
 
 // RolloutRunner folds Deployment intent, rollout transitions and workload

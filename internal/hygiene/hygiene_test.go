@@ -188,6 +188,62 @@ func TestWhoMayLinkWhat(t *testing.T) {
 	}
 }
 
+// operatorRoles are the rooms of the operator (docs/architecture.md,
+// Package layout), each with the other roles it may link and why. Package
+// operator is their composition root: it wires them, and no role links it.
+var operatorRoles = []struct {
+	pkg   string
+	may   []string // other roles this one may link
+	other string   // why, when may is not empty
+}{
+	{"operator/policysync", nil, ""},
+	{"operator/taskruns", nil, ""},
+	{"operator/devices", nil, ""},
+}
+
+// TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency
+// direction of the operator: the root (package operator) imports its roles;
+// a role links the operator's shared packages (operator/internal/...) but
+// never the root, and another role only where the table says why.
+func TestOperatorRolesLinkNeitherTheRootNorEachOther(t *testing.T) {
+	for _, r := range operatorRoles {
+		t.Run(r.pkg, func(t *testing.T) {
+			self := module + "/" + r.pkg
+			for _, p := range list(t, "-deps", self) {
+				path := strings.TrimPrefix(p.ImportPath, module+"/")
+				if p.ImportPath == self || strings.HasPrefix(path, r.pkg+"/") || strings.HasPrefix(path, "operator/internal/") {
+					continue
+				}
+				if path != "operator" && !strings.HasPrefix(path, "operator/") {
+					continue
+				}
+				if path == "operator" {
+					t.Errorf("%s links the operator's root (package operator): the root wires the roles, not the other way", r.pkg)
+					continue
+				}
+				if !slices.Contains(r.may, path) {
+					t.Errorf("%s links %s, another role of the operator: add it to operatorRoles with the reason, or move the shared part to operator/internal", r.pkg, path)
+				}
+			}
+		})
+	}
+	// Every package under operator/ is a role, a shared package or a
+	// role's own sub-package: a new room is added to the table.
+	for _, p := range list(t, "./operator/...") {
+		path := strings.TrimPrefix(p.ImportPath, module+"/")
+		if path == "operator" || strings.HasPrefix(path, "operator/internal/") {
+			continue
+		}
+		known := false
+		for _, r := range operatorRoles {
+			known = known || path == r.pkg || strings.HasPrefix(path, r.pkg+"/")
+		}
+		if !known {
+			t.Errorf("%s is a package of the operator that operatorRoles does not name", path)
+		}
+	}
+}
+
 // TestInternalHoldsNoProductCode keeps internal/ to test harnesses and
 // helpers (docs/architecture.md, Package layout): no binary lives under it,
 // and a binary under cmd/ links from it only the helpers (the repository

@@ -1,4 +1,4 @@
-package operator
+package devices
 
 import (
 	"encoding/json"

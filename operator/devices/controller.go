@@ -1,15 +1,14 @@
 // The Device controller: which Device serves a device id, the finalizer, and
-// the order of one reconcile. Identity registration is in device_identity.go,
-// status and labels from the device's reports in device_status.go.
+// the order of one reconcile. Identity registration is in identity.go,
+// status and labels from the device's reports in status.go.
 
-package operator
+package devices
 
 import (
 	"context"
 	"fmt"
 	"iter"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -28,13 +27,15 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/leader"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 )
 
-// DeviceStore is what the Device controller needs of the event store
+// Store is what the Device controller needs of the event store
 // (*events.Store): direct gets of the last report on a subject, the follow
 // of every device's telemetry (a projections/runner reader), and the
 // JetStream handle for the fleet-identity bucket.
-type DeviceStore interface {
+type Store interface {
 	Last(ctx context.Context, subject string) (events.Record, error)
 	ReplaySubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
 	FollowSubjects(ctx context.Context, filters []string, from events.Start) iter.Seq2[events.Record, error]
@@ -46,7 +47,7 @@ type DeviceStore interface {
 const DefaultStaleAfter = 90 * time.Second
 
 // DefaultDeviceWorkers is how many Devices the Device controller reconciles
-// at once when DeviceReconciler.Workers is zero. A reconcile mostly waits on
+// at once when Reconciler.Workers is zero. A reconcile mostly waits on
 // the API server and JetStream (a few milliseconds each): one worker
 // projects about 40 Devices a second, whatever the servers could take.
 const DefaultDeviceWorkers = 8
@@ -68,14 +69,14 @@ const AnnotationRegisteredIdentity = "fleet.nationtech.io/registered-identity"
 // (metadata.name) across namespaces: a report names a device id only.
 const IndexDeviceID = "fleet.device.id"
 
-// DeviceReconciler projects device reports onto Device status and labels
+// Reconciler projects device reports onto Device status and labels
 // and keeps the fleet-identity KV in sync with Devices. Status is written on
 // transitions only (liveness, inventory, labels), never per heartbeat.
-type DeviceReconciler struct {
+type Reconciler struct {
 	// Client should read from the manager's cache (it uses IndexDeviceID).
 	Client client.Client
 	// Store gives the reports and the fleet-identity bucket.
-	Store DeviceStore
+	Store Store
 	// StaleAfter: a device is Stale once its last heartbeat is this old.
 	// Default DefaultStaleAfter.
 	StaleAfter time.Duration
@@ -85,7 +86,7 @@ type DeviceReconciler struct {
 	// not decode. Nil-safe.
 	Skips *events.SkipCounter
 	// Metrics, when set, counts Devices by liveness (fleet_devices).
-	Metrics *Metrics
+	Metrics Metrics
 	// Workers is how many Devices are reconciled at once. Default
 	// DefaultDeviceWorkers.
 	Workers int
@@ -103,7 +104,7 @@ type DeviceReconciler struct {
 
 // SetupWithManager registers the field index, the telemetry consumer (one
 // per operator, for all devices) and the controller.
-func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.StaleAfter < 0 {
 		return fmt.Errorf("device controller: stale-after is %s: use a positive duration (default %s)", r.StaleAfter, DefaultStaleAfter)
 	}
@@ -129,7 +130,7 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("device controller: index %s: %w", IndexDeviceID, err)
 	}
 	wake := make(chan event.GenericEvent)
-	err = mgr.Add(leaderOnly(func(ctx context.Context) error {
+	err = mgr.Add(leader.Only(func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return nil // ctx ended first
 		}
@@ -149,7 +150,7 @@ func (r *DeviceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 // namesakes maps a Device event to the other Devices with the same name, so
 // a younger namesake is served as soon as the older one goes.
-func (r *DeviceReconciler) namesakes(ctx context.Context, o client.Object) []reconcile.Request {
+func (r *Reconciler) namesakes(ctx context.Context, o client.Object) []reconcile.Request {
 	var list fleetv1.DeviceList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexDeviceID: o.GetName()}); err != nil {
 		r.Log.WarnContext(ctx, "list namesakes", "device", o.GetName(), "error", err)
@@ -172,7 +173,7 @@ func (r *DeviceReconciler) namesakes(ctx context.Context, o client.Object) []rec
 // the device is Online it asks to be called again when its last heartbeat
 // would turn stale. Calls for different Devices run concurrently (Workers);
 // controller-runtime never runs two for one Device at once.
-func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Device
 	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -185,7 +186,7 @@ func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, r.finalize(ctx, &d, older == nil)
 	}
 	if older != nil {
-		return ctrl.Result{}, r.applyStatus(ctx, &d, duplicateStatus(&d, older))
+		return ctrl.Result{}, r.WriteStatus(ctx, &d, duplicateStatus(&d, older))
 	}
 	wrote := false
 	if !controllerutil.ContainsFinalizer(&d, FinalizerDeviceIdentity) {
@@ -213,7 +214,7 @@ func (r *DeviceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctr
 // stored: a deletion then waits for the key's removal). d becomes the
 // stored object. A Device with another subject recorded keeps it: the move
 // (delete the old key first) is syncIdentity's.
-func (r *DeviceReconciler) addFinalizer(ctx context.Context, d *fleetv1.Device) error {
+func (r *Reconciler) addFinalizer(ctx context.Context, d *fleetv1.Device) error {
 	controllerutil.AddFinalizer(d, FinalizerDeviceIdentity)
 	if d.Annotations[AnnotationRegisteredIdentity] == "" {
 		if d.Annotations == nil {
@@ -230,13 +231,13 @@ func (r *DeviceReconciler) addFinalizer(ctx context.Context, d *fleetv1.Device) 
 // Reconcile wraps reconcile: a write that lost an optimistic-concurrency race
 // (another writer changed the Device first) is retried soon with the fresh
 // object, without an error log.
-func (r *DeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	res, err := r.reconcile(ctx, req)
 	switch {
 	case err != nil && ctx.Err() != nil:
 		return ctrl.Result{}, nil // stopping
 	case apierrors.IsConflict(err):
-		return ctrl.Result{RequeueAfter: 50*time.Millisecond + rand.N(100*time.Millisecond)}, nil
+		return ctrl.Result{RequeueAfter: requeue.StatusConflict()}, nil
 	}
 	return res, err
 }
@@ -245,7 +246,7 @@ func (r *DeviceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 // the oldest Device of that name across namespaces (ties broken by
 // namespace). Device ids are cluster-unique this way: reports and
 // fleet-identity values name the device only.
-func (r *DeviceReconciler) olderNamesake(ctx context.Context, d *fleetv1.Device) (*fleetv1.Device, error) {
+func (r *Reconciler) olderNamesake(ctx context.Context, d *fleetv1.Device) (*fleetv1.Device, error) {
 	var list fleetv1.DeviceList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexDeviceID: d.Name}); err != nil {
 		return nil, fmt.Errorf("list Devices named %s: %w", d.Name, err)

@@ -3,7 +3,7 @@
 // so one device's reports never make its Device (which every informer,
 // selector evaluation and etcd carry) large.
 
-package operator
+package devices
 
 import (
 	"fmt"
@@ -41,9 +41,9 @@ const (
 	MaxDeviceStatusBytes = 16 << 10
 )
 
-// trimFields are the values of the field label of
+// TrimFields are the values of the field label of
 // MetricDeviceReportsTrimmed.
-var trimFields = []string{"labels", "inventory.os", "inventory.arch", "inventory.kernel", "inventory.agentVersion"}
+var TrimFields = []string{"labels", "inventory.os", "inventory.arch", "inventory.kernel", "inventory.agentVersion"}
 
 // trim is one thing a bound dropped or cut from a report.
 type trim struct {

@@ -1,4 +1,10 @@
-package operator
+// Package policysync owns the operator's pull-secret policy sync: for each
+// Deployment, the OpenBao ACL policy that grants its devices read on exactly
+// the pull secrets its score references, bound to the JWT roles of its
+// device groups, and the PullSecretPolicy condition that says how that
+// went. The operator's root (package operator) wires it; the rollouts wait
+// for its condition through Ready. It imports no other role.
+package policysync
 
 import (
 	"context"
@@ -22,13 +28,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
 	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
-// PolicyAdmin is what the policy sync needs of OpenBao: an
+// Admin is what the policy sync needs of OpenBao: an
 // *openbao.Client holding an administrator's token.
-type PolicyAdmin interface {
+type Admin interface {
 	PutPolicy(ctx context.Context, name, hcl string) error
 	Policy(ctx context.Context, name string) (string, error)
 	DeletePolicy(ctx context.Context, name string) error
@@ -37,7 +44,7 @@ type PolicyAdmin interface {
 	SetJWTRolePolicies(ctx context.Context, name string, policies []string) error
 }
 
-// Defaults of PolicySync.
+// Defaults of Sync.
 const (
 	DefaultDevicePrefix    = "fleet/{namespace}"
 	DefaultGroupRolePrefix = "fleet-group-{namespace}-"
@@ -54,7 +61,7 @@ const (
 // PolicyName is the OpenBao policy of a Deployment.
 func PolicyName(namespace, name string) string { return PolicyPrefix + namespace + "." + name }
 
-// PolicySync keeps, for each Deployment, an OpenBao ACL policy that grants
+// Sync keeps, for each Deployment, an OpenBao ACL policy that grants
 // read on exactly the pull secrets its score references
 // (<kv-mount>/data/<device-prefix>/registry/device-pull/<reference>), and
 // binds it to the JWT roles of the Deployment's device groups: role
@@ -70,19 +77,19 @@ func PolicyName(namespace, name string) string { return PolicyPrefix + namespace
 // them after a failed canary) may need to pull it again. Without Admin it
 // is disabled and says so in the PullSecretPolicy condition of Deployments
 // that reference pull secrets.
-type PolicySync struct {
+type Sync struct {
 	Client client.Client
 	// Admin is OpenBao with an administrator's token; nil: disabled.
-	Admin PolicyAdmin
-	PolicyNames
+	Admin Admin
+	Names
 	Log *slog.Logger
 
 	mu sync.Mutex // one sync at a time: role updates read, then write
 }
 
-// PolicyNames are the OpenBao paths and role names of the policy sync;
+// Names are the OpenBao paths and role names of the policy sync;
 // zero values take the defaults.
-type PolicyNames struct {
+type Names struct {
 	// KVMount is the KV v2 engine's path. Default "secret".
 	KVMount string
 	// DevicePrefix is the pull secrets' prefix; "{namespace}" is replaced
@@ -96,7 +103,7 @@ type PolicyNames struct {
 }
 
 // SetupWithManager registers the controller.
-func (p *PolicySync) SetupWithManager(mgr ctrl.Manager) error {
+func (p *Sync) SetupWithManager(mgr ctrl.Manager) error {
 	if p.KVMount == "" {
 		p.KVMount = openbao.DefaultKVMount
 	}
@@ -136,7 +143,7 @@ func role(template, namespace string) string {
 
 // managed reports whether a role's token policies are the sync's to edit:
 // it is a group role or a default role of some namespace.
-func (p *PolicySync) managed(r string) bool {
+func (p *Sync) managed(r string) bool {
 	groupStem, _, _ := strings.Cut(p.GroupRolePrefix, "{namespace}")
 	if strings.HasPrefix(r, groupStem) {
 		return true
@@ -167,8 +174,8 @@ func grantedRefs(hcl string) []string {
 
 var grantedPath = regexp.MustCompile(`path "[^"]*/` + regexp.QuoteMeta(openbao.PullSecretFolder) + `/([^"]+)"`)
 
-// pullSecrets returns the distinct pull-secret references of d, sorted.
-func pullSecrets(d *fleetv1.Deployment) []string {
+// PullSecrets returns the distinct pull-secret references of d, sorted.
+func PullSecrets(d *fleetv1.Deployment) []string {
 	var refs []string
 	svcs := d.Spec.Score.Data.Services
 	if ic := d.Spec.Score.Data.InitContainer; ic != nil {
@@ -184,7 +191,7 @@ func pullSecrets(d *fleetv1.Deployment) []string {
 }
 
 // roles are the JWT roles of d's device groups.
-func (p *PolicySync) roles(d *fleetv1.Deployment) []string {
+func (p *Sync) roles(d *fleetv1.Deployment) []string {
 	if len(d.Spec.AllowedGroups) == 0 {
 		return []string{role(p.DefaultRole, d.Namespace)}
 	}
@@ -197,7 +204,7 @@ func (p *PolicySync) roles(d *fleetv1.Deployment) []string {
 }
 
 // PolicyHCL is the policy of a Deployment in namespace with refs.
-func (p *PolicySync) PolicyHCL(namespace, name string, refs []string) string {
+func (p *Sync) PolicyHCL(namespace, name string, refs []string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Managed by fleet-operator for Deployment %s/%s: its pull secrets, nothing else.\n", namespace, name)
 	prefix := strings.ReplaceAll(p.DevicePrefix, "{namespace}", namespace)
@@ -209,7 +216,7 @@ func (p *PolicySync) PolicyHCL(namespace, name string, refs []string) string {
 
 // Reconcile writes (or deletes) the Deployment's policy, then recomputes
 // the token policies of every group role from all Deployments.
-func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (p *Sync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Deployment
 	gone := false
 	if err := p.Client.Get(ctx, req.NamespacedName, &d); err != nil {
@@ -221,7 +228,7 @@ func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	gone = gone || !d.DeletionTimestamp.IsZero()
 	var refs []string
 	if !gone {
-		refs = pullSecrets(&d)
+		refs = PullSecrets(&d)
 	}
 	if p.Admin == nil {
 		if len(refs) > 0 {
@@ -267,7 +274,7 @@ func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	case err != nil:
 		_ = p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonPolicySyncFailed, err.Error())
 		return ctrl.Result{}, err
-	case len(pullSecrets(&d)) == 0 && len(refs) == 0:
+	case len(PullSecrets(&d)) == 0 && len(refs) == 0:
 		return ctrl.Result{}, p.condition(ctx, &d, metav1.ConditionTrue, fleetv1.ReasonNoPullSecrets, "the score references no pull secret")
 	}
 	var own []string
@@ -290,7 +297,7 @@ func (p *PolicySync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // those of Deployments whose current generation has not succeeded yet;
 // policies outside PolicyPrefix are kept. It returns the roles Deployments need
 // that do not exist.
-func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
+func (p *Sync) syncRoles(ctx context.Context) ([]string, error) {
 	var list fleetv1.DeploymentList
 	if err := p.Client.List(ctx, &list); err != nil {
 		return nil, err
@@ -309,7 +316,7 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 		if !settled(d) {
 			unsettled[PolicyName(d.Namespace, d.Name)] = true
 		}
-		if len(pullSecrets(d)) == 0 {
+		if len(PullSecrets(d)) == 0 {
 			// Its policy may still hold the previous revision's
 			// references until the current one succeeded.
 			if settled(d) {
@@ -368,7 +375,7 @@ func (p *PolicySync) syncRoles(ctx context.Context) ([]string, error) {
 }
 
 // condition applies the PullSecretPolicy condition.
-func (p *PolicySync) condition(ctx context.Context, d *fleetv1.Deployment, status metav1.ConditionStatus, reason, msg string) error {
+func (p *Sync) condition(ctx context.Context, d *fleetv1.Deployment, status metav1.ConditionStatus, reason, msg string) error {
 	if cur := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy); cur != nil &&
 		cur.Status == status && cur.Reason == reason && cur.Message == msg && cur.ObservedGeneration == d.Generation {
 		return nil
@@ -376,9 +383,23 @@ func (p *PolicySync) condition(ctx context.Context, d *fleetv1.Deployment, statu
 	type policyStatus struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}
-	st := policyStatus{Conditions: ownConditions(d.Status.Conditions, metav1.Condition{
+	st := policyStatus{Conditions: kstatus.OwnConditions(d.Status.Conditions, metav1.Condition{
 		Type: fleetv1.ConditionPullSecretPolicy, Status: status, Reason: reason, Message: msg,
 		ObservedGeneration: d.Generation,
 	})}
-	return applyStatus(ctx, p.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerPolicies)
+	return kstatus.Apply(ctx, p.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerPolicies)
+}
+
+// Ready reports whether d's pull-secret policy is written for its
+// generation (or there is nothing to write, or a group role is missing —
+// waiting would not help; the condition says so).
+func Ready(d *fleetv1.Deployment) bool {
+	if len(PullSecrets(d)) == 0 {
+		return true
+	}
+	c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionPullSecretPolicy)
+	if c == nil || c.ObservedGeneration != d.Generation {
+		return false
+	}
+	return c.Reason == fleetv1.ReasonPolicySynced || c.Reason == fleetv1.ReasonOpenBaoRoleMissing
 }

@@ -1,7 +1,7 @@
 // The restarts a device's containers reports add up to, per Deployment:
 // fleet_deployment_container_restarts_total, never by device.
 
-package operator
+package devices
 
 import (
 	"context"
@@ -70,7 +70,7 @@ func restartDeltas(prev, cur boundedContainers, first bool) []restartDelta {
 // may run only: in the namespace of the Device that serves its id, existing
 // with the UID the report names. So a device can neither make up series
 // (Deployments) nor count for another namespace's.
-func (r *DeviceReconciler) countRestarts(ctx context.Context, device string, deltas []restartDelta) error {
+func (r *Reconciler) countRestarts(ctx context.Context, device string, deltas []restartDelta) error {
 	if len(deltas) == 0 || r.Metrics == nil {
 		return nil
 	}

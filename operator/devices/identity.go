@@ -1,7 +1,7 @@
 // The Device controller's identity job: the fleet-identity KV projection of
 // Devices (registration, quarantine, conflicts between Devices).
 
-package operator
+package devices
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/kvstore"
 )
 
 // identityConflictRetry is how soon a Device whose identity subject is
@@ -25,7 +26,7 @@ const identityConflictRetry = time.Minute
 
 // finalize deletes the identity keys that name the Device (only when it is
 // the device id's owner) and drops the finalizer.
-func (r *DeviceReconciler) finalize(ctx context.Context, d *fleetv1.Device, served bool) error {
+func (r *Reconciler) finalize(ctx context.Context, d *fleetv1.Device, served bool) error {
 	if !controllerutil.ContainsFinalizer(d, FinalizerDeviceIdentity) {
 		return nil
 	}
@@ -49,7 +50,7 @@ func (r *DeviceReconciler) finalize(ctx context.Context, d *fleetv1.Device, serv
 }
 
 // identityKV returns the fleet-identity bucket.
-func (r *DeviceReconciler) identityKV(ctx context.Context) (jetstream.KeyValue, error) {
+func (r *Reconciler) identityKV(ctx context.Context) (jetstream.KeyValue, error) {
 	r.kvMu.Lock()
 	defer r.kvMu.Unlock()
 	if r.kv != nil {
@@ -72,7 +73,7 @@ type identitySlot struct {
 }
 
 // readIdentity returns the slot of an identity subject.
-func (r *DeviceReconciler) readIdentity(ctx context.Context, subject string) (identitySlot, error) {
+func (r *Reconciler) readIdentity(ctx context.Context, subject string) (identitySlot, error) {
 	key, err := events.IdentityKey(subject)
 	if err != nil {
 		return identitySlot{}, err // CRD validation prevents this
@@ -93,7 +94,7 @@ func (r *DeviceReconciler) readIdentity(ctx context.Context, subject string) (id
 
 // unregister deletes the identity key of subject if its value names device;
 // a key of another device is left alone. Idempotent.
-func (r *DeviceReconciler) unregister(ctx context.Context, subject, device string) error {
+func (r *Reconciler) unregister(ctx context.Context, subject, device string) error {
 	slot, err := r.readIdentity(ctx, subject)
 	if err != nil || slot.entry == nil {
 		return err
@@ -133,7 +134,7 @@ type identityOutcome struct {
 // syncIdentity registers the Device's identity subject: it moves the
 // registration annotation (deleting the old key first) or writes the
 // fleet-identity value.
-func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (identityOutcome, error) {
+func (r *Reconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (identityOutcome, error) {
 	acted := identityOutcome{acted: true}
 	reg := d.Annotations[AnnotationRegisteredIdentity]
 	if reg != d.Spec.IdentitySubject {
@@ -172,7 +173,7 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 	switch {
 	case e == nil:
 		_, err := kv.Create(ctx, key, want)
-		if kvConflict(err) {
+		if kvstore.Conflict(err) {
 			return lostRace, nil
 		}
 		if err != nil {
@@ -191,7 +192,7 @@ func (r *DeviceReconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) 
 			}, nil
 		}
 		_, err := kv.Update(ctx, key, want, e.Revision())
-		if kvConflict(err) {
+		if kvstore.Conflict(err) {
 			return lostRace, nil
 		}
 		if err != nil {

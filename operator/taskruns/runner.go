@@ -1,4 +1,4 @@
-package operator
+package taskruns
 
 import (
 	"context"
@@ -11,17 +11,20 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
 	"github.com/nationtech/harmony-fleet/projections"
 	projrunner "github.com/nationtech/harmony-fleet/projections/runner"
 )
 
-// FieldOwnerTaskRunStatus is the server-side-apply field manager of the
+// FieldOwnerStatus is the server-side-apply field manager of the
 // TaskRun status fields the TaskRun runner owns: observedGeneration, phase,
 // counts, latestFailure, results and the Ready condition.
-const FieldOwnerTaskRunStatus = "fleet-operator-taskrun-status"
+const FieldOwnerStatus = "fleet-operator-taskrun-status"
 
 // Filters the TaskRun runner reads, and their sources' indexes in its
 // runner.
@@ -33,23 +36,30 @@ const (
 	sourceTaskReports   = 1
 )
 
-// TaskRunStatusWriter receives the status the TaskRun runner folded for one
+// StatusWriter receives the status the TaskRun runner folded for one
 // TaskRun. A TaskRun that no longer exists is not an error.
-type TaskRunStatusWriter interface {
+type StatusWriter interface {
 	WriteTaskRunStatus(ctx context.Context, namespace, name string, st fleetv1.TaskRunStatus) error
 }
 
+// KubeStatus writes the TaskRun runner's status to the Kubernetes API: a
+// server-side apply of the fields it owns (field manager FieldOwnerStatus),
+// forcing ownership.
+type KubeStatus struct {
+	Client client.Client
+}
+
 // WriteTaskRunStatus applies st to TaskRun namespace/name (field manager
-// FieldOwnerTaskRunStatus). A TaskRun that is gone is skipped.
+// FieldOwnerStatus). A TaskRun that is gone is skipped.
 func (k KubeStatus) WriteTaskRunStatus(ctx context.Context, namespace, name string, st fleetv1.TaskRunStatus) error {
-	err := applyStatus(ctx, k.Client, "TaskRun", namespace, name, &st, FieldOwnerTaskRunStatus)
+	err := kstatus.Apply(ctx, k.Client, "TaskRun", namespace, name, &st, FieldOwnerStatus)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	return err
 }
 
-// TaskRunRunner folds TaskRun intent and the devices' task reports
+// Runner folds TaskRun intent and the devices' task reports
 // (projections.TaskRuns) into each TaskRun's status, and writes a status when it
 // changed, at most once per StatusInterval per TaskRun.
 //
@@ -63,11 +73,11 @@ func (k KubeStatus) WriteTaskRunStatus(ctx context.Context, namespace, name stri
 // not a frozen target of, of another UID, or with an unknown phase is
 // ignored and counted (Ignored). The device a report is about is the one
 // its subject names.
-type TaskRunRunner struct {
-	Reader EventReader
+type Runner struct {
+	Reader intent.Reader
 	// Status receives each changed TaskRun's status. Required: KubeStatus
 	// writes it to the Kubernetes API.
-	Status TaskRunStatusWriter
+	Status StatusWriter
 	Log    *slog.Logger
 	// StatusInterval is the least time between two status writes of one
 	// TaskRun. Default 2s.
@@ -82,10 +92,10 @@ type TaskRunRunner struct {
 // decode but are not about a frozen target of the TaskRun UID they name,
 // name an unknown phase, come after the device's result, or were dropped
 // at the bound on reports of UIDs not created yet.
-func (r *TaskRunRunner) Ignored() uint64 { return r.ignored.Load() }
+func (r *Runner) Ignored() uint64 { return r.ignored.Load() }
 
 // Run runs until ctx ends, then returns after its readers stopped.
-func (r *TaskRunRunner) Run(ctx context.Context) error {
+func (r *Runner) Run(ctx context.Context) error {
 	if r.Status == nil {
 		return errors.New("taskrun runner: no status writer: set Status (KubeStatus writes to the Kubernetes API)")
 	}
@@ -144,7 +154,7 @@ func (r *TaskRunRunner) Run(ctx context.Context) error {
 }
 
 // fold applies one record and counts what the fold ignored.
-func (r *TaskRunRunner) fold(ctx context.Context, f *projections.TaskRuns, m projrunner.Msg) {
+func (r *Runner) fold(ctx context.Context, f *projections.TaskRuns, m projrunner.Msg) {
 	var why string
 	var err error
 	before := f.Ignored()
@@ -165,7 +175,7 @@ func (r *TaskRunRunner) fold(ctx context.Context, f *projections.TaskRuns, m pro
 
 // write hands the status of every TaskRun that changed to the writer; one
 // that fails stays dirty for the next tick.
-func (r *TaskRunRunner) write(ctx context.Context, f *projections.TaskRuns, written map[projections.TaskRunKey]string) {
+func (r *Runner) write(ctx context.Context, f *projections.TaskRuns, written map[projections.TaskRunKey]string) {
 	for _, k := range f.TakeDirty() {
 		st, _ := f.Status(k)
 		b, _ := json.Marshal(st)

@@ -1,9 +1,9 @@
 // The containers a device reports (device.containers) as its Device carries
 // them: bounded and escaped again (readers never trust the agent's bounds),
 // and how often status.workloads is written. The restart counts are in
-// device_restarts.go.
+// restarts.go.
 
-package operator
+package devices
 
 import (
 	"cmp"

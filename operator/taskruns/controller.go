@@ -1,4 +1,9 @@
-package operator
+// Package taskruns owns the operator's TaskRun role: the controller that
+// freezes a new TaskRun's targets in one taskrun.created event and a
+// deletion in one taskrun.deleted event (Reconciler), and the runner that
+// folds TaskRun intent and the devices' task reports into each TaskRun's
+// status (Runner). Package operator wires both; it imports no other role.
+package taskruns
 
 import (
 	"context"
@@ -14,37 +19,41 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
+	"github.com/nationtech/harmony-fleet/operator/internal/targets"
 )
 
-// FieldOwnerTaskRuns is the server-side-apply field manager of the TaskRun
+// FieldOwner is the server-side-apply field manager of the TaskRun
 // status field the TaskRun controller owns: the TargetsResolved condition.
 // The rest of the status belongs to the TaskRun runner
-// (FieldOwnerTaskRunStatus).
-const FieldOwnerTaskRuns = "fleet-operator-taskruns"
+// (FieldOwnerStatus).
+const FieldOwner = "fleet-operator-taskruns"
 
-// TaskRunReconciler freezes a new TaskRun's targets in one taskrun.created
+// Reconciler freezes a new TaskRun's targets in one taskrun.created
 // event, and a deletion in one taskrun.deleted event. Both are appended with
 // the expected last sequence of the TaskRun's intent subject, so racing
 // operators and restarts append each exactly once per TaskRun UID. The
 // rollout runner folds these events into the devices' fleet-intent values
 // (next to the Deployment entries); the TaskRun runner folds the devices'
 // task reports into the status.
-type TaskRunReconciler struct {
+type Reconciler struct {
 	Client client.Client
-	Store  EventStore
+	Store  intent.Store
 	// Reader, when set, replays a TaskRun's intent subject when its last
 	// record does not decode, to decide from the last one that does.
-	Reader EventReader
+	Reader intent.Reader
 	// Groups is the group source; nil means none is configured (a TaskRun
 	// that sets allowedGroups then matches no device).
-	Groups GroupSource
+	Groups targets.GroupSource
 	Log    *slog.Logger
 	// Skips counts intent records that do not decode. Nil-safe.
 	Skips *events.SkipCounter
 }
 
 // SetupWithManager registers the controller.
-func (r *TaskRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1.TaskRun{}).
 		Named("fleet-taskrun").
@@ -54,7 +63,7 @@ func (r *TaskRunReconciler) SetupWithManager(mgr ctrl.Manager) error {
 // Reconcile does one action per call: add the finalizer, append the
 // creation (targets frozen), write TargetsResolved, or append the deletion
 // and drop the finalizer.
-func (r *TaskRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var tr fleetv1.TaskRun
 	if err := r.Client.Get(ctx, req.NamespacedName, &tr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -63,7 +72,7 @@ func (r *TaskRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("taskrun %s: %w", req, err) // CRD validation prevents this
 	}
-	head, err := readHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
+	head, err := intent.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -76,14 +85,14 @@ func (r *TaskRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		return ctrl.Result{}, r.Client.Patch(ctx, &tr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	}
 
-	created, appended := taskRunCreated(head.last, &tr)
-	var res Resolution
+	created, appended := taskRunCreated(head.Last, &tr)
+	var res targets.Resolution
 	if !appended {
 		var devices fleetv1.DeviceList
 		if err := r.Client.List(ctx, &devices, client.InNamespace(tr.Namespace)); err != nil {
 			return ctrl.Result{}, fmt.Errorf("list devices of %s: %w", tr.Namespace, err)
 		}
-		res, err = ResolveTaskRunTargets(ctx, &tr, devices.Items, r.Groups)
+		res, err = targets.ResolveTaskRun(ctx, &tr, devices.Items, r.Groups)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -91,10 +100,10 @@ func (r *TaskRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.seq))
+		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.Seq))
 		if errors.Is(err, events.ErrConflict) {
 			r.Log.InfoContext(ctx, "taskrun append conflict, re-reading", "taskrun", req.String())
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+			return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
 		}
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("append creation of %s: %w", req, err)
@@ -125,7 +134,7 @@ func taskRunCreated(last *events.Record, tr *fleetv1.TaskRun) (events.TaskRunCre
 
 // taskRunEvent builds the creation event of a TaskRun with its frozen
 // targets and, for an agent-upgrade, its artifact.
-func taskRunEvent(tr *fleetv1.TaskRun, res Resolution) (events.Event, error) {
+func taskRunEvent(tr *fleetv1.TaskRun, res targets.Resolution) (events.Event, error) {
 	data := events.TaskRunCreated{UID: string(tr.UID), Generation: tr.Generation, Task: string(tr.Spec.Task), Targets: nonNil(res.Targets)}
 	if a := tr.Spec.Agent; a != nil {
 		data.Agent = &events.AgentArtifact{URL: a.URL, SHA256: a.SHA256, Version: a.Version}
@@ -148,36 +157,36 @@ func taskRunEvent(tr *fleetv1.TaskRun, res Resolution) (events.Event, error) {
 
 // taskRunResolutionOf rebuilds the condition of a creation appended earlier
 // (the operator stopped before it patched the status).
-func taskRunResolutionOf(c events.TaskRunCreated, tr *fleetv1.TaskRun, groups GroupSource) Resolution {
-	r := Resolution{Targets: c.Targets, Reason: fleetv1.ReasonResolved, Message: fmt.Sprintf("%d targets", len(c.Targets))}
+func taskRunResolutionOf(c events.TaskRunCreated, tr *fleetv1.TaskRun, groups targets.GroupSource) targets.Resolution {
+	r := targets.Resolution{Targets: c.Targets, Reason: fleetv1.ReasonResolved, Message: fmt.Sprintf("%d targets", len(c.Targets))}
 	switch {
 	case len(c.Targets) > 0:
 	case len(tr.Spec.AllowedGroups) > 0 && groups == nil:
-		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, noGroupSourceMessage
+		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, targets.NoGroupSourceMessage
 	default:
 		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the TaskRun was created"
 	}
 	return r
 }
 
-func (r *TaskRunReconciler) delete(ctx context.Context, tr *fleetv1.TaskRun, subject string, head intentHead) (ctrl.Result, error) {
+func (r *Reconciler) delete(ctx context.Context, tr *fleetv1.TaskRun, subject string, head intent.Head) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(tr, fleetv1.FinalizerTaskRun) {
 		return ctrl.Result{}, nil
 	}
 	done := false
-	if last := head.last; last != nil && last.Event.Type == events.TypeTaskRunDeleted {
+	if last := head.Last; last != nil && last.Event.Type == events.TypeTaskRunDeleted {
 		if del, err := events.Decode[events.TaskRunDeleted](last.Event); err == nil && del.UID == string(tr.UID) {
 			done = true
 		}
 	}
-	return finishDeletion(ctx, r.Client, r.Store, r.Log, tr, fleetv1.FinalizerTaskRun, subject, head, done, func() (events.Event, error) {
+	return intent.FinishDeletion(ctx, r.Client, r.Store, r.Log, tr, fleetv1.FinalizerTaskRun, subject, head, done, func() (events.Event, error) {
 		return events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, events.TaskRunDeleted{UID: string(tr.UID)},
 			events.WithCorrelation(string(tr.UID), tr.Generation))
 	})
 }
 
 // patchStatus applies the TargetsResolved condition.
-func (r *TaskRunReconciler) patchStatus(ctx context.Context, tr *fleetv1.TaskRun, c events.TaskRunCreated, res Resolution) error {
+func (r *Reconciler) patchStatus(ctx context.Context, tr *fleetv1.TaskRun, c events.TaskRunCreated, res targets.Resolution) error {
 	status := metav1.ConditionTrue
 	if res.Reason != fleetv1.ReasonResolved {
 		status = metav1.ConditionFalse
@@ -185,8 +194,17 @@ func (r *TaskRunReconciler) patchStatus(ctx context.Context, tr *fleetv1.TaskRun
 	type resolvedStatus struct {
 		Conditions []metav1.Condition `json:"conditions"`
 	}
-	st := resolvedStatus{Conditions: ownConditions(tr.Status.Conditions, metav1.Condition{
+	st := resolvedStatus{Conditions: kstatus.OwnConditions(tr.Status.Conditions, metav1.Condition{
 		Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message, ObservedGeneration: c.Generation,
 	})}
-	return applyStatus(ctx, r.Client, "TaskRun", tr.Namespace, tr.Name, &st, FieldOwnerTaskRuns)
+	return kstatus.Apply(ctx, r.Client, "TaskRun", tr.Namespace, tr.Name, &st, FieldOwner)
+}
+
+// nonNil returns s, or an empty slice when s is nil: the event's targets
+// are a JSON array, never null.
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }

@@ -1,7 +1,7 @@
 // The Device controller's status job: heartbeats and inventory onto Device
 // status (liveness, conditions) and reported labels.
 
-package operator
+package devices
 
 import (
 	"context"
@@ -19,12 +19,13 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
 )
 
 // syncReports brings status and labels to what the device last reported:
 // first the status (claiming new report-owned label keys), then the labels,
 // then the status again to release keys no longer reported.
-func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, registered metav1.Condition) (ctrl.Result, error) {
+func (r *Reconciler) syncReports(ctx context.Context, d *fleetv1.Device, registered metav1.Condition) (ctrl.Result, error) {
 	if err := r.loadReports(ctx, d.Name); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -95,7 +96,7 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 	if !statusEqual(want, d.Status) {
 		// lastHeartbeat stays the one of the last liveness transition:
 		// it is what the Liveness-Since column shows.
-		if err := r.applyStatus(ctx, d, want); err != nil {
+		if err := r.WriteStatus(ctx, d, want); err != nil {
 			return next, err
 		}
 		if newWorkloads {
@@ -117,7 +118,7 @@ func (r *DeviceReconciler) syncReports(ctx context.Context, d *fleetv1.Device, r
 // loadReports fills the telemetry view from the stream for a device the
 // consumer has not delivered yet (it may still be catching up): its last
 // heartbeat, inventory and containers report.
-func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error {
+func (r *Reconciler) loadReports(ctx context.Context, device string) error {
 	seen := r.telemetry.snapshot(device)
 	if seen.heartbeat.IsZero() {
 		rec, err := r.last(ctx, device, events.ReportHeartbeat)
@@ -156,7 +157,7 @@ func (r *DeviceReconciler) loadReports(ctx context.Context, device string) error
 // loadLast passes the device's last report of kind, if any, to use; a
 // report whose data use cannot decode is skipped and counted (a bad report
 // must not stall the Device: what is known is kept).
-func (r *DeviceReconciler) loadLast(ctx context.Context, device string, kind events.ReportKind, use func(events.Record) error) error {
+func (r *Reconciler) loadLast(ctx context.Context, device string, kind events.ReportKind, use func(events.Record) error) error {
 	rec, err := r.last(ctx, device, kind)
 	if err != nil || rec == nil {
 		return err
@@ -167,7 +168,7 @@ func (r *DeviceReconciler) loadLast(ctx context.Context, device string, kind eve
 	return nil
 }
 
-func (r *DeviceReconciler) last(ctx context.Context, device string, kind events.ReportKind) (*events.Record, error) {
+func (r *Reconciler) last(ctx context.Context, device string, kind events.ReportKind) (*events.Record, error) {
 	subject, err := events.ReportSubject(device, kind)
 	if err != nil {
 		return nil, err
@@ -196,7 +197,7 @@ func heartbeatTime(hb time.Time) *metav1.Time {
 	return &t
 }
 
-func (r *DeviceReconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time) metav1.Condition {
+func (r *Reconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time) metav1.Condition {
 	switch l {
 	case fleetv1.LivenessOnline:
 		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonHeartbeating, fmt.Sprintf("heartbeats arrive within %s", r.StaleAfter))
@@ -244,6 +245,7 @@ func statusEqual(a, b fleetv1.DeviceStatus) bool {
 	return true
 }
 
+// WriteStatus writes want as the Device's status, decided from d.
 // applyStatus writes want when it differs from the current status, only
 // over the version of d it was decided from: status.reportedLabels is
 // decided from d's metadata.labels, and a reconcile that read a stale cached
@@ -251,12 +253,12 @@ func statusEqual(a, b fleetv1.DeviceStatus) bool {
 // Device brought) would otherwise release labels a newer write claimed,
 // leaving a report-set label looking like an admin's for good. A Conflict is
 // retried by Reconcile with the fresh object.
-func (r *DeviceReconciler) applyStatus(ctx context.Context, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
+func (r *Reconciler) WriteStatus(ctx context.Context, d *fleetv1.Device, want fleetv1.DeviceStatus) error {
 	if statusEqual(want, d.Status) {
 		return nil
 	}
-	want.Conditions = ownConditions(d.Status.Conditions, want.Conditions...)
-	if err := applyStatusAt(ctx, r.Client, "Device", d.Namespace, d.Name, d.ResourceVersion, &want, FieldOwnerDevices); err != nil {
+	want.Conditions = kstatus.OwnConditions(d.Status.Conditions, want.Conditions...)
+	if err := kstatus.ApplyAt(ctx, r.Client, "Device", d.Namespace, d.Name, d.ResourceVersion, &want, FieldOwnerDevices); err != nil {
 		return err
 	}
 	r.Log.InfoContext(ctx, "device status", "device", d.Name, "namespace", d.Namespace, "liveness", want.Liveness,

@@ -1,4 +1,4 @@
-package operator
+package devices
 
 import (
 	"context"
@@ -24,7 +24,7 @@ type telemetry struct {
 	// devices, by device id, is guarded by mu.
 	devices map[string]*deviceTelemetry
 	// metrics counts the devices by decided liveness (nil: not counted).
-	metrics *Metrics
+	metrics Metrics
 }
 
 type deviceTelemetry struct {
@@ -47,7 +47,10 @@ type deviceTelemetry struct {
 	workloadsWritten time.Time
 }
 
-func newTelemetry(m *Metrics) *telemetry {
+func newTelemetry(m Metrics) *telemetry {
+	if m == nil {
+		m = noMetrics{}
+	}
 	return &telemetry{devices: map[string]*deviceTelemetry{}, metrics: m}
 }
 
@@ -85,7 +88,7 @@ func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInvent
 	}
 	d.invSeq, d.inventory = seq, b
 	for _, tr := range d.inventory.trims {
-		t.metrics.reportTrimmed(tr.field)
+		t.metrics.ReportTrimmed(tr.field)
 	}
 	return true
 }
@@ -138,7 +141,7 @@ func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duratio
 	defer t.mu.Unlock()
 	d := t.entry(device)
 	l := livenessAt(d.heartbeat, now, staleAfter)
-	t.metrics.livenessChanged(d.decided, l)
+	t.metrics.LivenessChanged(d.decided, l)
 	d.decided = l
 	return l, d.heartbeat
 }
@@ -149,7 +152,7 @@ func (t *telemetry) forget(device string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if d := t.devices[device]; d != nil {
-		t.metrics.livenessChanged(d.decided, "")
+		t.metrics.LivenessChanged(d.decided, "")
 	}
 	delete(t.devices, device)
 }
@@ -182,7 +185,7 @@ var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbea
 // doubles from one second to 30. A record that does not decode (the
 // device's own garbage, another device's keys on its subject) is skipped
 // and counted; the follow goes on. It returns when ctx ends.
-func (r *DeviceReconciler) followTelemetry(ctx context.Context, wake chan<- event.GenericEvent) error {
+func (r *Reconciler) followTelemetry(ctx context.Context, wake chan<- event.GenericEvent) error {
 	ctx, cancel := context.WithCancel(ctx)
 	in := make(chan projrunner.Msg, 1024)
 	var wg sync.WaitGroup
@@ -226,7 +229,7 @@ const (
 // containers report whose data does not decode is skipped and counted.
 // The device is the one in the subject (events.DecodeStored checked that
 // the keys name it).
-func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake chan<- event.GenericEvent) error {
+func (r *Reconciler) observe(ctx context.Context, rec events.Record, wake chan<- event.GenericEvent) error {
 	device := rec.Event.Keys.Device
 	switch rec.Event.Type {
 	case events.TypeDeviceHeartbeat:
@@ -264,7 +267,7 @@ func (r *DeviceReconciler) observe(ctx context.Context, rec events.Record, wake 
 // wakeDevice enqueues every Device named device (normally one; namesakes in
 // other namespaces are reconciled too so they can say why they are not
 // served), found through the device-id field index of the cache.
-func (r *DeviceReconciler) wakeDevice(ctx context.Context, device string, wake chan<- event.GenericEvent) error {
+func (r *Reconciler) wakeDevice(ctx context.Context, device string, wake chan<- event.GenericEvent) error {
 	var list fleetv1.DeviceList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{IndexDeviceID: device}); err != nil {
 		return fmt.Errorf("find Device %s: %w", device, err)
