@@ -27,6 +27,15 @@
 // does not work (a device never converges, the consumer count grows, the
 // runner counts reports that are not the targets' own).
 //
+// The control plane's side reads in the order of a run: options.go
+// (Options, their defaults and validation), run.go (Run: set-up,
+// enrollment, one size after the other), size.go (one size: the ramp, the
+// rollouts, the floor, the teardown between them), rollout.go (one
+// rollout's measurement), flood.go (the flooders and the rollout under a
+// flood), floor.go (the raw floor), result.go and report.go (the figures
+// and their printing); children.go and wait.go start and await the child
+// processes and counts, child.go is the children's side (RunChild).
+//
 // Only its command (cmd/fleet-scale) and its tests
 // import it (internal/hygiene checks).
 package bench
