@@ -1,13 +1,13 @@
 // Package operator holds the Fleet controllers for the namespaced
 // Deployment, TaskRun and Device resources of group fleet.nationtech.io:
 //
-//   - the Deployment controller resolves targets (selector ∩ not quarantined
+//   - the Deployment controller (package rollouts) resolves targets (selector ∩ not quarantined
 //     ∩ allowedGroups membership from a GroupSource, failing closed without
 //     one), freezes targets and canaries, and appends exactly one
 //     deployment.revision.created event per generation (optimistic
 //     concurrency on the Deployment's intent subject, so also across
 //     restarts); deletion appends deployment.deleted behind a finalizer;
-//   - the rollout runner folds intent, rollout transitions and workload
+//   - the rollout runner (package rollouts) folds intent, rollout transitions and workload
 //     reports, appends the state machine's transitions, writes the
 //     fleet-intent KV and patches Deployment status, checkpointing its folds;
 //   - the rollout-action controller (RolloutActions) appends, once per
@@ -48,9 +48,9 @@
 // moves its position past it.
 //
 // Package operator is the composition root: Options, Run, leader election
-// and the metrics wire the roles, each in a sub-package (devices, taskruns,
-// policysync; the Deployment controllers and the rollout runner are still
-// here), which share operator/internal and never import the root
+// and the metrics registration wire the roles, each in a sub-package
+// (rollouts, devices, taskruns, policysync), which share operator/internal
+// and never import the root
 // (internal/hygiene checks it). It may import k8s, events, projections and
 // secrets/openbao; cmd/fleet-operator runs it, and the one-machine
 // assemblies (fleet dev, the scale benchmark) embed it.

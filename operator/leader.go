@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"time"
-
-	"github.com/nationtech/harmony-fleet/operator/internal/leader"
 )
 
 // LeaseName is the name of the coordination.k8s.io Lease the operator
@@ -97,7 +95,3 @@ func (l LeaderElection) TakeoverBound() time.Duration {
 	l = l.WithDefaults()
 	return l.LeaseDuration + time.Duration(2*(1+retryJitter)*float64(l.RetryPeriod))
 }
-
-// leaderOnly is a runnable that runs on the elected replica only
-// (leader.Only).
-type leaderOnly = leader.Only

@@ -21,6 +21,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/devices"
+	"github.com/nationtech/harmony-fleet/operator/internal/leader"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
 	"github.com/nationtech/harmony-fleet/operator/taskruns"
 )
@@ -183,7 +184,7 @@ func Run(ctx context.Context, o Options) error {
 	if o.Metrics == nil {
 		o.Metrics = ProcessMetrics()
 	}
-	if err := o.Metrics.register(o.Logger); err != nil {
+	if err := o.Metrics.Register(o.Logger); err != nil {
 		return err
 	}
 	scheme, err := Scheme()
@@ -200,7 +201,7 @@ func Run(ctx context.Context, o Options) error {
 	if le := o.LeaderElection.WithDefaults(); le.Enabled {
 		// Every runnable added below is leader-only: the controllers (the
 		// default of controller-runtime) and the runners and telemetry
-		// consumer (leaderOnly). The caches, metrics and health serve on
+		// consumer (leader.Only). The caches, metrics and health serve on
 		// every replica, and so does the fleet_operator_leader goroutine
 		// below (it reports 0 on a follower). The Lease is released on a clean stop, after the
 		// runnables stopped: Run returns only then.
@@ -238,7 +239,7 @@ func Run(ctx context.Context, o Options) error {
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
 		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals,
 		Stamp: o.EventStamp}
-	if err := mgr.Add(leaderOnly(runner.Run)); err != nil {
+	if err := mgr.Add(leader.Only(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	tr := &taskruns.Reconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups,
@@ -248,7 +249,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	tasks := &taskruns.Runner{Reader: o.Reader, Status: taskruns.KubeStatus{Client: mgr.GetClient()}, Log: o.Logger.With("component", "taskruns"),
 		StatusInterval: o.StatusInterval, Skips: o.Skips}
-	if err := mgr.Add(leaderOnly(tasks.Run)); err != nil {
+	if err := mgr.Add(leader.Only(tasks.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
 	if o.Devices != nil {
@@ -267,11 +268,11 @@ func Run(ctx context.Context, o Options) error {
 			if o.LeaderElection.Enabled {
 				o.Logger.Info("leading: the controllers and runners start", "lease", LeaseName, "namespace", o.LeaderElection.Namespace)
 			}
-			o.Metrics.setLeader(true)
+			o.Metrics.SetLeader(true)
 			<-stopped
 		case <-stopped:
 		}
-		o.Metrics.setLeader(false)
+		o.Metrics.SetLeader(false)
 	}()
 	err = mgr.Start(ctx)
 	close(stopped)

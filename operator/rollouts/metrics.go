@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"errors"
@@ -156,11 +156,11 @@ var processMetrics = sync.OnceValue(NewMetrics)
 // Options.Metrics is nil.
 func ProcessMetrics() *Metrics { return processMetrics() }
 
-// register registers m with controller-runtime's metrics registry (served
+// Register registers m with controller-runtime's metrics registry (served
 // on Options.MetricsAddr). Registering the same metrics again (a second
 // operator in the process) is fine; other metrics under the same names are
 // not exported, and that is logged.
-func (m *Metrics) register(log *slog.Logger) error {
+func (m *Metrics) Register(log *slog.Logger) error {
 	for _, c := range m.Collectors() {
 		err := ctrlmetrics.Registry.Register(c)
 		var are prometheus.AlreadyRegisteredError
@@ -262,7 +262,8 @@ func (m *Metrics) setLive(live bool) {
 	}
 }
 
-func (m *Metrics) setLeader(leader bool) {
+// SetLeader sets fleet_operator_leader: 1 while this replica leads.
+func (m *Metrics) SetLeader(leader bool) {
 	if m != nil {
 		m.leader.Set(b2f(leader))
 	}

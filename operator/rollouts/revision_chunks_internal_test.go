@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -19,6 +19,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	devtargets "github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -61,7 +62,7 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	for i := range targets {
 		targets[i] = fmt.Sprintf("edge-device-%06d", i)
 	}
-	res := Resolution{Targets: targets, Canaries: targets[:canaries:canaries]}
+	res := devtargets.Resolution{Targets: targets, Canaries: targets[:canaries:canaries]}
 	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "big", Name: "api", UID: "uid-1", Generation: 1},
 		Spec: fleetv1.DeploymentSpec{Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 			Name: "api", Image: "registry.example.com/api:v1"}}}}}}

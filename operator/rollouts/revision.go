@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"crypto/sha256"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -37,6 +38,15 @@ func RevisionID(generation int64, scoreDigest string) string {
 // events.ChunkBytes (tests set less, to chunk a handful of devices).
 var revisionChunkBytes = 0
 
+// SetRevisionChunkBytes makes revisions chunk their targets past n id bytes
+// until the returned restore is called (0: the default). It is a test hook:
+// not safe for concurrent use with the controllers.
+func SetRevisionChunkBytes(n int) (restore func()) {
+	old := revisionChunkBytes
+	revisionChunkBytes = n
+	return func() { revisionChunkBytes = old }
+}
+
 // revisionEvents builds the events of a Deployment generation's revision:
 // its deployment.revision.targets chunks when the frozen target list does
 // not fit in one event, then the deployment.revision.created event (last:
@@ -44,7 +54,7 @@ var revisionChunkBytes = 0
 // with its complete lists, and the resolution's frozen plan with its
 // targets' batches (none without a plan: the bytes are as before). stamp,
 // when set, is applied last to each event (Options.EventStamp, tests only).
-func revisionEvents(d *fleetv1.Deployment, r Resolution, stamp ...events.Option) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
+func revisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events.Option) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
 	digest, raw, err := ScoreDigest(d.Spec.Score)
 	if err != nil {
 		return nil, data, err

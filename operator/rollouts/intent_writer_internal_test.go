@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
+	"github.com/nationtech/harmony-fleet/operator/internal/kvstore"
 )
 
 // fold is a fold's fleet-intent values, for the writer alone.
@@ -334,8 +335,8 @@ func TestKVConflictRecognisesBothServerCodes(t *testing.T) {
 		{"another API error is not a conflict", &jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamNotFound}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := kvConflict(tc.err); got != tc.want {
-				t.Errorf("kvConflict(%v) = %v, want %v", tc.err, got, tc.want)
+			if got := kvstore.Conflict(tc.err); got != tc.want {
+				t.Errorf("kvstore.Conflict(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
 	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 	"github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
@@ -32,9 +33,9 @@ const FieldOwnerRevisions = "fleet-operator-revisions"
 // event, and a deletion into one deletion event.
 type DeploymentReconciler struct {
 	Client client.Client
-	Store  EventStore
+	Store  intent.Store
 	// Groups is the group source; nil means none is configured.
-	Groups GroupSource
+	Groups targets.GroupSource
 	// WaitForPolicy holds a generation that references pull secrets until
 	// the policy sync has written its OpenBao policy (PullSecretPolicy
 	// condition of that generation), so no device is asked to pull before
@@ -43,7 +44,7 @@ type DeploymentReconciler struct {
 	Log           *slog.Logger
 	// Reader, when set, replays a Deployment's intent subject when its last
 	// record does not decode, to decide from the last one that does.
-	Reader EventReader
+	Reader intent.Reader
 	// Skips counts intent records that do not decode. Nil-safe.
 	Skips *events.SkipCounter
 	// Metrics, when set, counts the revisions appended.
@@ -91,7 +92,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 
 	rev, appended := alreadyAppended(head.Last, &d)
-	res := Resolution{}
+	res := targets.Resolution{}
 	if !appended && r.WaitForPolicy && !policysync.Ready(&d) {
 		// The policy sync's status update triggers the next reconcile;
 		// the requeue covers an OpenBao that is down.
@@ -140,7 +141,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // go first and the revision last: a crash or a lost race between them
 // (events.ErrConflict) leaves orphan chunks that readers ignore, and the
 // next attempt starts again from the subject's new last sequence.
-func appendRevision(ctx context.Context, store EventStore, evs []events.Event, seq uint64) error {
+func appendRevision(ctx context.Context, store intent.Store, evs []events.Event, seq uint64) error {
 	for _, ev := range evs {
 		pos, err := store.Append(ctx, ev, events.ExpectLastSubjectSequence(seq))
 		if err != nil {
@@ -171,8 +172,8 @@ func alreadyAppended(last *events.Record, d *fleetv1.Deployment) (events.Deploym
 
 // resolutionOf rebuilds the condition of a revision appended earlier (the
 // operator stopped before it patched the status).
-func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, groups GroupSource) Resolution {
-	r := Resolution{Targets: rev.Targets, Canaries: rev.Canaries, Reason: fleetv1.ReasonResolved,
+func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, groups targets.GroupSource) targets.Resolution {
+	r := targets.Resolution{Targets: rev.Targets, Canaries: rev.Canaries, Reason: fleetv1.ReasonResolved,
 		Message: fmt.Sprintf("%d targets, %d canaries", len(rev.Targets), len(rev.Canaries))}
 	switch {
 	case rev.TargetChunks > 0:
@@ -209,7 +210,7 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 }
 
 // patchStatus applies the fields this controller owns.
-func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deployment, rev events.DeploymentRevisionCreated, res Resolution) error {
+func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deployment, rev events.DeploymentRevisionCreated, res targets.Resolution) error {
 	status := metav1.ConditionTrue
 	if res.Reason != fleetv1.ReasonResolved {
 		status = metav1.ConditionFalse
@@ -223,10 +224,10 @@ func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deplo
 		Conditions []metav1.Condition `json:"conditions"`
 	}
 	st := revisionStatus{
-		Conditions: ownConditions(d.Status.Conditions, metav1.Condition{
+		Conditions: kstatus.OwnConditions(d.Status.Conditions, metav1.Condition{
 			Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
 			ObservedGeneration: rev.Generation,
 		}),
 	}
-	return applyStatus(ctx, r.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerRevisions)
+	return kstatus.Apply(ctx, r.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerRevisions)
 }

@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
 	"github.com/nationtech/harmony-fleet/projections"
 	projrunner "github.com/nationtech/harmony-fleet/projections/runner"
 )
@@ -54,8 +55,8 @@ var runnerFilters = [3][]string{
 // refuses an envelope that names another).
 type RolloutRunner struct {
 	// Store appends the transitions the runner decides.
-	Store  EventStore
-	Reader EventReader
+	Store  intent.Store
+	Reader intent.Reader
 	// KV is the fleet-intent bucket.
 	KV jetstream.KeyValue
 	// JS, when set, publishes the bucket's puts asynchronously (a window
@@ -512,7 +513,7 @@ func (r *runner) decide(ctx context.Context, k depKey) {
 // reassemble reads a chunked revision's subject from its start, through a
 // new events.RevisionAssembler, up to the revision (rec), and returns it
 // whole.
-func reassemble(ctx context.Context, reader EventReader, rec events.Record) (events.Event, error) {
+func reassemble(ctx context.Context, reader intent.Reader, rec events.Record) (events.Event, error) {
 	var a events.RevisionAssembler
 	for got, err := range reader.Replay(ctx, rec.Subject, events.FromStart()) {
 		if _, skip := events.AsRecordError(err); skip {

@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -77,8 +77,8 @@ const maxEventNote = 1000
 // policy (k8s/config/admission), not here.
 type RolloutActions struct {
 	Client client.Client
-	Store  EventStore
-	Reader EventReader
+	Store  intentsubj.Store
+	Reader intentsubj.Reader
 	// Recorder writes the Events on the Deployment; nil: they are only
 	// logged.
 	Recorder kevents.EventRecorder
@@ -152,6 +152,20 @@ func (r *RolloutActions) SetupWithManager(mgr ctrl.Manager) error {
 		For(&fleetv1.Deployment{}, builder.WithPredicates(r.rolloutActionChanged())).
 		Named("fleet-rollout-actions").
 		Complete(r)
+}
+
+// WatchUpdate passes an update of a Deployment from old to updated through
+// the rollout-action controller's predicate, as its watch does, and
+// reports whether the update is reconciled.
+func (r *RolloutActions) WatchUpdate(old, updated *fleetv1.Deployment) bool {
+	return r.rolloutActionChanged().Update(event.UpdateEvent{ObjectOld: old, ObjectNew: updated})
+}
+
+// WatchCreate passes a Deployment through the rollout-action controller's
+// predicate as its watch does when it first lists it (a started or
+// restarted operator), and reports whether it is reconciled.
+func (r *RolloutActions) WatchCreate(d *fleetv1.Deployment) bool {
+	return r.rolloutActionChanged().Create(event.CreateEvent{Object: d})
 }
 
 // rolloutActionChanged passes a Deployment that carries the annotation when

@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -16,12 +16,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
 	"github.com/nationtech/harmony-fleet/operator/internal/kvstore"
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
 // The rollout runner's sinks: where what it folded goes. The transition
-// appender is its EventStore; the status writer, the fleet-intent writer
+// appender is its intent.Store; the status writer, the fleet-intent writer
 // and the checkpoints are here.
 
 // DeploymentStatusWriter receives the status the rollout runner folded for
@@ -41,7 +42,7 @@ type KubeStatus struct {
 
 // WriteDeploymentStatus applies st to Deployment namespace/name.
 func (k KubeStatus) WriteDeploymentStatus(ctx context.Context, namespace, name string, st fleetv1.DeploymentStatus) error {
-	err := applyStatus(ctx, k.Client, "Deployment", namespace, name, &st, FieldOwnerRollouts)
+	err := kstatus.Apply(ctx, k.Client, "Deployment", namespace, name, &st, FieldOwnerRollouts)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
@@ -159,9 +160,6 @@ const (
 	errCodeAtomicPublishDisabled jetstream.ErrorCode = 10174
 )
 
-// kvConflict reports whether a conditional write lost (kvstore.Conflict).
-func kvConflict(err error) bool { return kvstore.Conflict(err) }
-
 // sync makes the bucket equal to the fold once caught up: it reads what
 // the bucket holds, then puts values that differ and deletes keys of
 // devices with nothing to run.
@@ -235,7 +233,7 @@ func (w *intentWriter) settled(ctx context.Context, op, dev string, slot kvSlot,
 	case err == nil:
 		w.written[dev] = slot
 		return true, false
-	case kvConflict(err):
+	case kvstore.Conflict(err):
 		w.log.WarnContext(ctx, op+" fleet-intent: the key changed since this writer last saw it (another writer, or a key deleted before this writer started); reading it again",
 			"device", dev)
 		w.reread(ctx, dev)
@@ -550,7 +548,7 @@ func (w *intentWriter) batches(ctx context.Context, queued []kvWrite, done func(
 		case ans.Error != nil:
 			// Stored whole or not at all: none of it was stored. One at a
 			// time finds the key that conflicted.
-			if !kvConflict(ans.Error) {
+			if !kvstore.Conflict(ans.Error) {
 				w.log.WarnContext(ctx, "write fleet-intent: an atomic batch was refused; writing its values one at a time", "writes", len(b.writes), "error", ans.Error)
 			}
 			single = append(single, b.writes...)

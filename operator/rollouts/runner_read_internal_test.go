@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	devtargets "github.com/nationtech/harmony-fleet/operator/internal/targets"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -87,7 +89,7 @@ func TestTheRolloutRunnerReadsAgainAfterAFailedRead(t *testing.T) {
 	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api", UID: "uid-1", Generation: 1},
 		Spec: fleetv1.DeploymentSpec{Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 			Name: "api", Image: "registry.example.com/api:v1"}}}}}}
-	evs, rev, err := revisionEvents(d, Resolution{Targets: targets})
+	evs, rev, err := revisionEvents(d, devtargets.Resolution{Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package operator
+package rollouts
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 // failure, the plan is resolved against the frozen targets and their labels
 // (resolvePlan); the message says how many batches it has and which of the
 // spec's batches resolved to no device and were dropped.
-func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups GroupSource) (Resolution, error) {
+func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv1.Device, groups targets.GroupSource) (targets.Resolution, error) {
 	r, ex, err := targets.Resolve(ctx, d.Spec.TargetSelector, d.Spec.AllowedGroups, devices, groups)
 	if err != nil {
 		return r, err
@@ -32,7 +32,7 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 		}
 		p, err = resolvePlan(d.Spec.Rollout, r.Targets, r.Canaries, func(device string) map[string]string { return labels[device] })
 		if err != nil {
-			return Resolution{}, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err)
+			return targets.Resolution{}, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err)
 		}
 		r.Plan, r.TargetBatches, r.TargetGroups = p.plan, p.batches, p.groups
 	}
