@@ -199,7 +199,7 @@ var operatorRoles = []struct {
 	{"operator/policysync", nil, ""},
 	{"operator/taskruns", nil, ""},
 	{"operator/devices", nil, ""},
-	{"operator/rollouts", []string{"operator/policysync", "operator/devices"}, "waits for the PullSecretPolicy condition (policysync.Ready); the shared Metrics pre-create the trimmed-report series by field (devices.TrimFields)"},
+	{"operator/rollouts", []string{"operator/policysync"}, "waits for the PullSecretPolicy condition (policysync.Ready)"},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency

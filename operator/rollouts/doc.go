@@ -7,5 +7,5 @@
 // status (KubeStatus), and keeps its checkpoint. It also holds the
 // operator's Prometheus metrics (Metrics), which read the runner's state.
 // Package operator wires it; of the other roles it imports policysync (the
-// PullSecretPolicy condition) and devices (the trimmed-report fields).
+// PullSecretPolicy condition).
 package rollouts

@@ -12,7 +12,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
-	"github.com/nationtech/harmony-fleet/operator/devices"
+	"github.com/nationtech/harmony-fleet/operator/internal/trimmed"
 )
 
 // Metrics are the operator's own Prometheus metrics (fleet_operator_*,
@@ -131,7 +131,7 @@ func NewMetrics() *Metrics {
 	for _, l := range []fleetv1.Liveness{fleetv1.LivenessOnline, fleetv1.LivenessStale, fleetv1.LivenessUnknown} {
 		m.devices.WithLabelValues(string(l))
 	}
-	for _, f := range devices.TrimFields {
+	for _, f := range trimmed.Fields {
 		m.trimmed.WithLabelValues(f)
 	}
 	for _, r := range []string{"appended", "conflict", "failed"} {
