@@ -199,7 +199,9 @@ var operatorRoles = []struct {
 	{"operator/policysync", nil, ""},
 	{"operator/taskruns", nil, ""},
 	{"operator/devices", nil, ""},
-	{"operator/rollouts", []string{"operator/policysync"}, "waits for the PullSecretPolicy condition (policysync.Ready)"},
+	{"operator/deployments", []string{"operator/policysync"}, "a revision waits for the PullSecretPolicy condition (policysync.Ready)"},
+	{"operator/rolloutactions", nil, ""},
+	{"operator/rollouts", nil, ""},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency

@@ -24,7 +24,7 @@ type telemetry struct {
 	// devices, by device id, is guarded by mu.
 	devices map[string]*deviceTelemetry
 	// metrics counts the devices by decided liveness (nil: not counted).
-	metrics Metrics
+	metrics *Metrics
 }
 
 type deviceTelemetry struct {
@@ -47,10 +47,7 @@ type deviceTelemetry struct {
 	workloadsWritten time.Time
 }
 
-func newTelemetry(m Metrics) *telemetry {
-	if m == nil {
-		m = noMetrics{}
-	}
+func newTelemetry(m *Metrics) *telemetry {
 	return &telemetry{devices: map[string]*deviceTelemetry{}, metrics: m}
 }
 

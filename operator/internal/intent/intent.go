@@ -1,7 +1,9 @@
 // Package intent holds what the operator's roles share to write an
 // object's intent subject: the event store and reader they need (Store,
-// Reader), where a subject stands (Head, ReadHead), and the deletion event
-// that ends it (FinishDeletion). Imported by the roles of the operator only.
+// Reader), where a subject stands (Head, ReadHead), the revision a
+// Deployment's subject ends with (AppendedRevision), the deletion event
+// that ends it (FinishDeletion), and the test stamp every event the roles
+// build takes last (Stamped). Imported by the roles of the operator only.
 package intent
 
 import (

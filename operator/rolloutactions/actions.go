@@ -1,4 +1,4 @@
-package rollouts
+package rolloutactions
 
 import (
 	"context"
@@ -258,7 +258,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rev, ok := alreadyAppended(ih.Last, &d)
+	rev, ok := intentsubj.AppendedRevision(ih.Last, &d)
 	if !ok || rev.Generation != d.Generation {
 		// The Deployment controller appends it; the request waits for it.
 		r.Log.DebugContext(ctx, "rollout request waits for its revision", "deployment", req.String(), "generation", d.Generation)
@@ -266,7 +266,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	tr := events.NewRolloutTransition(transitionOf(a.Action), events.RolloutTransition{
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: a.Batch, By: a.By, Request: a.Request})
-	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, stamped(r.Stamp, events.WithCorrelation(rev.UID, rev.Generation))...)
+	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, intentsubj.Stamped(r.Stamp, events.WithCorrelation(rev.UID, rev.Generation))...)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rollout request of %s: %w", req, err)
 	}
