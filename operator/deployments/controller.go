@@ -62,10 +62,16 @@ func (r *DeploymentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Reconcile does one action per call and requeues: add the finalizer, append
+// Reconcile does the work of reconcile; a stall (requeue.Stall: a lost
+// append race, a wait) is a requeue after its wait, without an error.
+func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return requeue.Result(r.reconcile(ctx, req))
+}
+
+// reconcile does one action per call and requeues: add the finalizer, append
 // the revision of the current generation, or append the deletion and drop the
 // finalizer.
-func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *DeploymentReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Deployment
 	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -97,7 +103,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		// The policy sync's status update triggers the next reconcile;
 		// the requeue covers an OpenBao that is down.
 		r.Log.DebugContext(ctx, "revision waits for the pull-secret policy", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: requeue.PolicyWait}, nil
+		return ctrl.Result{}, requeue.ForPolicy()
 	}
 	if !appended {
 		var devices fleetv1.DeviceList
@@ -117,7 +123,7 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			// Another writer appended first: re-read and re-decide.
 			r.Metrics.revision("conflict")
 			r.Log.InfoContext(ctx, "revision append conflict, re-reading", "deployment", req.String())
-			return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
+			return ctrl.Result{}, requeue.Conflict(err)
 		}
 		if err != nil {
 			r.Metrics.revision("failed")
