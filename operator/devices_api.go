@@ -53,6 +53,14 @@ const (
 	// WorkloadsInterval is the least time between two writes of a
 	// Device's status.workloads for its containers reports.
 	WorkloadsInterval = devices.WorkloadsInterval
+
+	// MetricDevices counts Devices by liveness.
+	MetricDevices = devices.MetricDevices
+	// MetricDeviceReportsTrimmed counts inventories cut to a Device's
+	// bounds, by field.
+	MetricDeviceReportsTrimmed = devices.MetricDeviceReportsTrimmed
+	// MetricContainerRestarts counts Deployments' container restarts.
+	MetricContainerRestarts = devices.MetricContainerRestarts
 )
 
 // MergeReportedLabels merges a device's reported labels into a Device's

@@ -1,7 +1,7 @@
 // Package operator holds the Fleet controllers for the namespaced
 // Deployment, TaskRun and Device resources of group fleet.nationtech.io:
 //
-//   - the Deployment controller (package rollouts) resolves targets (selector ∩ not quarantined
+//   - the Deployment controller (package deployments) resolves targets (selector ∩ not quarantined
 //     ∩ allowedGroups membership from a GroupSource, failing closed without
 //     one), freezes targets and canaries, and appends exactly one
 //     deployment.revision.created event per generation (optimistic
@@ -10,7 +10,7 @@
 //   - the rollout runner (package rollouts) folds intent, rollout transitions and workload
 //     reports, appends the state machine's transitions, writes the
 //     fleet-intent KV and patches Deployment status, checkpointing its folds;
-//   - the rollout-action controller (RolloutActions) appends, once per
+//   - the rollout-action controller (package rolloutactions) appends, once per
 //     request id, the pause, resume and approve requests written in a
 //     Deployment's fleet.nationtech.io/rollout-action annotation as
 //     rollout transitions on its rollout subject (same optimistic
@@ -48,10 +48,10 @@
 // moves its position past it.
 //
 // Package operator is the composition root: Options, Run, leader election
-// and the metrics registration wire the roles, each in a sub-package
-// (rollouts, devices, taskruns, policysync), which share operator/internal
-// and never import the root
-// (internal/hygiene checks it). It may import k8s, events, projections and
+// and the metrics (Metrics: each role's collectors and the leader gauge)
+// wire the roles, each in a sub-package (deployments, rolloutactions,
+// rollouts, devices, taskruns, policysync), which share operator/internal
+// and never import the root (internal/hygiene checks it). It may import k8s, events, projections and
 // secrets/openbao; cmd/fleet-operator runs it, and the one-machine
 // assemblies (fleet dev, the scale benchmark) embed it.
 package operator

@@ -7,13 +7,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/deployments"
 	"github.com/nationtech/harmony-fleet/operator/devices"
-	"github.com/nationtech/harmony-fleet/operator/rollouts"
 )
 
 // SetRevisionChunkBytes makes revisions chunk their targets past n id bytes
-// until the returned restore is called (rollouts.SetRevisionChunkBytes).
-func SetRevisionChunkBytes(n int) (restore func()) { return rollouts.SetRevisionChunkBytes(n) }
+// until the returned restore is called (deployments.SetRevisionChunkBytes).
+func SetRevisionChunkBytes(n int) (restore func()) { return deployments.SetRevisionChunkBytes(n) }
 
 // ApplyDeviceStatus writes want as the Device controller writes a status it
 // decided from d.

@@ -217,7 +217,7 @@ func Run(ctx context.Context, o Options) error {
 		return fmt.Errorf("operator: %w", err)
 	}
 	dr := &DeploymentReconciler{Client: mgr.GetClient(), Store: o.Store, Reader: o.Reader, Groups: o.Groups, WaitForPolicy: o.OpenBao != nil,
-		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips, Metrics: o.Metrics, Stamp: o.EventStamp}
+		Log: o.Logger.With("controller", "deployment"), Skips: o.Skips, Metrics: o.Metrics.Deployments, Stamp: o.EventStamp}
 	if err := dr.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
@@ -237,7 +237,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
-		Metrics: o.Metrics, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals,
+		Metrics: o.Metrics.Rollouts, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals,
 		Stamp: o.EventStamp}
 	if err := mgr.Add(leader.Only(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
@@ -254,7 +254,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Devices != nil {
 		dev := &devices.Reconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
-			Skips: o.Skips, Metrics: o.Metrics, Workers: o.DeviceWorkers, Now: o.DeviceNow}
+			Skips: o.Skips, Metrics: o.Metrics.Devices, Workers: o.DeviceWorkers, Now: o.DeviceNow}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

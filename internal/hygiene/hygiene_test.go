@@ -199,7 +199,9 @@ var operatorRoles = []struct {
 	{"operator/policysync", nil, ""},
 	{"operator/taskruns", nil, ""},
 	{"operator/devices", nil, ""},
-	{"operator/rollouts", []string{"operator/policysync", "operator/devices"}, "waits for the PullSecretPolicy condition (policysync.Ready); the shared Metrics pre-create the trimmed-report series by field (devices.TrimFields)"},
+	{"operator/deployments", []string{"operator/policysync"}, "a revision waits for the PullSecretPolicy condition (policysync.Ready)"},
+	{"operator/rolloutactions", nil, ""},
+	{"operator/rollouts", nil, ""},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency

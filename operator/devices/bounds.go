@@ -41,10 +41,6 @@ const (
 	MaxDeviceStatusBytes = 16 << 10
 )
 
-// TrimFields are the values of the field label of
-// MetricDeviceReportsTrimmed.
-var TrimFields = []string{"labels", "inventory.os", "inventory.arch", "inventory.kernel", "inventory.agentVersion"}
-
 // trim is one thing a bound dropped or cut from a report.
 type trim struct {
 	// field is the metric label: labels, inventory.os, inventory.arch,

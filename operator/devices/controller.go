@@ -85,8 +85,9 @@ type Reconciler struct {
 	// Skips counts the device reports the controller skips because they do
 	// not decode. Nil-safe.
 	Skips *events.SkipCounter
-	// Metrics, when set, counts Devices by liveness (fleet_devices).
-	Metrics Metrics
+	// Metrics, when set, counts Devices by liveness, trimmed inventories
+	// and container restarts (NewMetrics). Nil records nothing.
+	Metrics *Metrics
 	// Workers is how many Devices are reconciled at once. Default
 	// DefaultDeviceWorkers.
 	Workers int

@@ -18,11 +18,8 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/kvstore"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 )
-
-// identityConflictRetry is how soon a Device whose identity subject is
-// registered to another device looks again.
-const identityConflictRetry = time.Minute
 
 // finalize deletes the identity keys that name the Device (only when it is
 // the device id's owner) and drops the finalizer.
@@ -115,10 +112,6 @@ func (r *Reconciler) unregister(ctx context.Context, subject, device string) err
 	return nil
 }
 
-// kvRaceRetry is how soon a Device looks again after another writer changed
-// its identity key between the read and the write.
-const kvRaceRetry = 100 * time.Millisecond
-
 // identityOutcome is what syncIdentity decided.
 type identityOutcome struct {
 	// acted: syncIdentity changed the Device (its watch calls again) or lost
@@ -169,7 +162,7 @@ func (r *Reconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (ident
 	}
 	registered := identityOutcome{registered: deviceCondition(d, fleetv1.ConditionIdentityRegistered, metav1.ConditionTrue,
 		fleetv1.ReasonRegistered, fmt.Sprintf("the fleet-identity key %s names this device", key))}
-	lostRace := identityOutcome{acted: true, retry: kvRaceRetry}
+	lostRace := identityOutcome{acted: true, retry: requeue.KVRaceRetry}
 	switch {
 	case e == nil:
 		_, err := kv.Create(ctx, key, want)
@@ -188,7 +181,7 @@ func (r *Reconciler) syncIdentity(ctx context.Context, d *fleetv1.Device) (ident
 			return identityOutcome{
 				registered: deviceCondition(d, fleetv1.ConditionIdentityRegistered, metav1.ConditionFalse, fleetv1.ReasonIdentityInUse,
 					fmt.Sprintf("identity subject %s is registered to device %s: give this Device its own spec.identitySubject", key, cur.Device)),
-				retry: identityConflictRetry,
+				retry: requeue.IdentityConflictWait,
 			}, nil
 		}
 		_, err := kv.Update(ctx, key, want, e.Revision())

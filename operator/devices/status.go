@@ -117,19 +117,21 @@ func (r *Reconciler) syncReports(ctx context.Context, d *fleetv1.Device, registe
 
 // loadReports fills the telemetry view from the stream for a device the
 // consumer has not delivered yet (it may still be catching up): its last
-// heartbeat, inventory and containers report.
+// heartbeat, inventory and containers report. An inventory or containers
+// report the stream does not hold is asked for once: the telemetry
+// remembers it lacks one (telemetry.lacks) until a live report comes.
 func (r *Reconciler) loadReports(ctx context.Context, device string) error {
 	seen := r.telemetry.snapshot(device)
 	if seen.heartbeat.IsZero() {
 		rec, err := r.last(ctx, device, events.ReportHeartbeat)
-		if err != nil {
+		if err != nil && !errors.Is(err, errNoReport) {
 			return err
 		}
 		if rec != nil {
 			r.telemetry.heartbeat(device, rec.Stored)
 		}
 	}
-	if seen.invSeq == 0 {
+	if seen.invSeq == 0 && !seen.noInventory {
 		if err := r.loadLast(ctx, device, events.ReportInventory, func(rec events.Record) error {
 			inv, err := events.Decode[events.DeviceInventory](rec.Event)
 			if err == nil {
@@ -140,7 +142,7 @@ func (r *Reconciler) loadReports(ctx context.Context, device string) error {
 			return err
 		}
 	}
-	if seen.contSeq == 0 {
+	if seen.contSeq == 0 && !seen.noContainers {
 		return r.loadLast(ctx, device, events.ReportContainers, func(rec events.Record) error {
 			c, err := events.Decode[events.DeviceContainers](rec.Event)
 			if err == nil {
@@ -156,9 +158,14 @@ func (r *Reconciler) loadReports(ctx context.Context, device string) error {
 
 // loadLast passes the device's last report of kind, if any, to use; a
 // report whose data use cannot decode is skipped and counted (a bad report
-// must not stall the Device: what is known is kept).
+// must not stall the Device: what is known is kept). When the stream holds
+// no report of kind, the telemetry remembers it (telemetry.lacks).
 func (r *Reconciler) loadLast(ctx context.Context, device string, kind events.ReportKind, use func(events.Record) error) error {
 	rec, err := r.last(ctx, device, kind)
+	if errors.Is(err, errNoReport) {
+		r.telemetry.lacks(device, kind)
+		return nil
+	}
 	if err != nil || rec == nil {
 		return err
 	}
@@ -168,6 +175,13 @@ func (r *Reconciler) loadLast(ctx context.Context, device string, kind events.Re
 	return nil
 }
 
+// errNoReport is last's answer when the stream holds no report of the
+// kind asked for (events.ErrNotFound).
+var errNoReport = errors.New("no report of this kind in the stream")
+
+// last reads the device's last report of kind: errNoReport when the stream
+// holds none; nil and no error when the last one does not decode (skipped
+// and counted).
 func (r *Reconciler) last(ctx context.Context, device string, kind events.ReportKind) (*events.Record, error) {
 	subject, err := events.ReportSubject(device, kind)
 	if err != nil {
@@ -175,7 +189,7 @@ func (r *Reconciler) last(ctx context.Context, device string, kind events.Report
 	}
 	rec, err := r.Store.Last(ctx, subject)
 	if errors.Is(err, events.ErrNotFound) {
-		return nil, nil
+		return nil, errNoReport
 	}
 	if re, ok := events.AsRecordError(err); ok {
 		// The device's last report does not decode: skipped and counted,

@@ -24,7 +24,7 @@ type telemetry struct {
 	// devices, by device id, is guarded by mu.
 	devices map[string]*deviceTelemetry
 	// metrics counts the devices by decided liveness (nil: not counted).
-	metrics Metrics
+	metrics *Metrics
 }
 
 type deviceTelemetry struct {
@@ -45,12 +45,13 @@ type deviceTelemetry struct {
 	// workloadsWritten is when the controller last wrote the Device's
 	// status.workloads; zero: not since this operator started.
 	workloadsWritten time.Time
+	// noInventory and noContainers: the stream held no report of that
+	// kind when the controller asked it (loadLast found nothing), so it
+	// does not ask again; a live report of that kind clears them.
+	noInventory, noContainers bool
 }
 
-func newTelemetry(m Metrics) *telemetry {
-	if m == nil {
-		m = noMetrics{}
-	}
+func newTelemetry(m *Metrics) *telemetry {
 	return &telemetry{devices: map[string]*deviceTelemetry{}, metrics: m}
 }
 
@@ -86,7 +87,7 @@ func (t *telemetry) inventory(device string, seq uint64, inv events.DeviceInvent
 	if seq <= d.invSeq {
 		return false
 	}
-	d.invSeq, d.inventory = seq, b
+	d.invSeq, d.inventory, d.noInventory = seq, b, false
 	for _, tr := range d.inventory.trims {
 		t.metrics.ReportTrimmed(tr.field)
 	}
@@ -110,8 +111,23 @@ func (t *telemetry) containers(device string, seq uint64, c events.DeviceContain
 	first := d.contSeq == 0
 	deltas = restartDeltas(d.containers, b, first)
 	changed = first || !b.same(d.containers)
-	d.contSeq, d.containers = seq, b
+	d.contSeq, d.containers, d.noContainers = seq, b, false
 	return deltas, changed
+}
+
+// lacks records that the stream holds no report of kind (inventory or
+// containers) for the device: loadReports does not ask it again until a
+// live report of that kind arrives.
+func (t *telemetry) lacks(device string, kind events.ReportKind) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	d := t.entry(device)
+	switch kind {
+	case events.ReportInventory:
+		d.noInventory = d.invSeq == 0
+	case events.ReportContainers:
+		d.noContainers = d.contSeq == 0
+	}
 }
 
 // wroteWorkloads records that the controller wrote the Device's

@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +28,7 @@ import (
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/kstatus"
+	"github.com/nationtech/harmony-fleet/operator/internal/requeue"
 	"github.com/nationtech/harmony-fleet/score"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
@@ -285,7 +285,7 @@ func (p *Sync) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, er
 	}
 	if len(own) > 0 {
 		// Retry later: an administrator may create the role.
-		return ctrl.Result{RequeueAfter: time.Minute}, p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonOpenBaoRoleMissing,
+		return ctrl.Result{RequeueAfter: requeue.RoleMissingWait}, p.condition(ctx, &d, metav1.ConditionFalse, fleetv1.ReasonOpenBaoRoleMissing,
 			fmt.Sprintf("OpenBao has no JWT role %s: create it, bound to the devices of the group, and the operator adds policy %s to it", strings.Join(own, ", "), name))
 	}
 	return ctrl.Result{}, p.condition(ctx, &d, metav1.ConditionTrue, fleetv1.ReasonPolicySynced,

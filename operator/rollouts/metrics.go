@@ -1,27 +1,20 @@
 package rollouts
 
 import (
-	"errors"
-	"fmt"
-	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
-	"github.com/nationtech/harmony-fleet/operator/devices"
 )
 
-// Metrics are the operator's own Prometheus metrics (fleet_operator_*,
-// fleet_rollout_*, fleet_devices); controller-runtime adds its own on the
-// same registry (controller_runtime_*, workqueue_*, rest_client_*). Labels
-// are bounded: by Deployment at most, never by device. A nil *Metrics
-// records nothing. Safe for concurrent use.
+// Metrics are the rollout role's Prometheus metrics (fleet_rollout_*,
+// fleet_rollouts, fleet_deployment_degraded_devices): what the rollout
+// runner folds, appends and writes. Labels are bounded: by Deployment at
+// most, never by device. A nil *Metrics records nothing. Safe for
+// concurrent use.
 type Metrics struct {
-	revisions    *prometheus.CounterVec
 	transitions  *prometheus.CounterVec
 	durations    *prometheus.HistogramVec
 	started      *prometheus.GaugeVec
@@ -32,20 +25,14 @@ type Metrics struct {
 	intentWrites *prometheus.CounterVec
 	statusWrites *prometheus.CounterVec
 	live         prometheus.Gauge
-	devices      *prometheus.GaugeVec
-	trimmed      *prometheus.CounterVec
-	restarts     *prometheus.CounterVec
-	leader       prometheus.Gauge
 	// checkpointAt is the unix nanoseconds of the last checkpoint written
 	// (or of the runner's start, before the first); 0: no checkpoints.
 	checkpointAt atomic.Int64
 	checkpoint   prometheus.GaugeFunc
 }
 
-// Metric names the alert rules and the docs use.
+// Metric names of the rollout role the alert rules and the docs use.
 const (
-	MetricRevisions          = "fleet_operator_revisions_total"
-	MetricLeader             = "fleet_operator_leader"
 	MetricRolloutTransitions = "fleet_rollout_transitions_total"
 	MetricRolloutDuration    = "fleet_rollout_duration_seconds"
 	MetricRolloutStarted     = "fleet_rollout_started_timestamp_seconds"
@@ -59,21 +46,12 @@ const (
 	MetricRunnerStatusWrites  = "fleet_rollout_runner_status_writes_total"
 	MetricRunnerLive          = "fleet_rollout_runner_live"
 	MetricRunnerCheckpointAge = "fleet_rollout_runner_checkpoint_age_seconds"
-	MetricDevices             = "fleet_devices"
-	// MetricDeviceReportsTrimmed counts device inventories cut to the
-	// bounds of a Device, by the field cut (never by device).
-	MetricDeviceReportsTrimmed = "fleet_device_reports_trimmed_total"
-	// MetricContainerRestarts counts the restarts of Deployments'
-	// containers the devices reported, by Deployment (never by device).
-	MetricContainerRestarts = "fleet_deployment_container_restarts_total"
 )
 
-// NewMetrics returns the operator's metrics at zero.
+// NewMetrics returns the rollout role's metrics at zero, every phase
+// pre-created.
 func NewMetrics() *Metrics {
 	m := &Metrics{
-		revisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRevisions,
-			Help: "Deployment revisions the Deployment controller tried to append, by result: appended, conflict (another writer appended first; re-read), failed."},
-			[]string{"result"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRolloutTransitions,
 			Help: "Rollout transitions this replica's rollout runner appended, by Deployment and event type (rollout.started … rollout.succeeded, rollout.failed)."},
 			[]string{"namespace", "deployment", "type"}),
@@ -104,17 +82,6 @@ func NewMetrics() *Metrics {
 			[]string{"result"}),
 		live: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricRunnerLive,
 			Help: "1 once the rollout runner has caught up with the streams and decides live; 0 while it rebuilds."}),
-		devices: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricDevices,
-			Help: "Devices by liveness (Online, Stale, Unknown) as the Device controller last decided."},
-			[]string{"liveness"}),
-		trimmed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricDeviceReportsTrimmed,
-			Help: "Device inventories the Device controller cut to the bounds of a Device before writing it, by the field cut: labels (reported labels dropped), inventory.os, inventory.arch, inventory.kernel, inventory.agentVersion (string truncated). Counted per inventory read (again after an operator restart)."},
-			[]string{"field"}),
-		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricContainerRestarts,
-			Help: "Restarts of a Deployment's containers on its devices: the growth of each container's restart count between two consecutive container reports of a device (a replaced container counts its whole count). A device's first report after an operator start is its baseline."},
-			[]string{"namespace", "deployment"}),
-		leader: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricLeader,
-			Help: "1 on the operator replica that runs the controllers (the elected leader; a single replica leads once started), 0 otherwise."}),
 	}
 	m.checkpoint = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricRunnerCheckpointAge,
 		Help: "Seconds since the rollout runner last wrote its checkpoint (since it started, before the first); 0 when it keeps none."},
@@ -128,60 +95,16 @@ func NewMetrics() *Metrics {
 	for _, p := range []fleetv1.DeploymentPhase{fleetv1.PhasePending, fleetv1.PhaseCanary, fleetv1.PhaseProgressing, fleetv1.PhaseSucceeded, fleetv1.PhaseFailed} {
 		m.phases.WithLabelValues(string(p))
 	}
-	for _, l := range []fleetv1.Liveness{fleetv1.LivenessOnline, fleetv1.LivenessStale, fleetv1.LivenessUnknown} {
-		m.devices.WithLabelValues(string(l))
-	}
-	for _, f := range devices.TrimFields {
-		m.trimmed.WithLabelValues(f)
-	}
-	for _, r := range []string{"appended", "conflict", "failed"} {
-		m.revisions.WithLabelValues(r)
-	}
 	return m
 }
 
-// Collectors returns the collectors to register.
+// Collectors returns the collectors to register (none of a nil *Metrics).
 func (m *Metrics) Collectors() []prometheus.Collector {
 	if m == nil {
 		return nil
 	}
-	return []prometheus.Collector{m.revisions, m.transitions, m.durations, m.started, m.deadlines, m.degraded, m.phases, m.reports,
-		m.intentWrites, m.statusWrites, m.live, m.devices, m.trimmed, m.restarts, m.leader, m.checkpoint}
-}
-
-// processMetrics are the metrics of operators started without their own.
-var processMetrics = sync.OnceValue(NewMetrics)
-
-// ProcessMetrics returns the metrics operators of this process use when
-// Options.Metrics is nil.
-func ProcessMetrics() *Metrics { return processMetrics() }
-
-// Register registers m with controller-runtime's metrics registry (served
-// on Options.MetricsAddr). Registering the same metrics again (a second
-// operator in the process) is fine; other metrics under the same names are
-// not exported, and that is logged.
-func (m *Metrics) Register(log *slog.Logger) error {
-	for _, c := range m.Collectors() {
-		err := ctrlmetrics.Registry.Register(c)
-		var are prometheus.AlreadyRegisteredError
-		switch {
-		case err == nil:
-		case errors.As(err, &are):
-			if are.ExistingCollector != c {
-				log.Info("other operator metrics are already registered in this process; this operator's are not exported")
-				return nil
-			}
-		default:
-			return fmt.Errorf("operator: register metrics: %w", err)
-		}
-	}
-	return nil
-}
-
-func (m *Metrics) revision(result string) {
-	if m != nil {
-		m.revisions.WithLabelValues(result).Inc()
-	}
+	return []prometheus.Collector{m.transitions, m.durations, m.started, m.deadlines, m.degraded, m.phases, m.reports,
+		m.intentWrites, m.statusWrites, m.live, m.checkpoint}
 }
 
 func (m *Metrics) transition(k depKey, typ string) {
@@ -228,22 +151,6 @@ func (m *Metrics) report(outcome string) {
 	}
 }
 
-// ReportTrimmed counts one device inventory cut at field.
-func (m *Metrics) ReportTrimmed(field string) {
-	if m != nil {
-		m.trimmed.WithLabelValues(field).Inc()
-	}
-}
-
-// ContainerRestarts adds n restarts of the containers of Deployment
-// namespace/deployment (the Device controller's count of the growth
-// between two container reports of one device).
-func (m *Metrics) ContainerRestarts(namespace, deployment string, n int64) {
-	if m != nil && n > 0 {
-		m.restarts.WithLabelValues(namespace, deployment).Add(float64(n))
-	}
-}
-
 func (m *Metrics) intentWrite(op string, err error) {
 	if m != nil {
 		m.intentWrites.WithLabelValues(op, result(err)).Inc()
@@ -262,31 +169,10 @@ func (m *Metrics) setLive(live bool) {
 	}
 }
 
-// SetLeader sets fleet_operator_leader: 1 while this replica leads.
-func (m *Metrics) SetLeader(leader bool) {
-	if m != nil {
-		m.leader.Set(b2f(leader))
-	}
-}
-
 // checkpointed records a checkpoint written (or the runner's start) at t.
 func (m *Metrics) checkpointed(t time.Time) {
 	if m != nil {
 		m.checkpointAt.Store(t.UnixNano())
-	}
-}
-
-// LivenessChanged moves one device from liveness from ("": none) to to
-// ("": gone).
-func (m *Metrics) LivenessChanged(from, to fleetv1.Liveness) {
-	if m == nil || from == to {
-		return
-	}
-	if from != "" {
-		m.devices.WithLabelValues(string(from)).Dec()
-	}
-	if to != "" {
-		m.devices.WithLabelValues(string(to)).Inc()
 	}
 }
 

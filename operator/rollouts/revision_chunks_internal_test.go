@@ -18,6 +18,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/deployments"
 	"github.com/nationtech/harmony-fleet/operator/internal/intent"
 	devtargets "github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/score"
@@ -80,35 +81,35 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	}
 
 	// An operator crashes after two chunks: orphans, and no revision.
-	crashed, _, err := revisionEvents(d, res)
+	crashed, _, err := deployments.RevisionEvents(d, res)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(crashed) < 3 {
 		t.Fatalf("%d targets make %d events, want chunks and a revision", n, len(crashed))
 	}
-	if err := appendRevision(ctx, st, crashed[:2], 0); err != nil {
+	if err := deployments.AppendRevision(ctx, st, crashed[:2], 0); err != nil {
 		t.Fatal(err)
 	}
 	h := head()
-	if _, done := alreadyAppended(h.Last, d); done {
+	if _, done := intent.AppendedRevision(h.Last, d); done {
 		t.Fatal("orphan chunks read as an appended revision")
 	}
 	// A racing operator that read the subject before them loses; the next
 	// attempt reads the new head and appends the whole revision.
-	racer, _, _ := revisionEvents(d, res)
-	if err := appendRevision(ctx, st, racer, 0); !errors.Is(err, events.ErrConflict) {
+	racer, _, _ := deployments.RevisionEvents(d, res)
+	if err := deployments.AppendRevision(ctx, st, racer, 0); !errors.Is(err, events.ErrConflict) {
 		t.Fatalf("a racing append from a stale head: %v, want a conflict", err)
 	}
-	evs, want, err := revisionEvents(d, res)
+	evs, want, err := deployments.RevisionEvents(d, res)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := appendRevision(ctx, st, evs, h.Seq); err != nil {
+	if err := deployments.AppendRevision(ctx, st, evs, h.Seq); err != nil {
 		t.Fatal(err)
 	}
 	h = head()
-	rev, done := alreadyAppended(h.Last, d)
+	rev, done := intent.AppendedRevision(h.Last, d)
 	if !done || rev.TargetChunks != len(evs)-1 || rev.TargetsDigest != events.TargetsDigest(targets) {
 		t.Fatalf("head after the append: %+v appended %v, want the revision naming %d chunks", rev.RevisionID, done, len(evs)-1)
 	}

@@ -451,7 +451,7 @@ func silentTargets(ro projections.Rollout, now time.Time, timeout time.Duration)
 func (r *runner) appendTransition(ctx context.Context, k depKey, tr events.RolloutTransition) bool {
 	s := r.s
 	ro := s.rollouts[k]
-	ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, stamped(r.Stamp, events.WithCorrelation(ro.UID, ro.Generation))...)
+	ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, intent.Stamped(r.Stamp, events.WithCorrelation(ro.UID, ro.Generation))...)
 	if err != nil {
 		r.Log.ErrorContext(ctx, "build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)
 		return false
@@ -478,7 +478,7 @@ func (r *runner) decide(ctx context.Context, k depKey) {
 	s := r.s
 	ro := s.rollouts[k]
 	for _, tr := range ro.NextAt(time.Now()) {
-		ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, stamped(r.Stamp, events.WithCorrelation(ro.UID, ro.Generation))...)
+		ev, err := events.New(events.Keys{Namespace: k.ns, Name: k.name}, tr, intent.Stamped(r.Stamp, events.WithCorrelation(ro.UID, ro.Generation))...)
 		if err != nil {
 			r.Log.ErrorContext(ctx, "build rollout transition", "deployment", k.ns+"/"+k.name, "error", err)
 			return

@@ -20,6 +20,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/deployments"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -89,11 +90,11 @@ func TestTheRolloutRunnerReadsAgainAfterAFailedRead(t *testing.T) {
 	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api", UID: "uid-1", Generation: 1},
 		Spec: fleetv1.DeploymentSpec{Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 			Name: "api", Image: "registry.example.com/api:v1"}}}}}}
-	evs, rev, err := revisionEvents(d, devtargets.Resolution{Targets: targets})
+	evs, rev, err := deployments.RevisionEvents(d, devtargets.Resolution{Targets: targets})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := appendRevision(ctx, st, evs, 0); err != nil {
+	if err := deployments.AppendRevision(ctx, st, evs, 0); err != nil {
 		t.Fatal(err)
 	}
 	report := func(dev string) {

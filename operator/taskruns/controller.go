@@ -60,10 +60,16 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Reconcile does one action per call: add the finalizer, append the
+// Reconcile does the work of reconcile; a stall (requeue.Stall: a lost
+// append race, a wait) is a requeue after its wait, without an error.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return requeue.Result(r.reconcile(ctx, req))
+}
+
+// reconcile does one action per call: add the finalizer, append the
 // creation (targets frozen), write TargetsResolved, or append the deletion
 // and drop the finalizer.
-func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var tr fleetv1.TaskRun
 	if err := r.Client.Get(ctx, req.NamespacedName, &tr); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -103,7 +109,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.Seq))
 		if errors.Is(err, events.ErrConflict) {
 			r.Log.InfoContext(ctx, "taskrun append conflict, re-reading", "taskrun", req.String())
-			return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
+			return ctrl.Result{}, requeue.Conflict(err)
 		}
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("append creation of %s: %w", req, err)

@@ -1,7 +1,9 @@
 // Package intent holds what the operator's roles share to write an
 // object's intent subject: the event store and reader they need (Store,
-// Reader), where a subject stands (Head, ReadHead), and the deletion event
-// that ends it (FinishDeletion). Imported by the roles of the operator only.
+// Reader), where a subject stands (Head, ReadHead), the revision a
+// Deployment's subject ends with (AppendedRevision), the deletion event
+// that ends it (FinishDeletion), and the test stamp every event the roles
+// build takes last (Stamped). Imported by the roles of the operator only.
 package intent
 
 import (
@@ -89,7 +91,8 @@ func lastDecodable(ctx context.Context, reader Reader, subject string) (*events.
 // FinishDeletion ends the deletion of a Deployment or TaskRun: unless done
 // (the subject's last event already is this object's deletion), it appends
 // the deletion event ev expecting the subject's last sequence (a conflict —
-// another operator appended first — requeues), then removes finalizer from
+// another operator appended first — is a requeue.Conflict stall, which the
+// caller's Reconcile turns into a re-read), then removes finalizer from
 // obj. A deletion event is appended once per UID, also across operator
 // restarts and racing operators.
 func FinishDeletion(ctx context.Context, c client.Client, store Store, log *slog.Logger, obj client.Object, finalizer, subject string,
@@ -101,7 +104,7 @@ func FinishDeletion(ctx context.Context, c client.Client, store Store, log *slog
 		}
 		_, err = store.Append(ctx, e, events.ExpectLastSubjectSequence(head.Seq))
 		if errors.Is(err, events.ErrConflict) {
-			return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
+			return ctrl.Result{}, requeue.Conflict(err)
 		}
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("append deletion of %s: %w", subject, err)

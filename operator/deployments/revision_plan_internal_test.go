@@ -1,4 +1,4 @@
-package rollouts
+package deployments
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestARevisionWithoutRolloutControlsHasTheBytesOfBefore(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, _, err := revisionEvents(d, res)
+			evs, _, err := RevisionEvents(d, res)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +74,7 @@ func TestARevisionWithoutRolloutControlsHasTheBytesOfBefore(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs, _, err := revisionEvents(d, res)
+		evs, _, err := RevisionEvents(d, res)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +126,7 @@ func TestARevisionWithAPlanOfAHundredThousandTargetsIsAppendedAndAssembledWithIt
 		t.Fatalf("plan (-want +got):\n%s", diff)
 	}
 
-	evs, want, err := revisionEvents(d, res)
+	evs, want, err := RevisionEvents(d, res)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,14 +153,14 @@ func TestARevisionWithAPlanOfAHundredThousandTargetsIsAppendedAndAssembledWithIt
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := appendRevision(ctx, st, evs, 0); err != nil {
+	if err := AppendRevision(ctx, st, evs, 0); err != nil {
 		t.Fatal(err)
 	}
 	h, err := intent.ReadHead(ctx, st, st, nil, log, subject)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rev, done := alreadyAppended(h.Last, d); !done || rev.TargetChunks != len(evs)-1 {
+	if rev, done := intent.AppendedRevision(h.Last, d); !done || rev.TargetChunks != len(evs)-1 {
 		t.Fatalf("head after the append: %s appended %v", rev.RevisionID, done)
 	}
 
@@ -215,7 +215,7 @@ func TestAProgressDeadlineIsFrozenOnlyWhenSet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, _, err := revisionEvents(d, res)
+			evs, _, err := RevisionEvents(d, res)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +255,7 @@ func TestAMinReadyIsFrozenOnlyWhenSet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, _, err := revisionEvents(d, res)
+			evs, _, err := RevisionEvents(d, res)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package rollouts
+package deployments
 
 import (
 	"context"
@@ -62,10 +62,16 @@ func (r *DeploymentReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Complete(r)
 }
 
-// Reconcile does one action per call and requeues: add the finalizer, append
+// Reconcile does the work of reconcile; a stall (requeue.Stall: a lost
+// append race, a wait) is a requeue after its wait, without an error.
+func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return requeue.Result(r.reconcile(ctx, req))
+}
+
+// reconcile does one action per call and requeues: add the finalizer, append
 // the revision of the current generation, or append the deletion and drop the
 // finalizer.
-func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *DeploymentReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Deployment
 	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -91,13 +97,13 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		return ctrl.Result{}, r.Client.Patch(ctx, &d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
 	}
 
-	rev, appended := alreadyAppended(head.Last, &d)
+	rev, appended := intent.AppendedRevision(head.Last, &d)
 	res := targets.Resolution{}
 	if !appended && r.WaitForPolicy && !policysync.Ready(&d) {
 		// The policy sync's status update triggers the next reconcile;
 		// the requeue covers an OpenBao that is down.
 		r.Log.DebugContext(ctx, "revision waits for the pull-secret policy", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: requeue.PolicyWait}, nil
+		return ctrl.Result{}, requeue.ForPolicy()
 	}
 	if !appended {
 		var devices fleetv1.DeviceList
@@ -108,16 +114,16 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		evs, data, err := revisionEvents(&d, res, r.Stamp)
+		evs, data, err := RevisionEvents(&d, res, r.Stamp)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		err = appendRevision(ctx, r.Store, evs, head.Seq)
+		err = AppendRevision(ctx, r.Store, evs, head.Seq)
 		if errors.Is(err, events.ErrConflict) {
 			// Another writer appended first: re-read and re-decide.
 			r.Metrics.revision("conflict")
 			r.Log.InfoContext(ctx, "revision append conflict, re-reading", "deployment", req.String())
-			return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
+			return ctrl.Result{}, requeue.Conflict(err)
 		}
 		if err != nil {
 			r.Metrics.revision("failed")
@@ -136,12 +142,12 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	return ctrl.Result{}, r.patchStatus(ctx, &d, rev, res)
 }
 
-// appendRevision appends a revision's events (revisionEvents) in order,
+// AppendRevision appends a revision's events (RevisionEvents) in order,
 // each expecting the subject's last sequence, from seq (the head's). Chunks
 // go first and the revision last: a crash or a lost race between them
 // (events.ErrConflict) leaves orphan chunks that readers ignore, and the
 // next attempt starts again from the subject's new last sequence.
-func appendRevision(ctx context.Context, store intent.Store, evs []events.Event, seq uint64) error {
+func AppendRevision(ctx context.Context, store intent.Store, evs []events.Event, seq uint64) error {
 	for _, ev := range evs {
 		pos, err := store.Append(ctx, ev, events.ExpectLastSubjectSequence(seq))
 		if err != nil {
@@ -152,22 +158,9 @@ func appendRevision(ctx context.Context, store intent.Store, evs []events.Event,
 	return nil
 }
 
-// head reads where the Deployment's intent subject stands (readHead).
+// head reads where the Deployment's intent subject stands (intent.ReadHead).
 func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intent.Head, error) {
 	return intent.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
-}
-
-// alreadyAppended reports whether the last intent event is the revision of
-// this Deployment's current (or a later) generation.
-func alreadyAppended(last *events.Record, d *fleetv1.Deployment) (events.DeploymentRevisionCreated, bool) {
-	if last == nil || last.Event.Type != events.TypeDeploymentRevisionCreated {
-		return events.DeploymentRevisionCreated{}, false
-	}
-	rev, err := events.Decode[events.DeploymentRevisionCreated](last.Event)
-	if err != nil || rev.UID != string(d.UID) || rev.Generation < d.Generation {
-		return events.DeploymentRevisionCreated{}, false
-	}
-	return rev, true
 }
 
 // resolutionOf rebuilds the condition of a revision appended earlier (the
@@ -205,7 +198,7 @@ func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment
 	return intent.FinishDeletion(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, subject, head, done, func() (events.Event, error) {
 		return events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
 			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation},
-			stamped(r.Stamp, events.WithCorrelation(string(d.UID), d.Generation))...)
+			intent.Stamped(r.Stamp, events.WithCorrelation(string(d.UID), d.Generation))...)
 	})
 }
 

@@ -1,4 +1,4 @@
-package rollouts
+package rolloutactions
 
 import (
 	"context"
@@ -191,8 +191,14 @@ func (r *RolloutActions) rolloutActionChanged() predicate.Funcs {
 	}
 }
 
-// Reconcile records the Deployment's current request, if it is new.
+// Reconcile does the work of reconcile; a stall (requeue.Stall: a lost
+// append race, a wait) is a requeue after its wait, without an error.
 func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	return requeue.Result(r.reconcile(ctx, req))
+}
+
+// reconcile records the Deployment's current request, if it is new.
+func (r *RolloutActions) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Deployment
 	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
@@ -228,7 +234,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// ran: the watch event of the write that set the value comes
 		// with the generation to judge it by.
 		r.Log.DebugContext(ctx, "rollout request waits for its watch event", "deployment", req.String(), "request", a.Request)
-		return ctrl.Result{RequeueAfter: requeue.SeenWait}, nil
+		return ctrl.Result{}, requeue.UntilSeen()
 	}
 	if a.Generation != d.Generation || a.Generation != seenAt {
 		// Removed first: once the Warning is out, the request is gone
@@ -258,15 +264,15 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	rev, ok := alreadyAppended(ih.Last, &d)
+	rev, ok := intentsubj.AppendedRevision(ih.Last, &d)
 	if !ok || rev.Generation != d.Generation {
 		// The Deployment controller appends it; the request waits for it.
 		r.Log.DebugContext(ctx, "rollout request waits for its revision", "deployment", req.String(), "generation", d.Generation)
-		return ctrl.Result{RequeueAfter: requeue.RevisionWait}, nil
+		return ctrl.Result{}, requeue.ForRevision()
 	}
 	tr := events.NewRolloutTransition(transitionOf(a.Action), events.RolloutTransition{
 		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: a.Batch, By: a.By, Request: a.Request})
-	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, stamped(r.Stamp, events.WithCorrelation(rev.UID, rev.Generation))...)
+	ev, err := events.New(events.Keys{Namespace: d.Namespace, Name: d.Name}, tr, intentsubj.Stamped(r.Stamp, events.WithCorrelation(rev.UID, rev.Generation))...)
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("rollout request of %s: %w", req, err)
 	}
@@ -275,7 +281,7 @@ func (r *RolloutActions) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		// The runner (or another replica) appended first: re-read, the
 		// request may be there now.
 		r.Log.DebugContext(ctx, "rollout request append conflict, re-reading", "deployment", req.String(), "request", a.Request)
-		return ctrl.Result{RequeueAfter: requeue.ConflictRetry}, nil
+		return ctrl.Result{}, requeue.Conflict(err)
 	}
 	if err != nil {
 		return ctrl.Result{}, fmt.Errorf("append %s of %s: %w", tr.EventType(), req, err)

@@ -1,4 +1,4 @@
-package rollouts
+package deployments
 
 import (
 	"crypto/sha256"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/intent"
 	"github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/score"
 )
@@ -47,14 +48,14 @@ func SetRevisionChunkBytes(n int) (restore func()) {
 	return func() { revisionChunkBytes = old }
 }
 
-// revisionEvents builds the events of a Deployment generation's revision:
+// RevisionEvents builds the events of a Deployment generation's revision:
 // its deployment.revision.targets chunks when the frozen target list does
 // not fit in one event, then the deployment.revision.created event (last:
 // readers assemble a revision only when it comes). data is the revision
 // with its complete lists, and the resolution's frozen plan with its
 // targets' batches (none without a plan: the bytes are as before). stamp,
 // when set, is applied last to each event (Options.EventStamp, tests only).
-func revisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events.Option) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
+func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events.Option) (evs []events.Event, data events.DeploymentRevisionCreated, err error) {
 	digest, raw, err := ScoreDigest(d.Spec.Score)
 	if err != nil {
 		return nil, data, err
@@ -81,7 +82,7 @@ func revisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 	keys := events.Keys{Namespace: d.Namespace, Name: d.Name}
 	opts := []events.Option{events.WithCorrelation(string(d.UID), d.Generation)}
 	for _, s := range stamp {
-		opts = stamped(s, opts...)
+		opts = intent.Stamped(s, opts...)
 	}
 	created, chunks := events.ChunkRevision(data, revisionChunkBytes)
 	for _, c := range chunks {
