@@ -81,7 +81,7 @@ func parseImageRef(s string) (imageRef, error) {
 	}
 	name, digest, _ := strings.Cut(s, "@")
 	if digest != "" && !strings.HasPrefix(digest, "sha256:") {
-		return imageRef{}, fmt.Errorf("digest %q: a digest starts with sha256:", digest)
+		return imageRef{}, fmt.Errorf("digest %q: a digest starts with sha256: (sha256:<64 hex digits>)", digest)
 	}
 	r := imageRef{repo: name, digest: digest}
 	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {

@@ -292,7 +292,7 @@ func TestExposureQuestionsThatCannotBeAnsweredSayWhy(t *testing.T) {
 	}{
 		{"an empty query names the flags", history.ExposureQuery{}, history.ErrInvalidQuery, "give --image"},
 		{"an image with a space is refused", history.ExposureQuery{Image: "api v1"}, history.ErrInvalidQuery, "no spaces"},
-		{"a digest that is not sha256 is refused", history.ExposureQuery{Image: "api@md5:1"}, history.ErrInvalidQuery, "starts with sha256:"},
+		{"a digest that is not sha256 is refused", history.ExposureQuery{Image: "api@md5:1"}, history.ErrInvalidQuery, "starts with sha256: "},
 		{"a Deployment without a namespace is refused", history.ExposureQuery{Image: "api:v1", Deployment: "api"}, history.ErrInvalidQuery, "<namespace>/<name>"},
 		{"an image no revision runs has no events", history.ExposureQuery{Image: "registry.example.com/api:v9"}, history.ErrNoEvents, "no revision's score matches"},
 		{"the repository alone matches but not another Deployment", history.ExposureQuery{Image: "registry.example.com/api", Deployment: "lab/web"}, history.ErrNoEvents, "Deployment lab/web"},
