@@ -96,16 +96,16 @@ type SimValidation struct {
 
 // SimComparison is one recorded revision against its simulation.
 type SimComparison struct {
-	Generation   int64      `json:"generation"`
-	RevisionID   string     `json:"revisionId"`
-	Created      time.Time  `json:"created"`
-	RecordedEnd  string     `json:"recordedEnd"`
-	PredictedEnd string     `json:"predictedEnd"`
-	Marks        []SimMark  `json:"marks"`
+	Generation   int64     `json:"generation"`
+	RevisionID   string    `json:"revisionId"`
+	Created      time.Time `json:"created"`
+	RecordedEnd  string    `json:"recordedEnd"`
+	PredictedEnd string    `json:"predictedEnd"`
+	Marks        []SimMark `json:"marks"`
 	// NoHistory is set when nothing was recorded before the revision to
 	// learn from.
-	NoHistory bool `json:"noHistory,omitempty"`
-	Prediction   Prediction `json:"prediction"`
+	NoHistory  bool       `json:"noHistory,omitempty"`
+	Prediction Prediction `json:"prediction"`
 }
 
 // SimMark is one stage's start or end: recorded and predicted offsets from
