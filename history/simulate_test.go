@@ -2,6 +2,8 @@ package history_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,6 +14,35 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
+// watchIntent waits, as an agent does, on device's fleet-intent key
+// until its value runs generation gen of lab/name: it answers as soon as
+// the operator hands the revision over, whatever the wait before.
+func (f *fleetRun) watchIntent(device, name string, gen int64) {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(f.ctx, time.Minute)
+	defer cancel()
+	w, err := f.kv.Watch(ctx, device)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer w.Stop()
+	for e := range w.Updates() {
+		if e == nil {
+			continue // the current values are delivered
+		}
+		var v events.DeviceIntent
+		if json.Unmarshal(e.Value(), &v) != nil {
+			continue
+		}
+		for _, d := range v.Deployments {
+			if d.Name == name && d.Generation == gen {
+				return
+			}
+		}
+	}
+	f.t.Fatalf("%s's intent never ran %s generation %d: %v", device, name, gen, ctx.Err())
+}
+
 // simTolerance is the stated error of a simulated stage time against the
 // recorded one, for rollouts whose devices answer as before: the
 // operator's and the agents' reaction times on a loaded machine, which the
@@ -20,16 +51,19 @@ const simTolerance = 750 * time.Millisecond
 
 // TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes runs the
 // operator's real rollout runner through a rollout without a plan (d6
-// fails) and then one with two soaking batches (d6 fails again, within
-// batch 2's threshold) while the test plays the agents, then simulates the
-// second rollout's own plan against the history before it and compares
-// every stage's start and end with the recorded transitions.
+// fails), one with two soaking batches (d6 fails again, within batch 2's
+// threshold), one with a manual approval before each batch and one whose
+// only batch d6 fails and which pauses, while the test plays the agents
+// and the approver; then simulates each rollout's own plan against the
+// history before it (with the recorded approvals' delays) and compares
+// every stage's start and end, and how it ended, with the recorded
+// transitions.
 func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T) {
 	f := startFleet(t)
 	all := []string{"d1", "d2", "d3", "d4", "d5", "d6"}
 	answer := func(rev events.DeploymentRevisionCreated, devices ...string) {
 		for _, d := range devices {
-			f.waitIntent(d, "api", rev.Generation)
+			f.watchIntent(d, "api", rev.Generation)
 			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadApplying, "")
 			if d == "d6" {
 				f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadFailed, "api exited with 1")
@@ -47,6 +81,35 @@ func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T
 	answer(g2, "d1", "d2", "d3", "d4", "d5", "d6")
 	f.waitPhase("api", 2, fleetv1.PhaseSucceeded)
 
+	// Manual approval of each batch, given by the test as the operator
+	// records one (rollout.approved).
+	approve := func(rev events.DeploymentRevisionCreated, batch int) {
+		f.waitFor(fmt.Sprintf("generation %d to await the approval of batch %d", rev.Generation, batch), func() bool {
+			st, ok := f.statuses.get("lab", "api")
+			return ok && st.Revision != nil && st.Revision.Generation == rev.Generation && st.Plan != nil && st.Plan.AwaitingApproval == int32(batch)
+		})
+		f.append(events.Keys{Namespace: "lab", Name: "api"}, events.NewRolloutTransition(events.TypeRolloutApproved, events.RolloutTransition{
+			UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: batch, By: "ana", Request: fmt.Sprintf("r%d-%d", rev.Generation, batch)}),
+			events.WithCorrelation(rev.UID, rev.Generation))
+	}
+	manual := &events.RolloutPlan{Approval: events.ApprovalManual, Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 100}, {Size: 3, SuccessPercent: 50}}}
+	g3 := f.scoredRevision("api", "a1b2c3", 3, "registry.example.com/api:v1", all, []string{"d1"}, manual, []int{0, 1, 1, 2, 2, 2})
+	answer(g3, "d1")
+	approve(g3, 1)
+	answer(g3, "d2", "d3")
+	approve(g3, 2)
+	answer(g3, "d4", "d5", "d6")
+	f.waitPhase("api", 3, fleetv1.PhaseSucceeded)
+
+	// One batch of every non-canary at 100 %: d6 fails it, the plan pauses.
+	pause := &events.RolloutPlan{OnFailure: events.OnFailurePause, Batches: []events.PlanBatch{{Size: 5, SuccessPercent: 100}}}
+	g4 := f.scoredRevision("api", "a1b2c3", 4, "registry.example.com/api:v1", all, []string{"d1"}, pause, []int{0, 1, 1, 1, 1, 1})
+	answer(g4, all...)
+	f.waitFor("generation 4 to pause", func() bool {
+		st, ok := f.statuses.get("lab", "api")
+		return ok && st.Revision != nil && st.Revision.Generation == 4 && st.Plan != nil && st.Plan.Paused
+	})
+
 	h, err := history.New(history.Options{Reader: f.store})
 	if err != nil {
 		t.Fatal(err)
@@ -55,20 +118,29 @@ func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Revisions) != 2 {
-		t.Fatalf("%d revisions simulated, want 2", len(v.Revisions))
+	if len(v.Revisions) != 4 || v.NoHistory != 1 {
+		t.Fatalf("%d revisions simulated, %d without history; want 4, 1 (generation 1)", len(v.Revisions), v.NoHistory)
 	}
+	for _, c := range v.Revisions[1:] {
+		if c.RecordedEnd != c.PredictedEnd {
+			t.Errorf("generation %d: recorded end %s, predicted %s", c.Generation, c.RecordedEnd, c.PredictedEnd)
+		}
+		for _, m := range c.Marks {
+			if m.Recorded < 0 || m.Predicted < 0 {
+				t.Errorf("generation %d %s %s: recorded %s, predicted %s: one side never reached it", c.Generation, m.Stage, m.Mark, m.Recorded, m.Predicted)
+			} else if m.Error > simTolerance || m.Error < -simTolerance {
+				t.Errorf("generation %d %s %s: predicted +%s, recorded +%s: error %s beyond %s", c.Generation, m.Stage, m.Mark, m.Predicted, m.Recorded, m.Error, simTolerance)
+			}
+		}
+	}
+	if v.EndsAgree != 3 || v.Missing != 0 {
+		t.Errorf("%d of 3 ends agree, %d marks on one side only", v.EndsAgree, v.Missing)
+	}
+	t.Logf("generations 2-4: %d marks compared, mean absolute error %s, max %s", v.Compared, v.MeanAbsError, v.MaxAbsError)
 	c := v.Revisions[1]
 	var stages []string
 	for _, m := range c.Marks {
 		stages = append(stages, m.Stage+" "+m.Mark)
-		if m.Recorded < 0 || m.Predicted < 0 {
-			t.Errorf("%s %s: recorded %s, predicted %s: one side never reached it", m.Stage, m.Mark, m.Recorded, m.Predicted)
-			continue
-		}
-		if m.Error > simTolerance || m.Error < -simTolerance {
-			t.Errorf("%s %s: predicted +%s, recorded +%s: error %s beyond %s", m.Stage, m.Mark, m.Predicted, m.Recorded, m.Error, simTolerance)
-		}
 	}
 	want := []string{"rollout start", "canary start", "canary end succeeded", "batch 1 start", "batch 1 end succeeded", "batch 2 start",
 		"batch 2 end succeeded", "rollout end succeeded"}
@@ -82,7 +154,6 @@ func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T
 	if c.Prediction.Model.Own != 6 {
 		t.Errorf("model %+v: every target has its own sample from generation 1", c.Prediction.Model)
 	}
-	t.Logf("gen 2: %d marks, mean absolute error %s, max %s", len(c.Marks), v.MeanAbsError, v.MaxAbsError)
 
 	t.Run("the same seed gives the same prediction", func(t *testing.T) {
 		again, err := h.SimulateRecorded(context.Background(), "lab", "api", history.SimulateOptions{Seed: 1})
