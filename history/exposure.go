@@ -93,6 +93,17 @@ func parseImageRef(s string) (imageRef, error) {
 	return r, nil
 }
 
+// MatchImage reports whether image, a score's image reference, is one
+// query (ExposureQuery.Image's forms) names; an error when query is not an
+// image reference or digest.
+func MatchImage(query, image string) (bool, error) {
+	q, err := parseImageRef(query)
+	if err != nil {
+		return false, fmt.Errorf("%w: image %q: %w", ErrInvalidQuery, query, err)
+	}
+	return q.matches(image), nil
+}
+
 // matches reports whether image (a score's reference) is one the query
 // names: every part the query gives must be equal.
 func (q imageRef) matches(image string) bool {
