@@ -43,6 +43,19 @@ func (f *fleetRun) watchIntent(device, name string, gen int64) {
 	f.t.Fatalf("%s's intent never ran %s generation %d: %v", device, name, gen, ctx.Err())
 }
 
+// approve gives the approval of batch of rev once the rollout awaits it,
+// as the operator records one (rollout.approved).
+func (f *fleetRun) approve(rev events.DeploymentRevisionCreated, batch int) {
+	f.t.Helper()
+	f.waitFor(fmt.Sprintf("generation %d to await the approval of batch %d", rev.Generation, batch), func() bool {
+		st, ok := f.statuses.get("lab", "api")
+		return ok && st.Revision != nil && st.Revision.Generation == rev.Generation && st.Plan != nil && st.Plan.AwaitingApproval == int32(batch)
+	})
+	f.append(events.Keys{Namespace: "lab", Name: "api"}, events.NewRolloutTransition(events.TypeRolloutApproved, events.RolloutTransition{
+		UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: batch, By: "ana", Request: fmt.Sprintf("r%d-%d", rev.Generation, batch)}),
+		events.WithCorrelation(rev.UID, rev.Generation))
+}
+
 // simTolerance is the stated error of a simulated stage time against the
 // recorded one, for rollouts whose devices answer as before: the
 // operator's and the agents' reaction times on a loaded machine, which the
@@ -83,21 +96,12 @@ func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T
 
 	// Manual approval of each batch, given by the test as the operator
 	// records one (rollout.approved).
-	approve := func(rev events.DeploymentRevisionCreated, batch int) {
-		f.waitFor(fmt.Sprintf("generation %d to await the approval of batch %d", rev.Generation, batch), func() bool {
-			st, ok := f.statuses.get("lab", "api")
-			return ok && st.Revision != nil && st.Revision.Generation == rev.Generation && st.Plan != nil && st.Plan.AwaitingApproval == int32(batch)
-		})
-		f.append(events.Keys{Namespace: "lab", Name: "api"}, events.NewRolloutTransition(events.TypeRolloutApproved, events.RolloutTransition{
-			UID: rev.UID, Generation: rev.Generation, RevisionID: rev.RevisionID, Batch: batch, By: "ana", Request: fmt.Sprintf("r%d-%d", rev.Generation, batch)}),
-			events.WithCorrelation(rev.UID, rev.Generation))
-	}
 	manual := &events.RolloutPlan{Approval: events.ApprovalManual, Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 100}, {Size: 3, SuccessPercent: 50}}}
 	g3 := f.scoredRevision("api", "a1b2c3", 3, "registry.example.com/api:v1", all, []string{"d1"}, manual, []int{0, 1, 1, 2, 2, 2})
 	answer(g3, "d1")
-	approve(g3, 1)
+	f.approve(g3, 1)
 	answer(g3, "d2", "d3")
-	approve(g3, 2)
+	f.approve(g3, 2)
 	answer(g3, "d4", "d5", "d6")
 	f.waitPhase("api", 3, fleetv1.PhaseSucceeded)
 
@@ -164,4 +168,90 @@ func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T
 			t.Errorf("(-first +second):\n%s", diff)
 		}
 	})
+}
+
+// TestTheSimulatorsErrorOverALongerRecordedHistory records eight rollouts
+// of 20 devices with the operator's rollout runner — without a plan, with
+// count and percent batches and soaks, with manual approvals — where d20
+// always fails and d19 fails every other generation, then checks the
+// simulations of generations 2 to 8 against them: the mean absolute error
+// of their stage times within simTolerance. It logs the figures
+// docs/history.md states.
+func TestTheSimulatorsErrorOverALongerRecordedHistory(t *testing.T) {
+	f := startFleet(t)
+	var all []string
+	for i := 1; i <= 20; i++ {
+		all = append(all, fmt.Sprintf("d%02d", i))
+	}
+	canaries := all[:2]
+	answer := func(rev events.DeploymentRevisionCreated, devices []string) {
+		for _, d := range devices {
+			f.watchIntent(d, "api", rev.Generation)
+			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadApplying, "")
+			if d == "d20" || (d == "d19" && rev.Generation%2 == 1) {
+				f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadFailed, "api exited with 1")
+				continue
+			}
+			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadConverged, "")
+		}
+	}
+	// batches of 18 non-canary targets, in device-id order.
+	plans := []struct {
+		plan  *events.RolloutPlan
+		sizes []int
+	}{
+		{nil, nil},
+		{&events.RolloutPlan{Batches: []events.PlanBatch{{Size: 4, SuccessPercent: 100, SoakSeconds: 1}, {Size: 14, SuccessPercent: 80}}}, []int{4, 14}},
+		{&events.RolloutPlan{Approval: events.ApprovalManual, Batches: []events.PlanBatch{{Size: 9, SuccessPercent: 100}, {Size: 9, SuccessPercent: 75}}}, []int{9, 9}},
+		{&events.RolloutPlan{Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 100}, {Size: 6, SuccessPercent: 100, SoakSeconds: 1}, {Size: 10, SuccessPercent: 80}}}, []int{2, 6, 10}},
+	}
+	for gen := int64(1); gen <= 8; gen++ {
+		p := plans[(gen-1)%int64(len(plans))]
+		var batches []int
+		if p.plan != nil {
+			batches = append(batches, 0, 0)
+			for b, n := range p.sizes {
+				for range n {
+					batches = append(batches, b+1)
+				}
+			}
+		}
+		rev := f.scoredRevision("api", "a1b2c3", gen, "registry.example.com/api:v1", all, canaries, p.plan, batches)
+		answer(rev, canaries)
+		if p.plan == nil {
+			answer(rev, all[2:])
+		} else {
+			next := 2
+			for b, n := range p.sizes {
+				if p.plan.Approval == events.ApprovalManual {
+					f.approve(rev, b+1)
+				}
+				answer(rev, all[next:next+n])
+				next += n
+			}
+		}
+		f.waitFor(fmt.Sprintf("generation %d to end", gen), func() bool {
+			st, ok := f.statuses.get("lab", "api")
+			return ok && st.Revision != nil && st.Revision.Generation == gen && (st.Phase == fleetv1.PhaseSucceeded || st.Phase == fleetv1.PhaseFailed)
+		})
+	}
+	h, err := history.New(history.Options{Reader: f.store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := h.SimulateRecorded(context.Background(), "lab", "api", history.SimulateOptions{Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("generations 2-8: %d stage marks compared, mean absolute error %s, max %s, %d on one side only, %d of %d ends agree",
+		v.Compared, v.MeanAbsError, v.MaxAbsError, v.Missing, v.EndsAgree, len(v.Revisions)-v.NoHistory)
+	for _, c := range v.Revisions {
+		t.Logf("generation %d: recorded %s, predicted %s", c.Generation, c.RecordedEnd, c.PredictedEnd)
+	}
+	if v.NoHistory != 1 || v.Compared < 40 {
+		t.Fatalf("%d revisions without history, %d marks compared: want 1 (generation 1), at least 40", v.NoHistory, v.Compared)
+	}
+	if v.MeanAbsError > simTolerance {
+		t.Errorf("mean absolute error %s beyond %s", v.MeanAbsError, simTolerance)
+	}
 }
