@@ -46,6 +46,7 @@ func exposureCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 		fmt.Fprint(fs.Output(), exposureUsage)
 		fs.PrintDefaults()
 	}
+	fs.Lookup("at").Usage = "answer as of this RFC 3339 time: only events stored until then, open intervals measured to it"
 	fs.StringVar(&o.image, "image", "", "exposure only: an image reference or digest (repo:tag, repo@sha256:…, sha256:…, or repo for every tag)")
 	fs.StringVar(&o.scoreDigest, "score-digest", "", "exposure only: a revision's score digest (sha256:…)")
 	fs.StringVar(&o.deployment, "deployment", "", "exposure only: only this Deployment's revisions, <namespace>/<name>")

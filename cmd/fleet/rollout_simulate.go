@@ -52,6 +52,7 @@ func simulateCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 		fmt.Fprint(fs.Output(), simulateUsage)
 		fs.PrintDefaults()
 	}
+	fs.Lookup("at").Usage = "not used: give --from and --to"
 	fs.StringVar(&o.file, "f", "", "simulate: the Deployment manifest (YAML or JSON) whose rollout to predict")
 	fs.StringVar(&o.recorded, "recorded", "", "simulate: compare every recorded revision of <namespace>/<name> with a simulation of its own plan")
 	fs.StringVar(&o.from, "from", "", "simulate: learn the devices' behaviour from events stored at or after this RFC 3339 time (default: the first)")
