@@ -163,69 +163,85 @@ func (m *simModel) add(device string, s simSample) {
 	m.all = append(m.all, s)
 }
 
-// learn folds records (stored order) into a model: for every revision's
+// learner folds records (stored order) into a model: for every revision's
 // target, the time from being handed the revision (the operator's
 // canary-stage, batch-started or released) to its first Converged or Failed
-// report as the stream stored it, or its removal without a result.
+// report as the stream stored it, or its removal without a result. It keeps
+// one rollout fold per Deployment and the samples, never the records.
+type learner struct {
+	m        *simModel
+	rollouts map[events.Keys]*projections.Rollout
+	images   map[revKey][]string
+	chunks   events.RevisionAssembler
+}
+
+func newLearner() *learner {
+	return &learner{m: &simModel{byDevice: map[string][]simSample{}}, rollouts: map[events.Keys]*projections.Rollout{}, images: map[revKey][]string{}}
+}
+
+// learn is a learner's model of recs.
 func learn(recs []events.Record) *simModel {
-	m := &simModel{byDevice: map[string][]simSample{}}
-	rollouts := map[events.Keys]*projections.Rollout{}
-	images := map[revKey][]string{}
-	var chunks events.RevisionAssembler
+	l := newLearner()
 	for _, rec := range recs {
-		ev := rec.Event
-		keys := events.Keys{Namespace: ev.Keys.Namespace, Name: ev.Keys.Name}
-		switch {
-		case rec.Stream == events.StreamIntent:
-			whole, ok, err := chunks.Add(ev)
-			if err != nil || !ok {
-				continue
-			}
-			ev = whole
-			if ev.Type == events.TypeDeploymentRevisionCreated {
-				if d, err := events.Decode[events.DeploymentRevisionCreated](ev); err == nil {
-					images[revKeyOf(d.UID, d.Generation)] = scoreImages(d.Score)
-				}
-			}
-		case ev.Type == events.TypeWorkloadStatus:
-			k, _, ok := workloadKey(rec)
-			if !ok {
-				continue
-			}
-			keys = k
+		l.add(rec)
+	}
+	return l.m
+}
+
+// add folds one record.
+func (l *learner) add(rec events.Record) {
+	m := l.m
+	ev := rec.Event
+	keys := events.Keys{Namespace: ev.Keys.Namespace, Name: ev.Keys.Name}
+	switch {
+	case rec.Stream == events.StreamIntent:
+		whole, ok, err := l.chunks.Add(ev)
+		if err != nil || !ok {
+			return
 		}
-		r := rollouts[keys]
-		if r == nil {
-			r = &projections.Rollout{}
-			rollouts[keys] = r
-		}
-		p := projections.NewStoredPayload(events.Record{Event: ev, Stored: rec.Stored, Stream: rec.Stream, Sequence: rec.Sequence, Subject: rec.Subject})
-		dev := ev.Keys.Device
-		var before projections.DeviceResult
-		var handed time.Time
-		removed := ""
-		if ev.Type == events.TypeWorkloadStatus {
-			before, handed = r.Results[dev], r.HandedAt(dev)
-		}
-		if ev.Type == events.TypeRolloutTargetRemoved {
-			if d, err := p.RolloutTransition(); err == nil && r.IsCurrent(d.UID, d.Generation) && r.IsTarget(d.Device) &&
-				r.Results[d.Device].Settled.IsZero() && !r.HandedAt(d.Device).IsZero() {
-				removed, handed = d.Device, r.HandedAt(d.Device)
+		ev = whole
+		if ev.Type == events.TypeDeploymentRevisionCreated {
+			if d, err := events.Decode[events.DeploymentRevisionCreated](ev); err == nil {
+				l.images[revKeyOf(d.UID, d.Generation)] = scoreImages(d.Score)
 			}
 		}
-		r.FoldPayload(&p)
-		imgs := images[revKeyOf(r.UID, r.Generation)]
-		switch {
-		case removed != "":
-			m.add(removed, simSample{images: imgs, handed: handed, dur: rec.Stored.Sub(handed)})
-		case ev.Type == events.TypeWorkloadStatus && before.Settled.IsZero() && !handed.IsZero():
-			res := r.Results[dev]
-			if !res.Settled.IsZero() && r.IsTarget(dev) {
-				m.add(dev, simSample{images: imgs, handed: handed, dur: max(res.Settled.Sub(handed), 0), outcome: res.Phase})
-			}
+	case ev.Type == events.TypeWorkloadStatus:
+		k, _, ok := workloadKey(rec)
+		if !ok {
+			return
+		}
+		keys = k
+	}
+	r := l.rollouts[keys]
+	if r == nil {
+		r = &projections.Rollout{}
+		l.rollouts[keys] = r
+	}
+	p := projections.NewStoredPayload(events.Record{Event: ev, Stored: rec.Stored, Stream: rec.Stream, Sequence: rec.Sequence, Subject: rec.Subject})
+	dev := ev.Keys.Device
+	var before projections.DeviceResult
+	var handed time.Time
+	removed := ""
+	if ev.Type == events.TypeWorkloadStatus {
+		before, handed = r.Results[dev], r.HandedAt(dev)
+	}
+	if ev.Type == events.TypeRolloutTargetRemoved {
+		if d, err := p.RolloutTransition(); err == nil && r.IsCurrent(d.UID, d.Generation) && r.IsTarget(d.Device) &&
+			r.Results[d.Device].Settled.IsZero() && !r.HandedAt(d.Device).IsZero() {
+			removed, handed = d.Device, r.HandedAt(d.Device)
 		}
 	}
-	return m
+	r.FoldPayload(&p)
+	imgs := l.images[revKeyOf(r.UID, r.Generation)]
+	switch {
+	case removed != "":
+		m.add(removed, simSample{images: imgs, handed: handed, dur: rec.Stored.Sub(handed)})
+	case ev.Type == events.TypeWorkloadStatus && before.Settled.IsZero() && !handed.IsZero():
+		res := r.Results[dev]
+		if !res.Settled.IsZero() && r.IsTarget(dev) {
+			m.add(dev, simSample{images: imgs, handed: handed, dur: max(res.Settled.Sub(handed), 0), outcome: res.Phase})
+		}
+	}
 }
 
 // scoreImages lists the images of a score (sorted).

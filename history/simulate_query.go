@@ -131,26 +131,39 @@ func (h *History) SimulateRecorded(ctx context.Context, namespace, name string, 
 	if err != nil {
 		return nil, err
 	}
-	keys := events.Keys{Namespace: namespace, Name: name}
 	out := &SimValidation{Deployment: namespace + "/" + name, Seed: o.Seed}
+	var transitions []events.Record // the Deployment's rollout transitions
+	for _, rec := range recs {
+		if rec.Stream == events.StreamRollout && rec.Event.Keys.Namespace == namespace && rec.Event.Keys.Name == name {
+			transitions = append(transitions, rec)
+		}
+	}
+	// One pass: each revision of the Deployment is simulated with what the
+	// learner folded of the records stored before it.
+	l := newLearner()
 	var chunks events.RevisionAssembler
 	var total time.Duration
-	for i, rec := range recs {
-		if rec.Stream != events.StreamIntent || rec.Event.Keys.Namespace != namespace || rec.Event.Keys.Name != name {
-			continue
+	for _, rec := range recs {
+		ev, ok := events.Event{}, false
+		if rec.Stream == events.StreamIntent && rec.Event.Keys.Namespace == namespace && rec.Event.Keys.Name == name {
+			var err error
+			ev, ok, err = chunks.Add(rec.Event)
+			ok = ok && err == nil && ev.Type == events.TypeDeploymentRevisionCreated
 		}
-		ev, ok, err := chunks.Add(rec.Event)
-		if err != nil || !ok || ev.Type != events.TypeDeploymentRevisionCreated {
+		if !ok {
+			l.add(rec)
 			continue
 		}
 		rev, err := events.Decode[events.DeploymentRevisionCreated](ev)
 		if err != nil {
+			l.add(rec)
 			continue
 		}
-		recorded, delays := recordedStages(recs[i:], keys, rev)
+		recorded, delays := recordedStages(ev.Time, transitions, rev)
 		so := o
 		so.Start, so.ApprovalDelays = ev.Time, delays
-		p, err := simulateRevision(namespace, name, rev, learn(recs[:i]), so)
+		p, err := simulateRevision(namespace, name, rev, l.m, so)
+		l.add(rec)
 		if err != nil {
 			return nil, err
 		}
@@ -256,22 +269,18 @@ type recorded struct {
 	end   string
 }
 
-// recordedStages reads the recorded transitions of rev (recs start at its
-// revision event): the stage marks, how it ended (Succeeded, Failed,
-// Paused, AwaitingApproval or Waiting, as a simulation says it), and each
-// batch's approval delay.
-func recordedStages(recs []events.Record, keys events.Keys, rev events.DeploymentRevisionCreated) (recorded, map[int]time.Duration) {
-	start := recs[0].Event.Time
+// recordedStages reads the recorded transitions of rev among the
+// Deployment's (start is its revision event's time): the stage marks, how
+// it ended (Succeeded, Failed, Paused, AwaitingApproval or Waiting, as a
+// simulation says it), and each batch's approval delay.
+func recordedStages(start time.Time, transitions []events.Record, rev events.DeploymentRevisionCreated) (recorded, map[int]time.Duration) {
 	out := recorded{marks: map[string]time.Duration{}, end: "Waiting"}
 	var stages []SimStage
 	awaiting := map[int]time.Time{}
 	delays := map[int]time.Duration{}
 	paused := false
-	for _, rec := range recs {
+	for _, rec := range transitions {
 		ev := rec.Event
-		if rec.Stream != events.StreamRollout || ev.Keys.Namespace != keys.Namespace || ev.Keys.Name != keys.Name {
-			continue
-		}
 		d, err := events.Decode[events.RolloutTransition](ev)
 		if err != nil || d.UID != rev.UID || d.Generation != rev.Generation {
 			continue
