@@ -159,6 +159,19 @@ func TestASimulationOfARecordedRolloutsOwnPlanPredictsItsStageTimes(t *testing.T
 		t.Errorf("model %+v: every target has its own sample from generation 1", c.Prediction.Model)
 	}
 
+	t.Run("a backup restored into a fresh server gives the same validation", func(t *testing.T) {
+		restored, err := history.New(history.Options{Reader: restoreBackup(t, f.ctx, f.store.JetStream().Conn().ConnectedUrl())})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := restored.SimulateRecorded(context.Background(), "lab", "api", history.SimulateOptions{Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(v, got); diff != "" {
+			t.Errorf("(-original +restored):\n%s", diff)
+		}
+	})
 	t.Run("the same seed gives the same prediction", func(t *testing.T) {
 		again, err := h.SimulateRecorded(context.Background(), "lab", "api", history.SimulateOptions{Seed: 1})
 		if err != nil {
