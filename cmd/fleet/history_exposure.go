@@ -31,6 +31,10 @@ Answered from the JetStream streams alone.
 flags:
 `
 
+// longHistoryTimeout is the default --timeout of exposure and simulate,
+// which may read every report stored.
+const longHistoryTimeout = 10 * time.Minute
+
 // exposureOptions are the flags of `fleet history exposure`.
 type exposureOptions struct {
 	historyOptions
@@ -46,6 +50,9 @@ func exposureCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 		fmt.Fprint(fs.Output(), exposureUsage)
 		fs.PrintDefaults()
 	}
+	// A question over the whole history takes longer than a timeline.
+	o.timeout = longHistoryTimeout
+	fs.Lookup("timeout").DefValue = longHistoryTimeout.String()
 	fs.Lookup("at").Usage = "answer as of this RFC 3339 time: only events stored until then, open intervals measured to it"
 	fs.StringVar(&o.image, "image", "", "exposure only: an image reference or digest (repo:tag, repo@sha256:…, sha256:…, or repo for every tag)")
 	fs.StringVar(&o.scoreDigest, "score-digest", "", "exposure only: a revision's score digest (sha256:…)")

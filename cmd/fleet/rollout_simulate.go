@@ -52,6 +52,9 @@ func simulateCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 		fmt.Fprint(fs.Output(), simulateUsage)
 		fs.PrintDefaults()
 	}
+	// A question over the whole history takes longer than a timeline.
+	o.timeout = longHistoryTimeout
+	fs.Lookup("timeout").DefValue = longHistoryTimeout.String()
 	fs.Lookup("at").Usage = "not used: give --from and --to"
 	fs.StringVar(&o.file, "f", "", "simulate: the Deployment manifest (YAML or JSON) whose rollout to predict")
 	fs.StringVar(&o.recorded, "recorded", "", "simulate: compare every recorded revision of <namespace>/<name> with a simulation of its own plan")
