@@ -531,7 +531,7 @@ func (e *Exposure) writeText(w io.Writer) error {
 	t := newTable(w, "DEPLOYMENT", "GEN", "REVISION", "CREATED", "TARGETS", "CANARIES", "SCORE", "IMAGES", "DELETED")
 	for _, r := range e.Revisions {
 		t.row(r.Deployment, fmt.Sprint(r.Generation), r.RevisionID, timeText(r.Created), fmt.Sprint(r.Targets), fmt.Sprint(r.Canaries),
-			dash(r.ScoreDigest), strings.Join(r.Images, ","), timeText(r.Deleted))
+			dash(r.ScoreDigest), dash(strings.Join(r.Images, ",")), timeText(r.Deleted))
 	}
 	if err := t.flush(); err != nil {
 		return err
