@@ -126,6 +126,7 @@ func (s *Server) routes() http.Handler {
 	admin("GET /deployments", s.handleDeployments)
 	admin("GET /deployments/{ns}/{name}", s.handleDeployment)
 	admin("GET /fleet", s.handleFleetAt)
+	admin("GET /exposure", s.handleExposure)
 	admin("GET /taskruns", s.handleTaskRuns)
 	admin("GET /taskruns/{ns}/{name}", s.handleTaskRun)
 	admin("GET /alerts", s.handleAlerts)

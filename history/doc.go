@@ -2,13 +2,19 @@
 // JetStream streams alone: a Deployment's timeline (revisions, rollout
 // transitions, per-device results, the devices' Degraded and recovered
 // reports), a device's timeline (the intent it was given, its reports, its
-// commands, its last containers) and the whole fleet as it was at a time T
+// commands, its last containers), the whole fleet as it was at a time T
 // (desired versus reported per device, every Deployment's rollout state,
-// the devices Degraded then).
+// the devices Degraded then), the exposure of an image (every device that
+// ran a matching revision, from when to when: the recall list) and the
+// what-if simulation of a rollout plan against the devices' recorded
+// behaviour (ADR 0021).
 //
 // It never re-implements rollout logic: every derived answer (rollout stage,
 // counts, status, a device's desired state) is the projections package's
-// folds applied to the stored events, in the order the server stored them.
+// folds applied to the stored events, in the order the server stored them;
+// the simulator feeds the same rollout fold simulated events and appends
+// what its NextAt decides. Only a manifest's plan resolution is repeated
+// from the operator (resolveSimPlan, tested against it).
 // "As of T" means "every event the server had stored at T" (the stream
 // timestamp, not the writer's clock); a read stops at the first event stored
 // after T.
@@ -18,6 +24,8 @@
 // every answer, counted on Options.Skips and logged as a warning; it never
 // fails a query.
 //
-// It owns no goroutines and keeps no state between calls. It imports only
-// events and projections; cmd/fleet (`fleet history`) imports it.
+// It owns no goroutines beyond its reads and keeps no state between calls.
+// It imports events, projections (and its runner), score and k8s/api of the
+// module; cmd/fleet (`fleet history`, `fleet rollout simulate`) and the
+// dashboard's read models import it.
 package history

@@ -33,6 +33,8 @@ Answers from the JetStream streams alone (no Kubernetes API needed):
                                                 changes, commands, its last containers
   fleet history fleet --at <RFC 3339 time>      every device's desired vs reported state and every
                                                 Deployment's rollout state, as of that time
+  fleet history exposure --image <ref or digest>  every device that ran it, under which revision, from
+                                                when to when (fleet history exposure -h)
 
 Connect like the nats CLI: fleet dev prints
   export NATS_URL=nats://127.0.0.1:4222 NATS_USER=fleet-dev-admin NATS_PASSWORD="$(cat …/admin.password)"
@@ -76,6 +78,9 @@ type historyQuery struct {
 // historyCmd runs `fleet history` with its arguments, writing the answer to
 // out and usage and logs to errOut; getenv supplies the NATS_* defaults.
 func historyCmd(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) error {
+	if len(args) > 0 && args[0] == "exposure" {
+		return exposureCmd(ctx, args[1:], out, errOut, getenv)
+	}
 	o, q, err := parseHistory(args, errOut, getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

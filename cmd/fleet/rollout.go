@@ -23,6 +23,7 @@ import (
 )
 
 const rolloutUsage = `usage: fleet rollout pause|resume|approve <namespace>/<name> [flags]
+       fleet rollout simulate -f deployment.yaml | --recorded <namespace>/<name> (fleet rollout simulate -h)
 
 Asks the operator to pause, resume or approve the rollout of a Deployment's
 current generation (ADR 0016): writes the fleet.nationtech.io/rollout-action
@@ -112,6 +113,9 @@ func parseRollout(args []string, errOut io.Writer) (rolloutRequest, error) {
 
 // rolloutCmd runs `fleet rollout` and prints what it requested to out.
 func rolloutCmd(ctx context.Context, args []string, out, errOut io.Writer) error {
+	if len(args) > 0 && args[0] == "simulate" {
+		return simulateCmd(ctx, args[1:], out, errOut, os.Getenv)
+	}
 	r, err := parseRollout(args, errOut)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil

@@ -1,0 +1,116 @@
+package history
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/natstest"
+)
+
+// peakHeap samples the live heap every few milliseconds while fn runs
+// and returns the largest sample, in bytes, above the heap before it.
+func peakHeap(fn func()) uint64 {
+	runtime.GC()
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 {
+		metrics.Read(sample)
+		return sample[0].Value.Uint64()
+	}
+	base := read()
+	var peak uint64
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		for {
+			peak = max(peak, read())
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	fn()
+	close(done)
+	wg.Wait()
+	peak = max(peak, read())
+	if peak < base {
+		return 0
+	}
+	return peak - base
+}
+
+// liveHeap is the live heap after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// BenchmarkExposure is `fleet history exposure` on a history of 10,000
+// devices and 50 revisions of one Deployment, each revision (chunked)
+// freezing every device, and every device reporting every revision
+// Applying then Converged: 1,000,000 reports. The image of revision 1 is
+// the worst case (every report is read, 10,000 intervals in the answer);
+// the image of revision 50 reads only the reports stored since it.
+func BenchmarkExposure(b *testing.B) {
+	const n, revs = 10000, 50
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
+	b.Cleanup(cancel)
+	_, st := natstest.Provisioned(b)
+	w := streamWriter{tb: b, ctx: ctx, st: st}
+	targets := devices("edge", 0, n)
+	start := time.Now()
+	for g := int64(1); g <= revs; g++ {
+		rev := benchRevision("web", g, targets, targets[:10])
+		w.revision("bench", "web", rev, events.ChunkBytes)
+		w.transition("bench", "web", events.TypeRolloutStarted, rev, nil, "", "")
+		w.transition("bench", "web", events.TypeRolloutReleased, rev, nil, "", "")
+		w.reports("bench", "web", rev, targets, events.WorkloadApplying)
+		w.reports("bench", "web", rev, targets, events.WorkloadConverged)
+	}
+	b.Logf("stored %d revisions × %d devices × 2 reports in %s", revs, n, time.Since(start).Round(time.Second))
+	h, err := New(Options{Reader: st})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, g := range []int{1, revs} {
+		b.Run(fmt.Sprintf("image-of-revision=%d", g), func(b *testing.B) {
+			q := ExposureQuery{Image: fmt.Sprintf("registry.example.com/web:v%d", g)}
+			b.ReportAllocs()
+			var peak, retained uint64
+			for b.Loop() {
+				var e *Exposure
+				before := liveHeap()
+				peak = max(peak, peakHeap(func() {
+					e, err = h.Exposure(ctx, q)
+				}))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if after := liveHeap(); after > before {
+					retained = max(retained, after-before)
+				}
+				if e.Devices != n || len(e.Intervals) != n {
+					b.Fatalf("%d devices, %d intervals; want %d", e.Devices, len(e.Intervals), n)
+				}
+			}
+			// peak-heap is the whole process's, the embedded server's
+			// caches of the blocks it reads included; answer is what the
+			// answer keeps live once it is built.
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+			b.ReportMetric(float64(retained)/(1<<20), "answer-MB")
+		})
+	}
+}

@@ -1,0 +1,588 @@
+package history
+
+import (
+	"cmp"
+	"container/heap"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
+	"github.com/nationtech/harmony-fleet/score"
+)
+
+// The what-if simulator (ADR 0021): a revision's rollout plan replayed
+// against the fleet's recorded behaviour. It never re-implements the plan:
+// every decision is the rollout projection's own (projections.Rollout
+// NextAt, the operator's state machine), fed with the transitions it
+// decides and with device reports drawn from what each device did before.
+// What it models is the environment: how long a device took from being
+// handed a revision to its first Converged or Failed report, whether it
+// failed or stayed silent, when an approval comes, when the operator's
+// target timeout removes a silent device.
+
+// Defaults of SimulateOptions.
+const (
+	// DefaultSimProgressDeadline is the operator's --progress-deadline
+	// default.
+	DefaultSimProgressDeadline = 10 * time.Minute
+	// DefaultSimTargetTimeout is the operator's --target-timeout default.
+	DefaultSimTargetTimeout = time.Hour
+	// DefaultSimConverge is a device's time to converge when nothing in the
+	// history says anything about any device.
+	DefaultSimConverge = 30 * time.Second
+	// maxSimSteps bounds a simulation's decisions.
+	maxSimSteps = 1 << 20
+)
+
+// SimulateOptions configure one simulation.
+type SimulateOptions struct {
+	// Seed makes the draws reproducible: the same seed, plan and history
+	// give the same prediction.
+	Seed uint64
+	// Start is when the simulated revision is created (zero: the end of
+	// the history learned from).
+	Start time.Time
+	// ApprovalDelay is how long a manual approval takes once a batch
+	// awaits it: 0 instant, a negative value never (the prediction halts
+	// there).
+	ApprovalDelay time.Duration
+	// ApprovalDelays, when set, give the delay per batch (1-based) instead
+	// of ApprovalDelay (a recorded rollout's own approvals).
+	ApprovalDelays map[int]time.Duration
+	// ProgressDeadline is the operator's default deadline when the plan
+	// sets none (zero: DefaultSimProgressDeadline).
+	ProgressDeadline time.Duration
+	// TargetTimeout is when the operator removes a target handed the
+	// revision without a result (zero: DefaultSimTargetTimeout).
+	TargetTimeout time.Duration
+}
+
+// Validate checks the options.
+func (o SimulateOptions) Validate() error {
+	if o.ProgressDeadline < 0 || o.TargetTimeout < 0 {
+		return fmt.Errorf("%w: --progress-deadline and --target-timeout must not be negative", ErrInvalidOptions)
+	}
+	return nil
+}
+
+// Prediction is a simulated rollout: every transition the plan would have
+// taken and when, its stages, and where it ends or halts.
+type Prediction struct {
+	Deployment string `json:"deployment"`
+	Generation int64  `json:"generation,omitempty"`
+	RevisionID string `json:"revisionId,omitempty"`
+	Seed       uint64 `json:"seed"`
+	// Start is when the revision is created.
+	Start time.Time `json:"start"`
+	// Targets and Canaries count the frozen targets.
+	Targets  int `json:"targets"`
+	Canaries int `json:"canaries"`
+	// Steps are the transitions, in order.
+	Steps []SimStep `json:"steps"`
+	// Stages are the canary stage, each batch (or the release) with when
+	// it started and ended.
+	Stages []SimStage `json:"stages"`
+	// End is how the simulation ended: Succeeded, Failed, Paused (onFailure
+	// Pause), AwaitingApproval (an approval that never comes) or Waiting
+	// (devices that never answer and nothing else to happen).
+	End string `json:"end"`
+	// EndAt is when; Handed is how many targets had been handed the
+	// revision by then, Succeeded and Failed their results.
+	EndAt     time.Time `json:"endAt"`
+	Handed    int       `json:"handed"`
+	Succeeded int       `json:"succeeded"`
+	Failed    int       `json:"failed"`
+	// DeadlineExceeded lists when the progress deadline was exceeded.
+	DeadlineExceeded []time.Time `json:"deadlineExceeded,omitempty"`
+	// Model says where the devices' behaviour came from: how many
+	// targets had samples of their own, of their group, of the fleet,
+	// or none.
+	Model SimModel `json:"model"`
+}
+
+// SimModel counts the sources of the targets' behaviour.
+type SimModel struct {
+	// Samples is how many handed-to-settled samples the history gave.
+	Samples int `json:"samples"`
+	// Own, Group, Fleet and Default count targets drawn from their own
+	// samples, their budget group's, the whole fleet's, or the default
+	// (no sample at all).
+	Own     int `json:"own"`
+	Group   int `json:"group"`
+	Fleet   int `json:"fleet"`
+	Default int `json:"default"`
+}
+
+// SimStep is one transition of a simulated rollout.
+type SimStep struct {
+	Time   time.Time            `json:"time"`
+	Offset time.Duration        `json:"offsetNs"`
+	Type   events.Type          `json:"type"`
+	Batch  int                  `json:"batch,omitempty"`
+	Handed int                  `json:"handed,omitempty"`
+	Device string               `json:"device,omitempty"`
+	Error  string               `json:"error,omitempty"`
+	Counts events.RolloutCounts `json:"counts"`
+}
+
+// SimStage is one stage of a rollout: its start and end transitions'
+// times (zero: never reached).
+type SimStage struct {
+	// Name is canary, batch N or release.
+	Name  string    `json:"name"`
+	Start time.Time `json:"start,omitzero"`
+	End   time.Time `json:"end,omitzero"`
+	// Outcome is succeeded, failed or empty (did not end).
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// simSample is one device's recorded answer to a revision handed to it.
+type simSample struct {
+	images []string
+	handed time.Time
+	dur    time.Duration
+	// outcome: Converged, Failed, or "" for silent (removed by the target
+	// timeout without a result).
+	outcome events.WorkloadPhase
+}
+
+// simModel is the fleet's recorded behaviour.
+type simModel struct {
+	byDevice map[string][]simSample
+	all      []simSample
+}
+
+func (m *simModel) add(device string, s simSample) {
+	m.byDevice[device] = append(m.byDevice[device], s)
+	m.all = append(m.all, s)
+}
+
+// learner folds records (stored order) into a model: for every revision's
+// target, the time from being handed the revision (the operator's
+// canary-stage, batch-started or released) to its first Converged or Failed
+// report as the stream stored it, or its removal without a result. It keeps
+// one rollout fold per Deployment and the samples, never the records.
+type learner struct {
+	m        *simModel
+	rollouts map[events.Keys]*projections.Rollout
+	images   map[revKey][]string
+	chunks   events.RevisionAssembler
+}
+
+func newLearner() *learner {
+	return &learner{m: &simModel{byDevice: map[string][]simSample{}}, rollouts: map[events.Keys]*projections.Rollout{}, images: map[revKey][]string{}}
+}
+
+// learn is a learner's model of recs.
+func learn(recs []events.Record) *simModel {
+	l := newLearner()
+	for _, rec := range recs {
+		l.add(rec)
+	}
+	return l.m
+}
+
+// add folds one record.
+func (l *learner) add(rec events.Record) {
+	m := l.m
+	ev := rec.Event
+	keys := events.Keys{Namespace: ev.Keys.Namespace, Name: ev.Keys.Name}
+	switch {
+	case rec.Stream == events.StreamIntent:
+		whole, ok, err := l.chunks.Add(ev)
+		if err != nil || !ok {
+			return
+		}
+		ev = whole
+		if ev.Type == events.TypeDeploymentRevisionCreated {
+			if d, err := events.Decode[events.DeploymentRevisionCreated](ev); err == nil {
+				l.images[revKeyOf(d.UID, d.Generation)] = scoreImages(d.Score)
+			}
+		}
+	case ev.Type == events.TypeWorkloadStatus:
+		k, _, ok := workloadKey(rec)
+		if !ok {
+			return
+		}
+		keys = k
+	}
+	r := l.rollouts[keys]
+	if r == nil {
+		r = &projections.Rollout{}
+		l.rollouts[keys] = r
+	}
+	p := projections.NewStoredPayload(events.Record{Event: ev, Stored: rec.Stored, Stream: rec.Stream, Sequence: rec.Sequence, Subject: rec.Subject})
+	dev := ev.Keys.Device
+	var before projections.DeviceResult
+	var handed time.Time
+	removed := ""
+	if ev.Type == events.TypeWorkloadStatus {
+		before, handed = r.Results[dev], r.HandedAt(dev)
+	}
+	if ev.Type == events.TypeRolloutTargetRemoved {
+		if d, err := p.RolloutTransition(); err == nil && r.IsCurrent(d.UID, d.Generation) && r.IsTarget(d.Device) &&
+			r.Results[d.Device].Settled.IsZero() && !r.HandedAt(d.Device).IsZero() {
+			removed, handed = d.Device, r.HandedAt(d.Device)
+		}
+	}
+	r.FoldPayload(&p)
+	imgs := l.images[revKeyOf(r.UID, r.Generation)]
+	switch {
+	case removed != "":
+		m.add(removed, simSample{images: imgs, handed: handed, dur: rec.Stored.Sub(handed)})
+	case ev.Type == events.TypeWorkloadStatus && before.Settled.IsZero() && !handed.IsZero():
+		res := r.Results[dev]
+		if !res.Settled.IsZero() && r.IsTarget(dev) {
+			m.add(dev, simSample{images: imgs, handed: handed, dur: max(res.Settled.Sub(handed), 0), outcome: res.Phase})
+		}
+	}
+}
+
+// scoreImages lists the images of a score (sorted).
+func scoreImages(raw json.RawMessage) []string {
+	var sc score.Score
+	if json.Unmarshal(raw, &sc) != nil {
+		return nil
+	}
+	var out []string
+	if c := sc.Data.InitContainer; c != nil {
+		out = append(out, c.Image)
+	}
+	for _, s := range sc.Data.Services {
+		out = append(out, s.Image)
+	}
+	return sortedSet(out)
+}
+
+// simEvent is something that happens at a time in a simulation.
+type simEvent struct {
+	at     time.Time
+	order  int
+	device string
+	phase  events.WorkloadPhase // a report; "" with device: removal
+	batch  int                  // an approval of this batch
+	wake   bool                 // a soak's end
+}
+
+type simQueue []simEvent
+
+func (q simQueue) Len() int { return len(q) }
+func (q simQueue) Less(i, j int) bool {
+	return cmp.Or(q[i].at.Compare(q[j].at), cmp.Compare(q[i].order, q[j].order)) < 0
+}
+func (q simQueue) Swap(i, j int) { q[i], q[j] = q[j], q[i] }
+func (q *simQueue) Push(x any)   { *q = append(*q, x.(simEvent)) }
+func (q *simQueue) Pop() any {
+	old := *q
+	x := old[len(old)-1]
+	*q = old[:len(old)-1]
+	return x
+}
+
+// simulation is one run of the rollout state machine.
+type simulation struct {
+	o       SimulateOptions
+	m       *simModel
+	rev     events.DeploymentRevisionCreated
+	images  []string
+	keys    events.Keys
+	r       projections.Rollout
+	q       simQueue
+	n       int
+	handed  map[string]bool
+	groupOf map[string]int
+	pred    *Prediction
+	asked   map[int]bool
+}
+
+// simulateRevision runs the revision's rollout against the model.
+func simulateRevision(namespace, name string, rev events.DeploymentRevisionCreated, m *simModel, o SimulateOptions) (*Prediction, error) {
+	if err := rev.CheckPlan(); err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+	if o.ProgressDeadline == 0 {
+		o.ProgressDeadline = DefaultSimProgressDeadline
+	}
+	if o.TargetTimeout == 0 {
+		o.TargetTimeout = DefaultSimTargetTimeout
+	}
+	s := &simulation{o: o, m: m, rev: rev, images: scoreImages(rev.Score), keys: events.Keys{Namespace: namespace, Name: name},
+		handed: map[string]bool{}, groupOf: map[string]int{}, asked: map[int]bool{},
+		pred: &Prediction{Deployment: namespace + "/" + name, Generation: rev.Generation, RevisionID: rev.RevisionID, Seed: o.Seed,
+			Start: o.Start.UTC(), Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
+	for i, t := range rev.Targets {
+		if i < len(rev.TargetGroups) {
+			s.groupOf[t] = rev.TargetGroups[i]
+		}
+	}
+	ev, err := events.New(s.keys, rev, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(o.Start))
+	if err != nil {
+		return nil, fmt.Errorf("simulate: %w", err)
+	}
+	s.fold(ev, o.Start)
+	s.run()
+	return s.pred, nil
+}
+
+func (s *simulation) fold(ev events.Event, at time.Time) {
+	p := projections.NewStoredPayload(events.Record{Event: ev, Stored: at})
+	s.r.FoldPayload(&p)
+}
+
+func (s *simulation) push(e simEvent) {
+	s.n++
+	e.order = s.n
+	heap.Push(&s.q, e)
+}
+
+// run decides, then moves to the next thing that happens, until the
+// rollout ends or nothing is left to happen.
+func (s *simulation) run() {
+	now := s.o.Start
+	soak := time.Time{}
+	for step := 0; step < maxSimSteps; step++ {
+		s.decide(now)
+		switch {
+		case s.r.Terminal():
+			s.end(string(map[projections.Stage]string{projections.StageSucceeded: "Succeeded", projections.StageFailed: "Failed"}[s.r.Stage]), now)
+			return
+		case s.r.Paused:
+			s.end("Paused", now)
+			return
+		}
+		if b := s.r.AwaitingApproval; b > 0 && !s.asked[b] {
+			s.asked[b] = true
+			d, ok := s.o.ApprovalDelays[b]
+			if !ok {
+				d = s.o.ApprovalDelay
+			}
+			if d < 0 {
+				s.end("AwaitingApproval", now)
+				return
+			}
+			s.push(simEvent{at: now.Add(d), batch: b})
+		}
+		if t := s.r.SoakEnds(); !t.IsZero() && !t.Equal(soak) {
+			soak = t
+			s.push(simEvent{at: t, wake: true})
+		}
+		if s.q.Len() == 0 {
+			s.end("Waiting", now)
+			return
+		}
+		next := heap.Pop(&s.q).(simEvent)
+		if dl := s.r.Deadline(s.o.ProgressDeadline); s.r.DeadlineExceeded(next.at, s.o.ProgressDeadline) {
+			at := s.r.ProgressAt.Add(dl)
+			if n := len(s.pred.DeadlineExceeded); n == 0 || !s.pred.DeadlineExceeded[n-1].Equal(at) {
+				s.pred.DeadlineExceeded = append(s.pred.DeadlineExceeded, at.UTC())
+			}
+		}
+		now = next.at
+		s.happen(next, now)
+	}
+	s.end("Waiting", now)
+}
+
+// happen folds one event of the queue.
+func (s *simulation) happen(e simEvent, now time.Time) {
+	rev := s.rev
+	switch {
+	case e.wake:
+	case e.batch > 0:
+		d := events.NewRolloutTransition(events.TypeRolloutApproved, events.RolloutTransition{UID: rev.UID, Generation: rev.Generation,
+			RevisionID: rev.RevisionID, Batch: e.batch, By: "simulated approval", Request: fmt.Sprintf("sim-%d", e.batch)})
+		s.emit(d, now)
+	case e.phase == "":
+		d := events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{UID: rev.UID, Generation: rev.Generation,
+			RevisionID: rev.RevisionID, Device: e.device, Error: "no result within the target timeout (simulated)"})
+		s.emit(d, now)
+	default:
+		d := events.WorkloadStatus{Namespace: s.keys.Namespace, Deployment: s.keys.Name, UID: rev.UID, Generation: rev.Generation,
+			RevisionID: rev.RevisionID, Phase: e.phase, Since: now}
+		if e.phase == events.WorkloadFailed {
+			d.Error = "failed (simulated from the device's history)"
+		}
+		ev, err := events.New(events.Keys{Device: e.device}, d, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(now))
+		if err == nil {
+			s.fold(ev, now)
+		}
+	}
+}
+
+// emit folds a transition the simulation decided and records it.
+func (s *simulation) emit(d events.RolloutTransition, now time.Time) {
+	ev, err := events.New(s.keys, d, events.WithCorrelation(s.rev.UID, s.rev.Generation), events.WithTime(now))
+	if err != nil {
+		return
+	}
+	s.fold(ev, now)
+	st := SimStep{Time: now.UTC(), Offset: now.Sub(s.o.Start), Type: d.EventType(), Batch: d.Batch, Device: d.Device, Error: d.Error, Counts: s.r.Counts()}
+	for _, dev := range s.r.Released() {
+		if !s.handed[dev] {
+			s.handed[dev] = true
+			st.Handed++
+			s.schedule(dev, now)
+		}
+	}
+	s.pred.Steps = append(s.pred.Steps, st)
+	s.stage(st)
+}
+
+// decide folds every transition the state machine decides at now.
+func (s *simulation) decide(now time.Time) {
+	for range 64 {
+		trs := s.r.NextAt(now)
+		if len(trs) == 0 {
+			return
+		}
+		for _, d := range trs {
+			s.emit(d, now)
+		}
+	}
+}
+
+// schedule draws how device answers the revision handed to it at now.
+func (s *simulation) schedule(device string, now time.Time) {
+	smp, ok := s.draw(device)
+	switch {
+	case !ok:
+		s.push(simEvent{at: now.Add(DefaultSimConverge), device: device, phase: events.WorkloadConverged})
+	case smp.outcome == "":
+		s.push(simEvent{at: now.Add(s.o.TargetTimeout), device: device})
+	default:
+		s.push(simEvent{at: now.Add(smp.dur), device: device, phase: smp.outcome})
+	}
+}
+
+// draw picks one recorded sample for device: of its own with one of the
+// revision's images, else any of its own, else its budget group's, else
+// the fleet's; the seed and the device id decide which.
+func (s *simulation) draw(device string) (simSample, bool) {
+	h := fnv.New64a()
+	h.Write([]byte(device))
+	rng := rand.New(rand.NewPCG(s.o.Seed, h.Sum64()))
+	pick := func(pool []simSample) simSample { return pool[rng.IntN(len(pool))] }
+	own := s.m.byDevice[device]
+	var same []simSample
+	for _, x := range own {
+		if overlaps(x.images, s.images) {
+			same = append(same, x)
+		}
+	}
+	switch {
+	case len(same) > 0:
+		s.pred.Model.Own++
+		return pick(same), true
+	case len(own) > 0:
+		s.pred.Model.Own++
+		return pick(own), true
+	}
+	if g, ok := s.groupOf[device]; ok {
+		var pool []simSample
+		for dev, xs := range s.m.byDevice {
+			if gg, ok := s.groupOf[dev]; ok && gg == g {
+				pool = append(pool, xs...)
+			}
+		}
+		if len(pool) > 0 {
+			slices.SortFunc(pool, func(a, b simSample) int { return cmp.Compare(a.dur, b.dur) })
+			s.pred.Model.Group++
+			return pick(pool), true
+		}
+	}
+	if len(s.m.all) > 0 {
+		s.pred.Model.Fleet++
+		return pick(s.m.all), true
+	}
+	s.pred.Model.Default++
+	return simSample{}, false
+}
+
+func overlaps(a, b []string) bool {
+	for _, x := range a {
+		if _, ok := slices.BinarySearch(b, x); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// stage notes a step's stage start or end.
+func (s *simulation) stage(st SimStep) {
+	find := func(name string) *SimStage {
+		for i := range s.pred.Stages {
+			if s.pred.Stages[i].Name == name {
+				return &s.pred.Stages[i]
+			}
+		}
+		s.pred.Stages = append(s.pred.Stages, SimStage{Name: name})
+		return &s.pred.Stages[len(s.pred.Stages)-1]
+	}
+	for _, m := range stageMarks(st.Type, st.Batch) {
+		g := find(m.name)
+		switch {
+		case m.start && g.Start.IsZero():
+			g.Start = st.Time
+		case !m.start && g.End.IsZero():
+			g.End, g.Outcome = st.Time, m.outcome
+		}
+	}
+}
+
+// stageMark says a transition starts or ends a stage.
+type stageMark struct {
+	name    string
+	start   bool
+	outcome string
+}
+
+// stageMarks maps a transition to the stages it starts or ends: the
+// canary stage (canary-stage → canaries-converged or canary-failed), each
+// batch (batch-started → batch-succeeded or batch-failed) and the release
+// (released → succeeded or failed), and the whole rollout (started →
+// succeeded or failed).
+func stageMarks(t events.Type, batch int) []stageMark {
+	b := fmt.Sprintf("batch %d", batch)
+	switch t {
+	case events.TypeRolloutCanaryStage:
+		return []stageMark{{name: "canary", start: true}}
+	case events.TypeRolloutCanariesConverged:
+		return []stageMark{{name: "canary", outcome: "succeeded"}}
+	case events.TypeRolloutCanaryFailed:
+		return []stageMark{{name: "canary", outcome: "failed"}}
+	case events.TypeRolloutBatchStarted:
+		return []stageMark{{name: b, start: true}}
+	case events.TypeRolloutBatchSucceeded:
+		return []stageMark{{name: b, outcome: "succeeded"}}
+	case events.TypeRolloutBatchFailed:
+		return []stageMark{{name: b, outcome: "failed"}}
+	case events.TypeRolloutReleased:
+		return []stageMark{{name: "release", start: true}}
+	case events.TypeRolloutSucceeded:
+		return []stageMark{{name: "release", outcome: "succeeded"}, {name: "rollout", outcome: "succeeded"}}
+	case events.TypeRolloutFailed:
+		return []stageMark{{name: "release", outcome: "failed"}, {name: "rollout", outcome: "failed"}}
+	case events.TypeRolloutStarted:
+		return []stageMark{{name: "rollout", start: true}}
+	}
+	return nil
+}
+
+// end records how the simulation ended.
+func (s *simulation) end(how string, at time.Time) {
+	c := s.r.Counts()
+	s.pred.End, s.pred.EndAt = how, at.UTC()
+	s.pred.Handed, s.pred.Succeeded, s.pred.Failed = len(s.handed), c.Succeeded, c.Failed
+	// A release stage that never started is not a stage of this plan.
+	s.pred.Stages = slices.DeleteFunc(s.pred.Stages, func(g SimStage) bool { return g.Start.IsZero() && g.Name == "release" })
+}
+
+// ErrNothingToSimulate is returned when a Deployment has no recorded
+// revision to replay.
+var ErrNothingToSimulate = errors.New("nothing to simulate")
