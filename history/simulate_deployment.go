@@ -102,7 +102,7 @@ func matchLabels(selector, labels map[string]string) bool {
 }
 
 // resolveSimPlan freezes a rollout spec's plan against sorted targets and
-// canaries as the operator does (ADR 0016, operator/rollouts resolvePlan):
+// canaries as the operator does (ADR 0016, operator/deployments resolvePlan):
 // selector batches claim their non-canary targets first, in list order;
 // count and percent batches then take the next unclaimed non-canary
 // targets in device-id order, a percent being of all frozen targets,
