@@ -81,7 +81,7 @@ func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actions, err := dashboard.NewFleetActions(c, st, identity, nil)
+	actions, err := dashboard.NewFleetActions(c, nil, st, identity, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
