@@ -587,6 +587,32 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		}
 	})
 
+	t.Run("after the last batch the Deployment page says every batch succeeded, not which one started", func(t *testing.T) {
+		var body string
+		testenv.Eventually(t, "the Deployment page offering to approve batch 2", 2*time.Minute, func() bool {
+			_, _, body = ada.get(depPage)
+			return strings.Contains(body, `<button type="submit">Approve batch 2</button>`)
+		})
+		if !strings.Contains(body, "Batch <strong>2</strong> of 2 awaits approval") {
+			t.Errorf("the plan does not say batch 2 awaits approval:\n%s", body)
+		}
+		status, _, body := ada.post(depPage+"/rollout", url.Values{"csrf": {csrf(t, body)}, "action": {"approve"}, "batch": {"2"}}, f.base)
+		if status != http.StatusOK {
+			t.Fatalf("approve batch 2: %d\n%s", status, body)
+		}
+		testenv.Eventually(t, "the Deployment page of the succeeded rollout", 2*time.Minute, func() bool {
+			_, _, body = ada.get(depPage)
+			return strings.Contains(body, "Every batch succeeded (2 of 2).")
+		})
+		// The timeline keeps the history (batch 2 awaits approval); the
+		// plan and the controls say what is now.
+		for _, stale := range []string{"started.", "awaits approval: <code>", "is rolling out", `value="pause"`, `value="approve"`} {
+			if strings.Contains(body, stale) {
+				t.Errorf("the page of the succeeded rollout says %q:\n%s", stale, body)
+			}
+		}
+	})
+
 	t.Run("an alert acknowledgement survives a dashboard restart", func(t *testing.T) {
 		f.stopAgent["d2"]()
 		var alertID string
