@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/oklog/ulid/v2"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
@@ -34,6 +35,12 @@ type Actions interface {
 	// QuarantineStatus says whether the device is quarantined and whether
 	// the auth callout refuses it yet.
 	QuarantineStatus(ctx context.Context, namespace, device string) (QuarantineStatus, error)
+	// RequestRollout asks the operator, as the user, to pause, resume or
+	// approve (batch; 0: the one waiting) the rollout of the Deployment
+	// namespace/name's current generation, and returns the request
+	// written. A refusal of the API server (RBAC, admission) wraps
+	// ErrRefusedByKubernetes.
+	RequestRollout(ctx context.Context, namespace, name string, action fleetv1.RolloutActionKind, batch int, u User) (fleetv1.RolloutAction, error)
 }
 
 // QuarantineStatus is a device's quarantine as the control plane sees it.
@@ -87,26 +94,32 @@ const (
 // FleetActions changes Device resources through the Kubernetes API and
 // appends to the streams. Create it with NewFleetActions.
 type FleetActions struct {
-	kube     client.Client
-	store    *events.Store
-	identity jetstream.KeyValue
-	log      *slog.Logger
-	now      func() time.Time
+	kube client.Client
+	// impersonate is the dashboard's own API server configuration, copied
+	// with the user's identity for each rollout request; nil: none.
+	impersonate *rest.Config
+	store       *events.Store
+	identity    jetstream.KeyValue
+	log         *slog.Logger
+	now         func() time.Time
 }
 
 // NewFleetActions returns the live Actions: kube patches Devices (it must
 // read from the API server, not a cache, so the optimistic lock sees the
-// current resource version), store appends to FLEET_COMMANDS and
-// FLEET_AUDIT and reads FLEET_REPORTS, identity is the fleet-identity
-// bucket (read only).
-func NewFleetActions(kube client.Client, store *events.Store, identity jetstream.KeyValue, log *slog.Logger) (*FleetActions, error) {
+// current resource version); impersonate is the dashboard's configuration
+// of the same API server, used with each user's identity for rollout
+// requests (nil: RequestRollout answers ErrNotImplemented; its service
+// account needs impersonate on users and groups, ADR 0022); store appends
+// to FLEET_COMMANDS and FLEET_AUDIT and reads FLEET_REPORTS, identity is
+// the fleet-identity bucket (read only).
+func NewFleetActions(kube client.Client, impersonate *rest.Config, store *events.Store, identity jetstream.KeyValue, log *slog.Logger) (*FleetActions, error) {
 	if kube == nil || store == nil || identity == nil {
 		return nil, fmt.Errorf("%w: NewFleetActions needs a Kubernetes client, an event store and the %s bucket", ErrInvalidOptions, events.BucketIdentity)
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &FleetActions{kube: kube, store: store, identity: identity, log: log, now: time.Now}, nil
+	return &FleetActions{kube: kube, impersonate: impersonate, store: store, identity: identity, log: log, now: time.Now}, nil
 }
 
 // QuarantineStatus implements Actions: the Device's label and annotations
@@ -311,6 +324,21 @@ func (m *MockActions) SendCommand(_ context.Context, _, _ string, command string
 	}
 	m.results[id] = res
 	return id, nil
+}
+
+// RequestRollout implements Actions: the mock records nothing and answers
+// as the API server would for a user with the fleet-admin Kubernetes
+// role; a user without it is refused.
+func (m *MockActions) RequestRollout(_ context.Context, namespace, name string, action fleetv1.RolloutActionKind, batch int, u User) (fleetv1.RolloutAction, error) {
+	ra := fleetv1.RolloutAction{Action: action, Batch: batch, By: u.KubeUser, Generation: 1, Request: ulid.Make().String()}
+	if action == fleetv1.RolloutActionApprove && ra.Batch == 0 {
+		ra.Batch = 1
+	}
+	if !slices.Contains(u.KubeGroups, RoleAdmin) {
+		return ra, fmt.Errorf("%w: (mock) deployments.fleet.nationtech.io %q is forbidden: User %q cannot patch resource \"deployments\" in API group \"fleet.nationtech.io\" in the namespace %q",
+			ErrRefusedByKubernetes, name, u.KubeUser, namespace)
+	}
+	return ra, nil
 }
 
 // CommandResult implements Actions.

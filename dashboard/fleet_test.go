@@ -16,10 +16,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -35,10 +38,11 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
 )
 
 func TestMain(m *testing.M) {
-	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}})
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../k8s/config/crd"}, ManifestDirs: []string{"../k8s/config/admission", "../k8s/config/rbac"}})
 }
 
 // A device heartbeats five times within the operator's stale-after, so a
@@ -48,9 +52,14 @@ const (
 	staleAfter = 5 * time.Second
 )
 
+// webImage is the image of the test's Deployment, present on every
+// simulated device.
+const webImage = "registry.example.com/web:v1"
+
 const (
 	adaPassword  = "ada-correct-horse-7f1e"
 	bobPassword  = "bob-battery-staple-92ab"
+	veraPassword = "vera-viewer-staple-31cd"
 	clientID     = "fleet-dashboard"
 	clientSecret = "dashboard-client-secret-5d2c8e"
 )
@@ -71,6 +80,8 @@ type fleet struct {
 	dashDone  chan error
 	listeners []net.Listener
 	base      string
+	// saTokens are the dashboard's service account tokens (secrets).
+	saTokens []string
 }
 
 func startFleet(t *testing.T) *fleet {
@@ -108,8 +119,11 @@ func startFleet(t *testing.T) *fleet {
 	for _, d := range []string{"d1", "d2"} {
 		f.startDevice(ctx, d, log)
 	}
-	// Users: ada has the fleet-admin role, bob none.
+	// Users: ada has the fleet-admin role, vera fleet-viewer, bob none.
 	if _, err := p.Provider().CreateHumanUser(ctx, "ada", adaPassword, dashboard.RoleAdmin); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Provider().CreateHumanUser(ctx, "vera", veraPassword, dashboard.RoleViewer); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Provider().CreateHumanUser(ctx, "bob", bobPassword); err != nil {
@@ -172,7 +186,7 @@ func (f *fleet) startDevice(ctx context.Context, d string, log *slog.Logger) {
 		}
 		defer dc.Close()
 		err = agent.Run(actx, agent.Options{Device: d, Conn: dc.Conn, AgentVersion: "test", Logger: log.With("device", d), HeartbeatInterval: heartbeat,
-			Reconciler: &agent.Reconciler{Device: d, Runtime: sim.New(sim.Options{}), Log: log.With("device", d)}})
+			Reconciler: &agent.Reconciler{Device: d, Runtime: sim.New(sim.Options{LocalImages: []string{webImage}}), Log: log.With("device", d)}})
 		if actx.Err() != nil {
 			return nil
 		}
@@ -191,7 +205,10 @@ func (f *fleet) startDashboard(i int, log *slog.Logger) {
 	go func() {
 		f.dashDone <- dashboard.RunFleet(ctx, dashboard.FleetOptions{
 			Server: dashboard.Options{Logger: log.With("component", "dashboard"), PublicURL: f.base, SessionKey: f.key,
-				OIDC: &dashboard.OIDC{Issuer: f.plane.Provider().Issuer(), ClientID: clientID, ClientSecret: clientSecret}},
+				OIDC: &dashboard.OIDC{Issuer: f.plane.Provider().Issuer(), ClientID: clientID, ClientSecret: clientSecret},
+				// As an API server with --oidc-username-claim=preferred_username
+				// --oidc-username-prefix=oidc: would name the users.
+				Kube: dashboard.KubeIdentity{UsernameClaim: "preferred_username", UsernamePrefix: "oidc:"}},
 			RESTConfig: f.asDashboard(), Store: f.plane.Store(), Namespace: f.ns,
 			Ready: func(*dashboard.Server) { close(ready) }}, ln)
 	}()
@@ -309,10 +326,10 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		})
 	})
 
-	t.Run("a user without the fleet-admin role gets 403", func(t *testing.T) {
+	t.Run("a user with neither fleet role gets 403 naming both", func(t *testing.T) {
 		bob := newBrowser(t, f.base)
 		status, body := signIn(t, bob, f.base, "bob", bobPassword)
-		if status != http.StatusForbidden || !strings.Contains(body, "fleet-admin") {
+		if status != http.StatusForbidden || !strings.Contains(body, "<code>fleet-admin</code> role (to see and act) or the <code>fleet-viewer</code> role") {
 			t.Fatalf("bob: %d\n%s", status, body)
 		}
 	})
@@ -458,6 +475,146 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		}
 	})
 
+	// A Deployment of both devices in two batches of one, each waiting for
+	// approval.
+	dep := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: f.ns},
+		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "lab"}},
+			Rollout: fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: new(int32(1))}}, Approval: fleetv1.RolloutApprovalManual},
+			Score:   score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "web", Image: webImage}}}}}}
+	depPage := f.base + "/deployments/" + f.ns + "/web"
+	rolloutAction := func() string {
+		var d fleetv1.Deployment
+		if err := f.kube.Get(ctx, client.ObjectKeyFromObject(dep), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Annotations[fleetv1.AnnotationRolloutAction]
+	}
+	transitions := func(typ events.Type) []events.RolloutTransition {
+		subj, _ := events.DeploymentRolloutSubject(f.ns, "web")
+		var out []events.RolloutTransition
+		for rec, err := range f.plane.Store().Replay(ctx, subj, events.FromStart()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rec.Event.Type != typ {
+				continue
+			}
+			tr, err := events.Decode[events.RolloutTransition](rec.Event)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, tr)
+		}
+		return out
+	}
+
+	t.Run("an admin approves a batch from the Deployment page and the API server and the operator record her", func(t *testing.T) {
+		if err := f.kube.Create(ctx, dep); err != nil {
+			t.Fatal(err)
+		}
+		var body string
+		testenv.Eventually(t, "the Deployment page offering to approve batch 1", 2*time.Minute, func() bool {
+			_, _, body = ada.get(depPage)
+			return strings.Contains(body, `<button type="submit">Approve batch 1</button>`)
+		})
+		status, final, body := ada.post(depPage+"/rollout", url.Values{"csrf": {csrf(t, body)}, "action": {"approve"}, "batch": {"1"}}, f.base)
+		if status != http.StatusOK || !strings.Contains(body, "Approval of batch 1 requested") {
+			t.Fatalf("approve: %d at %s\n%s", status, final, body)
+		}
+		a, err := fleetv1.ParseRolloutAction(rolloutAction())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(fleetv1.RolloutAction{Action: fleetv1.RolloutActionApprove, Generation: 1, Batch: 1, By: "oidc:ada", Request: a.Request}, a); diff != "" {
+			t.Errorf("the Deployment's rollout request (-want +got):\n%s", diff)
+		}
+		testenv.Eventually(t, "rollout.approved of batch 1 by oidc:ada on the rollout subject", 2*time.Minute, func() bool {
+			got := transitions(events.TypeRolloutApproved)
+			return len(got) == 1 && got[0].By == "oidc:ada" && got[0].Batch == 1 && got[0].Request == a.Request
+		})
+		testenv.Eventually(t, "the Deployment page naming oidc:ada as batch 1's approver", time.Minute, func() bool {
+			_, _, body := ada.get(depPage)
+			return strings.Contains(body, "<td>succeeded (approved by oidc:ada)</td>")
+		})
+	})
+
+	vera := newBrowser(t, f.base)
+	t.Run("a fleet-viewer sees every page and no action", func(t *testing.T) {
+		if status, body := signIn(t, vera, f.base, "vera", veraPassword); status != http.StatusOK || !strings.Contains(body, "<h1>Devices</h1>") {
+			t.Fatalf("vera's sign-in: %d\n%s", status, body)
+		}
+		actionForm := regexp.MustCompile(`<form[^>]*method="post"[^>]*action="(/[^"]*)"`)
+		for _, p := range []string{"/", "/devices", "/devices/d1", "/deployments", "/deployments/" + f.ns + "/web", "/taskruns", "/alerts",
+			"/fleet?at=" + url.QueryEscape(time.Now().UTC().Format(time.RFC3339))} {
+			status, _, body := vera.get(f.base + p)
+			if status != http.StatusOK {
+				t.Errorf("GET %s: status %d\n%s", p, status, body)
+				continue
+			}
+			for _, m := range actionForm.FindAllStringSubmatch(body, -1) {
+				if m[1] != "/logout" {
+					t.Errorf("GET %s offers the action %s to a fleet-viewer", p, m[1])
+				}
+			}
+		}
+		_, _, body := vera.get(depPage)
+		if !strings.Contains(body, "Read-only: approving, pausing and resuming need the <code>fleet-admin</code> role.") {
+			t.Errorf("the Deployment page does not say the viewer is read-only:\n%s", body)
+		}
+	})
+
+	t.Run("a fleet-viewer's forged approval is refused by the API server and changes nothing", func(t *testing.T) {
+		_, _, body := vera.get(depPage)
+		before := rolloutAction()
+		status, _, body := vera.post(depPage+"/rollout", url.Values{"csrf": {csrf(t, body)}, "action": {"approve"}, "batch": {"2"}}, f.base)
+		// The API server's RBAC denial, naming the impersonated user.
+		want := `User &#34;oidc:vera&#34; cannot patch resource &#34;deployments&#34; in API group &#34;fleet.nationtech.io&#34;`
+		if status != http.StatusForbidden || !strings.Contains(body, "The Kubernetes API server refused this request") || !strings.Contains(body, want) {
+			t.Errorf("vera's approval: status %d, want 403 with the API server's RBAC denial %q\n%s", status, want, body)
+		}
+		if after := rolloutAction(); after != before {
+			t.Errorf("the rollout request changed from %s to %s", before, after)
+		}
+		for _, path := range []string{"/devices/d1/quarantine", "/devices/d1/command"} {
+			status, _, body := vera.post(f.base+path, url.Values{"csrf": {csrf(t, body)}, "command": {agent.CommandReconcileNow}}, f.base)
+			if status != http.StatusForbidden || !strings.Contains(body, "Actions need the fleet-admin role") {
+				t.Errorf("POST %s as a fleet-viewer: %d, want 403 explaining the role\n%s", path, status, body)
+			}
+		}
+		if labelled() {
+			t.Error("vera's quarantine labelled d1")
+		}
+		if got := transitions(events.TypeRolloutApproved); len(got) != 1 {
+			t.Errorf("approvals recorded: %+v, want only ada's", got)
+		}
+	})
+
+	t.Run("after the last batch the Deployment page says every batch succeeded, not which one started", func(t *testing.T) {
+		var body string
+		testenv.Eventually(t, "the Deployment page offering to approve batch 2", 2*time.Minute, func() bool {
+			_, _, body = ada.get(depPage)
+			return strings.Contains(body, `<button type="submit">Approve batch 2</button>`)
+		})
+		if !strings.Contains(body, "Batch <strong>2</strong> of 2 awaits approval") {
+			t.Errorf("the plan does not say batch 2 awaits approval:\n%s", body)
+		}
+		status, _, body := ada.post(depPage+"/rollout", url.Values{"csrf": {csrf(t, body)}, "action": {"approve"}, "batch": {"2"}}, f.base)
+		if status != http.StatusOK {
+			t.Fatalf("approve batch 2: %d\n%s", status, body)
+		}
+		testenv.Eventually(t, "the Deployment page of the succeeded rollout", 2*time.Minute, func() bool {
+			_, _, body = ada.get(depPage)
+			return strings.Contains(body, "Every batch succeeded (2 of 2).")
+		})
+		// The timeline keeps the history (batch 2 awaits approval); the
+		// plan and the controls say what is now.
+		for _, stale := range []string{"started.", "awaits approval: <code>", "is rolling out", `value="pause"`, `value="approve"`} {
+			if strings.Contains(body, stale) {
+				t.Errorf("the page of the succeeded rollout says %q:\n%s", stale, body)
+			}
+		}
+	})
+
 	t.Run("an alert acknowledgement survives a dashboard restart", func(t *testing.T) {
 		f.stopAgent["d2"]()
 		var alertID string
@@ -500,6 +657,9 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		secrets := map[string]string{"ada's password": adaPassword, "bob's password": bobPassword, "the client secret": clientSecret,
 			"the session key (hex)": hex.EncodeToString(f.key), "the session key (base64)": base64.StdEncoding.EncodeToString(f.key),
 			"the session key (base64url)": base64.RawURLEncoding.EncodeToString(f.key), "the session key (raw)": string(f.key)}
+		for i, tok := range f.saTokens {
+			secrets[fmt.Sprintf("the dashboard's service account token %d", i)] = tok
+		}
 		for what, s := range secrets {
 			if strings.Contains(logs, s) {
 				t.Errorf("the logs contain %s", what)
@@ -566,11 +726,22 @@ func dashboardRBAC(t *testing.T, ns string) []byte {
 	return []byte(strings.ReplaceAll(yaml, "fleet-system", ns))
 }
 
-// asDashboard is the API server's configuration impersonating the
-// dashboard's service account.
+// asDashboard is the API server's configuration with a token of the
+// dashboard's service account (a TokenRequest): its own credentials, so
+// its impersonation of users is checked against its own RBAC.
 func (f *fleet) asDashboard() *rest.Config {
-	cfg := kubeapi.Shared(f.t).RESTConfig()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + f.ns + ":fleet-dashboard",
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + f.ns, "system:authenticated"}}
-	return cfg
+	f.t.Helper()
+	admin := kubeapi.Shared(f.t).RESTConfig()
+	cs, err := kubernetes.NewForConfig(admin)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tr, err := cs.CoreV1().ServiceAccounts(f.ns).CreateToken(ctx, "fleet-dashboard", &authnv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		f.t.Fatalf("a token of the dashboard's service account: %v", err)
+	}
+	f.saTokens = append(f.saTokens, tr.Status.Token)
+	return &rest.Config{Host: admin.Host, TLSClientConfig: rest.TLSClientConfig{CAData: admin.CAData}, BearerToken: tr.Status.Token}
 }

@@ -60,6 +60,8 @@ func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	}
 	d.Status.Liveness = fleetv1.LivenessOnline
 	d.Status.Inventory = &fleetv1.DeviceInventory{OS: "Debian\u2066 12", Arch: "arm64", Kernel: "6.1\u200b.0", AgentVersion: "v1.4\u202e2-exe"}
+	// What it runs, as its container reports named it.
+	d.Status.Workloads = []fleetv1.DeviceWorkload{{Namespace: ns, Deployment: "web\u202egnp.exe", Revision: "r\u200b1", Degraded: "Crash\u2066Loop"}}
 	if err := c.Status().Update(ctx, d); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	actions, err := dashboard.NewFleetActions(c, st, identity, nil)
+	actions, err := dashboard.NewFleetActions(c, nil, st, identity, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,5 +135,16 @@ func TestTheDevicePageShowsHiddenCharactersOfDeviceInputEscaped(t *testing.T) {
 	}
 	if i := strings.IndexFunc(text, func(r rune) bool { return r != '\n' && r != '\t' && r != '\r' && events.Invisible(r) }); i >= 0 {
 		t.Errorf("the device page prints a hidden character raw: %q", text[max(0, i-40):min(len(text), i+40)])
+	}
+	// The device list's Runs column shows the same text escaped.
+	_, _, body = b.get(base + "/devices?q=" + id)
+	text = html.UnescapeString(body)
+	for _, want := range []string{ns + `/web\u202egnp.exe`, `Crash\u2066Loop`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the device list lacks %s", want)
+		}
+	}
+	if i := strings.IndexFunc(text, func(r rune) bool { return r != '\n' && r != '\t' && r != '\r' && events.Invisible(r) }); i >= 0 {
+		t.Errorf("the device list prints a hidden character raw: %q", text[max(0, i-40):min(len(text), i+40)])
 	}
 }

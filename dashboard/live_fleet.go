@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/sync/errgroup"
@@ -33,6 +34,10 @@ type FleetOptions struct {
 	// Namespace restricts Deployments and TaskRuns to one namespace;
 	// empty: all.
 	Namespace string
+	// NeverConnectedAfter is the read models' grace before an enrolled
+	// Device that never sent a heartbeat is an alert; 0: the default
+	// (fleetview.DefaultNeverConnectedAfter).
+	NeverConnectedAfter time.Duration
 	// Ready, when set, is called with the server once the cache has
 	// synced, before it serves.
 	Ready func(*Server)
@@ -75,12 +80,13 @@ func RunFleet(ctx context.Context, o FleetOptions, ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("dashboard: the %s stream does not exist: provision the streams (fleet-operator --provision)", events.StreamAudit)
 	}
-	view, err := fleetview.NewLive(fleetview.Options{Cache: c, Informers: c, Streams: o.Store, Namespace: o.Namespace, Logger: log.With("component", "fleetview")})
+	view, err := fleetview.NewLive(fleetview.Options{Cache: c, Informers: c, Streams: o.Store, Namespace: o.Namespace,
+		NeverConnectedAfter: o.NeverConnectedAfter, Logger: log.With("component", "fleetview")})
 	if err != nil {
 		ln.Close()
 		return err
 	}
-	actions, err := NewFleetActions(kube, o.Store, identity, log)
+	actions, err := NewFleetActions(kube, o.RESTConfig, o.Store, identity, log)
 	if err != nil {
 		ln.Close()
 		return err

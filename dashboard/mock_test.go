@@ -308,3 +308,52 @@ func TestTheOIDCOptionsNeverPrintTheClientSecret(t *testing.T) {
 		}
 	}
 }
+
+func TestARolloutRequestFromTheDeploymentPageIsCheckedThenWrittenAsTheUser(t *testing.T) {
+	o, _ := mockOptions(t, nil)
+	_, base := serve(t, o)
+	const page = "/deployments/fleet/video-analytics"
+	admin := newBrowser(t, base)
+	signInMock(t, admin, base, dashboard.RoleAdmin)
+	_, _, body := admin.get(base + page)
+	token := csrf(t, body)
+	tests := []struct {
+		name   string
+		form   url.Values
+		status int
+		want   string
+	}{
+		{"an approval of the batch that waits is requested", url.Values{"action": {"approve"}, "batch": {"2"}}, http.StatusOK, "Approval of batch 2 requested"},
+		{"a pause is requested", url.Values{"action": {"pause"}}, http.StatusOK, "Pause requested"},
+		{"a resume is requested", url.Values{"action": {"resume"}}, http.StatusOK, "Resume requested"},
+		{"an unknown action is refused naming the actions", url.Values{"action": {"delete"}}, http.StatusBadRequest, "action must be pause, resume or approve"},
+		{"a batch on a pause is refused", url.Values{"action": {"pause"}, "batch": {"2"}}, http.StatusBadRequest, "batch is only for approve"},
+		{"a batch that is not a number is refused", url.Values{"action": {"approve"}, "batch": {"two"}}, http.StatusBadRequest, "a whole number, 1 or more"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.form.Set("csrf", token)
+			status, _, body := admin.post(base+page+"/rollout", tc.form, base)
+			if status != tc.status || !strings.Contains(body, tc.want) {
+				t.Errorf("status %d, want %d with %q\n%s", status, tc.status, tc.want, body)
+			}
+		})
+	}
+	t.Run("a request without the CSRF token is refused", func(t *testing.T) {
+		if status, _, _ := admin.post(base+page+"/rollout", url.Values{"action": {"pause"}}, base); status != http.StatusForbidden {
+			t.Errorf("status %d, want 403", status)
+		}
+	})
+	t.Run("a fleet-viewer's request goes to the API server, which refuses it", func(t *testing.T) {
+		viewer := newBrowser(t, base)
+		signInMock(t, viewer, base, dashboard.RoleViewer)
+		_, _, body := viewer.get(base + page)
+		if strings.Contains(body, `action="`+page+`/rollout"`) {
+			t.Error("the page offers the rollout controls to a fleet-viewer")
+		}
+		status, _, body := viewer.post(base+page+"/rollout", url.Values{"csrf": {csrf(t, body)}, "action": {"approve"}, "batch": {"2"}}, base)
+		if status != http.StatusForbidden || !strings.Contains(body, "The Kubernetes API server refused this request, made as mock-viewer") {
+			t.Errorf("status %d, want 403 from the (mock) API server\n%s", status, body)
+		}
+	})
+}

@@ -12,9 +12,13 @@ import (
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
 )
 
-// RoleAdmin is the project role a user needs: the dashboard answers 403 to
-// everyone else.
+// RoleAdmin is the project role that sees every page and may act; the
+// dashboard answers 403 to a user with neither it nor RoleViewer.
 const RoleAdmin = "fleet-admin"
+
+// RoleViewer is the read-only project role: every page, no action (ADR
+// 0022).
+const RoleViewer = "fleet-viewer"
 
 // RolesClaim is the id_token claim holding the user's project roles, as
 // Zitadel names it: the claim the auth callout reads control-plane roles
@@ -97,6 +101,57 @@ type Options struct {
 	// KeepAlive is how often an idle live-update stream sends a comment.
 	// Default DefaultKeepAlive.
 	KeepAlive time.Duration
+	// Kube maps a signed-in user to the Kubernetes user and groups the
+	// dashboard impersonates for its writes (ADR 0022). The zero value
+	// maps as a kube-apiserver with this OIDC issuer and default flags
+	// does.
+	Kube KubeIdentity
+}
+
+// KubeIdentity maps an id_token to the Kubernetes identity the API server
+// gives the same user when it signs in with kubectl through the same OIDC
+// issuer (--oidc-username-claim, --oidc-username-prefix; for the groups,
+// an AuthenticationConfiguration mapping the project roles claim). The
+// dashboard impersonates that identity, so the two must agree: configure
+// both the same way (docs/dashboard.md, "Acting as the signed-in user").
+type KubeIdentity struct {
+	// UsernameClaim is the id_token claim holding the user name, as the
+	// API server's --oidc-username-claim. Default "sub".
+	UsernameClaim string
+	// UsernamePrefix is put before the claim's value, as the API server's
+	// --oidc-username-prefix: "" means the API server's default (the
+	// issuer URL and "#" unless the claim is "email"), "-" no prefix.
+	UsernamePrefix string
+	// GroupsPrefix is put before each fleet project role the user holds
+	// (fleet-admin, fleet-viewer) to name the Kubernetes group
+	// impersonated with the user, as the API server's groups prefix.
+	// Default none: the groups are fleet-admin and fleet-viewer, which the
+	// ClusterRoleBindings of k8s/config/rbac name.
+	GroupsPrefix string
+}
+
+// DefaultUsernameClaim is KubeIdentity's default username claim, the API
+// server's.
+const DefaultUsernameClaim = "sub"
+
+// prefix is the prefix of Kubernetes user names for issuer.
+func (k KubeIdentity) prefix(issuer string) string {
+	switch {
+	case k.UsernamePrefix == "-":
+		return ""
+	case k.UsernamePrefix != "":
+		return k.UsernamePrefix
+	case k.claim() == "email":
+		return ""
+	}
+	return issuer + "#"
+}
+
+func (k KubeIdentity) claim() string {
+	if k.UsernameClaim == "" {
+		return DefaultUsernameClaim
+	}
+	return k.UsernameClaim
 }
 
 // Command is an agent command the device page offers.
@@ -175,6 +230,12 @@ func (o Options) Validate() error {
 	}
 	if o.Acks == nil {
 		bad("Acks is required")
+	}
+	if strings.HasPrefix(o.Kube.UsernamePrefix, "system:") || strings.HasPrefix(o.Kube.GroupsPrefix, "system:") {
+		bad("the Kubernetes user and group prefixes must not start with \"system:\" (names the API server reserves): use e.g. \"oidc:\"")
+	}
+	if strings.ContainsFunc(o.Kube.UsernameClaim, func(r rune) bool { return r <= ' ' }) {
+		bad("the Kubernetes username claim %q contains a space or control character: give a claim name such as sub or preferred_username", o.Kube.UsernameClaim)
 	}
 	for _, c := range o.Commands {
 		if c.Name == "" || c.Label == "" {

@@ -307,6 +307,7 @@ func (s *Server) handleDeployment(w http.ResponseWriter, r *http.Request) {
 	p := s.base(r, "Deployment "+ns+"/"+name, "deployments")
 	p.Live, p.Data = fleetview.PageRef{Kind: fleetview.PageDeployment, Key: ns + "/" + name}, dep
 	p.AutoRefresh = running(dep.Phase) && !dep.Deleted
+	p.Notice = rolloutNotice(r.URL.Query())
 	s.render(w, r, http.StatusOK, "deployment", p)
 }
 

@@ -116,22 +116,28 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
-	admin := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.requireAdmin(h)) }
-	admin("GET /{$}", s.handleOverview)
-	admin("GET /devices", s.handleDevices)
-	admin("GET /devices/{id}", s.handleDevice)
+	// Pages: fleet-admin or fleet-viewer. Actions that only the dashboard
+	// can decide (NATS commands, acknowledgements, the quarantine label it
+	// writes as itself): fleet-admin. Rollout controls: any signed-in
+	// role, written as the user (impersonation): the API server decides.
+	view := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.requireRole(h, false)) }
+	admin := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.requireRole(h, true)) }
+	view("GET /{$}", s.handleOverview)
+	view("GET /devices", s.handleDevices)
+	view("GET /devices/{id}", s.handleDevice)
 	admin("POST /devices/{id}/quarantine", s.handleQuarantine(true))
 	admin("POST /devices/{id}/release", s.handleQuarantine(false))
 	admin("POST /devices/{id}/command", s.handleCommand)
-	admin("GET /deployments", s.handleDeployments)
-	admin("GET /deployments/{ns}/{name}", s.handleDeployment)
-	admin("GET /fleet", s.handleFleetAt)
-	admin("GET /exposure", s.handleExposure)
-	admin("GET /taskruns", s.handleTaskRuns)
-	admin("GET /taskruns/{ns}/{name}", s.handleTaskRun)
-	admin("GET /alerts", s.handleAlerts)
+	view("GET /deployments", s.handleDeployments)
+	view("GET /deployments/{ns}/{name}", s.handleDeployment)
+	view("POST /deployments/{ns}/{name}/rollout", s.handleRolloutAction)
+	view("GET /fleet", s.handleFleetAt)
+	view("GET /exposure", s.handleExposure)
+	view("GET /taskruns", s.handleTaskRuns)
+	view("GET /taskruns/{ns}/{name}", s.handleTaskRun)
+	view("GET /alerts", s.handleAlerts)
 	admin("POST /alerts/ack", s.handleAck)
-	admin("GET /live", s.handleLive)
+	view("GET /live", s.handleLive)
 	mux.HandleFunc("GET /login", s.handleLogin)
 	mux.HandleFunc("POST /login/mock", s.handleMockLogin)
 	mux.HandleFunc("GET /callback", s.handleCallback)
@@ -223,10 +229,11 @@ func (s *Server) session(r *http.Request) (session, bool) {
 	return sess, true
 }
 
-// requireAdmin lets through requests of a session with the fleet-admin
-// role. Without a session, a GET goes to sign-in and anything else is
-// refused; a session without the role gets 403.
-func (s *Server) requireAdmin(next http.HandlerFunc) http.Handler {
+// requireRole lets through requests of a session with the fleet-admin
+// role, or (unless admin) the fleet-viewer role. Without a session, a GET
+// goes to sign-in and anything else is refused; a session without the
+// role gets 403 saying which role it needs.
+func (s *Server) requireRole(next http.HandlerFunc, admin bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sess, ok := s.session(r)
 		if !ok {
@@ -239,9 +246,15 @@ func (s *Server) requireAdmin(next http.HandlerFunc) http.Handler {
 		}
 		ctx := context.WithValue(r.Context(), sessionKey{}, sess)
 		r = r.WithContext(ctx)
-		if !sess.User.Admin {
-			s.log.Info("refused: no fleet-admin role", "user", sess.User.Name, "user_subject", sess.User.Subject, "path", r.URL.Path)
+		switch {
+		case !sess.User.SeesPages():
+			s.log.Info("refused: no fleet-admin or fleet-viewer role", "user", sess.User.Name, "user_subject", sess.User.Subject, "path", r.URL.Path)
 			s.render(w, r, http.StatusForbidden, "forbidden", page{Title: "Access denied"})
+			return
+		case admin && !sess.User.Admin:
+			s.log.Info("refused: a fleet-viewer asked for an action", "user", sess.User.Name, "user_subject", sess.User.Subject, "path", r.URL.Path)
+			s.errorPage(w, r, http.StatusForbidden, "Read-only access",
+				"You have the fleet-viewer role: you see every page but may change nothing. Actions need the fleet-admin role.")
 			return
 		}
 		next(w, r)

@@ -25,9 +25,24 @@ type User struct {
 	// else name, else sub.
 	Subject string `json:"sub"`
 	Name    string `json:"name"`
-	// Admin is true when the id_token carried the fleet-admin role.
-	Admin bool `json:"admin"`
+	// Admin is true when the id_token carried the fleet-admin role;
+	// Viewer when it carried fleet-viewer (read-only: every page, no
+	// action).
+	Admin  bool `json:"admin"`
+	Viewer bool `json:"viewer,omitempty"`
+	// KubeUser and KubeGroups are the user's Kubernetes identity, mapped
+	// from the id_token as the API server maps it (KubeIdentity): the
+	// dashboard writes to Kubernetes impersonating them, so the API
+	// server records the user and RBAC decides. KubeUser is "" when the
+	// token lacks the username claim: the user's Kubernetes writes are
+	// refused.
+	KubeUser   string   `json:"kubeUser,omitempty"`
+	KubeGroups []string `json:"kubeGroups,omitempty"`
 }
+
+// SeesPages reports whether the user may see the dashboard's pages: the
+// fleet-admin or the fleet-viewer role.
+func (u User) SeesPages() bool { return u.Admin || u.Viewer }
 
 // ParseSessionKey reads a session key file's content: exactly
 // SessionKeySize bytes, or that many bytes written as hex or base64 on one

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/zitadel/oidc/v3/pkg/client/rp"
 	"github.com/zitadel/oidc/v3/pkg/oidc"
@@ -108,12 +109,12 @@ func (s *Server) handleCallback(w http.ResponseWriter, r *http.Request) {
 		s.errorPage(w, r, http.StatusForbidden, "Sign-in failed", "The identity provider's answer could not be verified. Sign in again.")
 		return
 	}
-	u := userOf(tokens.IDTokenClaims)
+	u := userOf(tokens.IDTokenClaims, s.o.Kube, s.o.OIDC.Issuer)
 	if err := s.startSession(w, u); err != nil {
 		s.errorPage(w, r, http.StatusInternalServerError, "Sign-in failed", "The session could not be created.")
 		return
 	}
-	s.log.Info("signed in", "user", u.Name, "user_subject", u.Subject, "admin", u.Admin)
+	s.log.Info("signed in", "user", u.Name, "user_subject", u.Subject, "admin", u.Admin, "viewer", u.Viewer, "kube_user", u.KubeUser)
 	// The sealed cookie holds what /login checked; it is checked again,
 	// so a cookie sealed under an older check cannot lead elsewhere.
 	seeOther(w, s.safeReturn(st.Return))
@@ -129,9 +130,14 @@ func (s *Server) handleMockLogin(w http.ResponseWriter, r *http.Request) {
 		s.errorPage(w, r, http.StatusForbidden, "Request refused", "The request did not come from this dashboard's pages.")
 		return
 	}
-	u := User{Subject: "mock-viewer", Name: "mock-viewer"}
-	if r.PostFormValue("role") == RoleAdmin {
-		u = User{Subject: "mock-admin", Name: "mock-admin", Admin: true}
+	var u User
+	switch r.PostFormValue("role") {
+	case RoleAdmin:
+		u = User{Subject: "mock-admin", Name: "mock-admin", Admin: true, KubeUser: "mock-admin", KubeGroups: []string{RoleAdmin}}
+	case RoleViewer:
+		u = User{Subject: "mock-viewer", Name: "mock-viewer", Viewer: true, KubeUser: "mock-viewer", KubeGroups: []string{RoleViewer}}
+	default:
+		u = User{Subject: "mock-nobody", Name: "mock-nobody"}
 	}
 	if err := s.startSession(w, u); err != nil {
 		s.errorPage(w, r, http.StatusInternalServerError, "Sign-in failed", "The session could not be created.")
@@ -174,9 +180,9 @@ func (s *Server) handleSignedOut(w http.ResponseWriter, r *http.Request) {
 	s.render(w, r, http.StatusOK, "signedout", p)
 }
 
-// userOf reads the user and the fleet-admin role from the id_token's
-// claims.
-func userOf(c *oidc.IDTokenClaims) User {
+// userOf reads the user, the fleet roles and the Kubernetes identity
+// (kube, for the tokens of issuer) from the id_token's claims.
+func userOf(c *oidc.IDTokenClaims, kube KubeIdentity, issuer string) User {
 	u := User{Subject: c.Subject, Name: c.PreferredUsername}
 	if u.Name == "" {
 		u.Name = c.Name
@@ -187,8 +193,51 @@ func userOf(c *oidc.IDTokenClaims) User {
 	u.Name = bounded(u.Name, 128)
 	if roles, ok := c.Claims[RolesClaim].(map[string]any); ok {
 		_, u.Admin = roles[RoleAdmin]
+		_, u.Viewer = roles[RoleViewer]
+	}
+	u.KubeUser = kubeUserOf(c, kube, issuer)
+	if u.KubeUser != "" {
+		for _, role := range []string{RoleAdmin, RoleViewer} {
+			if (role == RoleAdmin && u.Admin) || (role == RoleViewer && u.Viewer) {
+				u.KubeGroups = append(u.KubeGroups, kube.GroupsPrefix+role)
+			}
+		}
 	}
 	return u
+}
+
+// kubeUserOf is the Kubernetes user name the API server gives the token's
+// user: the username claim's value after the prefix. "" when the claim is
+// missing or not a string, when the claim is email and the address is not
+// verified (the API server refuses such a token), or when the name is one
+// the API server reserves (system:).
+func kubeUserOf(c *oidc.IDTokenClaims, kube KubeIdentity, issuer string) string {
+	claim := kube.claim()
+	var v string
+	switch claim {
+	case "sub":
+		v = c.Subject
+	case "email":
+		if !bool(c.EmailVerified) {
+			return ""
+		}
+		v = c.Email
+	case "preferred_username":
+		v = c.PreferredUsername
+	default:
+		v, _ = c.Claims[claim].(string)
+	}
+	if v == "" {
+		v, _ = c.Claims[claim].(string)
+	}
+	if v == "" {
+		return ""
+	}
+	name := kube.prefix(issuer) + v
+	if strings.HasPrefix(name, "system:") || strings.ContainsFunc(name, unicode.IsControl) || len(name) > 512 {
+		return ""
+	}
+	return name
 }
 
 // bounded cuts s to n bytes (at a rune boundary), marking the cut.

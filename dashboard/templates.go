@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 //go:embed templates/*.html
@@ -33,24 +34,10 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05 UTC")
 	},
-	"iso": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
-	"ago": func(t time.Time) string {
-		if t.IsZero() {
-			return "never"
-		}
-		d := time.Since(t)
-		switch {
-		case d < 0:
-			return "just now"
-		case d < time.Minute:
-			return fmt.Sprintf("%d s ago", int(d.Seconds()))
-		case d < time.Hour:
-			return fmt.Sprintf("%d min ago", int(d.Minutes()))
-		case d < 48*time.Hour:
-			return fmt.Sprintf("%d h ago", int(d.Hours()))
-		}
-		return fmt.Sprintf("%d days ago", int(d.Hours()/24))
-	},
+	"iso":     func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"ago":     func(t time.Time) string { return fleetview.Ago(t, time.Now()) },
+	"dur":     fleetview.HumanDuration,
+	"evname":  eventName,
 	"href":    pageHref,
 	"devhref": func(id string) string { return "/devices/" + url.PathEscape(id) },
 	"nshref": func(kind, ns, name string) string {
@@ -68,10 +55,26 @@ var funcs = template.FuncMap{
 		}
 		return s
 	},
-	"short": func(s string, n int) string { return bounded(s, n) },
+	"short":         func(s string, n int) string { return bounded(s, n) },
+	"running":       running,
+	"progresschart": newProgressChart,
+	"trendchart":    newTrendChart,
 	"fleetat": func(t time.Time) string {
 		return "/fleet?" + url.Values{"at": {t.UTC().Format(time.RFC3339Nano)}}.Encode()
 	},
+}
+
+// eventName writes an event type so that it breaks only after a dot or a
+// hyphen (rollout.canaries-<wbr>converged), never inside a word.
+func eventName(typ events.Type) template.HTML {
+	var b strings.Builder
+	for _, r := range string(typ) {
+		b.WriteString(template.HTMLEscapeString(string(r)))
+		if r == '.' || r == '-' {
+			b.WriteString("<wbr>")
+		}
+	}
+	return template.HTML(`<code class="event">` + b.String() + `</code>`)
 }
 
 // pageHref is the address of a page a change or an alert names.

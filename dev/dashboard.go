@@ -88,7 +88,9 @@ func (s *session) startDashboard(ctx context.Context) (string, string, error) {
 	}
 	o := dashboard.FleetOptions{
 		Server: dashboard.Options{Logger: s.log.With("component", "dashboard"), PublicURL: base, SessionKey: key,
-			OIDC: &dashboard.OIDC{Issuer: op.Issuer(), ClientID: dashboardClientID, ClientSecret: secret}},
+			OIDC: &dashboard.OIDC{Issuer: op.Issuer(), ClientID: dashboardClientID, ClientSecret: secret},
+			// Writes as the user: "oidc:admin" with the group fleet-admin.
+			Kube: dashboard.KubeIdentity{UsernameClaim: "preferred_username", UsernamePrefix: "oidc:"}},
 		RESTConfig: s.k.cfg, Store: s.plane.Store(),
 	}
 	s.plane.Go("dashboard", func(ctx context.Context) error { return dashboard.RunFleet(ctx, o, ln) })

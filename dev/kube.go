@@ -111,10 +111,16 @@ func startKube(o Options) (*kube, error) {
 	if err := os.MkdirAll(etcdDir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet dev: etcd data folder: %w", err)
 	}
+	manifests := []string{o.AdmissionDir}
+	// The ClusterRoles of Fleet's people beside the policies
+	// (k8s/config/rbac): the dashboard writes as its users (ADR 0022).
+	if rbac := filepath.Join(filepath.Dir(o.AdmissionDir), "rbac"); isDir(rbac) {
+		manifests = append(manifests, rbac)
+	}
 	srv, err := kubelocal.Start(kubelocal.Options{
 		BinDir:       o.KubeBinDir,
 		CRDDirs:      []string{o.CRDDir},
-		ManifestDirs: []string{o.AdmissionDir},
+		ManifestDirs: manifests,
 		EtcdDataDir:  etcdDir,
 		StartTimeout: 2 * time.Minute,
 		StopTimeout:  time.Minute,
@@ -153,4 +159,10 @@ func addCoreScheme(s *apiruntime.Scheme) error {
 		return fmt.Errorf("fleet dev: scheme: %w", err)
 	}
 	return nil
+}
+
+// isDir reports whether path is a folder.
+func isDir(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
 }

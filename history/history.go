@@ -208,6 +208,51 @@ type RolloutState struct {
 	// Deleted is true once the Deployment was deleted (the operator no
 	// longer patches its status).
 	Deleted bool `json:"deleted,omitempty"`
+	// Batches is the progress of each batch of the revision's rollout
+	// plan (ADR 0016), in plan order; nil without a plan.
+	Batches []BatchProgress `json:"batches,omitempty"`
+}
+
+// BatchProgress is one batch of a rollout plan as the fold has it: its
+// members' results and its transitions.
+type BatchProgress struct {
+	// Size is how many targets the batch has; Converged and Failures
+	// count their latest reports of the revision.
+	Size      int `json:"size"`
+	Converged int `json:"converged"`
+	Failures  int `json:"failures"`
+	// SuccessPercent of the batch must converge.
+	SuccessPercent int `json:"successPercent"`
+	// Started, Soaking, Succeeded and Failed are the batch's transitions;
+	// Approved (and ApprovedBy) its approval.
+	Started    bool   `json:"started,omitempty"`
+	Soaking    bool   `json:"soaking,omitempty"`
+	Succeeded  bool   `json:"succeeded,omitempty"`
+	Failed     bool   `json:"failed,omitempty"`
+	Approved   bool   `json:"approved,omitempty"`
+	ApprovedBy string `json:"approvedBy,omitempty"`
+}
+
+// batchesOf is the progress of r's plan batches; nil without a plan.
+func batchesOf(r projections.Rollout) []BatchProgress {
+	if r.Plan == nil || len(r.Plan.Batches) == 0 {
+		return nil
+	}
+	tallies := r.BatchTallies()
+	out := make([]BatchProgress, len(r.Plan.Batches))
+	for i, pb := range r.Plan.Batches {
+		b := &out[i]
+		b.Size, b.SuccessPercent = pb.Size, pb.SuccessPercent
+		if i < len(tallies) {
+			b.Converged, b.Failures = tallies[i].Converged, tallies[i].Failed
+		}
+		if i < len(r.Batches) {
+			bs := r.Batches[i]
+			b.Started, b.Soaking, b.Succeeded, b.Failed = !bs.Started.IsZero(), !bs.Soaking.IsZero(), bs.Succeeded, bs.Failed
+			b.Approved, b.ApprovedBy = bs.Approved, bs.ApprovedBy
+		}
+	}
+	return out
 }
 
 // Failure is one device's failure report.
@@ -226,7 +271,7 @@ func stateOf(namespace, name string, r projections.Rollout) (RolloutState, bool)
 	}
 	s := RolloutState{Namespace: namespace, Name: name, UID: r.UID, Generation: r.Generation, RevisionID: r.RevisionID,
 		Stage: r.Stage, Phase: string(st.Phase), Since: r.StageAt.UTC(), Counts: r.Counts(),
-		Targets: r.Targets, Canaries: r.Canaries, Deleted: r.Deleted}
+		Targets: r.Targets, Canaries: r.Canaries, Deleted: r.Deleted, Batches: batchesOf(r)}
 	if len(st.Conditions) > 0 {
 		c := st.Conditions[0]
 		s.Ready, s.Reason, s.Message = string(c.Status), c.Reason, c.Message

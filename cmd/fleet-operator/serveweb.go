@@ -44,6 +44,10 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 	mock := fs.Bool("mock", false, "serve generated data with a labelled mock sign-in: no Kubernetes, NATS or identity provider needed (every page says so)")
 	mockDevices := fs.Int("mock-devices", 240, "how many devices --mock generates")
 	mockSeed := fs.Int64("mock-seed", 1, "seed of --mock's generated data")
+	kubeUserClaim := fs.String("kube-username-claim", dashboard.DefaultUsernameClaim, "id_token claim naming the Kubernetes user the dashboard impersonates, as the API server's --oidc-username-claim")
+	kubeUserPrefix := fs.String("kube-username-prefix", "", "prefix of that user name, as the API server's --oidc-username-prefix (empty: its default, \"<issuer>#\" unless the claim is email; \"-\": none)")
+	kubeGroupsPrefix := fs.String("kube-groups-prefix", "", "prefix of the Kubernetes groups impersonated for the fleet-admin and fleet-viewer roles, as the API server's groups prefix")
+	neverConnected := fs.Duration("never-connected-after", fleetview.DefaultNeverConnectedAfter, "an enrolled Device that has not sent a heartbeat this long after its creation is an alert (as the FleetDevicesNeverConnected rule)")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,7 +61,8 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	logger := slog.New(handler).With("component", "dashboard")
 
-	so := dashboard.Options{Logger: logger, PublicURL: *public, SessionLifetime: *lifetime, Mock: *mock}
+	so := dashboard.Options{Logger: logger, PublicURL: *public, SessionLifetime: *lifetime, Mock: *mock,
+		Kube: dashboard.KubeIdentity{UsernameClaim: *kubeUserClaim, UsernamePrefix: *kubeUserPrefix, GroupsPrefix: *kubeGroupsPrefix}}
 	switch {
 	case *keyFile != "":
 		key, err := readSessionKey(*keyFile)
@@ -153,7 +158,7 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 		ln.Close()
 		return err
 	}
-	return dashboard.RunFleet(ctx, dashboard.FleetOptions{Server: so, RESTConfig: cfg, Store: st, Namespace: *namespace}, ln)
+	return dashboard.RunFleet(ctx, dashboard.FleetOptions{Server: so, RESTConfig: cfg, Store: st, Namespace: *namespace, NeverConnectedAfter: *neverConnected}, ln)
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

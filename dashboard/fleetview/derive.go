@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/projections"
 )
@@ -63,6 +64,26 @@ func clean(s string, max int) string {
 	return b.String()
 }
 
+// grace holds the durations alerts wait for: a stale device is offline
+// after offlineAfter, an enrolled device that never sent a heartbeat is an
+// alert after neverConnectedAfter.
+type grace struct{ offlineAfter, neverConnectedAfter time.Duration }
+
+// neverConnectedAlert is the alert of a Device created more than after ago
+// that has never sent a heartbeat (no lastHeartbeat, liveness Unknown or
+// not decided yet): enrolled, never connected. Its episode is the Device's
+// UID: it ends with the first heartbeat.
+func neverConnectedAlert(d *fleetv1.Device, now time.Time, after time.Duration) (Alert, bool) {
+	if d.Status.LastHeartbeat != nil || d.Status.Liveness == fleetv1.LivenessOnline || d.Status.Liveness == fleetv1.LivenessStale ||
+		d.CreationTimestamp.IsZero() || now.Sub(d.CreationTimestamp.Time) < after {
+		return Alert{}, false
+	}
+	created := d.CreationTimestamp.UTC()
+	return Alert{ID: alertID(AlertDeviceNeverConnected, d.Namespace, d.Name, string(d.UID), created.Format(time.RFC3339)),
+		Kind: AlertDeviceNeverConnected, Severity: SeverityWarning, Page: PageRef{Kind: PageDevice, Key: d.Name}, Since: created,
+		Message: fmt.Sprintf("device %s has never connected: enrolled %s, no heartbeat since", d.Name, Ago(created, now))}, true
+}
+
 // livenessOf splits the Device CR's liveness by offlineAfter.
 func livenessOf(d *fleetv1.Device, now time.Time, offlineAfter time.Duration) Liveness {
 	switch d.Status.Liveness {
@@ -101,6 +122,14 @@ func deviceRow(d *fleetv1.Device, now time.Time, offlineAfter time.Duration) Dev
 		r.LastHeartbeat = hb.UTC()
 	}
 	r.Labels, r.LabelsTruncated = sortedLabels(d.Labels, MaxLabels)
+	for _, w := range d.Status.Workloads {
+		if len(r.Runs) == MaxRunsShown {
+			r.RunsMore++
+			continue
+		}
+		r.Runs = append(r.Runs, Running{Namespace: clean(w.Namespace, MaxFieldLength), Deployment: clean(w.Deployment, MaxFieldLength),
+			Revision: clean(w.Revision, MaxFieldLength), Degraded: clean(w.Degraded, MaxFieldLength)})
+	}
 	if inv := d.Status.Inventory; inv != nil {
 		r.Inventory = Inventory{OS: clean(inv.OS, MaxFieldLength), Arch: clean(inv.Arch, MaxFieldLength),
 			Kernel: clean(inv.Kernel, MaxFieldLength), AgentVersion: clean(inv.AgentVersion, MaxFieldLength)}
@@ -231,11 +260,16 @@ func alertID(kind AlertKind, parts ...string) string {
 // transition); a TaskRun with failed targets (its UID).
 // Quarantined devices are not alerted. Sorted by severity, then since
 // (newest first), then id.
-func deriveAlerts(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv1.TaskRun, now time.Time, offlineAfter time.Duration) []Alert {
+func deriveAlerts(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv1.TaskRun, now time.Time, g grace) []Alert {
 	out := []Alert{}
+	offlineAfter := g.offlineAfter
 	for i := range devs {
 		d := &devs[i]
 		if _, q := d.Labels[fleetv1.LabelBlacklist]; q {
+			continue
+		}
+		if a, ok := neverConnectedAlert(d, now, g.neverConnectedAfter); ok {
+			out = append(out, a)
 			continue
 		}
 		hb := d.Status.LastHeartbeat
@@ -249,7 +283,7 @@ func deriveAlerts(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv
 		}
 		out = append(out, Alert{ID: alertID(AlertDeviceStale, d.Namespace, d.Name, hb.UTC().Format(time.RFC3339Nano)),
 			Kind: AlertDeviceStale, Severity: sev, Page: PageRef{Kind: PageDevice, Key: d.Name}, Since: hb.UTC(),
-			Message: fmt.Sprintf("device %s is %s: last heartbeat %s ago", d.Name, l, now.Sub(hb.Time).Truncate(time.Second))})
+			Message: fmt.Sprintf("device %s is %s: last heartbeat %s", d.Name, l, Ago(hb.Time, now))})
 	}
 	for i := range deps {
 		d := &deps[i]
@@ -387,7 +421,8 @@ func countPhases(known []string, phases []string) []PhaseCount {
 }
 
 // overviewOf computes the overview.
-func overviewOf(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv1.TaskRun, now time.Time, offlineAfter time.Duration) Overview {
+func overviewOf(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv1.TaskRun, now time.Time, g grace) Overview {
+	offlineAfter := g.offlineAfter
 	o := Overview{At: now.UTC()}
 	for i := range devs {
 		d := &devs[i]
@@ -414,7 +449,7 @@ func overviewOf(devs []fleetv1.Device, deps []fleetv1.Deployment, trs []fleetv1.
 		ph = append(ph, string(trs[i].Status.Phase))
 	}
 	o.TaskRuns = countPhases(taskRunPhases, ph)
-	o.Alerts = countAlerts(deriveAlerts(devs, deps, trs, now, offlineAfter))
+	o.Alerts = countAlerts(deriveAlerts(devs, deps, trs, now, g))
 	return o
 }
 
@@ -470,6 +505,10 @@ func canaryStageOf(stage projections.Stage, c events.RolloutCounts) *CanaryStage
 	cs := &CanaryStage{Canaries: c.Canaries, Succeeded: c.CanariesSucceeded, Failed: c.CanariesFailed,
 		Pending: c.Canaries - c.CanariesSucceeded - c.CanariesFailed, Gate: GateWaiting}
 	switch stage {
+	case projections.StageCanariesConverged:
+		// Every canary converged; the release (or the first batch) has
+		// not started yet: it waits for an approval, or for the runner.
+		cs.Gate = GateConverged
 	case projections.StageBatches, projections.StageReleased, projections.StageSucceeded:
 		cs.Gate = GatePassed
 	case projections.StageFailed:
@@ -480,6 +519,80 @@ func canaryStageOf(stage projections.Stage, c events.RolloutCounts) *CanaryStage
 		}
 	}
 	return cs
+}
+
+// progressOf is a rollout's progress stage by stage, from the fold's state
+// and (for the batch awaiting approval) the Deployment's plan status.
+func progressOf(st *history.RolloutState, plan *PlanStage) []StageProgress {
+	c := st.Counts
+	var out []StageProgress
+	ended := st.Stage == projections.StageSucceeded || st.Stage == projections.StageFailed
+	if c.Canaries > 0 {
+		p := StageProgress{Name: "Canaries", Size: c.Canaries, Succeeded: c.CanariesSucceeded, Failed: c.CanariesFailed}
+		switch cs := canaryStageOf(st.Stage, c); {
+		case cs.Gate == GateBlocked:
+			p.State = StageFailed
+		case cs.Gate == GatePassed || cs.Gate == GateConverged:
+			p.State = StageSucceeded
+		case st.Stage == projections.StageNone || st.Stage == projections.StageStarted:
+			p.State = StageWaiting
+		default:
+			p.State = StageRunning
+		}
+		out = append(out, p.pending())
+	}
+	if len(st.Batches) > 0 {
+		for i, b := range st.Batches {
+			p := StageProgress{Name: fmt.Sprintf("Batch %d", i+1), Size: b.Size, Succeeded: b.Converged, Failed: b.Failures, By: clean(b.ApprovedBy, MaxFieldLength)}
+			switch {
+			case b.Failed:
+				p.State = StageFailed
+			case b.Succeeded:
+				p.State = StageSucceeded
+			case b.Soaking:
+				p.State = StageSoaking
+			case b.Started:
+				p.State = StageRunning
+			case plan != nil && plan.AwaitingApproval == i+1:
+				p.State = StageAwaitingApproval
+			case ended:
+				p.State = StageNotStarted
+			default:
+				p.State = StageWaiting
+			}
+			out = append(out, p.pending())
+		}
+		return out
+	}
+	others := c.Total - c.Canaries
+	if others <= 0 {
+		return out
+	}
+	p := StageProgress{Name: "Release", Size: others, Succeeded: c.Succeeded - c.CanariesSucceeded, Failed: c.Failed - c.CanariesFailed}
+	switch {
+	case st.Stage == projections.StageSucceeded:
+		p.State = StageSucceeded
+	case st.Stage == projections.StageFailed && p.Succeeded+p.Failed > 0:
+		p.State = StageFailed
+	case st.Stage == projections.StageFailed:
+		p.State = StageNotStarted
+	case releasedPast(st.Stage):
+		p.State = StageRunning
+	default:
+		p.State = StageWaiting
+	}
+	return append(out, p.pending())
+}
+
+// releasedPast reports whether a stage is past the canaries.
+func releasedPast(s projections.Stage) bool {
+	return s == projections.StageReleased || s == projections.StageBatches
+}
+
+// pending fills Pending: the members with neither result.
+func (p StageProgress) pending() StageProgress {
+	p.Pending = max(0, p.Size-p.Succeeded-p.Failed)
+	return p
 }
 
 // stateRank orders target rows: failed first, then pending, then

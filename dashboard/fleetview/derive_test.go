@@ -14,7 +14,9 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/projections"
 )
 
 var testNow = time.Date(2026, 5, 1, 12, 30, 0, 0, time.UTC)
@@ -113,6 +115,25 @@ func TestPageDevices(t *testing.T) {
 	}
 }
 
+func TestTheDeviceListSaysWhatEachDeviceRuns(t *testing.T) {
+	d := device("runner", fleetv1.LivenessOnline, time.Second, nil)
+	for i := range MaxRunsShown + 2 {
+		d.Status.Workloads = append(d.Status.Workloads, fleetv1.DeviceWorkload{Namespace: "apps", Deployment: fmt.Sprintf("web-%d", i), Revision: "r1"})
+	}
+	d.Status.Workloads[1].Degraded = "CrashLoop"
+	d.Status.Workloads[2].Deployment = "x\x1b[31m\n" + strings.Repeat("é", 1000)
+	r := deviceRow(&d, testNow, time.Hour)
+	if len(r.Runs) != MaxRunsShown || r.RunsMore != 2 {
+		t.Fatalf("%d shown and %d more, want %d and 2", len(r.Runs), r.RunsMore, MaxRunsShown)
+	}
+	if diff := cmp.Diff(Running{Namespace: "apps", Deployment: "web-1", Revision: "r1", Degraded: "CrashLoop"}, r.Runs[1]); diff != "" {
+		t.Errorf("a degraded Deployment (-want +got):\n%s", diff)
+	}
+	if s := r.Runs[2].Deployment; strings.ContainsAny(s, "\x1b\n") || len(s) > MaxFieldLength+len("…")+utf8.UTFMax {
+		t.Errorf("the device's text is shown as %q", s)
+	}
+}
+
 func TestHostileDeviceDataIsBounded(t *testing.T) {
 	labels := map[string]string{}
 	for i := range MaxLabels + 10 {
@@ -170,6 +191,49 @@ func failingDeployment(name string, uid string, gen int64, failed int32, phase f
 	return d
 }
 
+// testGrace are the alert durations of the tests: offline after an hour,
+// never connected after ten minutes (the defaults).
+var testGrace = grace{offlineAfter: time.Hour, neverConnectedAfter: DefaultNeverConnectedAfter}
+
+func TestAnEnrolledDeviceThatNeverConnectedIsAnAlertAfterTheGracePeriod(t *testing.T) {
+	enrolled := func(name string, ago time.Duration, liveness fleetv1.Liveness, hbAgo time.Duration, labels map[string]string) fleetv1.Device {
+		d := device(name, liveness, hbAgo, labels)
+		d.UID = k8stypes.UID("uid-" + name)
+		d.CreationTimestamp = metav1.NewTime(testNow.Add(-ago))
+		return d
+	}
+	tests := []struct {
+		name string
+		dev  fleetv1.Device
+		want []string
+	}{
+		{"a device enrolled 11 minutes ago without a heartbeat is an alert", enrolled("n-1", 11*time.Minute, fleetv1.LivenessUnknown, -1, nil),
+			[]string{"warning device-never-connected n-1: device n-1 has never connected: enrolled 11m ago, no heartbeat since"}},
+		{"before the operator decided its liveness it is one too", enrolled("n-2", 3*time.Hour, "", -1, nil),
+			[]string{"warning device-never-connected n-2: device n-2 has never connected: enrolled 3h ago, no heartbeat since"}},
+		{"within the grace period it is none", enrolled("n-3", 9*time.Minute, fleetv1.LivenessUnknown, -1, nil), nil},
+		{"a device that sent a heartbeat is none", enrolled("n-4", 3*time.Hour, fleetv1.LivenessOnline, time.Second, nil), nil},
+		{"a quarantined device is none", enrolled("n-5", 3*time.Hour, fleetv1.LivenessUnknown, -1, map[string]string{fleetv1.LabelBlacklist: "true"}), nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, a := range deriveAlerts([]fleetv1.Device{tc.dev}, nil, nil, testNow, testGrace) {
+				got = append(got, fmt.Sprintf("%s %s %s: %s", a.Severity, a.Kind, a.Page.Key, a.Message))
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("alerts (-want +got):\n%s", diff)
+			}
+		})
+	}
+	t.Run("the overview counts it", func(t *testing.T) {
+		o := overviewOf([]fleetv1.Device{enrolled("n-1", time.Hour, fleetv1.LivenessUnknown, -1, nil)}, nil, nil, testNow, testGrace)
+		if o.Alerts != (AlertCounts{Total: 1, Warning: 1}) {
+			t.Errorf("alert counts %+v", o.Alerts)
+		}
+	})
+}
+
 func TestDeriveAlerts(t *testing.T) {
 	quarantined := device("q-1", fleetv1.LivenessStale, 10*time.Minute, map[string]string{fleetv1.LabelBlacklist: "true"})
 	devs := []fleetv1.Device{
@@ -184,7 +248,7 @@ func TestDeriveAlerts(t *testing.T) {
 		failingDeployment("some-fail", "u2", 3, 2, fleetv1.PhaseProgressing),
 		failingDeployment("failed", "u3", 1, 10, fleetv1.PhaseFailed),
 	}
-	as := deriveAlerts(devs, deps, nil, testNow, time.Hour)
+	as := deriveAlerts(devs, deps, nil, testNow, testGrace)
 	got := []string{}
 	for _, a := range as {
 		got = append(got, fmt.Sprintf("%s %s %s", a.Severity, a.Kind, a.Page.Key))
@@ -200,7 +264,7 @@ func TestDeriveAlerts(t *testing.T) {
 	}
 
 	t.Run("an alert's id is the same while its cause lasts", func(t *testing.T) {
-		again := deriveAlerts(devs, deps, nil, testNow.Add(10*time.Minute), time.Hour)
+		again := deriveAlerts(devs, deps, nil, testNow.Add(10*time.Minute), testGrace)
 		ids := map[string]bool{}
 		for _, a := range again {
 			ids[a.ID] = true
@@ -214,7 +278,7 @@ func TestDeriveAlerts(t *testing.T) {
 	t.Run("a new episode has a new id", func(t *testing.T) {
 		devs2 := []fleetv1.Device{device("stale-1", fleetv1.LivenessStale, 5*time.Minute, nil)}
 		deps2 := []fleetv1.Deployment{failingDeployment("some-fail", "u2", 4, 2, fleetv1.PhaseProgressing)}
-		for _, a := range deriveAlerts(devs2, deps2, nil, testNow, time.Hour) {
+		for _, a := range deriveAlerts(devs2, deps2, nil, testNow, testGrace) {
 			for _, b := range as {
 				if a.ID == b.ID {
 					t.Errorf("alert %s (%s) kept its id across episodes", a.ID, a.Message)
@@ -223,7 +287,7 @@ func TestDeriveAlerts(t *testing.T) {
 		}
 	})
 	t.Run("the overview counts them", func(t *testing.T) {
-		o := overviewOf(devs, deps, nil, testNow, time.Hour)
+		o := overviewOf(devs, deps, nil, testNow, testGrace)
 		if o.Alerts != (AlertCounts{Total: 4, Critical: 2, Warning: 2}) {
 			t.Errorf("alert counts %+v", o.Alerts)
 		}
@@ -372,7 +436,7 @@ func TestARolloutPastItsProgressDeadlineIsStalled(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := deploymentSummary(&tc.dep)
 			var alerts []string
-			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{tc.dep}, nil, testNow, time.Hour) {
+			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{tc.dep}, nil, testNow, testGrace) {
 				if a.Kind == AlertRolloutStalled {
 					alerts = append(alerts, fmt.Sprintf("%s %s %s", a.Severity, a.Page.Key, a.Since.Format(time.RFC3339)))
 					if !strings.Contains(a.Message, "rollout stalled: ") || !strings.Contains(a.Message, "podman-1 Pending") || strings.Contains(a.Message, "\x1b") {
@@ -432,7 +496,7 @@ func TestADegradedDeploymentIsShownAndAlerted(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := deploymentSummary(&tc.dep)
 			var alerts []string
-			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{tc.dep}, nil, testNow, time.Hour) {
+			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{tc.dep}, nil, testNow, testGrace) {
 				if a.Kind == AlertDeploymentDegraded {
 					alerts = append(alerts, fmt.Sprintf("%s %s %s", a.Severity, a.Page.Key, a.Since.Format(time.RFC3339)))
 					if !strings.Contains(a.Message, "Deployment apps/api: services degraded: 2 of 40 devices degraded: podman-1 (api: CrashLoop") ||
@@ -462,7 +526,7 @@ func TestADegradedDeploymentIsShownAndAlerted(t *testing.T) {
 	t.Run("a new episode of degradation has a new id", func(t *testing.T) {
 		ids := func(d fleetv1.Deployment) []string {
 			var out []string
-			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{d}, nil, testNow, time.Hour) {
+			for _, a := range deriveAlerts(nil, []fleetv1.Deployment{d}, nil, testNow, testGrace) {
 				out = append(out, a.ID)
 			}
 			return out
@@ -507,6 +571,54 @@ func TestPagesOfHealthAndContainerReports(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, pagesOfRecord(events.Record{Event: tc.ev})); diff != "" {
 				t.Errorf("pages (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRolloutProgressAndTheCanaryGateSayTheSameAsTheStage(t *testing.T) {
+	tests := []struct {
+		name     string
+		st       history.RolloutState
+		plan     *PlanStage
+		gate     string
+		progress []StageProgress
+	}{
+		{"converged canaries awaiting the approval of batch 1 passed the gate, not waiting for them",
+			history.RolloutState{Stage: projections.StageCanariesConverged, Counts: events.RolloutCounts{Total: 5, Canaries: 2, CanariesSucceeded: 2, Succeeded: 2},
+				Batches: []history.BatchProgress{{Size: 3, SuccessPercent: 100}}},
+			&PlanStage{Batches: 1, AwaitingApproval: 1}, GateConverged,
+			[]StageProgress{{Name: "Canaries", Size: 2, Succeeded: 2, State: StageSucceeded}, {Name: "Batch 1", Size: 3, Pending: 3, State: StageAwaitingApproval}}},
+		{"a succeeded plan shows every batch succeeded, none started",
+			history.RolloutState{Stage: projections.StageSucceeded, Counts: events.RolloutCounts{Total: 3, Succeeded: 3},
+				Batches: []history.BatchProgress{{Size: 1, Converged: 1, Started: true, Succeeded: true, Approved: true, ApprovedBy: "oidc:ada"}, {Size: 2, Converged: 2, Started: true, Succeeded: true}}},
+			&PlanStage{Batch: 2, Batches: 2}, "",
+			[]StageProgress{{Name: "Batch 1", Size: 1, Succeeded: 1, State: StageSucceeded, By: "oidc:ada"}, {Name: "Batch 2", Size: 2, Succeeded: 2, State: StageSucceeded}}},
+		{"a running batch with a failure and pending devices",
+			history.RolloutState{Stage: projections.StageBatches, Counts: events.RolloutCounts{Total: 4, Succeeded: 1, Failed: 1, Pending: 2},
+				Batches: []history.BatchProgress{{Size: 4, Converged: 1, Failures: 1, Started: true}}},
+			&PlanStage{Batch: 1, Batches: 1}, "",
+			[]StageProgress{{Name: "Batch 1", Size: 4, Succeeded: 1, Failed: 1, Pending: 2, State: StageRunning}}},
+		{"a failed canary blocks the release, which never starts",
+			history.RolloutState{Stage: projections.StageFailed, Counts: events.RolloutCounts{Total: 4, Canaries: 1, CanariesFailed: 1, Failed: 1, Pending: 3}},
+			nil, GateBlocked,
+			[]StageProgress{{Name: "Canaries", Size: 1, Failed: 1, State: StageFailed}, {Name: "Release", Size: 3, Pending: 3, State: StageNotStarted}}},
+		{"without a plan the release runs after the canaries",
+			history.RolloutState{Stage: projections.StageReleased, Counts: events.RolloutCounts{Total: 4, Canaries: 1, CanariesSucceeded: 1, Succeeded: 2, Pending: 2}},
+			nil, GatePassed,
+			[]StageProgress{{Name: "Canaries", Size: 1, Succeeded: 1, State: StageSucceeded}, {Name: "Release", Size: 3, Succeeded: 1, Pending: 2, State: StageRunning}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			gate := ""
+			if cs := canaryStageOf(tc.st.Stage, tc.st.Counts); cs != nil {
+				gate = cs.Gate
+			}
+			if gate != tc.gate {
+				t.Errorf("gate %q, want %q", gate, tc.gate)
+			}
+			if diff := cmp.Diff(tc.progress, progressOf(&tc.st, tc.plan)); diff != "" {
+				t.Errorf("progress (-want +got):\n%s", diff)
 			}
 		})
 	}

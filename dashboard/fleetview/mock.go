@@ -262,8 +262,17 @@ func generate(seed int64, n int, now time.Time) *mockFleet {
 			d.Status.LatestFailure = &fleetv1.DeviceFailure{Device: latest.Device, Error: latest.Error, Time: metav1.NewTime(latest.Time)}
 		}
 		if phase == fleetv1.PhaseProgressing {
-			// A rollout in batches, its second one waiting for approval.
+			// A rollout in batches, its second one waiting for approval:
+			// the first holds every non-canary result and a few pending.
 			d.Status.Plan = &fleetv1.PlanStatus{Batch: 1, Batches: 3, AwaitingApproval: 2}
+			conv, failed := counts.Succeeded-counts.CanariesSucceeded, counts.Failed-counts.CanariesFailed
+			pending := counts.Total - counts.Canaries - conv - failed
+			first := conv + failed + min(pending, 3)
+			rest := counts.Total - counts.Canaries - first
+			state.Stage = projections.StageBatches
+			state.Batches = []history.BatchProgress{
+				{Size: first, Converged: conv, Failures: failed, SuccessPercent: 90, Started: true, Approved: true, ApprovedBy: "mock-admin"},
+				{Size: rest / 2, SuccessPercent: 90}, {Size: rest - rest/2, SuccessPercent: 100}}
 		}
 		reason := map[fleetv1.DeploymentPhase]string{fleetv1.PhaseSucceeded: fleetv1.ReasonRolloutSucceeded, fleetv1.PhaseFailed: fleetv1.ReasonRolloutFailed,
 			fleetv1.PhaseCanary: fleetv1.ReasonRolloutInProgress, fleetv1.PhaseProgressing: fleetv1.ReasonRolloutInProgress}[phase]
@@ -294,6 +303,18 @@ func generate(seed int64, n int, now time.Time) *mockFleet {
 		m.deps = append(m.deps, d)
 	}
 	m.generateTaskRuns(r, seed, now)
+	// What each device runs, as the operator mirrors the devices' container
+	// reports into status.workloads.
+	for i := range m.devs {
+		d := &m.devs[i]
+		for _, rep := range m.results[d.Name] {
+			if rep.Phase != events.WorkloadConverged {
+				continue
+			}
+			d.Status.Workloads = append(d.Status.Workloads, fleetv1.DeviceWorkload{Namespace: rep.Namespace, Deployment: rep.Deployment,
+				Revision: rep.RevisionID, Degraded: m.degraded[d.Name][rep.Namespace+"/"+rep.Deployment]})
+		}
+	}
 	// Heartbeats: one per online device every 30s over the last 3 hours
 	// (the "live" part), fewer before (as the telemetry stream holds).
 	online := 0

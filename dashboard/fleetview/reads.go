@@ -22,7 +22,7 @@ func (v *View) Overview(ctx context.Context) (Overview, error) {
 	if err != nil {
 		return Overview{}, err
 	}
-	return overviewOf(devs, deps, trs, v.o.Now(), v.o.OfflineAfter), nil
+	return overviewOf(devs, deps, trs, v.o.Now(), v.grace()), nil
 }
 
 // all lists the three kinds.
@@ -250,6 +250,9 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 	}
 	fillDeploymentHistory(&dd, tl, inCache)
 	timelineHealth(&dd, tl, crSaysHealth)
+	if tl.State != nil {
+		dd.Progress = progressOf(tl.State, dd.Plan)
+	}
 	return dd, nil
 }
 
@@ -461,5 +464,10 @@ func (v *View) Alerts(ctx context.Context) ([]Alert, error) {
 	if err != nil {
 		return nil, err
 	}
-	return deriveAlerts(devs, deps, trs, v.o.Now(), v.o.OfflineAfter), nil
+	return deriveAlerts(devs, deps, trs, v.o.Now(), v.grace()), nil
+}
+
+// grace is the durations of the View's alerts.
+func (v *View) grace() grace {
+	return grace{offlineAfter: v.o.OfflineAfter, neverConnectedAfter: v.o.NeverConnectedAfter}
 }

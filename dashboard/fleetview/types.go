@@ -123,6 +123,26 @@ type DeviceRow struct {
 	Inventory Inventory `json:"inventory"`
 	// Quarantined is true when the Device carries the blacklist label.
 	Quarantined bool `json:"quarantined,omitempty"`
+	// Runs is what the device runs: the Deployments of status.workloads
+	// (the device's own container reports, mirrored by the operator:
+	// device data, cleaned), at most MaxRunsShown; RunsMore counts the
+	// others.
+	Runs     []Running `json:"runs,omitempty"`
+	RunsMore int       `json:"runsMore,omitempty"`
+}
+
+// MaxRunsShown bounds DeviceRow.Runs.
+const MaxRunsShown = 4
+
+// Running is one Deployment a device runs.
+type Running struct {
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	// Revision is the revision id the device reports.
+	Revision string `json:"revision,omitempty"`
+	// Degraded is the reason the device reports it degraded; "" while
+	// it is not.
+	Degraded string `json:"degraded,omitempty"`
 }
 
 // Label is one label, sorted by key in a list.
@@ -425,6 +445,10 @@ type DeploymentDetail struct {
 	// CanaryStage describes the canary gate; nil for a Deployment without
 	// canaries.
 	CanaryStage *CanaryStage `json:"canaryStage,omitempty"`
+	// Progress is the rollout of the current revision stage by stage:
+	// the canaries, then each plan batch (or the release to every other
+	// target without a plan). Empty before the first revision.
+	Progress []StageProgress `json:"progress,omitempty"`
 	// Plan is where a rollout with a plan is (batches, approval, pause,
 	// rollback: status.plan); nil without one.
 	Plan *PlanStage `json:"plan,omitempty"`
@@ -470,6 +494,35 @@ type PlanStage struct {
 	RolledBackTo int64 `json:"rolledBackTo,omitempty"`
 }
 
+// StageProgress is one stage of a rollout: the canaries, a plan batch or
+// the release.
+type StageProgress struct {
+	// Name is "Canaries", "Batch 2" or "Release".
+	Name string `json:"name"`
+	// Size is how many targets the stage has; Succeeded, Failed and
+	// Pending count their latest reports (Pending: neither yet).
+	Size      int `json:"size"`
+	Succeeded int `json:"succeeded"`
+	Failed    int `json:"failed"`
+	Pending   int `json:"pending"`
+	// State is one of the Stage* states.
+	State string `json:"state"`
+	// By is who approved a batch (its rollout.approved).
+	By string `json:"by,omitempty"`
+}
+
+// The states of a StageProgress.
+const (
+	StageWaiting          = "waiting"
+	StageAwaitingApproval = "awaiting approval"
+	StageRunning          = "running"
+	StageSoaking          = "soaking"
+	StageSucceeded        = "succeeded"
+	StageFailed           = "failed"
+	// StageNotStarted: the rollout ended before the stage started.
+	StageNotStarted = "not started"
+)
+
 // CanaryStage is the canary gate of a rollout.
 type CanaryStage struct {
 	// Canaries, Succeeded, Failed, Pending count the canary targets.
@@ -485,8 +538,11 @@ type CanaryStage struct {
 // Canary gate values.
 const (
 	GateWaiting = "waiting"
-	GateBlocked = "blocked"
-	GatePassed  = "passed"
+	// GateConverged: every canary converged and the release has not
+	// started yet (a plan waiting for the approval of its first batch).
+	GateConverged = "converged"
+	GateBlocked   = "blocked"
+	GatePassed    = "passed"
 )
 
 // TargetRow is one target device's rollout state.
@@ -613,6 +669,9 @@ type AlertKind string
 const (
 	// AlertDeviceStale: a device stopped heartbeating (stale or offline).
 	AlertDeviceStale AlertKind = "device-stale"
+	// AlertDeviceNeverConnected: a Device enrolled longer than
+	// Options.NeverConnectedAfter ago has never sent a heartbeat.
+	AlertDeviceNeverConnected AlertKind = "device-never-connected"
 	// AlertDeploymentFailing: a Deployment's current revision has failed
 	// targets (or its phase is Failed).
 	AlertDeploymentFailing AlertKind = "deployment-failing"

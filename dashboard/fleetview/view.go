@@ -49,6 +49,11 @@ type Options struct {
 	// OfflineAfter: a device whose last heartbeat is older is offline
 	// rather than stale. Default DefaultOfflineAfter.
 	OfflineAfter time.Duration
+	// NeverConnectedAfter: a Device enrolled (created) longer ago that
+	// has never sent a heartbeat raises a device-never-connected alert.
+	// Default DefaultNeverConnectedAfter; the Prometheus rule
+	// FleetDevicesNeverConnected uses the same grace (docs/alerts.md).
+	NeverConnectedAfter time.Duration
 	// MaxChangeRate bounds the change feed: at most this many Changes a
 	// second per subscriber. Default DefaultMaxChangeRate.
 	MaxChangeRate int
@@ -63,8 +68,9 @@ type Options struct {
 
 // Defaults.
 const (
-	DefaultOfflineAfter  = time.Hour
-	DefaultMaxChangeRate = 2
+	DefaultOfflineAfter        = time.Hour
+	DefaultNeverConnectedAfter = 10 * time.Minute
+	DefaultMaxChangeRate       = 2
 )
 
 // Validate checks the options.
@@ -78,6 +84,9 @@ func (o Options) Validate() error {
 	if o.OfflineAfter < 0 {
 		return fmt.Errorf("%w: OfflineAfter is %s: use a positive duration (default %s)", ErrInvalidOptions, o.OfflineAfter, DefaultOfflineAfter)
 	}
+	if o.NeverConnectedAfter < 0 {
+		return fmt.Errorf("%w: NeverConnectedAfter is %s: use a positive duration (default %s)", ErrInvalidOptions, o.NeverConnectedAfter, DefaultNeverConnectedAfter)
+	}
 	if o.MaxChangeRate < 0 {
 		return fmt.Errorf("%w: MaxChangeRate is %d: use a positive rate (default %d)", ErrInvalidOptions, o.MaxChangeRate, DefaultMaxChangeRate)
 	}
@@ -87,6 +96,9 @@ func (o Options) Validate() error {
 func (o Options) withDefaults() Options {
 	if o.OfflineAfter == 0 {
 		o.OfflineAfter = DefaultOfflineAfter
+	}
+	if o.NeverConnectedAfter == 0 {
+		o.NeverConnectedAfter = DefaultNeverConnectedAfter
 	}
 	if o.MaxChangeRate == 0 {
 		o.MaxChangeRate = DefaultMaxChangeRate

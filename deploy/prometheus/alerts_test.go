@@ -32,7 +32,7 @@ const unitTests = "fleet-alerts_test.yaml"
 
 // wantAlerts are the alerts docs/alerts.md describes.
 var wantAlerts = []string{
-	"FleetAuthCalloutRefusalsSpiking", "FleetAuthCalloutSlow", "FleetDeploymentDegraded", "FleetDevicesStale", "FleetOperatorNoLeader",
+	"FleetAuthCalloutRefusalsSpiking", "FleetAuthCalloutSlow", "FleetDeploymentDegraded", "FleetDevicesNeverConnected", "FleetDevicesStale", "FleetOperatorNoLeader",
 	"FleetRolloutFailed", "FleetRolloutProgressDeadlineExceeded", "FleetRolloutRunnerCheckpointBehind", "FleetRolloutRunnerNotLive", "FleetRolloutStuck",
 	"FleetSkippedRecords",
 }

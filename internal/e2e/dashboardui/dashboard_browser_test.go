@@ -16,7 +16,8 @@ import (
 // OpenID Provider, a real kube-apiserver, three agents on the simulated
 // runtime) in headless Chromium, as an operator would: signs in on the
 // provider's login page, is refused without the fleet-admin role, watches
-// a rollout on the Deployment page without reloading it, quarantines a
+// a rollout on the Deployment page without reloading it, approves a batch
+// there (recorded under her own Kubernetes name), quarantines a
 // device and sees it cut off, sends an agent command and reads its answer,
 // and acknowledges an alert that is still acknowledged after the operator
 // and the dashboard restart. axe-core checks every page for serious and
@@ -78,7 +79,6 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 		for _, d := range devices {
 			admin.WaitMatch(`tr:has(a[href="/devices/`+d+`"])`, `(?i)\bonline\b`)
 		}
-		admin.DocScreenshot("devices")
 		admin.CheckAccessibility("the device list")
 		checkConsole(t, admin)
 	})
@@ -106,10 +106,31 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 		admin.WaitVisible(`table a[href="/deployments/` + f.ns + `/web"]`)
 		admin.CheckAccessibility("the fleet as of a time")
 
+		// What each device runs, from its container reports.
+		admin.Open(f.URL + "/devices")
+		admin.WaitVisible(`table td a[href="/deployments/` + f.ns + `/web"]`)
+		admin.DocScreenshot("devices")
+		admin.CheckAccessibility("the device list with what each device runs")
+
 		admin.Open(f.URL + "/deployments")
 		admin.WaitVisible(`table a[href="/deployments/` + f.ns + `/web"]`)
 		admin.DocScreenshot("deployments")
 		admin.CheckAccessibility("the Deployment list")
+		checkConsole(t, admin)
+	})
+
+	t.Run("the admin approves a batch from the Deployment page, as herself", func(t *testing.T) {
+		admin := admin.For(t)
+		f.apply(deploymentWith("api", imageV1, "  rollout:\n    batches: [{count: 1}]\n    approval: Manual\n"))
+		page := f.URL + "/deployments/" + f.ns + "/api"
+		admin.Open(page)
+		admin.WaitText("main", "every canary converged; batch 1 awaits approval")
+		admin.WaitVisible(`#h-progress ~ svg.chart[role="img"]`)
+		admin.DocScreenshot("deployment-approval")
+		admin.CheckAccessibility("a Deployment page awaiting approval")
+		admin.ClickAndWaitLoad(`form[action$="/rollout"]:has(input[value="approve"]) button[type=submit]`)
+		admin.WaitText(".notice", "Approval of batch 1 requested")
+		admin.WaitText("main", "batch 1 approved by oidc:"+adminUser)
 		checkConsole(t, admin)
 	})
 
@@ -185,6 +206,10 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 		admin.WaitText("main h1", "Fleet overview")
 		admin.DocScreenshot("overview")
 		admin.CheckAccessibility("the overview page after the restart")
+		// The 24-hour chart, further down.
+		admin.WaitVisible(`#h-trend ~ svg.chart[role="img"]`)
+		browser.Eval[bool](admin, `document.getElementById("h-trend").scrollIntoView(), true`)
+		admin.DocScreenshot("overview-trend")
 		checkConsole(t, admin)
 	})
 

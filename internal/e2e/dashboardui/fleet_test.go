@@ -36,7 +36,8 @@ import (
 
 func TestMain(m *testing.M) {
 	ctrllog.SetLogger(logr.Discard())
-	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../../../k8s/config/crd"}})
+	kubeapi.Main(m, kubeapi.Options{CRDDirs: []string{"../../../k8s/config/crd"},
+		ManifestDirs: []string{"../../../k8s/config/admission", "../../../k8s/config/rbac"}})
 }
 
 // The users the development provider signs in: admin has the fleet-admin
@@ -205,7 +206,9 @@ func (f *fleet) startDashboard() {
 	f.stopDash = f.run("dashboard", func(ctx context.Context) error {
 		return dashboard.RunFleet(ctx, dashboard.FleetOptions{
 			Server: dashboard.Options{Logger: f.log.With("component", "dashboard"), PublicURL: url, SessionKey: f.key,
-				OIDC: &dashboard.OIDC{Issuer: f.plane.Provider().Issuer(), ClientID: clientID, ClientSecret: clientSecret}},
+				OIDC: &dashboard.OIDC{Issuer: f.plane.Provider().Issuer(), ClientID: clientID, ClientSecret: clientSecret},
+				// Rollout requests as "oidc:<user>" with the group fleet-admin.
+				Kube: dashboard.KubeIdentity{UsernameClaim: "preferred_username", UsernamePrefix: "oidc:"}},
 			RESTConfig: cfg, Store: f.plane.Store(), Namespace: f.ns,
 			Ready: func(*dashboard.Server) { close(ready) }}, ln)
 	})
@@ -299,7 +302,11 @@ func (f *fleet) apply(manifest string) {
 // deployment is a Deployment of one service running image on every
 // analyzer (all three devices). An image the simulated registry does not
 // serve fails every device's preflight: the rollout fails.
-func deployment(name, image string) string {
+func deployment(name, image string) string { return deploymentWith(name, image, "") }
+
+// deploymentWith is deployment with a rollout block (YAML lines indented
+// by two spaces under spec, "" for none).
+func deploymentWith(name, image, rollout string) string {
 	return fmt.Sprintf(`apiVersion: fleet.nationtech.io/v1alpha1
 kind: Deployment
 metadata:
@@ -308,7 +315,7 @@ spec:
   targetSelector:
     matchLabels:
       role: analyzer
-  score:
+%s  score:
     type: PodmanV0
     data:
       services:
@@ -319,7 +326,7 @@ spec:
           secret_env: []
           volumes: []
           restart_policy: unless-stopped
-`, name, name, image)
+`, name, rollout, name, image)
 }
 
 // taskRun is a TaskRun of a system upgrade on every analyzer.

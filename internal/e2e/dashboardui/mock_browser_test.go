@@ -159,3 +159,65 @@ func TestWorkloadHealthOnTheMockDashboardPassesAxe(t *testing.T) {
 	p.WaitText("table", "Degraded")
 	p.CheckAccessibility("the Deployment list with a degraded Deployment (mock)")
 }
+
+// TestTheChartsTheRolloutControlsAndTheViewerRoleOnTheMockDashboardPassAxe
+// opens the mock's rollout in batches (its second batch awaits approval)
+// as the admin, with its progress chart and controls, approves the batch,
+// and opens the overview's 24-hour chart and the device list's Runs
+// column; then every page as mock-viewer (fleet-viewer), which shows no
+// action. axe-core checks each page.
+func TestTheChartsTheRolloutControlsAndTheViewerRoleOnTheMockDashboardPassAxe(t *testing.T) {
+	url := serveMock(t)
+	b := browser.Start(t)
+	const rollout = "/deployments/fleet/video-analytics"
+
+	admin := b.NewPage(t)
+	admin.Open(url + "/")
+	admin.WaitVisible("#role-admin")
+	if status := admin.ClickAndWaitLoad(`form[action="/login/mock"] button[type=submit]`); status != http.StatusOK {
+		t.Fatalf("the mock admin got %d, want 200", status)
+	}
+	admin.Open(url + rollout)
+	admin.WaitVisible(`#h-progress ~ svg.chart[role="img"] rect.bar-ok`)
+	admin.WaitText("main", "Batch 2 of 3 awaits approval")
+	admin.WaitText("main", "every canary converged")
+	admin.CheckAccessibility("a Deployment page with its progress chart and rollout controls (mock)")
+	admin.ClickAndWaitLoad(`form[action$="/rollout"]:has(input[value="approve"]) button[type=submit]`)
+	admin.WaitText(".notice", "Approval of batch 2 requested")
+	admin.Open(url + "/")
+	admin.WaitVisible(`#h-trend ~ svg.chart[role="img"] rect.bar-hb`)
+	admin.CheckAccessibility("the overview with its 24-hour chart (mock)")
+	admin.Open(url + "/devices")
+	admin.WaitVisible(`table td a[href="` + rollout + `"]`)
+	admin.Open(url + "/alerts")
+	admin.WaitText("main", "has never connected")
+
+	viewer := b.NewPage(t)
+	viewer.Open(url + "/")
+	viewer.WaitVisible("#role-viewer")
+	viewer.Click("#role-viewer")
+	if status := viewer.ClickAndWaitLoad(`form[action="/login/mock"] button[type=submit]`); status != http.StatusOK {
+		t.Fatalf("the mock viewer got %d, want 200", status)
+	}
+	for _, pg := range []string{"/", "/devices", "/devices/" + mockDevice(t, viewer, url), rollout, "/deployments", "/taskruns", "/alerts"} {
+		if status := viewer.Open(url + pg); status != http.StatusOK {
+			t.Errorf("GET %s as mock-viewer: %d", pg, status)
+			continue
+		}
+		if n := browser.Eval[int](viewer, `document.querySelectorAll('form[method="post"]:not([action="/logout"])').length`); n != 0 {
+			t.Errorf("GET %s as mock-viewer offers %d actions", pg, n)
+		}
+		viewer.CheckAccessibility(pg + " as a fleet-viewer (mock)")
+	}
+	viewer.Open(url + rollout)
+	viewer.WaitText("main", "Read-only: approving, pausing and resuming need the fleet-admin role.")
+}
+
+// mockDevice returns the id of the first device the mock's list shows.
+func mockDevice(t *testing.T, p *browser.Page, url string) string {
+	t.Helper()
+	p.Open(url + "/devices")
+	p.WaitVisible(`table a[href^="/devices/"]`)
+	href := browser.Eval[string](p, `document.querySelector('table a[href^="/devices/"]').getAttribute("href")`)
+	return href[len("/devices/"):]
+}
