@@ -77,8 +77,8 @@ type Endpoints struct {
 }
 
 // ErrNotRunning means no fleet dev runs on the data folder, or it has not
-// finished starting: `fleet enroll --dev` needs it running (its provider
-// keeps machine users in memory).
+// finished starting: `fleet enroll --dev` needs it running (it enrolls
+// through the running provider's management API).
 var ErrNotRunning = errors.New("fleet dev is not running")
 
 // ReadEndpoints reads the Endpoints of the fleet dev running on dataDir;
@@ -293,8 +293,8 @@ func (g devGroups) Groups(_ context.Context, namespace, _ string) ([]string, err
 }
 
 // Reattach re-enrolls a device whose Device resource exists at a
-// development provider, which keeps its machine users in memory and so
-// forgets them whenever fleet dev restarts: it finds (or creates) the
+// development provider, which may have lost its machine user (its state
+// file deleted, or a provider without one): it finds (or creates) the
 // machine user enroll.UserName(device), points the Device's
 // spec.identitySubject at it when that changed (the operator then registers
 // the new identity), mints a new key into r.KeyFile and removes the user's

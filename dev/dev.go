@@ -18,9 +18,10 @@
 // and buckets) is assembled by controlplane, whose run group also
 // runs the stand-in, the operator and the devices. State under the data
 // folder (the JetStream store, etcd's data, the NATS secrets, the device key
-// files) survives a restart; the development provider and the OpenBao stand-in
-// keep their state in memory, so devices get new machine users and keys,
-// and the stand-in is seeded again, on every run. The bin folder under it
+// files, the development provider's machine users and their public keys)
+// survives a restart, so a device attached with `fleet enroll --dev` keeps
+// working across it; the provider's signing key, its human users and the
+// OpenBao stand-in are made again (the stand-in seeded again) on every run. The bin folder under it
 // (links to fleet, kubectl and the nats CLI, which the printed PATH line
 // makes a new shell find) is remade on every start.
 //
@@ -452,6 +453,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
 			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
 		ProviderListener: ln, ProviderIssuer: advertisedURL("http", s.o.Advertise, ln), ProviderAdminToken: sec.idpToken,
+		ProviderStateFile: sec.providerStateFile(),
 	})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w (--listen %s)", err, s.o.Listen)
@@ -747,7 +749,7 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 	fmt.Fprintf(w, `fleet dev is running (Ctrl-C stops it; the next run resumes from %s)
 
   NATS JetStream     %s   (auth callout; Fleet streams and KV buckets provisioned)
-  OpenID Provider    %s   (development provider, in memory)
+  OpenID Provider    %s   (development provider; machine users kept in the data folder)
   OpenBao stand-in   %s   (in memory, re-seeded every run; not OpenBao: see docs/fleet.md)
                      root token in %s
   kube-apiserver     kubeconfig %s
