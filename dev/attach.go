@@ -74,6 +74,10 @@ type Endpoints struct {
 	Namespace string `json:"namespace"`
 	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string `json:"kubeconfig"`
+	// PodmanSocket is the Podman API socket fleet dev drives (its URI);
+	// "" without Podman. `fleet enroll --dev` prints it in the agent's
+	// command line.
+	PodmanSocket string `json:"podmanSocket,omitempty"`
 }
 
 // ErrNotRunning means no fleet dev runs on the data folder, or it has not
@@ -306,7 +310,7 @@ func Reattach(ctx context.Context, en *enroll.Enroller, c client.Client, p enrol
 	var obj fleetv1.Device
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: dev}, &obj); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return enroll.Result{}, fmt.Errorf("%w: %s/%s: enroll it first (without -reenroll)", enroll.ErrNotEnrolled, namespace, dev)
+			return enroll.Result{}, fmt.Errorf("%w: %s/%s: enroll it first (without --reenroll)", enroll.ErrNotEnrolled, namespace, dev)
 		}
 		return enroll.Result{}, fmt.Errorf("fleet dev: device %s: %w", dev, err)
 	}

@@ -590,6 +590,7 @@ func (s *session) announce() (Info, error) {
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
 		IDPTokenFile: s.sec.idpTokenFile(), OpenBaoAddr: info.OpenBaoAddr, OpenBaoRole: OpenBaoRole(o.Namespace),
 		OpenBaoDevicePrefix: devicePrefix(o.Namespace), OpenBaoTokenFile: s.bs.tokenFile, Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
+		PodmanSocket: info.PodmanSocket,
 	}); err != nil {
 		return info, err
 	}
