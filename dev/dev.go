@@ -329,12 +329,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if s.dashURL, s.dashPassword, err = s.startDashboard(ctx); err != nil {
 		return err
 	}
-	info, err := s.announce()
-	if err != nil {
+	if _, err := s.announce(); err != nil {
 		return err
 	}
-	s.log.Info("fleet dev running", "nats", info.NATSURL, "listen", info.Listen, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
-		"startup", info.StartupTime.Round(time.Millisecond))
 	<-ctx.Done()
 	s.log.Info("fleet dev stopping")
 	return nil
@@ -449,7 +446,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 		return fmt.Errorf("fleet dev: OpenID Provider: %w", err)
 	}
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
-		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
+		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: slog.New(quietPlaintext{s.log.Handler()}), NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
 			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
 		ProviderListener: ln, ProviderIssuer: advertisedURL("http", s.o.Advertise, ln), ProviderAdminToken: sec.idpToken,
@@ -594,6 +591,10 @@ func (s *session) announce() (Info, error) {
 	}); err != nil {
 		return info, err
 	}
+	// The log record first: the usage text is the last thing printed
+	// (`fleet dev env` prints its export lines again).
+	s.log.Info("fleet dev running", "nats", info.NATSURL, "listen", info.Listen, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
+		"startup", info.StartupTime.Round(time.Millisecond))
 	printUsage(o.Out, o.DataDir, info, s.dashPassword)
 	if o.Ready != nil {
 		o.Ready(info)
@@ -747,6 +748,7 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 	if nsim == 0 && in.Runtime != RuntimePodman {
 		devices = "none"
 	}
+	ex := exportLines(in.BinDir, in.Kubeconfig, in.NATSURL, in.AdminUser, in.AdminPasswordFile)
 	fmt.Fprintf(w, `fleet dev is running (Ctrl-C stops it; the next run resumes from %s)
 
   NATS JetStream     %s   (auth callout; Fleet streams and KV buckets provisioned)
@@ -766,11 +768,11 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 
 %s
 Point kubectl at it:
-  export KUBECONFIG=%s
+  %s
   # kubectl of the same version: %s
 
 Point the nats CLI and fleet history at it (%s: the whole FLEET account, bypasses the callout):
-  export NATS_URL=%s NATS_USER=%s NATS_PASSWORD="$(cat %s)"
+  %s
 
 Next steps:
   1. kubectl apply -n %s -f examples/analysis-api.yaml
@@ -780,13 +782,44 @@ Next steps:
 
 %s
 %s
+Print these export lines again (in any shell): fleet dev env --data-dir %s
+Start afresh: stop fleet dev, remove %s, start it again (attached devices must then be enrolled again).
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
 		canaries(in.Devices), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
 		in.DashboardViewer, in.DashboardViewerPasswordFile, listening(in),
-		pathSection(in), in.Kubeconfig, in.Kubectl,
-		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
-		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in))
+		pathSection(in), ex.kube, in.Kubectl,
+		in.AdminUser, ex.nats,
+		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in), dataDir, dataDir)
+}
+
+// exports are the shell lines that point a new shell at a running fleet
+// dev: its bin folder first on PATH, kubectl's kubeconfig, the nats CLI's
+// user (its password read from its file, never printed).
+type exports struct{ path, kube, nats string }
+
+func exportLines(binDir, kubeconfig, natsURL, adminUser, adminPasswordFile string) exports {
+	return exports{
+		path: fmt.Sprintf(`export PATH="%s:$PATH"`, binDir),
+		kube: "export KUBECONFIG=" + kubeconfig,
+		nats: fmt.Sprintf(`export NATS_URL=%s NATS_USER=%s NATS_PASSWORD="$(cat %s)"`, natsURL, adminUser, adminPasswordFile),
+	}
+}
+
+// Env returns the export lines the fleet dev running on dataDir printed
+// (`fleet dev env`), one a line: PATH, KUBECONFIG, the nats CLI's.
+// ErrNotRunning when none runs there.
+func Env(dataDir string) (string, error) {
+	ep, err := ReadEndpoints(dataDir)
+	if err != nil {
+		return "", err
+	}
+	bin, err := filepath.Abs(filepath.Join(dataDir, "bin"))
+	if err != nil {
+		return "", fmt.Errorf("fleet dev env: %w: pass an absolute --data-dir", err)
+	}
+	ex := exportLines(bin, ep.Kubeconfig, ep.NATSURL, devAdminUser, (&secrets{dir: filepath.Join(dataDir, "secrets")}).adminPasswordFile())
+	return ex.path + "\n" + ex.kube + "\n" + ex.nats + "\n", nil
 }
 
 // listening is the printed line saying where NATS, the provider and the
@@ -822,7 +855,7 @@ func pathSection(in Info) string {
 	} else {
 		fmt.Fprintf(&b, "Put fleet and kubectl on PATH (links in %s, remade every start; no nats CLI, see below):\n", in.BinDir)
 	}
-	fmt.Fprintf(&b, "  export PATH=\"%s:$PATH\"\n", in.BinDir)
+	fmt.Fprintf(&b, "  %s\n", exportLines(in.BinDir, "", "", "", "").path)
 	if in.NATSCLIMissing != "" {
 		fmt.Fprintf(&b, "  # no nats CLI found (%s), step 3 needs it: build it in the repository with\n", in.NATSCLIMissing)
 		fmt.Fprintf(&b, "  #   %s\n", SetupNATSCLICommand)

@@ -130,4 +130,28 @@ func TestAnAttachedDeviceSurvivesAFleetDevRestart(t *testing.T) {
 			t.Errorf("the agent logged a line that is not a JSON record: %s", l)
 		}
 	}
+	checkEnv(t, ctx, fleet, p)
+}
+
+// checkEnv checks that `fleet dev env` prints the export lines the
+// running fleet dev printed, and that neither its output nor its logs
+// carry the NATS server's plaintext-password notice (fleet dev's static
+// users have passwords in 0600 files on purpose).
+func checkEnv(t *testing.T, ctx context.Context, fleet string, p *devProc) {
+	t.Helper()
+	env := exec.CommandContext(ctx, fleet, "dev", "env", "--data-dir", p.dataDir)
+	env.Env = cleanEnv()
+	out, err := env.Output()
+	if err != nil {
+		t.Fatalf("fleet dev env: %v\n%s", err, out)
+	}
+	if got, want := strings.TrimSpace(string(out)), p.exports; got != want {
+		t.Errorf("fleet dev env printed\n%s\nwant the printed export lines\n%s", got, want)
+	}
+	if strings.Contains(p.stderr.String(), "Plaintext passwords") {
+		t.Errorf("fleet dev logged the NATS server's plaintext-password notice:\n%s", tail(p.stderr.String(), 2000))
+	}
+	if !strings.Contains(p.out, "fleet dev env") {
+		t.Errorf("the banner does not say how to print the export lines again:\n%s", p.out)
+	}
 }
