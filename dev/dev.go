@@ -54,6 +54,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,6 +168,10 @@ type Info struct {
 	// Runtime is what the devices run on: RuntimePodman (PodmanDevice on
 	// the engine, the others simulated) or RuntimeSim.
 	Runtime string
+	// PodmanDevice is the id of the device on the engine with Podman:
+	// PodmanDevice, or podman-2, … when another fleet dev on this machine
+	// drives the same engine.
+	PodmanDevice string
 	// PodmanSocket is the engine's socket URI with Podman; RuntimeNote
 	// says why Podman is not used otherwise.
 	PodmanSocket, RuntimeNote string
@@ -286,6 +291,18 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer s.eng.close()
+	if s.eng != nil {
+		name, release, err := claimPodmanDevice(podmanClaimRoot(), o.DataDir, s.eng.uri)
+		if err != nil {
+			return err
+		}
+		defer release()
+		s.podmanName = name
+		if name != PodmanDevice {
+			s.log.Warn("another fleet dev drives the same Podman engine with its own Podman device: this run's is "+name,
+				"socket", s.eng.uri, "device", name)
+		}
+	}
 	if err := s.startControlPlane(ctx); err != nil {
 		return err
 	}
@@ -362,10 +379,12 @@ type session struct {
 	bins  binDir
 	sec   *secrets
 	// eng is the Podman engine (nil: simulated devices only); note says
-	// why.
-	eng   *podmanEngine
-	note  string
-	plane *controlplane.Plane
+	// why. podmanName is the id of the device that drives it
+	// (claimPodmanDevice).
+	eng        *podmanEngine
+	note       string
+	podmanName string
+	plane      *controlplane.Plane
 	// natsURL is the NATS URL with the advertised host (the in-process
 	// clients use the plane's own).
 	natsURL string
@@ -445,6 +464,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet dev: OpenID Provider: %w", err)
 	}
+	noteMoved(s.log, "OpenID Provider", ln, providerPort, DefaultProviderPort)
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
 		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: slog.New(quietPlaintext{s.log.Handler()}), NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
@@ -464,7 +484,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 func (s *session) startOpenBao(ctx context.Context) error {
 	op := s.plane.Provider()
 	_, port := previousPorts(s.o.DataDir, s.o.Listen, s.o.Advertise)
-	bs, err := startBao(ctx, s.sec.dir, s.o.Listen, s.o.Advertise, port, op.Issuer(), op.Audience(), s.o.Namespace)
+	bs, err := startBao(ctx, s.log, s.sec.dir, s.o.Listen, s.o.Advertise, port, op.Issuer(), op.Audience(), s.o.Namespace)
 	if err != nil {
 		return err
 	}
@@ -505,7 +525,7 @@ func (s *session) connectKube(ctx context.Context) error {
 // device in the development group, in the plane's run group.
 func (s *session) startOperator() {
 	o, log, st, bs := s.o, s.log, s.plane.Store(), s.bs
-	s.devs = devices(o.Devices, s.eng != nil)
+	s.devs = devices(o.Devices, s.podmanName)
 	s.ids = make([]string, len(s.devs))
 	for i, d := range s.devs {
 		s.ids[i] = d.name
@@ -581,7 +601,7 @@ func (s *session) announce() (Info, error) {
 		DashboardViewer: DashboardViewer, DashboardViewerPasswordFile: filepath.Join(s.sec.dir, dashboardViewerPasswordFile),
 	}
 	if s.eng != nil {
-		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
+		info.Runtime, info.PodmanSocket, info.PodmanDevice = RuntimePodman, s.eng.uri, s.podmanName
 	}
 	if err := writeEndpoints(o.DataDir, Endpoints{
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
@@ -742,8 +762,8 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 	runtime := "simulated (" + in.RuntimeNote + ")"
 	if in.Runtime == RuntimePodman {
 		nsim--
-		devices = fmt.Sprintf("%s on Podman + %d simulated", PodmanDevice, nsim)
-		runtime = "Podman at " + in.PodmanSocket + " for " + PodmanDevice + "; the others simulated"
+		devices = fmt.Sprintf("%s on Podman + %d simulated", in.PodmanDevice, nsim)
+		runtime = "Podman at " + in.PodmanSocket + " for " + in.PodmanDevice + "; the others simulated"
 	}
 	if nsim == 0 && in.Runtime != RuntimePodman {
 		devices = "none"
@@ -786,7 +806,7 @@ Print these export lines again (in any shell): fleet dev env --data-dir %s
 Start afresh: stop fleet dev, remove %s, start it again (attached devices must then be enrolled again).
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
+		canaries(in.Devices, in.PodmanDevice), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
 		in.DashboardViewer, in.DashboardViewerPasswordFile, listening(in),
 		pathSection(in), ex.kube, in.Kubectl,
 		in.AdminUser, ex.nats,
@@ -864,11 +884,12 @@ func pathSection(in Info) string {
 	return b.String()
 }
 
-// canaries lists the canary devices among ids.
-func canaries(ids []string) string {
+// canaries lists the canary devices among ids (podmanDevice, the device
+// on Podman, is one).
+func canaries(ids []string, podmanDevice string) string {
 	var out []string
 	for i, id := range ids {
-		if id == PodmanDevice {
+		if id == podmanDevice {
 			out = append(out, id)
 			continue
 		}
@@ -898,15 +919,52 @@ func (s *session) serveMetrics() error {
 			return fmt.Errorf("fleet dev: metrics: %w", err)
 		}
 	}
-	srv, err := metrics.Listen(s.o.MetricsAddr, map[string]prometheus.Gatherer{
+	srv, err := listenMetrics(s.log, s.o.MetricsAddr, map[string]prometheus.Gatherer{
 		metricsPath + "/operator":    ctrlmetrics.Registry,
 		metricsPath + "/authcallout": callout,
 		metricsPath + "/agents":      s.agents,
 	})
 	if err != nil {
-		return fmt.Errorf("fleet dev: %w (--metrics-addr picks another; port 0 any free one)", err)
+		return err
 	}
 	s.metrics = srv
 	s.plane.Go("metrics", srv.Run)
 	return nil
+}
+
+// listenMetrics listens on addr for the metrics of paths. When addr is
+// DefaultMetricsAddr and its port is taken (another fleet dev, say), it
+// listens on a free port of the same host instead and logs so; the
+// printed metrics line names the port used. A port given with
+// --metrics-addr does not move.
+func listenMetrics(log *slog.Logger, addr string, paths map[string]prometheus.Gatherer) (*metrics.Server, error) {
+	srv, err := metrics.Listen(addr, paths)
+	if err != nil && addr == DefaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
+		host, port, _ := net.SplitHostPort(addr)
+		if srv, err = metrics.Listen(net.JoinHostPort(host, "0"), paths); err == nil {
+			log.Warn("the default metrics port "+port+" is taken (another fleet dev?): metrics are served on "+srv.Addr()+" instead",
+				"addr", srv.Addr())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: %w (--metrics-addr picks another; port 0 any free one)", err)
+	}
+	return srv, nil
+}
+
+// noteMoved logs, when ln does not listen on the first preferred port
+// (0s skipped), that the port was taken and which one what uses instead:
+// a second fleet dev on this machine moves aside by itself.
+func noteMoved(log *slog.Logger, what string, ln net.Listener, ports ...int) {
+	got := ln.Addr().(*net.TCPAddr).Port
+	for _, p := range ports {
+		if p <= 0 {
+			continue
+		}
+		if p != got {
+			log.Warn(fmt.Sprintf("port %d of the %s is taken (another fleet dev?): it listens on port %d instead", p, what, got),
+				"addr", ln.Addr().String())
+		}
+		return
+	}
 }

@@ -46,12 +46,12 @@ type device struct {
 }
 
 // devices are the simulated devices sim-1 … sim-n and, with an engine, the
-// Podman device (role=analyzer, canary=true: the real engine is a canary, so
-// what fails on it blocks the release).
-func devices(n int, withPodman bool) []device {
+// Podman device podman (role=analyzer, canary=true: the real engine is a
+// canary, so what fails on it blocks the release); podman "" is none.
+func devices(n int, podman string) []device {
 	var out []device
-	if withPodman {
-		out = append(out, device{name: PodmanDevice, labels: map[string]string{"role": "analyzer", ExampleLabel: ExampleLabelValue, "canary": "true"}, podman: true})
+	if podman != "" {
+		out = append(out, device{name: podman, labels: map[string]string{"role": "analyzer", ExampleLabel: ExampleLabelValue, "canary": "true"}, podman: true})
 	}
 	for i := 1; i <= n; i++ {
 		out = append(out, device{name: DeviceName(i), labels: deviceLabels(i)})
