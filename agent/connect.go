@@ -100,6 +100,13 @@ func (d *DeviceConn) Close() { d.Conn.Close() }
 // (nats.IgnoreAuthErrorAbort): nothing transient ends the agent, so
 // systemd never loops restarting it. Only a bad key or option is an
 // error.
+//
+// The connection's errors, disconnects and reconnects are logged to
+// o.Logger as structured records (never to stderr as text, nats.go's
+// default). A refused connect (the callout answering "authorization
+// violation": an id_token it no longer accepts, for instance one signed by
+// a provider that restarted) drops the cached id_token, so the next
+// attempt, after ReconnectDelay, presents a fresh grant's.
 func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 	if o.URL == "" {
 		return nil, errors.New("agent: connect: the NATS URL is empty: give the server's URL")
@@ -129,9 +136,60 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 	}
 	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.CustomReconnectDelay(ReconnectDelay))
+	opts = append(opts, connLogging(o.Logger.With("device", o.Device), src)...)
 	nc, err := nats.Connect(o.URL, append(opts, o.NATSOptions...)...)
 	if err != nil {
 		return nil, fmt.Errorf("agent: connect device %s to NATS at %s: %w", o.Device, o.URL, err)
 	}
 	return &DeviceConn{Device: o.Device, Conn: nc, Source: src}, nil
+}
+
+// connLogging are the nats.go callbacks of a device connection: every
+// error, disconnect and reconnect is a structured record on log (nats.go
+// would print errors to stderr as text), and a refused connect drops the
+// source's cached id_token so that the next attempt makes a new grant.
+func connLogging(log *slog.Logger, src *credential.Source) []nats.Option {
+	refused := func(err error, what string) {
+		if isAuthError(err) {
+			src.Invalidate()
+			log.Warn(what+": NATS refused the device (the auth callout did not accept its id_token); retrying with a new id_token after the reconnect delay",
+				"err", err,
+				"fix", "if it persists, check that the device is enrolled and not quarantined (kubectl get fdev), and that the key file's issuer is the provider the callout trusts; a device enrolled with a development provider that lost its state must be enrolled again")
+			return
+		}
+		log.Warn(what+": retrying after the reconnect delay", "err", err)
+	}
+	return []nats.Option{
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			if sub != nil {
+				log.Warn("NATS subscription error", "subject", sub.Subject, "err", err)
+				return
+			}
+			refused(err, "NATS connection error")
+		}),
+		nats.ReconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				refused(err, "NATS connect attempt failed")
+			}
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("disconnected from NATS; reconnecting", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("connected to NATS", "url", nc.ConnectedUrlRedacted())
+		}),
+	}
+}
+
+// isAuthError reports whether err is the server refusing the connection's
+// credentials.
+func isAuthError(err error) bool {
+	for _, e := range []error{nats.ErrAuthorization, nats.ErrAuthExpired, nats.ErrAuthRevoked, nats.ErrAccountAuthExpired} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }

@@ -74,6 +74,10 @@ type Options struct {
 	// of Zitadel's that `fleet enroll` uses) for bearers of this token.
 	// Empty: the management API refuses every request.
 	ProviderAdminToken string
+	// ProviderStateFile, when set, keeps the provider's machine users and
+	// their public keys across restarts (devop.Options.StateFile): fleet
+	// dev's devices, and those attached to it, survive its restart.
+	ProviderStateFile string
 	// SigningKey is the provider's initial RS256 key. Default: generated.
 	SigningKey *rsa.PrivateKey
 	// TokenLifetime of the provider's id_tokens. Zero: devop's default.

@@ -101,7 +101,7 @@ func (p *Plane) start(ctx context.Context) error {
 	var err error
 	if p.provider, err = devop.New(devop.Options{SigningKey: p.o.SigningKey, TokenLifetime: p.o.TokenLifetime,
 		Listener: ln, Issuer: p.o.ProviderIssuer, AdminToken: p.o.ProviderAdminToken,
-		Logger: p.log.With("component", "oidc")}); err != nil {
+		StateFile: p.o.ProviderStateFile, Logger: p.log.With("component", "oidc")}); err != nil {
 		return fmt.Errorf("controlplane: %w", err)
 	}
 	p.Go("oidc", p.provider.Run)

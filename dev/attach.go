@@ -74,11 +74,15 @@ type Endpoints struct {
 	Namespace string `json:"namespace"`
 	// Kubeconfig is the admin kubeconfig.
 	Kubeconfig string `json:"kubeconfig"`
+	// PodmanSocket is the Podman API socket fleet dev drives (its URI);
+	// "" without Podman. `fleet enroll --dev` prints it in the agent's
+	// command line.
+	PodmanSocket string `json:"podmanSocket,omitempty"`
 }
 
 // ErrNotRunning means no fleet dev runs on the data folder, or it has not
-// finished starting: `fleet enroll --dev` needs it running (its provider
-// keeps machine users in memory).
+// finished starting: `fleet enroll --dev` needs it running (it enrolls
+// through the running provider's management API).
 var ErrNotRunning = errors.New("fleet dev is not running")
 
 // ReadEndpoints reads the Endpoints of the fleet dev running on dataDir;
@@ -293,8 +297,8 @@ func (g devGroups) Groups(_ context.Context, namespace, _ string) ([]string, err
 }
 
 // Reattach re-enrolls a device whose Device resource exists at a
-// development provider, which keeps its machine users in memory and so
-// forgets them whenever fleet dev restarts: it finds (or creates) the
+// development provider, which may have lost its machine user (its state
+// file deleted, or a provider without one): it finds (or creates) the
 // machine user enroll.UserName(device), points the Device's
 // spec.identitySubject at it when that changed (the operator then registers
 // the new identity), mints a new key into r.KeyFile and removes the user's
@@ -306,7 +310,7 @@ func Reattach(ctx context.Context, en *enroll.Enroller, c client.Client, p enrol
 	var obj fleetv1.Device
 	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: dev}, &obj); err != nil {
 		if client.IgnoreNotFound(err) == nil {
-			return enroll.Result{}, fmt.Errorf("%w: %s/%s: enroll it first (without -reenroll)", enroll.ErrNotEnrolled, namespace, dev)
+			return enroll.Result{}, fmt.Errorf("%w: %s/%s: enroll it first (without --reenroll)", enroll.ErrNotEnrolled, namespace, dev)
 		}
 		return enroll.Result{}, fmt.Errorf("fleet dev: device %s: %w", dev, err)
 	}

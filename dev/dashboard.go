@@ -80,6 +80,7 @@ func (s *session) startDashboard(ctx context.Context) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("fleet dev: dashboard: %w", err)
 	}
+	noteMoved(s.log, "dashboard", ln, DefaultDashboardPort)
 	base := "http://" + net.JoinHostPort(DefaultListen, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	if err := op.RegisterWebClient(devop.WebClient{ID: dashboardClientID, Secret: secret, RedirectURIs: []string{base + "/callback"},
 		PostLogoutRedirectURIs: []string{base + "/signed-out"}}); err != nil {

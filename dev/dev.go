@@ -18,9 +18,10 @@
 // and buckets) is assembled by controlplane, whose run group also
 // runs the stand-in, the operator and the devices. State under the data
 // folder (the JetStream store, etcd's data, the NATS secrets, the device key
-// files) survives a restart; the development provider and the OpenBao stand-in
-// keep their state in memory, so devices get new machine users and keys,
-// and the stand-in is seeded again, on every run. The bin folder under it
+// files, the development provider's machine users and their public keys)
+// survives a restart, so a device attached with `fleet enroll --dev` keeps
+// working across it; the provider's signing key, its human users and the
+// OpenBao stand-in are made again (the stand-in seeded again) on every run. The bin folder under it
 // (links to fleet, kubectl and the nats CLI, which the printed PATH line
 // makes a new shell find) is remade on every start.
 //
@@ -53,6 +54,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -166,6 +168,10 @@ type Info struct {
 	// Runtime is what the devices run on: RuntimePodman (PodmanDevice on
 	// the engine, the others simulated) or RuntimeSim.
 	Runtime string
+	// PodmanDevice is the id of the device on the engine with Podman:
+	// PodmanDevice, or podman-2, … when another fleet dev on this machine
+	// drives the same engine.
+	PodmanDevice string
 	// PodmanSocket is the engine's socket URI with Podman; RuntimeNote
 	// says why Podman is not used otherwise.
 	PodmanSocket, RuntimeNote string
@@ -285,6 +291,18 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	defer s.eng.close()
+	if s.eng != nil {
+		name, release, err := claimPodmanDevice(podmanClaimRoot(), o.DataDir, s.eng.uri)
+		if err != nil {
+			return err
+		}
+		defer release()
+		s.podmanName = name
+		if name != PodmanDevice {
+			s.log.Warn("another fleet dev drives the same Podman engine with its own Podman device: this run's is "+name,
+				"socket", s.eng.uri, "device", name)
+		}
+	}
 	if err := s.startControlPlane(ctx); err != nil {
 		return err
 	}
@@ -328,12 +346,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if s.dashURL, s.dashPassword, err = s.startDashboard(ctx); err != nil {
 		return err
 	}
-	info, err := s.announce()
-	if err != nil {
+	if _, err := s.announce(); err != nil {
 		return err
 	}
-	s.log.Info("fleet dev running", "nats", info.NATSURL, "listen", info.Listen, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
-		"startup", info.StartupTime.Round(time.Millisecond))
 	<-ctx.Done()
 	s.log.Info("fleet dev stopping")
 	return nil
@@ -364,10 +379,12 @@ type session struct {
 	bins  binDir
 	sec   *secrets
 	// eng is the Podman engine (nil: simulated devices only); note says
-	// why.
-	eng   *podmanEngine
-	note  string
-	plane *controlplane.Plane
+	// why. podmanName is the id of the device that drives it
+	// (claimPodmanDevice).
+	eng        *podmanEngine
+	note       string
+	podmanName string
+	plane      *controlplane.Plane
 	// natsURL is the NATS URL with the advertised host (the in-process
 	// clients use the plane's own).
 	natsURL string
@@ -447,11 +464,13 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("fleet dev: OpenID Provider: %w", err)
 	}
+	noteMoved(s.log, "OpenID Provider", ln, providerPort, DefaultProviderPort)
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
-		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: s.log, NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
+		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: slog.New(quietPlaintext{s.log.Handler()}), NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
 			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
 		ProviderListener: ln, ProviderIssuer: advertisedURL("http", s.o.Advertise, ln), ProviderAdminToken: sec.idpToken,
+		ProviderStateFile: sec.providerStateFile(),
 	})
 	if err != nil {
 		return fmt.Errorf("fleet dev: %w (--listen %s)", err, s.o.Listen)
@@ -465,7 +484,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 func (s *session) startOpenBao(ctx context.Context) error {
 	op := s.plane.Provider()
 	_, port := previousPorts(s.o.DataDir, s.o.Listen, s.o.Advertise)
-	bs, err := startBao(ctx, s.sec.dir, s.o.Listen, s.o.Advertise, port, op.Issuer(), op.Audience(), s.o.Namespace)
+	bs, err := startBao(ctx, s.log, s.sec.dir, s.o.Listen, s.o.Advertise, port, op.Issuer(), op.Audience(), s.o.Namespace)
 	if err != nil {
 		return err
 	}
@@ -506,7 +525,7 @@ func (s *session) connectKube(ctx context.Context) error {
 // device in the development group, in the plane's run group.
 func (s *session) startOperator() {
 	o, log, st, bs := s.o, s.log, s.plane.Store(), s.bs
-	s.devs = devices(o.Devices, s.eng != nil)
+	s.devs = devices(o.Devices, s.podmanName)
 	s.ids = make([]string, len(s.devs))
 	for i, d := range s.devs {
 		s.ids[i] = d.name
@@ -582,15 +601,20 @@ func (s *session) announce() (Info, error) {
 		DashboardViewer: DashboardViewer, DashboardViewerPasswordFile: filepath.Join(s.sec.dir, dashboardViewerPasswordFile),
 	}
 	if s.eng != nil {
-		info.Runtime, info.PodmanSocket = RuntimePodman, s.eng.uri
+		info.Runtime, info.PodmanSocket, info.PodmanDevice = RuntimePodman, s.eng.uri, s.podmanName
 	}
 	if err := writeEndpoints(o.DataDir, Endpoints{
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
 		IDPTokenFile: s.sec.idpTokenFile(), OpenBaoAddr: info.OpenBaoAddr, OpenBaoRole: OpenBaoRole(o.Namespace),
 		OpenBaoDevicePrefix: devicePrefix(o.Namespace), OpenBaoTokenFile: s.bs.tokenFile, Namespace: o.Namespace, Kubeconfig: info.Kubeconfig,
+		PodmanSocket: info.PodmanSocket,
 	}); err != nil {
 		return info, err
 	}
+	// The log record first: the usage text is the last thing printed
+	// (`fleet dev env` prints its export lines again).
+	s.log.Info("fleet dev running", "nats", info.NATSURL, "listen", info.Listen, "kubeconfig", info.Kubeconfig, "devices", len(info.Devices), "runtime", info.Runtime,
+		"startup", info.StartupTime.Round(time.Millisecond))
 	printUsage(o.Out, o.DataDir, info, s.dashPassword)
 	if o.Ready != nil {
 		o.Ready(info)
@@ -738,16 +762,17 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 	runtime := "simulated (" + in.RuntimeNote + ")"
 	if in.Runtime == RuntimePodman {
 		nsim--
-		devices = fmt.Sprintf("%s on Podman + %d simulated", PodmanDevice, nsim)
-		runtime = "Podman at " + in.PodmanSocket + " for " + PodmanDevice + "; the others simulated"
+		devices = fmt.Sprintf("%s on Podman + %d simulated", in.PodmanDevice, nsim)
+		runtime = "Podman at " + in.PodmanSocket + " for " + in.PodmanDevice + "; the others simulated"
 	}
 	if nsim == 0 && in.Runtime != RuntimePodman {
 		devices = "none"
 	}
+	ex := exportLines(in.BinDir, in.Kubeconfig, in.NATSURL, in.AdminUser, in.AdminPasswordFile)
 	fmt.Fprintf(w, `fleet dev is running (Ctrl-C stops it; the next run resumes from %s)
 
   NATS JetStream     %s   (auth callout; Fleet streams and KV buckets provisioned)
-  OpenID Provider    %s   (development provider, in memory)
+  OpenID Provider    %s   (development provider; machine users kept in the data folder)
   OpenBao stand-in   %s   (in memory, re-seeded every run; not OpenBao: see docs/fleet.md)
                      root token in %s
   kube-apiserver     kubeconfig %s
@@ -763,11 +788,11 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
 
 %s
 Point kubectl at it:
-  export KUBECONFIG=%s
+  %s
   # kubectl of the same version: %s
 
 Point the nats CLI and fleet history at it (%s: the whole FLEET account, bypasses the callout):
-  export NATS_URL=%s NATS_USER=%s NATS_PASSWORD="$(cat %s)"
+  %s
 
 Next steps:
   1. kubectl apply -n %s -f examples/analysis-api.yaml
@@ -777,13 +802,44 @@ Next steps:
 
 %s
 %s
+Print these export lines again (in any shell): fleet dev env --data-dir %s
+Start afresh: stop fleet dev, remove %s, start it again (attached devices must then be enrolled again).
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
+		canaries(in.Devices, in.PodmanDevice), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
 		in.DashboardViewer, in.DashboardViewerPasswordFile, listening(in),
-		pathSection(in), in.Kubeconfig, in.Kubectl,
-		in.AdminUser, in.NATSURL, in.AdminUser, in.AdminPasswordFile,
-		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in))
+		pathSection(in), ex.kube, in.Kubectl,
+		in.AdminUser, ex.nats,
+		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in), dataDir, dataDir)
+}
+
+// exports are the shell lines that point a new shell at a running fleet
+// dev: its bin folder first on PATH, kubectl's kubeconfig, the nats CLI's
+// user (its password read from its file, never printed).
+type exports struct{ path, kube, nats string }
+
+func exportLines(binDir, kubeconfig, natsURL, adminUser, adminPasswordFile string) exports {
+	return exports{
+		path: fmt.Sprintf(`export PATH="%s:$PATH"`, binDir),
+		kube: "export KUBECONFIG=" + kubeconfig,
+		nats: fmt.Sprintf(`export NATS_URL=%s NATS_USER=%s NATS_PASSWORD="$(cat %s)"`, natsURL, adminUser, adminPasswordFile),
+	}
+}
+
+// Env returns the export lines the fleet dev running on dataDir printed
+// (`fleet dev env`), one a line: PATH, KUBECONFIG, the nats CLI's.
+// ErrNotRunning when none runs there.
+func Env(dataDir string) (string, error) {
+	ep, err := ReadEndpoints(dataDir)
+	if err != nil {
+		return "", err
+	}
+	bin, err := filepath.Abs(filepath.Join(dataDir, "bin"))
+	if err != nil {
+		return "", fmt.Errorf("fleet dev env: %w: pass an absolute --data-dir", err)
+	}
+	ex := exportLines(bin, ep.Kubeconfig, ep.NATSURL, devAdminUser, (&secrets{dir: filepath.Join(dataDir, "secrets")}).adminPasswordFile())
+	return ex.path + "\n" + ex.kube + "\n" + ex.nats + "\n", nil
 }
 
 // listening is the printed line saying where NATS, the provider and the
@@ -819,7 +875,7 @@ func pathSection(in Info) string {
 	} else {
 		fmt.Fprintf(&b, "Put fleet and kubectl on PATH (links in %s, remade every start; no nats CLI, see below):\n", in.BinDir)
 	}
-	fmt.Fprintf(&b, "  export PATH=\"%s:$PATH\"\n", in.BinDir)
+	fmt.Fprintf(&b, "  %s\n", exportLines(in.BinDir, "", "", "", "").path)
 	if in.NATSCLIMissing != "" {
 		fmt.Fprintf(&b, "  # no nats CLI found (%s), step 3 needs it: build it in the repository with\n", in.NATSCLIMissing)
 		fmt.Fprintf(&b, "  #   %s\n", SetupNATSCLICommand)
@@ -828,11 +884,12 @@ func pathSection(in Info) string {
 	return b.String()
 }
 
-// canaries lists the canary devices among ids.
-func canaries(ids []string) string {
+// canaries lists the canary devices among ids (podmanDevice, the device
+// on Podman, is one).
+func canaries(ids []string, podmanDevice string) string {
 	var out []string
 	for i, id := range ids {
-		if id == PodmanDevice {
+		if id == podmanDevice {
 			out = append(out, id)
 			continue
 		}
@@ -862,15 +919,52 @@ func (s *session) serveMetrics() error {
 			return fmt.Errorf("fleet dev: metrics: %w", err)
 		}
 	}
-	srv, err := metrics.Listen(s.o.MetricsAddr, map[string]prometheus.Gatherer{
+	srv, err := listenMetrics(s.log, s.o.MetricsAddr, map[string]prometheus.Gatherer{
 		metricsPath + "/operator":    ctrlmetrics.Registry,
 		metricsPath + "/authcallout": callout,
 		metricsPath + "/agents":      s.agents,
 	})
 	if err != nil {
-		return fmt.Errorf("fleet dev: %w (--metrics-addr picks another; port 0 any free one)", err)
+		return err
 	}
 	s.metrics = srv
 	s.plane.Go("metrics", srv.Run)
 	return nil
+}
+
+// listenMetrics listens on addr for the metrics of paths. When addr is
+// DefaultMetricsAddr and its port is taken (another fleet dev, say), it
+// listens on a free port of the same host instead and logs so; the
+// printed metrics line names the port used. A port given with
+// --metrics-addr does not move.
+func listenMetrics(log *slog.Logger, addr string, paths map[string]prometheus.Gatherer) (*metrics.Server, error) {
+	srv, err := metrics.Listen(addr, paths)
+	if err != nil && addr == DefaultMetricsAddr && errors.Is(err, syscall.EADDRINUSE) {
+		host, port, _ := net.SplitHostPort(addr)
+		if srv, err = metrics.Listen(net.JoinHostPort(host, "0"), paths); err == nil {
+			log.Warn("the default metrics port "+port+" is taken (another fleet dev?): metrics are served on "+srv.Addr()+" instead",
+				"addr", srv.Addr())
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet dev: %w (--metrics-addr picks another; port 0 any free one)", err)
+	}
+	return srv, nil
+}
+
+// noteMoved logs, when ln does not listen on the first preferred port
+// (0s skipped), that the port was taken and which one what uses instead:
+// a second fleet dev on this machine moves aside by itself.
+func noteMoved(log *slog.Logger, what string, ln net.Listener, ports ...int) {
+	got := ln.Addr().(*net.TCPAddr).Port
+	for _, p := range ports {
+		if p <= 0 {
+			continue
+		}
+		if p != got {
+			log.Warn(fmt.Sprintf("port %d of the %s is taken (another fleet dev?): it listens on port %d instead", p, what, got),
+				"addr", ln.Addr().String())
+		}
+		return
+	}
 }

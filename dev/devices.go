@@ -46,12 +46,12 @@ type device struct {
 }
 
 // devices are the simulated devices sim-1 … sim-n and, with an engine, the
-// Podman device (role=analyzer, canary=true: the real engine is a canary, so
-// what fails on it blocks the release).
-func devices(n int, withPodman bool) []device {
+// Podman device podman (role=analyzer, canary=true: the real engine is a
+// canary, so what fails on it blocks the release); podman "" is none.
+func devices(n int, podman string) []device {
 	var out []device
-	if withPodman {
-		out = append(out, device{name: PodmanDevice, labels: map[string]string{"role": "analyzer", ExampleLabel: ExampleLabelValue, "canary": "true"}, podman: true})
+	if podman != "" {
+		out = append(out, device{name: podman, labels: map[string]string{"role": "analyzer", ExampleLabel: ExampleLabelValue, "canary": "true"}, podman: true})
 	}
 	for i := 1; i <= n; i++ {
 		out = append(out, device{name: DeviceName(i), labels: deviceLabels(i)})
@@ -61,9 +61,10 @@ func devices(n int, withPodman bool) []device {
 
 // enrollDevice enrolls a device through package enroll as `fleet enroll`
 // does: a machine user and key at the provider, the Device resource, the key
-// file. The development provider keeps no state across runs, so a Device
-// left by a previous run gets a new machine user (its spec.identitySubject
-// is updated) and a new key (Reattach).
+// file. A Device left by a previous run keeps its machine user (the
+// provider's state file holds it; a new one when that file was deleted,
+// and then its spec.identitySubject is updated) and gets a new key
+// (Reattach).
 func enrollDevice(ctx context.Context, en *enroll.Enroller, c client.Client, op *devop.Provider, ns, dir string, d device) (enroll.Result, error) {
 	req := enroll.Request{Device: d.name, KeyFile: filepath.Join(dir, d.name+".key.json"), Overwrite: true, Labels: d.labels}
 	res, err := en.Enroll(ctx, req)

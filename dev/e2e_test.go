@@ -207,8 +207,11 @@ func TestDevRunsTheExamplesOnAPodmanDeviceWithSecretsFromTheOpenBaoStandIn(t *te
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// The example's volume under a folder of this test's own, not the
+	// /var/tmp/fleet-examples/analysis a developer's fleet dev uses.
+	vol := t.TempDir()
 	out, err := p.script(ctx, `
-kubectl apply -n lab -f examples/analysis-api.yaml -f examples/canary.yaml
+sed 's#/var/tmp/fleet-examples/analysis#`+vol+`#' examples/analysis-api.yaml | kubectl apply -n lab -f - -f examples/canary.yaml
 kubectl wait -n lab fdeploy/analysis-api fdeploy/canary-demo --for=jsonpath='{.status.phase}'=Succeeded --timeout=3m
 fleet history deployment lab/canary-demo`)
 	if err != nil {

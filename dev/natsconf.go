@@ -1,7 +1,10 @@
 package dev
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
+	"strings"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
 )
@@ -27,4 +30,32 @@ func serverConfig(s *secrets) (string, error) {
 		SysPassword: s.sysPassword, Issuer: issuer, XKey: xkey},
 		&authcallout.StaticUser{Name: devAdminUser, Password: s.adminPassword, PasswordVar: "FLEET_DEV_ADMIN_PASSWORD",
 			Comment: "fleet dev only: the nats CLI user, the whole FLEET account."})
+}
+
+// plaintextNotice starts the NATS server's warning about the plaintext
+// passwords of its configuration: fleet dev's static users (the callout's,
+// the admin's) have them on purpose, from 0600 files of the data folder,
+// so the warning is noise at every start.
+const plaintextNotice = "Plaintext passwords detected"
+
+// quietPlaintext is a log handler that drops plaintextNotice and passes
+// every other record on.
+type quietPlaintext struct{ slog.Handler }
+
+// Handle implements slog.Handler.
+func (h quietPlaintext) Handle(ctx context.Context, r slog.Record) error {
+	if strings.HasPrefix(r.Message, plaintextNotice) {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+// WithAttrs implements slog.Handler.
+func (h quietPlaintext) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietPlaintext{h.Handler.WithAttrs(attrs)}
+}
+
+// WithGroup implements slog.Handler.
+func (h quietPlaintext) WithGroup(name string) slog.Handler {
+	return quietPlaintext{h.Handler.WithGroup(name)}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,11 +70,12 @@ type bao struct {
 // policy, the role bound to audience and to no device yet, the demo secrets (random values
 // created on the first run in the secrets folder, never printed). Serve it
 // with run.
-func startBao(ctx context.Context, secretsDir, listen, advertise string, port int, issuer, audience, namespace string) (*bao, error) {
+func startBao(ctx context.Context, log *slog.Logger, secretsDir, listen, advertise string, port int, issuer, audience, namespace string) (*bao, error) {
 	ln, err := listenPreferring(listen, port, DefaultOpenBaoPort)
 	if err != nil {
 		return nil, fmt.Errorf("fleet dev: OpenBao stand-in: %w", err)
 	}
+	noteMoved(log, "OpenBao stand-in", ln, port, DefaultOpenBaoPort)
 	s := baostandin.New(baostandin.Options{})
 	b := &bao{
 		addr: advertisedURL("http", advertise, ln), tokenFile: filepath.Join(secretsDir, "openbao.root-token"),

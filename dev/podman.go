@@ -34,7 +34,9 @@ const (
 // PodmanDevice is the id of the one device whose agent drives real Podman.
 // Only one: the agent names a container exactly as the score does and
 // publishes the score's host ports, so two devices on one engine running the
-// same Deployment would collide on container names and ports.
+// same Deployment would collide on container names and ports. A second
+// fleet dev on the same engine (another data folder) names its Podman
+// device podman-2 (claimPodmanDevice).
 const PodmanDevice = "podman-1"
 
 // BaseImage is the image the example images are built FROM: busybox-static
@@ -120,7 +122,7 @@ func chooseRuntime(ctx context.Context, o Options) (eng *podmanEngine, note stri
 		o.Logger.Info("no usable Podman API socket: the devices are simulated", "reason", err)
 		return nil, "no usable Podman API socket: " + strings.ReplaceAll(err.Error(), "\n", "; "), nil
 	}
-	o.Logger.Info("devices run on Podman", "socket", eng.uri, "device", PodmanDevice)
+	o.Logger.Info("devices run on Podman", "socket", eng.uri)
 	if err := eng.buildImages(ctx, o.Out, ExampleImages); err != nil {
 		eng.close()
 		return nil, "", fmt.Errorf("%w (or run with --runtime sim)", err)

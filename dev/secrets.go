@@ -31,6 +31,15 @@ func (s *secrets) adminPasswordFile() string { return filepath.Join(s.dir, "admi
 // idpTokenFile is the file holding the provider's management API token.
 func (s *secrets) idpTokenFile() string { return filepath.Join(s.dir, idpTokenFileName) }
 
+// providerStateFile is the development provider's state file: its
+// machine users and their public keys (no private key), mode 0600, so that
+// devices enrolled with it survive a restart.
+func (s *secrets) providerStateFile() string { return filepath.Join(s.dir, providerStateFileName) }
+
+// providerStateFileName is the provider's state file in the secrets
+// folder.
+const providerStateFileName = "idp-machine-users.json"
+
 // idpTokenFileName is the provider's management API token file in the
 // secrets folder.
 const idpTokenFileName = "idp-admin.token"

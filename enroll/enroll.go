@@ -133,7 +133,7 @@ func (r Request) check() error {
 	}
 	if !r.Overwrite {
 		if _, err := os.Stat(r.KeyFile); err == nil {
-			return fmt.Errorf("%w: %s (pass overwrite to replace it)", ErrKeyFileExists, r.KeyFile)
+			return fmt.Errorf("%w: %s (Request.Overwrite replaces it)", ErrKeyFileExists, r.KeyFile)
 		}
 	}
 	return nil

@@ -49,8 +49,11 @@ func ParsePort(p string) (Port, error) {
 	}
 	host, err1 := strconv.ParseUint(m[1], 10, 16)
 	ctr, err2 := strconv.ParseUint(m[2], 10, 16)
-	if err1 != nil || err2 != nil || host == 0 || ctr == 0 {
-		return Port{}, &FieldError{Field: "port", Value: p, Fix: portFix}
+	switch {
+	case err1 != nil || host == 0:
+		return Port{}, &FieldError{Field: "port", Value: p, Fix: "host port " + m[1] + " is outside 1..65535: " + portFix}
+	case err2 != nil || ctr == 0:
+		return Port{}, &FieldError{Field: "port", Value: p, Fix: "container port " + m[2] + " is outside 1..65535: " + portFix}
 	}
 	proto := TCP
 	if m[4] != "" {

@@ -84,14 +84,14 @@ type Service struct {
 	// Image reference with a digest (repo@sha256:…) or an explicit tag
 	// (repo:tag).
 	// +kubebuilder:validation:MaxLength=512
-	// +kubebuilder:validation:XValidation:rule="self.matches('^[^@\\\\s]+@sha256:[a-f0-9]{64}$') || self.matches('^[^@\\\\s]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?$')",message="image must name a digest (repo@sha256:<64 hex>) or an explicit tag (repo:tag)"
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[^@\\\\s]+@sha256:[a-f0-9]{64}$') || self.matches('^[^@\\\\s]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?$')",messageExpression="'image \"' + (self.size() > 100 ? self.substring(0, 100) + '…' : self) + '\"' + (self.contains(' ') ? ' contains a space;' : '') + (self.matches('^([^@:/]*(:[0-9]+)?/)?[^@:]*[A-Z]') ? ' has capitals (the repository must be lowercase);' : '') + (self.contains('::') ? ' has an empty part (\"::\");' : '') + (!self.contains('@') && !self.matches(':[^/]*$') ? ' has no tag or digest;' : '') + ' it must name a digest (repo@sha256:<64 hex>) or an explicit tag (repo:tag)'"
 	Image string `json:"image"`
 	// Ports published as "host:container", optionally with /tcp or /udp.
 	// +optional
 	// +kubebuilder:validation:MaxItems=64
 	// +kubebuilder:validation:items:MaxLength=17
 	// +kubebuilder:validation:items:Pattern=`^[0-9]{1,5}:[0-9]{1,5}(/(tcp|udp))?$`
-	// +kubebuilder:validation:XValidation:rule="self.all(p, int(p.split(':')[0]) >= 1 && int(p.split(':')[0]) <= 65535 && int(p.split(':')[1].split('/')[0]) >= 1 && int(p.split(':')[1].split('/')[0]) <= 65535)",message="ports must be host:container with both numbers in 1..65535"
+	// +kubebuilder:validation:items:XValidation:rule="int(self.split(':')[0]) >= 1 && int(self.split(':')[0]) <= 65535 && int(self.split(':')[1].split('/')[0]) >= 1 && int(self.split(':')[1].split('/')[0]) <= 65535",messageExpression="(int(self.split(':')[0]) < 1 || int(self.split(':')[0]) > 65535 ? 'host port ' + self.split(':')[0] : 'container port ' + self.split(':')[1].split('/')[0]) + ' of \"' + self + '\" is outside 1..65535: use host:container with both numbers in 1..65535, optionally /tcp or /udp'"
 	Ports []string `json:"ports,omitempty"`
 	// Env sets plain environment variables.
 	// +optional

@@ -58,11 +58,15 @@ func TestValidateNamesTheFieldAndTheFix(t *testing.T) {
 		{"a container name of 64 characters is named", func(s *score.Score) { s.Data.Services[0].Name = strings.Repeat("a", 64) },
 			[]string{"score.data.services[0].name", "is 64 characters long"}},
 		{"an image without a tag or digest is named", func(s *score.Score) { s.Data.Services[0].Image = "registry.example.com:5000/api" },
-			[]string{`score.data.services[0].image "registry.example.com:5000/api": name a digest`}},
+			[]string{`score.data.services[0].image "registry.example.com:5000/api": has no tag or digest; name a digest`}},
+		{"an image with spaces and capitals says what is wrong with it", func(s *score.Score) { s.Data.Services[0].Image = "localhost/Fleet Examples/x::v1" },
+			[]string{`score.data.services[0].image "localhost/Fleet Examples/x::v1": contains a space; has capitals (the repository must be lowercase); has an empty part ("::"); name a digest`}},
 		{"an image with a short digest is named", func(s *score.Score) { s.Data.Services[0].Image = "api@sha256:abc" },
 			[]string{"score.data.services[0].image", "name a digest"}},
 		{"a port out of range is named", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8080:70000"} },
-			[]string{`score.data.services[0].ports[1] "8080:70000": use host:container with numbers in 1..65535`}},
+			[]string{`score.data.services[0].ports[1] "8080:70000": container port 70000 is outside 1..65535: use host:container with numbers in 1..65535`}},
+		{"a host port of zero is named", func(s *score.Score) { s.Data.Services[0].Ports = []string{"0:80/udp"} },
+			[]string{`score.data.services[0].ports[0] "0:80/udp": host port 0 is outside 1..65535: use host:container`}},
 		{"65 ports are too many", func(s *score.Score) { s.Data.Services[0].Ports = make([]string, 65) },
 			[]string{"score.data.services[0].ports: has 65 entries: use at most 64"}},
 		{"one host port published twice in a service is named with the fix", func(s *score.Score) { s.Data.Services[0].Ports = []string{"8080:80", "8080:81"} },
@@ -238,7 +242,9 @@ func TestParsePort(t *testing.T) {
 				t.Fatalf("error %v, want ok=%v", err, tc.ok)
 			}
 			if err != nil {
-				want := "port " + strconv.Quote(tc.in) + ": use host:container with numbers in 1..65535, optionally /tcp or /udp"
+				out := map[string]string{"0:80": "host port 0 is outside 1..65535: ", "65536:80": "host port 65536 is outside 1..65535: ",
+					"80:0": "container port 0 is outside 1..65535: ", "80:65536": "container port 65536 is outside 1..65535: "}[tc.in]
+				want := "port " + strconv.Quote(tc.in) + ": " + out + "use host:container with numbers in 1..65535, optionally /tcp or /udp"
 				if tc.in == "" {
 					want = "port: use host:container with numbers in 1..65535, optionally /tcp or /udp"
 				}

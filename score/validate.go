@@ -2,6 +2,7 @@ package score
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -35,7 +36,31 @@ var (
 	secretPathRE = regexp.MustCompile(`^[a-zA-Z0-9_.-]+(/[a-zA-Z0-9_.-]+)*$`)
 	imageDigest  = regexp.MustCompile(`^[^@\s]+@sha256:[a-f0-9]{64}$`)
 	imageTag     = regexp.MustCompile(`^[^@\s]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?$`)
+	// imageCapitals: a capital letter in the repository (after an
+	// optional host[:port]/, before the tag or digest).
+	imageCapitals = regexp.MustCompile(`^([^@:/]*(:[0-9]+)?/)?[^@:]*[A-Z]`)
+	imageHasTag   = regexp.MustCompile(`:[^/]*$`)
 )
+
+// imageProblems says what is wrong with an image reference the rule
+// refuses, as the CRD's CEL message does: each problem found followed by
+// "; " ("" when none of these).
+func imageProblems(image string) string {
+	var b strings.Builder
+	if strings.Contains(image, " ") {
+		b.WriteString("contains a space; ")
+	}
+	if imageCapitals.MatchString(image) {
+		b.WriteString("has capitals (the repository must be lowercase); ")
+	}
+	if strings.Contains(image, "::") {
+		b.WriteString(`has an empty part ("::"); `)
+	}
+	if !strings.Contains(image, "@") && !imageHasTag.MatchString(image) {
+		b.WriteString("has no tag or digest; ")
+	}
+	return b.String()
+}
 
 // Fixes shared by Validate and the single-field checks.
 const (
@@ -217,12 +242,16 @@ func (v *validator) service(field string, s Service) {
 		v.add(field+".name", s.Name, fix)
 	}
 	if v.length(field+".image", s.Image, 0, maxImageLength) && !imageDigest.MatchString(s.Image) && !imageTag.MatchString(s.Image) {
-		v.add(field+".image", s.Image, imageFix)
+		v.add(field+".image", s.Image, imageProblems(s.Image)+imageFix)
 	}
 	v.count(field+".ports", len(s.Ports), maxPorts)
 	for i, p := range s.Ports {
 		if _, err := ParsePort(p); err != nil {
-			v.add(field+".ports["+strconv.Itoa(i)+"]", p, portFix)
+			fix := portFix
+			if fe := (*FieldError)(nil); errors.As(err, &fe) {
+				fix = fe.Fix
+			}
+			v.add(field+".ports["+strconv.Itoa(i)+"]", p, fix)
 		}
 	}
 	v.count(field+".env", len(s.Env), maxEnv)

@@ -77,6 +77,13 @@ func TestFlagErrorsNameTheFix(t *testing.T) {
 		{"a key file that cannot be read is named", []string{"--device", "d", "--key-file", "missing-key.json"}, "missing-key.json"},
 		{"an unknown runtime is refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "docker"}, "--runtime"},
 		{"a label without a value is refused", []string{"--label", "role"}, "key=value"},
+		{"a Podman socket that does not answer names the flag and how to start the socket",
+			[]string{"--device", "d", "--insecure-no-auth", "--podman-socket", "unix:///nonexistent-fleet-test/podman.sock"},
+			"--podman-socket unix:///nonexistent-fleet-test/podman.sock: "},
+		{"a Podman socket that does not answer says how to start the socket", []string{"--device", "d", "--insecure-no-auth", "--podman-socket", "unix:///nonexistent-fleet-test/podman.sock"},
+			"systemctl --user enable --now podman.socket"},
+		{"a socket path left without $XDG_RUNTIME_DIR says that it was empty", []string{"--device", "d", "--insecure-no-auth", "--podman-socket", "unix:///podman/podman.sock"},
+			"$XDG_RUNTIME_DIR was empty"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -38,8 +38,8 @@ development provider of fleet dev), creates the Device resource with its
 identity subject and writes the key file (mode 0600) for the device.
 
   fleet enroll edge-1                                  enroll a new device
-  fleet enroll -reenroll -overwrite edge-1             new key, old keys removed
-  fleet enroll -revoke edge-1                          remove every key, quarantine
+  fleet enroll --reenroll --overwrite edge-1           new key, old keys removed
+  fleet enroll --revoke edge-1                         remove every key, quarantine
 
 The key file is the device's private key. Without -key-file it is written
 to $XDG_CONFIG_HOME/fleet/keys/<namespace>/<device>.key.json
@@ -54,8 +54,8 @@ device's id_token log in to the OpenBao stand-in's role of its group, waits
 until the operator registered the device, and prints the fleet-agent
 command line and the systemd settings for the device:
 
-  fleet enroll -dev -label board=rpi pi-1
-  fleet enroll -dev -reenroll -overwrite pi-1          after fleet dev restarted
+  fleet enroll --dev --label board=rpi pi-1
+  fleet enroll --dev --reenroll --overwrite pi-1       after fleet dev lost its state
 
 flags:
 `
@@ -178,6 +178,12 @@ func (f *enrollFlags) devDefaults() (dev.Endpoints, error) {
 	if !f.set["audience"] {
 		f.audience = ep.Audience
 	}
+	if !f.set["agent-podman-socket"] && ep.PodmanSocket != "" && loopbackOnly(ep) {
+		// Only a device on this machine can reach a fleet dev on
+		// loopback: the socket fleet dev drives is right for it (and a
+		// root user's $XDG_RUNTIME_DIR is empty).
+		f.agentPodman = ep.PodmanSocket
+	}
 	return ep, nil
 }
 
@@ -185,7 +191,7 @@ func (f *enrollFlags) devDefaults() (dev.Endpoints, error) {
 func (f *enrollFlags) check() error {
 	switch {
 	case f.reenroll && f.revoke:
-		return errors.New("enroll: -reenroll and -revoke exclude each other")
+		return errors.New("enroll: --reenroll and --revoke exclude each other")
 	case len(f.labels) > 0 && (f.reenroll || f.revoke):
 		return errors.New("enroll: -label sets the labels of a new Device only: change an enrolled one's with kubectl label")
 	case f.idpURL == "" || f.idpTokenFile == "":
@@ -237,7 +243,7 @@ func (f *enrollFlags) keyPath(ctx context.Context, device string) (string, error
 // with no role to read its secrets.
 func (f *enrollFlags) checkBindable(ep dev.Endpoints) error {
 	fix := fmt.Sprintf("restart fleet dev (`fleet dev --data-dir %s`), then enroll again "+
-		"(pass -reenroll for a device enrolled already)", f.dataDir)
+		"(pass --reenroll for a device enrolled already)", f.dataDir)
 	if ep.OpenBaoTokenFile == "" {
 		return fmt.Errorf("enroll: -dev: the fleet dev on -data-dir %s (process %d) names no OpenBao stand-in root token in its %s "+
 			"(it is older than this fleet), so the device could not be bound to its role %s: %s",
@@ -317,16 +323,19 @@ func enrollDevice(ctx context.Context, out io.Writer, f enrollFlags, device stri
 		fmt.Fprintf(out, "revoked device %s (subject %s): %d key(s) removed, Device labelled %s=true\n", res.Device, res.Subject, len(res.Revoked), v1alpha1.LabelBlacklist)
 		return nil
 	case f.reenroll && f.dev:
-		// fleet dev's provider forgets its machine users when fleet dev
-		// restarts: Reattach makes a new one when needed.
+		// fleet dev's provider may have lost its machine users (its
+		// state file deleted): Reattach makes a new one when needed.
 		res, err = dev.Reattach(ctx, en, kc, idp, f.namespace, req)
 	case f.reenroll:
 		res, err = en.Reenroll(ctx, req)
 	default:
 		res, err = en.Enroll(ctx, req)
 		if errors.Is(err, enroll.ErrAlreadyEnrolled) && f.dev {
-			err = fmt.Errorf("%w: after a restart of fleet dev, or to replace its key, pass -reenroll", err)
+			err = fmt.Errorf("%w: after a restart of fleet dev, or to replace its key, pass --reenroll", err)
 		}
+	}
+	if errors.Is(err, enroll.ErrKeyFileExists) {
+		err = fmt.Errorf("%w: pass --overwrite to replace it (or --key-file for another file)", err)
 	}
 	if err != nil {
 		return err
@@ -454,10 +463,17 @@ the key file as %s (the unit's FLEET_KEY_FILE), and in /etc/fleet-agent/agent.en
 		fmt.Fprintf(out, "  %s=%s\n", e.env, values[e.env])
 	}
 	fmt.Fprintln(out, "  # the key file names the device and the issuer; the unit's ExecStart sets --runtime podman and the fleet-agent user's rootless Podman socket")
-	if ip := net.ParseIP(ep.Advertise); ep.Advertise == "localhost" || ip != nil && ip.IsLoopback() {
+	if loopbackOnly(ep) {
 		fmt.Fprintf(out, "\nfleet dev listens on %s only: a device elsewhere cannot reach these URLs. Restart fleet dev with\n"+
-			"--listen 0.0.0.0 (or --advertise <address>), then enroll again with -reenroll.\n", ep.Listen)
+			"--listen 0.0.0.0 (or --advertise <address>), then enroll again with --reenroll.\n", ep.Listen)
 	}
+}
+
+// loopbackOnly reports whether the fleet dev of ep is reachable from this
+// machine only.
+func loopbackOnly(ep dev.Endpoints) bool {
+	ip := net.ParseIP(ep.Advertise)
+	return ep.Advertise == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // plainWord is a shell word that needs no quoting ($ is kept: the default

@@ -137,6 +137,8 @@ func TestEnrollFlagErrorsNameTheFix(t *testing.T) {
 		// could be enrolled but not bound to its group's role.
 		{"-dev with an older fleet dev says to restart it", []string{"-dev", "-data-dir", older, "-key-file", filepath.Join(older, "d.json"), "d"},
 			"restart fleet dev (`fleet dev --data-dir " + older + "`), then enroll"},
+		{"the re-enroll hint spells the flag as the docs do", []string{"-dev", "-data-dir", older, "-key-file", filepath.Join(older, "d.json"), "d"},
+			"pass --reenroll for a device enrolled already"},
 		{"-dev -reenroll with an older fleet dev says to restart it", []string{"-dev", "-data-dir", older, "-reenroll", "-key-file", filepath.Join(older, "d.json"), "d"},
 			"restart fleet dev (`fleet dev --data-dir " + older + "`), then enroll"},
 		{"the quarantine label is refused", []string{"-label", "blacklist=true", "-key-file", "k.json", "d"}, "-revoke"},
@@ -187,7 +189,7 @@ func TestThePrintedAgentSettingsAreTheAgentsFlagsAndVariables(t *testing.T) {
 		{
 			name: "a fleet dev on loopback is called out",
 			ep:   loopback, keyFile: unitKeyFile, sock: defaultDevicePodman,
-			want: []string{"fleet dev listens on 127.0.0.1 only", "--listen 0.0.0.0", "-reenroll"},
+			want: []string{"fleet dev listens on 127.0.0.1 only", "--listen 0.0.0.0", "enroll again with --reenroll"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,6 +204,53 @@ func TestThePrintedAgentSettingsAreTheAgentsFlagsAndVariables(t *testing.T) {
 				if strings.Contains(b.String(), a) {
 					t.Errorf("the settings have %q:\n%s", a, b.String())
 				}
+			}
+		})
+	}
+}
+
+// TestEnrollDevPrintsThePodmanSocketFleetDevUses: without
+// -agent-podman-socket, the printed command line of a fleet dev on
+// loopback (the device is this machine) names the socket fleet dev drives
+// (a root user's $XDG_RUNTIME_DIR is empty, so the rootless default would
+// name /podman/podman.sock); a fleet dev without Podman, or one on the
+// network (the device is another machine), leaves the rootless default,
+// and the flag wins.
+func TestEnrollDevPrintsThePodmanSocketFleetDevUses(t *testing.T) {
+	self := strconv.Itoa(os.Getpid())
+	for _, tc := range []struct {
+		name, endpoints string
+		args            []string
+		want            string
+	}{
+		{"fleet dev on Podman on loopback: its socket", `"advertise": "127.0.0.1", "podmanSocket": "unix:///run/podman/podman.sock"`, nil, "unix:///run/podman/podman.sock"},
+		{"fleet dev without Podman: the rootless default", `"advertise": "127.0.0.1", "podmanSocket": ""`, nil, defaultDevicePodman},
+		{"fleet dev on the network: the device's rootless default", `"advertise": "192.0.2.7", "podmanSocket": "unix:///run/podman/podman.sock"`, nil, defaultDevicePodman},
+		{"the flag wins", `"advertise": "127.0.0.1", "podmanSocket": "unix:///run/podman/podman.sock"`, []string{"-agent-podman-socket", "unix:///x.sock"}, "unix:///x.sock"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(dir, "run"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			for name, text := range map[string]string{
+				dev.EndpointsFile: `{"pid": ` + self + `, "namespace": "lab", ` + tc.endpoints + `}`,
+				"run/owner":       self,
+			} {
+				if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			f := enrollFlags{dev: true, dataDir: dir, agentPodman: defaultDevicePodman, set: map[string]bool{}}
+			for i := 0; i < len(tc.args); i += 2 {
+				f.set[strings.TrimPrefix(tc.args[i], "-")] = true
+				f.agentPodman = tc.args[i+1]
+			}
+			if _, err := f.devDefaults(); err != nil {
+				t.Fatal(err)
+			}
+			if f.agentPodman != tc.want {
+				t.Errorf("the printed socket is %q, want %q", f.agentPodman, tc.want)
 			}
 		})
 	}

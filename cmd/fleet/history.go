@@ -137,7 +137,7 @@ func parseHistory(args []string, errOut io.Writer, getenv func(string) string) (
 	if err != nil {
 		return o, historyQuery{}, fmt.Errorf("history: -o: %w", err)
 	}
-	q, err := historyQueryOf(pos, o.at, fs.Usage)
+	q, err := historyQueryOf(pos, o.at)
 	q.format = format
 	return o, q, err
 }
@@ -162,8 +162,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // historyQueryOf validates the positional arguments (pos[0] is the query)
-// and --at; usage prints the usage text for an unknown query.
-func historyQueryOf(pos []string, atFlag string, usage func()) (historyQuery, error) {
+// and --at. An unknown query is one error line (no usage text, which
+// would scroll it away).
+func historyQueryOf(pos []string, atFlag string) (historyQuery, error) {
 	q := historyQuery{kind: pos[0]}
 	switch q.kind {
 	case "deployment", "taskrun", "device":
@@ -189,8 +190,7 @@ func historyQueryOf(pos []string, atFlag string, usage func()) (historyQuery, er
 		}
 		q.at = at
 	default:
-		usage()
-		return q, fmt.Errorf("history: unknown query %q: use deployment, taskrun, device or fleet", q.kind)
+		return q, fmt.Errorf("history: unknown query %q: use deployment, taskrun, device or fleet (fleet history -h prints the usage)", q.kind)
 	}
 	switch q.kind {
 	case "deployment", "taskrun":

@@ -269,3 +269,17 @@ func TestFleetHistoryUsageNeverPrintsTheEnvironmentsPassword(t *testing.T) {
 		}
 	}
 }
+
+// TestAnUnknownHistoryQueryPrintsOnlyTheError: an unknown query is
+// answered by one error line naming the queries, not by the whole usage
+// text before it (which scrolled the error away).
+func TestAnUnknownHistoryQueryPrintsOnlyTheError(t *testing.T) {
+	var out, errOut bytes.Buffer
+	err := historyCmd(context.Background(), []string{"timeline"}, &out, &errOut, func(string) string { return "" })
+	if err == nil || !strings.Contains(err.Error(), `unknown query "timeline"`) || !strings.Contains(err.Error(), "fleet history -h") {
+		t.Errorf("error %v: want the unknown query named and fleet history -h for the usage", err)
+	}
+	if errOut.Len() > 0 || out.Len() > 0 {
+		t.Errorf("an unknown query printed more than its error:\n%s%s", out.String(), errOut.String())
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/go-logr/logr"
@@ -67,27 +66,11 @@ func run(args []string) error {
 }
 
 func runDev(args []string) error {
-	fs := flag.NewFlagSet("fleet dev", flag.ContinueOnError)
-	var o dev.Options
-	defaultDir := ".fleet-dev"
-	if d, err := os.UserCacheDir(); err == nil {
-		defaultDir = filepath.Join(d, "fleet-dev")
+	if len(args) > 0 && args[0] == "env" {
+		return runDevEnv(args[1:])
 	}
-	fs.StringVar(&o.DataDir, "data-dir", defaultDir, "folder for state kept across runs")
-	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
-	fs.StringVar(&o.Listen, "listen", dev.DefaultListen, "IP address NATS, the OpenID Provider and the OpenBao stand-in listen on (0.0.0.0: every interface, so a real device can attach; development only, no TLS)")
-	fs.StringVar(&o.Advertise, "advertise", "", "host name or address a device reaches this machine at, used in every printed URL and the issuer (default: --listen, or the first non-loopback address with 0.0.0.0)")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", dev.DefaultMetricsAddr, "where the Prometheus metrics of the operator, the auth callout and the devices are served (host:port; port 0: any free port)")
-	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none); with Podman, "+dev.PodmanDevice+" runs besides them")
-	fs.StringVar(&o.Runtime, "runtime", dev.RuntimeAuto, "auto (one device, "+dev.PodmanDevice+", on Podman when a Podman API socket answers, else simulated only), podman or sim")
-	fs.StringVar(&o.PodmanSocket, "podman-socket", "", "Podman API socket, a path or unix:// URI (default: $XDG_RUNTIME_DIR/podman/podman.sock, then <repository>/.cache/run/podman.sock)")
-	fs.StringVar(&o.Namespace, "namespace", "lab", "namespace of the Device resources and the examples")
-	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+dev.KubernetesVersion+", built by `"+dev.SetupK8sCommand+"`)")
-	fs.StringVar(&o.CRDDir, "crd-dir", "", "folder with the Fleet CRDs (default: <repository>/k8s/config/crd)")
-	fs.StringVar(&o.AdmissionDir, "admission-dir", "", "folder with the admission policies shipped with the CRDs (default: <repository>/k8s/config/admission)")
-	fs.StringVar(&o.NATSCLI, "nats-cli", "", "the nats CLI linked as <data-dir>/bin/nats for the printed next steps (default: $"+dev.NATSCLIEnv+
-		", else <repository>/.cache/tools/natscli-v0.5.0/nats, built by `"+dev.SetupNATSCLICommand+"`, else nats on PATH)")
-	verbose := fs.Bool("v", false, "log debug records")
+	var o dev.Options
+	fs, verbose := devFlags(&o)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,4 +90,49 @@ func runDev(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return dev.Run(ctx, o)
+}
+
+// devFlags are `fleet dev`'s flags, into o; the bool is -v.
+func devFlags(o *dev.Options) (*flag.FlagSet, *bool) {
+	fs := flag.NewFlagSet("fleet dev", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "usage: fleet dev [flags]\n       fleet dev env [--data-dir <folder>]   print the running fleet dev's export lines again\n\nflags:\n")
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.DataDir, "data-dir", dev.DefaultDataDir(), "folder for state kept across runs (remove it, fleet dev stopped, to start afresh)")
+	fs.IntVar(&o.NATSPort, "nats-port", 4222, "client port of the embedded NATS server (-1: any free port)")
+	fs.StringVar(&o.Listen, "listen", dev.DefaultListen, "IP address NATS, the OpenID Provider and the OpenBao stand-in listen on (0.0.0.0: every interface, so a real device can attach; development only, no TLS)")
+	fs.StringVar(&o.Advertise, "advertise", "", "host name or address a device reaches this machine at, used in every printed URL and the issuer (default: --listen, or the first non-loopback address with 0.0.0.0)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", dev.DefaultMetricsAddr, "where the Prometheus metrics of the operator, the auth callout and the devices are served (host:port; port 0: any free port)")
+	fs.IntVar(&o.Devices, "devices", 3, "simulated devices to run (0: none); with Podman, "+dev.PodmanDevice+" runs besides them")
+	fs.StringVar(&o.Runtime, "runtime", dev.RuntimeAuto, "auto (one device, "+dev.PodmanDevice+", on Podman when a Podman API socket answers, else simulated only), podman or sim")
+	fs.StringVar(&o.PodmanSocket, "podman-socket", "", "Podman API socket, a path or unix:// URI (default: $XDG_RUNTIME_DIR/podman/podman.sock, then <repository>/.cache/run/podman.sock)")
+	fs.StringVar(&o.Namespace, "namespace", "lab", "namespace of the Device resources and the examples")
+	// No back quotes in usage texts: PrintDefaults would show the quoted
+	// words as the flag's value name.
+	fs.StringVar(&o.KubeBinDir, "kube-bin-dir", "", "folder with kube-apiserver, etcd and kubectl (default: <repository>/.cache/k8s-"+dev.KubernetesVersion+", built by \""+dev.SetupK8sCommand+"\")")
+	fs.StringVar(&o.CRDDir, "crd-dir", "", "folder with the Fleet CRDs (default: <repository>/k8s/config/crd)")
+	fs.StringVar(&o.AdmissionDir, "admission-dir", "", "folder with the admission policies shipped with the CRDs (default: <repository>/k8s/config/admission)")
+	fs.StringVar(&o.NATSCLI, "nats-cli", "", "the nats CLI linked as <data-dir>/bin/nats for the printed next steps (default: $"+dev.NATSCLIEnv+
+		", else <repository>/.cache/tools/natscli-v0.5.0/nats, built by \""+dev.SetupNATSCLICommand+"\", else nats on PATH)")
+	return fs, fs.Bool("v", false, "log debug records")
+}
+
+// runDevEnv is `fleet dev env`: the export lines of the fleet dev running
+// on --data-dir, again.
+func runDevEnv(args []string) error {
+	fs := flag.NewFlagSet("fleet dev env", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", dev.DefaultDataDir(), "the running fleet dev's data folder")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("dev env: unexpected %q: it takes --data-dir only", fs.Arg(0))
+	}
+	lines, err := dev.Env(*dataDir)
+	if err != nil {
+		return err
+	}
+	fmt.Print(lines)
+	return nil
 }

@@ -193,7 +193,7 @@ func TestFleetTokenChecksAsTheCalloutWould(t *testing.T) {
 			[]string{`the callout expects "not-fleet"`, `callout: "authcallout: invalid token: wrong audience" (reason token_invalid, verification wrong_audience)`,
 				"refused: the auth callout would refuse this device at the audience check"}},
 		{"a revoked machine key is refused at the grant", with("--key-file", revokedKey), "grant",
-			[]string{"the provider refused the machine key (key " + revokedKF.KeyID, "reason no_token", "fleet enroll -reenroll",
+			[]string{"the provider refused the machine key (key " + revokedKF.KeyID, "reason no_token", "fleet enroll --reenroll",
 				"skipped  token "}},
 		{"a key set without the token's kid is refused at the key check", with("--key-file", okKey, "--jwks-url", other.JWKSURL()), "key",
 			[]string{`the token is signed with key "` + prov.SigningKeyID() + `"`, "reason unknown_key, verification unknown_key"}},

@@ -2,9 +2,10 @@
 // provider built on zitadel/oidc/v3 pkg/op that serves discovery, JWKS and
 // the OAuth 2.0 JWT-profile grant, and — as Zitadel does for machine users —
 // issues an id_token (created with op.CreateIDToken) when scope openid is
-// requested. It holds machine users with their keys and roles in memory,
-// revokes keys, rotates its signing key and has a configurable token
-// lifetime.
+// requested. It holds machine users with their keys and roles in memory
+// and, given a state file (Options.StateFile: public keys only, mode
+// 0600), keeps them across restarts; it revokes keys, rotates its signing
+// key and has a configurable token lifetime.
 //
 // For the dashboard in `fleet dev` it also signs in human users as Zitadel
 // does: the authorization code flow for registered web clients

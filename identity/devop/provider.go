@@ -65,6 +65,12 @@ type Options struct {
 	Logger *slog.Logger
 	// Now is the clock for key expiry. Default time.Now.
 	Now func() time.Time
+	// StateFile, when set, keeps the machine users, their roles and their
+	// public keys across restarts: New reads it (a missing file is an
+	// empty state), every change rewrites it (mode 0600, atomically). It
+	// holds no private key; human users, web clients and the signing key
+	// are not kept. Default: everything in memory.
+	StateFile string
 }
 
 // Validate checks the options.
@@ -91,6 +97,7 @@ type Provider struct {
 	handler    http.Handler
 	adminToken string
 	op         *op.Provider
+	stateFile  string
 
 	mu           sync.Mutex // guards the fields below
 	users        map[string]*machineUser
@@ -131,6 +138,7 @@ func New(o Options) (*Provider, error) {
 		log:        o.Logger,
 		now:        o.Now,
 		ln:         ln,
+		stateFile:  o.StateFile,
 		users:      map[string]*machineUser{},
 		userNames:  map[string]string{},
 
@@ -153,6 +161,12 @@ func New(o Options) (*Provider, error) {
 	}
 	if p.now == nil {
 		p.now = time.Now
+	}
+	if p.stateFile != "" {
+		if err := p.loadState(p.stateFile); err != nil {
+			ln.Close()
+			return nil, err
+		}
 	}
 	key := o.SigningKey
 	if key == nil {

@@ -61,12 +61,22 @@ func (p *Provider) CreateMachineUser(_ context.Context, name string, roles ...st
 	defer p.mu.Unlock()
 	if id, ok := p.userNames[name]; ok {
 		u := p.users[id]
+		old := u.roles
 		u.roles = slices.Clone(roles)
+		if err := p.saveLocked(); err != nil {
+			u.roles = old
+			return "", err
+		}
 		return u.id, nil
 	}
 	u := &machineUser{id: newID(), name: name, roles: slices.Clone(roles), keys: map[string]machineKey{}}
 	p.users[u.id] = u
 	p.userNames[name] = u.id
+	if err := p.saveLocked(); err != nil {
+		delete(p.users, u.id)
+		delete(p.userNames, name)
+		return "", err
+	}
 	return u.id, nil
 }
 
@@ -75,7 +85,12 @@ func (p *Provider) SetRoles(_ context.Context, userID string, roles ...string) e
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if u, ok := p.users[userID]; ok {
+		old := u.roles
 		u.roles = slices.Clone(roles)
+		if err := p.saveLocked(); err != nil {
+			u.roles = old
+			return err
+		}
 		return nil
 	}
 	if u, ok := p.humans[userID]; ok {
@@ -93,6 +108,10 @@ func (p *Provider) RemoveMachineUser(_ context.Context, userID string) error {
 	if u, ok := p.users[userID]; ok {
 		delete(p.userNames, u.name)
 		delete(p.users, userID)
+		if err := p.saveLocked(); err != nil {
+			p.users[userID], p.userNames[u.name] = u, userID
+			return err
+		}
 	}
 	return nil
 }
@@ -146,6 +165,10 @@ func (p *Provider) AddMachinePublicKey(_ context.Context, userID string, pub *rs
 	}
 	kid := newID()
 	u.keys[kid] = machineKey{pub: pub, expires: expires}
+	if err := p.saveLocked(); err != nil {
+		delete(u.keys, kid)
+		return credential.KeyFile{}, err
+	}
 	return credential.KeyFile{Type: credential.KeyTypeServiceAccount, KeyID: kid, UserID: userID}, nil
 }
 
@@ -159,10 +182,15 @@ func (p *Provider) RemoveMachineKey(_ context.Context, userID, keyID string) err
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownUser, userID)
 	}
-	if _, ok := u.keys[keyID]; !ok {
+	k, ok := u.keys[keyID]
+	if !ok {
 		return fmt.Errorf("%w: %s of user %s", ErrUnknownKey, keyID, userID)
 	}
 	delete(u.keys, keyID)
+	if err := p.saveLocked(); err != nil {
+		u.keys[keyID] = k
+		return err
+	}
 	return nil
 }
 

@@ -191,8 +191,8 @@ func Diagnose(ctx context.Context, o Options) (*Report, error) {
 		c := Check{Check: "grant", Result: Failed,
 			Detail:  "the provider refused the machine key (key " + kf.KeyID + " of user " + kf.UserID + "): " + err.Error(),
 			Callout: authcallout.ErrNoToken.Error(), Reason: "no_token",
-			Fix: "the key was removed (fleet enroll -reenroll or -revoke), it expired, or the machine user is gone: " +
-				"re-enroll the device (fleet enroll -reenroll -key-file …) and install the new key file"}
+			Fix: "the key was removed (fleet enroll --reenroll or --revoke), it expired, or the machine user is gone: " +
+				"re-enroll the device (fleet enroll --reenroll --key-file …) and install the new key file"}
 		if errors.Is(err, credential.ErrNoIDToken) {
 			c.Detail = "the provider answered the grant without a usable id_token: " + err.Error()
 			c.Fix = "the provider must issue an id_token for the JWT-profile grant with scope openid (Zitadel does)"
@@ -380,7 +380,7 @@ func identityCheck(ctx context.Context, o Options, rep *Report, subject string, 
 		return Check{Check: "quarantine", Result: Failed,
 			Detail:  fmt.Sprintf("subject %s is registered to device %s, which is quarantined (its Device carries the label %s=true)", subject, e.Device, v1alpha1.LabelBlacklist),
 			Callout: fmt.Sprintf("%v: %s", authcallout.ErrQuarantined, e.Device), Reason: "quarantined",
-			Fix: fmt.Sprintf("if the device is trusted again: fleet enroll -reenroll, then kubectl label device %s %s-", e.Device, v1alpha1.LabelBlacklist)}, nil
+			Fix: fmt.Sprintf("if the device is trusted again: fleet enroll --reenroll, then kubectl label device %s %s-", e.Device, v1alpha1.LabelBlacklist)}, nil
 	case rep.Device != "" && rep.Device != e.Device:
 		return Check{Check: "device", Result: Failed,
 			Detail: fmt.Sprintf("subject %s is registered to device %s, but this key file is for device %s: the callout would let it in as %s, and the agent (inbox _INBOX_%s) would be refused its subscriptions",
