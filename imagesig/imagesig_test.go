@@ -1,0 +1,237 @@
+package imagesig_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/nationtech/harmony-fleet/imagesig"
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+)
+
+// signer is a test signing key.
+type signer struct {
+	name       string
+	private    []byte
+	public     string
+	passphrase []byte
+}
+
+func newSigner(t *testing.T, name string) signer {
+	t.Helper()
+	pass := []byte("pass-" + name + "-" + random())
+	priv, pub, err := imagesig.GenerateSigningKey(pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer{name: name, private: priv, public: string(pub), passphrase: pass}
+}
+
+func (s signer) key() imagesig.Key { return imagesig.Key{Name: s.name, PublicKey: s.public} }
+
+func random() string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// pushed is an image pushed to the test registry under tag.
+type pushed struct {
+	tag, byDigest, digest string
+}
+
+func push(t *testing.T, reg podmantest.Registry, tag string) pushed {
+	t.Helper()
+	ref := podmantest.PushImageAs(t, reg, tag, "FROM "+podmantest.BaseImage+"\nLABEL fleet.test.unique="+random()+"\n")
+	_, d, _ := strings.Cut(ref, "@")
+	return pushed{tag: tag, byDigest: ref, digest: d}
+}
+
+func sign(t *testing.T, reg podmantest.Registry, p pushed, s signer) {
+	t.Helper()
+	err := imagesig.Sign(t.Context(), imagesig.SignOptions{Pushed: p.byDigest, Tag: p.tag, PrivateKey: s.private,
+		Passphrase: s.passphrase, Auth: &imagesig.Auth{Username: reg.Username, Password: reg.Password}})
+	if err != nil {
+		t.Fatalf("sign %s with %s: %v", p.byDigest, s.name, err)
+	}
+}
+
+// registryClient is an HTTP client that trusts the test registry's CA.
+func registryClient(t *testing.T) *http.Client {
+	t.Helper()
+	run, err := podmantest.RunDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(run, "registry", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+// manifest is a raw manifest and its media type.
+type manifest struct {
+	body  []byte
+	ctype string
+}
+
+// attachmentTag is the cosign layout's tag of digest d's signatures.
+func attachmentTag(d string) string { return strings.Replace(d, ":", "-", 1) + ".sig" }
+
+// attachment reads p's signature attachment as the registry serves it.
+func attachment(t *testing.T, reg podmantest.Registry, repo string, p pushed) manifest {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+reg.Addr+"/v2/"+repo+"/manifests/"+attachmentTag(p.digest), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(reg.Username, reg.Password)
+	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
+	resp, err := registryClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("get the signature attachment of %s: %s", p.digest, resp.Status)
+	}
+	return manifest{body: b, ctype: resp.Header.Get("Content-Type")}
+}
+
+// setAttachment makes the registry serve m as p's signature attachment, as
+// a registry an attacker controls can.
+func setAttachment(t *testing.T, reg podmantest.Registry, repo string, p pushed, m manifest) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "https://"+reg.Addr+"/v2/"+repo+"/manifests/"+attachmentTag(p.digest), bytes.NewReader(m.body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(reg.Username, reg.Password)
+	req.Header.Set("Content-Type", m.ctype)
+	resp, err := registryClient(t).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("put the signature attachment of %s: %s %s", p.digest, resp.Status, b)
+	}
+}
+
+func TestOnlyAnImageATrustedKeySignedForItsDigestIsAccepted(t *testing.T) {
+	reg := podmantest.TestRegistry(t)
+	repo := "fleet-imagesig-test/app"
+	ci, other, next := newSigner(t, "ci"), newSigner(t, "attacker"), newSigner(t, "ci-next")
+	tag := func() string { return reg.Addr + "/" + repo + ":t-" + random() }
+
+	signed := push(t, reg, tag())
+	sign(t, reg, signed, ci)
+	unsigned := push(t, reg, tag())
+	byOther := push(t, reg, tag())
+	sign(t, reg, byOther, other)
+	replaced := push(t, reg, tag())
+	sign(t, reg, replaced, other)
+	attackers := attachment(t, reg, repo, replaced)
+	sign(t, reg, replaced, ci)
+	// The attacker puts back the attachment that holds their signature
+	// only.
+	setAttachment(t, reg, repo, replaced, attackers)
+	// The signed tag is moved to another image: its digest has no
+	// signature of its own, and then gets the signed image's copied.
+	retagged := push(t, reg, signed.tag)
+	copied := push(t, reg, tag())
+	setAttachment(t, reg, repo, copied, attachment(t, reg, repo, signed))
+	byNext := push(t, reg, tag())
+	sign(t, reg, byNext, next)
+
+	v, err := imagesig.NewVerifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	tests := []struct {
+		name   string
+		image  pushed
+		keys   []imagesig.Key
+		want   error
+		reason string
+	}{
+		{"an image the trusted key signed is accepted", signed, []imagesig.Key{ci.key()}, nil, ""},
+		{"an unsigned image is refused: no signature", unsigned, []imagesig.Key{ci.key()}, imagesig.ErrNoSignature,
+			"the registry holds no signature for this digest"},
+		{"an image another key signed is refused", byOther, []imagesig.Key{ci.key()}, imagesig.ErrUntrusted,
+			"its signature was not made by a trusted key"},
+		{"an image whose signature was replaced in the registry is refused", replaced, []imagesig.Key{ci.key()}, imagesig.ErrUntrusted,
+			"its signature was not made by a trusted key"},
+		{"a re-tagged image, another digest, is refused though the tag was signed", retagged, []imagesig.Key{ci.key()}, imagesig.ErrNoSignature,
+			"the registry holds no signature for this digest"},
+		{"a signature copied from another digest is refused", copied, []imagesig.Key{ci.key()}, imagesig.ErrUntrusted,
+			"the signature a trusted key made is for another digest"},
+		{"with two trusted keys an image signed by the old key is accepted", signed, []imagesig.Key{ci.key(), next.key()}, nil, ""},
+		{"with two trusted keys an image signed by the new key is accepted", byNext, []imagesig.Key{ci.key(), next.key()}, nil, ""},
+		{"once the old key is dropped its images are refused", signed, []imagesig.Key{next.key()}, imagesig.ErrUntrusted,
+			"its signature was not made by a trusted key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := v.Verify(t.Context(), imagesig.Request{Image: tt.image.tag, Digest: tt.image.digest, Keys: tt.keys,
+				Auth: &imagesig.Auth{Username: reg.Username, Password: reg.Password}})
+			if !errors.Is(err, tt.want) || (tt.want == nil) != (err == nil) {
+				t.Fatalf("Verify = %v, want %v", err, tt.want)
+			}
+			if err == nil {
+				return
+			}
+			var ve *imagesig.Error
+			if !errors.As(err, &ve) {
+				t.Fatalf("%v is not an *imagesig.Error", err)
+			}
+			var ids []string
+			for _, k := range tt.keys {
+				ids = append(ids, k.ID())
+			}
+			want := &imagesig.Error{Image: tt.image.tag, Digest: tt.image.digest, Reason: tt.reason, Keys: ids, Err: tt.want}
+			if diff := cmp.Diff(*want, *ve, cmpopts.EquateErrors()); diff != "" {
+				t.Errorf("refusal (-want +got):\n%s", diff)
+			}
+			for _, secret := range []string{reg.Password, string(ci.passphrase), string(ci.private), string(other.private)} {
+				if strings.Contains(err.Error(), secret) {
+					t.Error("the refusal shows a secret")
+				}
+			}
+		})
+	}
+}
+
+func TestAnImageWithoutARegistryDigestIsRefused(t *testing.T) {
+	v, err := imagesig.NewVerifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	k := newSigner(t, "ci").key()
+	err = v.Verify(t.Context(), imagesig.Request{Image: "localhost/built:v1", Digest: "", Keys: []imagesig.Key{k}})
+	want := fmt.Sprintf("image localhost/built:v1 (digest ) is not signed by a trusted key: the device's engine has no registry digest "+
+		"for it (an image built or loaded on the device cannot be verified); keys tried: %s", k.ID())
+	if err == nil || err.Error() != want || !errors.Is(err, imagesig.ErrUntrusted) {
+		t.Errorf("Verify = %v\nwant %s", err, want)
+	}
+}
