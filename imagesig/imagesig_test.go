@@ -1,20 +1,12 @@
 package imagesig_test
 
 import (
-	"bytes"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -70,70 +62,17 @@ func sign(t *testing.T, reg podmantest.Registry, p pushed, s signer) {
 	}
 }
 
-// registryClient is an HTTP client that trusts the test registry's CA.
-func registryClient(t *testing.T) *http.Client {
-	t.Helper()
-	run, err := podmantest.RunDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := os.ReadFile(filepath.Join(run, "registry", "ca.crt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(ca)
-	return &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-}
-
-// manifest is a raw manifest and its media type.
-type manifest struct {
-	body  []byte
-	ctype string
-}
-
-// attachmentTag is the cosign layout's tag of digest d's signatures.
-func attachmentTag(d string) string { return strings.Replace(d, ":", "-", 1) + ".sig" }
-
 // attachment reads p's signature attachment as the registry serves it.
-func attachment(t *testing.T, reg podmantest.Registry, repo string, p pushed) manifest {
+func attachment(t *testing.T, reg podmantest.Registry, repo string, p pushed) podmantest.Manifest {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "https://"+reg.Addr+"/v2/"+repo+"/manifests/"+attachmentTag(p.digest), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth(reg.Username, reg.Password)
-	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-	resp, err := registryClient(t).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("get the signature attachment of %s: %s", p.digest, resp.Status)
-	}
-	return manifest{body: b, ctype: resp.Header.Get("Content-Type")}
+	return podmantest.GetManifest(t, reg, repo, podmantest.SignatureTag(p.digest))
 }
 
 // setAttachment makes the registry serve m as p's signature attachment, as
 // a registry an attacker controls can.
-func setAttachment(t *testing.T, reg podmantest.Registry, repo string, p pushed, m manifest) {
+func setAttachment(t *testing.T, reg podmantest.Registry, repo string, p pushed, m podmantest.Manifest) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPut, "https://"+reg.Addr+"/v2/"+repo+"/manifests/"+attachmentTag(p.digest), bytes.NewReader(m.body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth(reg.Username, reg.Password)
-	req.Header.Set("Content-Type", m.ctype)
-	resp, err := registryClient(t).Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if b, _ := io.ReadAll(resp.Body); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("put the signature attachment of %s: %s %s", p.digest, resp.Status, b)
-	}
+	podmantest.PutManifest(t, reg, repo, podmantest.SignatureTag(p.digest), m)
 }
 
 func TestOnlyAnImageATrustedKeySignedForItsDigestIsAccepted(t *testing.T) {
