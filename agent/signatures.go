@@ -7,6 +7,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/imagesig"
+	"github.com/nationtech/harmony-fleet/imagesig/sigkeys"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
@@ -35,11 +36,11 @@ func (r *Reconciler) verifyImages(ctx context.Context, e events.IntentEntry, res
 	if e.Signatures == nil {
 		return nil
 	}
-	keys := make([]imagesig.Key, len(e.Signatures.Keys))
+	keys := make([]sigkeys.Key, len(e.Signatures.Keys))
 	for i, k := range e.Signatures.Keys {
-		keys[i] = imagesig.Key{Name: k.Name, PublicKey: k.PublicKey}
+		keys[i] = sigkeys.Key{Name: k.Name, PublicKey: k.PublicKey}
 	}
-	if err := imagesig.CheckKeys("signatures.keys", keys); err != nil {
+	if err := sigkeys.CheckKeys("signatures.keys", keys); err != nil {
 		return &PreflightError{Reason: "the revision's signature policy is invalid: " + err.Error(), Err: err}
 	}
 	if r.Verifier == nil {
@@ -75,7 +76,7 @@ func (r *Reconciler) verifyImages(ctx context.Context, e events.IntentEntry, res
 
 // verifyImage checks one image: its digest from the engine, its pull
 // credential when it has one, then the registry's signatures.
-func (r *Reconciler) verifyImage(ctx context.Context, s score.Service, keys []imagesig.Key) error {
+func (r *Reconciler) verifyImage(ctx context.Context, s score.Service, keys []sigkeys.Key) error {
 	digest, err := r.rt().ImageDigest(ctx, s.Image)
 	if err != nil {
 		return fmt.Errorf("image %s: read the digest it was pulled with: %w", s.Image, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/imagesig"
+	"github.com/nationtech/harmony-fleet/imagesig/sigkeys"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 	"github.com/nationtech/harmony-fleet/score"
 )
@@ -39,7 +40,7 @@ func (k sigKey) policyKey() events.SignatureKey {
 	return events.SignatureKey{Name: k.name, PublicKey: string(k.public)}
 }
 
-func (k sigKey) id() string { return imagesig.Key{Name: k.name, PublicKey: string(k.public)}.ID() }
+func (k sigKey) id() string { return sigkeys.Key{Name: k.name, PublicKey: string(k.public)}.ID() }
 
 func randomHex() string {
 	b := make([]byte, 6)

@@ -3,9 +3,8 @@
 // attachments (the cosign layout, tag sha256-<hex>.sig), made by `harmony
 // ship` (Sign) and checked by the agent before any container of a revision
 // is created (Verifier). Both go through containers/image's own signing
-// and policy code; nothing of the format is re-implemented here. It also
-// owns the trust policy's keys: parsing and checking a public key
-// (ParsePublicKey) and its id (KeyID).
+// and policy code; nothing of the format is re-implemented here. The trust
+// policy's keys (parsing, checking, ids) are in imagesig/sigkeys.
 //
 // Invariants: the registry is the adversary. A signature is accepted only
 // when it verifies under one of the caller's public keys and its signed

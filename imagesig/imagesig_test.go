@@ -12,6 +12,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/nationtech/harmony-fleet/imagesig"
+	"github.com/nationtech/harmony-fleet/imagesig/sigkeys"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 )
 
@@ -33,7 +34,7 @@ func newSigner(t *testing.T, name string) signer {
 	return signer{name: name, private: priv, public: string(pub), passphrase: pass}
 }
 
-func (s signer) key() imagesig.Key { return imagesig.Key{Name: s.name, PublicKey: s.public} }
+func (s signer) key() sigkeys.Key { return sigkeys.Key{Name: s.name, PublicKey: s.public} }
 
 func random() string {
 	b := make([]byte, 6)
@@ -109,24 +110,24 @@ func TestOnlyAnImageATrustedKeySignedForItsDigestIsAccepted(t *testing.T) {
 	tests := []struct {
 		name   string
 		image  pushed
-		keys   []imagesig.Key
+		keys   []sigkeys.Key
 		want   error
 		reason string
 	}{
-		{"an image the trusted key signed is accepted", signed, []imagesig.Key{ci.key()}, nil, ""},
-		{"an unsigned image is refused: no signature", unsigned, []imagesig.Key{ci.key()}, imagesig.ErrNoSignature,
+		{"an image the trusted key signed is accepted", signed, []sigkeys.Key{ci.key()}, nil, ""},
+		{"an unsigned image is refused: no signature", unsigned, []sigkeys.Key{ci.key()}, imagesig.ErrNoSignature,
 			"the registry holds no signature for this digest"},
-		{"an image another key signed is refused", byOther, []imagesig.Key{ci.key()}, imagesig.ErrUntrusted,
+		{"an image another key signed is refused", byOther, []sigkeys.Key{ci.key()}, imagesig.ErrUntrusted,
 			"its signature was not made by a trusted key"},
-		{"an image whose signature was replaced in the registry is refused", replaced, []imagesig.Key{ci.key()}, imagesig.ErrUntrusted,
+		{"an image whose signature was replaced in the registry is refused", replaced, []sigkeys.Key{ci.key()}, imagesig.ErrUntrusted,
 			"its signature was not made by a trusted key"},
-		{"a re-tagged image, another digest, is refused though the tag was signed", retagged, []imagesig.Key{ci.key()}, imagesig.ErrNoSignature,
+		{"a re-tagged image, another digest, is refused though the tag was signed", retagged, []sigkeys.Key{ci.key()}, imagesig.ErrNoSignature,
 			"the registry holds no signature for this digest"},
-		{"a signature copied from another digest is refused", copied, []imagesig.Key{ci.key()}, imagesig.ErrUntrusted,
+		{"a signature copied from another digest is refused", copied, []sigkeys.Key{ci.key()}, imagesig.ErrUntrusted,
 			"the signature a trusted key made is for another digest"},
-		{"with two trusted keys an image signed by the old key is accepted", signed, []imagesig.Key{ci.key(), next.key()}, nil, ""},
-		{"with two trusted keys an image signed by the new key is accepted", byNext, []imagesig.Key{ci.key(), next.key()}, nil, ""},
-		{"once the old key is dropped its images are refused", signed, []imagesig.Key{next.key()}, imagesig.ErrUntrusted,
+		{"with two trusted keys an image signed by the old key is accepted", signed, []sigkeys.Key{ci.key(), next.key()}, nil, ""},
+		{"with two trusted keys an image signed by the new key is accepted", byNext, []sigkeys.Key{ci.key(), next.key()}, nil, ""},
+		{"once the old key is dropped its images are refused", signed, []sigkeys.Key{next.key()}, imagesig.ErrUntrusted,
 			"its signature was not made by a trusted key"},
 	}
 	for _, tt := range tests {
@@ -167,7 +168,7 @@ func TestAnImageWithoutARegistryDigestIsRefused(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = v.Close() })
 	k := newSigner(t, "ci").key()
-	err = v.Verify(t.Context(), imagesig.Request{Image: "localhost/built:v1", Digest: "", Keys: []imagesig.Key{k}})
+	err = v.Verify(t.Context(), imagesig.Request{Image: "localhost/built:v1", Digest: "", Keys: []sigkeys.Key{k}})
 	want := fmt.Sprintf("image localhost/built:v1 (digest ) is not signed by a trusted key: the device's engine has no registry digest "+
 		"for it (an image built or loaded on the device cannot be verified); keys tried: %s", k.ID())
 	if err == nil || err.Error() != want || !errors.Is(err, imagesig.ErrUntrusted) {

@@ -21,6 +21,8 @@ import (
 	"go.podman.io/image/v5/image"
 	"go.podman.io/image/v5/signature"
 	"go.podman.io/image/v5/types"
+
+	"github.com/nationtech/harmony-fleet/imagesig/sigkeys"
 )
 
 // Sentinels that classify a refused image (Error.Err).
@@ -49,7 +51,7 @@ type Error struct {
 	Digest string
 	// Reason is one line saying why.
 	Reason string
-	// Keys are the ids of the keys tried (Key.ID).
+	// Keys are the ids of the keys tried (sigkeys.Key.ID).
 	Keys []string
 	// Err is ErrNoSignature, ErrUntrusted or ErrRegistryUnavailable.
 	Err error
@@ -88,7 +90,7 @@ type Request struct {
 	// registry's tag says now.
 	Digest string
 	// Keys are the trusted public keys (CheckKeys).
-	Keys []Key
+	Keys []sigkeys.Key
 	// Auth is the pull credential of Image's registry; nil: anonymous (or
 	// what the host's container configuration holds, as for a pull).
 	Auth *Auth
@@ -152,7 +154,7 @@ func systemContext(dir string, auth *Auth) *types.SystemContext {
 // in its chain). Any other error means the request itself is wrong (no
 // keys, a malformed reference or digest).
 func (v *Verifier) Verify(ctx context.Context, r Request) error {
-	if err := CheckKeys("keys", r.Keys); err != nil {
+	if err := sigkeys.CheckKeys("keys", r.Keys); err != nil {
 		return fmt.Errorf("imagesig: %w", err)
 	}
 	ids := make([]string, len(r.Keys))

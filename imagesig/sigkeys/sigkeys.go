@@ -1,4 +1,9 @@
-package imagesig
+// Package sigkeys owns the keys of an image trust policy (ADR 0023):
+// parsing and checking a trusted public key, its id, and the checks a
+// policy's key list must pass, with errors that name the field and the
+// fix. Standard library only, so the operator checks a Deployment's policy
+// without linking containers/image.
+package sigkeys
 
 import (
 	"crypto/ecdsa"
@@ -100,7 +105,7 @@ func CheckKeys(field string, keys []Key) error {
 		}
 		seen[k.Name] = true
 		if _, err := ParsePublicKey(k.PublicKey); err != nil {
-			errs = append(errs, fmt.Errorf("%s[%d].publicKey: %w (the .pub file `harmony` signing keys come with)", field, i, err))
+			errs = append(errs, fmt.Errorf("%s[%d].publicKey: %w (the PEM public key printed with the signing key)", field, i, err))
 		}
 	}
 	return errors.Join(errs...)
