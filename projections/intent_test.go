@@ -2,8 +2,8 @@ package projections_test
 
 import (
 	"encoding/json"
-	"strings"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
