@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -19,16 +18,12 @@ type Manifest struct {
 	ContentType string
 }
 
-// registryClient is an HTTP client that trusts the test registry's CA.
-func registryClient(tb testing.TB) *http.Client {
+// registryClient is an HTTP client that trusts reg's CA.
+func registryClient(tb testing.TB, reg Registry) *http.Client {
 	tb.Helper()
-	run, err := RunDir()
+	ca, err := os.ReadFile(reg.CAFile)
 	if err != nil {
-		tb.Fatal(err)
-	}
-	ca, err := os.ReadFile(filepath.Join(run, "registry", "ca.crt"))
-	if err != nil {
-		tb.Fatal(err)
+		tb.Fatalf("podmantest: registry CA (a Registry from TestRegistry has it): %v", err)
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca)
@@ -45,7 +40,7 @@ func GetManifest(tb testing.TB, reg Registry, repo, tag string) Manifest {
 	}
 	req.SetBasicAuth(reg.Username, reg.Password)
 	req.Header.Set("Accept", "application/vnd.oci.image.manifest.v1+json")
-	resp, err := registryClient(tb).Do(req)
+	resp, err := registryClient(tb, reg).Do(req)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -68,7 +63,7 @@ func PutManifest(tb testing.TB, reg Registry, repo, tag string, m Manifest) {
 	}
 	req.SetBasicAuth(reg.Username, reg.Password)
 	req.Header.Set("Content-Type", m.ContentType)
-	resp, err := registryClient(tb).Do(req)
+	resp, err := registryClient(tb, reg).Do(req)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -36,6 +36,8 @@ type Registry struct {
 	// machine into .cache/run/registry.env (never committed).
 	Username string
 	Password string
+	// CAFile is the registry's CA certificate (set by TestRegistry).
+	CAFile string
 }
 
 // String names the registry and the user, never the password.
@@ -65,7 +67,8 @@ func TestRegistry(tb testing.TB) Registry {
 	if err != nil {
 		tb.Fatalf("%v: re-run `%s`", err, SetupCommand)
 	}
-	if err := ping(tb.Context(), reg, filepath.Join(run, "registry", "ca.crt")); err != nil {
+	reg.CAFile = filepath.Join(run, "registry", "ca.crt")
+	if err := ping(tb.Context(), reg, reg.CAFile); err != nil {
 		testenv.Missing(tb, "test registry", SetupCommand, err)
 	}
 	return reg
