@@ -61,7 +61,10 @@ type Signing struct {
 	// TrustedKeys are the public keys devices accept (the Deployment's
 	// spec.signatures.keys, 1 to 8): the signing key's, and during a
 	// rotation the other one. Public keys are not secrets; they are
-	// compiled in like every coordinate.
+	// compiled in like every coordinate, so a change of trust is a
+	// reviewed commit. Empty: devices trust the signing key's public key
+	// only, as harmony reads it from OpenBao (named
+	// <context Name>-signing; fleet dev's dev context does this).
 	TrustedKeys []TrustedKey
 }
 

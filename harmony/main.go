@@ -220,12 +220,12 @@ func run(ctx context.Context, app HarmonyApp, o Options) error {
 	}
 
 	fmt.Fprintf(o.Stdout, "tag %s\n", c.tag)
+	key, err := signingKey(ctx, sess, &hc)
+	if err != nil {
+		return err
+	}
 	if c.name == "ship" {
 		creds, err := sess.RegistryCredentials(ctx, hc.OpenBao.RegistryCredentials, hc.Registry)
-		if err != nil {
-			return err
-		}
-		key, err := signingKey(ctx, sess, hc)
 		if err != nil {
 			return err
 		}

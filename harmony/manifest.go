@@ -194,7 +194,7 @@ func validateContext(c Context, push bool) error {
 			return err
 		}
 	}
-	if c.Signing != nil {
+	if c.Signing != nil && len(c.Signing.TrustedKeys) > 0 {
 		if err := sigkeys.CheckKeys("Signing.TrustedKeys", trustedKeys(c)); err != nil {
 			return fmt.Errorf("%w: context %q: %w", ErrManifest, c.Name, err)
 		}

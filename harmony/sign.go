@@ -21,8 +21,10 @@ var ErrSigningKey = errors.New("harmony: signing key")
 
 // signingKey reads the context's signing key when it signs (nil when it
 // does not) and checks, before anything is built, that it opens and that
-// its public key is one of Signing.TrustedKeys.
-func signingKey(ctx context.Context, sess *cisecret.Session, hc Context) (*cisecret.SigningKey, error) {
+// its public key is one of Signing.TrustedKeys. With no TrustedKeys, hc's
+// (a copy's) become the signing key's public key alone, named
+// <context>-signing.
+func signingKey(ctx context.Context, sess *cisecret.Session, hc *Context) (*cisecret.SigningKey, error) {
 	if hc.Signing == nil {
 		return nil, nil
 	}
@@ -34,8 +36,12 @@ func signingKey(ctx context.Context, sess *cisecret.Session, hc Context) (*cisec
 	if err != nil {
 		return nil, fmt.Errorf("%w: OpenBao %s: %w", ErrSigningKey, hc.OpenBao.SigningKey, err)
 	}
+	if len(hc.Signing.TrustedKeys) == 0 {
+		hc.Signing = &Signing{TrustedKeys: []TrustedKey{{Name: hc.Name + "-signing", PublicKey: pub}}}
+		return &key, nil
+	}
 	id, _ := sigkeys.KeyID(pub)
-	trusted := trustedKeys(hc)
+	trusted := trustedKeys(*hc)
 	if !slices.ContainsFunc(trusted, func(k sigkeys.Key) bool { kid, _ := sigkeys.KeyID(k.PublicKey); return kid == id }) {
 		var ids []string
 		for _, k := range trusted {

@@ -166,3 +166,23 @@ func TestShipRefusesASigningKeyTheContextDoesNotTrustBeforeBuilding(t *testing.T
 	}
 	w.noSecretIn("stderr", r.stderr)
 }
+
+func TestAContextThatSignsWithoutTrustedKeysTrustsItsSigningKeyOnly(t *testing.T) {
+	podmantest.Connect(t)
+	w := newWorld(t)
+	t.Setenv("TMPDIR", t.TempDir())
+	k := newTestKey(t)
+	w.storeKey(k)
+	app := signedShop{shop: shop{w}}
+	r := w.runApp(app, "ship", "--context", "prod", "--tag", fmt.Sprintf("d%d", time.Now().UnixNano()))
+	if r.code != harmony.ExitOK {
+		t.Fatalf("ship exited %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+	}
+	keys, _, _ := unstructured.NestedSlice(w.deployment().Object, "spec", "signatures", "keys")
+	want := []any{map[string]any{"name": "prod-signing", "publicKey": k.public}}
+	if diff := cmp.Diff(want, keys); diff != "" {
+		t.Errorf("spec.signatures.keys (-want +got):\n%s", diff)
+	}
+	w.noSecretIn("stdout", r.stdout)
+	w.noSecretIn("stderr", r.stderr)
+}
