@@ -19,6 +19,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/imagesig"
 )
 
 // Commands the agent knows on its command subject.
@@ -256,6 +257,17 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if o.Reconciler.PullBackoff == nil {
 		o.Reconciler.PullBackoff = &PullBackoff{}
+	}
+	if o.Reconciler.Verifier == nil {
+		v, err := imagesig.NewVerifier()
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		o.Reconciler.Verifier = v
+		defer func() {
+			o.Reconciler.Verifier = nil // the next Run makes its own
+			_ = v.Close()
+		}()
 	}
 	o.Metrics.attach(o.Conn)
 	defer o.Metrics.detach(o.Conn)

@@ -44,6 +44,7 @@ const (
 	opHealthCheck = "healthcheck"
 	opWatch       = "watch"
 	opLogs        = "logs"
+	opImageDigest = "image_digest"
 )
 
 // passBuckets run from 5 ms (nothing to do) to 10 min (a pass includes
@@ -106,7 +107,7 @@ func NewMetrics(constLabels prometheus.Labels) *Metrics {
 		m.pulls.WithLabelValues(r)
 		m.intentReads.WithLabelValues(r)
 	}
-	for _, op := range []string{opList, opCreate, opStart, opStop, opRemove, opWait, opImageExists, opPull, opInspect, opHealthCheck, opWatch, opLogs} {
+	for _, op := range []string{opList, opCreate, opStart, opStop, opRemove, opWait, opImageExists, opPull, opInspect, opHealthCheck, opWatch, opLogs, opImageDigest} {
 		m.runtimeErrors.WithLabelValues(op)
 	}
 	return m
@@ -236,6 +237,12 @@ func (c countedRuntime) ImageExists(ctx context.Context, ref string) (bool, erro
 	ok, err := c.rt.ImageExists(ctx, ref)
 	c.m.engineCall(ctx, opImageExists, err)
 	return ok, err
+}
+
+func (c countedRuntime) ImageDigest(ctx context.Context, ref string) (string, error) {
+	d, err := c.rt.ImageDigest(ctx, ref)
+	c.m.engineCall(ctx, opImageDigest, err)
+	return d, err
 }
 
 func (c countedRuntime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {

@@ -39,7 +39,7 @@ const (
 
 func runtimeErrors(op string) string { return `fleet_agent_runtime_errors_total{op="` + op + `"}` }
 
-var runtimeOps = []string{"list", "create", "start", "stop", "remove", "wait", "image_exists", "pull", "inspect", "healthcheck", "watch", "logs"}
+var runtimeOps = []string{"list", "create", "start", "stop", "remove", "wait", "image_exists", "pull", "inspect", "healthcheck", "watch", "logs", "image_digest"}
 
 // series gathers g: the value of every series by name{labels} (a
 // histogram's sample count as name_count{labels}).

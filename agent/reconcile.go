@@ -100,6 +100,12 @@ type Reconciler struct {
 	// listens for the running containers. Nil: not checked (the start of
 	// the service fails instead, after its old container was replaced).
 	PortInUse func(proto string, port uint16) (bool, error)
+	// Verifier checks the images of a revision with a signature policy
+	// (events.IntentEntry.Signatures, ADR 0023) in preflight, before any
+	// container changes. Run sets an *imagesig.Verifier when it is nil;
+	// nil in a Reconciler used alone: such a revision fails preflight.
+	// A revision without a policy never uses it.
+	Verifier ImageVerifier
 
 	// expectStop holds the containers stopRemove stops: the monitor does
 	// not count their deaths.
@@ -541,7 +547,8 @@ func (r *Reconciler) removeStale(ctx context.Context, res resolved, mine map[str
 	return nil
 }
 
-// preflight checks names, ports, ownership and images before any change.
+// preflight checks names, ports, ownership and images before any change;
+// with a signature policy, the images' signatures too (verifyImages).
 func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res resolved, all []runtime.Container, mine map[string]runtime.Container) error {
 	var svcs []resolvedService
 	if res.init != nil {
@@ -556,7 +563,10 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 	if err := r.ensureHostPaths(svcs); err != nil {
 		return err
 	}
-	return r.ensureImages(ctx, svcs)
+	if err := r.ensureImages(ctx, svcs); err != nil {
+		return err
+	}
+	return r.verifyImages(ctx, e, res)
 }
 
 // conflicts lists what forbids creating svcs: a name taken by a container
@@ -699,24 +709,9 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 	if pe, held := r.PullBackoff.held(key); held {
 		return pullErr(s.Image, pe) // the same error, the same report: nothing new to say
 	}
-	var auth *runtime.RegistryAuth
-	if s.ImagePullSecret != "" {
-		if r.Credentials == nil {
-			return fmt.Errorf("image %s needs pull secret %s but no secret source is configured", s.Image, s.ImagePullSecret)
-		}
-		raw, err := r.Credentials.PullCredential(ctx, s.ImagePullSecret)
-		if err != nil {
-			r.Metrics.secretFailed(ctx)
-			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, secretSourceErr(err))
-		}
-		cred, err := ParsePullCredential(raw)
-		if err != nil {
-			return fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, err)
-		}
-		if got, want := ImageAuthority(s.Image), NormaliseAuthority(cred.Registry); got != want {
-			return fmt.Errorf("pull secret %s is for registry %s, but image %s is on %s: refusing to send the credential", s.ImagePullSecret, want, s.Image, got)
-		}
-		auth = &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}
+	auth, err := r.pullAuth(ctx, s)
+	if err != nil {
+		return err
 	}
 	err = r.rt().Pull(ctx, s.Image, auth)
 	r.PullBackoff.pulled(key, err)
@@ -724,6 +719,31 @@ func (r *Reconciler) ensureImage(ctx context.Context, s score.Service) error {
 		return pullErr(s.Image, err)
 	}
 	return nil
+}
+
+// pullAuth reads s's pull credential: nil when it names none; an error
+// when it cannot be read or is for another registry than s.Image's (the
+// credential is never sent elsewhere).
+func (r *Reconciler) pullAuth(ctx context.Context, s score.Service) (*runtime.RegistryAuth, error) {
+	if s.ImagePullSecret == "" {
+		return nil, nil
+	}
+	if r.Credentials == nil {
+		return nil, fmt.Errorf("image %s needs pull secret %s but no secret source is configured", s.Image, s.ImagePullSecret)
+	}
+	raw, err := r.Credentials.PullCredential(ctx, s.ImagePullSecret)
+	if err != nil {
+		r.Metrics.secretFailed(ctx)
+		return nil, fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, secretSourceErr(err))
+	}
+	cred, err := ParsePullCredential(raw)
+	if err != nil {
+		return nil, fmt.Errorf("pull secret %s: %w", s.ImagePullSecret, err)
+	}
+	if got, want := ImageAuthority(s.Image), NormaliseAuthority(cred.Registry); got != want {
+		return nil, fmt.Errorf("pull secret %s is for registry %s, but image %s is on %s: refusing to send the credential", s.ImagePullSecret, want, s.Image, got)
+	}
+	return &runtime.RegistryAuth{Username: cred.Username, Password: cred.Password}, nil
 }
 
 // pullErr is the error of a failed pull of image: a *runtime.PullError as

@@ -258,6 +258,9 @@ func (s *session) setupShip(ctx context.Context) error {
 			return fmt.Errorf("fleet dev: OpenBao stand-in: %s: %w", step.what, err)
 		}
 	}
+	if err := s.shipSigningKey(ctx); err != nil {
+		return err
+	}
 	s.ship = Ship{Registry: reg.addr, KeyFile: keyFile,
 		Build:   shipBuild(filepath.Join(s.bins.path, "harmony"), op.Issuer(), s.bs.addr, reg.addr, ns),
 		Export:  fmt.Sprintf("export %s=\"$(cat %s)\"", ShipKeyVariable, keyFile),
@@ -267,7 +270,9 @@ func (s *session) setupShip(ctx context.Context) error {
 }
 
 // shipBuild is the go build command of the reference program, with -X for
-// every address of the dev context that is not its compiled default.
+// every address of the dev context that is not its compiled default, and
+// the build tag a harmony program needs (containers/image's signing code
+// without GPGME, docs/ci.md).
 func shipBuild(out, issuer, baoAddr, registry, namespace string) string {
 	var x []string
 	for _, v := range []struct{ name, got, def string }{
@@ -280,9 +285,9 @@ func shipBuild(out, issuer, baoAddr, registry, namespace string) string {
 			x = append(x, "-X main."+v.name+"="+v.got)
 		}
 	}
-	flags := ""
+	flags := " -tags " + HarmonyBuildTags
 	if len(x) > 0 {
-		flags = fmt.Sprintf(" -ldflags \"%s\"", strings.Join(x, " "))
+		flags += fmt.Sprintf(" -ldflags \"%s\"", strings.Join(x, " "))
 	}
 	return fmt.Sprintf("go build%s -o %s %s", flags, out, ShipProgram)
 }

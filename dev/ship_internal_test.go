@@ -11,11 +11,11 @@ func TestTheShipBuildCommandCompilesInOnlyTheAddressesThatMoved(t *testing.T) {
 		issuer, bao, registry, namespace, want string
 	}{
 		{"the default addresses need no -ldflags", DefaultShipIssuer, DefaultShipOpenBao, DefaultShipRegistry, DefaultShipNamespace,
-			"go build -o /d/bin/harmony ./examples/harmony_apply_deployment"},
+			"go build -tags containers_image_openpgp -o /d/bin/harmony ./examples/harmony_apply_deployment"},
 		{"a registry on another port is compiled in", DefaultShipIssuer, DefaultShipOpenBao, "127.0.0.1:5002", DefaultShipNamespace,
-			`go build -ldflags "-X main.devRegistry=127.0.0.1:5002" -o /d/bin/harmony ./examples/harmony_apply_deployment`},
+			`go build -tags containers_image_openpgp -ldflags "-X main.devRegistry=127.0.0.1:5002" -o /d/bin/harmony ./examples/harmony_apply_deployment`},
 		{"every moved address is compiled in, in a fixed order", "http://127.0.0.1:40001", "http://127.0.0.1:40002", "127.0.0.1:5002", "other",
-			`go build -ldflags "-X main.devZitadel=http://127.0.0.1:40001 -X main.devOpenBao=http://127.0.0.1:40002 -X main.devRegistry=127.0.0.1:5002 -X main.devNamespace=other" -o /d/bin/harmony ./examples/harmony_apply_deployment`},
+			`go build -tags containers_image_openpgp -ldflags "-X main.devZitadel=http://127.0.0.1:40001 -X main.devOpenBao=http://127.0.0.1:40002 -X main.devRegistry=127.0.0.1:5002 -X main.devNamespace=other" -o /d/bin/harmony ./examples/harmony_apply_deployment`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := shipBuild("/d/bin/harmony", tc.issuer, tc.bao, tc.registry, tc.namespace); got != tc.want {

@@ -24,7 +24,7 @@ import (
 )
 
 var (
-	reShipBuild  = regexp.MustCompile(`(?m)^  (go build (?:-ldflags "[^"]*" )?-o (\S+)/harmony \./examples/harmony_apply_deployment)$`)
+	reShipBuild  = regexp.MustCompile(`(?m)^  (go build -tags containers_image_openpgp (?:-ldflags "[^"]*" )?-o (\S+)/harmony \./examples/harmony_apply_deployment)$`)
 	reShipExport = regexp.MustCompile(`(?m)^  (export HARMONY_ZITADEL_KEY_JSON="\$\(cat (\S+)\)")$`)
 	reShipCmd    = regexp.MustCompile(`(?m)^  (cd examples/harmony_apply_deployment && harmony ship --context dev --tag t1 --wait)$`)
 	reShipDigest = regexp.MustCompile(`(?m)^image (frontend|backend) (\S+/example/(?:frontend|backend)@sha256:[a-f0-9]{64})$`)
@@ -152,6 +152,23 @@ func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
 		}
 	}
 
+	t.Run("the dev context signed every image and the Deployment trusts its key", func(t *testing.T) {
+		got := kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", "example", "-o", "jsonpath={.spec.signatures.keys[*].name}")
+		if got != dev.ShipSigningKeyName {
+			t.Errorf("spec.signatures names the keys %q, want %q", got, dev.ShipSigningKeyName)
+		}
+		priv, err := os.ReadFile(filepath.Join(p.dataDir, "secrets", dev.ShipSigningKeyFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pass, err := os.ReadFile(filepath.Join(p.dataDir, "secrets", dev.ShipSigningPassFileName))
+		if err != nil {
+			t.Fatal(err)
+		}
+		secrets = append(secrets, strings.TrimSpace(string(priv)), strings.TrimSpace(string(pass)))
+		noSecret("fleet dev's output", p.out)
+		noSecret("the ship's output", out)
+	})
 	t.Run("a second ship of the same tag makes no new generation", func(t *testing.T) {
 		out, err := shipScript(ctx, p, export[1]+"\n"+ship[1])
 		noSecret("the second ship's output", out)
@@ -168,6 +185,43 @@ func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
 			}
 		}
 	})
+	t.Run("an unsigned image under the same tag fails on the devices and the running version keeps running", func(t *testing.T) {
+		unsignedDeploy(t, ctx, p, reg, conn, export[1], digests)
+	})
+}
+
+// an unsignedDeploy is issue #38's proof in fleet dev: an unsigned image
+// pushed under the tag ship signed, deployed by its digest, fails on the
+// devices with a reason naming the missing signature, and the running
+// version keeps running. It runs after the ship of
+// TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted converged.
+func unsignedDeploy(t *testing.T, ctx context.Context, p *devProc, reg podmantest.Registry, conn context.Context, export string, digests map[string]string) {
+	unsigned := podmantest.PushImageAs(t, reg, reg.Addr+"/example/frontend:t1",
+		"FROM "+podmantest.BaseImage+"\nLABEL fleet.test.unsigned=true\nCMD [\"sleep\", \"3600\"]\n")
+	_, unsignedDigest, _ := strings.Cut(unsigned, "@")
+	out, err := shipScript(ctx, p, export+"\ncd examples/harmony_apply_deployment && harmony deploy --context dev --tag t2 --image frontend="+
+		unsigned+" --image backend="+digests["backend"])
+	if err != nil {
+		t.Fatalf("harmony deploy: %v\n%s", err, out)
+	}
+	var failure string
+	testenv.Eventually(t, "both canaries (podman-1 and sim-1) report the unsigned revision failed", 3*time.Minute, func() bool {
+		failure = kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", "example", "-o",
+			"jsonpath={.status.counts.canariesFailed} {.status.latestFailure.error}")
+		return strings.HasPrefix(failure, "2 ")
+	})
+	for _, want := range []string{"service example-frontend: image " + unsigned + " (digest " + unsignedDigest + ") is not signed by a trusted key",
+		"the registry holds no signature for this digest", "keys tried: " + dev.ShipSigningKeyName + " (sha256:"} {
+		if !strings.Contains(failure, want) {
+			t.Errorf("the device's failure %q does not say %q", failure, want)
+		}
+	}
+	c, err := containers.Inspect(conn, "example-frontend", nil)
+	if err != nil || c.ImageName != digests["frontend"] || !c.State.Running {
+		t.Errorf("podman-1's example-frontend: %v; want the signed %s still running", err, digests["frontend"])
+	} else if c.ImageName == unsigned {
+		t.Errorf("podman-1 runs the unsigned image")
+	}
 }
 
 // readKubeconfig reads the CI kubeconfig fleet dev stored in the stand-in.

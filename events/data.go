@@ -51,6 +51,12 @@ type DeploymentRevisionCreated struct {
 	// within it fails the device (ADR 0019). 0: Converged as soon as the
 	// revision applied.
 	MinReadySeconds int64 `json:"minReadySeconds,omitempty"`
+	// Signatures is the Deployment's image trust policy
+	// (spec.signatures), frozen with the revision (ADR 0023): a device
+	// creates no container of the revision unless every image it pulled
+	// is signed by one of its keys. Nil when the Deployment sets none: the
+	// revision's bytes are as before.
+	Signatures *SignaturePolicy `json:"signatures,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the

@@ -84,4 +84,8 @@ type IntentEntry struct {
 	// revision Converged only after every service ran that long, and
 	// Failed when one dies within it. 0: Converged as soon as it applied.
 	MinReadySeconds int64 `json:"minReadySeconds,omitempty"`
+	// Signatures is the revision's image trust policy
+	// (DeploymentRevisionCreated.Signatures); nil: images are not
+	// checked.
+	Signatures *SignaturePolicy `json:"signatures,omitempty"`
 }

@@ -48,6 +48,32 @@ type Context struct {
 	OpenBao OpenBao
 	// Zitadel is where the CI machine key is exchanged for an id_token.
 	Zitadel Zitadel
+	// Signing, when set, makes ship sign every image it pushes with the
+	// key at OpenBao.SigningKey, and gives the Deployment (ship's and
+	// deploy's) the trust policy TrustedKeys: devices then run only
+	// images one of them signed (ADR 0023, docs/ci.md). Nil: images are
+	// neither signed nor checked.
+	Signing *Signing
+}
+
+// Signing is a context's image signing (ADR 0023).
+type Signing struct {
+	// TrustedKeys are the public keys devices accept (the Deployment's
+	// spec.signatures.keys, 1 to 8): the signing key's, and during a
+	// rotation the other one. Public keys are not secrets; they are
+	// compiled in like every coordinate, so a change of trust is a
+	// reviewed commit. Empty: devices trust the signing key's public key
+	// only, as harmony reads it from OpenBao (named
+	// <context Name>-signing; fleet dev's dev context does this).
+	TrustedKeys []TrustedKey
+}
+
+// TrustedKey is one public key devices accept.
+type TrustedKey struct {
+	// Name identifies the key in a device's reasons: a DNS label.
+	Name string
+	// PublicKey is the PEM "PUBLIC KEY" block of an ECDSA P-256 key.
+	PublicKey string
 }
 
 // OpenBao locates the tenant's OpenBao and the CI secrets in it.
@@ -68,6 +94,11 @@ type OpenBao struct {
 	// kubeconfig holds a kubeconfig document. Default
 	// harmony/<Namespace>/<context Name>/kubeconfig.
 	Kubeconfig string
+	// SigningKey is the KV path of the image signing key, used when the
+	// context sets Signing: field privateKey holds the encrypted sigstore
+	// (cosign) private key PEM, passphrase its passphrase. Default
+	// harmony/<Namespace>/<context Name>/signing-key.
+	SigningKey string
 }
 
 // Zitadel locates the identity provider.

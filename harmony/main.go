@@ -220,12 +220,16 @@ func run(ctx context.Context, app HarmonyApp, o Options) error {
 	}
 
 	fmt.Fprintf(o.Stdout, "tag %s\n", c.tag)
+	key, err := signingKey(ctx, sess, &hc)
+	if err != nil {
+		return err
+	}
 	if c.name == "ship" {
 		creds, err := sess.RegistryCredentials(ctx, hc.OpenBao.RegistryCredentials, hc.Registry)
 		if err != nil {
 			return err
 		}
-		if refs, err = publish(ctx, app, hc, c.tag, creds, sourceDateEpoch(o.Getenv), log); err != nil {
+		if refs, err = publish(ctx, app, hc, c.tag, creds, key, sourceDateEpoch(o.Getenv), log); err != nil {
 			return err
 		}
 	}
@@ -286,10 +290,11 @@ func deployRefs(app HarmonyApp, given imageFlag) (map[string]string, error) {
 }
 
 // publish builds and pushes every declared image (validateApp made sure the
-// Deployment uses each) and returns name →
+// Deployment uses each), signs each pushed digest when key is set (sign),
+// and returns name →
 // <registry>/<repository>/<name>@<digest>. The registry credentials live in
 // a temporary directory removed before it returns.
-func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds cisecret.RegistryCredentials, epoch int64, log *slog.Logger) (map[string]string, error) {
+func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds cisecret.RegistryCredentials, key *cisecret.SigningKey, epoch int64, log *slog.Logger) (map[string]string, error) {
 	auth, err := buildah.NewAuthDir(hc.Registry, creds.Username, creds.Password)
 	if err != nil {
 		return nil, err
@@ -314,6 +319,11 @@ func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds 
 		log.InfoContext(ctx, "image pushed", "image", name, "digest", digest, "took", time.Since(start).Round(time.Millisecond))
 		if err := tool.Remove(ctx, ref); err != nil {
 			log.WarnContext(ctx, "local build not removed", "ref", ref, "err", err)
+		}
+		if key != nil {
+			if err := sign(ctx, repo+"@"+digest, ref, creds, *key, log); err != nil {
+				return nil, err
+			}
 		}
 		refs[name] = repo + "@" + digest
 	}

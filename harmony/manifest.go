@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/nationtech/harmony-fleet/imagesig/sigkeys"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/score"
 )
@@ -164,6 +165,9 @@ func withDefaults(c Context) Context {
 	if c.OpenBao.Kubeconfig == "" {
 		c.OpenBao.Kubeconfig = "harmony/" + c.Namespace + "/" + c.Name + "/kubeconfig"
 	}
+	if c.OpenBao.SigningKey == "" {
+		c.OpenBao.SigningKey = "harmony/" + c.Namespace + "/" + c.Name + "/signing-key"
+	}
 	return c
 }
 
@@ -190,7 +194,38 @@ func validateContext(c Context, push bool) error {
 			return err
 		}
 	}
+	if c.Signing != nil && len(c.Signing.TrustedKeys) > 0 {
+		if err := sigkeys.CheckKeys("Signing.TrustedKeys", trustedKeys(c)); err != nil {
+			return fmt.Errorf("%w: context %q: %w", ErrManifest, c.Name, err)
+		}
+	}
 	return nil
+}
+
+// trustedKeys are the context's trusted keys as the signature packages
+// name them.
+func trustedKeys(c Context) []sigkeys.Key {
+	if c.Signing == nil {
+		return nil
+	}
+	keys := make([]sigkeys.Key, len(c.Signing.TrustedKeys))
+	for i, k := range c.Signing.TrustedKeys {
+		keys[i] = sigkeys.Key{Name: k.Name, PublicKey: k.PublicKey}
+	}
+	return keys
+}
+
+// signaturePolicy is the Deployment's spec.signatures of context c: nil
+// when it does not sign.
+func signaturePolicy(c Context) *fleetv1.SignaturePolicy {
+	if c.Signing == nil {
+		return nil
+	}
+	p := &fleetv1.SignaturePolicy{}
+	for _, k := range c.Signing.TrustedKeys {
+		p.Keys = append(p.Keys, fleetv1.TrustedKey{Name: k.Name, PublicKey: k.PublicKey})
+	}
+	return p
 }
 
 // imageRepository is <registry>/<repository>/<image>.
@@ -262,6 +297,7 @@ func fleetDeployment(app HarmonyApp, c Context, tag string, refs map[string]stri
 		},
 	}
 	out.Name, out.Namespace = d.Name, c.Namespace
+	out.Spec.Signatures = signaturePolicy(c)
 	out.Labels = map[string]string{LabelManagedBy: "harmony"}
 	out.Annotations = map[string]string{AnnotationTag: tag}
 	if d.Init != nil {

@@ -143,7 +143,8 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		r.known, r.order = true, s.order[k]
 		delete(s.live, k)
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
-			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds}
+			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds,
+			Signatures: d.Signatures}
 		for _, t := range d.Targets {
 			r.targets[t] = true
 		}

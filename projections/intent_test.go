@@ -3,6 +3,7 @@ package projections_test
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -184,6 +185,30 @@ func TestMinReadySecondsReachesTheIntentEntryOnlyWhenSet(t *testing.T) {
 			s := projections.NewIntent()
 			s.Apply(mustNew(t, dep, events.DeploymentRevisionCreated{UID: "u", Generation: 1, RevisionID: "r1", ScoreDigest: "sha256:x",
 				Score: json.RawMessage(`{"type":"PodmanV0"}`), Targets: []string{"a"}, Canaries: []string{}, MinReadySeconds: tc.minReady}))
+			s.Apply(relEv(t, events.TypeRolloutReleased, "u", 1, "a"))
+			v, _ := s.Value("a")
+			if diff := cmp.Diff(tc.want, string(v)); diff != "" {
+				t.Errorf("fleet-intent value (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestASignaturePolicyReachesTheIntentEntryOnlyWhenSet(t *testing.T) {
+	before := `{"device":"a","deployments":[{"namespace":"lab","name":"api","uid":"u","generation":1,"revisionId":"r1","scoreDigest":"sha256:x","score":{"type":"PodmanV0"}}]}`
+	for _, tc := range []struct {
+		name   string
+		policy *events.SignaturePolicy
+		want   string
+	}{
+		{"a revision without a policy writes the value as before", nil, before},
+		{"a revision with a policy copies its keys", &events.SignaturePolicy{Keys: []events.SignatureKey{{Name: "ci", PublicKey: "PEM"}}},
+			strings.TrimSuffix(before, "}]}") + `,"signatures":{"keys":[{"name":"ci","publicKey":"PEM"}]}}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := projections.NewIntent()
+			s.Apply(mustNew(t, dep, events.DeploymentRevisionCreated{UID: "u", Generation: 1, RevisionID: "r1", ScoreDigest: "sha256:x",
+				Score: json.RawMessage(`{"type":"PodmanV0"}`), Targets: []string{"a"}, Canaries: []string{}, Signatures: tc.policy}))
 			s.Apply(relEv(t, events.TypeRolloutReleased, "u", 1, "a"))
 			v, _ := s.Value("a")
 			if diff := cmp.Diff(tc.want, string(v)); diff != "" {

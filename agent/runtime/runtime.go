@@ -201,6 +201,14 @@ type Runtime interface {
 	// ErrAuth; a missing image is ErrImageNotFound; a registry that cannot
 	// be reached or answers with a server error is ErrRegistryUnavailable.
 	Pull(ctx context.Context, ref string, auth *RegistryAuth) error
+	// ImageDigest returns the manifest digest ("sha256:…") the engine
+	// recorded when it pulled the local image ref from ref's repository:
+	// the digest of what it actually pulled, whatever the registry's tag
+	// says now. "" when the local image has no digest from that
+	// repository (an image built on the device may have one the engine
+	// made, which no registry holds); ErrImageNotFound when ref is not
+	// present locally.
+	ImageDigest(ctx context.Context, ref string) (string, error)
 	// Create creates (does not start) a container; ErrNameInUse when the
 	// name is taken.
 	Create(ctx context.Context, spec ContainerSpec) (id string, err error)

@@ -4,7 +4,7 @@
 // application keeps a program like this in its own repository (see
 // docs/ci.md); its binary is named harmony:
 //
-//	go build -o harmony ./examples/harmony_apply_deployment
+//	go build -tags containers_image_openpgp -o harmony ./examples/harmony_apply_deployment
 //	./harmony ship --context production --tag "$CI_COMMIT_SHA" --wait
 //
 // Against a running `fleet dev`, use the context "dev" and the commands
@@ -83,6 +83,10 @@ func (app) Contexts() []harmony.Context {
 			Repository: "example",
 			OpenBao:    harmony.OpenBao{URL: devOpenBao, Role: "harmony-ci"},
 			Zitadel:    harmony.Zitadel{URL: devZitadel, ProjectID: "harmony-fleet"},
+			// fleet dev keeps a signing key at the path harmony reads:
+			// ship signs every image with it, and the Deployment trusts
+			// that key only (docs/ci.md, "Signing images").
+			Signing: &harmony.Signing{},
 		},
 	}
 }

@@ -75,6 +75,9 @@ func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 		// before (ADR 0019).
 		data.MinReadySeconds = int64(max(mr.Duration.Round(time.Second), time.Second) / time.Second)
 	}
+	if data.Signatures, err = frozenSignatures(d); err != nil {
+		return nil, data, err
+	}
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.
 		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)

@@ -166,6 +166,7 @@ var cases = []testCase{
 	{"Pull of a private image with the right credentials works", testPullWithCredentials},
 	{"Pull of a private image without or with wrong credentials is ErrAuth", testPullRefused},
 	{"Pull of an image the registry does not have is ErrImageNotFound", testPullMissing},
+	{"ImageDigest is the digest a pulled image came with, ErrImageNotFound for an absent image", testImageDigestOfPull},
 	{"a failed pull is one PullError line naming the image, the registry, what was tried and why", testPullError},
 	{"the restart policy of the spec is applied", testRestartPolicy},
 	{"starting a container whose host port a running container holds fails and leaves it not running", testPortConflict},
@@ -634,6 +635,24 @@ func testPullRefused(s *suite) {
 	}
 }
 
+func testImageDigestOfPull(s *suite) {
+	// A local build's digest is the engine's business (Podman records
+	// one of its own, no registry holds it): not checked.
+	absent := "localhost/fleet-conformance/absent:" + s.name("tag")
+	if d, err := s.rt.ImageDigest(s.ctx(), absent); !errors.Is(err, runtime.ErrImageNotFound) {
+		s.t.Errorf("ImageDigest of an absent image = %q, %v; want ErrImageNotFound", d, err)
+	}
+	reg := s.registry()
+	auth := reg.Auth
+	if err := s.rt.Pull(s.ctx(), reg.Private, &auth); err != nil {
+		s.t.Fatalf("Pull: %v", err)
+	}
+	_, want, _ := strings.Cut(reg.Private, "@")
+	if d, err := s.rt.ImageDigest(s.ctx(), reg.Private); err != nil || d != want {
+		s.t.Errorf("ImageDigest of the pulled %s = %q, %v; want %q", reg.Private, d, err, want)
+	}
+}
+
 func testPullMissing(s *suite) {
 	reg := s.registry()
 	auth := reg.Auth
@@ -842,6 +861,11 @@ func (r *recorder) Inspect(ctx context.Context, idOrName string) (runtime.Contai
 func (r *recorder) ImageExists(ctx context.Context, ref string) (bool, error) {
 	ok, err := r.rt.ImageExists(ctx, ref)
 	return ok, r.record("ImageExists", err)
+}
+
+func (r *recorder) ImageDigest(ctx context.Context, ref string) (string, error) {
+	d, err := r.rt.ImageDigest(ctx, ref)
+	return d, r.record("ImageDigest", err)
 }
 
 func (r *recorder) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {

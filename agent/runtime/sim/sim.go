@@ -410,6 +410,28 @@ func (r *Runtime) ImageExists(ctx context.Context, ref string) (bool, error) {
 	return r.images[ref], nil
 }
 
+// ImageDigest is the digest a local image was pulled with: ImageDigest(ref)
+// for an image the simulated registry served or a reference by digest;
+// "" for one only added locally (AddImage, Options.LocalImages) by tag;
+// runtime.ErrImageNotFound when ref is not present.
+func (r *Runtime) ImageDigest(ctx context.Context, ref string) (string, error) {
+	if err := r.down("imagedigest"); err != nil {
+		return "", err
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("sim: image digest %s: %w", ref, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.images[ref] {
+		return "", fmt.Errorf("sim: image digest %s: %w", ref, runtime.ErrImageNotFound)
+	}
+	if _, pulled := r.registry[ref]; pulled || strings.Contains(ref, "@") {
+		return ImageDigest(ref), nil
+	}
+	return "", nil
+}
+
 // Pull makes ref present locally when the registry serves it and accepts
 // auth: runtime.ErrImageNotFound when it does not serve it, runtime.ErrAuth
 // when the image requires a credential other than auth. Like a registry, it

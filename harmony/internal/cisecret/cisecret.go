@@ -202,3 +202,38 @@ func scrub(err error, secret string) error {
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), secret, "[redacted]"))
 }
+
+// SigningKey is the image signing key of a context (ADR 0023): an
+// encrypted sigstore private key and its passphrase. Both are secret.
+type SigningKey struct {
+	// PrivateKey is the PEM of the encrypted sigstore (cosign) private
+	// key.
+	PrivateKey []byte
+	// Passphrase opens it.
+	Passphrase []byte
+}
+
+// String shows neither the key nor the passphrase.
+func (k SigningKey) String() string { return "signing key (redacted)" }
+
+// GoString is String.
+func (k SigningKey) GoString() string { return k.String() }
+
+// SigningKey reads the image signing key at path: fields privateKey (the
+// encrypted PEM) and passphrase (may be empty).
+func (s *Session) SigningKey(ctx context.Context, path string) (SigningKey, error) {
+	data, err := s.read(ctx, path)
+	if err != nil {
+		return SigningKey{}, err
+	}
+	priv, ok := data["privateKey"].(string)
+	if !ok || priv == "" {
+		return SigningKey{}, fmt.Errorf("%w: %s: field \"privateKey\" is missing or not a string (want privateKey and passphrase)", ErrSecret, path)
+	}
+	pass, ok := data["passphrase"].(string)
+	if _, present := data["passphrase"]; present && !ok {
+		return SigningKey{}, fmt.Errorf("%w: %s: field \"passphrase\" is not a string", ErrSecret, path)
+	}
+	s.log.InfoContext(ctx, "signing key read", "path", path)
+	return SigningKey{PrivateKey: []byte(priv), Passphrase: []byte(pass)}, nil
+}

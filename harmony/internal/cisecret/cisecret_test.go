@@ -183,3 +183,38 @@ func TestOpenRefusesWhatCannotLogIn(t *testing.T) {
 		})
 	}
 }
+
+func TestTheSigningKeyIsReadWithItsPassphraseAndNeverShown(t *testing.T) {
+	e := start(t)
+	const priv, pass = "-----BEGIN ENCRYPTED SIGSTORE PRIVATE KEY-----\nc2VjcmV0\n-----END ENCRYPTED SIGSTORE PRIVATE KEY-----\n", "signing-passphrase-value"
+	must(t, e.admin.Write(e.ctx, "harmony/shop/prod/signing-key", map[string]any{"privateKey": priv, "passphrase": pass}))
+	must(t, e.admin.Write(e.ctx, "harmony/shop/prod/signing-key-bad", map[string]any{"privateKey": priv, "passphrase": 7}))
+	s, err := e.open(t, cisecret.Options{KeyJSON: e.json, Issuer: e.prov.Issuer(), Audience: e.prov.Audience()})
+	must(t, err)
+	k, err := s.SigningKey(e.ctx, "harmony/shop/prod/signing-key")
+	must(t, err)
+	if string(k.PrivateKey) != priv || string(k.Passphrase) != pass {
+		t.Errorf("read %d key bytes and passphrase %d bytes, not the stored ones", len(k.PrivateKey), len(k.Passphrase))
+	}
+	for _, f := range []string{"%v", "%+v", "%#v", "%s"} {
+		if out := fmt.Sprintf(f, k); strings.Contains(out, pass) || strings.Contains(out, "c2VjcmV0") {
+			t.Errorf("%s prints the key: %s", f, out)
+		}
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"a secret without a privateKey field is named", "harmony/shop/prod/kubeconfig", `field "privateKey"`},
+		{"a passphrase that is not a string is named", "harmony/shop/prod/signing-key-bad", `field "passphrase" is not a string`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := s.SigningKey(e.ctx, tc.path)
+			if !errors.Is(err, cisecret.ErrSecret) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want ErrSecret saying %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "c2VjcmV0") {
+				t.Fatalf("the error quotes the key: %v", err)
+			}
+		})
+	}
+}

@@ -36,6 +36,8 @@ type Registry struct {
 	// machine into .cache/run/registry.env (never committed).
 	Username string
 	Password string
+	// CAFile is the registry's CA certificate (set by TestRegistry).
+	CAFile string
 }
 
 // String names the registry and the user, never the password.
@@ -65,7 +67,8 @@ func TestRegistry(tb testing.TB) Registry {
 	if err != nil {
 		tb.Fatalf("%v: re-run `%s`", err, SetupCommand)
 	}
-	if err := ping(tb.Context(), reg, filepath.Join(run, "registry", "ca.crt")); err != nil {
+	reg.CAFile = filepath.Join(run, "registry", "ca.crt")
+	if err := ping(tb.Context(), reg, reg.CAFile); err != nil {
 		testenv.Missing(tb, "test registry", SetupCommand, err)
 	}
 	return reg
@@ -136,6 +139,17 @@ func ping(ctx context.Context, reg Registry, caFile string) error {
 // command line. A missing buildah applies the testenv policy.
 func PushImage(tb testing.TB, reg Registry, repo, containerfile string) string {
 	tb.Helper()
+	suffix := make([]byte, 6)
+	_, _ = rand.Read(suffix)
+	return PushImageAs(tb, reg, fmt.Sprintf("%s/%s:t-%s", reg.Addr, repo, hex.EncodeToString(suffix)), containerfile)
+}
+
+// PushImageAs is PushImage under the reference ref (<Addr>/<repo>:<tag>)
+// the caller chooses: pushing another image under a tag already pushed
+// moves the tag. It returns the pushed image's reference by digest.
+func PushImageAs(tb testing.TB, reg Registry, ref, containerfile string) string {
+	tb.Helper()
+	repo, _, _ := strings.Cut(strings.TrimPrefix(ref, reg.Addr+"/"), ":")
 	buildah, err := exec.LookPath("buildah")
 	if err != nil {
 		testenv.Missing(tb, "buildah", SetupCommand, err)
@@ -154,9 +168,6 @@ func PushImage(tb testing.TB, reg Registry, repo, containerfile string) string {
 	if err := os.WriteFile(authFile, auth, 0o600); err != nil {
 		tb.Fatal(err)
 	}
-	suffix := make([]byte, 6)
-	_, _ = rand.Read(suffix)
-	ref := fmt.Sprintf("%s/%s:t-%s", reg.Addr, repo, hex.EncodeToString(suffix))
 	digestFile := filepath.Join(dir, "digest")
 
 	run := func(args ...string) {

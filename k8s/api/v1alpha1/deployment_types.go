@@ -50,6 +50,12 @@ type DeploymentSpec struct {
 
 	// Score is the workload.
 	Score score.Score `json:"score"`
+
+	// Signatures, when set, is the trust policy of the Deployment's
+	// images (ADR 0023): devices run only images one of its keys signed.
+	// Frozen with the revision. Unset: images are not checked.
+	// +optional
+	Signatures *SignaturePolicy `json:"signatures,omitempty"`
 }
 
 // TargetSelector selects devices by label equality.
