@@ -1,4 +1,4 @@
-package rollouts
+package deployments
 
 import (
 	"context"
@@ -63,10 +63,10 @@ func TestASignaturePolicyIsFrozenWithTheRevisionOnlyWhenSet(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			evs, _, err := revisionEvents(d, res)
+			evs, _, err := RevisionEvents(d, res)
 			if tc.wantErr != "" {
 				if err == nil || !strings.HasPrefix(err.Error(), tc.wantErr) || len(evs) != 0 {
-					t.Fatalf("revisionEvents = %d events, %v; want none and an error starting %q", len(evs), err, tc.wantErr)
+					t.Fatalf("RevisionEvents = %d events, %v; want none and an error starting %q", len(evs), err, tc.wantErr)
 				}
 				return
 			}
