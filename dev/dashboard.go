@@ -22,9 +22,9 @@ const (
 	// DashboardUser is the development provider's human user with the
 	// fleet-admin role; its password is new on every run.
 	DashboardUser = "admin"
-	// DashboardViewer is a human user without the fleet-admin role (the
-	// dashboard refuses it: its 403 page); its password is new on every
-	// run, in <data>/secrets/dashboard-viewer.password.
+	// DashboardViewer is a human user with the read-only fleet-viewer
+	// role (every page, no action); its password is new on every run, in
+	// <data>/secrets/dashboard-viewer.password.
 	DashboardViewer = "viewer"
 	// dashboardClientID is the dashboard's web client at the development
 	// provider.
@@ -38,7 +38,7 @@ const (
 
 // startDashboard starts the dashboard on loopback: a human user
 // DashboardUser with the fleet-admin role and a random password (and
-// DashboardViewer without the role, to see the refusal), a web
+// DashboardViewer with the read-only fleet-viewer role), a web
 // client with a random secret at the development provider, a random
 // session key, all for this run only; the dashboard serves in the plane's
 // run group. It returns the dashboard's URL and the password.
@@ -59,7 +59,7 @@ func (s *session) startDashboard(ctx context.Context) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("fleet dev: dashboard viewer password: %w", err)
 	}
-	if _, err := op.CreateHumanUser(ctx, DashboardViewer, viewerPassword); err != nil {
+	if _, err := op.CreateHumanUser(ctx, DashboardViewer, viewerPassword, dashboard.RoleViewer); err != nil {
 		return "", "", fmt.Errorf("fleet dev: dashboard viewer: %w", err)
 	}
 	file = filepath.Join(s.sec.dir, dashboardViewerPasswordFile)

@@ -783,7 +783,7 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
   metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
   dashboard          %s   (loopback only; docs/dashboard.md)
                      sign in as %s, password %s   (new every run; also in %s)
-                     %s has no fleet-admin role (the 403 page): password in %s
+                     %s has the read-only fleet-viewer role (sees every page, no action): password in %s
   listening on       %s
 
 %s
