@@ -119,6 +119,8 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.DeploymentDeleted](ev)
 	case events.TypeTaskRunCreated:
 		_, err = events.Decode[events.TaskRunCreated](ev)
+	case events.TypeTaskRunTargets:
+		_, err = events.Decode[events.TaskRunTargets](ev)
 	case events.TypeTaskRunDeleted:
 		_, err = events.Decode[events.TaskRunDeleted](ev)
 	case events.TypeDeviceHeartbeat:
@@ -473,5 +475,14 @@ func goldenStory(t *testing.T) []events.Event {
 		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthStable, Window: 300,
 		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
 		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
+
+	// A fleet-wide TaskRun whose targets are chunked (ADR 0010): the
+	// chunk first, the creation last, naming it.
+	fleetWide := events.Keys{Namespace: "ops", Name: "fleet-upgrade"}
+	const fleetWideUID = "7c1b3e5a-0000-4000-8000-000000000006"
+	add(fleetWide, events.TaskRunTargets{UID: fleetWideUID, Generation: 1, Chunk: 1, Targets: []string{"rpi-1", "rpi-2"}},
+		events.WithCorrelation(fleetWideUID, 1))
+	add(fleetWide, events.TaskRunCreated{UID: fleetWideUID, Generation: 1, Task: "system-upgrade", Targets: []string{},
+		TargetChunks: 1, TargetsDigest: events.TargetsDigest([]string{"rpi-1", "rpi-2"})}, events.WithCorrelation(fleetWideUID, 1))
 	return out
 }
