@@ -54,6 +54,9 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 		writeGolden(t)
 	}
 	streams := []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.StreamAudit}
+	if _, err := os.Stat(goldenFile(events.StreamLiveness)); err == nil {
+		streams = append(streams, events.StreamLiveness)
+	}
 	type typeVersion struct {
 		t events.Type
 		v int
@@ -67,7 +70,10 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 		}
 		for i, l := range lines {
 			where := fmt.Sprintf("%s line %d", goldenFile(stream), i+1)
-			if got, err := events.StreamOf(l.Subject); err != nil || got != stream {
+			// Heartbeats were stored in FLEET_TELEMETRY before ADR 0024
+			// moved them to FLEET_LIVENESS: those lines stay as written.
+			legacyHeartbeat := stream == events.StreamTelemetry && strings.HasSuffix(l.Subject, "."+string(events.ReportHeartbeat))
+			if got, err := events.StreamOf(l.Subject); !legacyHeartbeat && (err != nil || got != stream) {
 				t.Errorf("%s: subject %s belongs to %s (%v), not %s", where, l.Subject, got, err, stream)
 			}
 			ev, err := events.DecodeStored(l.Subject, l.Payload)
@@ -80,7 +86,7 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 				continue
 			}
 			seen[typeVersion{ev.Type, ev.Version}] = true
-			if stream != events.StreamTelemetry && stream != events.StreamCommands && stream != events.StreamAudit && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
+			if stream != events.StreamTelemetry && stream != events.StreamLiveness && stream != events.StreamCommands && stream != events.StreamAudit && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
 				fold = append(fold, ev)
 			}
 		}
