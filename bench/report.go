@@ -55,6 +55,9 @@ func printResult(w io.Writer, r Result) {
 	if r.Flood != nil {
 		printFlood(w, r)
 	}
+	if r.Hold != nil {
+		printHold(w, r)
+	}
 }
 
 // printFlood prints the rollout under a flood against the rollout without.

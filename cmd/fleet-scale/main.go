@@ -66,6 +66,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
 	fs.StringVar(&childProfiles, "child-cpuprofile", "", "write each child process's CPU profile (agents, floor subscribers, flooders; from its start until it stops) to a file in this folder")
 	fs.DurationVar(&o.TokenLifetime, "token-lifetime", bench.DefaultTokenLifetime, "id_token lifetime of the development provider: the user JWT expires with it and each connection is re-authorised (production: 10m; the default outlasts a run)")
+	fs.DurationVar(&o.Hold, "hold", 0, "after each size's rollout, keep the devices connected this long (their user JWTs expire and are re-authorised every -token-lifetime), then roll out once more: the steady state's reconnects, callout and provider CPU, and no notification missed")
 	fs.StringVar(&o.KeyCache.Dir, "key-cache", defaultKeyCache(), "folder caching the devices' RSA keys across runs (empty: the provider generates them every run)")
 	fs.IntVar(&o.DistinctKeys, "distinct-keys", 0, "use at most this many distinct cached keys, device i key i mod this (0: one key per device); each device keeps its own user, key id, token and connection")
 	if err := fs.Parse(args); err != nil {
