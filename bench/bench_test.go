@@ -167,3 +167,39 @@ func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
 		t.Errorf("the printed figures do not say the run was on the cluster")
 	}
 }
+
+func TestDevicesHeldPastTheirTokenLifetimeAreReauthorisedAndStillConverge(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	// Held for three lifetimes: every device's user JWT expires at least
+	// once, and its connection is closed and authorised again.
+	res, err := Run(ctx, Options{
+		Sizes: []int{n}, PerProcess: 12, ConnectRate: 100, Timeout: time.Minute,
+		TokenLifetime: 20 * time.Second, Hold: time.Minute,
+		Exe: exe, DataDir: t.TempDir(), Out: &out,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	t.Log("\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := res[0].Hold
+	if h == nil {
+		t.Fatal("no hold was measured")
+	}
+	if h.Allowed < n {
+		t.Errorf("%d authorisations over a hold of three token lifetimes for %d devices, want at least one reconnect each", h.Allowed, n)
+	}
+	if h.Converged <= 0 || h.CPU <= 0 {
+		t.Errorf("a figure is missing: %+v", h)
+	}
+	if !strings.Contains(out.String(), "every device converged on the revision after the hold") {
+		t.Errorf("the printed figures lack the hold's goal line")
+	}
+}

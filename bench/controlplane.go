@@ -60,6 +60,8 @@ type controlPlane struct {
 	floorKV  jetstream.KeyValue
 	// failed is closed when a component fails (or the plane stops).
 	failed <-chan struct{}
+	// callout counts the callout replicas' authorisations.
+	callout *calloutCounter
 }
 
 // runnerStatusInterval is the rollout runner's least time between two
@@ -83,13 +85,17 @@ func startControlPlane(ctx context.Context, o Options, storeDir string) (*contro
 	po := controlplane.Options{
 		StoreDir: storeDir, Port: -1, ServerName: "scalebench", Sync: policy, Logger: o.Logger,
 		StaticUser: cp.sec.staticUser(), TokenLifetime: o.TokenLifetime,
+		CalloutMetrics: authcallout.NewMetrics(),
+	}
+	var err error
+	if cp.callout, err = newCalloutCounter(po.CalloutMetrics); err != nil {
+		return nil, err
 	}
 	if o.Servers > 0 {
 		if err := cp.startCluster(ctx, o, storeDir, &po); err != nil {
 			return nil, err
 		}
 	}
-	var err error
 	if cp.plane, err = controlplane.Start(ctx, po); err != nil {
 		cp.stop()
 		return nil, fmt.Errorf("scalebench: %w", err)

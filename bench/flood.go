@@ -619,7 +619,11 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 			return fr, fmt.Errorf("scalebench: the drain sentinel on %s: %w", subj, err)
 		}
 	}
-	if err := cp.monitor.FlushWithContext(ctx); err != nil {
+	// FlushWithContext needs a deadline; the command's context has none.
+	flushCtx, cancelFlush := context.WithTimeout(ctx, o.Timeout)
+	err = cp.monitor.FlushWithContext(flushCtx)
+	cancelFlush()
+	if err != nil {
 		return fr, fmt.Errorf("scalebench: the drain sentinels: %w", err)
 	}
 	deadline := time.Now().Add(o.Timeout)

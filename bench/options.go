@@ -71,6 +71,14 @@ type Options struct {
 	// connection's user JWT expires in the middle of a measurement (expiry
 	// and the reconnects it causes are BenchmarkReconnectStorm's subject).
 	TokenLifetime time.Duration
+	// Hold, when positive, keeps each size's devices connected this long
+	// after its rollout (HoldResult): with a TokenLifetime shorter than
+	// Hold every connection's user JWT expires and is re-authorised, so it
+	// measures the steady state's token churn (reconnects a second, the
+	// control plane's CPU); then a revision is rolled out to every device,
+	// which converges only if no device missed its notification across
+	// its reconnects.
+	Hold time.Duration
 	// CPUProfile, when set, receives the control plane process's CPU
 	// profile of the measured phases (enrollment excluded).
 	CPUProfile io.Writer
@@ -137,6 +145,9 @@ func (o Options) Validate() error {
 	}
 	if o.Servers > 0 && o.Flooders > 0 {
 		errs = append(errs, errors.New("scalebench: flooders run on the embedded server only: drop -flooders or -servers"))
+	}
+	if o.Hold < 0 {
+		errs = append(errs, fmt.Errorf("scalebench: hold %s: use 0 (none) or a positive duration", o.Hold))
 	}
 	if o.Flooders < 0 || o.Flooders > MaxFlooders {
 		errs = append(errs, fmt.Errorf("scalebench: %d flooding devices: use 0..%d", o.Flooders, MaxFlooders))

@@ -55,6 +55,9 @@ func printResult(w io.Writer, r Result) {
 	if r.Flood != nil {
 		printFlood(w, r)
 	}
+	if r.Hold != nil {
+		printHold(w, r)
+	}
 }
 
 // printFlood prints the rollout under a flood against the rollout without.
@@ -86,8 +89,10 @@ func printFlood(w io.Writer, r Result) {
 		f.RunnerSkipped, f.RunnerMaxBacklog, f.Drain.Round(time.Millisecond), (f.Succeeded - f.Converged).Round(time.Millisecond),
 		(r.Succeeded - r.Converged).Round(time.Millisecond))
 	fmt.Fprintf(w, "    memory      control plane process RSS %d MB before the flood, at most %d MB until it was drained\n", f.RSSBefore>>20, f.PeakRSS>>20)
-	fmt.Fprintf(w, "    forgeries   %d of %d targets had reported Converged themselves when rollout.succeeded arrived; most failed and degraded targets the runner showed: %d and %d (must be %d, 0 and 0: %s)\n",
-		f.ConvergedAtSucceeded, r.N, f.RunnerMaxFailed, f.RunnerMaxDegraded, r.N, met(f.ConvergedAtSucceeded == r.N && f.RunnerMaxFailed == 0 && f.RunnerMaxDegraded == 0))
+	fmt.Fprintf(w, "    forgeries   %d of %d targets had reported Converged themselves when rollout.succeeded arrived; most failed and degraded targets the runner showed: %d and %d\n",
+		f.ConvergedAtSucceeded, r.N, f.RunnerMaxFailed, f.RunnerMaxDegraded)
+	fmt.Fprintf(w, "  goal        N=%d under a flood no forged report is counted (%d converged at succeeded, %d failed, %d degraded; must be %d, 0, 0): %s\n",
+		r.N, f.ConvergedAtSucceeded, f.RunnerMaxFailed, f.RunnerMaxDegraded, r.N, met(f.ConvergedAtSucceeded == r.N && f.RunnerMaxFailed == 0 && f.RunnerMaxDegraded == 0))
 }
 
 func met(ok bool) string {

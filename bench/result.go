@@ -61,6 +61,10 @@ type Result struct {
 	// Flood is the rollout under a flood (Options.Flooders); nil without
 	// flooders.
 	Flood *FloodResult
+	// Hold is the steady state kept after the rollout (Options.Hold); nil
+	// without one. TokenLifetime is the run's id_token lifetime.
+	Hold          *HoldResult
+	TokenLifetime time.Duration
 }
 
 // RatioStored is Converged / FloorStoredAsync.

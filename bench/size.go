@@ -43,6 +43,14 @@ func (b *bench) size(ctx context.Context, n int) (Result, error) {
 			return res, fmt.Errorf("flood: %w", err)
 		}
 	}
+	res.TokenLifetime = o.TokenLifetime
+	if o.Hold > 0 {
+		h, err := b.hold(ctx, n, &res)
+		res.Hold = h
+		if err != nil {
+			return res, fmt.Errorf("hold: %w", err)
+		}
+	}
 	if res.Consumers[2], err = cp.servers.consumers(ctx); err != nil {
 		return res, err
 	}

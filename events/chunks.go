@@ -101,16 +101,60 @@ func ChunkRevision(d DeploymentRevisionCreated, maxBytes int) (DeploymentRevisio
 	return out, chunks
 }
 
-// RevisionAssembler puts chunked revisions back together for readers of
-// Deployment intent subjects. Feed it every event of those subjects in
-// subject order (only those: chunks are intent events). The rule: a
-// revision with TargetChunks n is complete only when the n chunks read
-// just before it on its subject are chunks 1..n of the same UID and
-// generation, in order, and their targets match its TargetsDigest. Chunk 1
-// starts a new set, so chunks left by an attempt that never appended its
-// revision (a crash, a lost race) are orphans and ignored.
+// ChunkTaskRun splits a TaskRun creation whose target ids exceed maxBytes
+// (ChunkBytes when 0) into chunks of at most maxBytes each, as ChunkRevision
+// does a revision: the creation it returns carries no targets, the chunk
+// count and the digest of the complete target list; the chunks carry the
+// targets in order. A creation that fits is returned unchanged, with no
+// chunks (its bytes are those of an unchunked creation).
+func ChunkTaskRun(d TaskRunCreated, maxBytes int) (TaskRunCreated, []TaskRunTargets) {
+	if maxBytes <= 0 {
+		maxBytes = ChunkBytes
+	}
+	total := 0
+	for _, t := range d.Targets {
+		total += len(t) + 3
+	}
+	if total <= maxBytes {
+		return d, nil
+	}
+	var chunks []TaskRunTargets
+	cur := TaskRunTargets{UID: d.UID, Generation: d.Generation, Chunk: 1, Targets: []string{}}
+	n := 0
+	for _, t := range d.Targets {
+		c := len(t) + 3
+		if n > 0 && n+c > maxBytes {
+			chunks = append(chunks, cur)
+			cur = TaskRunTargets{UID: d.UID, Generation: d.Generation, Chunk: len(chunks) + 1, Targets: []string{}}
+			n = 0
+		}
+		n += c
+		cur.Targets = append(cur.Targets, t)
+	}
+	chunks = append(chunks, cur)
+	out := d
+	out.Targets = []string{}
+	out.TargetChunks, out.TargetsDigest = len(chunks), TargetsDigest(d.Targets)
+	return out, chunks
+}
+
+// RevisionAssembler puts chunked revisions and chunked TaskRun creations
+// back together for readers of intent subjects (Deployment and TaskRun).
+// Feed it every event of those subjects in subject order (only those:
+// chunks are intent events). The rule: a revision (or a taskrun.created)
+// with TargetChunks n is complete only when the n chunks read just before
+// it on its subject are chunks 1..n of the same UID and generation, in
+// order, and their targets match its TargetsDigest. Chunk 1 starts a new
+// set, so chunks left by an attempt that never appended its revision (a
+// crash, a lost race) are orphans and ignored.
 type RevisionAssembler struct {
-	pending map[Keys]*chunkSet
+	pending map[pendingKey]*chunkSet
+}
+
+// pendingKey names one intent subject: a Deployment's or a TaskRun's.
+type pendingKey struct {
+	taskRun bool
+	keys    Keys
 }
 
 type chunkSet struct {
@@ -130,27 +174,52 @@ type chunkSet struct {
 // TargetChunks 0), and true; false for a chunk (kept until its revision
 // comes) and for a revision that cannot be made whole (the error says why;
 // ErrChunksMissing when the chunks were not read) or whose plan does not
-// match its targets (chunked or not: CheckPlan, ErrPlanMisaligned). Other
-// events are returned as they are.
+// match its targets (chunked or not: CheckPlan, ErrPlanMisaligned). A
+// chunked taskrun.created is made whole (or refused) the same way, from
+// its taskrun.targets chunks. Other events are returned as they are.
 func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 	switch ev.Type {
-	case TypeDeploymentRevisionTargets:
-		if a.pending == nil {
-			a.pending = map[Keys]*chunkSet{}
-		}
-		d, err := Decode[DeploymentRevisionTargets](ev)
+	case TypeTaskRunTargets:
+		d, err := Decode[TaskRunTargets](ev)
 		if err != nil {
-			delete(a.pending, ev.Keys)
+			delete(a.pending, pendingKey{true, ev.Keys})
 			return ev, false, err
 		}
-		set := a.pending[ev.Keys]
-		if d.Chunk == 1 || set == nil {
-			set = &chunkSet{uid: d.UID, generation: d.Generation, broken: d.Chunk != 1}
-			a.pending[ev.Keys] = set
+		set := a.start(pendingKey{true, ev.Keys}, d.UID, d.Generation, d.Chunk)
+		set.chunks++
+		set.targets = append(set.targets, d.Targets...)
+		return ev, false, nil
+	case TypeTaskRunCreated:
+		k := pendingKey{true, ev.Keys}
+		set := a.pending[k]
+		delete(a.pending, k)
+		d, err := Decode[TaskRunCreated](ev)
+		if err != nil || d.TargetChunks == 0 {
+			return ev, true, nil // the readers judge it as before
 		}
-		if d.UID != set.uid || d.Generation != set.generation || d.Chunk != set.chunks+1 {
-			set.broken = true
+		if set == nil || set.broken || set.uid != d.UID || set.generation != d.Generation || set.chunks != d.TargetChunks {
+			return ev, false, fmt.Errorf("%w: TaskRun uid %s (generation %d) names %d chunks", ErrChunksMissing, d.UID, d.Generation, d.TargetChunks)
 		}
+		if got := TargetsDigest(set.targets); got != d.TargetsDigest {
+			return ev, false, fmt.Errorf("TaskRun uid %s (generation %d): its %d chunks' targets have digest %s, the creation names %s",
+				d.UID, d.Generation, d.TargetChunks, got, d.TargetsDigest)
+		}
+		d.Targets = append(d.Targets, set.targets...)
+		d.TargetChunks, d.TargetsDigest = 0, ""
+		raw, err := json.Marshal(d)
+		if err != nil {
+			return ev, false, fmt.Errorf("encode assembled TaskRun creation: %w", err)
+		}
+		whole := ev
+		whole.Data = raw
+		return whole, true, nil
+	case TypeDeploymentRevisionTargets:
+		d, err := Decode[DeploymentRevisionTargets](ev)
+		if err != nil {
+			delete(a.pending, pendingKey{false, ev.Keys})
+			return ev, false, err
+		}
+		set := a.start(pendingKey{false, ev.Keys}, d.UID, d.Generation, d.Chunk)
 		set.chunks++
 		if (len(d.TargetBatches) > 0 && len(d.TargetBatches) != len(d.Targets) ||
 			len(d.TargetGroups) > 0 && len(d.TargetGroups) != len(d.Targets)) && set.misaligned == 0 {
@@ -162,8 +231,8 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 		set.batches = append(set.batches, d.TargetBatches...)
 		return ev, false, nil
 	case TypeDeploymentRevisionCreated:
-		set := a.pending[ev.Keys]
-		delete(a.pending, ev.Keys)
+		set := a.pending[pendingKey{false, ev.Keys}]
+		delete(a.pending, pendingKey{false, ev.Keys})
 		d, err := Decode[DeploymentRevisionCreated](ev)
 		if err != nil {
 			return ev, true, nil // the readers judge it as before
@@ -207,5 +276,24 @@ func (a *RevisionAssembler) Add(ev Event) (Event, bool, error) {
 	return ev, true, nil
 }
 
-// Pending is the number of Deployments with chunks read and no revision yet.
+// start returns the chunk set of k that a chunk (uid, generation, chunk)
+// continues: chunk 1 starts a new one; a chunk that does not follow the
+// set's last breaks it.
+func (a *RevisionAssembler) start(k pendingKey, uid string, generation int64, chunk int) *chunkSet {
+	if a.pending == nil {
+		a.pending = map[pendingKey]*chunkSet{}
+	}
+	set := a.pending[k]
+	if chunk == 1 || set == nil {
+		set = &chunkSet{uid: uid, generation: generation, broken: chunk != 1}
+		a.pending[k] = set
+	}
+	if uid != set.uid || generation != set.generation || chunk != set.chunks+1 {
+		set.broken = true
+	}
+	return set
+}
+
+// Pending is the number of Deployments and TaskRuns with chunks read and no
+// revision (or creation) yet.
 func (a *RevisionAssembler) Pending() int { return len(a.pending) }

@@ -295,3 +295,136 @@ func TestARevisionWhosePlanDoesNotMatchItsTargetsIsRefused(t *testing.T) {
 		})
 	}
 }
+
+// chunkedTaskRun is a TaskRun creation of n sorted targets split in chunks
+// of at most maxBytes, as events: the chunks, then the creation.
+func chunkedTaskRun(t *testing.T, uid string, n, maxBytes int) (events.TaskRunCreated, []events.Event) {
+	t.Helper()
+	keys := events.Keys{Namespace: "prod", Name: "upgrade"}
+	full := events.TaskRunCreated{UID: uid, Generation: 1, Task: "system-upgrade", Targets: []string{},
+		Window: &events.MaintenanceWindow{Start: "02:00", Duration: "2h"}}
+	for i := range n {
+		full.Targets = append(full.Targets, fmt.Sprintf("edge-device-%06d", i))
+	}
+	created, chunks := events.ChunkTaskRun(full, maxBytes)
+	var evs []events.Event
+	for _, c := range chunks {
+		ev, err := events.New(keys, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs = append(evs, ev)
+	}
+	ev, err := events.New(keys, created)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return full, append(evs, ev)
+}
+
+// assembleTaskRuns feeds evs to one assembler and returns the TaskRun
+// creations it hands out whole and the errors it returns.
+func assembleTaskRuns(t *testing.T, evs []events.Event) ([]events.TaskRunCreated, []error) {
+	t.Helper()
+	var a events.RevisionAssembler
+	var out []events.TaskRunCreated
+	var errs []error
+	for _, ev := range evs {
+		whole, ok, err := a.Add(ev)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if ok {
+			d, err := events.Decode[events.TaskRunCreated](whole)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, d)
+		}
+	}
+	return out, errs
+}
+
+func TestATaskRunCreationIsChunkedAsARevisionIs(t *testing.T) {
+	tests := []struct {
+		name      string
+		n         int
+		maxBytes  int
+		preceding int // events of an earlier attempt (orphan chunks) before it
+		wantChunk bool
+	}{
+		{name: "a creation that fits is one event with neither chunk field", n: 10},
+		{name: "a creation of a hundred thousand targets round-trips through chunks within the event bound", n: 100000, wantChunk: true},
+		{name: "orphan chunks of an earlier attempt are ignored", n: 100, maxBytes: 200, preceding: 3, wantChunk: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			full, evs := chunkedTaskRun(t, "u1", tt.n, tt.maxBytes)
+			if got := len(evs) > 1; got != tt.wantChunk {
+				t.Fatalf("%d events: chunked %v, want %v", len(evs), got, tt.wantChunk)
+			}
+			last, err := events.Decode[events.TaskRunCreated](evs[len(evs)-1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !tt.wantChunk {
+				b, _ := json.Marshal(last)
+				if strings.Contains(string(b), "targetChunks") || strings.Contains(string(b), "targetsDigest") {
+					t.Errorf("an unchunked creation names chunks: %s", b)
+				}
+			} else if len(last.Targets) != 0 || last.TargetChunks != len(evs)-1 || last.TargetsDigest != events.TargetsDigest(full.Targets) {
+				t.Errorf("the creation event: %d targets, %d chunks, digest %s", len(last.Targets), last.TargetChunks, last.TargetsDigest)
+			}
+			for _, ev := range evs {
+				if b, _ := ev.Marshal(); len(b) > events.MaxEventSize {
+					t.Fatalf("a %s event of %d bytes", ev.Type, len(b))
+				}
+			}
+			in := evs
+			if tt.preceding > 0 {
+				_, crashed := chunkedTaskRun(t, "u1", tt.n, tt.maxBytes)
+				in = append(slices.Clone(crashed[:tt.preceding]), evs...)
+			}
+			got, errs := assembleTaskRuns(t, in)
+			if len(errs) > 0 || len(got) != 1 {
+				t.Fatalf("got %d creations, errors %v", len(got), errs)
+			}
+			if diff := cmp.Diff(full, got[0]); diff != "" {
+				t.Errorf("assembled (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestATaskRunCreationWhoseChunksAreMissingOrWrongIsNotHandedOut(t *testing.T) {
+	_, evs := chunkedTaskRun(t, "u1", 100, 200)
+	_, other := chunkedTaskRun(t, "u2", 100, 200)
+	_, revision := chunkedRevision(t, "u1", 100, 200) // a Deployment's, same namespace and name keys
+	last := len(evs) - 1
+	d, _ := events.Decode[events.TaskRunCreated](evs[last])
+	d.TargetsDigest = events.TargetsDigest([]string{"someone-else"})
+	forged, err := events.New(evs[last].Keys, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		in          []events.Event
+		wantMissing bool
+	}{
+		{"no chunks", evs[last:], true},
+		{"a chunk missing", append(slices.Clone(evs[:1]), evs[2:]...), true},
+		{"chunks of another uid", append(slices.Clone(other[:last]), evs[last]), true},
+		{"chunks out of order", append(append([]events.Event{evs[1], evs[0]}, evs[2:last]...), evs[last]), true},
+		{"a Deployment revision's chunks in place of the TaskRun's", append(slices.Clone(revision[:len(revision)-1]), evs[last]), true},
+		{"chunks whose targets do not match the digest", append(slices.Clone(evs[:last]), forged), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, errs := assembleTaskRuns(t, tt.in)
+			if len(got) != 0 || len(errs) != 1 || errors.Is(errs[0], events.ErrChunksMissing) != tt.wantMissing {
+				t.Errorf("got %d creations, errors %v; want none and one error (ErrChunksMissing: %v)", len(got), errs, tt.wantMissing)
+			}
+		})
+	}
+}

@@ -155,10 +155,28 @@ type TaskRunCreated struct {
 	Agent *AgentArtifact `json:"agent,omitempty"`
 	// Window is the TaskRun's maintenance window (nil: none).
 	Window *MaintenanceWindow `json:"window,omitempty"`
+	// TargetChunks, when positive, is the number of TypeTaskRunTargets
+	// events just before this one on its subject that carry the targets
+	// (Targets is then empty); TargetsDigest is the complete list's
+	// (TargetsDigest). Both absent when Targets is complete (ADR 0010).
+	TargetChunks  int    `json:"targetChunks,omitempty"`
+	TargetsDigest string `json:"targetsDigest,omitempty"`
 }
 
 // EventType implements Data.
 func (TaskRunCreated) EventType() Type { return TypeTaskRunCreated }
+
+// TaskRunTargets is the data of TypeTaskRunTargets: one chunk of a
+// TaskRun's frozen target list, in order.
+type TaskRunTargets struct {
+	UID        string   `json:"uid"`
+	Generation int64    `json:"generation"`
+	Chunk      int      `json:"chunk"`
+	Targets    []string `json:"targets"`
+}
+
+// EventType implements Data.
+func (TaskRunTargets) EventType() Type { return TypeTaskRunTargets }
 
 // TaskRunDeleted is the data of TypeTaskRunDeleted.
 type TaskRunDeleted struct {

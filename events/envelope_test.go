@@ -123,6 +123,7 @@ func TestEveryCatalogueTypeHasAStructAndASubject(t *testing.T) {
 		events.TypeDeploymentRevisionTargets:  events.DeploymentRevisionTargets{},
 		events.TypeDeploymentDeleted:          events.DeploymentDeleted{},
 		events.TypeTaskRunCreated:             events.TaskRunCreated{},
+		events.TypeTaskRunTargets:             events.TaskRunTargets{},
 		events.TypeTaskRunDeleted:             events.TaskRunDeleted{},
 		events.TypeDeviceHeartbeat:            events.DeviceHeartbeat{},
 		events.TypeDeviceInventory:            events.DeviceInventory{},

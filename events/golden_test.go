@@ -54,6 +54,9 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 		writeGolden(t)
 	}
 	streams := []string{events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.StreamAudit}
+	if _, err := os.Stat(goldenFile(events.StreamLiveness)); err == nil {
+		streams = append(streams, events.StreamLiveness)
+	}
 	type typeVersion struct {
 		t events.Type
 		v int
@@ -67,7 +70,10 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 		}
 		for i, l := range lines {
 			where := fmt.Sprintf("%s line %d", goldenFile(stream), i+1)
-			if got, err := events.StreamOf(l.Subject); err != nil || got != stream {
+			// Heartbeats were stored in FLEET_TELEMETRY before ADR 0024
+			// moved them to FLEET_LIVENESS: those lines stay as written.
+			legacyHeartbeat := stream == events.StreamTelemetry && strings.HasSuffix(l.Subject, "."+string(events.ReportHeartbeat))
+			if got, err := events.StreamOf(l.Subject); !legacyHeartbeat && (err != nil || got != stream) {
 				t.Errorf("%s: subject %s belongs to %s (%v), not %s", where, l.Subject, got, err, stream)
 			}
 			ev, err := events.DecodeStored(l.Subject, l.Payload)
@@ -80,7 +86,7 @@ func TestGoldenLogsDecodeAndFoldToThePinnedResult(t *testing.T) {
 				continue
 			}
 			seen[typeVersion{ev.Type, ev.Version}] = true
-			if stream != events.StreamTelemetry && stream != events.StreamCommands && stream != events.StreamAudit && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
+			if stream != events.StreamTelemetry && stream != events.StreamLiveness && stream != events.StreamCommands && stream != events.StreamAudit && (stream != events.StreamReports || ev.Type == events.TypeWorkloadStatus) {
 				fold = append(fold, ev)
 			}
 		}
@@ -119,6 +125,8 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.DeploymentDeleted](ev)
 	case events.TypeTaskRunCreated:
 		_, err = events.Decode[events.TaskRunCreated](ev)
+	case events.TypeTaskRunTargets:
+		_, err = events.Decode[events.TaskRunTargets](ev)
 	case events.TypeTaskRunDeleted:
 		_, err = events.Decode[events.TaskRunDeleted](ev)
 	case events.TypeDeviceHeartbeat:
@@ -473,5 +481,14 @@ func goldenStory(t *testing.T) []events.Event {
 		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthStable, Window: 300,
 		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
 		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
+
+	// A fleet-wide TaskRun whose targets are chunked (ADR 0010): the
+	// chunk first, the creation last, naming it.
+	fleetWide := events.Keys{Namespace: "ops", Name: "fleet-upgrade"}
+	const fleetWideUID = "7c1b3e5a-0000-4000-8000-000000000006"
+	add(fleetWide, events.TaskRunTargets{UID: fleetWideUID, Generation: 1, Chunk: 1, Targets: []string{"rpi-1", "rpi-2"}},
+		events.WithCorrelation(fleetWideUID, 1))
+	add(fleetWide, events.TaskRunCreated{UID: fleetWideUID, Generation: 1, Task: "system-upgrade", Targets: []string{},
+		TargetChunks: 1, TargetsDigest: events.TargetsDigest([]string{"rpi-1", "rpi-2"})}, events.WithCorrelation(fleetWideUID, 1))
 	return out
 }

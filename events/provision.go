@@ -156,8 +156,8 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	reports.MaxMsgsPerSubject = o.ReportsPerSubject
 	reports.MaxMsgSize = MaxReportSize
 	reports.NoAck = true
-	telemetry := history(StreamTelemetry, "Fleet device heartbeats and inventory: the last few per device",
-		[]string{"fleet.report.*.heartbeat", "fleet.report.*.inventory", "fleet.report.*.containers"}, 0, jetstream.DiscardOld)
+	telemetry := history(StreamTelemetry, "Fleet device inventory and container state: the last few per device",
+		[]string{"fleet.report.*.inventory", "fleet.report.*.containers"}, 0, jetstream.DiscardOld)
 	telemetry.MaxMsgsPerSubject = o.TelemetryPerSubject
 	telemetry.MaxMsgSize = MaxReportSize
 	telemetry.MaxBytes = -1
@@ -166,13 +166,28 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 		telemetry.PersistMode = jetstream.AsyncPersistMode
 	}
 	telemetry.NoAck = true
+	// Heartbeats are soft state (ADR 0024): the last one per device, in
+	// memory (no fsync, no disk write per beat, on any replica), replicated
+	// like the rest so that a server loss keeps them. A full cluster
+	// restart empties it; every agent beats again within its interval.
+	liveness := history(StreamLiveness, "Fleet device heartbeats: the last one per device, in memory (soft state)",
+		[]string{"fleet.report.*.heartbeat"}, 0, jetstream.DiscardOld)
+	liveness.Storage = jetstream.MemoryStorage
+	liveness.MaxMsgsPerSubject = 1
+	liveness.MaxMsgSize = MaxReportSize
+	liveness.MaxBytes = -1
+	liveness.DenyDelete, liveness.DenyPurge = false, false
+	liveness.NoAck = true
 	return []jetstream.StreamConfig{
 		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",
 			[]string{"fleet.intent.deployment.*.*", "fleet.intent.taskrun.*.*"}, 0, jetstream.DiscardNew),
 		history(StreamRollout, "Fleet rollout transitions per Deployment (append-only history)",
 			[]string{"fleet.rollout.deployment.*.*"}, 0, jetstream.DiscardNew),
 		reports,
+		// Telemetry before liveness: an older FLEET_TELEMETRY releases
+		// the heartbeat subjects before FLEET_LIVENESS takes them.
 		telemetry,
+		liveness,
 		history(StreamCommands, "Fleet agent commands (audit trail)",
 			[]string{"fleet.command.*"}, o.ReportsMaxAge, jetstream.DiscardOld),
 		history(StreamAudit, "Fleet dashboard actions and alert acknowledgements, each naming the user (append-only history)",

@@ -86,7 +86,7 @@ func TestTheDocumentedPerDeviceWorstCaseIsTheConfiguredOne(t *testing.T) {
 	var total int64
 	figures := map[string]string{}
 	for _, c := range events.StreamConfigs(events.ProvisionOptions{}) {
-		if c.Name != events.StreamReports && c.Name != events.StreamTelemetry {
+		if c.Name != events.StreamReports && c.Name != events.StreamTelemetry && c.Name != events.StreamLiveness {
 			continue
 		}
 		if c.MaxMsgSize <= 0 || c.MaxMsgsPerSubject <= 0 {

@@ -139,7 +139,7 @@ func controlPlaneMessage(ev Event) (*nats.Msg, error) {
 // write.
 func deviceWritten(subject string) bool {
 	stream, err := StreamOf(subject)
-	return err == nil && (stream == StreamReports || stream == StreamTelemetry)
+	return err == nil && (stream == StreamReports || stream == StreamTelemetry || stream == StreamLiveness)
 }
 
 // Report publishes device reports as devices do (core publishes, never

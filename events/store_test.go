@@ -219,7 +219,7 @@ func TestInvalidEventIsRefusedBeforePublishing(t *testing.T) {
 	if err := st.Report(ctx, heartbeat(t, "d2", 1)); err != nil {
 		t.Fatal(err)
 	}
-	if n := streamMsgs(t, st, events.StreamTelemetry); n != 1 {
+	if n := streamMsgs(t, st, events.StreamLiveness); n != 1 {
 		t.Errorf("%d heartbeats stored, want only the valid one reported alone: a report call with an invalid event must publish nothing", n)
 	}
 	if n := streamMsgs(t, st, events.StreamCommands); n != 0 {
@@ -258,7 +258,7 @@ func TestAppendRefusesSubjectsOnlyDevicesWrite(t *testing.T) {
 	if err := st.Report(ctx, heartbeat(t, "d9", 1), workload(t, "d9", 1)); err != nil {
 		t.Fatal(err)
 	}
-	for stream, want := range map[string]uint64{events.StreamReports: 1, events.StreamTelemetry: 1, events.StreamCommands: 0} {
+	for stream, want := range map[string]uint64{events.StreamReports: 1, events.StreamLiveness: 1, events.StreamTelemetry: 0, events.StreamCommands: 0} {
 		if n := streamMsgs(t, st, stream); n != want {
 			t.Errorf("%s holds %d messages after refused writes and the reports after them, want %d", stream, n, want)
 		}
@@ -437,24 +437,25 @@ func TestFollowSeesLiveEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(testContext(t))
 	defer cancel()
 	_, st := natstest.Provisioned(t)
-	if err := st.Report(ctx, heartbeat(t, "d1", 0)); err != nil {
+	// Workload reports: every one is kept (heartbeats keep only the last).
+	if err := st.Report(ctx, workload(t, "d1", 0)); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		for i := 1; i <= 3; i++ {
-			if err := st.Report(ctx, heartbeat(t, "d1", i)); err != nil {
+			if err := st.Report(ctx, workload(t, "d1", i)); err != nil {
 				return
 			}
 		}
 	}()
 	var n int
-	for r, err := range st.Follow(ctx, "fleet.report.d1.heartbeat", events.FromStart()) {
+	for r, err := range st.Follow(ctx, "fleet.report.d1.workload", events.FromStart()) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, _ := events.Decode[events.DeviceHeartbeat](r.Event)
-		if d.AgentVersion != fmt.Sprint(n) {
-			t.Fatalf("event %d carries %q", n, d.AgentVersion)
+		d, _ := events.Decode[events.WorkloadStatus](r.Event)
+		if d.Generation != int64(n) {
+			t.Fatalf("event %d carries generation %d", n, d.Generation)
 		}
 		if n++; n == 4 {
 			cancel()
@@ -481,7 +482,9 @@ func TestFollowSubjectsStartsFromTheLastOfEachSubjectInOneConsumer(t *testing.T)
 	if err := st.Report(ctx, old...); err != nil {
 		t.Fatal(err)
 	}
-	filters := []string{"fleet.report.*.heartbeat", "fleet.report.*.inventory"}
+	// Heartbeats (FLEET_LIVENESS) across every device; the inventory in
+	// FLEET_TELEMETRY is another stream's.
+	filters := []string{"fleet.report.*.heartbeat"}
 	var got []string
 	skipped := 0
 	for r, err := range st.FollowSubjects(ctx, filters, events.FromLastPerSubject()) {
@@ -500,23 +503,23 @@ func TestFollowSubjectsStartsFromTheLastOfEachSubjectInOneConsumer(t *testing.T)
 			label += " " + d.AgentVersion
 		}
 		got = append(got, label)
-		if len(got) == 3 {
-			s, err := st.JetStream().Stream(ctx, events.StreamTelemetry)
+		if len(got) == 2 {
+			s, err := st.JetStream().Stream(ctx, events.StreamLiveness)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if info, err := s.Info(ctx); err != nil || info.State.Consumers != 1 {
-				t.Errorf("consumers on %s while following: %v, %v; want 1", events.StreamTelemetry, info.State.Consumers, err)
+				t.Errorf("consumers on %s while following: %v, %v; want 1", events.StreamLiveness, info.State.Consumers, err)
 			}
 			if err := st.Report(ctx, heartbeat(t, "d2", 7)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if len(got) == 4 {
+		if len(got) == 3 {
 			cancel()
 		}
 	}
-	want := []string{"d1 device.inventory", "d2 device.heartbeat 0", "d1 device.heartbeat 2", "d2 device.heartbeat 7"}
+	want := []string{"d2 device.heartbeat 0", "d1 device.heartbeat 2", "d2 device.heartbeat 7"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("followed (-want +got):\n%s", diff)
 	}
@@ -770,18 +773,21 @@ func TestProvision(t *testing.T) {
 			t.Errorf("got %v", err)
 		}
 	})
-	t.Run("telemetry keeps only the last few per device", func(t *testing.T) {
+	t.Run("telemetry keeps only the last few per device, liveness the last heartbeat", func(t *testing.T) {
 		st, err := events.NewStore(natstest.Connect(t, s), events.StoreOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range 12 {
-			if err := st.Report(ctx, heartbeat(t, "d1", i)); err != nil {
+			if err := st.Report(ctx, inventory(t, "d1"), heartbeat(t, "d1", i)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if recs := collect(t, st.Replay(ctx, "fleet.report.d1.heartbeat", events.FromStart())); len(recs) != events.DefaultTelemetryPerSubject {
-			t.Errorf("kept %d heartbeats, want %d", len(recs), events.DefaultTelemetryPerSubject)
+		if recs := collect(t, st.Replay(ctx, "fleet.report.d1.inventory", events.FromStart())); len(recs) != events.DefaultTelemetryPerSubject {
+			t.Errorf("kept %d inventories, want %d", len(recs), events.DefaultTelemetryPerSubject)
+		}
+		if recs := collect(t, st.Replay(ctx, "fleet.report.d1.heartbeat", events.FromStart())); len(recs) != 1 {
+			t.Errorf("kept %d heartbeats, want the last one", len(recs))
 		}
 	})
 }

@@ -251,7 +251,7 @@ func TestReadersSkipUndecodableRecordsAndGoOn(t *testing.T) {
 		seq := publishRaw(t, st, "fleet.report.d2.heartbeat", []byte(`{"stream":"FLEET_TELEMETRY","seq":5}`))
 		rec, err := st.Last(ctx, "fleet.report.d2.heartbeat")
 		re, ok := events.AsRecordError(err)
-		if !ok || re.Sequence != seq || rec.Sequence != seq || re.Reason != events.ReasonNotAnEnvelope || re.Stream != events.StreamTelemetry {
+		if !ok || re.Sequence != seq || rec.Sequence != seq || re.Reason != events.ReasonNotAnEnvelope || re.Stream != events.StreamLiveness {
 			t.Errorf("Last = %+v, %v", rec, err)
 		}
 	})
@@ -286,10 +286,10 @@ func TestLastPerSubjectLeavesOutCountsAndLogsUndecodableRecords(t *testing.T) {
 	if diff := cmp.Diff([]string{"fleet.report.d0.heartbeat", "fleet.report.d2.heartbeat"}, subjects); diff != "" {
 		t.Errorf("subjects (-want +got):\n%s", diff)
 	}
-	if n := skips.Skipped(events.StreamTelemetry, events.ReasonNotAnEnvelope); n != 2 {
+	if n := skips.Skipped(events.StreamLiveness, events.ReasonNotAnEnvelope); n != 2 {
 		t.Errorf("counted %d skipped records, want 2", n)
 	}
-	if !containsAll(logs.String(), "undecodable record skipped", "stream=FLEET_TELEMETRY", "subject=fleet.report.d1.heartbeat", "seq=", "reason=not-an-envelope", "bytes=80") {
+	if !containsAll(logs.String(), "undecodable record skipped", "stream=FLEET_LIVENESS", "subject=fleet.report.d1.heartbeat", "seq=", "reason=not-an-envelope", "bytes=80") {
 		t.Errorf("log does not name stream, subject, sequence, reason and size:\n%s", logs.String())
 	}
 	if strings.Contains(logs.String(), "hostile-payload") {

@@ -20,8 +20,11 @@ const (
 	// per revision, workload health, task status and command results.
 	StreamReports = "FLEET_REPORTS"
 	// StreamTelemetry holds device reports of which only the last few per
-	// subject matter: heartbeats, inventory and container state.
+	// subject matter: inventory and container state.
 	StreamTelemetry = "FLEET_TELEMETRY"
+	// StreamLiveness holds each device's last heartbeat, in memory: soft
+	// state, never a stored, fsynced write per beat (ADR 0024).
+	StreamLiveness = "FLEET_LIVENESS"
 	// StreamCommands holds agent commands, an audit trail of what was asked
 	// of each device.
 	StreamCommands = "FLEET_COMMANDS"
@@ -390,14 +393,16 @@ func StreamOf(subject string) (string, error) {
 	case "report":
 		if len(t) == 4 {
 			switch ReportKind(t[3]) {
-			case ReportHeartbeat, ReportInventory, ReportContainers:
+			case ReportHeartbeat:
+				return StreamLiveness, nil
+			case ReportInventory, ReportContainers:
 				return StreamTelemetry, nil
 			case ReportWorkload, ReportTask, ReportCommand, ReportHealth:
 				return StreamReports, nil
 			}
 		}
-		return "", fmt.Errorf("%w %q: a report filter must end in one report kind (heartbeat, inventory and containers live in %s, the rest in %s)",
-			ErrInvalidSubject, subject, StreamTelemetry, StreamReports)
+		return "", fmt.Errorf("%w %q: a report filter must end in one report kind (heartbeats live in %s, inventory and containers in %s, the rest in %s)",
+			ErrInvalidSubject, subject, StreamLiveness, StreamTelemetry, StreamReports)
 	case ">":
 		return "", fmt.Errorf("%w %q: spans every stream; name a family", ErrInvalidSubject, subject)
 	}

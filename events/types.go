@@ -19,6 +19,9 @@ const (
 	TypeDeploymentDeleted Type = "deployment.deleted"
 	// TypeTaskRunCreated: a TaskRun's task intent for its frozen targets.
 	TypeTaskRunCreated Type = "taskrun.created"
+	// TypeTaskRunTargets: one chunk of a TaskRun's frozen target list, when
+	// the list does not fit in the creation event.
+	TypeTaskRunTargets Type = "taskrun.targets"
 	// TypeTaskRunDeleted: the TaskRun was deleted.
 	TypeTaskRunDeleted Type = "taskrun.deleted"
 )
@@ -132,6 +135,7 @@ var catalogue = []TypeInfo{
 	{TypeDeploymentRevisionTargets, 1, FamilyDeploymentIntent, ""},
 	{TypeDeploymentDeleted, 1, FamilyDeploymentIntent, ""},
 	{TypeTaskRunCreated, 1, FamilyTaskRunIntent, ""},
+	{TypeTaskRunTargets, 1, FamilyTaskRunIntent, ""},
 	{TypeTaskRunDeleted, 1, FamilyTaskRunIntent, ""},
 	{TypeRolloutStarted, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutCanaryStage, 1, FamilyDeploymentRollout, ""},

@@ -329,7 +329,8 @@ func TestTimelinesTellWhatHappened(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("timeline (-want +got):\n%s", diff)
 		}
-		if hb := tl.Heartbeats; hb.Count != 2 || !slices.Equal(hb.AgentVersions, []string{"0.1.0"}) || hb.Uptime != 2*time.Minute {
+		// FLEET_LIVENESS keeps the last heartbeat only (ADR 0024).
+		if hb := tl.Heartbeats; hb.Count != 1 || !slices.Equal(hb.AgentVersions, []string{"0.1.0"}) || hb.Uptime != 2*time.Minute {
 			t.Errorf("heartbeats %+v", hb)
 		}
 		if len(tl.Intent) != 0 {

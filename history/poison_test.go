@@ -136,10 +136,12 @@ func TestHistorySkipsAndCountsRecordsThatDoNotDecode(t *testing.T) {
 			}
 		}
 		// The telemetry stream keeps the last 5 per subject: the last 5
-		// heartbeat and inventory poison records.
+		// inventory poison records; the liveness stream the last
+		// heartbeat poison record (ADR 0024).
 		got := map[string]uint64{events.StreamReports: skips.Skipped(events.StreamReports, ""),
-			events.StreamTelemetry: skips.Skipped(events.StreamTelemetry, ""), events.StreamCommands: skips.Skipped(events.StreamCommands, "")}
-		want := map[string]uint64{events.StreamReports: uint64(nWorkload + 1), events.StreamTelemetry: 10, events.StreamCommands: uint64(nCommand)}
+			events.StreamTelemetry: skips.Skipped(events.StreamTelemetry, ""), events.StreamLiveness: skips.Skipped(events.StreamLiveness, ""),
+			events.StreamCommands: skips.Skipped(events.StreamCommands, "")}
+		want := map[string]uint64{events.StreamReports: uint64(nWorkload + 1), events.StreamTelemetry: 5, events.StreamLiveness: 1, events.StreamCommands: uint64(nCommand)}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("skipped records (-want +got):\n%s", diff)
 		}

@@ -70,6 +70,17 @@ func (h *History) TaskRun(ctx context.Context, namespace, name string) (*TaskRun
 	if err != nil {
 		return nil, err
 	}
+	// A chunked creation is read whole (ADR 0010), as the operator reads
+	// it; its chunks stay as entries of their own.
+	var chunks events.RevisionAssembler
+	for i, rec := range intent {
+		whole, ok, err := chunks.Add(rec.Event)
+		if err != nil {
+			h.skipData(ctx, rec, err)
+		} else if ok {
+			intent[i].Event = whole
+		}
+	}
 	// The operator folds the whole intent history before any report: so
 	// does this fold, then it renders everything in stored order.
 	k := projections.TaskRunKey{Namespace: namespace, Name: name}
@@ -137,6 +148,10 @@ func taskIntentSummary(rec events.Record) string {
 			s += fmt.Sprintf(", agent %s from %s (sha256 %s)", c.Agent.Version, c.Agent.URL, c.Agent.SHA256)
 		}
 		return s
+	case events.TypeTaskRunTargets:
+		if c, err := events.Decode[events.TaskRunTargets](rec.Event); err == nil {
+			return fmt.Sprintf("TaskRun target chunk %d (uid %s): %d targets", c.Chunk, c.UID, len(c.Targets))
+		}
 	case events.TypeTaskRunDeleted:
 		if d, err := events.Decode[events.TaskRunDeleted](rec.Event); err == nil {
 			return fmt.Sprintf("TaskRun deleted (uid %s): its task leaves the targets' intent; a device already running it finishes", d.UID)

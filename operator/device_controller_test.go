@@ -793,15 +793,17 @@ func TestOneTelemetryConsumerServesEveryDevice(t *testing.T) {
 	for _, id := range ids {
 		e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
 	}
-	s, err := e.store.JetStream().Stream(e.ctx, events.StreamTelemetry)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(e.ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Consumers != 1 {
-		t.Errorf("%d consumers on %s for %d devices, want 1", info.State.Consumers, events.StreamTelemetry, devices)
+	for _, stream := range []string{events.StreamLiveness, events.StreamTelemetry} {
+		s, err := e.store.JetStream().Stream(e.ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := s.Info(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Consumers != 1 {
+			t.Errorf("%d consumers on %s for %d devices, want 1", info.State.Consumers, stream, devices)
+		}
 	}
 }

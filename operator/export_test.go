@@ -9,6 +9,7 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/deployments"
 	"github.com/nationtech/harmony-fleet/operator/devices"
+	"github.com/nationtech/harmony-fleet/operator/taskruns"
 )
 
 // SetRevisionChunkBytes makes revisions chunk their targets past n id bytes
@@ -21,3 +22,7 @@ func ApplyDeviceStatus(ctx context.Context, c client.Client, d *fleetv1.Device, 
 	r := &devices.Reconciler{Client: c, Log: slog.New(slog.DiscardHandler)}
 	return r.WriteStatus(ctx, d, want)
 }
+
+// SetTaskRunChunkBytes makes TaskRun creations chunk their targets past n
+// id bytes until the returned restore is called (taskruns.SetChunkBytes).
+func SetTaskRunChunkBytes(n int) (restore func()) { return taskruns.SetChunkBytes(n) }

@@ -449,18 +449,26 @@ func TestTelemetryReportsThatDoNotDecodeAreSkippedAndCounted(t *testing.T) {
 		Containers: []events.ContainerState{{Name: "api", State: "running"}}}}})) {
 		publish("fleet.report."+id+".containers", tc.Payload)
 	}
-	mismatched := e.skips.Skipped(events.StreamTelemetry, events.ReasonSubjectMismatch)
+	// Heartbeats are read from FLEET_LIVENESS, inventories from
+	// FLEET_TELEMETRY (ADR 0024).
+	mismatchedIn := func() uint64 {
+		return e.skips.Skipped(events.StreamTelemetry, events.ReasonSubjectMismatch) + e.skips.Skipped(events.StreamLiveness, events.ReasonSubjectMismatch)
+	}
+	mismatched := mismatchedIn()
 	// rpi-1, on its own subjects, speaks for rpi-2.
 	publish("fleet.report."+id+".heartbeat", marshal(t, event(other, events.DeviceHeartbeat{AgentVersion: "1"})))
 	publish("fleet.report."+id+".inventory", marshal(t, event(other, events.DeviceInventory{OS: "linux", Labels: map[string]string{"zone": "forged"}})))
 	// Telemetry keeps only the last few records per subject, so how many of
 	// the poison records the reader sees depends on how far behind it is;
 	// the two forged records are the last on their subjects and are always
-	// read. A heartbeat of a third device after them is the barrier: the
-	// reader reads the stream in order.
+	// read. A heartbeat and an inventory of a third device after them are
+	// the barrier: each reader reads its stream in order.
 	e.heartbeat(barrier)
-	e.waitDevice(barrier, "Online (the reader passed the forged records)", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
-	if got := e.skips.Skipped(events.StreamTelemetry, events.ReasonSubjectMismatch); got < mismatched+2 {
+	e.report(barrier, events.DeviceInventory{OS: "barrier"})
+	e.waitDevice(barrier, "Online with its inventory (the readers passed the forged records)", func(d *fleetv1.Device) bool {
+		return d.Status.Liveness == fleetv1.LivenessOnline && d.Status.Inventory != nil && d.Status.Inventory.OS == "barrier"
+	})
+	if got := mismatchedIn(); got < mismatched+2 {
 		t.Errorf("%d records refused for naming another device, want at least %d (the two forged ones)", got, mismatched+2)
 	}
 

@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -57,5 +58,66 @@ func TestADeploymentWhoseTargetsAreChunkedRollsOutAcrossAnOperatorRestart(t *tes
 		events.TypeRolloutReleased, events.TypeRolloutSucceeded}
 	if diff := cmp.Diff(want, e.transitions("api")); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+}
+
+func TestATaskRunWhoseTargetsAreChunkedIsCreatedOnceAndRunsAcrossAnOperatorRestart(t *testing.T) {
+	t.Cleanup(operator.SetTaskRunChunkBytes(20)) // a chunk per device
+	e := newEnv(t)
+	ids := []string{e.id("rpi-1"), e.id("rpi-2"), e.id("rpi-3")}
+	for _, id := range ids {
+		e.device(id, map[string]string{"role": "analyzer"})
+	}
+	// Two operators race for the creation.
+	stopA := e.startOperator()
+	e.startOperator()
+	tr := e.taskRun("upgrade", fleetv1.TaskSystemUpgrade, map[string]string{"role": "analyzer"})
+
+	// The creation comes last, after its chunks, once.
+	var created events.TaskRunCreated
+	e.waitFor("the chunked creation", func() bool {
+		recs := e.taskIntent("upgrade")
+		if len(recs) < 2 {
+			return false
+		}
+		d, err := events.Decode[events.TaskRunCreated](recs[len(recs)-1].Event)
+		created = d
+		return err == nil && d.TargetChunks > 1 && len(d.Targets) == 0
+	})
+	if created.UID != string(tr.UID) || created.TargetsDigest != events.TargetsDigest(ids) {
+		t.Errorf("the creation: uid %s, digest %s; want %s and the digest of %v", created.UID, created.TargetsDigest, tr.UID, ids)
+	}
+	e.waitFor("every target's task entry", func() bool {
+		for _, id := range ids {
+			if !e.hasTask(id, "upgrade") {
+				return false
+			}
+		}
+		return true
+	})
+	e.waitFor("TargetsResolved naming the three targets", func() bool {
+		c := meta.FindStatusCondition(e.getTaskRun("upgrade").Status.Conditions, fleetv1.ConditionTargetsResolved)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonResolved && strings.HasPrefix(c.Message, "3 targets")
+	})
+	stopA()
+
+	whole := created
+	whole.Targets = ids
+	e.taskReport(ids[0], whole, "upgrade", events.TaskSucceeded, "", events.TaskStatus{})
+	e.startOperator()
+	e.taskReport(ids[1], whole, "upgrade", events.TaskSucceeded, "", events.TaskStatus{})
+	e.taskReport(ids[2], whole, "upgrade", events.TaskSucceeded, "", events.TaskStatus{})
+	got := e.waitTaskPhase("upgrade", fleetv1.TaskRunSucceeded)
+	if diff := cmp.Diff(fleetv1.TaskRunCounts{Targets: 3, Succeeded: 3}, got.Status.Counts); diff != "" {
+		t.Errorf("counts (-want +got):\n%s", diff)
+	}
+	n := 0
+	for _, r := range e.taskIntent("upgrade") {
+		if r.Event.Type == events.TypeTaskRunCreated {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d taskrun.created events, want exactly 1", n)
 	}
 }

@@ -50,7 +50,9 @@ func (s *Intent) applyTask(p *Payload) (changed []string, handled bool) {
 	switch ev.Type {
 	case events.TypeTaskRunCreated:
 		d, err := p.TaskRunCreated()
-		if err != nil || d.UID == "" {
+		if err != nil || d.UID == "" || d.TargetChunks > 0 {
+			// A chunked creation is folded once assembled
+			// (events.RevisionAssembler).
 			return nil, true
 		}
 		t := s.task(taskKey{ev.Keys.Namespace, ev.Keys.Name, d.UID})

@@ -102,7 +102,9 @@ func NewTaskRuns() *TaskRuns {
 }
 
 // ApplyIntent folds a taskrun.created or taskrun.deleted record (others are
-// ignored); an error only when its data does not decode.
+// ignored, and so is a creation that still names target chunks: feed the
+// intent through an events.RevisionAssembler first); an error only when its
+// data does not decode.
 func (f *TaskRuns) ApplyIntent(rec events.Record) error {
 	ev := rec.Event
 	k := TaskRunKey{ev.Keys.Namespace, ev.Keys.Name}
@@ -112,8 +114,8 @@ func (f *TaskRuns) ApplyIntent(rec events.Record) error {
 		if err != nil {
 			return err
 		}
-		if _, dup := f.uids[c.UID]; dup || c.UID == "" {
-			return nil
+		if _, dup := f.uids[c.UID]; dup || c.UID == "" || c.TargetChunks > 0 {
+			return nil // a chunked creation is folded once assembled (events.RevisionAssembler)
 		}
 		f.uids[c.UID] = k
 		if f.deleted[c.UID] {

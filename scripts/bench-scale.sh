@@ -12,6 +12,10 @@
 #  3. BenchmarkKubeRollout: 10,000 Devices in the real kube-apiserver
 #  4. the auth callout: connect rate against plain tokens, reconnect storm
 #  5. BenchmarkRebuild: projection rebuild against raw ordered replay
+#  6. BenchmarkIdleHeartbeatStoredWrites: idle devices' stored writes on a
+#     3-server R3 cluster, before and after ADR 0024
+#  7. BenchmarkKubeColdStart: the operator's start and a leader failover to
+#     a decided rollout over BENCH_SCALE_KUBE_DEVICES Devices
 #
 # Environment: FLEET_SCALE (the fleet-scale binary, required),
 # BENCH_SCALE_LARGE (default 100000), BENCH_SCALE_SERVERS (default 7),
@@ -19,7 +23,7 @@
 # 200), BENCH_SCALE_DISTINCT_KEYS (fleet-scale's -distinct-keys for the large
 # size, default 0: one key per device), BENCH_SCALE_KUBE_DEVICES (default
 # 10000), BENCH_SCALE_STEPS (the
-# steps to run, default "1 2 3 4 5"). The whole output is also written to
+# steps to run, default "1 2 3 4 5 6 7"). The whole output is also written to
 # .cache/bench/scale-<time>.log.
 set -uo pipefail
 
@@ -30,7 +34,7 @@ servers="${BENCH_SCALE_SERVERS:-7}"
 rate="${BENCH_SCALE_LARGE_RATE:-200}"
 distinct="${BENCH_SCALE_DISTINCT_KEYS:-0}"
 kube="${BENCH_SCALE_KUBE_DEVICES:-10000}"
-steps="${BENCH_SCALE_STEPS:-1 2 3 4 5}"
+steps="${BENCH_SCALE_STEPS:-1 2 3 4 5 6 7}"
 tags="remote exclude_graphdriver_btrfs containers_image_openpgp"
 
 mkdir -p "$root/.cache/bench"
@@ -55,8 +59,10 @@ for s in $steps; do
 	3) step "$kube Devices in kube-apiserver" env FLEET_KUBE_DEVICES="$kube" go test -tags "$tags" -run '^$' -bench KubeRollout -benchtime 1x -timeout 60m ./operator/ ;;
 	4) step "auth callout" go test -tags "$tags" -run '^$' -bench 'Connect$|ReconnectStorm' -benchtime 1x -timeout 30m ./authcallout/ ;;
 	5) step "projection rebuild" go test -tags "$tags" -run '^$' -bench Rebuild -timeout 30m ./projections/ ;;
+	6) step "idle heartbeats on 3 servers" go test -tags "$tags" -run '^$' -bench IdleHeartbeatStoredWrites -benchtime 1x -timeout 15m ./events/ ;;
+	7) step "$kube Devices: operator cold start" env FLEET_KUBE_DEVICES="$kube" go test -tags "$tags" -run '^$' -bench KubeColdStart -benchtime 1x -timeout 60m ./operator/ ;;
 	*)
-		echo "bench-scale.sh: unknown step $s in BENCH_SCALE_STEPS: use 1 to 5" >&2
+		echo "bench-scale.sh: unknown step $s in BENCH_SCALE_STEPS: use 1 to 7" >&2
 		exit 2
 		;;
 	esac

@@ -270,7 +270,7 @@ func Report(tb testing.TB, ctx context.Context, st *events.Store, evs ...events.
 // acknowledges, which Append refuses (events.ErrDeviceWritten).
 func DeviceWritten(subject string) bool {
 	stream, err := events.StreamOf(subject)
-	return err == nil && (stream == events.StreamReports || stream == events.StreamTelemetry)
+	return err == nil && (stream == events.StreamReports || stream == events.StreamTelemetry || stream == events.StreamLiveness)
 }
 
 // Write stores ev as its writer does and returns where: a device's report

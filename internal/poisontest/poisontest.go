@@ -44,7 +44,7 @@ const Hidden = "v1\u202egnp.exe\u202a\u202b\u202c\u202d\u2066\u2067\u2068\u2069\
 // MaxBody is the size of the largest poison body stored on subject: less
 // than the largest message its stream stores, with room for headers.
 func MaxBody(subject string) int {
-	if stream, err := events.StreamOf(subject); err == nil && (stream == events.StreamReports || stream == events.StreamTelemetry) {
+	if stream, err := events.StreamOf(subject); err == nil && (stream == events.StreamReports || stream == events.StreamTelemetry || stream == events.StreamLiveness) {
 		return events.MaxReportData
 	}
 	return MaxPayload

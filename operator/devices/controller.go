@@ -101,6 +101,8 @@ type Reconciler struct {
 
 	kvMu sync.Mutex
 	kv   jetstream.KeyValue // the fleet-identity bucket, resolved once; guarded by kvMu
+	// idSnap is the bucket read in one pass at the start.
+	idSnap identitySnapshot
 }
 
 // SetupWithManager registers the field index, the telemetry consumer (one

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -69,7 +70,72 @@ type identitySlot struct {
 	entry jetstream.KeyValueEntry
 }
 
-// readIdentity returns the slot of an identity subject.
+// identitySnapshotTTL bounds how long the start's one-pass read of the
+// bucket answers reads: each key once, within this time of the read.
+const identitySnapshotTTL = 2 * time.Minute
+
+// identitySnapshot is the fleet-identity bucket read in one pass when the
+// Device controller starts (one watch, not one get per Device: the cold
+// start at 100,000 Devices). Each key answers one read; later reads, and
+// reads after identitySnapshotTTL, go to the bucket. An answer that went
+// stale in between costs no correctness: every write is conditional on
+// the key's revision (a lost race looks again).
+type identitySnapshot struct {
+	mu     sync.Mutex
+	loaded bool
+	at     time.Time
+	// entries are the keys not read yet; absent the keys the bucket did
+	// not hold (read, they are added to used).
+	entries map[string]jetstream.KeyValueEntry
+	used    map[string]bool
+}
+
+// take returns the snapshot's answer for key, once: ok is false when the
+// snapshot has none (not loaded, expired, or already read).
+func (s *identitySnapshot) take(key string, now time.Time) (jetstream.KeyValueEntry, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.loaded || now.Sub(s.at) > identitySnapshotTTL || s.used[key] {
+		return nil, false
+	}
+	s.used[key] = true
+	e := s.entries[key]
+	delete(s.entries, key)
+	return e, true
+}
+
+// load reads every current entry of kv with one watch, once per Reconciler;
+// a failed read leaves the snapshot empty (reads go to the bucket).
+func (s *identitySnapshot) load(ctx context.Context, kv jetstream.KeyValue, now time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.loaded {
+		return nil
+	}
+	s.loaded, s.at = true, now
+	s.entries, s.used = map[string]jetstream.KeyValueEntry{}, map[string]bool{}
+	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("read %s in one pass: %w", events.BucketIdentity, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			s.entries = map[string]jetstream.KeyValueEntry{}
+			return ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok || e == nil {
+				return nil // every current entry was delivered
+			}
+			s.entries[e.Key()] = e
+		}
+	}
+}
+
+// readIdentity returns the slot of an identity subject: from the start's
+// one-pass read of the bucket the first time a key is read, else from the
+// bucket.
 func (r *Reconciler) readIdentity(ctx context.Context, subject string) (identitySlot, error) {
 	key, err := events.IdentityKey(subject)
 	if err != nil {
@@ -78,6 +144,12 @@ func (r *Reconciler) readIdentity(ctx context.Context, subject string) (identity
 	kv, err := r.identityKV(ctx)
 	if err != nil {
 		return identitySlot{}, err
+	}
+	if err := r.idSnap.load(ctx, kv, r.Now()); err != nil {
+		r.Log.WarnContext(ctx, "identity bucket not read in one pass; reading key by key", "error", err)
+	}
+	if e, ok := r.idSnap.take(key, r.Now()); ok {
+		return identitySlot{key: key, entry: e}, nil
 	}
 	e, err := kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {

@@ -16,7 +16,7 @@ import (
 
 // telemetry is the operator's in-memory view of device telemetry: the last
 // heartbeat time and the last inventory of each device, fed by one ordered
-// consumer on FLEET_TELEMETRY, and the liveness the Device controller last
+// consumer each on FLEET_LIVENESS and FLEET_TELEMETRY, and the liveness the Device controller last
 // decided for each device. Liveness lives here and in the stream, not in
 // etcd: the controller writes the Device status on transitions only.
 type telemetry struct {
@@ -186,14 +186,17 @@ func livenessAt(heartbeat, now time.Time, staleAfter time.Duration) fleetv1.Live
 	}
 }
 
-// telemetryFilters are the subjects the Device controller follows: every
-// device's heartbeats, inventories and container reports, in one consumer.
-var telemetryFilters = []string{"fleet.report.*." + string(events.ReportHeartbeat), "fleet.report.*." + string(events.ReportInventory),
-	"fleet.report.*." + string(events.ReportContainers)}
+// The subjects the Device controller follows: every device's heartbeats
+// (FLEET_LIVENESS, ADR 0024) in one consumer, and every device's
+// inventories and container reports (FLEET_TELEMETRY) in another.
+var (
+	heartbeatFilters = []string{"fleet.report.*." + string(events.ReportHeartbeat)}
+	telemetryFilters = []string{"fleet.report.*." + string(events.ReportInventory), "fleet.report.*." + string(events.ReportContainers)}
+)
 
-// followTelemetry feeds the telemetry view from the event store's follow of
-// FLEET_TELEMETRY (one ordered consumer for all devices, never one per
-// device, read through projections/runner) and wakes the Device controller
+// followTelemetry feeds the telemetry view from the event store's follows
+// of FLEET_LIVENESS and FLEET_TELEMETRY (one ordered consumer each for all
+// devices, never one per device, read through projections/runner) and wakes the Device controller
 // through wake, one generic event per Device named by a report that may
 // change its status. It starts from the last report per subject, which is
 // the whole current state, so a restart loses nothing; a failed read is
@@ -211,7 +214,10 @@ func (r *Reconciler) followTelemetry(ctx context.Context, wake chan<- event.Gene
 	}()
 	reads := &projrunner.Runner{Name: "telemetry consumer", Reader: r.Store, Log: r.Log,
 		RetryMin: telemetryRetryMin, RetryMax: telemetryRetryMax,
-		Sources: []projrunner.Source{{Filters: telemetryFilters, From: events.FromLastPerSubject(), FollowOnly: true}}}
+		Sources: []projrunner.Source{
+			{Filters: heartbeatFilters, From: events.FromLastPerSubject(), FollowOnly: true},
+			{Filters: telemetryFilters, From: events.FromLastPerSubject(), FollowOnly: true},
+		}}
 	wg.Go(func() { reads.Run(ctx, in) })
 	for {
 		select {

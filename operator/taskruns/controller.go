@@ -1,5 +1,6 @@
 // Package taskruns owns the operator's TaskRun role: the controller that
-// freezes a new TaskRun's targets in one taskrun.created event and a
+// freezes a new TaskRun's targets in one taskrun.created event (after its
+// taskrun.targets chunks when they do not fit in it, ADR 0010) and a
 // deletion in one taskrun.deleted event (Reconciler), and the runner that
 // folds TaskRun intent and the devices' task reports into each TaskRun's
 // status (Runner). Package operator wires both; it imports no other role.
@@ -32,7 +33,8 @@ import (
 const FieldOwner = "fleet-operator-taskruns"
 
 // Reconciler freezes a new TaskRun's targets in one taskrun.created
-// event, and a deletion in one taskrun.deleted event. Both are appended with
+// event (chunked as a revision is when they do not fit), and a deletion in
+// one taskrun.deleted event. Both are appended with
 // the expected last sequence of the TaskRun's intent subject, so racing
 // operators and restarts append each exactly once per TaskRun UID. The
 // rollout runner folds these events into the devices' fleet-intent values
@@ -102,11 +104,11 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		ev, err := taskRunEvent(&tr, res)
+		evs, err := taskRunEvents(&tr, res)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		_, err = r.Store.Append(ctx, ev, events.ExpectLastSubjectSequence(head.Seq))
+		err = appendEvents(ctx, r.Store, evs, head.Seq)
 		if errors.Is(err, events.ErrConflict) {
 			r.Log.InfoContext(ctx, "taskrun append conflict, re-reading", "taskrun", req.String())
 			return ctrl.Result{}, requeue.Conflict(err)
@@ -114,11 +116,14 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("append creation of %s: %w", req, err)
 		}
-		created, _ = events.Decode[events.TaskRunCreated](ev)
-		r.Log.InfoContext(ctx, "taskrun created", "taskrun", req.String(), "task", created.Task, "targets", len(created.Targets))
+		created, _ = events.Decode[events.TaskRunCreated](evs[len(evs)-1])
+		r.Log.InfoContext(ctx, "taskrun created", "taskrun", req.String(), "task", created.Task, "targets", len(res.Targets), "chunks", created.TargetChunks)
 	} else {
 		if c := meta.FindStatusCondition(tr.Status.Conditions, fleetv1.ConditionTargetsResolved); c != nil && c.ObservedGeneration == created.Generation {
 			return ctrl.Result{}, nil // creation and condition are done
+		}
+		if created.Targets, err = wholeTargets(ctx, r.Reader, subject, created, head.Last.Sequence); err != nil {
+			return ctrl.Result{}, err
 		}
 		res = taskRunResolutionOf(created, &tr, r.Groups)
 	}
@@ -138,9 +143,24 @@ func taskRunCreated(last *events.Record, tr *fleetv1.TaskRun) (events.TaskRunCre
 	return c, true
 }
 
-// taskRunEvent builds the creation event of a TaskRun with its frozen
-// targets and, for an agent-upgrade, its artifact.
-func taskRunEvent(tr *fleetv1.TaskRun, res targets.Resolution) (events.Event, error) {
+// chunkBytes is the most id bytes a target chunk carries: 0 is
+// events.ChunkBytes (tests set less, to chunk a handful of devices).
+var chunkBytes = 0
+
+// SetChunkBytes makes TaskRun creations chunk their targets past n id bytes
+// until the returned restore is called (0: the default). It is a test hook:
+// not safe for concurrent use with the controllers.
+func SetChunkBytes(n int) (restore func()) {
+	old := chunkBytes
+	chunkBytes = n
+	return func() { chunkBytes = old }
+}
+
+// taskRunEvents builds the creation of a TaskRun with its frozen targets
+// and, for an agent-upgrade, its artifact: one taskrun.created event when
+// the targets fit in it (the bytes of before), else the taskrun.targets
+// chunks and then the creation naming them (ADR 0010).
+func taskRunEvents(tr *fleetv1.TaskRun, res targets.Resolution) ([]events.Event, error) {
 	data := events.TaskRunCreated{UID: string(tr.UID), Generation: tr.Generation, Task: string(tr.Spec.Task), Targets: nonNil(res.Targets)}
 	if a := tr.Spec.Agent; a != nil {
 		data.Agent = &events.AgentArtifact{URL: a.URL, SHA256: a.SHA256, Version: a.Version}
@@ -148,17 +168,80 @@ func taskRunEvent(tr *fleetv1.TaskRun, res targets.Resolution) (events.Event, er
 	if w := tr.Spec.MaintenanceWindow; w != nil {
 		data.Window = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
 	}
-	ev, err := events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, data, events.WithCorrelation(string(tr.UID), tr.Generation))
+	keys := events.Keys{Namespace: tr.Namespace, Name: tr.Name}
+	opt := events.WithCorrelation(string(tr.UID), tr.Generation)
+	created, chunks := events.ChunkTaskRun(data, chunkBytes)
+	evs := make([]events.Event, 0, len(chunks)+1)
+	for _, c := range chunks {
+		ev, err := events.New(keys, c, opt)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, ev)
+	}
+	ev, err := events.New(keys, created, opt)
 	if err != nil {
-		return events.Event{}, err
+		return nil, err
 	}
 	if b, err := ev.Marshal(); err == nil && len(b) > events.MaxEventSize-4096 {
-		// Refuse loudly rather than truncate: the contract has no
-		// chunk event for TaskRun targets yet.
-		return events.Event{}, fmt.Errorf("taskrun %s/%s: %d targets do not fit in one event (%d bytes); chunked target lists are not implemented for TaskRuns: narrow the selector into several TaskRuns",
-			tr.Namespace, tr.Name, len(res.Targets), len(b))
+		// The targets are in chunks: only a spec near 1 MiB gets here.
+		// Refuse loudly rather than truncate.
+		return nil, fmt.Errorf("taskrun %s/%s: its creation does not fit in one event (%d bytes)", tr.Namespace, tr.Name, len(b))
 	}
-	return ev, nil
+	return append(evs, ev), nil
+}
+
+// appendEvents appends a creation's events (taskRunEvents) in order, each
+// expecting the subject's last sequence, from seq (the head's). Chunks go
+// first and the creation last: a crash or a lost race between them
+// (events.ErrConflict) leaves orphan chunks that readers ignore, and the
+// next attempt starts again from the subject's new last sequence.
+func appendEvents(ctx context.Context, store intent.Store, evs []events.Event, seq uint64) error {
+	for _, ev := range evs {
+		pos, err := store.Append(ctx, ev, events.ExpectLastSubjectSequence(seq))
+		if err != nil {
+			return err
+		}
+		seq = pos.Sequence
+	}
+	return nil
+}
+
+// wholeTargets returns the frozen targets of a creation appended earlier:
+// its own, or for a chunked one, those its chunks carry (the subject read
+// again through an events.RevisionAssembler up to the creation at seq).
+func wholeTargets(ctx context.Context, reader intent.Reader, subject string, c events.TaskRunCreated, seq uint64) ([]string, error) {
+	if c.TargetChunks == 0 {
+		return c.Targets, nil
+	}
+	if reader == nil {
+		return nil, fmt.Errorf("taskrun uid %s names %d target chunks and the controller has no intent reader to read them", c.UID, c.TargetChunks)
+	}
+	var a events.RevisionAssembler
+	for rec, err := range reader.Replay(ctx, subject, events.FromStart()) {
+		if _, skip := events.AsRecordError(err); skip {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read intent of %s: %w", subject, err)
+		}
+		whole, ok, err := a.Add(rec.Event)
+		if rec.Sequence < seq {
+			continue
+		}
+		if err == nil && !ok {
+			err = fmt.Errorf("%w: record %d of %s is not a TaskRun creation", events.ErrChunksMissing, rec.Sequence, subject)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("taskrun uid %s: %w", c.UID, err)
+		}
+		d, err := events.Decode[events.TaskRunCreated](whole)
+		if err != nil {
+			return nil, fmt.Errorf("taskrun uid %s: %w", c.UID, err)
+		}
+		return d.Targets, nil
+	}
+	return nil, fmt.Errorf("%w: creation %d of %s was not read again", events.ErrChunksMissing, seq, subject)
 }
 
 // taskRunResolutionOf rebuilds the condition of a creation appended earlier

@@ -122,6 +122,7 @@ func (r *Runner) Run(ctx context.Context) error {
 	wg.Go(func() { reads.Run(ctx, in) })
 
 	f := projections.NewTaskRuns()
+	var chunks events.RevisionAssembler // every start reads the intent from its first event
 	written := map[projections.TaskRunKey]string{}
 	live := false
 	tick := time.NewTicker(interval)
@@ -147,19 +148,29 @@ func (r *Runner) Run(ctx context.Context) error {
 			case m.Skip != nil:
 				r.Skips.Skip(ctx, r.Log, m.Skip)
 			default:
-				r.fold(ctx, f, m)
+				r.fold(ctx, f, &chunks, m)
 			}
 		}
 	}
 }
 
-// fold applies one record and counts what the fold ignored.
-func (r *Runner) fold(ctx context.Context, f *projections.TaskRuns, m projrunner.Msg) {
+// fold applies one record and counts what the fold ignored. Intent goes
+// through chunks first: a chunked creation is folded whole after its
+// chunks, and a chunk alone folds nothing.
+func (r *Runner) fold(ctx context.Context, f *projections.TaskRuns, chunks *events.RevisionAssembler, m projrunner.Msg) {
 	var why string
 	var err error
 	before := f.Ignored()
 	if m.Source == sourceTaskRunIntent {
-		err = f.ApplyIntent(m.Record)
+		whole, ok, cerr := chunks.Add(m.Record.Event)
+		switch {
+		case cerr != nil:
+			err = cerr
+		case ok:
+			rec := m.Record
+			rec.Event = whole
+			err = f.ApplyIntent(rec)
+		}
 	} else {
 		why, err = f.ApplyReport(m.Record)
 	}

@@ -1,0 +1,65 @@
+package operator_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+)
+
+// An operator that starts over Devices already registered reads the
+// fleet-identity bucket in one pass, not with one get per Device (issue
+// #39: the cold start at 100,000 Devices). Counted on the server: a
+// subscriber on the bucket's direct-get subjects sees every get.
+func TestARestartedDeviceControllerReadsTheIdentityBucketInOnePass(t *testing.T) {
+	e := newDevEnv(t)
+	const devices = 30
+	ids := make([]string, devices)
+	for i := range ids {
+		ids[i] = e.id(fmt.Sprintf("cold-%d", i))
+		e.create(ids[i], nil)
+	}
+	stop := e.start(time.Minute)
+	for _, id := range ids {
+		e.waitDevice(id, "registered", func(d *fleetv1.Device) bool {
+			c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionIdentityRegistered)
+			return c != nil && c.Status == metav1.ConditionTrue
+		})
+	}
+	stop()
+
+	var gets atomic.Int64
+	sub, err := e.store.JetStream().Conn().Subscribe("$JS.API.DIRECT.GET.KV_fleet-identity.>", func(*nats.Msg) { gets.Add(1) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	if err := e.store.JetStream().Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := deviceReconciles(t).count
+	e.start(time.Minute)
+	// Every Device is reconciled once at the start.
+	testenv.Eventually(t, "a reconcile of every Device", time.Minute, func() bool { return deviceReconciles(t).count-before >= devices })
+	// A change after the restart is still seen: the last Device is
+	// quarantined, and its identity entry says so.
+	quarantined := e.get(ids[devices-1])
+	quarantined.Labels = map[string]string{fleetv1.LabelBlacklist: "true"}
+	if err := e.c.Update(e.ctx, quarantined); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, "the quarantine in fleet-identity", time.Minute, func() bool {
+		v, ok := e.identityOf(quarantined.Spec.IdentitySubject)
+		return ok && v.Quarantined
+	})
+	if n := gets.Load(); n >= devices/2 {
+		t.Errorf("%d direct gets of fleet-identity for %d Devices after the restart, want the bucket read in one pass (a few gets at most)", n, devices)
+	}
+}
