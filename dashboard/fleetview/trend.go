@@ -21,12 +21,13 @@ const TrendHours = 24
 //     reports) are history: the stream keeps them, so on start the View
 //     replays the last 24 hours and the counts are exact whatever the
 //     restarts (within the stream's retention);
-//   - heartbeats (FLEET_TELEMETRY) are not: the stream keeps only the last
-//     few per device (5), so on start the View counts what it still holds
-//     and from then on every heartbeat as it is stored. Hours that started
-//     before the View's start (HeartbeatsSince) undercount, and are marked
-//     HeartbeatsPartial; a heartbeat stored while the View was down is lost
-//     to the trend unless it is still among its device's last few.
+//   - heartbeats (FLEET_LIVENESS, soft state in memory, ADR 0024) are
+//     not: the stream keeps only the last one per device, so on start the
+//     View counts what it still holds and from then on every heartbeat as
+//     it arrives. Hours that started before the View's start
+//     (HeartbeatsSince) undercount, and are marked HeartbeatsPartial; a
+//     heartbeat sent while the View was down is lost to the trend unless
+//     it is still its device's last.
 type trendCounter struct {
 	mu         sync.Mutex // guards the fields below
 	heartbeats map[int64]int
