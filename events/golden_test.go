@@ -141,6 +141,8 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.DashboardDeviceAction](ev)
 	case events.TypeDashboardAlertAcknowledged:
 		_, err = events.Decode[events.DashboardAlertAcknowledged](ev)
+	case events.TypeDeviceLogsRequested:
+		_, err = events.Decode[events.DeviceLogsRequested](ev)
 	default:
 		if info, ok := ev.Type.Info(); !ok || info.Family != events.FamilyDeploymentRollout {
 			return fmt.Errorf("%s: no data struct known to this test", ev.Type)
@@ -473,5 +475,15 @@ func goldenStory(t *testing.T) []events.Event {
 		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthStable, Window: 300,
 		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
 		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
+	// ADR 0020: ada reads api's log on rpi-2 with fleet logs (the command
+	// carries the request; the audit names her), and grace is refused.
+	logs := &events.LogsRequest{Reader: "0123456789abcdef0123456789abcdef", Request: "fedcba9876543210fedcba9876543210",
+		Namespace: "lab", Deployment: "api", Service: "api", Tail: 100, Follow: true, FollowSeconds: 1800}
+	add(events.Keys{Device: "rpi-2"}, events.DeviceLogsRequested{Namespace: "lab", Deployment: "api", Service: "api", User: "ada",
+		Via: events.ViaCLI, Request: logs.Request, Tail: 100, Follow: true, Allowed: true})
+	add(events.Keys{Device: "rpi-2"}, events.AgentCommand{Command: events.CommandLogs, RequestedBy: "ada", Logs: logs})
+	add(events.Keys{Device: "rpi-2"}, events.DeviceLogsRequested{Namespace: "lab", Deployment: "api", Service: "api", User: "grace",
+		Via: events.ViaCLI, Request: "00000000000000000000000000000001", Since: crashAt, Allowed: false,
+		Reason: "RBAC: grace may not get devices/log in namespace lab"})
 	return out
 }
