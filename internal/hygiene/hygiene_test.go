@@ -95,6 +95,9 @@ func TestImportRules(t *testing.T) {
 		// or the development provider.
 		{"the dashboard never links the operator, the agent or the development provider", module + "/dashboard",
 			[]string{module + "/operator", module + "/agent", module + "/identity/devop", module + "/internal/", module + "/controlplane", module + "/dev"}, nil},
+		// fleet logs and the dashboard read device logs through it.
+		{"device logs (devicelogs) never link the operator, the agent or the test harnesses", module + "/devicelogs",
+			[]string{module + "/operator", module + "/agent", module + "/internal/", module + "/dev", module + "/controlplane"}, nil},
 		// The agent imports the credential.
 		{"the device credential never links Kubernetes, the operator or the development provider", module + "/identity/credential",
 			[]string{"k8s.io/", "sigs.k8s.io/", module + "/operator", module + "/k8s", module + "/identity/devop"}, nil},
