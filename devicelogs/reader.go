@@ -33,7 +33,7 @@ type Reader struct {
 // deviceSubs are one device's subscription and open streams.
 type deviceSubs struct {
 	sub     *nats.Subscription
-	streams map[string]*Stream     // by request id
+	streams map[string]*Stream   // by request id
 	closed  map[string]time.Time // request id → when closed
 }
 
