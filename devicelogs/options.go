@@ -24,7 +24,7 @@ const (
 	// DefaultMaxBytes bounds one stream's chunks together.
 	DefaultMaxBytes = 32 << 20
 	// DefaultRate and DefaultBurst bound one stream's bytes per second.
-	DefaultRate  = 1 << 20
+	DefaultRate  = 2 << 20
 	DefaultBurst = 4 << 20
 	// DefaultMaxFollow bounds how long one stream follows.
 	DefaultMaxFollow = 30 * time.Minute

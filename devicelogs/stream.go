@@ -166,6 +166,8 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 			s.mu.Lock()
 			s.ended = true
 			s.mu.Unlock()
+			// The device is done with it: the slot is free.
+			s.rd.unregister(s)
 			if c.Error != "" {
 				msg := PrintableLine(c.Error)
 				if len(msg) > maxDeviceError {
