@@ -71,17 +71,16 @@ func (c chain) device(t *testing.T, id string, answer func(nc *nats.Conn, lr eve
 	return nc
 }
 
-// send publishes chunk as device's answer to lr.
-func send(t *testing.T, nc *nats.Conn, device string, lr events.LogsRequest, c events.LogsChunk) {
+// send publishes chunk as device's answer to lr. It runs in the stand-in
+// device's goroutine, which may outlive its test: errors (a closed
+// connection) are ignored, as a hostile device would.
+func send(_ *testing.T, nc *nats.Conn, device string, lr events.LogsRequest, c events.LogsChunk) {
 	subj, err := events.LogsSubject(device, lr.Reader, lr.Request)
 	if err != nil {
-		t.Error(err)
 		return
 	}
 	b, _ := json.Marshal(c)
-	if err := nc.Publish(subj, b); err != nil {
-		t.Error(err)
-	}
+	_ = nc.Publish(subj, b)
 }
 
 // reader is a Reader on the chain's control-plane connection.
