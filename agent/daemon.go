@@ -125,7 +125,9 @@ func (o Options) Validate() error {
 type daemon struct {
 	o Options
 	// logs are the logs requests being answered (ADR 0020).
-	logs    *logStreams
+	logs *logStreams
+	// passes are the last passes, for a diagnosis (guarded by mu).
+	passes  []events.PassRecord
 	log     *slog.Logger
 	started time.Time
 
@@ -535,6 +537,7 @@ func (d *daemon) pass(ctx context.Context) {
 	start := time.Now()
 	if result := d.reconcile(ctx); result != "" && ctx.Err() == nil {
 		d.o.Metrics.pass(result, time.Since(start))
+		d.recordPass(result, time.Since(start))
 	}
 }
 
@@ -990,6 +993,9 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 		return
 	case cmd.Command == events.CommandLogsStop && cmd.Logs != nil:
 		d.logs.stop(cmd.Logs.Request)
+		return
+	case cmd.Command == events.CommandDiagnose && cmd.Logs != nil:
+		d.diagnose(ctx, *cmd.Logs)
 		return
 	default:
 		res.Error = fmt.Sprintf("unknown command %q: this agent knows %s and %s", cmd.Command, CommandReconcileNow, CommandReportInventory)

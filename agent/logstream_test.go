@@ -178,3 +178,34 @@ func BenchmarkLogLinesEndToEnd(b *testing.B) {
 	}
 	b.ReportMetric(float64(total)/time.Since(start).Seconds(), "lines/s")
 }
+
+// TestADiagnosisShowsContainersHostEngineAndPasses: a diagnose request is
+// answered with the Deployment's containers and ports, the host's disk and
+// memory, the engine, the last passes and reports, and a clock offset.
+func TestADiagnosisShowsContainersHostEngineAndPasses(t *testing.T) {
+	_, rd := printing(t, []string{"ok"})
+	d, err := rd.Diagnose(context.Background(), devicelogs.Request{Namespace: "lab", Device: "d1",
+		Who: devicelogs.Who{User: "ada", Via: events.ViaCLI}}, devicelogs.AuthorizerFunc(func(context.Context, devicelogs.Request) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Containers.Workloads) != 1 || len(d.Containers.Workloads[0].Containers) != 1 {
+		t.Fatalf("containers %+v, want analysis's api", d.Containers)
+	}
+	c := d.Containers.Workloads[0].Containers[0]
+	if c.Name != "api" || c.State != "running" || c.ImageDigest == "" {
+		t.Errorf("container %+v, want api running with its digest", c)
+	}
+	if d.Engine != "sim" || d.MemTotal == 0 || d.DiskTotal == 0 || d.DiskFree > d.DiskTotal {
+		t.Errorf("engine %q, memory %d, disk %d of %d: want them known", d.Engine, d.MemTotal, d.DiskFree, d.DiskTotal)
+	}
+	if len(d.Passes) == 0 || d.Passes[len(d.Passes)-1].Result != "converged" {
+		t.Errorf("passes %+v, want the converged pass last", d.Passes)
+	}
+	if len(d.Workloads) != 1 || d.Workloads[0].Phase != events.WorkloadConverged {
+		t.Errorf("workloads %+v, want analysis converged", d.Workloads)
+	}
+	if d.ClockOffset > 5*time.Second || d.ClockOffset < -5*time.Second {
+		t.Errorf("clock offset %s on one machine", d.ClockOffset)
+	}
+}

@@ -66,7 +66,12 @@ func randomID() (string, error) {
 // recorded and returned wrapping ErrDenied; nothing is asked of the device
 // then. Close the stream when done.
 func (rd *Reader) Open(ctx context.Context, r Request, auth Authorizer) (*Stream, error) {
-	if err := r.Validate(); err != nil {
+	return rd.open(ctx, r, auth, false)
+}
+
+// open is Open of a log, or of a diagnosis when diagnose is set.
+func (rd *Reader) open(ctx context.Context, r Request, auth Authorizer, diagnose bool) (*Stream, error) {
+	if err := r.validate(diagnose); err != nil {
 		return nil, err
 	}
 	if auth == nil {
@@ -82,21 +87,29 @@ func (rd *Reader) Open(ctx context.Context, r Request, auth Authorizer) (*Stream
 			err = fmt.Errorf("%w: the authorization could not be decided: %w", ErrDenied, err)
 			reason = err.Error()
 		}
-		if aerr := rd.audit(ctx, r, request, false, reason); aerr != nil {
+		if aerr := rd.audit(ctx, r, request, diagnose, false, reason); aerr != nil {
 			return nil, errors.Join(err, aerr)
 		}
 		return nil, err
 	}
 	s, err := rd.register(r, request)
 	if err != nil {
-		if aerr := rd.audit(ctx, r, request, false, err.Error()); aerr != nil {
+		if aerr := rd.audit(ctx, r, request, diagnose, false, err.Error()); aerr != nil {
 			return nil, errors.Join(err, aerr)
 		}
 		return nil, err
 	}
-	if err := rd.audit(ctx, r, request, true, ""); err != nil {
+	if err := rd.audit(ctx, r, request, diagnose, true, ""); err != nil {
 		s.release()
 		return nil, err
+	}
+	if diagnose {
+		if err := rd.command(ctx, r.Device, events.CommandDiagnose, r.Who.User, &events.LogsRequest{Reader: rd.id, Request: request}); err != nil {
+			s.release()
+			return nil, err
+		}
+		s.asked = rd.o.Now()
+		return s, nil
 	}
 	lr := &events.LogsRequest{Reader: rd.id, Request: request, Namespace: r.Namespace, Deployment: r.Deployment, Service: r.Service,
 		Tail: r.Tail, Since: r.Since, Follow: r.Follow}
@@ -112,10 +125,10 @@ func (rd *Reader) Open(ctx context.Context, r Request, auth Authorizer) (*Stream
 }
 
 // audit appends the device.logs.requested record.
-func (rd *Reader) audit(ctx context.Context, r Request, request string, allowed bool, reason string) error {
+func (rd *Reader) audit(ctx context.Context, r Request, request string, diagnose, allowed bool, reason string) error {
 	ev, err := events.New(events.Keys{Device: r.Device}, events.DeviceLogsRequested{Namespace: r.Namespace, Deployment: r.Deployment,
 		Service: r.Service, User: r.Who.User, UserSubject: r.Who.UserSubject, Via: r.Who.Via, Request: request, Tail: r.Tail,
-		Since: r.Since, Follow: r.Follow, Allowed: allowed, Reason: reason})
+		Since: r.Since, Follow: r.Follow, Diagnose: diagnose, Allowed: allowed, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("devicelogs: audit record: %w", err)
 	}

@@ -36,7 +36,10 @@ type Request struct {
 }
 
 // Validate checks a request, naming the field and the fix.
-func (r Request) Validate() error {
+func (r Request) Validate() error { return r.validate(false) }
+
+// validate checks a request; a diagnosis names no Deployment or service.
+func (r Request) validate(diagnose bool) error {
 	var errs []error
 	if err := events.ValidateToken(events.TokenNamespace, r.Namespace); err != nil {
 		errs = append(errs, fmt.Errorf("namespace: %w", err))
@@ -44,11 +47,16 @@ func (r Request) Validate() error {
 	if err := events.ValidateToken(events.TokenDevice, r.Device); err != nil {
 		errs = append(errs, fmt.Errorf("device: %w", err))
 	}
-	if err := events.ValidateToken(events.TokenName, r.Deployment); err != nil {
-		errs = append(errs, fmt.Errorf("deployment: %w", err))
-	}
-	if err := events.ValidateToken(events.TokenName, r.Service); err != nil {
-		errs = append(errs, fmt.Errorf("service: %w", err))
+	switch {
+	case diagnose && (r.Deployment != "" || r.Service != ""):
+		errs = append(errs, errors.New("deployment, service: a diagnosis covers the whole device: leave them empty"))
+	case !diagnose:
+		if err := events.ValidateToken(events.TokenName, r.Deployment); err != nil {
+			errs = append(errs, fmt.Errorf("deployment: %w", err))
+		}
+		if err := events.ValidateToken(events.TokenName, r.Service); err != nil {
+			errs = append(errs, fmt.Errorf("service: %w", err))
+		}
 	}
 	if r.Tail < 0 {
 		errs = append(errs, fmt.Errorf("tail: %d is negative: give 0 (every line) or more", r.Tail))

@@ -36,6 +36,9 @@ type Stream struct {
 	tokens float64
 	refill time.Time
 
+	// diagnosis is the last chunk's, for Next's goroutine.
+	diagnosis *events.DeviceDiagnosis
+
 	mu     sync.Mutex
 	offset time.Duration // device clock minus control plane clock
 	ended  bool
@@ -162,6 +165,9 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 	}
 	select {
 	case c := <-s.queue:
+		if c.Diagnosis != nil {
+			s.diagnosis = c.Diagnosis
+		}
 		if c.End {
 			s.mu.Lock()
 			s.ended = true

@@ -550,6 +550,9 @@ type DeviceLogsRequested struct {
 	Tail   int       `json:"tail,omitempty"`
 	Since  time.Time `json:"since,omitzero"`
 	Follow bool      `json:"follow,omitempty"`
+	// Diagnose is set for a diagnosis (fleet describe device; Deployment
+	// and Service empty), absent for a log.
+	Diagnose bool `json:"diagnose,omitempty"`
 	// Allowed is false when the reader was refused; Reason says why.
 	Allowed bool   `json:"allowed"`
 	Reason  string `json:"reason,omitempty"`

@@ -19,6 +19,10 @@ const (
 	// CommandLogsStop asks the agent to stop answering the logs request
 	// AgentCommand.Logs names (its Reader and Request).
 	CommandLogsStop = "logs-stop"
+	// CommandDiagnose asks the agent for a DeviceDiagnosis, answered in
+	// one LogsChunk on the request's subject (AgentCommand.Logs names the
+	// ids only).
+	CommandDiagnose = "diagnose"
 )
 
 // LogsIDLength is the length of a reader id and of a request id: 32
@@ -101,12 +105,18 @@ type LogsRequest struct {
 	FollowSeconds int  `json:"followSeconds,omitempty"`
 }
 
-// Validate checks a logs request; a logs-stop needs only the ids (stop).
-func (r LogsRequest) Validate() error {
+// ValidateIDs checks the answer subject's ids: all a logs-stop or a
+// diagnose needs.
+func (r LogsRequest) ValidateIDs() error {
 	if err := ValidateLogsID("logs.reader: reader id", r.Reader); err != nil {
 		return err
 	}
-	if err := ValidateLogsID("logs.request: request id", r.Request); err != nil {
+	return ValidateLogsID("logs.request: request id", r.Request)
+}
+
+// Validate checks a logs request.
+func (r LogsRequest) Validate() error {
+	if err := r.ValidateIDs(); err != nil {
 		return err
 	}
 	if err := ValidateToken(TokenNamespace, r.Namespace); err != nil {
@@ -149,4 +159,47 @@ type LogsChunk struct {
 	Lines []LogLine `json:"lines,omitempty"`
 	End   bool      `json:"end,omitempty"`
 	Error string    `json:"error,omitempty"`
+	// Diagnosis answers a CommandDiagnose (the only chunk, with End).
+	Diagnosis *DeviceDiagnosis `json:"diagnosis,omitempty"`
+}
+
+// Bounds of a DeviceDiagnosis (it fits one chunk).
+const (
+	MaxDiagnosisPasses    = 5
+	MaxDiagnosisWorkloads = 32
+	MaxDiagnosisError     = 256
+)
+
+// DeviceDiagnosis is a device's answer to CommandDiagnose: what an
+// operator needs to see why a workload does not run well there.
+type DeviceDiagnosis struct {
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Engine names the container engine and its version ("podman
+	// 4.3.1").
+	Engine string `json:"engine,omitempty"`
+	// Containers are the agent's containers, as in device.containers.
+	Containers DeviceContainers `json:"containers"`
+	// Ports are the published ports of each container, by
+	// "<namespace>/<deployment>/<name>".
+	Ports map[string][]string `json:"ports,omitempty"`
+	// DiskFree and DiskTotal are bytes of the file system of the agent's
+	// state folder (or /); MemAvailable and MemTotal of the host's
+	// memory. Zero when unknown.
+	DiskFree     uint64 `json:"diskFree,omitempty"`
+	DiskTotal    uint64 `json:"diskTotal,omitempty"`
+	MemAvailable uint64 `json:"memAvailable,omitempty"`
+	MemTotal     uint64 `json:"memTotal,omitempty"`
+	// Passes are the agent's last passes, newest last.
+	Passes []PassRecord `json:"passes,omitempty"`
+	// Workloads are the last status the agent reported of each
+	// Deployment, its error cut at MaxDiagnosisError bytes.
+	Workloads []WorkloadStatus `json:"workloads,omitempty"`
+}
+
+// PassRecord is one agent pass: when it ended, how long it took and its
+// result (converged, failed, error).
+type PassRecord struct {
+	At      time.Time `json:"at"`
+	Seconds float64   `json:"seconds"`
+	Result  string    `json:"result"`
 }

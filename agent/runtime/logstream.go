@@ -36,3 +36,9 @@ type LogStreamer interface {
 	// container does not exist.
 	StreamLogs(ctx context.Context, id string, o LogOptions, each func(LogEntry) error) error
 }
+
+// Versioner is a Runtime that names its engine and version for a
+// diagnosis ("podman 4.3.1").
+type Versioner interface {
+	EngineVersion(ctx context.Context) (string, error)
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings/containers"
+	"github.com/containers/podman/v5/pkg/bindings/system"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 )
@@ -107,4 +108,17 @@ func (b *stampedLines) flush(emit func(runtime.LogEntry)) {
 	if b.open {
 		b.end(emit)
 	}
+}
+
+// EngineVersion implements runtime.Versioner: the Podman service's
+// version.
+func (r *Runtime) EngineVersion(ctx context.Context) (string, error) {
+	v, err := system.Version(r.call(ctx), nil)
+	if err != nil {
+		return "", r.containerError("ask the version of", "podman", err)
+	}
+	if v == nil || v.Server == nil {
+		return "podman", nil
+	}
+	return "podman " + v.Server.Version, nil
 }

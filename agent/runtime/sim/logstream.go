@@ -76,3 +76,6 @@ func (r *Runtime) StreamLogs(ctx context.Context, id string, o runtime.LogOption
 		}
 	}
 }
+
+// EngineVersion implements runtime.Versioner.
+func (r *Runtime) EngineVersion(context.Context) (string, error) { return "sim", nil }
