@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -76,6 +77,20 @@ func TestFleetLogsReadsAsTheCallerAndAuditsEveryAttempt(t *testing.T) {
 			return
 		}
 		cmd, err := events.Decode[events.AgentCommand](ev)
+		if err == nil && cmd.Command == events.CommandDiagnose && cmd.Logs != nil {
+			subj, _ := events.LogsSubject("podman-1", cmd.Logs.Reader, cmd.Logs.Request)
+			b, _ := json.Marshal(events.LogsChunk{Seq: 1, Sent: time.Now(), End: true, Diagnosis: &events.DeviceDiagnosis{
+				AgentVersion: "0.9.0", Engine: "podman 4.3.1", DiskFree: 3 << 30, DiskTotal: 10 << 30, MemAvailable: 512 << 20, MemTotal: 2 << 30,
+				Containers: events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: "lab", Deployment: "analysis-api", Generation: 2,
+					Containers: []events.ContainerState{{Name: "web\x1b[2J", Role: "service", State: "running", Restarts: 3, ExitCode: 137,
+						Signal: "SIGKILL", Health: "healthy", ImageDigest: "sha256:abc"}}}}},
+				Ports:  map[string][]string{"lab/analysis-api/web\x1b[2J": {"8080:8080/tcp"}},
+				Passes: []events.PassRecord{{At: time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC), Seconds: 0.25, Result: "converged"}},
+				Workloads: []events.WorkloadStatus{{Namespace: "lab", Deployment: "analysis-api", Generation: 2, Phase: events.WorkloadConverged}},
+			}})
+			_ = dev.Publish(subj, b)
+			return
+		}
 		if err != nil || cmd.Command != events.CommandLogs || cmd.Logs == nil {
 			return
 		}
@@ -153,6 +168,22 @@ func TestFleetLogsReadsAsTheCallerAndAuditsEveryAttempt(t *testing.T) {
 		}
 		if !strings.Contains(first.Reason, "may not get devices/log") {
 			t.Errorf("refusal reason %q does not name the permission", first.Reason)
+		}
+	})
+	t.Run("fleet diagnose prints the device's answer, escapes shown", func(t *testing.T) {
+		var out bytes.Buffer
+		env := map[string]string{"NATS_URL": ns.ClientURL()}
+		if err := describeCmd(ctx, []string{"lab/podman-1", "--kubeconfig", ada}, &out, io.Discard, func(k string) string { return env[k] }); err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"agent 0.9.0, engine podman 4.3.1", "disk 3.0 GiB free of 10.0 GiB, memory 512 MiB available of 2.0 GiB",
+			`web\x1b[2J`, "137 (SIGKILL)", "healthy", "sha256:abc", "8080:8080/tcp", "2026-12-05T06:00:00Z  converged", "lab/analysis-api generation 2: Converged"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("output lacks %q:\n%s", want, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "\x1b") {
+			t.Errorf("output holds a raw escape:\n%q", out.String())
 		}
 	})
 	t.Run("bad arguments are refused naming the form", func(t *testing.T) {
