@@ -135,10 +135,10 @@ func (d *daemon) streamLogs(ctx context.Context, lr events.LogsRequest, w *chunk
 	spec, ok := d.mon.specs[k]
 	d.mon.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("Deployment %s is %w", k, errNotHere)
+		return fmt.Errorf("the Deployment %s is %w", k, errNotHere)
 	}
 	if lr.Service != spec.Init && !slices.Contains(spec.Services, lr.Service) {
-		return fmt.Errorf("Deployment %s has no service or init container %q (it has %v)", k, lr.Service, spec.Services)
+		return fmt.Errorf("the Deployment %s has no service or init container %q (it has %v)", k, lr.Service, spec.Services)
 	}
 	secrets := append([]string(nil), spec.secrets...)
 	if creds := d.o.Reconciler.Credentials; creds != nil {
@@ -214,7 +214,7 @@ func (d *daemon) streamLogs(ctx context.Context, lr events.LogsRequest, w *chunk
 				o.Since, o.Tail = last, 0
 			}
 		} else if id == "" && !lr.Follow {
-			return fmt.Errorf("Deployment %s has no container of %q on this device now", k, lr.Service)
+			return fmt.Errorf("the Deployment %s has no container of %q on this device now", k, lr.Service)
 		}
 		if err := w.flush(); err != nil {
 			return err

@@ -22,7 +22,7 @@ var staticFS embed.FS
 
 // pageNames are the templates, each templates/<name>.html with the layout.
 var pageNames = []string{"overview", "devices", "device", "deployments", "deployment", "taskruns", "taskrun", "alerts", "fleetat",
-	"forbidden", "error", "mocklogin", "signedout"}
+	"forbidden", "error", "mocklogin", "signedout", "devicelogs", "diagnosis"}
 
 type templates map[string]*template.Template
 
