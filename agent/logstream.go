@@ -159,10 +159,15 @@ func (d *daemon) streamLogs(ctx context.Context, lr events.LogsRequest, w *chunk
 		return errors.New("this agent's container engine cannot stream logs")
 	}
 	o := runtime.LogOptions{Tail: lr.Tail, Since: lr.Since, Follow: lr.Follow}
-	keepAlive := time.NewTicker(LogKeepAlive)
-	defer keepAlive.Stop()
-	flush := time.NewTicker(logFlush)
-	defer flush.Stop()
+	// Lines wait at most logFlush; a follow with nothing to send says it
+	// is there every LogKeepAlive, while the engine's stream blocks too.
+	fctx, stopFlush := context.WithCancel(ctx)
+	flushed := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		w.flusher(fctx, lr.Follow)
+	}()
+	defer func() { stopFlush(); <-flushed }()
 	// last is the time of the last line sent, atLast how many lines of
 	// that time were sent: a resume asks from last and skips them (Podman
 	// 4.3's times are whole seconds, so a resume from just after last
@@ -222,18 +227,13 @@ func (d *daemon) streamLogs(ctx context.Context, lr events.LogsRequest, w *chunk
 		if !lr.Follow {
 			return nil
 		}
-		// Following: wait for the container to run again, saying the
-		// device is still there.
+		// Following: wait for the container to run again (the flusher
+		// says the device is still there).
 		wait := time.NewTimer(logRefind)
 		select {
 		case <-ctx.Done():
 			wait.Stop()
 			return ctx.Err()
-		case <-keepAlive.C:
-			wait.Stop()
-			if err := w.keepAlive(); err != nil {
-				return err
-			}
 		case <-wait.C:
 		}
 	}
@@ -266,7 +266,9 @@ type chunkWriter struct {
 	since   time.Time // first pending line
 	sentAt  time.Time // when the pacing budget was last refilled
 	budget  float64
-	ended   bool
+	// lastSend is when the last chunk went (keep-alives).
+	lastSend time.Time
+	ended    bool
 }
 
 // lineOverhead is what a line adds to a chunk besides its text.
@@ -303,11 +305,27 @@ func (w *chunkWriter) flush() error {
 	return w.sendLocked(context.Background(), false, "")
 }
 
-// keepAlive sends a chunk without lines (the pending ones, if any).
-func (w *chunkWriter) keepAlive() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.sendLocked(context.Background(), false, "")
+// flusher sends the pending lines every logFlush and, when follow is
+// set, a chunk without lines when nothing was sent for LogKeepAlive, until
+// ctx ends.
+func (w *chunkWriter) flusher(ctx context.Context, follow bool) {
+	tick := time.NewTicker(logFlush)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.mu.Lock()
+		switch {
+		case len(w.pending) > 0:
+			_ = w.sendLocked(ctx, false, "")
+		case follow && w.now().Sub(w.lastSend) >= LogKeepAlive:
+			_ = w.sendLocked(ctx, false, "")
+		}
+		w.mu.Unlock()
+	}
 }
 
 // end sends the last chunk, with the error text when not "".
@@ -363,6 +381,7 @@ func (w *chunkWriter) sendLocked(ctx context.Context, end bool, errText string) 
 		w.sentAt = w.now()
 	}
 	w.budget -= float64(len(b))
+	w.lastSend = w.now()
 	if err := w.nc.Publish(w.subject, b); err != nil {
 		return fmt.Errorf("send a log chunk: %w", err)
 	}

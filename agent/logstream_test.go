@@ -209,3 +209,53 @@ func TestADiagnosisShowsContainersHostEngineAndPasses(t *testing.T) {
 		t.Errorf("clock offset %s on one machine", d.ClockOffset)
 	}
 }
+
+// TestAFollowedQuietServiceStaysOpenAndNewLinesComeAtOnce: while the
+// service prints nothing the agent says it is there (the reader does not
+// call it gone), and a line printed then arrives within a second.
+func TestAFollowedQuietServiceStaysOpenAndNewLinesComeAtOnce(t *testing.T) {
+	e, rd := printing(t, []string{"started"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := rd.Open(ctx, devicelogs.Request{Namespace: "lab", Device: "d1", Deployment: "analysis", Service: "api", Follow: true,
+		Who: devicelogs.Who{User: "ada", Via: events.ViaCLI}}, devicelogs.AuthorizerFunc(func(context.Context, devicelogs.Request) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	next := func() []string {
+		t.Helper()
+		ls, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("the follow ended: %v", err)
+		}
+		var out []string
+		for _, l := range ls {
+			out = append(out, l.Text)
+		}
+		return out
+	}
+	var got []string
+	for len(got) == 0 {
+		got = next()
+	}
+	if diff := cmp.Diff([]string{"started"}, got); diff != "" {
+		t.Fatalf("first lines (-want +got):\n%s", diff)
+	}
+	// Quiet: the next chunk is a keep-alive, within the reader's bound.
+	if ls := next(); len(ls) != 0 {
+		t.Fatalf("got lines %q from a quiet service", ls)
+	}
+	c := e.containers()["api"]
+	if err := e.rt.Print(c.ID, "GET /api 200"); err != nil {
+		t.Fatal(err)
+	}
+	printed := time.Now()
+	got = nil
+	for len(got) == 0 {
+		got = next()
+	}
+	if took := time.Since(printed); took > 2*time.Second || got[0] != "GET /api 200" {
+		t.Fatalf("got %q %s after it was printed", got, took)
+	}
+}

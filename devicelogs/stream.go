@@ -36,8 +36,10 @@ type Stream struct {
 	tokens float64
 	refill time.Time
 
-	// diagnosis is the last chunk's, for Next's goroutine.
+	// diagnosis is the last chunk's and got says a chunk came, for
+	// Next's goroutine only.
 	diagnosis *events.DeviceDiagnosis
+	got       bool
 
 	mu     sync.Mutex
 	offset time.Duration // device clock minus control plane clock
@@ -146,7 +148,7 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 	o := s.rd.o
 	wait := 3 * o.KeepAlive
 	silence := ErrDeviceGone
-	if s.seq == 0 && len(s.queue) == 0 {
+	if !s.got {
 		wait, silence = o.AnswerTimeout, ErrNoAnswer
 	}
 	timer := time.NewTimer(wait)
@@ -165,6 +167,7 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 	}
 	select {
 	case c := <-s.queue:
+		s.got = true
 		if c.Diagnosis != nil {
 			s.diagnosis = c.Diagnosis
 		}
@@ -187,7 +190,7 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 		return nil, s.err
 	case <-timer.C:
 		if silence == ErrNoAnswer {
-			return nil, fmt.Errorf("%w within %s (device %s/%s)", ErrNoAnswer, wait, s.r.Namespace, s.r.Device)
+			return nil, fmt.Errorf("%w (waited %s for device %s/%s)", ErrNoAnswer, wait, s.r.Namespace, s.r.Device)
 		}
 		return nil, fmt.Errorf("%w: nothing for %s (device %s/%s)", ErrDeviceGone, wait, s.r.Namespace, s.r.Device)
 	case <-follow:
