@@ -75,6 +75,7 @@ func (s *Stream) fail(err error) {
 // cut ends the stream because the device broke a bound, and counts it.
 func (s *Stream) cut(reason, detail string) {
 	s.rd.o.Metrics.cutOff(reason)
+	s.rd.o.Logger.Warn("a device broke a bound of its log stream: cut off", "device", s.r.Device, "reason", reason, "detail", detail)
 	s.fail(&CutOffError{Device: s.r.Device, Reason: reason, Detail: detail})
 }
 
