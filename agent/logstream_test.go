@@ -81,7 +81,7 @@ func readLogs(t *testing.T, rd *devicelogs.Reader, change func(*devicelogs.Reque
 // prints of its secret_env value and of its pull credential's password
 // leaves the device as ***.
 func TestLogsAreRedactedOfSecretsAndPullCredentials(t *testing.T) {
-	_, rd := printing(t, []string{"db password " + secretValue, "pulled with pull-pass by puller", "ok"})
+	e, rd := printing(t, []string{"db password " + secretValue, "pulled with pull-pass by puller", "ok"})
 	got, err := readLogs(t, rd, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +89,27 @@ func TestLogsAreRedactedOfSecretsAndPullCredentials(t *testing.T) {
 	want := []string{"db password ***", "pulled with *** by puller", "ok"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Fatalf("lines (-want +got):\n%s", diff)
+	}
+	// Nor does any stored message hold them (the command, the audit, the
+	// reports).
+	for _, name := range []string{events.StreamCommands, events.StreamAudit, events.StreamReports, events.StreamTelemetry} {
+		stream, err := e.st.JetStream().Stream(e.ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := stream.Info(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for seq := info.State.FirstSeq; seq <= info.State.LastSeq && seq > 0; seq++ {
+			m, err := stream.GetMsg(e.ctx, seq)
+			if err != nil {
+				continue
+			}
+			if strings.Contains(string(m.Data), secretValue) || strings.Contains(string(m.Data), "pull-pass") {
+				t.Fatalf("%s message %d holds a secret: %s", name, seq, m.Data)
+			}
+		}
 	}
 }
 
