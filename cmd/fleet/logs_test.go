@@ -84,8 +84,8 @@ func TestFleetLogsReadsAsTheCallerAndAuditsEveryAttempt(t *testing.T) {
 				Containers: events.DeviceContainers{Workloads: []events.WorkloadContainers{{Namespace: "lab", Deployment: "analysis-api", Generation: 2,
 					Containers: []events.ContainerState{{Name: "web\x1b[2J", Role: "service", State: "running", Restarts: 3, ExitCode: 137,
 						Signal: "SIGKILL", Health: "healthy", ImageDigest: "sha256:abc"}}}}},
-				Ports:  map[string][]string{"lab/analysis-api/web\x1b[2J": {"8080:8080/tcp"}},
-				Passes: []events.PassRecord{{At: time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC), Seconds: 0.25, Result: "converged"}},
+				Ports:     map[string][]string{"lab/analysis-api/web\x1b[2J": {"8080:8080/tcp"}},
+				Passes:    []events.PassRecord{{At: time.Date(2026, 12, 5, 6, 0, 0, 0, time.UTC), Seconds: 0.25, Result: "converged"}},
 				Workloads: []events.WorkloadStatus{{Namespace: "lab", Deployment: "analysis-api", Generation: 2, Phase: events.WorkloadConverged}},
 			}})
 			_ = dev.Publish(subj, b)
