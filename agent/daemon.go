@@ -124,7 +124,11 @@ func (o Options) Validate() error {
 
 // daemon is one running agent.
 type daemon struct {
-	o       Options
+	o Options
+	// logs are the logs requests being answered (ADR 0025).
+	logs *logStreams
+	// passes are the last passes, for a diagnosis (guarded by mu).
+	passes  []events.PassRecord
 	log     *slog.Logger
 	started time.Time
 
@@ -282,6 +286,8 @@ func Run(ctx context.Context, o Options) error {
 	defer stopTasks()
 	tasksDone.Go(func() { d.tasks.run(tctx) })
 	d.mon.start(tctx) // before the first pass starts a container
+	d.logs = newLogStreams(d, tctx)
+	tasksDone.Go(func() { <-tctx.Done(); d.logs.wg.Wait() })
 
 	notifySubj, _ := events.IntentNotifySubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)
@@ -543,6 +549,7 @@ func (d *daemon) pass(ctx context.Context) {
 	start := time.Now()
 	if result := d.reconcile(ctx); result != "" && ctx.Err() == nil {
 		d.o.Metrics.pass(result, time.Since(start))
+		d.recordPass(result, time.Since(start))
 	}
 }
 
@@ -991,6 +998,17 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 	case cmd.Command == CommandReportInventory:
 		res.OK = true
 		d.report(ctx, events.Keys{Device: d.o.Device}, d.inventory())
+	case cmd.Command == events.CommandLogs && cmd.Logs != nil:
+		// The answer is the log itself, on the request's subject (ADR
+		// 0025): no command result.
+		d.logs.start(*cmd.Logs)
+		return
+	case cmd.Command == events.CommandLogsStop && cmd.Logs != nil:
+		d.logs.stop(cmd.Logs.Request)
+		return
+	case cmd.Command == events.CommandDiagnose && cmd.Logs != nil:
+		d.diagnose(ctx, *cmd.Logs)
+		return
 	default:
 		res.Error = fmt.Sprintf("unknown command %q: this agent knows %s and %s", cmd.Command, CommandReconcileNow, CommandReportInventory)
 	}

@@ -18,6 +18,8 @@ import (
 type podmanDaemon struct {
 	w  *podmanWorld
 	st *events.Store
+	// nc is a control-plane connection to the same server.
+	nc *nats.Conn
 }
 
 // runDaemon runs agent.Run for w's device with opts (Device, Conn and
@@ -37,7 +39,7 @@ func (w *podmanWorld) runDaemon(t *testing.T, opts agent.Options) *podmanDaemon 
 			t.Errorf("agent.Run: %v", err)
 		}
 	})
-	return &podmanDaemon{w: w, st: st}
+	return &podmanDaemon{w: w, st: st, nc: natstest.Connect(t, srv)}
 }
 
 // put writes the device's fleet-intent value: generation gen of s.

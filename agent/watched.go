@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -32,6 +33,9 @@ type WatchSpec struct {
 	StartedAt time.Time
 	// secrets are the revision's secret values, from the pins.
 	secrets []string
+	// pulls are the references of the revision's pull secrets (read
+	// again, for redaction, when its log is streamed).
+	pulls []string
 	// starts are the services' last starts, by name.
 	starts map[string]time.Time
 	// found are the revision's service containers as inspected once it
@@ -80,6 +84,11 @@ func (r *Reconciler) Watched(ctx context.Context, e events.IntentEntry) (WatchSp
 		starts: map[string]time.Time{}}
 	if res.init != nil {
 		w.Init = res.init.Name
+	}
+	for _, k := range pullKeys(e) {
+		if k.secret != "" && !slices.Contains(w.pulls, k.secret) {
+			w.pulls = append(w.pulls, k.secret)
+		}
 	}
 	for _, svc := range res.services {
 		w.Services = append(w.Services, svc.Name)

@@ -62,6 +62,9 @@ func InboxPrefix(name string) string { return "_INBOX_" + name }
 //   - publish the subject-scoped direct get of its intent:
 //     $JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.<device> (never the
 //     payload form, which cannot be scoped);
+//   - publish answers to logs requests under its own device token:
+//     fleet.logs.<device>.*.* (ADR 0025; the reader listens to exactly
+//     its own requests' subjects of that device);
 //   - subscribe its stored intent values fleet.notify.intent.<device> (the
 //     bucket republishes each after storing it), its command subject
 //     fleet.command.<device> and its inbox _INBOX_<device>.>.
@@ -82,7 +85,8 @@ func DevicePermissions(device string) (jwt.Permissions, error) {
 	}
 	notify, _ := events.IntentNotifySubject(device)
 	cmd, _ := events.CommandSubject(device)
-	p.Pub.Allow.Add(dg)
+	logs, _ := events.DeviceLogsPublish(device)
+	p.Pub.Allow.Add(dg, logs)
 	p.Sub.Allow.Add(notify, cmd, InboxPrefix(device)+".>")
 	return p, nil
 }

@@ -257,6 +257,9 @@ func TestADeviceCannotReachBeyondItsSubjects(t *testing.T) {
 		{"publishing B's containers report is refused", nil, pub(bContainers)},
 		{"publishing a report kind that does not exist is refused", nil, pub("fleet.report.dev-a.other")},
 		{"publishing intent is refused", nil, pub("fleet.intent.deployment.ns.web")},
+		{"answering a logs request as B is refused", nil, pub(must(events.LogsSubject("dev-b", logsReader, logsRequest)))},
+		{"a logs answer with an extra token is refused", nil, pub("fleet.logs.dev-a." + logsReader + "." + logsRequest + ".x")},
+		{"a logs answer with a missing token is refused", nil, pub("fleet.logs.dev-a." + logsReader)},
 		// The device account maps every intent notification subject to a
 		// void subject before the permission check, which then refuses it.
 		{"writing its own intent key is refused", nil, pub("$KV.fleet-intent.dev-a")},

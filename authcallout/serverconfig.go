@@ -38,6 +38,10 @@ accounts {
     # is never answered in this account.
     imports: [
       { stream: { account: DEVICES, subject: "fleet.report.*.*" } }
+      # Answers to logs requests (ADR 0025): no stream captures them and
+      # nothing here answers them; a reader subscribes to its own
+      # requests of one device.
+      { stream: { account: DEVICES, subject: "fleet.logs.*.*.*" } }
     ]
     # Exactly what devices need, nothing else. Each device's user JWT
     # still limits it to its own subjects.
@@ -60,9 +64,11 @@ accounts {
     # What one connection may cost: message size and subscriptions
     # (authcallout.DeviceMaxPayload, DeviceMaxSubs).
     limits: { max_payload: 131072, max_subscriptions: 16 }
-    # Reports go to the control plane as a stream (imported by FLEET).
+    # Reports and answers to logs requests go to the control plane as
+    # streams (imported by FLEET).
     exports: [
       { stream: "fleet.report.*.*" }
+      { stream: "fleet.logs.*.*.*" }
     ]
     imports: [
       { service: { account: FLEET, subject: "$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.*" } }

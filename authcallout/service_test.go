@@ -25,6 +25,7 @@ func TestDevicePermissionsAreExactlyTheDevicesSubjects(t *testing.T) {
 			"fleet.report.dev-a.heartbeat", "fleet.report.dev-a.inventory", "fleet.report.dev-a.workload",
 			"fleet.report.dev-a.task", "fleet.report.dev-a.command", "fleet.report.dev-a.health", "fleet.report.dev-a.containers",
 			"$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.dev-a",
+			"fleet.logs.dev-a.*.*",
 		}},
 		Sub: jwt.Permission{Allow: jwt.StringList{
 			"fleet.notify.intent.dev-a", "fleet.command.dev-a", "_INBOX_dev-a.>",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/nationtech/harmony-fleet/devicelogs"
 	"log/slog"
 	"net"
 	"time"
@@ -98,6 +99,14 @@ func RunFleet(ctx context.Context, o FleetOptions, ln net.Listener) error {
 	}
 	so := o.Server
 	so.View, so.Actions, so.Acks = view, actions, acks
+	if so.Logs == nil {
+		// Device logs and diagnoses through the same connection (ADR 0025).
+		if so.Logs, err = devicelogs.New(devicelogs.Options{Conn: o.Store.JetStream().Conn(), Store: o.Store,
+			Logger: log.With("component", "devicelogs")}); err != nil {
+			ln.Close()
+			return err
+		}
+	}
 	srv, err := New(so)
 	if err != nil {
 		ln.Close()

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"errors"
 	"fmt"
+	"github.com/nationtech/harmony-fleet/devicelogs"
 	"log/slog"
 	"net"
 	"net/url"
@@ -98,6 +99,9 @@ type Options struct {
 	// Commands are the agent commands the device page offers. Default
 	// DefaultCommands.
 	Commands []Command
+	// Logs reads device logs and diagnoses for the device page's Logs and
+	// Diagnosis pages (ADR 0025); nil: the pages say it is not configured.
+	Logs *devicelogs.Reader
 	// KeepAlive is how often an idle live-update stream sends a comment.
 	// Default DefaultKeepAlive.
 	KeepAlive time.Duration

@@ -23,7 +23,7 @@ var staticFS embed.FS
 
 // pageNames are the templates, each templates/<name>.html with the layout.
 var pageNames = []string{"overview", "devices", "device", "deployments", "deployment", "taskruns", "taskrun", "alerts", "fleetat",
-	"exposure", "forbidden", "error", "mocklogin", "signedout"}
+	"exposure", "forbidden", "error", "mocklogin", "signedout", "devicelogs", "diagnosis"}
 
 type templates map[string]*template.Template
 

@@ -67,7 +67,7 @@ var ExampleImages = []ExampleImage{
 	// trap makes a stop immediate (httpd as PID 1 would ignore SIGTERM).
 	// Without DB_PASSWORD it says so and exits with code 2
 	// (examples/crashloop.yaml).
-	{Ref: "localhost/fleet-examples/analysis-api:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; test -n \"$DB_PASSWORD\" || { echo 'fatal: DB_PASSWORD is not set' >&2; exit 2; }; mkdir -p /www; cp /data/migrations.log /www/index.html; httpd -f -p 8080 -h /www & wait"]` + "\n"},
+	{Ref: "localhost/fleet-examples/analysis-api:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; test -n \"$DB_PASSWORD\" || { echo 'fatal: DB_PASSWORD is not set' >&2; exit 2; }; echo \"analysis-api: connecting to the database with password $DB_PASSWORD\"; mkdir -p /www; cp /data/migrations.log /www/index.html; httpd -f -vv -p 8080 -h /www & wait"]` + "\n"},
 	// The canary example's service: waits until stopped.
 	{Ref: "localhost/fleet-examples/hello:v1", Containerfile: `CMD ["sh", "-c", "trap 'exit 0' TERM INT; echo \"hello from $HOSTNAME\"; sleep 2147483647 & wait"]` + "\n"},
 }

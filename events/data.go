@@ -338,6 +338,9 @@ type AgentCommand struct {
 	Command string `json:"command"`
 	// RequestedBy names who asked (user or component), for the audit trail.
 	RequestedBy string `json:"requestedBy,omitempty"`
+	// Logs are the options of CommandLogs and the ids of CommandLogsStop
+	// (ADR 0025); absent for every other command.
+	Logs *LogsRequest `json:"logs,omitempty"`
 }
 
 // EventType implements Data.
@@ -544,3 +547,40 @@ type ContainerState struct {
 	// ImageDigest is the image's digest (sha256:…), else its image ID.
 	ImageDigest string `json:"imageDigest,omitempty"`
 }
+
+// Ways a device log was asked for (DeviceLogsRequested.Via).
+const (
+	ViaCLI       = "cli"
+	ViaDashboard = "dashboard"
+)
+
+// DeviceLogsRequested is the data of TypeDeviceLogsRequested: who asked to
+// read which container's log of a device, and whether it was allowed.
+type DeviceLogsRequested struct {
+	// Namespace is the Device's; Deployment and Service the container's.
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	Service    string `json:"service"`
+	// User names who asked: the Kubernetes user of fleet logs, the
+	// signed-in user of the dashboard; UserSubject the OIDC subject when
+	// known.
+	User        string `json:"user"`
+	UserSubject string `json:"userSubject,omitempty"`
+	// Via is ViaCLI or ViaDashboard.
+	Via string `json:"via"`
+	// Request is the logs request id (the answer subject's last token).
+	Request string `json:"request"`
+	// Tail, Since and Follow are the options asked.
+	Tail   int       `json:"tail,omitempty"`
+	Since  time.Time `json:"since,omitzero"`
+	Follow bool      `json:"follow,omitempty"`
+	// Diagnose is set for a diagnosis (fleet describe device; Deployment
+	// and Service empty), absent for a log.
+	Diagnose bool `json:"diagnose,omitempty"`
+	// Allowed is false when the reader was refused; Reason says why.
+	Allowed bool   `json:"allowed"`
+	Reason  string `json:"reason,omitempty"`
+}
+
+// EventType implements Data.
+func (DeviceLogsRequested) EventType() Type { return TypeDeviceLogsRequested }

@@ -136,6 +136,7 @@ func TestEveryCatalogueTypeHasAStructAndASubject(t *testing.T) {
 		events.TypeAgentCommand:               events.AgentCommand{},
 		events.TypeDashboardDeviceAction:      events.DashboardDeviceAction{},
 		events.TypeDashboardAlertAcknowledged: events.DashboardAlertAcknowledged{},
+		events.TypeDeviceLogsRequested:        events.DeviceLogsRequested{},
 	}
 	for _, ti := range events.Catalogue() {
 		t.Run(string(ti.Type), func(t *testing.T) {

@@ -149,6 +149,8 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.DashboardDeviceAction](ev)
 	case events.TypeDashboardAlertAcknowledged:
 		_, err = events.Decode[events.DashboardAlertAcknowledged](ev)
+	case events.TypeDeviceLogsRequested:
+		_, err = events.Decode[events.DeviceLogsRequested](ev)
 	default:
 		if info, ok := ev.Type.Info(); !ok || info.Family != events.FamilyDeploymentRollout {
 			return fmt.Errorf("%s: no data struct known to this test", ev.Type)
@@ -490,5 +492,16 @@ func goldenStory(t *testing.T) []events.Event {
 		events.WithCorrelation(fleetWideUID, 1))
 	add(fleetWide, events.TaskRunCreated{UID: fleetWideUID, Generation: 1, Task: "system-upgrade", Targets: []string{},
 		TargetChunks: 1, TargetsDigest: events.TargetsDigest([]string{"rpi-1", "rpi-2"})}, events.WithCorrelation(fleetWideUID, 1))
+
+	// ADR 0025: ada reads api's log on rpi-2 with fleet logs (the command
+	// carries the request; the audit names her), and grace is refused.
+	logs := &events.LogsRequest{Reader: "0123456789abcdef0123456789abcdef", Request: "fedcba9876543210fedcba9876543210",
+		Namespace: "lab", Deployment: "api", Service: "api", Tail: 100, Follow: true, FollowSeconds: 1800}
+	add(events.Keys{Device: "rpi-2"}, events.DeviceLogsRequested{Namespace: "lab", Deployment: "api", Service: "api", User: "ada",
+		Via: events.ViaCLI, Request: logs.Request, Tail: 100, Follow: true, Allowed: true})
+	add(events.Keys{Device: "rpi-2"}, events.AgentCommand{Command: events.CommandLogs, RequestedBy: "ada", Logs: logs})
+	add(events.Keys{Device: "rpi-2"}, events.DeviceLogsRequested{Namespace: "lab", Deployment: "api", Service: "api", User: "grace",
+		Via: events.ViaCLI, Request: "00000000000000000000000000000001", Since: crashAt, Allowed: false,
+		Reason: "RBAC: grace may not get devices/log in namespace lab"})
 	return out
 }

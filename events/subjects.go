@@ -113,6 +113,10 @@ const (
 	// FamilyDashboardAlert: fleet.dashboard.alert.<name>, name being the
 	// alert's key (AlertKey).
 	FamilyDashboardAlert Family = "dashboard-alert"
+	// FamilyDeviceLogs: fleet.logs.<device>.<reader>.<request>, a device's
+	// answer to a logs request (LogsSubject). Never stored; no event type
+	// is of this family.
+	FamilyDeviceLogs Family = "device-logs"
 )
 
 // Keys are the subject keys of an event: the tokens its subject is built
@@ -141,6 +145,8 @@ func (k Keys) Subject(f Family, rk ReportKind) (string, error) {
 		return DashboardDeviceSubject(k.Device)
 	case FamilyDashboardAlert:
 		return DashboardAlertSubject(k.Name)
+	case FamilyDeviceLogs:
+		return "", fmt.Errorf("%w: a logs subject needs its reader and request ids: use LogsSubject", ErrInvalidSubject)
 	}
 	return "", fmt.Errorf("%w: unknown family %q", ErrInvalidSubject, f)
 }
@@ -292,10 +298,17 @@ type Ref struct {
 	Keys   Keys
 	// Report is the report kind, set for FamilyReport only.
 	Report ReportKind
+	// Reader and Request are the ids of a FamilyDeviceLogs subject.
+	Reader, Request string
 }
 
 // Subject rebuilds the subject the Ref was parsed from.
-func (r Ref) Subject() (string, error) { return r.Keys.Subject(r.Family, r.Report) }
+func (r Ref) Subject() (string, error) {
+	if r.Family == FamilyDeviceLogs {
+		return LogsSubject(r.Keys.Device, r.Reader, r.Request)
+	}
+	return r.Keys.Subject(r.Family, r.Report)
+}
 
 // ParseSubject parses any Fleet event subject, validating every token.
 func ParseSubject(subject string) (Ref, error) {
@@ -304,7 +317,7 @@ func ParseSubject(subject string) (Ref, error) {
 	}
 	t := strings.Split(subject, ".")
 	if len(t) < 3 || t[0] != "fleet" {
-		return bad("must start with fleet.intent, fleet.rollout, fleet.report, fleet.command or fleet.dashboard")
+		return bad("must start with fleet.intent, fleet.rollout, fleet.report, fleet.command, fleet.dashboard or fleet.logs")
 	}
 	var ref Ref
 	switch t[1] {
@@ -366,6 +379,14 @@ func ParseSubject(subject string) (Ref, error) {
 		default:
 			return bad("unknown kind token " + t[2])
 		}
+	case "logs":
+		if len(t) != 5 {
+			return bad("must have 5 tokens: fleet.logs.<device>.<reader>.<request>")
+		}
+		if _, err := LogsSubject(t[2], t[3], t[4]); err != nil {
+			return Ref{}, err
+		}
+		ref = Ref{Family: FamilyDeviceLogs, Keys: Keys{Device: t[2]}, Reader: t[3], Request: t[4]}
 	default:
 		return bad("unknown root " + t[1])
 	}

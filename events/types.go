@@ -114,6 +114,9 @@ const (
 	TypeDashboardDeviceAction Type = "dashboard.device.action"
 	// TypeDashboardAlertAcknowledged: an operator acknowledged an alert.
 	TypeDashboardAlertAcknowledged Type = "dashboard.alert.acknowledged"
+	// TypeDeviceLogsRequested: someone asked to read a device's container
+	// log (fleet logs or the dashboard), allowed or refused (ADR 0025).
+	TypeDeviceLogsRequested Type = "device.logs.requested"
 )
 
 // TypeInfo describes one event type for the catalogue.
@@ -165,6 +168,7 @@ var catalogue = []TypeInfo{
 	{TypeAgentCommand, 1, FamilyCommand, ""},
 	{TypeDashboardDeviceAction, 1, FamilyDashboardDevice, ""},
 	{TypeDashboardAlertAcknowledged, 1, FamilyDashboardAlert, ""},
+	{TypeDeviceLogsRequested, 1, FamilyDashboardDevice, ""},
 }
 
 // Catalogue returns every event type this build knows.

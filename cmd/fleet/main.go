@@ -2,6 +2,8 @@
 // control plane on one machine (package dev), `fleet enroll`
 // enrolls, re-enrolls and revokes devices (package enroll), `fleet
 // history` answers questions about the past (package history), `fleet
+// logs` reads what a device's service printed and `fleet describe device`
+// (`fleet diagnose`) asks a device for a diagnosis (package devicelogs), `fleet
 // rollout` asks the operator to pause, resume or approve a rollout and
 // `fleet token` mints a device's id_token and checks it as the auth callout
 // would (package identity/tokencheck). It is wiring only: flags, the
@@ -37,6 +39,8 @@ commands:
   dev       run the Fleet control plane on this machine
   enroll    enroll, re-enroll or revoke a device (-dev: at a running fleet dev)
   history   a Deployment's or device's timeline, or the fleet at a time, from the streams
+  logs      what a service printed on a device, read through its agent (-f: follow)
+  describe  describe device <ns>/<device>: the device's containers, host and agent (also: diagnose)
   rollout   pause, resume or approve a Deployment's rollout (as you, through the Kubernetes API)
   token     mint a device's id_token from its key file and check it as the auth callout would
 `
@@ -53,6 +57,15 @@ func run(args []string) error {
 		return runEnroll(args[1:])
 	case "history":
 		return runHistory(args[1:])
+	case "logs":
+		return runLogs(args[1:])
+	case "diagnose":
+		return runDescribe(args[1:])
+	case "describe":
+		if len(args) < 2 || args[1] != "device" {
+			return errors.New("describe: only `fleet describe device <namespace>/<device>` exists")
+		}
+		return runDescribe(args[2:])
 	case "rollout":
 		return runRollout(args[1:])
 	case "token":

@@ -172,8 +172,12 @@ type container struct {
 	// oomKilled is set by a Crash with oom and never cleared, as Podman's.
 	oomKilled bool
 	// logs is what the container printed, oldest first, at most
-	// MaxLogLines.
-	logs []string
+	// MaxLogLines; logAt when each was printed (Options.Now, zero
+	// without it); printed counts every line ever printed (StreamLogs
+	// follows it).
+	logs    []string
+	logAt   []time.Time
+	printed int
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 )
@@ -155,11 +156,18 @@ func (r *Runtime) Print(idOrName string, lines ...string) error {
 // print appends lines to c's log, each cut at runtime.MaxLogLine bytes,
 // keeping the last MaxLogLines. The caller holds the runtime's lock.
 func (c *container) print(lines ...string) {
+	var at time.Time
+	if c.now != nil {
+		at = c.now()
+	}
 	for _, l := range lines {
 		c.logs = append(c.logs, l[:min(len(l), runtime.MaxLogLine)])
+		c.logAt = append(c.logAt, at)
 	}
+	c.printed += len(lines)
 	if n := len(c.logs); n > MaxLogLines {
 		c.logs = slices.Clone(c.logs[n-MaxLogLines:])
+		c.logAt = slices.Clone(c.logAt[n-MaxLogLines:])
 	}
 }
 
