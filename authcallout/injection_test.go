@@ -34,7 +34,7 @@ import (
 
 // injectionStreams are every stream and bucket the control plane holds.
 var injectionStreams = []string{
-	events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamCommands, events.StreamAudit,
+	events.StreamIntent, events.StreamRollout, events.StreamReports, events.StreamTelemetry, events.StreamLiveness, events.StreamCommands, events.StreamAudit,
 	"KV_" + events.BucketIntent, "KV_" + events.BucketIdentity, "OBJ_" + events.BucketOperatorState,
 }
 
@@ -154,7 +154,7 @@ func onlyOwnReports(before, after map[string][]streamMessage, a string) map[stri
 		}
 		var kept []streamMessage
 		for i, m := range msgs {
-			if i == 0 && (name == events.StreamReports || name == events.StreamTelemetry) {
+			if i == 0 && (name == events.StreamReports || name == events.StreamTelemetry || name == events.StreamLiveness) {
 				kept = append(kept, before[name][0]) // the state line moves with A's reports
 				continue
 			}

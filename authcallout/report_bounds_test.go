@@ -63,7 +63,7 @@ func TestAnOversizedReportFromADeviceIsStoredNowhere(t *testing.T) {
 			known[m.Seq] = true
 		}
 		for i, m := range msgs {
-			if i == 0 && (name == events.StreamReports || name == events.StreamTelemetry) || known[m.Seq] || m.Subject == "deleted" {
+			if i == 0 && (name == events.StreamReports || name == events.StreamTelemetry || name == events.StreamLiveness) || known[m.Seq] || m.Subject == "deleted" {
 				continue // the state line, or a message stored before
 			}
 			added = append(added, fmt.Sprintf("%s %s: %d bytes", name, m.Subject, len(m.Data)))
