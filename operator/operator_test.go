@@ -64,6 +64,8 @@ type env struct {
 	deviceController bool
 	// deviceWorkers is the operators' Options.DeviceWorkers (0: the default).
 	deviceWorkers int
+	// followDebounce, when set, is the operators' Options.FollowDebounce.
+	followDebounce time.Duration
 }
 
 var nsCounter int
@@ -128,7 +130,7 @@ func (e *env) startOperator() (stop func()) {
 	}
 	o := operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 		Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
-		Metrics: e.metrics, TargetTimeout: e.targetTimeout, ProgressDeadline: e.progressDeadline, DeviceWorkers: e.deviceWorkers}
+		Metrics: e.metrics, TargetTimeout: e.targetTimeout, ProgressDeadline: e.progressDeadline, DeviceWorkers: e.deviceWorkers, FollowDebounce: e.followDebounce}
 	if e.deviceController {
 		o.Devices = e.store
 	}

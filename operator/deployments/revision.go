@@ -75,6 +75,9 @@ func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 		// before (ADR 0019).
 		data.MinReadySeconds = int64(max(mr.Duration.Round(time.Second), time.Second) / time.Second)
 	}
+	// Likewise: Frozen and absent are today's rollout, and its bytes (ADR
+	// 0025).
+	data.Follow = d.Spec.Rollout.Targets == fleetv1.RolloutTargetsFollow
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.
 		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)
