@@ -41,7 +41,8 @@ func (r *runner) noteFollow(ch FollowChange, now time.Time) depKey {
 
 // follow settles the follow changes of Deployment k at now (ADR 0025): a
 // device that matches and is no target of the current revision joins it
-// (rollout.target-added), unless the rollout failed; a target that does
+// (rollout.target-added), unless the rollout failed (never) or is paused
+// (on the resume); a target that does
 // not match leaves it (rollout.target-removed marked Follow, which takes
 // the revision back) at once for a deletion, a quarantine, a duplicate
 // mark or a group, and after FollowDebounce of not matching for a label
@@ -76,6 +77,8 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 		target := ro.IsTarget(dev)
 		var tr events.RolloutTransition
 		switch {
+		case w.Match && !target && ro.Paused && !ro.Terminal():
+			continue // a pause holds every handing of the revision: it joins on the resume
 		case w.Match && !target && ro.Stage != projections.StageFailed:
 			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{
 				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change})
