@@ -17,16 +17,18 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/score"
 )
 
 // followDeployment creates Deployment name with spec.rollout.targets
 // Follow (ADR 0025), written as a user's manifest would.
-func (e *env) followDeployment(name string, selector map[string]string) {
+func (e *env) followDeployment(name string, selector map[string]string, groups ...string) {
 	e.t.Helper()
 	d := &fleetv1.Deployment{
 		TypeMeta: fleetv1TypeMeta("Deployment"),
 		Spec: fleetv1.DeploymentSpec{
+			AllowedGroups:  groups,
 			TargetSelector: fleetv1.TargetSelector{MatchLabels: selector},
 			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 				Name: "api", Image: "registry.example.com/api:v1", Ports: []string{"8080:8080"}}}}},
@@ -252,4 +254,80 @@ func TestTheAPIServerRefusesFollowWithARolloutPlan(t *testing.T) {
 			}
 		})
 	}
+}
+
+// reportLabels publishes a device's inventory with the labels it claims,
+// as a (hostile) agent would, and waits until the Device controller
+// applied what it may of them.
+func (e *env) reportLabels(device string, labels map[string]string, applied func(*fleetv1.Device) bool) {
+	e.t.Helper()
+	ev, err := events.New(events.Keys{Device: device}, events.DeviceInventory{OS: "debian-12", Arch: "arm64", AgentVersion: "1.0.0", Labels: labels})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.Report(e.ctx, ev); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFor("the Device controller applying "+device+"'s report", func() bool {
+		var d fleetv1.Device
+		return e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: device}, &d) == nil && applied(&d)
+	})
+}
+
+// TestADeviceCannotClaimItsWayIntoAFollowDeployment: a device's
+// self-reported labels are placement data. A device outside the allowed
+// groups that relabels itself to match does not join; a quarantined device
+// that reports labels without blacklist stays quarantined and out; a
+// group member that relabels itself joins as any matching device would,
+// and the quarantined one joins once an administrator lifts the
+// quarantine.
+func TestADeviceCannotClaimItsWayIntoAFollowDeployment(t *testing.T) {
+	e := newEnv(t)
+	e.deviceController = true
+	member, outsider, quarantined := "member-"+e.ns, "outsider-"+e.ns, "quarantined-"+e.ns
+	frozen := "frozen-" + e.ns
+	e.groups = operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen, member, quarantined}}})
+	e.device(frozen, map[string]string{"role": "analyzer"})
+	// No admin label on role: the devices' reports set it (an admin's
+	// label would stay the admin's).
+	e.device(member, map[string]string{"site": "lyon"})
+	e.device(outsider, map[string]string{"site": "lyon"})
+	e.device(quarantined, map[string]string{"site": "lyon", fleetv1.LabelBlacklist: "true"})
+	e.startOperator()
+	e.followDeployment("api", map[string]string{"role": "analyzer"}, "lyon")
+	rev := e.revisionOf("api", 1)
+	if diff := cmp.Diff([]string{frozen}, rev.Targets); diff != "" {
+		t.Fatalf("frozen targets (-want +got):\n%s", diff)
+	}
+
+	matching := func(d *fleetv1.Device) bool { return d.Labels["role"] == "analyzer" }
+	e.reportLabels(outsider, map[string]string{"role": "analyzer"}, matching)
+	e.reportLabels(quarantined, map[string]string{"role": "analyzer"}, matching)
+	if d := e.getDevice(quarantined); d.Labels[fleetv1.LabelBlacklist] != "true" {
+		t.Fatalf("the device's report removed its quarantine: labels %v", d.Labels)
+	}
+	e.reportLabels(member, map[string]string{"role": "analyzer"}, matching)
+	e.waitFor("the group member that relabelled itself joined", func() bool { return e.intentOf(member, "api") == 1 })
+	if diff := cmp.Diff([]string{"added " + member + " (labels changed)"}, e.followTransitions("api")); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+
+	e.relabel(quarantined, func(l map[string]string) { delete(l, fleetv1.LabelBlacklist) })
+	e.waitFor("the device whose quarantine was lifted joined", func() bool { return e.intentOf(quarantined, "api") == 1 })
+	want := []string{"added " + member + " (labels changed)", "added " + quarantined + " (quarantine lifted)"}
+	if diff := cmp.Diff(want, e.followTransitions("api")); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+	if e.intentOf(outsider, "api") != 0 {
+		t.Error("a device outside the allowed groups joined by relabelling itself")
+	}
+}
+
+func (e *env) getDevice(name string) *fleetv1.Device {
+	e.t.Helper()
+	var d fleetv1.Device
+	if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: name}, &d); err != nil {
+		e.t.Fatal(err)
+	}
+	return &d
 }
