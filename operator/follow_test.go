@@ -118,6 +118,13 @@ func TestAFollowDeploymentIsTheFleetsStandingState(t *testing.T) {
 		{"a quarantined follower loses the revision at once", func(e *env, device string) {
 			e.relabel(device, func(l map[string]string) { l[fleetv1.LabelBlacklist] = "true" })
 		}, "Device quarantined"},
+		{"a deleted follower leaves at once", func(e *env, device string) {
+			var d fleetv1.Device
+			d.Name, d.Namespace = device, e.ns
+			if err := e.c.Delete(e.ctx, &d); err != nil {
+				e.t.Fatal(err)
+			}
+		}, "Device deleted"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -330,4 +337,49 @@ func (e *env) getDevice(name string) *fleetv1.Device {
 		e.t.Fatal(err)
 	}
 	return &d
+}
+
+// TestAFollowDeploymentCatchesUpAfterARestart: the operator is stopped
+// after a follower joined; meanwhile the follower is relabelled out and a
+// new matching device is created. The restarted operator, resuming from its
+// checkpoint, removes the first after the debounce and adds the second
+// ("matches the target selector": it was first seen at the start), and
+// each decision is appended once.
+func TestAFollowDeploymentCatchesUpAfterARestart(t *testing.T) {
+	e := newEnv(t)
+	e.followDebounce = time.Second
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	stop := e.startOperator()
+	e.followDeployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	first, second := "first-"+e.ns, "second-"+e.ns
+	e.device(first, map[string]string{"role": "analyzer"})
+	e.waitFor("the first follower joined", func() bool { return e.intentOf(first, "api") == 1 })
+	stop()
+
+	e.relabel(first, func(l map[string]string) { l["role"] = "other" })
+	e.device(second, map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.waitFor("the second device joined", func() bool { return e.intentOf(second, "api") == 1 })
+	e.waitFor("the relabelled follower left", func() bool { return e.intentOf(first, "api") == 0 })
+	var d *fleetv1.Deployment
+	e.waitFor("the status after the restart", func() bool {
+		d = e.get("api")
+		return d.Status.Counts.Total == 2 && d.Status.Counts.Followers == 1 && len(d.Status.Removed) == 1
+	})
+	// The second device was created just before the restart: "Device
+	// created" when in the second the operator started, else "matches the
+	// target selector" (seen first at the start). The departure has no
+	// "was": the restarted operator never saw the labels before.
+	got := e.followTransitions("api")
+	for _, reason := range []string{"Device created", "matches the target selector"} {
+		want := []string{"added " + first + " (Device created)", "added " + second + " (" + reason + ")",
+			"removed " + first + " (labels no longer match the target selector: role=other)"}
+		// In either order: on a slow start the departure's debounce may
+		// pass before the runner caught up.
+		if cmp.Diff(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })) == "" {
+			return
+		}
+	}
+	t.Errorf("follow transitions %q, want the first's join, the second's join, the first's departure, each once", got)
 }

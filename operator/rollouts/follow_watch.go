@@ -115,6 +115,7 @@ func (w *FollowWatch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 	w.mu.Lock()
 	prev, hadPrev := w.labels[req.NamespacedName]
 	w.mu.Unlock()
+	d.Namespace, d.Name = req.Namespace, req.Name // also for a Device gone (not found)
 	cur := deviceSeen{labels: d.Labels, duplicate: isDuplicate(&d)}
 	_, cur.quarantined = d.Labels[fleetv1.LabelBlacklist]
 	for i := range deps.Items {
