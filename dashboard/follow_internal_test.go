@@ -10,7 +10,7 @@ import (
 )
 
 // TestTheDeploymentPageRendersFollowersAndDepartures renders the
-// Deployment page of a Follow Deployment (ADR 0025): its followers with
+// Deployment page of a Follow Deployment (ADR 0026): its followers with
 // why they joined and its departures with why, escaped; a Frozen
 // Deployment's page has no such section.
 func TestTheDeploymentPageRendersFollowersAndDepartures(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 )
 
 // followDeployment is a Deployment with spec.rollout.targets Follow (ADR
-// 0025) selecting follow-test=DEV.
+// 0026) selecting follow-test=DEV.
 const followDeployment = `apiVersion: fleet.nationtech.io/v1alpha1
 kind: Deployment
 metadata:

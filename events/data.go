@@ -52,7 +52,7 @@ type DeploymentRevisionCreated struct {
 	// revision applied.
 	MinReadySeconds int64 `json:"minReadySeconds,omitempty"`
 	// Follow is set when the Deployment's spec.rollout.targets is Follow
-	// (ADR 0025): devices that come to match after the revision was frozen
+	// (ADR 0026): devices that come to match after the revision was frozen
 	// join it (rollout.target-added), devices that stop matching leave it
 	// and lose it. Absent (Frozen, the default): the bytes of before.
 	Follow bool `json:"follow,omitempty"`
@@ -181,7 +181,7 @@ type RolloutCounts struct {
 	CanariesSucceeded int `json:"canariesSucceeded"`
 	CanariesFailed    int `json:"canariesFailed"`
 	// Followers is how many of Total joined after the revision was frozen
-	// (a Follow Deployment, ADR 0025); absent otherwise.
+	// (a Follow Deployment, ADR 0026); absent otherwise.
 	Followers int `json:"followers,omitempty"`
 }
 
@@ -209,7 +209,7 @@ type RolloutTransition struct {
 	// RollbackTo is the generation rollout.rolled-back hands back: the last
 	// of the same Deployment UID whose rollout succeeded.
 	RollbackTo int64 `json:"rollbackTo,omitempty"`
-	// Follow marks a membership change of a Follow Deployment (ADR 0025):
+	// Follow marks a membership change of a Follow Deployment (ADR 0026):
 	// on rollout.target-added always; on rollout.target-removed it says the
 	// device left the Deployment, so its fleet-intent entry is taken back
 	// (a removal without it only takes a target out of the accounting).

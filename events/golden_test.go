@@ -474,7 +474,7 @@ func goldenStory(t *testing.T) []events.Event {
 		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
 		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
 
-	// A Follow Deployment (spec.rollout.targets Follow, ADR 0025): rpi-8
+	// A Follow Deployment (spec.rollout.targets Follow, ADR 0026): rpi-8
 	// is its frozen target; after the rollout succeeded rpi-9 enrolls and
 	// joins, rpi-10 is relabelled into it, and rpi-9 is relabelled out
 	// of it and loses it. New devices, so the pinned values of the others

@@ -46,7 +46,7 @@ const (
 	// Error say which and why.
 	TypeRolloutTargetRemoved Type = "rollout.target-removed"
 	// TypeRolloutTargetAdded: a device that came to match a Follow
-	// Deployment (spec.rollout.targets Follow, ADR 0025) joined the
+	// Deployment (spec.rollout.targets Follow, ADR 0026) joined the
 	// revision as a target after it was frozen; Device, Reason and Change
 	// say which, why and what changed.
 	TypeRolloutTargetAdded Type = "rollout.target-added"

@@ -435,7 +435,7 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 	case events.TypeRolloutTargetRemoved:
 		s = fmt.Sprintf("target %s removed: %s", d.Device, d.Error)
 		if d.Follow {
-			// A Follow Deployment's departure (ADR 0025): the device
+			// A Follow Deployment's departure (ADR 0026): the device
 			// loses the revision, and its agent removes the workload.
 			s = fmt.Sprintf("target %s left, its workload is removed: %s", d.Device, d.Error)
 		}

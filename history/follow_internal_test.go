@@ -9,7 +9,7 @@ import (
 )
 
 // TestTheTimelineSaysWhyADeviceJoinedOrLeftAFollowDeployment: the
-// summaries of a Follow Deployment's membership transitions (ADR 0025)
+// summaries of a Follow Deployment's membership transitions (ADR 0026)
 // name the device, the reason and the change; a removal without follow
 // reads as before.
 func TestTheTimelineSaysWhyADeviceJoinedOrLeftAFollowDeployment(t *testing.T) {

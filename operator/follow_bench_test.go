@@ -18,7 +18,7 @@ import (
 
 // BenchmarkFollowEnrollment: FLEET_FOLLOW_DEVICES (default 1,000) Devices
 // created at once in the real kube-apiserver against a Follow Deployment
-// whose rollout succeeded (ADR 0025). The timer runs from the first create
+// whose rollout succeeded (ADR 0026). The timer runs from the first create
 // to every new device's fleet-intent value written. It prints the API
 // server's requests in that time beyond the creates themselves (the
 // operator's: status writes, and no request per device per decision) and

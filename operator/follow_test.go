@@ -22,7 +22,7 @@ import (
 )
 
 // followDeployment creates Deployment name with spec.rollout.targets
-// Follow (ADR 0025), written as a user's manifest would.
+// Follow (ADR 0026), written as a user's manifest would.
 func (e *env) followDeployment(name string, selector map[string]string, groups ...string) {
 	e.t.Helper()
 	d := &fleetv1.Deployment{

@@ -79,7 +79,7 @@ type Options struct {
 	// DefaultProgressDeadline (10m); negative: none.
 	ProgressDeadline time.Duration
 	// FollowDebounce is how long a target of a Follow Deployment (ADR
-	// 0025) must not have matched after a label change before it leaves;
+	// 0026) must not have matched after a label change before it leaves;
 	// 0: DefaultFollowDebounce (30s).
 	FollowDebounce time.Duration
 	// Skips counts the stored records the operator's readers skip because

@@ -20,7 +20,7 @@ type (
 	// TargetWatch reports target removals to the runner (rollouts.TargetWatch).
 	TargetWatch = rollouts.TargetWatch
 	// FollowChange is how a Device stands to a Follow Deployment
-	// (rollouts.FollowChange, ADR 0025).
+	// (rollouts.FollowChange, ADR 0026).
 	FollowChange = rollouts.FollowChange
 	// FollowWatch reports Follow changes to the runner (rollouts.FollowWatch).
 	FollowWatch = rollouts.FollowWatch

@@ -11,7 +11,7 @@ import (
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
-// followStory is a Follow revision's history (ADR 0025) on its two
+// followStory is a Follow revision's history (ADR 0026) on its two
 // subjects: the intent (the revision) and the rollout (transitions), plus
 // the reports. Frozen targets a (canary) and b; x joins during the canary
 // stage and waits for the release, y joins after the release, b leaves

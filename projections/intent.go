@@ -49,7 +49,7 @@ type intentRev struct {
 	// releasedRest: a rollout.released was folded, so a device that joins
 	// later (rollout.target-added) is handed the revision at once; left:
 	// the devices that left a Follow revision (a rollout.target-removed
-	// marked Follow), which hold nothing of the Deployment (ADR 0025).
+	// marked Follow), which hold nothing of the Deployment (ADR 0026).
 	releasedRest bool
 	left         map[string]bool
 }
@@ -190,7 +190,7 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		delete(s.live, k)
 		return s.recompute(k)
 	case events.TypeRolloutTargetAdded:
-		// A device joined a Follow revision (ADR 0025): a target like
+		// A device joined a Follow revision (ADR 0026): a target like
 		// the frozen ones, handed the revision at once when the rest was
 		// released already, else with the release.
 		d, err := p.RolloutTransition()

@@ -153,7 +153,7 @@ type Rollout struct {
 	// onFailure Rollback hands back. RolledBackTo is the generation a
 	// rollout.rolled-back of the revision handed back (0: none).
 	LastSucceeded, RolledBackTo int64
-	// Follow is set when the revision follows its selector (ADR 0025):
+	// Follow is set when the revision follows its selector (ADR 0026):
 	// devices join it (rollout.target-added) and leave it (a
 	// rollout.target-removed marked Follow) after it was frozen.
 	Follow bool
@@ -189,7 +189,7 @@ type earlyFacts struct {
 	removed []RemovedTarget
 	// members are the revision's target-added and target-removed
 	// transitions in order: replayed in place of removed when the
-	// revision has followers (ADR 0025), so a join and a removal of one
+	// revision has followers (ADR 0026), so a join and a removal of one
 	// device keep their order.
 	members []events.Event
 	// follow: members hold a follow transition.
@@ -501,7 +501,7 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 }
 
 // applyMember folds a membership transition of the current revision: a
-// removal from the accounting, a follower joining (ADR 0025), or a
+// removal from the accounting, a follower joining (ADR 0026), or a
 // follower or frozen target leaving a Follow revision.
 func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollout {
 	switch {

@@ -29,7 +29,7 @@ type earlySnapshot struct {
 	Controls    []events.Event          `json:"controls,omitempty"`
 	ProgressAt  time.Time               `json:"progressAt,omitzero"`
 	// Members and Follow: the membership transitions of a Follow
-	// revision (ADR 0025).
+	// revision (ADR 0026).
 	Members []events.Event `json:"members,omitempty"`
 	Follow  bool           `json:"follow,omitempty"`
 }
@@ -77,7 +77,7 @@ type rolloutSnapshot struct {
 	// snapshots of earlier builds, which the runner does not restore).
 	ProgressAt       time.Time     `json:"progressAt,omitzero"`
 	ProgressDeadline time.Duration `json:"progressDeadline,omitempty"`
-	// Follow and Followers: a Follow revision (ADR 0025).
+	// Follow and Followers: a Follow revision (ADR 0026).
 	Follow    bool       `json:"follow,omitempty"`
 	Followers []Follower `json:"followers,omitempty"`
 }
@@ -201,7 +201,7 @@ type intentRevSnapshot struct {
 	RollbackTo    int64    `json:"rollbackTo,omitempty"`
 	RolledBack    []string `json:"rolledBack,omitempty"`
 	RolledBackAll bool     `json:"rolledBackAll,omitempty"`
-	// ReleasedRest and Left: a Follow revision's followers (ADR 0025).
+	// ReleasedRest and Left: a Follow revision's followers (ADR 0026).
 	ReleasedRest bool     `json:"releasedRest,omitempty"`
 	Left         []string `json:"left,omitempty"`
 }

@@ -136,7 +136,7 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 	return st, true
 }
 
-// followStatus adds what a Follow revision (ADR 0025) shows: its
+// followStatus adds what a Follow revision (ADR 0026) shows: its
 // followers, their count, and the Followers condition. A Frozen revision's
 // status has none of it.
 func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {

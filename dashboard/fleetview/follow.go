@@ -7,7 +7,7 @@ import (
 )
 
 // FollowStage is what a Deployment whose targets follow its selector
-// (spec.rollout.targets Follow, ADR 0025) shows: the devices that joined
+// (spec.rollout.targets Follow, ADR 0026) shows: the devices that joined
 // its revision after it was frozen, and those that left it, from the
 // Deployment's status (the first fleetv1.MaxFollowersListed and
 // fleetv1.MaxRemovedListed; the totals count them all).

@@ -14,7 +14,7 @@ import (
 )
 
 // TestTheDeploymentPageShowsFollowersAndDepartures: a Follow Deployment
-// (ADR 0025) on a fleet with a real operator; a device created afterwards
+// (ADR 0026) on a fleet with a real operator; a device created afterwards
 // is listed as a follower with why it joined, and once quarantined as a
 // departure. A Frozen Deployment's page has no follow section.
 func TestTheDeploymentPageShowsFollowersAndDepartures(t *testing.T) {

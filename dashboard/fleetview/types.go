@@ -429,7 +429,7 @@ type DeploymentDetail struct {
 	// rollback: status.plan); nil without one.
 	Plan *PlanStage `json:"plan,omitempty"`
 	// Follow is a Follow Deployment's followers and departures (ADR
-	// 0025); nil for a Frozen one.
+	// 0026); nil for a Frozen one.
 	Follow *FollowStage `json:"follow,omitempty"`
 	// Devices is the per-device rollout state of the current revision,
 	// sorted by state (Failed, Pending, Succeeded) then device, at most

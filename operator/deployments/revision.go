@@ -76,7 +76,7 @@ func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 		data.MinReadySeconds = int64(max(mr.Duration.Round(time.Second), time.Second) / time.Second)
 	}
 	// Likewise: Frozen and absent are today's rollout, and its bytes (ADR
-	// 0025).
+	// 0026).
 	data.Follow = d.Spec.Rollout.Targets == fleetv1.RolloutTargetsFollow
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.

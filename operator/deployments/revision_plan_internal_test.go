@@ -268,7 +268,7 @@ func TestAMinReadyIsFrozenOnlyWhenSet(t *testing.T) {
 
 // TestFollowIsFrozenOnlyWhenSet: a Deployment without
 // spec.rollout.targets, or with Frozen, writes the revision bytes of
-// before; one with Follow adds "follow":true and nothing else (ADR 0025).
+// before; one with Follow adds "follow":true and nothing else (ADR 0026).
 func TestFollowIsFrozenOnlyWhenSet(t *testing.T) {
 	devices := []fleetv1.Device{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-2", Labels: map[string]string{"role": "x"}}},

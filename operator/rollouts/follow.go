@@ -39,7 +39,7 @@ func (r *runner) noteFollow(ch FollowChange, now time.Time) depKey {
 	return k
 }
 
-// follow settles the follow changes of Deployment k at now (ADR 0025): a
+// follow settles the follow changes of Deployment k at now (ADR 0026): a
 // device that matches and is no target of the current revision joins it
 // (rollout.target-added), unless the rollout failed (never) or is paused
 // (on the resume); a target that does

@@ -20,7 +20,7 @@ import (
 )
 
 // FollowChange is what a Device now is to one Follow Deployment (ADR
-// 0025), as FollowWatch judged it from the informer cache: whether it
+// 0026), as FollowWatch judged it from the informer cache: whether it
 // matches the Deployment's selector and rules (not quarantined, not a
 // duplicate device id, a member of an allowed group), why, and the label or
 // membership change that made it so. The rollout runner decides from it

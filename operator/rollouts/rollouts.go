@@ -104,7 +104,7 @@ type RolloutRunner struct {
 	// every rollout in progress in its namespace that has it as a target.
 	Removals <-chan TargetRemoval
 	// Follows, when set, tells the runner how Devices stand to the Follow
-	// Deployments of their namespace (FollowWatch, ADR 0025): it appends
+	// Deployments of their namespace (FollowWatch, ADR 0026): it appends
 	// their joins and departures. Removals no longer apply to a Follow
 	// revision: a deleted or quarantined device leaves it through Follows.
 	Follows <-chan FollowChange
@@ -376,7 +376,7 @@ func (r *runner) removeTargets(ctx context.Context, now time.Time) {
 		var out []projections.RemovedTarget
 		for rm := range r.pending {
 			// A Follow revision's device leaves through the follow
-			// changes, which take the revision back (ADR 0025).
+			// changes, which take the revision back (ADR 0026).
 			if rm.Namespace == k.ns && ro.IsTarget(rm.Device) && !ro.Follow {
 				out = append(out, projections.RemovedTarget{Device: rm.Device, Reason: "Device " + rm.Reason})
 			}

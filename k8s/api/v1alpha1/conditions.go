@@ -21,7 +21,7 @@ const (
 	// otherwise. It never changes Ready or the phase.
 	ConditionDegraded = "Degraded"
 	// ConditionFollowers is set on a Deployment whose targets follow its
-	// selector (spec.rollout.targets Follow, ADR 0025): True, reason
+	// selector (spec.rollout.targets Follow, ADR 0026): True, reason
 	// FollowingSelector, the message says how many targets joined after
 	// the revision was frozen and how many left. Absent for Frozen.
 	ConditionFollowers = "Followers"

@@ -65,7 +65,7 @@ type TargetSelector struct {
 type RolloutStrategy string
 
 // RolloutTargets names what a revision's targets are after it was frozen
-// (ADR 0025).
+// (ADR 0026).
 type RolloutTargets string
 
 // Rollout target modes.
@@ -92,13 +92,13 @@ const RolloutImmediate RolloutStrategy = "Immediate"
 // workload rollback yet.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReady) || !has(self.progressDeadline) || duration(self.minReady) <= duration(self.progressDeadline)",message="rollout.minReady must not be longer than rollout.progressDeadline"
-// +kubebuilder:validation:XValidation:rule="!has(self.targets) || self.targets != 'Follow' || ((!has(self.batches) || size(self.batches) == 0) && !has(self.disruptionBudget) && (!has(self.approval) || self.approval == 'Automatic') && (!has(self.onFailure) || self.onFailure == 'Fail'))",message="rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet (ADR 0025): remove them, or leave targets Frozen"
+// +kubebuilder:validation:XValidation:rule="!has(self.targets) || self.targets != 'Follow' || ((!has(self.batches) || size(self.batches) == 0) && !has(self.disruptionBudget) && (!has(self.approval) || self.approval == 'Automatic') && (!has(self.onFailure) || self.onFailure == 'Fail'))",message="rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet (ADR 0026): remove them, or leave targets Frozen"
 type RolloutSpec struct {
 	// Targets says what a revision's targets are after it was frozen.
 	// Frozen (the default, also when absent): the devices that matched
 	// when the revision was created, as the product description says;
 	// devices that come to match later get nothing until the next
-	// generation. Follow (ADR 0025): the Deployment is the fleet's
+	// generation. Follow (ADR 0026): the Deployment is the fleet's
 	// standing state; a device that comes to match (enrolled, relabelled,
 	// released from quarantine, no longer a duplicate device id) joins the
 	// current revision (rollout.target-added), and one that stops
@@ -307,7 +307,7 @@ type DeploymentStatus struct {
 	Removed []RemovedTarget `json:"removed,omitempty"`
 	// Followers are the targets that joined this revision after it was
 	// frozen, because the Deployment follows its selector
-	// (spec.rollout.targets Follow, ADR 0025): the device, why it joined,
+	// (spec.rollout.targets Follow, ADR 0026): the device, why it joined,
 	// the label or membership change, and when. They count in every
 	// count like the frozen targets; counts.followers has their number,
 	// the first MaxFollowersListed are listed. A follower that leaves
@@ -398,7 +398,7 @@ type RemovedTarget struct {
 }
 
 // Follower is a target that joined a revision after it was frozen (ADR
-// 0025).
+// 0026).
 type Follower struct {
 	Device string `json:"device"`
 	// Reason is why it joined: Device created, labels changed, quarantine
