@@ -105,7 +105,7 @@ func pageHref(p fleetview.PageRef) string {
 func parseTemplates() (templates, error) {
 	t := templates{}
 	for _, n := range pageNames {
-		p, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/"+n+".html")
+		p, err := template.New("layout.html").Funcs(funcs).ParseFS(templateFS, "templates/layout.html", "templates/*_partial.html", "templates/"+n+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: template %s: %w", n, err)
 		}

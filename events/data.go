@@ -57,6 +57,11 @@ type DeploymentRevisionCreated struct {
 	// is signed by one of its keys. Nil when the Deployment sets none: the
 	// revision's bytes are as before.
 	Signatures *SignaturePolicy `json:"signatures,omitempty"`
+	// Follow is set when the Deployment's spec.rollout.targets is Follow
+	// (ADR 0026): devices that come to match after the revision was frozen
+	// join it (rollout.target-added), devices that stop matching leave it
+	// and lose it. Absent (Frozen, the default): the bytes of before.
+	Follow bool `json:"follow,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the
@@ -199,6 +204,9 @@ type RolloutCounts struct {
 	// CanariesSucceeded and CanariesFailed count canaries only.
 	CanariesSucceeded int `json:"canariesSucceeded"`
 	CanariesFailed    int `json:"canariesFailed"`
+	// Followers is how many of Total joined after the revision was frozen
+	// (a Follow Deployment, ADR 0026); absent otherwise.
+	Followers int `json:"followers,omitempty"`
 }
 
 // RolloutTransition is the data of every rollout transition type.
@@ -225,6 +233,18 @@ type RolloutTransition struct {
 	// RollbackTo is the generation rollout.rolled-back hands back: the last
 	// of the same Deployment UID whose rollout succeeded.
 	RollbackTo int64 `json:"rollbackTo,omitempty"`
+	// Follow marks a membership change of a Follow Deployment (ADR 0026):
+	// on rollout.target-added always; on rollout.target-removed it says the
+	// device left the Deployment, so its fleet-intent entry is taken back
+	// (a removal without it only takes a target out of the accounting).
+	Follow bool `json:"follow,omitempty"`
+	// Reason is why a device joined (rollout.target-added): "Device
+	// created", "labels changed", "quarantine lifted", …; a follow
+	// removal says why in Error, like every removal.
+	Reason string `json:"reason,omitempty"`
+	// Change is the label or membership change that caused a follow
+	// transition, e.g. "role=analyzer (was role=other)".
+	Change string `json:"change,omitempty"`
 
 	typ Type
 }

@@ -503,5 +503,29 @@ func goldenStory(t *testing.T) []events.Event {
 	add(events.Keys{Device: "rpi-2"}, events.DeviceLogsRequested{Namespace: "lab", Deployment: "api", Service: "api", User: "grace",
 		Via: events.ViaCLI, Request: "00000000000000000000000000000001", Since: crashAt, Allowed: false,
 		Reason: "RBAC: grace may not get devices/log in namespace lab"})
+
+	// A Follow Deployment (spec.rollout.targets Follow, ADR 0026): rpi-8
+	// is its frozen target; after the rollout succeeded rpi-9 enrolls and
+	// joins, rpi-10 is relabelled into it, and rpi-9 is relabelled out
+	// of it and loses it. New devices, so the pinned values of the others
+	// stay as they were.
+	follow := events.Keys{Namespace: "lab", Name: "follow"}
+	const followUID = "7c1b3e5a-0000-4000-8000-000000000007"
+	raw3, _ := json.Marshal(score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "probe", Image: "registry.example.com/probe:v1"}}}})
+	sum3 := sha256.Sum256(raw3)
+	fd := events.DeploymentRevisionCreated{UID: followUID, Generation: 1, RevisionID: "1-" + hex.EncodeToString(sum3[:])[:8],
+		ScoreDigest: "sha256:" + hex.EncodeToString(sum3[:]), Score: raw3, Targets: []string{"rpi-8"}, Canaries: []string{}, Follow: true}
+	runner(follow, add(follow, fd, events.WithCorrelation(followUID, 1)))
+	workload("rpi-8", follow, followUID, 1, fd.RevisionID, events.WorkloadConverged, "")
+	member := func(typ events.Type, d events.RolloutTransition) {
+		r := rollouts[follow]
+		d.UID, d.Generation, d.RevisionID, d.Counts, d.Follow = followUID, 1, fd.RevisionID, r.Counts(), true
+		runner(follow, add(follow, events.NewRolloutTransition(typ, d), events.WithCorrelation(followUID, 1)))
+	}
+	member(events.TypeRolloutTargetAdded, events.RolloutTransition{Device: "rpi-9", Reason: "Device created", Change: "site=lab"})
+	workload("rpi-9", follow, followUID, 1, fd.RevisionID, events.WorkloadConverged, "")
+	member(events.TypeRolloutTargetAdded, events.RolloutTransition{Device: "rpi-10", Reason: "labels changed", Change: "site=lab (was site unset)"})
+	member(events.TypeRolloutTargetRemoved, events.RolloutTransition{Device: "rpi-9",
+		Error: "labels no longer match the target selector: site=lyon (was site=lab)", Change: "site=lyon (was site=lab)"})
 	return out
 }

@@ -48,6 +48,11 @@ const (
 	// reported no result within the operator's target timeout); Device and
 	// Error say which and why.
 	TypeRolloutTargetRemoved Type = "rollout.target-removed"
+	// TypeRolloutTargetAdded: a device that came to match a Follow
+	// Deployment (spec.rollout.targets Follow, ADR 0026) joined the
+	// revision as a target after it was frozen; Device, Reason and Change
+	// say which, why and what changed.
+	TypeRolloutTargetAdded Type = "rollout.target-added"
 	// TypeRolloutBatchStarted: batch Batch of the revision's plan was handed
 	// the revision (Released lists the devices).
 	TypeRolloutBatchStarted Type = "rollout.batch-started"
@@ -148,6 +153,7 @@ var catalogue = []TypeInfo{
 	{TypeRolloutSucceeded, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutFailed, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutTargetRemoved, 1, FamilyDeploymentRollout, ""},
+	{TypeRolloutTargetAdded, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutBatchStarted, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutBatchSoaking, 1, FamilyDeploymentRollout, ""},
 	{TypeRolloutBatchSucceeded, 1, FamilyDeploymentRollout, ""},

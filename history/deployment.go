@@ -434,6 +434,16 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 		}
 	case events.TypeRolloutTargetRemoved:
 		s = fmt.Sprintf("target %s removed: %s", d.Device, d.Error)
+		if d.Follow {
+			// A Follow Deployment's departure (ADR 0026): the device
+			// loses the revision, and its agent removes the workload.
+			s = fmt.Sprintf("target %s left, its workload is removed: %s", d.Device, d.Error)
+		}
+	case events.TypeRolloutTargetAdded:
+		s = fmt.Sprintf("target %s joined after the freeze: %s", d.Device, d.Reason)
+		if d.Change != "" {
+			s += ": " + d.Change
+		}
 	case events.TypeRolloutBatchStarted:
 		if d.Released == nil {
 			s = fmt.Sprintf("batch %d started (its devices are in the revision's plan)", d.Batch)

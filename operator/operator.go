@@ -78,6 +78,10 @@ type Options struct {
 	// a Deployment without spec.rollout.progressDeadline; 0:
 	// DefaultProgressDeadline (10m); negative: none.
 	ProgressDeadline time.Duration
+	// FollowDebounce is how long a target of a Follow Deployment (ADR
+	// 0026) must not have matched after a label change before it leaves;
+	// 0: DefaultFollowDebounce (30s).
+	FollowDebounce time.Duration
 	// Skips counts the stored records the operator's readers skip because
 	// they do not decode (fleet_events_skipped_records_total). Run
 	// registers it with controller-runtime's metrics registry
@@ -235,9 +239,15 @@ func Run(ctx context.Context, o Options) error {
 	if err := tw.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("operator: %w", err)
 	}
+	follows := make(chan FollowChange, 1024)
+	fw := &FollowWatch{Client: mgr.GetClient(), Groups: o.Groups, Out: follows}
+	if err := fw.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("operator: %w", err)
+	}
 	runner := &RolloutRunner{Store: o.Store, Reader: o.Reader, KV: o.IntentKV, Status: KubeStatus{Client: mgr.GetClient()},
 		Log: o.Logger.With("component", "rollouts"), StatusInterval: o.StatusInterval, Checkpoints: o.Checkpoints, Skips: o.Skips,
 		Metrics: o.Metrics.Rollouts, TargetTimeout: o.TargetTimeout, ProgressDeadline: o.ProgressDeadline, Removals: removals,
+		Follows: follows, FollowDebounce: o.FollowDebounce,
 		Stamp: o.EventStamp}
 	if err := mgr.Add(leader.Only(runner.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)

@@ -67,6 +67,8 @@ type env struct {
 	// leaderElection is the operators' Options.LeaderElection (zero:
 	// disabled).
 	leaderElection operator.LeaderElection
+	// followDebounce, when set, is the operators' Options.FollowDebounce.
+	followDebounce time.Duration
 }
 
 var nsCounter int
@@ -132,7 +134,7 @@ func (e *env) startOperator() (stop func()) {
 	o := operator.Options{RESTConfig: e.srv.RESTConfig(), Store: e.store, Reader: e.store, IntentKV: e.kv, Checkpoints: e.obj,
 		Groups: e.groups, Logger: logger, SeveralPerProcess: true, StatusInterval: 100 * time.Millisecond, OpenBao: e.openbao, Skips: e.skips,
 		Metrics: e.metrics, TargetTimeout: e.targetTimeout, ProgressDeadline: e.progressDeadline, DeviceWorkers: e.deviceWorkers,
-		LeaderElection: e.leaderElection}
+		LeaderElection: e.leaderElection, FollowDebounce: e.followDebounce}
 	if e.deviceController {
 		o.Devices = e.store
 	}

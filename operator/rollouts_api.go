@@ -19,6 +19,11 @@ type (
 	TargetRemoval = rollouts.TargetRemoval
 	// TargetWatch reports target removals to the runner (rollouts.TargetWatch).
 	TargetWatch = rollouts.TargetWatch
+	// FollowChange is how a Device stands to a Follow Deployment
+	// (rollouts.FollowChange, ADR 0026).
+	FollowChange = rollouts.FollowChange
+	// FollowWatch reports Follow changes to the runner (rollouts.FollowWatch).
+	FollowWatch = rollouts.FollowWatch
 )
 
 // The rollout role's names and bounds (package rollouts).
@@ -27,6 +32,7 @@ const (
 	CheckpointObject        = rollouts.CheckpointObject
 	DefaultTargetTimeout    = rollouts.DefaultTargetTimeout
 	DefaultProgressDeadline = rollouts.DefaultProgressDeadline
+	DefaultFollowDebounce   = rollouts.DefaultFollowDebounce
 
 	MetricRolloutTransitions  = rollouts.MetricRolloutTransitions
 	MetricRolloutDuration     = rollouts.MetricRolloutDuration

@@ -46,6 +46,12 @@ type intentRev struct {
 	rollbackTo    int64
 	rolledBack    map[string]bool
 	rolledBackAll bool
+	// releasedRest: a rollout.released was folded, so a device that joins
+	// later (rollout.target-added) is handed the revision at once; left:
+	// the devices that left a Follow revision (a rollout.target-removed
+	// marked Follow), which hold nothing of the Deployment (ADR 0026).
+	releasedRest bool
+	left         map[string]bool
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -160,6 +166,13 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		// that hold a value of this Deployment (a device it does not
 		// target loses the value; one that holds none keeps holding none).
 		affected := slices.Clone(d.Targets)
+		if len(r.targets) > len(d.Targets) {
+			// Followers folded before the revision (a rebuild reads the
+			// rollouts beside the intent).
+			for dev := range r.targets {
+				affected = append(affected, dev)
+			}
+		}
 		for dev := range s.holders[k] {
 			affected = append(affected, dev)
 		}
@@ -177,14 +190,42 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		s.rev(k, revKey{d.UID, d.Generation}).deleted = true
 		delete(s.live, k)
 		return s.recompute(k)
+	case events.TypeRolloutTargetAdded:
+		// A device joined a Follow revision (ADR 0026): a target like
+		// the frozen ones, handed the revision at once when the rest was
+		// released already, else with the release.
+		d, err := p.RolloutTransition()
+		if err != nil || d.Device == "" {
+			return nil
+		}
+		r := s.rev(k, revKey{d.UID, d.Generation})
+		r.targets[d.Device] = true
+		delete(r.left, d.Device)
+		delete(r.removed, d.Device)
+		if r.releasedRest {
+			r.released[d.Device] = true
+		}
+		delete(s.live, k)
+		s.touch(k, d.Device)
+		return s.recomputeDevices(k, []string{d.Device})
 	case events.TypeRolloutTargetRemoved:
 		// Only a removal before a release without a list matters: it
-		// keeps the device out of "every frozen target".
+		// keeps the device out of "every frozen target". A device that
+		// left a Follow revision loses the Deployment's entry.
 		d, err := p.RolloutTransition()
 		if err != nil {
 			return nil
 		}
 		r := s.rev(k, revKey{d.UID, d.Generation})
+		if d.Follow {
+			if r.left == nil {
+				r.left = map[string]bool{}
+			}
+			r.left[d.Device] = true
+			delete(r.released, d.Device)
+			s.touch(k, d.Device)
+			return s.recomputeDevices(k, []string{d.Device})
+		}
 		if !r.releasedAll {
 			if r.removed == nil {
 				r.removed = map[string]bool{}
@@ -247,6 +288,9 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		for _, dev := range d.Released {
 			r.released[dev] = true
 		}
+		if ev.Type == events.TypeRolloutReleased {
+			r.releasedRest = true
+		}
 		if ev.Type == events.TypeRolloutReleased && d.Released == nil {
 			r.releasedAll = true
 			for t := range r.targets {
@@ -302,8 +346,8 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 				}
 				break
 			}
-			if !r.targets[dev] {
-				break // a newer revision no longer targets the device
+			if !r.targets[dev] || r.left[dev] {
+				break // a newer revision no longer targets the device, or it left it
 			}
 		}
 		cur, has := s.devices[dev][k]
@@ -426,5 +470,5 @@ func (r *intentRev) releaseBatch(b int) []string {
 
 // handed reports whether dev was handed the revision (and is its target).
 func (r *intentRev) handed(dev string) bool {
-	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev]
+	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] && !r.left[dev]
 }

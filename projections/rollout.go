@@ -153,6 +153,25 @@ type Rollout struct {
 	// onFailure Rollback hands back. RolledBackTo is the generation a
 	// rollout.rolled-back of the revision handed back (0: none).
 	LastSucceeded, RolledBackTo int64
+	// Follow is set when the revision follows its selector (ADR 0026):
+	// devices join it (rollout.target-added) and leave it (a
+	// rollout.target-removed marked Follow) after it was frozen.
+	Follow bool
+	// Followers are the targets that joined the revision after it was
+	// frozen, in the order they joined; one that leaves is no longer
+	// here (it is in Removed).
+	Followers []Follower
+	// joined is when each follower joined (Followers by device).
+	joined map[string]time.Time
+}
+
+// Follower is a target that joined a revision after it was frozen: why,
+// the change that made it match, and the time of its rollout.target-added.
+type Follower struct {
+	Device string    `json:"device"`
+	Reason string    `json:"reason"`
+	Change string    `json:"change,omitempty"`
+	At     time.Time `json:"at"`
 }
 
 type revKey struct {
@@ -167,7 +186,14 @@ type RemovedTarget struct {
 }
 
 type earlyFacts struct {
-	removed                []RemovedTarget
+	removed []RemovedTarget
+	// members are the revision's target-added and target-removed
+	// transitions in order: replayed in place of removed when the
+	// revision has followers (ADR 0026), so a join and a removal of one
+	// device keep their order.
+	members []events.Event
+	// follow: members hold a follow transition.
+	follow                 bool
 	canariesAt, releasedAt time.Time
 	results                map[string]DeviceResult
 	// failures holds each device's latest failure report.
@@ -254,7 +280,7 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time, ProgressAt: ev.Time,
 		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports,
-		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second}
+		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second, Follow: d.Follow}
 	if r.UID == d.UID {
 		n.LastSucceeded = r.LastSucceeded
 		if r.Stage == StageSucceeded {
@@ -296,8 +322,21 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 // mergeEarly folds the early facts of r's revision: its targets' reports
 // and failures, and the stage its transitions reached.
 func (r *Rollout) mergeEarly(f *earlyFacts) {
+	var joined map[string]bool
+	if f.follow {
+		// Followers' reports may come before the revision and their
+		// target-added (a rebuild reads the streams side by side).
+		joined = map[string]bool{}
+		for _, ev := range f.members {
+			if ev.Type == events.TypeRolloutTargetAdded {
+				if d, err := events.Decode[events.RolloutTransition](ev); err == nil {
+					joined[d.Device] = true
+				}
+			}
+		}
+	}
 	for dev, res := range f.results {
-		if r.IsTarget(dev) {
+		if r.IsTarget(dev) || joined[dev] {
 			r.Results[dev] = res
 			r.progress(res.First)
 			r.progress(res.Settled)
@@ -305,7 +344,7 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 	}
 	r.progress(f.progressAt)
 	for dev, res := range f.failures {
-		if r.IsTarget(dev) {
+		if r.IsTarget(dev) || joined[dev] {
 			r.noteFailure(dev, res)
 		}
 	}
@@ -313,8 +352,17 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 		r.Stage, r.ReleasedAll, r.StageAt = f.stage, f.releasedAll, f.stageAt
 	}
 	r.CanariesAt, r.ReleasedAt = f.canariesAt, f.releasedAt
-	for _, rm := range f.removed {
-		*r = r.removeTarget(rm.Device, rm.Reason)
+	if f.follow {
+		for i := range f.members {
+			p := NewPayload(f.members[i])
+			if d, err := p.RolloutTransition(); err == nil {
+				*r = r.applyMember(&p.Event, d)
+			}
+		}
+	} else {
+		for _, rm := range f.removed {
+			*r = r.removeTarget(rm.Device, rm.Reason)
+		}
 	}
 	for i := range f.controls {
 		p := NewPayload(f.controls[i])
@@ -418,6 +466,11 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 				f.releasedAt = ev.Time
 			case events.TypeRolloutTargetRemoved:
 				f.removed = append(slices.Clip(f.removed), RemovedTarget{Device: d.Device, Reason: d.Error})
+				f.members = append(slices.Clip(f.members), *ev)
+				f.follow = f.follow || d.Follow
+			case events.TypeRolloutTargetAdded:
+				f.members = append(slices.Clip(f.members), *ev)
+				f.follow = true
 			}
 		})
 	}
@@ -441,11 +494,48 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 		if n.ReleasedAt.IsZero() {
 			n.ReleasedAt = ev.Time
 		}
-	case events.TypeRolloutTargetRemoved:
-		return n.removeTarget(d.Device, d.Error)
+	case events.TypeRolloutTargetRemoved, events.TypeRolloutTargetAdded:
+		return n.applyMember(ev, d)
 	}
 	return n
 }
+
+// applyMember folds a membership transition of the current revision: a
+// removal from the accounting, a follower joining (ADR 0026), or a
+// follower or frozen target leaving a Follow revision.
+func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollout {
+	switch {
+	case ev.Type == events.TypeRolloutTargetAdded:
+		return r.addTarget(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time})
+	}
+	// A follow removal (d.Follow) leaves the accounting as any removal
+	// does; the intent fold takes the revision back.
+	return r.removeTarget(d.Device, d.Error)
+}
+
+// addTarget makes f.Device a target of the revision: it joins like any
+// target (handed the revision with the release, at once when that came
+// already), counts in every count, and leaves Removed if it was there. A
+// device that is a target already changes nothing.
+func (r Rollout) addTarget(f Follower) Rollout {
+	if f.Device == "" || r.IsTarget(f.Device) {
+		return r
+	}
+	n := r
+	i, _ := slices.BinarySearch(r.Targets, f.Device)
+	n.Targets = slices.Insert(slices.Clone(r.Targets), i, f.Device)
+	if slices.ContainsFunc(r.Removed, func(rm RemovedTarget) bool { return rm.Device == f.Device }) {
+		n.Removed = slices.DeleteFunc(slices.Clone(r.Removed), func(rm RemovedTarget) bool { return rm.Device == f.Device })
+	}
+	n.Followers = append(slices.Clip(r.Followers), f)
+	n.joined = followerIndex(n.Followers)
+	n.countsOK, n.talliesOK, n.budget = false, false, nil
+	return n
+}
+
+// JoinedAt is when device joined the revision as a follower (zero: it is
+// a frozen target, or no target).
+func (r Rollout) JoinedAt(device string) time.Time { return r.joined[device] }
 
 // removeTarget takes device out of the revision's accounting: out of
 // Targets and Canaries (so out of the counts), into Removed. A device that
@@ -460,13 +550,33 @@ func (r Rollout) removeTarget(device, reason string) Rollout {
 		n.Canaries = without(r.Canaries, device)
 	}
 	n.Removed = append(slices.Clip(r.Removed), RemovedTarget{Device: device, Reason: reason})
+	if _, ok := r.joined[device]; ok {
+		n.Followers = slices.DeleteFunc(slices.Clone(r.Followers), func(f Follower) bool { return f.Device == device })
+		n.joined = followerIndex(n.Followers)
+	}
 	n.countsOK, n.talliesOK, n.budget = false, false, nil
 	return n
+}
+
+func followerIndex(fs []Follower) map[string]time.Time {
+	m := make(map[string]time.Time, len(fs))
+	for _, f := range fs {
+		m[f.Device] = f.At
+	}
+	return m
 }
 
 // HandedAt is when device, a target, was handed the revision (zero: not
 // yet): the canary stage for canaries, the release for the rest.
 func (r Rollout) HandedAt(device string) time.Time {
+	at := r.handedAt(device)
+	if j := r.joined[device]; !at.IsZero() && j.After(at) {
+		return j // a follower is handed it when it joins, at the earliest
+	}
+	return at
+}
+
+func (r Rollout) handedAt(device string) time.Time {
 	if r.IsCanary(device) && !r.CanariesAt.IsZero() {
 		return r.CanariesAt
 	}
@@ -525,6 +635,7 @@ func (r Rollout) withEarly(uid string, gen int64, inPlace bool, fn func(*earlyFa
 		f.controls = old.controls
 		f.stage, f.stageAt, f.releasedAll, f.progressAt = old.stage, old.stageAt, old.releasedAll, old.progressAt
 		f.removed, f.canariesAt, f.releasedAt = old.removed, old.canariesAt, old.releasedAt
+		f.members, f.follow = old.members, old.follow
 		for k, v := range old.failures {
 			f.failures[k] = v
 		}
@@ -688,7 +799,7 @@ func tally(c *events.RolloutCounts, phase events.WorkloadPhase, canary bool, del
 
 // computeCounts counts from the results: O(targets).
 func (r Rollout) computeCounts() events.RolloutCounts {
-	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries)}
+	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries), Followers: len(r.Followers)}
 	for _, d := range r.Targets {
 		switch r.Results[d].Phase {
 		case events.WorkloadConverged:

@@ -28,6 +28,10 @@ type earlySnapshot struct {
 	ReleasedAt  time.Time               `json:"releasedAt,omitzero"`
 	Controls    []events.Event          `json:"controls,omitempty"`
 	ProgressAt  time.Time               `json:"progressAt,omitzero"`
+	// Members and Follow: the membership transitions of a Follow
+	// revision (ADR 0026).
+	Members []events.Event `json:"members,omitempty"`
+	Follow  bool           `json:"follow,omitempty"`
 }
 
 type rolloutSnapshot struct {
@@ -73,6 +77,9 @@ type rolloutSnapshot struct {
 	// snapshots of earlier builds, which the runner does not restore).
 	ProgressAt       time.Time     `json:"progressAt,omitzero"`
 	ProgressDeadline time.Duration `json:"progressDeadline,omitempty"`
+	// Follow and Followers: a Follow revision (ADR 0026).
+	Follow    bool       `json:"follow,omitempty"`
+	Followers []Follower `json:"followers,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -84,7 +91,8 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		Removed: r.Removed, CanariesAt: r.CanariesAt, ReleasedAt: r.ReleasedAt,
 		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
 		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: setKeys(r.requests),
-		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo, ProgressAt: r.ProgressAt, ProgressDeadline: r.ProgressDeadline}
+		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo, ProgressAt: r.ProgressAt, ProgressDeadline: r.ProgressDeadline,
+		Follow: r.Follow, Followers: r.Followers}
 	if r.planned() {
 		s.TargetBatches = make([]int, len(r.Targets))
 		for i, d := range r.Targets {
@@ -101,7 +109,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
 			Stage: f.stage, StageAt: f.stageAt, ReleasedAll: f.releasedAll, Removed: f.removed, CanariesAt: f.canariesAt, ReleasedAt: f.releasedAt,
-			Controls: f.controls, ProgressAt: f.progressAt})
+			Controls: f.controls, ProgressAt: f.progressAt, Members: f.members, Follow: f.follow})
 	}
 	slices.SortFunc(s.Early, func(a, b earlySnapshot) int {
 		if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -123,7 +131,11 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		LastFailAt: s.LastFailAt, lastFailOrder: s.LastFailOrder, reports: s.Reports, Deleted: s.Deleted,
 		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt,
 		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason,
-		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo, ProgressAt: s.ProgressAt, ProgressDeadline: s.ProgressDeadline}
+		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo, ProgressAt: s.ProgressAt, ProgressDeadline: s.ProgressDeadline,
+		Follow: s.Follow, Followers: s.Followers}
+	if len(r.Followers) > 0 {
+		r.joined = followerIndex(r.Followers)
+	}
 	if r.Results == nil && r.UID != "" {
 		r.Results = map[string]DeviceResult{}
 	}
@@ -152,7 +164,8 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 			r.early = map[revKey]*earlyFacts{}
 		}
 		f := &earlyFacts{results: e.Results, failures: e.Failures, stage: e.Stage, stageAt: e.StageAt, releasedAll: e.ReleasedAll,
-			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt, controls: e.Controls, progressAt: e.ProgressAt}
+			removed: e.Removed, canariesAt: e.CanariesAt, releasedAt: e.ReleasedAt, controls: e.Controls, progressAt: e.ProgressAt,
+			members: e.Members, follow: e.Follow}
 		if f.results == nil {
 			f.results = map[string]DeviceResult{}
 		}
@@ -188,6 +201,9 @@ type intentRevSnapshot struct {
 	RollbackTo    int64    `json:"rollbackTo,omitempty"`
 	RolledBack    []string `json:"rolledBack,omitempty"`
 	RolledBackAll bool     `json:"rolledBackAll,omitempty"`
+	// ReleasedRest and Left: a Follow revision's followers (ADR 0026).
+	ReleasedRest bool     `json:"releasedRest,omitempty"`
+	Left         []string `json:"left,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -224,7 +240,8 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				Entry: r.entry, Targets: setKeys(r.targets), Released: setKeys(r.released),
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
-				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll})
+				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll,
+				ReleasedRest: r.releasedRest, Left: setKeys(r.left)})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -271,6 +288,13 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			r.releasedAll = rs.ReleasedAll
 			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
 			r.rollbackTo, r.rolledBackAll = rs.RollbackTo, rs.RolledBackAll
+			r.releasedRest = rs.ReleasedRest
+			for _, d := range rs.Left {
+				if r.left == nil {
+					r.left = map[string]bool{}
+				}
+				r.left[d] = true
+			}
 			for _, d := range rs.RolledBack {
 				if r.rolledBack == nil {
 					r.rolledBack = map[string]bool{}

@@ -61,6 +61,11 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 		st.Phase = fleetv1.PhaseSucceeded
 		ready.Status, ready.Reason = metav1.ConditionTrue, fleetv1.ReasonRolloutSucceeded
 		ready.Message = fmt.Sprintf("revision %s: all %d targets converged", r.RevisionID, c.Total)
+		if r.Follow && c.Succeeded < c.Total {
+			// Followers joined after the rollout ended: it stays
+			// Succeeded, and the message says where they are.
+			ready.Message = fmt.Sprintf("revision %s: the rollout succeeded; %d of %d targets converged, %d followers", r.RevisionID, c.Succeeded, c.Total, c.Followers)
+		}
 	case StageFailed:
 		st.Phase = fleetv1.PhaseFailed
 		ready.Reason = fleetv1.ReasonRolloutFailed
@@ -125,7 +130,31 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 	prog.Message = events.PrintableLinesCut(prog.Message, MaxConditionMessage)
 	meta.SetStatusCondition(&st.Conditions, prog)
 	st.Conditions[1].LastTransitionTime = prog.LastTransitionTime
+	if r.Follow {
+		r.followStatus(&st)
+	}
 	return st, true
+}
+
+// followStatus adds what a Follow revision (ADR 0026) shows: its
+// followers, their count, and the Followers condition. A Frozen revision's
+// status has none of it.
+func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {
+	n := len(r.Followers)
+	st.Counts.Followers = int32(n)
+	for _, f := range r.Followers[:min(n, fleetv1.MaxFollowersListed)] {
+		st.Followers = append(st.Followers, fleetv1.Follower{Device: f.Device, Reason: f.Reason,
+			Change: events.PrintableLinesCut(f.Change, MaxDeviceText), Since: metav1.NewTime(f.At)})
+	}
+	at := r.StageAt
+	if n > 0 && r.Followers[n-1].At.After(at) {
+		at = r.Followers[n-1].At
+	}
+	c := metav1.Condition{Type: fleetv1.ConditionFollowers, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonFollowingSelector,
+		ObservedGeneration: r.Generation, LastTransitionTime: metav1.NewTime(at),
+		Message: fmt.Sprintf("revision %s follows its selector: %d of %d targets joined after it was frozen (status.followers), %d left or were removed (status.removed)",
+			r.RevisionID, n, len(r.Targets), len(r.Removed))}
+	st.Conditions = append(st.Conditions, c)
 }
 
 // progressing is the Progressing condition: False at every stop (success,

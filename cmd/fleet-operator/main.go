@@ -53,6 +53,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	staleAfter := fs.Duration("stale-after", 90*time.Second, "how long a device stays Online after its last heartbeat")
 	targetTimeout := fs.Duration("target-timeout", operator.DefaultTargetTimeout, "how long a rollout target may go without a result (Converged or Failed) after it was handed the revision before it is removed from the revision's accounting")
 	progressDeadline := fs.Duration("progress-deadline", operator.DefaultProgressDeadline, "how long a rollout may make no progress (no transition, no target's first report or first result) before its Progressing condition turns False with reason ProgressDeadlineExceeded, for a Deployment without spec.rollout.progressDeadline; status and an alert only, it decides nothing (0: none)")
+	followDebounce := fs.Duration("follow-debounce", operator.DefaultFollowDebounce, "how long a target of a Deployment with spec.rollout.targets Follow must not have matched after a label change before it leaves the Deployment and loses its workload (a quarantine or a deletion leaves at once; matching again within it cancels the departure)")
 	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint (0: off)")
 	healthAddr := fs.String("health-addr", "0", "address of /healthz and /readyz (0: off)")
 	var le operator.LeaderElection
@@ -89,10 +90,13 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if *progressDeadline == 0 {
 		*progressDeadline = -1 // operator.Options: negative is none, zero the default
 	}
+	if *followDebounce <= 0 {
+		return fmt.Errorf("--follow-debounce is %s: use a positive duration (default %s)", *followDebounce, operator.DefaultFollowDebounce)
+	}
 	if *deviceWorkers < 1 {
 		return fmt.Errorf("--device-workers is %d: use a positive count (default %d)", *deviceWorkers, operator.DefaultDeviceWorkers)
 	}
-	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, ProgressDeadline: *progressDeadline, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
+	o := operator.Options{Logger: logger, StatusInterval: *statusInterval, StaleAfter: *staleAfter, TargetTimeout: *targetTimeout, ProgressDeadline: *progressDeadline, FollowDebounce: *followDebounce, MetricsAddr: *metricsAddr, HealthAddr: *healthAddr,
 		LeaderElection: le, DeviceWorkers: *deviceWorkers}
 	o.RESTConfig, err = limitedKubeConfig(*kubeconfig, *kubeQPS, *kubeBurst)
 	if err != nil {

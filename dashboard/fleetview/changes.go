@@ -144,7 +144,7 @@ func pagesOfRecord(rec events.Record) []PageRef {
 	case events.TypeTaskRunCreated, events.TypeTaskRunDeleted:
 		return []PageRef{{Kind: PageTaskRun, Key: dep}, {Kind: PageTaskRuns}, {Kind: PageOverview}}
 	case events.TypeRolloutStarted, events.TypeRolloutCanaryStage, events.TypeRolloutCanariesConverged, events.TypeRolloutCanaryFailed,
-		events.TypeRolloutReleased, events.TypeRolloutSucceeded, events.TypeRolloutFailed, events.TypeRolloutTargetRemoved,
+		events.TypeRolloutReleased, events.TypeRolloutSucceeded, events.TypeRolloutFailed, events.TypeRolloutTargetRemoved, events.TypeRolloutTargetAdded,
 		events.TypeRolloutBatchStarted, events.TypeRolloutBatchSoaking, events.TypeRolloutBatchSucceeded, events.TypeRolloutBatchFailed,
 		events.TypeRolloutAwaitingApproval, events.TypeRolloutApproved, events.TypeRolloutPaused, events.TypeRolloutResumed,
 		events.TypeRolloutRolledBack:

@@ -223,6 +223,7 @@ func (v *View) Deployment(ctx context.Context, namespace, name string) (Deployme
 				dd.Plan = &PlanStage{Batch: int(p.Batch), Batches: int(p.Batches), AwaitingApproval: int(p.AwaitingApproval), Paused: p.Paused,
 					PausedBy: clean(p.PausedBy, MaxFieldLength), PauseReason: clean(p.PauseReason, MaxErrorLength), RolledBackTo: p.RolledBackTo}
 			}
+			dd.Follow = followStageOf(d)
 			for _, s := range d.Spec.Score.Data.Services {
 				dd.Services = append(dd.Services, Service{Name: s.Name, Image: s.Image})
 			}

@@ -452,6 +452,9 @@ type DeploymentDetail struct {
 	// Plan is where a rollout with a plan is (batches, approval, pause,
 	// rollback: status.plan); nil without one.
 	Plan *PlanStage `json:"plan,omitempty"`
+	// Follow is a Follow Deployment's followers and departures (ADR
+	// 0026); nil for a Frozen one.
+	Follow *FollowStage `json:"follow,omitempty"`
 	// Devices is the per-device rollout state of the current revision,
 	// sorted by state (Failed, Pending, Succeeded) then device, at most
 	// MaxTargetsShown; DevicesTruncated when there are more.

@@ -78,6 +78,9 @@ func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 	if data.Signatures, err = frozenSignatures(d); err != nil {
 		return nil, data, err
 	}
+	// Likewise: Frozen and absent are today's rollout, and its bytes (ADR
+	// 0026).
+	data.Follow = d.Spec.Rollout.Targets == fleetv1.RolloutTargetsFollow
 	if err := data.CheckPlan(); err != nil {
 		// A resolution bug: readers would refuse this revision.
 		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)

@@ -265,3 +265,37 @@ func TestAMinReadyIsFrozenOnlyWhenSet(t *testing.T) {
 		})
 	}
 }
+
+// TestFollowIsFrozenOnlyWhenSet: a Deployment without
+// spec.rollout.targets, or with Frozen, writes the revision bytes of
+// before; one with Follow adds "follow":true and nothing else (ADR 0026).
+func TestFollowIsFrozenOnlyWhenSet(t *testing.T) {
+	devices := []fleetv1.Device{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-2", Labels: map[string]string{"role": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-1", Labels: map[string]string{"role": "x", "canary": "true"}}},
+	}
+	for _, tc := range []struct {
+		name    string
+		targets fleetv1.RolloutTargets
+		want    string
+	}{
+		{"without targets the bytes are those of before", "", beforePlans},
+		{"targets Frozen writes the bytes of before", fleetv1.RolloutTargetsFrozen, beforePlans},
+		{"targets Follow adds follow and nothing else", fleetv1.RolloutTargetsFollow, strings.TrimSuffix(beforePlans, "}") + `,"follow":true}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := planTestDeployment(fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate, Targets: tc.targets})
+			res, err := ResolveTargets(context.Background(), d, devices, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, _, err := RevisionEvents(d, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, string(evs[len(evs)-1].Data)); len(evs) != 1 || diff != "" {
+				t.Errorf("%d events; the revision's data (-want +got):\n%s", len(evs), diff)
+			}
+		})
+	}
+}

@@ -103,6 +103,16 @@ type RolloutRunner struct {
 	// quarantined (TargetWatch): each is removed from the accounting of
 	// every rollout in progress in its namespace that has it as a target.
 	Removals <-chan TargetRemoval
+	// Follows, when set, tells the runner how Devices stand to the Follow
+	// Deployments of their namespace (FollowWatch, ADR 0026): it appends
+	// their joins and departures. Removals no longer apply to a Follow
+	// revision: a deleted or quarantined device leaves it through Follows.
+	Follows <-chan FollowChange
+	// FollowDebounce is how long a target of a Follow revision must not
+	// have matched after a label change before it leaves (a quarantine, a
+	// deletion, a duplicate mark or a group leave at once; matching again
+	// within it cancels the departure). Default DefaultFollowDebounce.
+	FollowDebounce time.Duration
 	// Stamp, when set, is applied last to the transitions the runner
 	// builds (Options.EventStamp, tests only).
 	Stamp events.Option
@@ -135,6 +145,9 @@ type runner struct {
 	// a cluster elects a new leader, a lost connection): decided again on
 	// the next tick, as no event may come to trigger it.
 	undecided map[depKey]bool
+	// follows are the Follow changes (Follows) not settled yet, by
+	// Deployment and device.
+	follows map[depKey]map[string]*followWant
 }
 
 // Run runs until ctx ends.
@@ -160,12 +173,19 @@ func (r *RolloutRunner) Run(ctx context.Context) error {
 	if r.Now == nil {
 		r.Now = time.Now
 	}
+	if r.FollowDebounce < 0 {
+		return fmt.Errorf("rollout runner: follow debounce is %s: use a positive duration (default %s)", r.FollowDebounce, DefaultFollowDebounce)
+	}
+	if r.FollowDebounce == 0 {
+		r.FollowDebounce = DefaultFollowDebounce
+	}
 	if js, ok := r.Store.(interface{ JetStream() jetstream.JetStream }); ok && r.JS == nil {
 		r.JS = js.JetStream()
 	}
 	run := &runner{RolloutRunner: r, s: newRunnerState(), pending: map[TargetRemoval]bool{}, undecided: map[depKey]bool{},
-		intent: &intentWriter{kv: r.KV, js: r.JS, log: r.Log, metrics: r.Metrics, written: map[string]kvSlot{}},
-		ckpt:   checkpoints{store: r.Checkpoints, log: r.Log, metrics: r.Metrics}}
+		follows: map[depKey]map[string]*followWant{},
+		intent:  &intentWriter{kv: r.KV, js: r.JS, log: r.Log, metrics: r.Metrics, written: map[string]kvSlot{}},
+		ckpt:    checkpoints{store: r.Checkpoints, log: r.Log, metrics: r.Metrics}}
 	r.Metrics.setLive(false)
 	defer r.Metrics.setLive(false)
 	if r.Checkpoints != nil {
@@ -213,6 +233,7 @@ func (r *runner) run(ctx context.Context) error {
 				r.retry(ctx) // also the fleet-intent writes that failed or conflicted
 				r.endSoaks(ctx, time.Now())
 				r.removeTargets(ctx, time.Now())
+				r.followAll(ctx, time.Now())
 				r.progressDeadlines(ctx, r.Now())
 				writeStatus(ctx, r.Status, r.Log, r.Metrics, s, r.Now(), r.ProgressDeadline)
 			}
@@ -226,6 +247,14 @@ func (r *runner) run(ctx context.Context) error {
 			r.pending[rm] = true
 			if s.live {
 				r.removeTargets(ctx, time.Now())
+			}
+		case ch := <-r.Follows:
+			// Kept until settled: acted on once live (a join at once, a
+			// departure after its debounce), retried on the next tick
+			// after a conflict.
+			k := r.noteFollow(ch, time.Now())
+			if s.live {
+				r.follow(ctx, k, time.Now())
 			}
 		case <-ckpt.C:
 			if s.live && s.changed {
@@ -293,6 +322,7 @@ func (r *runner) goLive(ctx context.Context) error {
 		r.decide(ctx, k)
 	}
 	r.removeTargets(ctx, time.Now())
+	r.followAll(ctx, time.Now())
 	r.progressDeadlines(ctx, r.Now())
 	writeStatus(ctx, r.Status, r.Log, r.Metrics, s, r.Now(), r.ProgressDeadline)
 	r.Metrics.setLive(true)
@@ -324,6 +354,9 @@ func (r *runner) outcome(ctx context.Context, f folded, m projrunner.Msg) {
 	}
 	if f.decide && r.s.live {
 		r.decide(ctx, f.key)
+		if len(r.follows[f.key]) > 0 {
+			r.follow(ctx, f.key, time.Now()) // changes that waited for this revision
+		}
 	}
 }
 
@@ -342,7 +375,9 @@ func (r *runner) removeTargets(ctx context.Context, now time.Time) {
 		}
 		var out []projections.RemovedTarget
 		for rm := range r.pending {
-			if rm.Namespace == k.ns && ro.IsTarget(rm.Device) {
+			// A Follow revision's device leaves through the follow
+			// changes, which take the revision back (ADR 0026).
+			if rm.Namespace == k.ns && ro.IsTarget(rm.Device) && !ro.Follow {
 				out = append(out, projections.RemovedTarget{Device: rm.Device, Reason: "Device " + rm.Reason})
 			}
 		}
@@ -364,7 +399,7 @@ func (r *runner) removeTargets(ctx context.Context, now time.Time) {
 	for rm := range r.pending {
 		done := true
 		for k, ro := range s.rollouts {
-			if k.ns == rm.Namespace && !ro.Terminal() && ro.IsTarget(rm.Device) {
+			if k.ns == rm.Namespace && !ro.Terminal() && ro.IsTarget(rm.Device) && !ro.Follow {
 				done = false
 				break
 			}

@@ -20,6 +20,11 @@ const (
 	// loop, an OOM kill, a service down or unhealthy; ADR 0019), False
 	// otherwise. It never changes Ready or the phase.
 	ConditionDegraded = "Degraded"
+	// ConditionFollowers is set on a Deployment whose targets follow its
+	// selector (spec.rollout.targets Follow, ADR 0026): True, reason
+	// FollowingSelector, the message says how many targets joined after
+	// the revision was frozen and how many left. Absent for Frozen.
+	ConditionFollowers = "Followers"
 	// ConditionOnline is true while the device heartbeats.
 	ConditionOnline = "Online"
 	// ConditionPullSecretPolicy says whether the Deployment's pull-secret
@@ -75,6 +80,9 @@ const (
 	// ReasonNoDegradedDevices (Degraded False): no device reports the
 	// Deployment degraded.
 	ReasonNoDegradedDevices = "NoDegradedDevices"
+	// ReasonFollowingSelector: the Followers condition of a Follow
+	// Deployment.
+	ReasonFollowingSelector = "FollowingSelector"
 	// ReasonCanaryFailed: a canary failed; release is blocked.
 	ReasonCanaryFailed = "CanaryFailed"
 	// ReasonRolloutFailed: a target failed.

@@ -19,6 +19,7 @@ import (
 // +kubebuilder:printcolumn:name="Succeeded",type=integer,JSONPath=`.status.counts.succeeded`
 // +kubebuilder:printcolumn:name="Failed",type=integer,JSONPath=`.status.counts.failed`
 // +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.counts.degraded`
+// +kubebuilder:printcolumn:name="Followers",type=integer,JSONPath=`.status.counts.followers`,priority=1
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision.id`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-', no dots): it is a NATS subject token"
@@ -69,6 +70,20 @@ type TargetSelector struct {
 // +kubebuilder:validation:Enum=Immediate
 type RolloutStrategy string
 
+// RolloutTargets names what a revision's targets are after it was frozen
+// (ADR 0026).
+type RolloutTargets string
+
+// Rollout target modes.
+const (
+	// RolloutTargetsFrozen: the targets are the devices that matched when
+	// the revision was created (the default).
+	RolloutTargetsFrozen RolloutTargets = "Frozen"
+	// RolloutTargetsFollow: devices that come to match join the current
+	// revision, devices that stop matching leave it.
+	RolloutTargetsFollow RolloutTargets = "Follow"
+)
+
 // RolloutImmediate starts the rollout without approval; devices labelled
 // canary=true converge first, then the rest of the frozen targets.
 const RolloutImmediate RolloutStrategy = "Immediate"
@@ -83,7 +98,23 @@ const RolloutImmediate RolloutStrategy = "Immediate"
 // workload rollback yet.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReady) || !has(self.progressDeadline) || duration(self.minReady) <= duration(self.progressDeadline)",message="rollout.minReady must not be longer than rollout.progressDeadline"
+// +kubebuilder:validation:XValidation:rule="!has(self.targets) || self.targets != 'Follow' || ((!has(self.batches) || size(self.batches) == 0) && !has(self.disruptionBudget) && (!has(self.approval) || self.approval == 'Automatic') && (!has(self.onFailure) || self.onFailure == 'Fail'))",message="rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet (ADR 0026): remove them, or leave targets Frozen"
 type RolloutSpec struct {
+	// Targets says what a revision's targets are after it was frozen.
+	// Frozen (the default, also when absent): the devices that matched
+	// when the revision was created, as the product description says;
+	// devices that come to match later get nothing until the next
+	// generation. Follow (ADR 0026): the Deployment is the fleet's
+	// standing state; a device that comes to match (enrolled, relabelled,
+	// released from quarantine, no longer a duplicate device id) joins the
+	// current revision (rollout.target-added), and one that stops
+	// matching leaves it and its agent removes the workload
+	// (rollout.target-removed; after the operator's --follow-debounce for a
+	// label change, at once for a quarantine or a deletion).
+	// +optional
+	// +kubebuilder:validation:Enum=Frozen;Follow
+	Targets RolloutTargets `json:"targets,omitempty"`
+
 	// Strategy of the rollout.
 	// +kubebuilder:default=Immediate
 	// +optional
@@ -280,6 +311,16 @@ type DeploymentStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=100
 	Removed []RemovedTarget `json:"removed,omitempty"`
+	// Followers are the targets that joined this revision after it was
+	// frozen, because the Deployment follows its selector
+	// (spec.rollout.targets Follow, ADR 0026): the device, why it joined,
+	// the label or membership change, and when. They count in every
+	// count like the frozen targets; counts.followers has their number,
+	// the first MaxFollowersListed are listed. A follower that leaves
+	// goes to removed.
+	// +optional
+	// +kubebuilder:validation:MaxItems=100
+	Followers []Follower `json:"followers,omitempty"`
 	// Plan is where a rollout with a plan (batches, approval, a failure
 	// policy or a disruption budget) is, or a paused one; absent for the
 	// spec's rollout.
@@ -362,9 +403,31 @@ type RemovedTarget struct {
 	Reason string `json:"reason"`
 }
 
+// Follower is a target that joined a revision after it was frozen (ADR
+// 0026).
+type Follower struct {
+	Device string `json:"device"`
+	// Reason is why it joined: Device created, labels changed, quarantine
+	// lifted, duplicate device id cleared, group membership.
+	Reason string `json:"reason"`
+	// Change is the label or membership change, e.g. "site=lyon (was
+	// site=paris)".
+	// +optional
+	Change string `json:"change,omitempty"`
+	// Since is when the control plane stored its rollout.target-added.
+	Since metav1.Time `json:"since"`
+}
+
+// MaxFollowersListed is how many followers a Deployment status lists.
+const MaxFollowersListed = 100
+
 // RolloutCounts are the revision's target counts. Removed targets are in
 // none of the others.
 type RolloutCounts struct {
+	// Followers is how many of Total joined after the revision was frozen
+	// (spec.rollout.targets Follow).
+	// +optional
+	Followers int32 `json:"followers,omitempty"`
 	// Removed is how many frozen targets were removed from the accounting.
 	// +optional
 	Removed int32 `json:"removed,omitempty"`

@@ -1,0 +1,40 @@
+package history
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/nationtech/harmony-fleet/events"
+)
+
+// TestTheTimelineSaysWhyADeviceJoinedOrLeftAFollowDeployment: the
+// summaries of a Follow Deployment's membership transitions (ADR 0026)
+// name the device, the reason and the change; a removal without follow
+// reads as before.
+func TestTheTimelineSaysWhyADeviceJoinedOrLeftAFollowDeployment(t *testing.T) {
+	counts := events.RolloutCounts{Total: 2, Succeeded: 1, Pending: 1, Followers: 1}
+	for _, tc := range []struct {
+		name string
+		typ  events.Type
+		d    events.RolloutTransition
+		want string
+	}{
+		{"a device enrolled later joins", events.TypeRolloutTargetAdded,
+			events.RolloutTransition{Device: "rpi-9", Follow: true, Reason: "Device created", Change: "site=lyon"},
+			"target rpi-9 joined after the freeze: Device created: site=lyon [1/2 succeeded, 0 failed, 1 pending]"},
+		{"a relabelled device leaves and loses its workload", events.TypeRolloutTargetRemoved,
+			events.RolloutTransition{Device: "rpi-9", Follow: true, Error: "labels no longer match the target selector: site=paris (was site=lyon)"},
+			"target rpi-9 left, its workload is removed: labels no longer match the target selector: site=paris (was site=lyon) [1/2 succeeded, 0 failed, 1 pending]"},
+		{"a removal without follow reads as before", events.TypeRolloutTargetRemoved,
+			events.RolloutTransition{Device: "rpi-9", Error: "Device deleted"},
+			"target rpi-9 removed: Device deleted [1/2 succeeded, 0 failed, 1 pending]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.d.Counts = counts
+			if diff := cmp.Diff(tc.want, transitionSummary(tc.typ, tc.d)); diff != "" {
+				t.Errorf("summary (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

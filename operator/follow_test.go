@@ -1,0 +1,385 @@
+package operator_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/events"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator"
+	"github.com/nationtech/harmony-fleet/score"
+)
+
+// followDeployment creates Deployment name with spec.rollout.targets
+// Follow (ADR 0026), written as a user's manifest would.
+func (e *env) followDeployment(name string, selector map[string]string, groups ...string) {
+	e.t.Helper()
+	d := &fleetv1.Deployment{
+		TypeMeta: fleetv1TypeMeta("Deployment"),
+		Spec: fleetv1.DeploymentSpec{
+			AllowedGroups:  groups,
+			TargetSelector: fleetv1.TargetSelector{MatchLabels: selector},
+			Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
+				Name: "api", Image: "registry.example.com/api:v1", Ports: []string{"8080:8080"}}}}},
+		},
+	}
+	d.Name, d.Namespace = name, e.ns
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(d)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	u := &unstructured.Unstructured{Object: m}
+	if err := unstructured.SetNestedField(u.Object, "Follow", "spec", "rollout", "targets"); err != nil {
+		e.t.Fatal(err)
+	}
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	if err := e.c.Create(e.ctx, u); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func fleetv1TypeMeta(kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: fleetv1.GroupVersion.String(), Kind: kind}
+}
+
+// cmpIgnoreFollowerTime leaves out when a follower joined (the stream's
+// time).
+var cmpIgnoreFollowerTime = cmpopts.IgnoreFields(fleetv1.Follower{}, "Since")
+
+// relabel changes a Device's labels, retrying on conflicts.
+func (e *env) relabel(device string, change func(map[string]string)) {
+	e.t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var d fleetv1.Device
+		if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: device}, &d); err != nil {
+			return err
+		}
+		if d.Labels == nil {
+			d.Labels = map[string]string{}
+		}
+		change(d.Labels)
+		return e.c.Update(e.ctx, &d)
+	})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// followTransitions lists the target-added and target-removed transitions
+// of a Deployment, in order, as "added dev (reason)" / "removed dev (reason)".
+func (e *env) followTransitions(name string) []string {
+	e.t.Helper()
+	subj, _ := events.DeploymentRolloutSubject(e.ns, name)
+	var out []string
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		d, err := events.Decode[events.RolloutTransition](r.Event)
+		if err != nil {
+			continue
+		}
+		switch r.Event.Type {
+		case events.TypeRolloutTargetAdded:
+			out = append(out, "added "+d.Device+" ("+d.Reason+")")
+		case events.TypeRolloutTargetRemoved:
+			out = append(out, "removed "+d.Device+" ("+d.Error+")")
+		}
+	}
+	return out
+}
+
+// TestAFollowDeploymentIsTheFleetsStandingState: with spec.rollout.targets
+// Follow, a device that comes to match after the revision was frozen
+// receives it, with no change to the Deployment, and one that stops
+// matching loses it; each change is a transition naming the device and why.
+func TestAFollowDeploymentIsTheFleetsStandingState(t *testing.T) {
+	tests := []struct {
+		name string
+		// leave makes the follower stop matching.
+		leave      func(e *env, device string)
+		wantReason string
+	}{
+		{"a relabelled follower loses the revision after the debounce", func(e *env, device string) {
+			e.relabel(device, func(l map[string]string) { l["role"] = "other" })
+		}, "labels no longer match the target selector: role=other (was role=analyzer)"},
+		{"a quarantined follower loses the revision at once", func(e *env, device string) {
+			e.relabel(device, func(l map[string]string) { l[fleetv1.LabelBlacklist] = "true" })
+		}, "Device quarantined"},
+		{"a deleted follower leaves at once", func(e *env, device string) {
+			var d fleetv1.Device
+			d.Name, d.Namespace = device, e.ns
+			if err := e.c.Delete(e.ctx, &d); err != nil {
+				e.t.Fatal(err)
+			}
+		}, "Device deleted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.followDebounce = time.Second
+			e.device("rpi-1", map[string]string{"role": "analyzer"})
+			e.startOperator()
+			e.followDeployment("api", map[string]string{"role": "analyzer"})
+			rev := e.revisionOf("api", 1)
+			e.waitFor("the release to rpi-1", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+			e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+			e.waitPhase("api", fleetv1.PhaseSucceeded)
+
+			late := "late-" + e.ns
+			e.device(late, map[string]string{"role": "analyzer", "site": "lyon"})
+			e.waitFor("the revision handed to the device enrolled later", func() bool { return e.intentOf(late, "api") == 1 })
+			if got := e.revisionOf("api", 1); got.RevisionID != rev.RevisionID {
+				t.Fatalf("revision %s, want %s: the Deployment changed", got.RevisionID, rev.RevisionID)
+			}
+			var d *fleetv1.Deployment
+			e.waitFor("the follower in the status", func() bool {
+				d = e.get("api")
+				return d.Status.Counts.Total == 2 && len(d.Status.Followers) == 1
+			})
+			if diff := cmp.Diff([]fleetv1.Follower{{Device: late, Reason: "Device created", Change: "role=analyzer"}}, d.Status.Followers,
+				cmpIgnoreFollowerTime); diff != "" {
+				t.Errorf("status.followers (-want +got):\n%s", diff)
+			}
+			e.report(late, "api", rev, events.WorkloadConverged, "")
+			e.waitFor("the follower converged", func() bool {
+				d = e.get("api")
+				return d.Status.Counts.Succeeded == 2 && d.Status.Phase == fleetv1.PhaseSucceeded
+			})
+
+			tc.leave(e, late)
+			e.waitFor("the revision taken from the device that left", func() bool { return e.intentOf(late, "api") == 0 })
+			e.waitFor("the departure in the status", func() bool {
+				d = e.get("api")
+				return d.Status.Counts.Total == 1 && len(d.Status.Removed) == 1
+			})
+			if diff := cmp.Diff([]fleetv1.RemovedTarget{{Device: late, Reason: tc.wantReason}}, d.Status.Removed); diff != "" {
+				t.Errorf("status.removed (-want +got):\n%s", diff)
+			}
+			want := []string{"added " + late + " (Device created)", "removed " + late + " (" + tc.wantReason + ")"}
+			if diff := cmp.Diff(want, e.followTransitions("api")); diff != "" {
+				t.Errorf("follow transitions (-want +got):\n%s", diff)
+			}
+			if e.intentOf("rpi-1", "api") != 1 {
+				t.Error("the frozen target lost the revision")
+			}
+		})
+	}
+}
+
+// TestAFlappingDeviceCostsOneJoin: a device whose labels flip between
+// matching and not matching, ending on matching, joins once and never
+// leaves within the debounce: its containers are not churned.
+func TestAFlappingDeviceCostsOneJoin(t *testing.T) {
+	e := newEnv(t)
+	e.followDebounce = time.Hour
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.followDeployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	flap := "flap-" + e.ns
+	e.device(flap, map[string]string{"role": "analyzer"})
+	e.waitFor("the flapping device joined", func() bool { return e.intentOf(flap, "api") == 1 })
+	for i := range 20 {
+		e.relabel(flap, func(l map[string]string) {
+			l["role"] = []string{"other", "analyzer"}[i%2]
+		})
+	}
+	e.waitFor("the flapping device still holds the revision", func() bool { return e.intentOf(flap, "api") == 1 })
+	got := e.followTransitions("api")
+	if diff := cmp.Diff([]string{"added " + flap + " (Device created)"}, got); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+}
+
+// TestAFrozenDeploymentGivesALaterDeviceNothing: without
+// spec.rollout.targets, a device enrolled after the revision is not a
+// target (the product description's rollout), and no follow transition is
+// written.
+func TestAFrozenDeploymentGivesALaterDeviceNothing(t *testing.T) {
+	e := newEnv(t)
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.deployment("api", map[string]string{"role": "analyzer"})
+	rev := e.revisionOf("api", 1)
+	e.waitFor("the release to rpi-1", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+	late := "late-" + e.ns
+	e.device(late, map[string]string{"role": "analyzer"})
+	e.report("rpi-1", "api", rev, events.WorkloadConverged, "")
+	d := e.waitPhase("api", fleetv1.PhaseSucceeded)
+	if d.Status.Counts.Total != 1 || len(d.Status.Followers) != 0 {
+		t.Errorf("counts %+v followers %v, want 1 target, no follower", d.Status.Counts, d.Status.Followers)
+	}
+	if tr := e.transitions("api"); slices.Contains(tr, events.TypeRolloutTargetAdded) {
+		t.Errorf("transitions %v of a Frozen Deployment have a target-added", tr)
+	}
+	if e.intentOf(late, "api") != 0 {
+		t.Error("a device enrolled after a Frozen revision received it")
+	}
+}
+
+// TestTheAPIServerRefusesFollowWithARolloutPlan: Follow does not combine
+// with batches, manual approval, onFailure Pause or Rollback, or a
+// disruption budget yet; the refusal names the field and the fix.
+func TestTheAPIServerRefusesFollowWithARolloutPlan(t *testing.T) {
+	e := newEnv(t)
+	const refusal = "rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet"
+	for _, tc := range []struct {
+		name    string
+		rollout fleetv1.RolloutSpec
+		refused bool
+	}{
+		{"Follow alone is accepted", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow}, false},
+		{"Frozen with batches is accepted", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFrozen, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}, false},
+		{"Follow with batches is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}, true},
+		{"Follow with manual approval is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Approval: fleetv1.RolloutApprovalManual}, true},
+		{"Follow with onFailure Rollback is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, OnFailure: fleetv1.RolloutOnFailureRollback}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "follow-bounds", Namespace: e.ns},
+				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
+					Rollout: tc.rollout, Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
+						Name: "api", Image: "registry.example.com/api:v1"}}}}}}
+			err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			switch {
+			case tc.refused && (err == nil || !strings.Contains(err.Error(), refusal)):
+				t.Errorf("created: %v; want it refused with %q", err, refusal)
+			case !tc.refused && err != nil:
+				t.Errorf("refused: %v", err)
+			}
+		})
+	}
+}
+
+// reportLabels publishes a device's inventory with the labels it claims,
+// as a (hostile) agent would, and waits until the Device controller
+// applied what it may of them.
+func (e *env) reportLabels(device string, labels map[string]string, applied func(*fleetv1.Device) bool) {
+	e.t.Helper()
+	ev, err := events.New(events.Keys{Device: device}, events.DeviceInventory{OS: "debian-12", Arch: "arm64", AgentVersion: "1.0.0", Labels: labels})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.store.Report(e.ctx, ev); err != nil {
+		e.t.Fatal(err)
+	}
+	e.waitFor("the Device controller applying "+device+"'s report", func() bool {
+		var d fleetv1.Device
+		return e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: device}, &d) == nil && applied(&d)
+	})
+}
+
+// TestADeviceCannotClaimItsWayIntoAFollowDeployment: a device's
+// self-reported labels are placement data. A device outside the allowed
+// groups that relabels itself to match does not join; a quarantined device
+// that reports labels without blacklist stays quarantined and out; a
+// group member that relabels itself joins as any matching device would,
+// and the quarantined one joins once an administrator lifts the
+// quarantine.
+func TestADeviceCannotClaimItsWayIntoAFollowDeployment(t *testing.T) {
+	e := newEnv(t)
+	e.deviceController = true
+	member, outsider, quarantined := "member-"+e.ns, "outsider-"+e.ns, "quarantined-"+e.ns
+	frozen := "frozen-" + e.ns
+	e.groups = operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen, member, quarantined}}})
+	e.device(frozen, map[string]string{"role": "analyzer"})
+	// No admin label on role: the devices' reports set it (an admin's
+	// label would stay the admin's).
+	e.device(member, map[string]string{"site": "lyon"})
+	e.device(outsider, map[string]string{"site": "lyon"})
+	e.device(quarantined, map[string]string{"site": "lyon", fleetv1.LabelBlacklist: "true"})
+	e.startOperator()
+	e.followDeployment("api", map[string]string{"role": "analyzer"}, "lyon")
+	rev := e.revisionOf("api", 1)
+	if diff := cmp.Diff([]string{frozen}, rev.Targets); diff != "" {
+		t.Fatalf("frozen targets (-want +got):\n%s", diff)
+	}
+
+	matching := func(d *fleetv1.Device) bool { return d.Labels["role"] == "analyzer" }
+	e.reportLabels(outsider, map[string]string{"role": "analyzer"}, matching)
+	e.reportLabels(quarantined, map[string]string{"role": "analyzer"}, matching)
+	if d := e.getDevice(quarantined); d.Labels[fleetv1.LabelBlacklist] != "true" {
+		t.Fatalf("the device's report removed its quarantine: labels %v", d.Labels)
+	}
+	e.reportLabels(member, map[string]string{"role": "analyzer"}, matching)
+	e.waitFor("the group member that relabelled itself joined", func() bool { return e.intentOf(member, "api") == 1 })
+	if diff := cmp.Diff([]string{"added " + member + " (labels changed)"}, e.followTransitions("api")); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+
+	e.relabel(quarantined, func(l map[string]string) { delete(l, fleetv1.LabelBlacklist) })
+	e.waitFor("the device whose quarantine was lifted joined", func() bool { return e.intentOf(quarantined, "api") == 1 })
+	want := []string{"added " + member + " (labels changed)", "added " + quarantined + " (quarantine lifted)"}
+	if diff := cmp.Diff(want, e.followTransitions("api")); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+	if e.intentOf(outsider, "api") != 0 {
+		t.Error("a device outside the allowed groups joined by relabelling itself")
+	}
+}
+
+func (e *env) getDevice(name string) *fleetv1.Device {
+	e.t.Helper()
+	var d fleetv1.Device
+	if err := e.c.Get(e.ctx, types.NamespacedName{Namespace: e.ns, Name: name}, &d); err != nil {
+		e.t.Fatal(err)
+	}
+	return &d
+}
+
+// TestAFollowDeploymentCatchesUpAfterARestart: the operator is stopped
+// after a follower joined; meanwhile the follower is relabelled out and a
+// new matching device is created. The restarted operator, resuming from its
+// checkpoint, removes the first after the debounce and adds the second
+// ("matches the target selector": it was first seen at the start), and
+// each decision is appended once.
+func TestAFollowDeploymentCatchesUpAfterARestart(t *testing.T) {
+	e := newEnv(t)
+	e.followDebounce = time.Second
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	stop := e.startOperator()
+	e.followDeployment("api", map[string]string{"role": "analyzer"})
+	e.revisionOf("api", 1)
+	first, second := "first-"+e.ns, "second-"+e.ns
+	e.device(first, map[string]string{"role": "analyzer"})
+	e.waitFor("the first follower joined", func() bool { return e.intentOf(first, "api") == 1 })
+	stop()
+
+	e.relabel(first, func(l map[string]string) { l["role"] = "other" })
+	e.device(second, map[string]string{"role": "analyzer"})
+	e.startOperator()
+	e.waitFor("the second device joined", func() bool { return e.intentOf(second, "api") == 1 })
+	e.waitFor("the relabelled follower left", func() bool { return e.intentOf(first, "api") == 0 })
+	var d *fleetv1.Deployment
+	e.waitFor("the status after the restart", func() bool {
+		d = e.get("api")
+		return d.Status.Counts.Total == 2 && d.Status.Counts.Followers == 1 && len(d.Status.Removed) == 1
+	})
+	// The second device was created just before the restart: "Device
+	// created" when in the second the operator started, else "matches the
+	// target selector" (seen first at the start). The departure has no
+	// "was": the restarted operator never saw the labels before.
+	got := e.followTransitions("api")
+	for _, reason := range []string{"Device created", "matches the target selector"} {
+		want := []string{"added " + first + " (Device created)", "added " + second + " (" + reason + ")",
+			"removed " + first + " (labels no longer match the target selector: role=other)"}
+		// In either order: on a slow start the departure's debounce may
+		// pass before the runner caught up.
+		if cmp.Diff(want, got, cmpopts.SortSlices(func(a, b string) bool { return a < b })) == "" {
+			return
+		}
+	}
+	t.Errorf("follow transitions %q, want the first's join, the second's join, the first's departure, each once", got)
+}
