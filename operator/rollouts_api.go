@@ -1,6 +1,8 @@
 package operator
 
 import (
+	"github.com/nationtech/harmony-fleet/operator/followers"
+	"github.com/nationtech/harmony-fleet/operator/internal/follow"
 	"github.com/nationtech/harmony-fleet/operator/rollouts"
 )
 
@@ -20,10 +22,10 @@ type (
 	// TargetWatch reports target removals to the runner (rollouts.TargetWatch).
 	TargetWatch = rollouts.TargetWatch
 	// FollowChange is how a Device stands to a Follow Deployment
-	// (rollouts.FollowChange, ADR 0026).
-	FollowChange = rollouts.FollowChange
-	// FollowWatch reports Follow changes to the runner (rollouts.FollowWatch).
-	FollowWatch = rollouts.FollowWatch
+	// (follow.Change, ADR 0026).
+	FollowChange = follow.Change
+	// FollowWatch reports Follow changes to the runner (followers.Watch).
+	FollowWatch = followers.Watch
 )
 
 // The rollout role's names and bounds (package rollouts).

@@ -205,6 +205,7 @@ var operatorRoles = []struct {
 	{"operator/deployments", []string{"operator/policysync"}, "a revision waits for the PullSecretPolicy condition (policysync.Ready)"},
 	{"operator/rolloutactions", nil, ""},
 	{"operator/rollouts", nil, ""},
+	{"operator/followers", nil, ""},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency

@@ -2,6 +2,7 @@ package rollouts
 
 import (
 	"context"
+	"github.com/nationtech/harmony-fleet/operator/internal/follow"
 	"maps"
 	"slices"
 	"time"
@@ -9,6 +10,9 @@ import (
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/projections"
 )
+
+// FollowChange is what the followers watch judged (operator/internal/follow).
+type FollowChange = follow.Change
 
 // DefaultFollowDebounce is RolloutRunner.FollowDebounce when zero.
 const DefaultFollowDebounce = 30 * time.Second

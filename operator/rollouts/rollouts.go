@@ -104,7 +104,7 @@ type RolloutRunner struct {
 	// every rollout in progress in its namespace that has it as a target.
 	Removals <-chan TargetRemoval
 	// Follows, when set, tells the runner how Devices stand to the Follow
-	// Deployments of their namespace (FollowWatch, ADR 0026): it appends
+	// Deployments of their namespace (operator/followers, ADR 0026): it appends
 	// their joins and departures. Removals no longer apply to a Follow
 	// revision: a deleted or quarantined device leaves it through Follows.
 	Follows <-chan FollowChange

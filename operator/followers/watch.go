@@ -1,4 +1,4 @@
-package rollouts
+package followers
 
 import (
 	"context"
@@ -16,35 +16,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/follow"
 	"github.com/nationtech/harmony-fleet/operator/internal/targets"
 )
 
-// FollowChange is what a Device now is to one Follow Deployment (ADR
-// 0026), as FollowWatch judged it from the informer cache: whether it
-// matches the Deployment's selector and rules (not quarantined, not a
-// duplicate device id, a member of an allowed group), why, and the label or
-// membership change that made it so. The rollout runner decides from it
-// and appends the decision (rollout.target-added, rollout.target-removed);
-// the change itself is never an event.
-type FollowChange struct {
-	Namespace, Deployment string
-	// UID and Generation are the Deployment's when the change was judged:
-	// the runner applies a change to the revision of that generation only.
-	UID        string
-	Generation int64
-	Device     string
-	// Match is whether the device is a target by the Deployment's rules.
-	Match bool
-	// Immediate: a departure that takes effect at once (the Device was
-	// deleted or quarantined, marked DuplicateDeviceID, or is no member of
-	// an allowed group); a departure by a label change waits for the
-	// runner's FollowDebounce.
-	Immediate bool
-	// Reason and Change say why, for the transition.
-	Reason, Change string
-}
 
-// FollowWatch judges every Device change against the Follow Deployments
+// Watch judges every Device change against the Follow Deployments
 // of its namespace, from the informer cache (no request to the API server
 // per device), and tells the rollout runner what changed (Out): a Device
 // that comes to match or stops matching. It sends a change only when the
@@ -54,12 +31,12 @@ type FollowChange struct {
 // Follow Deployment only as any device with those labels would, and
 // quarantine, the duplicate mark and allowedGroups are checked as at a
 // freeze.
-type FollowWatch struct {
+type Watch struct {
 	Client client.Client
 	// Groups is the group source (nil: allowedGroups matches nothing).
 	Groups targets.GroupSource
 	// Out receives the changes; the runner reads it (RolloutRunner.Follows).
-	Out chan<- FollowChange
+	Out chan<- follow.Change
 
 	once    sync.Once
 	mu      sync.Mutex // guards the fields below
@@ -86,7 +63,7 @@ type sentJudgement struct {
 }
 
 // SetupWithManager registers the watch.
-func (w *FollowWatch) SetupWithManager(mgr ctrl.Manager) error {
+func (w *Watch) SetupWithManager(mgr ctrl.Manager) error {
 	w.init()
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1.Device{}).
@@ -96,7 +73,7 @@ func (w *FollowWatch) SetupWithManager(mgr ctrl.Manager) error {
 
 // Reconcile judges one Device against the Follow Deployments of its
 // namespace and sends what changed.
-func (w *FollowWatch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (w *Watch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	w.init()
 	var d fleetv1.Device
 	gone := false
@@ -163,7 +140,7 @@ func (w *FollowWatch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Res
 // second of its creationTimestamp) and seen for the first time joins as
 // "Device created"; one seen first at the start "matches the target
 // selector".
-func (w *FollowWatch) init() {
+func (w *Watch) init() {
 	w.once.Do(func() {
 		w.started = time.Now().Truncate(time.Second)
 		w.labels = map[types.NamespacedName]deviceSeen{}
@@ -173,8 +150,8 @@ func (w *FollowWatch) init() {
 
 // judge is the change Device d (gone: deleted) is to Follow Deployment
 // dep; prev is the Device as last seen (hadPrev: it was).
-func (w *FollowWatch) judge(ctx context.Context, dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, prev deviceSeen, hadPrev bool, cur deviceSeen) (FollowChange, error) {
-	ch := FollowChange{Namespace: dep.Namespace, Deployment: dep.Name, UID: string(dep.UID), Generation: dep.Generation, Device: d.Name}
+func (w *Watch) judge(ctx context.Context, dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, prev deviceSeen, hadPrev bool, cur deviceSeen) (follow.Change, error) {
+	ch := follow.Change{Namespace: dep.Namespace, Deployment: dep.Name, UID: string(dep.UID), Generation: dep.Generation, Device: d.Name}
 	if gone {
 		ch.Immediate, ch.Reason = true, "Device deleted"
 		return ch, nil
