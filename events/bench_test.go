@@ -1,7 +1,9 @@
 package events_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
@@ -310,5 +312,39 @@ func BenchmarkFsyncPolicy(b *testing.B) {
 				record(b, b.N)
 			})
 		}
+	}
+}
+
+// BenchmarkDecodeStored is DecodeStored of one workload report, as every
+// stream reader decodes each record it reads: the strict reader's
+// canonical form, and the same report with a space after each colon, which
+// encoding/json decodes.
+func BenchmarkDecodeStored(b *testing.B) {
+	ev, err := events.New(events.Keys{Device: "edge-00042"}, events.WorkloadStatus{Namespace: "bench", Deployment: "web",
+		UID: "5f0c3d6e-0000-4000-8000-000000000001", Generation: 17, RevisionID: "17-0123456789abcdef", Phase: events.WorkloadConverged,
+		Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}, events.WithCorrelation("5f0c3d6e-0000-4000-8000-000000000001", 17))
+	if err != nil {
+		b.Fatal(err)
+	}
+	canon, err := json.Marshal(ev)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		payload []byte
+	}{
+		{"canonical", canon},
+		{"spaced", bytes.ReplaceAll(canon, []byte(`":`), []byte(`": `))},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(tc.payload)))
+			for b.Loop() {
+				if _, err := events.DecodeStored("fleet.report.edge-00042.workload", tc.payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

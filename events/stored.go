@@ -33,11 +33,17 @@ func DecodeStored(subject string, payload []byte) (Event, error) {
 }
 
 func decodeStored(subject string, payload []byte) (Event, SkipReason, error) {
+	return decodeStoredWith(subject, payload, unmarshalEnvelope)
+}
+
+// decodeStoredWith is decodeStored with unmarshal decoding the envelope
+// (the tests compare the strict reader's answers with encoding/json's).
+func decodeStoredWith(subject string, payload []byte, unmarshal func([]byte) (Event, error)) (Event, SkipReason, error) {
 	if len(bytes.TrimSpace(payload)) == 0 {
 		return Event{}, ReasonNotAnEnvelope, fmt.Errorf("%w: payload is empty", ErrInvalidEvent)
 	}
-	var e Event
-	if err := json.Unmarshal(payload, &e); err != nil {
+	e, err := unmarshal(payload)
+	if err != nil {
 		// The JSON error may quote the payload (a literal, a time): only
 		// the syntax error's offset is repeated.
 		var syn *json.SyntaxError

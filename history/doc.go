@@ -13,8 +13,8 @@
 // counts, status, a device's desired state) is the projections package's
 // folds applied to the stored events, in the order the server stored them;
 // the simulator feeds the same rollout fold simulated events and appends
-// what its NextAt decides. Only a manifest's plan resolution is repeated
-// from the operator (resolveSimPlan, tested against it).
+// what its NextAt decides. A manifest's plan is resolved by
+// projections/rolloutplan, the operator's own resolution.
 // "As of T" means "every event the server had stored at T" (the stream
 // timestamp, not the writer's clock); a read stops at the first event stored
 // after T.

@@ -38,9 +38,12 @@ func planDevices() []fleetv1.Device {
 	}
 }
 
+// TestResolveTargetsFreezesTheRolloutPlan checks that the operator freezes
+// projections/rolloutplan's resolution into the target resolution and says
+// so in the TargetsResolved message; the resolution's own cases (counts,
+// percents, selectors, budgets, refusals) are rolloutplan's tests.
 func TestResolveTargetsFreezesTheRolloutPlan(t *testing.T) {
 	count := func(n int32) fleetv1.RolloutBatch { return fleetv1.RolloutBatch{Count: ptr(n)} }
-	percent := func(n int32) fleetv1.RolloutBatch { return fleetv1.RolloutBatch{Percent: ptr(n)} }
 	selector := func(k, v string) fleetv1.RolloutBatch {
 		return fleetv1.RolloutBatch{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{k: v}}}
 	}
@@ -55,44 +58,14 @@ func TestResolveTargetsFreezesTheRolloutPlan(t *testing.T) {
 	}{
 		{"a rollout that sets no control has no plan and no target batches",
 			fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate}, nil, nil, "9 targets, 1 canaries, 0 quarantined excluded"},
-		{"a rollout that sets only the defaults (Automatic, Fail) has no plan",
-			fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate, Approval: fleetv1.RolloutApprovalAutomatic, OnFailure: fleetv1.RolloutOnFailureFail}, nil, nil, ""},
 		{"manual approval alone makes one batch of every non-canary target",
 			fleetv1.RolloutSpec{Approval: fleetv1.RolloutApprovalManual},
 			&events.RolloutPlan{Batches: []events.PlanBatch{batch(8, 100)}, Approval: events.ApprovalManual},
 			[]int{0, 1, 1, 1, 1, 1, 1, 1, 1}, "; a plan of 1 batches"},
-		{"a pause on failure alone makes one batch of every non-canary target",
-			fleetv1.RolloutSpec{OnFailure: fleetv1.RolloutOnFailurePause},
-			&events.RolloutPlan{Batches: []events.PlanBatch{batch(8, 100)}, OnFailure: events.OnFailurePause},
-			[]int{0, 1, 1, 1, 1, 1, 1, 1, 1}, ""},
-		{"counts take the next targets in device-id order, with their threshold and soak, and the rest form a last batch of 100 % without soak",
-			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](2), SuccessThreshold: 50, Soak: "5m"}, {Count: ptr[int32](3), SuccessThreshold: 90, Soak: "1h30m"}}},
-			&events.RolloutPlan{Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 50, SoakSeconds: 300}, {Size: 3, SuccessPercent: 90, SoakSeconds: 5400}, batch(3, 100)}},
-			[]int{0, 1, 1, 2, 2, 2, 3, 3, 3}, "; a plan of 3 batches"},
-		{"a percent is of all frozen targets, canaries included, rounded up and at least 1",
-			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{percent(20), percent(1), percent(34)}},
-			&events.RolloutPlan{Batches: []events.PlanBatch{batch(2, 100), batch(1, 100), batch(4, 100), batch(1, 100)}},
-			[]int{0, 1, 1, 2, 3, 3, 3, 3, 4}, ""},
-		{"selector batches claim their targets first, wherever they are in the list",
-			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{count(2), selector("site", "s")}},
-			&events.RolloutPlan{Batches: []events.PlanBatch{batch(2, 100), batch(4, 100), batch(2, 100)}},
-			[]int{0, 1, 2, 1, 2, 3, 2, 3, 2}, ""},
-		{"a target two selectors match is in the first one's batch",
-			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{selector("site", "s"), selector("tier", "gold")}},
-			&events.RolloutPlan{Batches: []events.PlanBatch{batch(4, 100), batch(1, 100), batch(3, 100)}},
-			[]int{0, 3, 1, 2, 1, 3, 1, 3, 1}, ""},
-		{"a canary is in no batch, even one whose selector matches it",
-			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{selector("canary", "true"), selector("site", "s")}},
-			&events.RolloutPlan{Batches: []events.PlanBatch{batch(4, 100), batch(4, 100)}},
-			[]int{0, 2, 1, 2, 1, 2, 1, 2, 1}, "dropped, resolving to no device: rollout.batches[0] (selector canary=true)"},
 		{"a batch that resolves to no device is dropped, and the message says which",
 			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{selector("site", "moon"), count(3), count(100), count(1)}},
 			&events.RolloutPlan{Batches: []events.PlanBatch{batch(3, 100), batch(5, 100)}},
 			[]int{0, 1, 1, 1, 2, 2, 2, 2, 2}, "; a plan of 2 batches; dropped, resolving to no device: rollout.batches[0] (selector site=moon), rollout.batches[3] (count 1)"},
-		{"batches that take every non-canary target leave no last batch",
-			fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{count(4), count(4)}, Approval: fleetv1.RolloutApprovalManual, OnFailure: fleetv1.RolloutOnFailurePause},
-			&events.RolloutPlan{Batches: []events.PlanBatch{batch(4, 100), batch(4, 100)}, Approval: events.ApprovalManual, OnFailure: events.OnFailurePause},
-			[]int{0, 1, 1, 1, 1, 2, 2, 2, 2}, "; a plan of 2 batches"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,47 +95,6 @@ func TestResolveTargetsFreezesTheRolloutPlan(t *testing.T) {
 	}
 }
 
-func TestResolveTargetsFreezesADisruptionBudget(t *testing.T) {
-	devices := append(planDevices(), fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "b9", Labels: map[string]string{"role": "x"}}})
-	tests := []struct {
-		name   string
-		budget fleetv1.DisruptionBudget
-		want   events.DisruptionBudget
-	}{
-		{"a count is frozen as maxUnavailable",
-			fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(2)},
-			events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 2, Values: []string{"n", "s"}}},
-		{"a percentage is frozen as maxPercent",
-			fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("25%")},
-			events.DisruptionBudget{LabelKey: "site", MaxPercent: 25, Values: []string{"n", "s"}}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api"},
-				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "x"}},
-					Rollout: fleetv1.RolloutSpec{DisruptionBudget: &tc.budget}}}
-			res, err := operator.ResolveTargets(context.Background(), d, devices, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// A budget alone makes one batch of every non-canary target.
-			want := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 9, SuccessPercent: 100}}, Budget: &tc.want}
-			if diff := cmp.Diff(want, res.Plan); diff != "" {
-				t.Errorf("plan (-want +got):\n%s", diff)
-			}
-			// a1 s, b1 n, b2 s, b3 n, b4 s, b5 n, b6 s, b7 n, b8 s, b9 without the label.
-			if diff := cmp.Diff([]int{1, 0, 1, 0, 1, 0, 1, 0, 1, 2}, res.TargetGroups); diff != "" {
-				t.Errorf("target groups (-want +got):\n%s", diff)
-			}
-			rev := events.DeploymentRevisionCreated{Targets: res.Targets, Canaries: res.Canaries, Plan: res.Plan,
-				TargetBatches: res.TargetBatches, TargetGroups: res.TargetGroups}
-			if err := rev.CheckPlan(); err != nil {
-				t.Errorf("readers would refuse the revision: %v", err)
-			}
-		})
-	}
-}
-
 func TestResolveTargetsWithAPlanAndNoTargetsFreezesAnEmptyPlan(t *testing.T) {
 	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "api"},
 		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
@@ -176,6 +108,9 @@ func TestResolveTargetsWithAPlanAndNoTargetsFreezesAnEmptyPlan(t *testing.T) {
 	}
 }
 
+// TestResolveTargetsRefusesARolloutTheCRDWouldRefuseNamingTheField: the
+// refusal names the Deployment and the field (every refusal is
+// rolloutplan's TestResolveRefusesARolloutTheCRDWouldRefuseNamingTheField).
 func TestResolveTargetsRefusesARolloutTheCRDWouldRefuseNamingTheField(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -184,23 +119,6 @@ func TestResolveTargetsRefusesARolloutTheCRDWouldRefuseNamingTheField(t *testing
 	}{
 		{"a batch with both count and percent", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}, {Count: ptr[int32](1), Percent: ptr[int32](5)}}},
 			"rollout.batches[1]: set exactly one of count, percent and selector"},
-		{"a batch with none of them", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{SuccessThreshold: 50}}},
-			"rollout.batches[0]: set exactly one"},
-		{"a count of zero", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](0)}}}, "rollout.batches[0].count 0: use at least 1"},
-		{"a percent above 100", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Percent: ptr[int32](101)}}}, "rollout.batches[0].percent 101: use 1..100"},
-		{"a selector without labels", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Selector: &fleetv1.TargetSelector{}}}},
-			"rollout.batches[0].selector.matchLabels is empty"},
-		{"a threshold above 100", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1), SuccessThreshold: 101}}},
-			"rollout.batches[0].successThreshold 101: use 1..100"},
-		{"a soak past 24h", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "25h"}}},
-			`rollout.batches[0].soak "25h": use hours, minutes and seconds up to 24h`},
-		{"a soak that is no duration", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1), Soak: "soon"}}}, `rollout.batches[0].soak "soon"`},
-		{"an unknown onFailure", fleetv1.RolloutSpec{OnFailure: "Retry"}, `rollout.onFailure "Retry": use Fail, Pause or Rollback`},
-		{"an unknown approval", fleetv1.RolloutSpec{Approval: "Sometimes"}, `rollout.approval "Sometimes": use Automatic or Manual`},
-		{"a budget of zero", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(0)}},
-			`rollout.disruptionBudget.maxUnavailable "0": use a count of at least 1 or a percentage from 1% to 100%`},
-		{"a budget over 100 %", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromString("150%")}},
-			`rollout.disruptionBudget.maxUnavailable "150%"`},
 		{"a budget on a label key that is no label key", fleetv1.RolloutSpec{DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "a b", MaxUnavailable: intstr.FromInt32(1)}},
 			`rollout.disruptionBudget.labelKey "a b"`},
 	}

@@ -1,0 +1,176 @@
+package events
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// jsonEnvelope is the envelope decoded by encoding/json alone.
+func jsonEnvelope(payload []byte) (Event, error) {
+	var e Event
+	err := json.Unmarshal(payload, &e)
+	return e, err
+}
+
+// goldenPayloads are the payloads of the golden logs: records earlier
+// builds wrote, with their subjects.
+func goldenPayloads(t testing.TB) (subjects []string, payloads [][]byte) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "golden", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("golden logs: %v (%d files)", err, len(files))
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(f)
+		sc.Buffer(nil, 1<<22)
+		for sc.Scan() {
+			var l struct {
+				Subject string          `json:"subject"`
+				Payload json.RawMessage `json:"payload"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			subjects, payloads = append(subjects, l.Subject), append(payloads, l.Payload)
+		}
+		f.Close()
+		if err := sc.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return subjects, payloads
+}
+
+// sameAsEncodingJSON checks the strict reader against encoding/json on one
+// payload: what it accepts encoding/json decodes to the same Event, and
+// DecodeStored gives the same event or the same refusal either way.
+func sameAsEncodingJSON(t *testing.T, subject string, payload []byte) (fast bool) {
+	t.Helper()
+	if e, ok := readEnvelope(payload); ok {
+		want, err := jsonEnvelope(payload)
+		if err != nil {
+			t.Fatalf("the strict reader took a payload encoding/json refuses (%v): %s", err, payload)
+		}
+		if diff := cmp.Diff(want, e); diff != "" {
+			t.Fatalf("the strict reader read %s otherwise than encoding/json (-json +strict):\n%s", payload, diff)
+		}
+		fast = true
+	}
+	got, gotReason, gotErr := decodeStoredWith(subject, payload, unmarshalEnvelope)
+	want, wantReason, wantErr := decodeStoredWith(subject, payload, jsonEnvelope)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("DecodeStored of %s (-json +strict):\n%s", payload, diff)
+	}
+	if gotReason != wantReason || (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
+		t.Errorf("DecodeStored of %s: %s %v; encoding/json: %s %v", payload, gotReason, gotErr, wantReason, wantErr)
+	}
+	return fast
+}
+
+func TestTheEnvelopeReaderReadsAsEncodingJSON(t *testing.T) {
+	subjects, payloads := goldenPayloads(t)
+	t.Run("every golden record is read by the strict reader, as encoding/json reads it", func(t *testing.T) {
+		for i, p := range payloads {
+			if !sameAsEncodingJSON(t, subjects[i], p) {
+				t.Errorf("golden record %s is left to encoding/json: the strict reader should take what json.Marshal writes", p)
+			}
+		}
+	})
+	ev, err := New(Keys{Device: "edge-1"}, WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u-1", Generation: 3, RevisionID: "3-abc", Phase: WorkloadConverged},
+		WithCorrelation("u-1", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	canon, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const subject = "fleet.report.edge-1.workload"
+	c := string(canon)
+	data := c[strings.Index(c, `"data":`)+len(`"data":`) : len(c)-1]
+	head := c[:strings.Index(c, `,"data":`)]
+	withData := func(d string) string { return head + `,"data":` + d + `}` }
+	tests := []struct {
+		name    string
+		payload string
+		fast    bool // the strict reader takes it
+	}{
+		{"a canonical report is read by the strict reader", c, true},
+		{"a report without correlation is read by the strict reader", strings.Replace(c, `,"correlation":{"deploymentUid":"u-1","generation":3}`, "", 1), true},
+		{"data with whitespace, numbers, literals, arrays and non-ASCII bytes is read by the strict reader",
+			withData("{ \"a\" : [ 1, -0.5e+3, 0, 2E-2, true, false, null, {}, [] ],\n\t\"b\":\"é\xff\" }"), true},
+		{"empty keys are read by the strict reader", strings.Replace(c, `"keys":{"device":"edge-1"}`, `"keys":{}`, 1), true},
+		{"every key is read by the strict reader", strings.Replace(c, `"keys":{"device":"edge-1"}`, `"keys":{"namespace":"lab","name":"api","device":"edge-1"}`, 1), true},
+		{"an unknown type is read by the strict reader and refused", strings.Replace(c, `device.workload.status`, `device.workload.gossip`, 1), true},
+		{"a negative version is read by the strict reader and refused", strings.Replace(c, `"version":1`, `"version":-1`, 1), true},
+		{"a data that is no object is left to encoding/json", withData(`"x"`), false},
+		{"a null data is left to encoding/json", withData(`null`), false},
+		{"an escape in data is left to encoding/json", withData(`{"a":"\u0041\n"}`), false},
+		{"a control byte in data is left to encoding/json, which refuses it", withData("{\"a\":\"\x01\"}"), false},
+		{"a leading zero in data is left to encoding/json, which refuses it", withData(`{"a":01}`), false},
+		{"a bare minus in data is left to encoding/json", withData(`{"a":-}`), false},
+		{"a fraction without digits is left to encoding/json", withData(`{"a":1.}`), false},
+		{"an exponent without digits is left to encoding/json", withData(`{"a":1e}`), false},
+		{"data nested deeper than the strict reader follows is left to encoding/json", withData(`{"a":` + strings.Repeat("[", 100) + strings.Repeat("]", 100) + `}`), false},
+		{"truncated data is left to encoding/json", withData(`{"a":[1,2`), false},
+		{"a trailing comma in data is left to encoding/json", withData(`{"a":1,}`), false},
+		{"whitespace between fields is left to encoding/json", strings.Replace(c, `"version":1,`, `"version": 1 ,`, 1), false},
+		{"a trailing newline is left to encoding/json", c + "\n", false},
+		{"trailing bytes are left to encoding/json", c + "x", false},
+		{"reordered fields are left to encoding/json", strings.Replace(strings.Replace(c, `"version":1,`, "", 1), `"type":`, `"version":1,"type":`, 1), false},
+		{"a field in another case is left to encoding/json", strings.Replace(c, `"type":`, `"TYPE":`, 1), false},
+		{"a repeated type is left to encoding/json, whose last one wins", strings.Replace(c, `"version":1,`, `"version":1,"type":"device.heartbeat",`, 1), false},
+		{"an unknown field is left to encoding/json", strings.Replace(c, `"version":1,`, `"version":1,"extra":[1],`, 1), false},
+		{"an escaped key is left to encoding/json", strings.Replace(c, `"device":"edge-1"`, `"device":"\u0065dge-1"`, 1), false},
+		{"a key with non-ASCII bytes is left to encoding/json", strings.Replace(c, `"device":"edge-1"`, "\"device\":\"edg\xc3\xa9\"", 1), false},
+		{"a key with invalid UTF-8 is left to encoding/json", strings.Replace(c, `"device":"edge-1"`, "\"device\":\"edge\xff\"", 1), false},
+		{"keys out of order are left to encoding/json", strings.Replace(c, `"keys":{"device":"edge-1"}`, `"keys":{"device":"edge-1","namespace":"lab"}`, 1), false},
+		{"a null correlation is left to encoding/json", strings.Replace(c, `"correlation":{"deploymentUid":"u-1","generation":3}`, `"correlation":null`, 1), false},
+		{"a version written as a fraction is left to encoding/json, which refuses it", strings.Replace(c, `"version":1`, `"version":1.0`, 1), false},
+		{"a version out of range is left to encoding/json, which refuses it", strings.Replace(c, `"version":1`, `"version":99999999999999999999`, 1), false},
+		{"a generation out of range is left to encoding/json, which refuses it", strings.Replace(c, `"generation":3}`, `"generation":99999999999999999999}`, 1), false},
+		{"a time that is no RFC 3339 time is left to encoding/json, which refuses it", strings.Replace(c, ev.Time.Format("2006-01-02"), "2026-13-45", 1), false},
+		{"an id that is no ULID is left to encoding/json, which refuses it", strings.Replace(c, ev.ID.String(), "not-a-ulid", 1), false},
+		{"a string id that is a number is left to encoding/json", strings.Replace(c, `"`+ev.ID.String()+`"`, `7`, 1), false},
+		{"an empty object is left to encoding/json", `{}`, false},
+		{"null is left to encoding/json", `null`, false},
+		{"an array is left to encoding/json", `[]`, false},
+		{"an empty payload is refused", ``, false},
+		{"a truncated envelope is left to encoding/json", c[:len(c)/2], false},
+		{"a report stored on another device's subject is read by the strict reader and refused", strings.ReplaceAll(c, "edge-1", "edge-2"), true},
+		{"data that is canonical JSON of another shape is read by the strict reader", withData(data[:len(data)-1] + `,"more":{"x":[1]}}`), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if fast := sameAsEncodingJSON(t, subject, []byte(tc.payload)); fast != tc.fast {
+				t.Errorf("the strict reader took it: %t, want %t", fast, tc.fast)
+			}
+		})
+	}
+}
+
+// FuzzEnvelopeReader: for any payload, what the strict reader accepts
+// encoding/json decodes to the same Event, and DecodeStored answers the
+// same either way.
+func FuzzEnvelopeReader(f *testing.F) {
+	subjects, payloads := goldenPayloads(f)
+	for i, p := range payloads {
+		if i%7 == 0 {
+			f.Add(subjects[i], p)
+		}
+	}
+	f.Add("fleet.report.x.workload", []byte(`{"id":"01KDYAKBNP0000000000000007","type":"device.workload.status","version":1,"time":"2026-01-02T03:04:13.75Z","keys":{"device":"x"},"data":{"a":[1,{"b":null}]}}`))
+	f.Fuzz(func(t *testing.T, subject string, payload []byte) {
+		sameAsEncodingJSON(t, subject, payload)
+	})
+}
