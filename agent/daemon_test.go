@@ -249,8 +249,17 @@ func TestReportsMadeWhileDisconnectedAreSentOnReconnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Keep every heartbeat, so the test can count those made offline.
-	if err := events.Provision(w.ctx, st.JetStream(), events.ProvisionOptions{TelemetryPerSubject: 100_000}); err != nil {
+	if err := events.Provision(w.ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Keep every heartbeat, on disk across the server's restart, so the
+	// test can count those made offline: FLEET_LIVENESS itself keeps only
+	// the last one, in memory (ADR 0024). The agent is what is tested.
+	if err := st.JetStream().DeleteStream(w.ctx, events.StreamLiveness); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.JetStream().CreateStream(w.ctx, jetstream.StreamConfig{Name: events.StreamLiveness,
+		Subjects: []string{"fleet.report.*.heartbeat"}, Storage: jetstream.FileStorage, MaxMsgsPerSubject: 100_000, AllowDirect: true, NoAck: true}); err != nil {
 		t.Fatal(err)
 	}
 	nc := natstest.Connect(t, srv, nats.CustomInboxPrefix("_INBOX_d1"), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
