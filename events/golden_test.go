@@ -135,6 +135,8 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.WorkloadHealth](ev)
 	case events.TypeDeviceContainers:
 		_, err = events.Decode[events.DeviceContainers](ev)
+	case events.TypeWorkloadFetch:
+		_, err = events.Decode[events.WorkloadFetch](ev)
 	case events.TypeAgentCommand:
 		_, err = events.Decode[events.AgentCommand](ev)
 	case events.TypeDashboardDeviceAction:
@@ -473,5 +475,11 @@ func goldenStory(t *testing.T) []events.Event {
 		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthStable, Window: 300,
 		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
 		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
+	// A fetch ahead of the release (ADR 0026): rpi-2 pulls generation 1's
+	// images before the rollout hands it the revision.
+	fetchEnd := crashAt.Add(10 * time.Minute)
+	add(events.Keys{Device: "rpi-2"}, events.WorkloadFetch{Namespace: api.Namespace, Deployment: api.Name, UID: apiUID, Generation: 1,
+		RevisionID: apiRev, Phase: events.FetchDone, Images: 2, Pulled: 1, Started: crashAt.Add(9 * time.Minute), Ended: &fetchEnd},
+		events.WithCorrelation(apiUID, 1))
 	return out
 }
