@@ -46,6 +46,9 @@ type intentRev struct {
 	rollbackTo    int64
 	rolledBack    map[string]bool
 	rolledBackAll bool
+	// prefetch: the revision's targets may fetch its images before they
+	// are handed it (ADR 0026, intent_fetch.go).
+	prefetch bool
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -78,6 +81,9 @@ type Intent struct {
 	// first, as recomputeSome reads them; dropped when a revision becomes
 	// known or a deletion is folded, built again on the next read.
 	live map[depKey][]*intentRev
+	// fetch: device → deployment → the revision it may fetch ahead
+	// (intent_fetch.go); empty unless a revision asks for prefetch.
+	fetch map[string]map[depKey]FetchEntry
 }
 
 // NewIntent returns an empty fold.
@@ -145,6 +151,7 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
 			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds,
 			Signatures: d.Signatures}
+		r.prefetch = d.Prefetch
 		for _, t := range d.Targets {
 			r.targets[t] = true
 		}
@@ -196,6 +203,9 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 				r.removedAfterN = map[string]int{}
 			}
 			r.removedAfterN[d.Device] = r.batches
+		}
+		if r.prefetch {
+			return s.recomputeDevices(k, []string{d.Device}) // it no longer fetches the revision
 		}
 		return nil
 	case events.TypeRolloutRolledBack:
@@ -306,6 +316,9 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 				break // a newer revision no longer targets the device
 			}
 		}
+		if s.refetch(k, revs, dev) {
+			changed = append(changed, dev)
+		}
 		cur, has := s.devices[dev][k]
 		switch {
 		case want == nil && has:
@@ -377,6 +390,12 @@ func (s *Intent) Devices() []string {
 			out = append(out, d)
 		}
 	}
+	for d := range s.fetch {
+		_, dup := s.devices[d]
+		if _, dupTask := s.deviceTasks[d]; !dup && !dupTask {
+			out = append(out, d)
+		}
+	}
 	slices.Sort(out)
 	return out
 }
@@ -386,10 +405,11 @@ func (s *Intent) Devices() []string {
 func (s *Intent) Value(device string) ([]byte, bool) {
 	entries := s.devices[device]
 	tasks := s.tasksOf(device)
-	if len(entries) == 0 && len(tasks) == 0 {
+	fetch := s.fetchOf(device)
+	if len(entries) == 0 && len(tasks) == 0 && len(fetch) == 0 {
 		return nil, false
 	}
-	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries)), Tasks: tasks}
+	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries)), Tasks: tasks, Fetch: fetch}
 	for _, e := range entries {
 		v.Deployments = append(v.Deployments, e)
 	}

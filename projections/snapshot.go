@@ -188,6 +188,8 @@ type intentRevSnapshot struct {
 	RollbackTo    int64    `json:"rollbackTo,omitempty"`
 	RolledBack    []string `json:"rolledBack,omitempty"`
 	RolledBackAll bool     `json:"rolledBackAll,omitempty"`
+	// Prefetch: the revision's targets fetch its images ahead (ADR 0026).
+	Prefetch bool `json:"prefetch,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -224,7 +226,7 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				Entry: r.entry, Targets: setKeys(r.targets), Released: setKeys(r.released),
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
-				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll})
+				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll, Prefetch: r.prefetch})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -270,7 +272,7 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			}
 			r.releasedAll = rs.ReleasedAll
 			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
-			r.rollbackTo, r.rolledBackAll = rs.RollbackTo, rs.RolledBackAll
+			r.rollbackTo, r.rolledBackAll, r.prefetch = rs.RollbackTo, rs.RolledBackAll, rs.Prefetch
 			for _, d := range rs.RolledBack {
 				if r.rolledBack == nil {
 					r.rolledBack = map[string]bool{}
