@@ -78,3 +78,10 @@ func (s *Intent) Fetching(device, namespace, name, uid string, generation int64)
 	e, ok := s.fetch[device][depKey{namespace, name}]
 	return ok && e.UID == uid && e.Generation == generation
 }
+
+// Prefetch reports whether revision (uid, generation) of Deployment
+// namespace/name is known and asked for prefetch.
+func (s *Intent) Prefetch(namespace, name, uid string, generation int64) bool {
+	r := s.deps[depKey{namespace, name}][revKey{uid, generation}]
+	return r != nil && r.known && r.prefetch
+}
