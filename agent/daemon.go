@@ -103,7 +103,7 @@ type Options struct {
 	NoContainerReports bool
 	// FetchConcurrency is how many images the agent pulls at once when it
 	// fetches a revision ahead of its release (spec.rollout.prefetch, ADR
-	// 0026); 0 means DefaultFetchConcurrency.
+	// 0027); 0 means DefaultFetchConcurrency.
 	FetchConcurrency int
 
 	// stepHook, set by tests only, is called after each step of the

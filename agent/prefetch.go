@@ -24,7 +24,7 @@ func fetchKeyOf(e events.FetchEntry) fetchKey {
 	return fetchKey{e.Namespace, e.Name, e.UID, e.Generation}
 }
 
-// fetcher pulls the images of the intent's fetch-ahead entries (ADR 0026)
+// fetcher pulls the images of the intent's fetch-ahead entries (ADR 0027)
 // beside the passes, never starting or stopping a container: a revision the
 // device is not handed yet is only downloaded, so that its switch, when the
 // rollout hands it over, does not wait for the link. At most limit pulls

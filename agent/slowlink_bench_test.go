@@ -65,7 +65,7 @@ func (s *slowPull) Pull(ctx context.Context, ref string, auth *runtime.RegistryA
 
 // BenchmarkReleaseOverASlowLink measures release → Converged of simulated
 // devices each behind a rate-limited link (internal/slowlink, and its
-// lossy variant), with and without the images fetched ahead (ADR 0026):
+// lossy variant), with and without the images fetched ahead (ADR 0027):
 // the agents run for real (intent from the fleet-intent bucket, reports to
 // the streams); the release is the write of every device's value naming
 // the new revision. Figures, not assertions:

@@ -57,7 +57,7 @@ type DeploymentRevisionCreated struct {
 	// is signed by one of its keys. Nil when the Deployment sets none: the
 	// revision's bytes are as before.
 	Signatures *SignaturePolicy `json:"signatures,omitempty"`
-	// Prefetch is the Deployment's spec.rollout.prefetch (ADR 0026): every
+	// Prefetch is the Deployment's spec.rollout.prefetch (ADR 0027): every
 	// frozen target may fetch the revision's images as soon as the
 	// revision exists, before the rollout hands it the revision. False
 	// when the Deployment does not set it: the revision's bytes are as
@@ -545,7 +545,7 @@ const (
 )
 
 // WorkloadFetch is the data of TypeWorkloadFetch: a device's progress in
-// fetching a revision's images ahead of its release (ADR 0026). It is
+// fetching a revision's images ahead of its release (ADR 0027). It is
 // progress only: the rollout never folds it into a phase, and the operator
 // counts a device's Fetched report only for a revision the device is a
 // frozen target of.

@@ -475,7 +475,7 @@ func goldenStory(t *testing.T) []events.Event {
 		Deployment: api.Name, UID: apiUID, Generation: 1, RevisionID: apiRev, Reason: events.HealthStable, Window: 300,
 		Services: []events.ServiceHealth{{Name: "api", State: "running", RestartsTotal: 12, ExitCode: 2, ExitedAt: &exited}},
 		Since:    crashAt.Add(5 * time.Minute)}), events.WithCorrelation(apiUID, 1))
-	// A fetch ahead of the release (ADR 0026): rpi-2 pulls generation 1's
+	// A fetch ahead of the release (ADR 0027): rpi-2 pulls generation 1's
 	// images before the rollout hands it the revision.
 	fetchEnd := crashAt.Add(10 * time.Minute)
 	add(events.Keys{Device: "rpi-2"}, events.WorkloadFetch{Namespace: api.Namespace, Deployment: api.Name, UID: apiUID, Generation: 1,

@@ -15,7 +15,7 @@ type DeviceIntent struct {
 	// interrupted for that.
 	Tasks []TaskEntry `json:"tasks,omitempty"`
 	// Fetch are revisions the device may fetch the images of before it is
-	// handed them (spec.rollout.prefetch, ADR 0026), sorted by namespace
+	// handed them (spec.rollout.prefetch, ADR 0027), sorted by namespace
 	// then name: never run, only pulled. Absent unless a Deployment asks
 	// for it.
 	Fetch []FetchEntry `json:"fetch,omitempty"`

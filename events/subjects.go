@@ -76,7 +76,7 @@ const (
 	// (stream FLEET_TELEMETRY).
 	ReportContainers ReportKind = "containers"
 	// ReportFetch carries a device's fetch-ahead progress of a revision's
-	// images (stream FLEET_REPORTS, ADR 0026).
+	// images (stream FLEET_REPORTS, ADR 0027).
 	ReportFetch ReportKind = "fetch"
 )
 

@@ -96,7 +96,7 @@ const (
 	// sent on change (device telemetry, like the heartbeat).
 	TypeDeviceContainers Type = "device.containers"
 	// TypeWorkloadFetch: the device's progress in fetching a revision's
-	// images ahead of its release (spec.rollout.prefetch, ADR 0026).
+	// images ahead of its release (spec.rollout.prefetch, ADR 0027).
 	// Progress only: it never moves the rollout.
 	TypeWorkloadFetch Type = "device.workload.fetch"
 )

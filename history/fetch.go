@@ -9,7 +9,7 @@ import (
 )
 
 // fetchReport renders a device's fetch-ahead report of a revision (ADR
-// 0026): when the fetch started and, once done or failed, when it ended.
+// 0027): when the fetch started and, once done or failed, when it ended.
 // It is progress only and changes nothing of the rollout.
 func (f *deviceFold) fetchReport(ctx context.Context, rec events.Record, e *Entry) bool {
 	d, err := events.Decode[events.WorkloadFetch](rec.Event)

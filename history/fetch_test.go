@@ -11,7 +11,7 @@ import (
 )
 
 // TestADevicesTimelineShowsWhenItFetchedARevisionAhead: a device's
-// fetch-ahead reports (ADR 0026) are on its timeline with the fetch's start
+// fetch-ahead reports (ADR 0027) are on its timeline with the fetch's start
 // and end, and change nothing of the rollout.
 func TestADevicesTimelineShowsWhenItFetchedARevisionAhead(t *testing.T) {
 	f := startFleet(t)

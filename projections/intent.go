@@ -47,7 +47,7 @@ type intentRev struct {
 	rolledBack    map[string]bool
 	rolledBackAll bool
 	// prefetch: the revision's targets may fetch its images before they
-	// are handed it (ADR 0026, intent_fetch.go).
+	// are handed it (ADR 0027, intent_fetch.go).
 	prefetch bool
 }
 

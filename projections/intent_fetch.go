@@ -13,7 +13,7 @@ type FetchEntry = events.FetchEntry
 
 // refetch sets dev's fetch-ahead entry of Deployment k from its live
 // revisions (newest first) and reports whether it changed. A device may
-// fetch a revision ahead (ADR 0026) when it is the Deployment's newest
+// fetch a revision ahead (ADR 0027) when it is the Deployment's newest
 // revision, the revision asked for prefetch, froze the device as a target,
 // has not been handed to it, was not rolled back, and the device was not
 // removed from its accounting. Like the deployment entries, the answer

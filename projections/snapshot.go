@@ -188,7 +188,7 @@ type intentRevSnapshot struct {
 	RollbackTo    int64    `json:"rollbackTo,omitempty"`
 	RolledBack    []string `json:"rolledBack,omitempty"`
 	RolledBackAll bool     `json:"rolledBackAll,omitempty"`
-	// Prefetch: the revision's targets fetch its images ahead (ADR 0026).
+	// Prefetch: the revision's targets fetch its images ahead (ADR 0027).
 	Prefetch bool `json:"prefetch,omitempty"`
 }
 

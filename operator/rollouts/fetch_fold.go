@@ -6,7 +6,7 @@ import (
 )
 
 // fetchedRev is the revision whose images a device reported fetched ahead
-// of its release (ADR 0026).
+// of its release (ADR 0027).
 type fetchedRev struct {
 	UID        string `json:"uid"`
 	Generation int64  `json:"generation"`

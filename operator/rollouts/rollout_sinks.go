@@ -659,7 +659,7 @@ type checkpoint struct {
 	// Health is each Deployment's degraded devices (version 4).
 	Health map[string]*projections.Health `json:"health,omitempty"`
 	// Fetched is each Deployment's devices that reported a revision's
-	// images fetched ahead (ADR 0026); absent without prefetch.
+	// images fetched ahead (ADR 0027); absent without prefetch.
 	Fetched map[string]map[string]fetchedRev `json:"fetched,omitempty"`
 }
 

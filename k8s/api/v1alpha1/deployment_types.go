@@ -158,7 +158,7 @@ type RolloutSpec struct {
 
 	// Prefetch lets every frozen target fetch the revision's images as
 	// soon as the revision is created, before the rollout hands it the
-	// revision (ADR 0026): the switch (stop old, start new) still follows
+	// revision (ADR 0027): the switch (stop old, start new) still follows
 	// the canary stage, the batches, approvals and the disruption budget,
 	// but no longer waits for the download. status.prefetched counts the
 	// targets holding the images. Absent or false: a device pulls when it
@@ -283,7 +283,7 @@ type DeploymentStatus struct {
 	Counts RolloutCounts `json:"counts,omitempty"`
 	// Prefetched is how many of the revision's frozen targets reported
 	// holding its images after fetching them ahead of their release
-	// (spec.rollout.prefetch, ADR 0026); absent without prefetch.
+	// (spec.rollout.prefetch, ADR 0027); absent without prefetch.
 	// +optional
 	Prefetched *int32 `json:"prefetched,omitempty"`
 	// LatestFailure is the most recent device failure of this revision.
