@@ -101,6 +101,10 @@ type Options struct {
 	// NoContainerReports turns the device.containers snapshots off
 	// (--report-containers=false).
 	NoContainerReports bool
+	// FetchConcurrency is how many images the agent pulls at once when it
+	// fetches a revision ahead of its release (spec.rollout.prefetch, ADR
+	// 0027); 0 means DefaultFetchConcurrency.
+	FetchConcurrency int
 
 	// stepHook, set by tests only, is called after each step of the
 	// monitor with the time it decided at.
@@ -166,6 +170,9 @@ type daemon struct {
 	restored bool
 	// tasks runs the intent's tasks (see tasks.go).
 	tasks *taskRunner
+	// fetch pulls the images of revisions not handed to the device yet
+	// (prefetch.go).
+	fetch *fetcher
 	// mon watches what the passes started (watch.go); unstable holds the
 	// revisions with minReady that failed to settle, sticky until a new
 	// revision (stability.go).
@@ -285,6 +292,8 @@ func Run(ctx context.Context, o Options) error {
 	defer tasksDone.Wait()
 	defer stopTasks()
 	tasksDone.Go(func() { d.tasks.run(tctx) })
+	d.fetch = newFetcher(d)
+	tasksDone.Go(func() { d.fetch.run(tctx) })
 	d.mon.start(tctx) // before the first pass starts a container
 	d.logs = newLogStreams(d, tctx)
 	tasksDone.Go(func() { <-tctx.Done(); d.logs.wg.Wait() })
@@ -575,6 +584,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	d.lastSeq = seq
 	d.mu.Unlock()
 	d.tasks.feed(ctx, intent.Tasks)
+	d.fetch.feed(intent.Fetch, intent.Deployments)
 	d.o.Reconciler.Pins.Keep(intent.Deployments)
 	d.o.Reconciler.PullBackoff.Keep(intent.Deployments)
 

@@ -47,7 +47,7 @@ const (
 // allows events.ReportSubject(device, k) for each.
 var ReportKinds = []events.ReportKind{
 	events.ReportHeartbeat, events.ReportInventory, events.ReportWorkload, events.ReportTask, events.ReportCommand,
-	events.ReportHealth, events.ReportContainers,
+	events.ReportHealth, events.ReportContainers, events.ReportFetch,
 }
 
 // InboxPrefix is the inbox prefix an identity must connect with

@@ -23,7 +23,7 @@ func TestDevicePermissionsAreExactlyTheDevicesSubjects(t *testing.T) {
 	want := jwt.Permissions{
 		Pub: jwt.Permission{Allow: jwt.StringList{
 			"fleet.report.dev-a.heartbeat", "fleet.report.dev-a.inventory", "fleet.report.dev-a.workload",
-			"fleet.report.dev-a.task", "fleet.report.dev-a.command", "fleet.report.dev-a.health", "fleet.report.dev-a.containers",
+			"fleet.report.dev-a.task", "fleet.report.dev-a.command", "fleet.report.dev-a.health", "fleet.report.dev-a.containers", "fleet.report.dev-a.fetch",
 			"$JS.API.DIRECT.GET.KV_fleet-intent.$KV.fleet-intent.dev-a",
 			"fleet.logs.dev-a.*.*",
 		}},

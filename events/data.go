@@ -62,6 +62,12 @@ type DeploymentRevisionCreated struct {
 	// join it (rollout.target-added), devices that stop matching leave it
 	// and lose it. Absent (Frozen, the default): the bytes of before.
 	Follow bool `json:"follow,omitempty"`
+	// Prefetch is the Deployment's spec.rollout.prefetch (ADR 0027): every
+	// frozen target may fetch the revision's images as soon as the
+	// revision exists, before the rollout hands it the revision. False
+	// when the Deployment does not set it: the revision's bytes are as
+	// before.
+	Prefetch bool `json:"prefetch,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the
@@ -604,3 +610,41 @@ type DeviceLogsRequested struct {
 
 // EventType implements Data.
 func (DeviceLogsRequested) EventType() Type { return TypeDeviceLogsRequested }
+
+// Fetch phases a device reports in device.workload.fetch.
+const (
+	// FetchStarted: the device began fetching the revision's images.
+	FetchStarted = "Started"
+	// FetchDone: every image of the revision is on the device.
+	FetchDone = "Fetched"
+	// FetchFailed: a pull failed; the device tries again on its next
+	// pass. It decides nothing: the switch pulls again.
+	FetchFailed = "Failed"
+)
+
+// WorkloadFetch is the data of TypeWorkloadFetch: a device's progress in
+// fetching a revision's images ahead of its release (ADR 0027). It is
+// progress only: the rollout never folds it into a phase, and the operator
+// counts a device's Fetched report only for a revision the device is a
+// frozen target of.
+type WorkloadFetch struct {
+	Namespace  string `json:"namespace"`
+	Deployment string `json:"deployment"`
+	UID        string `json:"uid"`
+	Generation int64  `json:"generation"`
+	RevisionID string `json:"revisionId"`
+	// Phase is FetchStarted, FetchDone or FetchFailed.
+	Phase string `json:"phase"`
+	// Images is how many distinct images the revision has; Pulled how many
+	// of them this fetch pulled (the others were already there).
+	Images int `json:"images"`
+	Pulled int `json:"pulled,omitempty"`
+	// Started is when the fetch began (device clock); Ended when it
+	// finished or failed (nil while Started).
+	Started time.Time  `json:"started"`
+	Ended   *time.Time `json:"ended,omitempty"`
+	Error   string     `json:"error,omitempty"`
+}
+
+// EventType implements Data.
+func (WorkloadFetch) EventType() Type { return TypeWorkloadFetch }

@@ -133,6 +133,7 @@ func TestEveryCatalogueTypeHasAStructAndASubject(t *testing.T) {
 		events.TypeWorkloadDegraded:           events.NewWorkloadHealth(events.TypeWorkloadDegraded, events.WorkloadHealth{}),
 		events.TypeWorkloadRecovered:          events.NewWorkloadHealth(events.TypeWorkloadRecovered, events.WorkloadHealth{}),
 		events.TypeDeviceContainers:           events.DeviceContainers{},
+		events.TypeWorkloadFetch:              events.WorkloadFetch{},
 		events.TypeAgentCommand:               events.AgentCommand{},
 		events.TypeDashboardDeviceAction:      events.DashboardDeviceAction{},
 		events.TypeDashboardAlertAcknowledged: events.DashboardAlertAcknowledged{},

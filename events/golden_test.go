@@ -143,6 +143,8 @@ func decodeData(ev events.Event) error {
 		_, err = events.Decode[events.WorkloadHealth](ev)
 	case events.TypeDeviceContainers:
 		_, err = events.Decode[events.DeviceContainers](ev)
+	case events.TypeWorkloadFetch:
+		_, err = events.Decode[events.WorkloadFetch](ev)
 	case events.TypeAgentCommand:
 		_, err = events.Decode[events.AgentCommand](ev)
 	case events.TypeDashboardDeviceAction:
@@ -527,5 +529,12 @@ func goldenStory(t *testing.T) []events.Event {
 	member(events.TypeRolloutTargetAdded, events.RolloutTransition{Device: "rpi-10", Reason: "labels changed", Change: "site=lab (was site unset)"})
 	member(events.TypeRolloutTargetRemoved, events.RolloutTransition{Device: "rpi-9",
 		Error: "labels no longer match the target selector: site=lyon (was site=lab)", Change: "site=lyon (was site=lab)"})
+
+	// A fetch ahead of the release (ADR 0027): rpi-2 pulls generation 1's
+	// images before the rollout hands it the revision.
+	fetchEnd := crashAt.Add(10 * time.Minute)
+	add(events.Keys{Device: "rpi-2"}, events.WorkloadFetch{Namespace: api.Namespace, Deployment: api.Name, UID: apiUID, Generation: 1,
+		RevisionID: apiRev, Phase: events.FetchDone, Images: 2, Pulled: 1, Started: crashAt.Add(9 * time.Minute), Ended: &fetchEnd},
+		events.WithCorrelation(apiUID, 1))
 	return out
 }

@@ -14,6 +14,23 @@ type DeviceIntent struct {
 	// value when its TaskRun is deleted; one already running is never
 	// interrupted for that.
 	Tasks []TaskEntry `json:"tasks,omitempty"`
+	// Fetch are revisions the device may fetch the images of before it is
+	// handed them (spec.rollout.prefetch, ADR 0027), sorted by namespace
+	// then name: never run, only pulled. Absent unless a Deployment asks
+	// for it.
+	Fetch []FetchEntry `json:"fetch,omitempty"`
+}
+
+// FetchEntry is one Deployment revision whose images a device may fetch
+// ahead of its release: the revision's identity and score (the agent reads
+// the images and their pull secrets from it, never a secret value).
+type FetchEntry struct {
+	Namespace  string          `json:"namespace"`
+	Name       string          `json:"name"`
+	UID        string          `json:"uid"`
+	Generation int64           `json:"generation"`
+	RevisionID string          `json:"revisionId"`
+	Score      json.RawMessage `json:"score"`
 }
 
 // Task names: the closed set of maintenance operations (the root updater

@@ -149,7 +149,7 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	// and an acknowledgement would be a message the device aims inside this
 	// account (ADR 0006). Agents publish reports without expecting one.
 	reports := history(StreamReports, "Fleet device reports kept as history: workload and task status, command results",
-		[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command", "fleet.report.*.health"}, o.ReportsMaxAge, jetstream.DiscardOld)
+		[]string{"fleet.report.*.workload", "fleet.report.*.task", "fleet.report.*.command", "fleet.report.*.health", "fleet.report.*.fetch"}, o.ReportsMaxAge, jetstream.DiscardOld)
 	if o.Replicas == 1 {
 		reports.PersistMode = jetstream.AsyncPersistMode
 	}

@@ -78,10 +78,13 @@ const (
 	// ReportContainers carries a device's container state snapshot
 	// (stream FLEET_TELEMETRY).
 	ReportContainers ReportKind = "containers"
+	// ReportFetch carries a device's fetch-ahead progress of a revision's
+	// images (stream FLEET_REPORTS, ADR 0027).
+	ReportFetch ReportKind = "fetch"
 )
 
 // reportKinds lists every report kind in catalogue order.
-var reportKinds = []ReportKind{ReportHeartbeat, ReportInventory, ReportWorkload, ReportTask, ReportCommand, ReportHealth, ReportContainers}
+var reportKinds = []ReportKind{ReportHeartbeat, ReportInventory, ReportWorkload, ReportTask, ReportCommand, ReportHealth, ReportContainers, ReportFetch}
 
 // Valid reports whether k is a known report kind.
 func (k ReportKind) Valid() bool {
@@ -418,7 +421,7 @@ func StreamOf(subject string) (string, error) {
 				return StreamLiveness, nil
 			case ReportInventory, ReportContainers:
 				return StreamTelemetry, nil
-			case ReportWorkload, ReportTask, ReportCommand, ReportHealth:
+			case ReportWorkload, ReportTask, ReportCommand, ReportHealth, ReportFetch:
 				return StreamReports, nil
 			}
 		}

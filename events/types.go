@@ -103,6 +103,10 @@ const (
 	// TypeDeviceContainers: the state of every container the agent owns,
 	// sent on change (device telemetry, like the heartbeat).
 	TypeDeviceContainers Type = "device.containers"
+	// TypeWorkloadFetch: the device's progress in fetching a revision's
+	// images ahead of its release (spec.rollout.prefetch, ADR 0027).
+	// Progress only: it never moves the rollout.
+	TypeWorkloadFetch Type = "device.workload.fetch"
 )
 
 // Agent commands (stream FLEET_COMMANDS).
@@ -171,6 +175,7 @@ var catalogue = []TypeInfo{
 	{TypeWorkloadDegraded, 1, FamilyReport, ReportHealth},
 	{TypeWorkloadRecovered, 1, FamilyReport, ReportHealth},
 	{TypeDeviceContainers, 1, FamilyReport, ReportContainers},
+	{TypeWorkloadFetch, 1, FamilyReport, ReportFetch},
 	{TypeAgentCommand, 1, FamilyCommand, ""},
 	{TypeDashboardDeviceAction, 1, FamilyDashboardDevice, ""},
 	{TypeDashboardAlertAcknowledged, 1, FamilyDashboardAlert, ""},

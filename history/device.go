@@ -99,7 +99,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 func deviceReads(device string) ([]read, error) {
 	reads := []read{{filter: filterAllIntent, from: events.FromStart()}, {filter: filterRollouts, from: events.FromStart()}}
 	for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory,
-		events.ReportHealth, events.ReportContainers} {
+		events.ReportHealth, events.ReportContainers, events.ReportFetch} {
 		subj, err := events.ReportSubject(device, k)
 		if err != nil {
 			return nil, fmt.Errorf("history of device: %w", err)
@@ -230,6 +230,8 @@ func (f *deviceFold) add(ctx context.Context, rec events.Record) {
 		keep = f.healthReport(ctx, rec, &e)
 	case ev.Type == events.TypeDeviceContainers:
 		keep = f.containers(ctx, rec)
+	case ev.Type == events.TypeWorkloadFetch:
+		keep = f.fetchReport(ctx, rec, &e)
 	default:
 		e.Summary, keep = string(ev.Type), true
 	}

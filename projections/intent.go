@@ -52,6 +52,9 @@ type intentRev struct {
 	// marked Follow), which hold nothing of the Deployment (ADR 0026).
 	releasedRest bool
 	left         map[string]bool
+	// prefetch: the revision's targets may fetch its images before they
+	// are handed it (ADR 0027, intent_fetch.go).
+	prefetch bool
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -84,6 +87,9 @@ type Intent struct {
 	// first, as recomputeSome reads them; dropped when a revision becomes
 	// known or a deletion is folded, built again on the next read.
 	live map[depKey][]*intentRev
+	// fetch: device → deployment → the revision it may fetch ahead
+	// (intent_fetch.go); empty unless a revision asks for prefetch.
+	fetch map[string]map[depKey]FetchEntry
 }
 
 // NewIntent returns an empty fold.
@@ -151,6 +157,7 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
 			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds,
 			Signatures: d.Signatures}
+		r.prefetch = d.Prefetch
 		for _, t := range d.Targets {
 			r.targets[t] = true
 		}
@@ -237,6 +244,9 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 				r.removedAfterN = map[string]int{}
 			}
 			r.removedAfterN[d.Device] = r.batches
+		}
+		if r.prefetch {
+			return s.recomputeDevices(k, []string{d.Device}) // it no longer fetches the revision
 		}
 		return nil
 	case events.TypeRolloutRolledBack:
@@ -350,6 +360,9 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 				break // a newer revision no longer targets the device, or it left it
 			}
 		}
+		if s.refetch(k, revs, dev) {
+			changed = append(changed, dev)
+		}
 		cur, has := s.devices[dev][k]
 		switch {
 		case want == nil && has:
@@ -421,6 +434,12 @@ func (s *Intent) Devices() []string {
 			out = append(out, d)
 		}
 	}
+	for d := range s.fetch {
+		_, dup := s.devices[d]
+		if _, dupTask := s.deviceTasks[d]; !dup && !dupTask {
+			out = append(out, d)
+		}
+	}
 	slices.Sort(out)
 	return out
 }
@@ -430,10 +449,11 @@ func (s *Intent) Devices() []string {
 func (s *Intent) Value(device string) ([]byte, bool) {
 	entries := s.devices[device]
 	tasks := s.tasksOf(device)
-	if len(entries) == 0 && len(tasks) == 0 {
+	fetch := s.fetchOf(device)
+	if len(entries) == 0 && len(tasks) == 0 && len(fetch) == 0 {
 		return nil, false
 	}
-	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries)), Tasks: tasks}
+	v := DeviceIntent{Device: device, Deployments: make([]IntentEntry, 0, len(entries)), Tasks: tasks, Fetch: fetch}
 	for _, e := range entries {
 		v.Deployments = append(v.Deployments, e)
 	}

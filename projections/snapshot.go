@@ -204,6 +204,8 @@ type intentRevSnapshot struct {
 	// ReleasedRest and Left: a Follow revision's followers (ADR 0026).
 	ReleasedRest bool     `json:"releasedRest,omitempty"`
 	Left         []string `json:"left,omitempty"`
+	// Prefetch: the revision's targets fetch its images ahead (ADR 0027).
+	Prefetch bool `json:"prefetch,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -241,7 +243,7 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
 				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll,
-				ReleasedRest: r.releasedRest, Left: setKeys(r.left)})
+				ReleasedRest: r.releasedRest, Left: setKeys(r.left), Prefetch: r.prefetch})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -288,7 +290,7 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			r.releasedAll = rs.ReleasedAll
 			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
 			r.rollbackTo, r.rolledBackAll = rs.RollbackTo, rs.RolledBackAll
-			r.releasedRest = rs.ReleasedRest
+			r.releasedRest, r.prefetch = rs.ReleasedRest, rs.Prefetch
 			for _, d := range rs.Left {
 				if r.left == nil {
 					r.left = map[string]bool{}

@@ -75,6 +75,9 @@ func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 		// before (ADR 0019).
 		data.MinReadySeconds = int64(max(mr.Duration.Round(time.Second), time.Second) / time.Second)
 	}
+	// Frozen only when set: a revision without prefetch has the bytes of
+	// before (ADR 0027).
+	data.Prefetch = d.Spec.Rollout.Prefetch
 	if data.Signatures, err = frozenSignatures(d); err != nil {
 		return nil, data, err
 	}

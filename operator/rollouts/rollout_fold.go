@@ -62,6 +62,11 @@ type runnerState struct {
 	// health is each Deployment's degraded devices (ADR 0019), from the
 	// health reports of devices that hold the revision they name.
 	health map[depKey]*projections.Health
+	// fetched is each Deployment's devices that reported a revision's
+	// images fetched ahead (fetch_fold.go); fetchDropped counts the fetch
+	// reports dropped.
+	fetched      map[depKey]map[string]fetchedRev
+	fetchDropped int
 	// healthDropped counts the health reports dropped once live because
 	// the device does not hold the revision they name.
 	healthDropped int
@@ -189,6 +194,9 @@ func (s *runnerState) fold(source int, rec events.Record) folded {
 		// the health subject too.
 		if ev.Type == events.TypeWorkloadDegraded || ev.Type == events.TypeWorkloadRecovered {
 			return s.foldHealth(rec, &p)
+		}
+		if ev.Type == events.TypeWorkloadFetch {
+			return s.foldFetch(rec, &p)
 		}
 		var err error
 		wd, err = p.WorkloadStatus()

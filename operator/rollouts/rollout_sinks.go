@@ -63,6 +63,7 @@ func writeStatus(ctx context.Context, w DeploymentStatusWriter, log *slog.Logger
 			continue
 		}
 		m.degradedDevices(k, int(st.Counts.Degraded))
+		st.Prefetched = s.prefetched(k)
 		err := w.WriteDeploymentStatus(ctx, k.ns, k.name, st)
 		m.statusWrite(err)
 		if err != nil {
@@ -657,6 +658,9 @@ type checkpoint struct {
 	RevisedAt map[string]time.Time `json:"revisedAt,omitempty"`
 	// Health is each Deployment's degraded devices (version 4).
 	Health map[string]*projections.Health `json:"health,omitempty"`
+	// Fetched is each Deployment's devices that reported a revision's
+	// images fetched ahead (ADR 0027); absent without prefetch.
+	Fetched map[string]map[string]fetchedRev `json:"fetched,omitempty"`
 }
 
 // checkpoints keeps the fold in an object store (object CheckpointObject).
@@ -707,6 +711,13 @@ func (c checkpoints) restore(ctx context.Context, s *runnerState) {
 			s.health[depKey{ns, name}] = h
 		}
 	}
+	for k, m := range cp.Fetched {
+		ns, name, _ := strings.Cut(k, "/")
+		if s.fetched == nil {
+			s.fetched = map[depKey]map[string]fetchedRev{}
+		}
+		s.fetched[depKey{ns, name}] = m
+	}
 	s.intent = cp.Intent
 	s.seqs = cp.Seqs
 	for k := range s.rollouts {
@@ -727,6 +738,12 @@ func (c checkpoints) save(s *runnerState) {
 		RevisedAt: map[string]time.Time{}, Health: map[string]*projections.Health{}}
 	for k, h := range s.health {
 		cp.Health[k.ns+"/"+k.name] = h
+	}
+	for k, m := range s.fetched {
+		if cp.Fetched == nil {
+			cp.Fetched = map[string]map[string]fetchedRev{}
+		}
+		cp.Fetched[k.ns+"/"+k.name] = m
 	}
 	for k, ro := range s.rollouts {
 		cp.Rollouts[k.ns+"/"+k.name] = ro

@@ -33,7 +33,7 @@ var runnerFilters = [3][]string{
 	// Workload and health reports in the order they were stored: a
 	// device's degraded report never passes the workload report before
 	// it.
-	sourceReports: {"fleet.report.*.workload", "fleet.report.*.health"},
+	sourceReports: {"fleet.report.*.workload", "fleet.report.*.health", "fleet.report.*.fetch"},
 }
 
 // RolloutRunner folds Deployment intent, rollout transitions and workload

@@ -21,6 +21,7 @@ import (
 // +kubebuilder:printcolumn:name="Degraded",type=integer,JSONPath=`.status.counts.degraded`
 // +kubebuilder:printcolumn:name="Followers",type=integer,JSONPath=`.status.counts.followers`,priority=1
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision.id`
+// +kubebuilder:printcolumn:name="Prefetched",type=integer,JSONPath=`.status.prefetched`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-', no dots): it is a NATS subject token"
 type Deployment struct {
@@ -185,6 +186,16 @@ type RolloutSpec struct {
 	// +kubebuilder:validation:MaxLength=16
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]{1,2}h)?([0-9]{1,4}m)?([0-9]{1,5}s)?$') && self != '' && duration(self) >= duration('0s') && duration(self) <= duration('15m')",message="rollout.minReady must be hours, minutes and seconds from 0s to 15m, e.g. 30s or 2m"
 	MinReady *metav1.Duration `json:"minReady,omitempty"`
+
+	// Prefetch lets every frozen target fetch the revision's images as
+	// soon as the revision is created, before the rollout hands it the
+	// revision (ADR 0027): the switch (stop old, start new) still follows
+	// the canary stage, the batches, approvals and the disruption budget,
+	// but no longer waits for the download. status.prefetched counts the
+	// targets holding the images. Absent or false: a device pulls when it
+	// is handed the revision, as before.
+	// +optional
+	Prefetch bool `json:"prefetch,omitempty"`
 }
 
 // DisruptionBudget groups the targets by the value of a label and bounds
@@ -301,6 +312,11 @@ type DeploymentStatus struct {
 	Phase DeploymentPhase `json:"phase,omitempty"`
 	// +optional
 	Counts RolloutCounts `json:"counts,omitempty"`
+	// Prefetched is how many of the revision's frozen targets reported
+	// holding its images after fetching them ahead of their release
+	// (spec.rollout.prefetch, ADR 0027); absent without prefetch.
+	// +optional
+	Prefetched *int32 `json:"prefetched,omitempty"`
 	// LatestFailure is the most recent device failure of this revision.
 	// +optional
 	LatestFailure *DeviceFailure `json:"latestFailure,omitempty"`

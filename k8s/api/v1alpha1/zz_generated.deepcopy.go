@@ -155,6 +155,11 @@ func (in *DeploymentStatus) DeepCopyInto(out *DeploymentStatus) {
 		**out = **in
 	}
 	out.Counts = in.Counts
+	if in.Prefetched != nil {
+		in, out := &in.Prefetched, &out.Prefetched
+		*out = new(int32)
+		**out = **in
+	}
 	if in.LatestFailure != nil {
 		in, out := &in.LatestFailure, &out.LatestFailure
 		*out = new(DeviceFailure)
