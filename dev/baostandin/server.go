@@ -31,7 +31,7 @@ type Server struct {
 	url  string
 
 	mu       sync.Mutex
-	kv       map[string]*kvMount  // mount path (no slashes) → engine
+	kv       map[string]*kvMount // mount path (no slashes) → engine
 	transit  map[string]*transitMount
 	jwt      map[string]*jwtMount // auth mount path → method
 	policies map[string]*policy
