@@ -169,13 +169,9 @@ func (v *Verifier) Verify(ctx context.Context, r Request) error {
 	if err != nil || d.Algorithm() != digest.SHA256 {
 		return refuse(ErrUntrusted, "the device's engine has no registry digest for it (an image built or loaded on the device cannot be verified)")
 	}
-	named, err := reference.ParseNormalizedNamed(r.Image)
+	pinned, err := pin(r.Image, d)
 	if err != nil {
-		return fmt.Errorf("imagesig: image %q: %w", r.Image, err)
-	}
-	pinned, err := reference.WithDigest(reference.TrimNamed(named), d)
-	if err != nil {
-		return fmt.Errorf("imagesig: image %q: %w", r.Image, err)
+		return err
 	}
 	key := rememberKey(pinned.String(), pems)
 	if v.remembered(key) {
@@ -230,6 +226,35 @@ func (v *Verifier) Verify(ctx context.Context, r Request) error {
 		return refuse(ErrUntrusted, "the signature a trusted key made is for another repository")
 	}
 	return refuse(ErrUntrusted, "no signature verifies under a trusted key ("+oneLine(msg, r.Auth)+")")
+}
+
+// pin is image's repository at digest d.
+func pin(image string, d digest.Digest) (reference.Canonical, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, fmt.Errorf("imagesig: image %q: %w", image, err)
+	}
+	pinned, err := reference.WithDigest(reference.TrimNamed(named), d)
+	if err != nil {
+		return nil, fmt.Errorf("imagesig: image %q: %w", image, err)
+	}
+	return pinned, nil
+}
+
+// PinnedReference is image's repository at digest d ("host/repo@sha256:…"),
+// image's tag or digest dropped: the reference Verify checks signatures
+// for, and the one to create a container from so that it runs what was
+// verified.
+func PinnedReference(image, d string) (string, error) {
+	dg, err := digest.Parse(d)
+	if err != nil {
+		return "", fmt.Errorf("imagesig: digest %q: %w", d, err)
+	}
+	p, err := pin(image, dg)
+	if err != nil {
+		return "", err
+	}
+	return p.String(), nil
 }
 
 // readFailed is the error of signatures that could not be read: the
