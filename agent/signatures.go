@@ -16,7 +16,9 @@ import (
 type ImageVerifier interface {
 	// Verify returns nil when r.Digest is signed by one of r.Keys, an
 	// *imagesig.Error when it is not (imagesig.ErrRegistryUnavailable in
-	// its chain when the registry could not be reached).
+	// its chain when the registry could not be reached). It calls
+	// r.Credential only when it reads the registry, and returns its
+	// error as it is.
 	Verify(ctx context.Context, r imagesig.Request) error
 }
 
@@ -78,23 +80,23 @@ func (r *Reconciler) verifyImages(ctx context.Context, e events.IntentEntry, res
 	return nil
 }
 
-// verifyImage checks one image: its digest from the engine, its pull
-// credential when it has one, then the registry's signatures. It returns
-// the image by the verified digest.
+// verifyImage checks one image: its digest from the engine, then the
+// registry's signatures, read with its pull credential when it has one —
+// read only when the verifier must go to the registry, not for a check it
+// remembers. It returns the image by the verified digest.
 func (r *Reconciler) verifyImage(ctx context.Context, s score.Service, keys []sigkeys.Key) (string, error) {
 	digest, err := r.rt().ImageDigest(ctx, s.Image)
 	if err != nil {
 		return "", fmt.Errorf("image %s: read the digest it was pulled with: %w", s.Image, err)
 	}
-	auth, err := r.pullAuth(ctx, s)
-	if err != nil {
-		return "", err
+	credential := func(ctx context.Context) (*imagesig.Auth, error) {
+		auth, err := r.pullAuth(ctx, s)
+		if auth == nil || err != nil {
+			return nil, err
+		}
+		return &imagesig.Auth{Username: auth.Username, Password: auth.Password}, nil
 	}
-	var sigAuth *imagesig.Auth
-	if auth != nil {
-		sigAuth = &imagesig.Auth{Username: auth.Username, Password: auth.Password}
-	}
-	err = r.Verifier.Verify(ctx, imagesig.Request{Image: s.Image, Digest: digest, Keys: keys, Auth: sigAuth})
+	err = r.Verifier.Verify(ctx, imagesig.Request{Image: s.Image, Digest: digest, Keys: keys, Credential: credential})
 	if errors.Is(err, imagesig.ErrRegistryUnavailable) {
 		return "", &UnavailableError{Component: ComponentRegistry, Err: err}
 	}

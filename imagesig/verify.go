@@ -94,6 +94,10 @@ type Request struct {
 	// Auth is the pull credential of Image's registry; nil: anonymous (or
 	// what the host's container configuration holds, as for a pull).
 	Auth *Auth
+	// Credential, when Auth is nil, reads the pull credential: Verify
+	// calls it only when it must read the registry, never for a check it
+	// remembers. Its error is returned as it is.
+	Credential func(context.Context) (*Auth, error)
 }
 
 // Verifier checks images against trust policies. It remembers the
@@ -176,6 +180,11 @@ func (v *Verifier) Verify(ctx context.Context, r Request) error {
 	key := rememberKey(pinned.String(), pems)
 	if v.remembered(key) {
 		return nil
+	}
+	if r.Auth == nil && r.Credential != nil {
+		if r.Auth, err = r.Credential(ctx); err != nil {
+			return err
+		}
 	}
 	req, err := signature.NewPRSigstoreSigned(signature.PRSigstoreSignedWithKeyDatas(pems),
 		signature.PRSigstoreSignedWithSignedIdentity(signature.NewPRMMatchRepoDigestOrExact()))
