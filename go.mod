@@ -23,6 +23,7 @@ require (
 	github.com/prometheus/client_golang v1.24.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/secure-systems-lab/go-securesystemslib v0.9.1
+	github.com/sigstore/sigstore v1.9.5
 	github.com/zitadel/oidc/v3 v3.52.0
 	go.podman.io/common v0.67.1
 	go.podman.io/image/v5 v5.39.2
@@ -162,7 +163,6 @@ require (
 	github.com/segmentio/asm v1.2.1 // indirect
 	github.com/sigstore/fulcio v1.7.1 // indirect
 	github.com/sigstore/protobuf-specs v0.4.1 // indirect
-	github.com/sigstore/sigstore v1.9.5 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/skeema/knownhosts v1.3.2 // indirect
 	github.com/smallstep/pkcs7 v0.1.1 // indirect

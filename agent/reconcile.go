@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -252,7 +253,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err != nil {
 		return err
 	}
-	if err := r.preflight(ctx, e, res, all, mine); err != nil {
+	if err := r.preflight(ctx, e, &res, all, mine); err != nil {
 		return err
 	}
 	if err := r.runInit(ctx, e, res, mine); err != nil {
@@ -548,8 +549,9 @@ func (r *Reconciler) removeStale(ctx context.Context, res resolved, mine map[str
 }
 
 // preflight checks names, ports, ownership and images before any change;
-// with a signature policy, the images' signatures too (verifyImages).
-func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res resolved, all []runtime.Container, mine map[string]runtime.Container) error {
+// with a signature policy, the images' signatures too (verifyImages, which
+// pins each container of res to the digest it verified).
+func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res *resolved, all []runtime.Container, mine map[string]runtime.Container) error {
 	var svcs []resolvedService
 	if res.init != nil {
 		svcs = append(svcs, *res.init)
@@ -821,7 +823,7 @@ func containerSpec(s resolvedService, labels map[string]string) runtime.Containe
 		env[e.Name] = e.Value
 	}
 	ports, _ := portBindings(s.Ports) // checked in preflight
-	spec := runtime.ContainerSpec{Name: s.Name, Image: s.Image, Env: env, Ports: ports, Labels: labels,
+	spec := runtime.ContainerSpec{Name: s.Name, Image: cmp.Or(s.verified, s.Image), Env: env, Ports: ports, Labels: labels,
 		RestartPolicy: string(s.RestartPolicy)}
 	if spec.RestartPolicy == "" {
 		spec.RestartPolicy = runtime.RestartUnlessStopped

@@ -88,6 +88,11 @@ type resolvedService struct {
 	score.Service
 	// env: plain and secret values, sorted by name. Never logged.
 	env []score.EnvVar
+	// verified is the image by the digest its signature was verified for
+	// (repo@sha256:…), set by verifyImages when the revision has a
+	// signature policy: the container is created from it, not from the
+	// tag, which may name another image by then. Empty: Image.
+	verified string
 }
 
 // resolved is a score with every secret reference resolved.

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -261,5 +262,69 @@ func TestARefusedRevisionLeavesTheRunningOneRunningOnRealPodman(t *testing.T) {
 	}
 	if after.State != runtime.StateRunning {
 		t.Errorf("the running revision is %q", after.State)
+	}
+}
+
+// tagMover is real Podman whose first Create is preceded by move: the tag
+// moves to another image between the signature check and the create (a
+// concurrent pull of the tag, a registry that re-pushed it).
+type tagMover struct {
+	runtime.Runtime
+	move  func()
+	moved bool
+}
+
+func (m *tagMover) Create(ctx context.Context, spec runtime.ContainerSpec) (string, error) {
+	if !m.moved {
+		m.moved = true
+		m.move()
+	}
+	return m.Runtime.Create(ctx, spec)
+}
+
+// TestAContainerRunsTheVerifiedDigestWhenTheTagMovesAfterTheCheckOnRealPodman:
+// with a policy the container is created from repo@<verified digest>, so
+// an image pushed and pulled under the same tag after the check is not
+// what runs.
+func TestAContainerRunsTheVerifiedDigestWhenTheTagMovesAfterTheCheckOnRealPodman(t *testing.T) {
+	reg := podmantest.TestRegistry(t)
+	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed-pin"}
+	ci := newSigKey(t, "ci")
+	tag, signedDigest := sr.push("", runsFile)
+	sr.sign(tag, signedDigest, ci)
+	repo, _, _ := strings.Cut(tag, ":t-")
+
+	v, err := imagesig.NewVerifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	w := newPodmanWorld(t)
+	_ = podmantest.RemoveImage(t, tag)
+	auth := &runtime.RegistryAuth{Username: reg.Username, Password: reg.Password}
+	var movedDigest string
+	w.r.Runtime = &tagMover{Runtime: w.rt, move: func() {
+		_, movedDigest = sr.push(tag, runsFile)
+		if err := w.rt.Pull(w.ctx, tag, auth); err != nil {
+			t.Errorf("pull the moved tag: %v", err)
+		}
+	}}
+	w.r.Credentials = creds{"hub": fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, reg.Password)}
+	w.r.Verifier = v
+	e := w.entry(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: tag, ImagePullSecret: "hub"}}}})
+	e.Signatures = &events.SignaturePolicy{Keys: []events.SignatureKey{ci.policyKey()}}
+	if err := w.r.Apply(w.ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	c, err := w.rt.Inspect(w.ctx, w.name("api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := w.rt.ImageDigest(w.ctx, tag); got != movedDigest || movedDigest == signedDigest {
+		t.Fatalf("the local tag names %s, want the moved image %s (the race did not happen)", got, movedDigest)
+	}
+	want := struct{ Image, Digest string }{repo + "@" + signedDigest, signedDigest}
+	if diff := cmp.Diff(want, struct{ Image, Digest string }{c.Image, c.ImageDigest}); diff != "" {
+		t.Errorf("the container does not run the verified digest (-want +got):\n%s", diff)
 	}
 }

@@ -233,7 +233,7 @@ func (s *session) setupShip(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\n", "secret/data/"+shipPath(ns, "*"))
+	policy := fmt.Sprintf("path %q { capabilities = [\"read\"] }\n", "secret/data/"+shipPath(ns, "*")) + shipTransitPolicy(ns)
 	creds := map[string]any{"registry": reg.addr, "username": reg.user, "password": reg.password}
 	for _, step := range []struct {
 		what string

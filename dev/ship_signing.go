@@ -3,50 +3,47 @@ package dev
 import (
 	"context"
 	"fmt"
-	"path/filepath"
-
-	"github.com/nationtech/harmony-fleet/imagesig"
 )
 
-// The dev context signs what it ships (ADR 0023, docs/ci.md): fleet dev
-// keeps a signing key in <data>/secrets (made once, kept across runs, so
-// images signed before a restart stay trusted) and stores it at the KV
-// path harmony reads (harmony/<namespace>/dev/signing-key); the reference
-// program's dev context sets Signing with no TrustedKeys, so its
-// Deployment trusts that key only.
+// The dev context signs what it ships (ADR 0023, docs/ci.md) through the
+// stand-in's transit engine, as production does through OpenBao's: fleet
+// dev enables transit at transit/, makes the ecdsa-p256 key
+// ShipTransitKey(namespace) (not exportable) and lets the CI role sign
+// with it and read its public keys, never the key itself. The reference
+// program's dev context sets Signing{TransitKey} with no TrustedKeys, so
+// its Deployment trusts the key's versions only. The stand-in keeps
+// everything in memory: each run has a new key, and the first ship after
+// a restart signs again (running revisions keep the keys they were
+// released with, and their signatures stay in the registry).
 const (
-	// ShipSigningKeyFileName is the encrypted signing key's file in
-	// <data>/secrets (mode 0600); ShipSigningPassFileName its
-	// passphrase's.
-	ShipSigningKeyFileName  = "harmony-signing.key"
-	ShipSigningPassFileName = "harmony-signing.pass"
-	// ShipSigningKeyName is the dev context's name for the key, as a
-	// device's reasons show it (harmony names a key it trusts from the
-	// signing key <context>-signing).
-	ShipSigningKeyName = ShipContext + "-signing"
+	// ShipTransitMount is the stand-in's transit mount.
+	ShipTransitMount = "transit"
+	// ShipSigningKeyName is the dev context's name for the key's first
+	// version, as a device's reasons show it (harmony names the trusted
+	// versions of a transit key <context>-signing-v<version>).
+	ShipSigningKeyName = ShipContext + "-signing-v1"
 )
 
-// shipSigningKey makes the dev context's signing key on the first run and
-// stores it at the signing-key path of the stand-in.
+// ShipTransitKey is the transit key the dev context of namespace signs
+// with.
+func ShipTransitKey(namespace string) string { return "harmony-" + namespace + "-dev" }
+
+// shipTransitPolicy is the CI role's transit rules: sign with the key and
+// read its public keys (docs/ci.md, "Signing images").
+func shipTransitPolicy(namespace string) string {
+	k := ShipTransitKey(namespace)
+	return fmt.Sprintf("path %q { capabilities = [\"update\"] }\npath %q { capabilities = [\"read\"] }\n",
+		ShipTransitMount+"/sign/"+k, ShipTransitMount+"/keys/"+k)
+}
+
+// shipSigningKey enables the stand-in's transit engine and makes the dev
+// context's signing key there.
 func (s *session) shipSigningKey(ctx context.Context) error {
-	pass, err := loadOrCreate(filepath.Join(s.sec.dir, ShipSigningPassFileName), randomHex)
-	if err != nil {
-		return err
+	if err := s.bs.admin.EnableTransit(ctx, ShipTransitMount); err != nil {
+		return fmt.Errorf("fleet dev: OpenBao stand-in: enable transit: %w", err)
 	}
-	priv, err := loadOrCreate(filepath.Join(s.sec.dir, ShipSigningKeyFileName), func() (string, error) {
-		priv, _, err := imagesig.GenerateSigningKey([]byte(pass))
-		return string(priv), err
-	})
-	if err != nil {
-		return fmt.Errorf("fleet dev: image signing key: %w", err)
-	}
-	_, err = imagesig.SigningPublicKey([]byte(priv), []byte(pass))
-	if err != nil {
-		return fmt.Errorf("fleet dev: image signing key in %s: %w: delete it and %s to get a new pair",
-			filepath.Join(s.sec.dir, ShipSigningKeyFileName), err, ShipSigningPassFileName)
-	}
-	if err := s.bs.admin.Write(ctx, shipPath(s.o.Namespace, "signing-key"), map[string]any{"privateKey": priv, "passphrase": pass}); err != nil {
-		return fmt.Errorf("fleet dev: OpenBao stand-in: signing key: %w", err)
+	if err := s.bs.admin.TransitCreateKey(ctx, ShipTransitMount, ShipTransitKey(s.o.Namespace)); err != nil {
+		return fmt.Errorf("fleet dev: OpenBao stand-in: image signing key: %w", err)
 	}
 	return nil
 }

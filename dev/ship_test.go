@@ -21,6 +21,7 @@ import (
 	"github.com/nationtech/harmony-fleet/identity/credential"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
+	"github.com/nationtech/harmony-fleet/secrets/openbao"
 )
 
 var (
@@ -157,15 +158,17 @@ func TestHarmonyShipOfTheReferenceProgramRunsOnFleetDevAsPrinted(t *testing.T) {
 		if got != dev.ShipSigningKeyName {
 			t.Errorf("spec.signatures names the keys %q, want %q", got, dev.ShipSigningKeyName)
 		}
-		priv, err := os.ReadFile(filepath.Join(p.dataDir, "secrets", dev.ShipSigningKeyFileName))
+		admin, err := openbao.NewWithToken(openbao.Config{Address: p.in.OpenBaoAddr}, strings.TrimSpace(string(root)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		pass, err := os.ReadFile(filepath.Join(p.dataDir, "secrets", dev.ShipSigningPassFileName))
+		pubs, err := admin.TransitPublicKeys(ctx, dev.ShipTransitMount, dev.ShipTransitKey("lab"))
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("fleet dev's transit signing key: %v", err)
 		}
-		secrets = append(secrets, strings.TrimSpace(string(priv)), strings.TrimSpace(string(pass)))
+		if got := kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", "example", "-o", "jsonpath={.spec.signatures.keys[0].publicKey}"); strings.TrimSpace(got) != strings.TrimSpace(pubs[1]) {
+			t.Errorf("spec.signatures trusts %q, want the transit key's version 1 %q", got, pubs[1])
+		}
 		noSecret("fleet dev's output", p.out)
 		noSecret("the ship's output", out)
 	})

@@ -48,8 +48,9 @@ type Context struct {
 	OpenBao OpenBao
 	// Zitadel is where the CI machine key is exchanged for an id_token.
 	Zitadel Zitadel
-	// Signing, when set, makes ship sign every image it pushes with the
-	// key at OpenBao.SigningKey, and gives the Deployment (ship's and
+	// Signing, when set, makes ship sign every image it pushes, through
+	// OpenBao transit (Signing.TransitKey) or with the key file at
+	// OpenBao.SigningKey, and gives the Deployment (ship's and
 	// deploy's) the trust policy TrustedKeys: devices then run only
 	// images one of them signed (ADR 0023, docs/ci.md). Nil: images are
 	// neither signed nor checked.
@@ -64,8 +65,17 @@ type Signing struct {
 	// compiled in like every coordinate, so a change of trust is a
 	// reviewed commit. Empty: devices trust the signing key's public key
 	// only, as harmony reads it from OpenBao (named
-	// <context Name>-signing; fleet dev's dev context does this).
+	// <context Name>-signing; fleet dev's dev context does this). With
+	// TransitKey, empty means every version's public key of the transit
+	// key (the newest 8, named <context Name>-signing-v<version>), so a
+	// transit rotation is trusted by the next ship.
 	TrustedKeys []TrustedKey
+	// TransitKey names the OpenBao transit key (type ecdsa-p256, not
+	// exportable, at OpenBao.TransitMount) ship signs with: the CI role
+	// signs (update on transit/sign/<key>) and reads the public keys
+	// (read on transit/keys/<key>) but never holds the private key. Empty:
+	// the key file at OpenBao.SigningKey, for an OpenBao without transit.
+	TransitKey string
 }
 
 // TrustedKey is one public key devices accept.
@@ -97,8 +107,12 @@ type OpenBao struct {
 	// SigningKey is the KV path of the image signing key, used when the
 	// context sets Signing: field privateKey holds the encrypted sigstore
 	// (cosign) private key PEM, passphrase its passphrase. Default
-	// harmony/<Namespace>/<context Name>/signing-key.
+	// harmony/<Namespace>/<context Name>/signing-key. Unused when
+	// Signing.TransitKey is set.
 	SigningKey string
+	// TransitMount is the transit secrets engine's mount, used when
+	// Signing.TransitKey is set. Default "transit".
+	TransitMount string
 }
 
 // Zitadel locates the identity provider.

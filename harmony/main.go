@@ -294,7 +294,7 @@ func deployRefs(app HarmonyApp, given imageFlag) (map[string]string, error) {
 // and returns name →
 // <registry>/<repository>/<name>@<digest>. The registry credentials live in
 // a temporary directory removed before it returns.
-func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds cisecret.RegistryCredentials, key *cisecret.SigningKey, epoch int64, log *slog.Logger) (map[string]string, error) {
+func publish(ctx context.Context, app HarmonyApp, hc Context, tag string, creds cisecret.RegistryCredentials, key *imageSigner, epoch int64, log *slog.Logger) (map[string]string, error) {
 	auth, err := buildah.NewAuthDir(hc.Registry, creds.Username, creds.Password)
 	if err != nil {
 		return nil, err

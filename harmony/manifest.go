@@ -30,6 +30,8 @@ var (
 	dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 	tagRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$`)
 	digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
+	// transitKeyName is an OpenBao transit key name (framework.GenericNameRegex).
+	transitKeyName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
 )
 
 // validateApp checks the parts of the manifest harmony must know before it
@@ -168,6 +170,9 @@ func withDefaults(c Context) Context {
 	if c.OpenBao.SigningKey == "" {
 		c.OpenBao.SigningKey = "harmony/" + c.Namespace + "/" + c.Name + "/signing-key"
 	}
+	if c.OpenBao.TransitMount == "" {
+		c.OpenBao.TransitMount = "transit"
+	}
 	return c
 }
 
@@ -193,6 +198,10 @@ func validateContext(c Context, push bool) error {
 		if err := field("Repository", c.Repository); err != nil {
 			return err
 		}
+	}
+	if c.Signing != nil && c.Signing.TransitKey != "" && !transitKeyName.MatchString(c.Signing.TransitKey) {
+		return fmt.Errorf("%w: context %q: Signing.TransitKey %q is not an OpenBao transit key name: use letters, digits, '-', '_' and '.' only (the name, not a path)",
+			ErrManifest, c.Name, c.Signing.TransitKey)
 	}
 	if c.Signing != nil && len(c.Signing.TrustedKeys) > 0 {
 		if err := sigkeys.CheckKeys("Signing.TrustedKeys", trustedKeys(c)); err != nil {

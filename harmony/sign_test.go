@@ -186,3 +186,108 @@ func TestAContextThatSignsWithoutTrustedKeysTrustsItsSigningKeyOnly(t *testing.T
 	w.noSecretIn("stdout", r.stdout)
 	w.noSecretIn("stderr", r.stderr)
 }
+
+// transitShop is shop with a context that signs through OpenBao transit.
+type transitShop struct {
+	shop
+	key string
+}
+
+func (s transitShop) Contexts() []harmony.Context {
+	cs := s.shop.Contexts()
+	cs[0].Signing = &harmony.Signing{TransitKey: s.key}
+	return cs
+}
+
+// useTransit enables transit with the key name and gives the CI role the
+// documented policy (docs/ci.md): its KV paths, sign with the key, read
+// its public keys; no KV signing key exists.
+func (w *world) useTransit(name string) {
+	w.t.Helper()
+	must(w.t, w.admin.EnableTransit(w.ctx, "transit"))
+	must(w.t, w.admin.TransitCreateKey(w.ctx, "transit", name))
+	must(w.t, w.admin.PutPolicy(w.ctx, ciRole, fmt.Sprintf(`path "secret/data/harmony/%s/prod/*" { capabilities = ["read"] }
+path "transit/sign/%s" { capabilities = ["update"] }
+path "transit/keys/%s" { capabilities = ["read"] }
+`, w.ns, name, name)))
+}
+
+func TestShipSignsThroughTransitAndTheDeploymentTrustsEveryVersionAfterARotation(t *testing.T) {
+	podmantest.Connect(t)
+	w := newWorld(t)
+	v, err := imagesig.NewVerifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	w.useTransit("shop-signing")
+	app := transitShop{shop: shop{w}, key: "shop-signing"}
+	auth := &imagesig.Auth{Username: w.reg.Username, Password: w.reg.Password}
+	pubs := func() map[int]string {
+		p, err := w.admin.TransitPublicKeys(w.ctx, "transit", "shop-signing")
+		must(t, err)
+		return p
+	}
+	ship := func(tag string) map[string]string {
+		t.Helper()
+		r := w.runApp(app, "ship", "--context", "prod", "--tag", tag)
+		if r.code != harmony.ExitOK {
+			t.Fatalf("ship exited %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		}
+		w.noSecretIn("stdout", r.stdout)
+		w.noSecretIn("stderr", r.stderr)
+		printed := map[string]string{}
+		for _, m := range digestLine.FindAllStringSubmatch(r.stdout, -1) {
+			printed[m[1]] = m[2]
+		}
+		if len(printed) != 2 {
+			t.Fatalf("printed digests %v\n%s", printed, r.stdout)
+		}
+		return printed
+	}
+	verify := func(ref, pub string) error {
+		repo, digest, _ := strings.Cut(ref, "@")
+		return v.Verify(w.ctx, imagesig.Request{Image: repo, Digest: digest, Keys: []sigkeys.Key{{Name: "k", PublicKey: pub}}, Auth: auth})
+	}
+	keys := func() []any {
+		k, _, _ := unstructured.NestedSlice(w.deployment().Object, "spec", "signatures", "keys")
+		return k
+	}
+
+	first := ship(fmt.Sprintf("t%d", time.Now().UnixNano()))
+	v1 := pubs()[1]
+	for name, ref := range first {
+		if err := verify(ref, v1); err != nil {
+			t.Errorf("%s is not signed by transit version 1: %v", name, err)
+		}
+	}
+	if diff := cmp.Diff([]any{map[string]any{"name": "prod-signing-v1", "publicKey": v1}}, keys()); diff != "" {
+		t.Errorf("spec.signatures.keys before the rotation (-want +got):\n%s", diff)
+	}
+
+	must(t, w.admin.TransitRotate(w.ctx, "transit", "shop-signing"))
+	v2 := pubs()[2]
+	second := ship(fmt.Sprintf("r%d", time.Now().UnixNano()))
+	for name, ref := range second {
+		if err := verify(ref, v2); err != nil {
+			t.Errorf("after the rotation %s is not signed by transit version 2: %v", name, err)
+		}
+	}
+	want := []any{map[string]any{"name": "prod-signing-v1", "publicKey": v1}, map[string]any{"name": "prod-signing-v2", "publicKey": v2}}
+	if diff := cmp.Diff(want, keys()); diff != "" {
+		t.Errorf("spec.signatures.keys after the rotation (-want +got):\n%s", diff)
+	}
+	w.noSecretUnder(tmp)
+}
+
+func TestATransitKeyNameThatIsAPathIsRefusedNamingTheField(t *testing.T) {
+	podmantest.Connect(t)
+	w := newWorld(t)
+	r := w.runApp(transitShop{shop: shop{w}, key: "transit/keys/x"}, "ship", "--context", "prod", "--tag", "v1")
+	want := `Signing.TransitKey "transit/keys/x" is not an OpenBao transit key name`
+	if r.code != harmony.ExitUsage || !strings.Contains(r.stderr, want) {
+		t.Fatalf("ship exited %d\nstderr:\n%s\nwant exit %d saying %s", r.code, r.stderr, harmony.ExitUsage, want)
+	}
+}

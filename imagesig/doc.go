@@ -3,8 +3,12 @@
 // attachments (the cosign layout, tag sha256-<hex>.sig), made by `harmony
 // ship` (Sign) and checked by the agent before any container of a revision
 // is created (Verifier). Both go through containers/image's own signing
-// and policy code; nothing of the format is re-implemented here. The trust
-// policy's keys (parsing, checking, ids) are in imagesig/sigkeys.
+// and policy code; nothing of the format is re-implemented here. Sign
+// takes a key file, or a PayloadSigner whose key is elsewhere (OpenBao
+// transit): containers/image then still builds the payload and writes the
+// attachment, and only the signature is made remotely (remote.go says
+// how). The trust policy's keys (parsing, checking, ids) are in
+// imagesig/sigkeys.
 //
 // Invariants: the registry is the adversary. A signature is accepted only
 // when it verifies under one of the caller's public keys and its signed

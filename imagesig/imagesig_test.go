@@ -1,6 +1,7 @@
 package imagesig_test
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -173,5 +174,39 @@ func TestAnImageWithoutARegistryDigestIsRefused(t *testing.T) {
 		"for it (an image built or loaded on the device cannot be verified); keys tried: %s", k.ID())
 	if err == nil || err.Error() != want || !errors.Is(err, imagesig.ErrUntrusted) {
 		t.Errorf("Verify = %v\nwant %s", err, want)
+	}
+}
+
+func TestTheCredentialIsReadOnlyWhenTheRegistryIsRead(t *testing.T) {
+	reg := podmantest.TestRegistry(t)
+	ci := newSigner(t, "ci")
+	p := push(t, reg, reg.Addr+"/fleet-imagesig-test/lazy:t-"+random())
+	sign(t, reg, p, ci)
+	v, err := imagesig.NewVerifier()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = v.Close() })
+	reads := 0
+	credential := func(context.Context) (*imagesig.Auth, error) {
+		reads++
+		return &imagesig.Auth{Username: reg.Username, Password: reg.Password}, nil
+	}
+	req := imagesig.Request{Image: p.tag, Digest: p.digest, Keys: []sigkeys.Key{ci.key()}, Credential: credential}
+	var got []int
+	for range 2 {
+		if err := v.Verify(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, reads)
+	}
+	if diff := cmp.Diff([]int{1, 1}, got); diff != "" {
+		t.Errorf("credential reads after each Verify (-want +got):\n%s", diff)
+	}
+	refused := errors.New("pull secret hub: unavailable")
+	req.Image = reg.Addr + "/fleet-imagesig-test/lazy-other:t1"
+	req.Credential = func(context.Context) (*imagesig.Auth, error) { return nil, refused }
+	if err := v.Verify(t.Context(), req); err != refused {
+		t.Errorf("Verify with a failing credential = %v, want its error as it is", err)
 	}
 }

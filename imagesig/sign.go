@@ -18,6 +18,7 @@ import (
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/signature"
+	"go.podman.io/image/v5/signature/signer"
 	"go.podman.io/image/v5/signature/sigstore"
 )
 
@@ -75,9 +76,16 @@ type SignOptions struct {
 	// identity. Same repository as Pushed.
 	Tag string
 	// PrivateKey is the encrypted sigstore private key (PEM) and
-	// Passphrase its passphrase.
+	// Passphrase its passphrase: the key-file signing. Exclusive with
+	// Signer.
 	PrivateKey []byte
 	Passphrase []byte
+	// Signer signs with a key held elsewhere (OpenBao transit), and
+	// SignerPublicKey is the PEM public key of the key version it signs
+	// with now: every signature is checked under it before it is written
+	// (ErrSignerMismatch). Exclusive with PrivateKey.
+	Signer          PayloadSigner
+	SignerPublicKey string
 	// Auth is the push credential of the registry.
 	Auth *Auth
 	// Progress receives containers/image's progress lines; nil: none.
@@ -85,11 +93,13 @@ type SignOptions struct {
 }
 
 // Sign adds a signature of opts.Pushed's digest, made with opts.PrivateKey
-// for the identity opts.Tag, to the image's sigstore attachment in the
-// registry (beside those it has). It copies the image onto itself with containers/image's
-// signing option and fails with ErrDigestChanged if the manifest written
-// is not the pushed one. The private key lives only in a private
-// temporary folder, removed before Sign returns.
+// or opts.Signer for the identity opts.Tag, to the image's sigstore
+// attachment in the registry (beside those it has). It copies the image
+// onto itself with containers/image's signing (its payload, its
+// attachment writing) and fails with ErrDigestChanged if the manifest
+// written is not the pushed one. A private key file lives only in a
+// private temporary folder, removed before Sign returns; with a Signer no
+// private key is ever here.
 func Sign(ctx context.Context, opts SignOptions) error {
 	pushed, err := reference.ParseNormalizedNamed(opts.Pushed)
 	if err != nil {
@@ -106,20 +116,34 @@ func Sign(ctx context.Context, opts SignOptions) error {
 	if _, ok := tag.(reference.NamedTagged); !ok || tag.Name() != pushed.Name() {
 		return fmt.Errorf("imagesig: sign %s: %s is not a tag of the same repository", opts.Pushed, opts.Tag)
 	}
-	if opts.Passphrase == nil {
-		opts.Passphrase = []byte{} // containers/image refuses a nil one
-	}
-	if _, err := SigningPublicKey(opts.PrivateKey, opts.Passphrase); err != nil {
-		return err
+	if (opts.Signer == nil) == (opts.PrivateKey == nil) {
+		return fmt.Errorf("imagesig: sign %s: set exactly one of PrivateKey (a key file) and Signer (a remote key)", opts.Pushed)
 	}
 	dir, err := attachmentsConfig()
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	keyFile := filepath.Join(dir, "signing.key")
-	if err := os.WriteFile(keyFile, opts.PrivateKey, 0o600); err != nil {
-		return fmt.Errorf("imagesig: sign %s: write the key to the temporary folder: %w", opts.Pushed, err)
+	copyOpts := &copy.Options{PreserveDigests: true, ReportWriter: opts.Progress}
+	if opts.Signer != nil {
+		sg, err := newRemoteSigner(ctx, opts.Signer, opts.SignerPublicKey)
+		if err != nil {
+			return err
+		}
+		defer sg.Close()
+		copyOpts.Signers = []*signer.Signer{sg}
+	} else {
+		if opts.Passphrase == nil {
+			opts.Passphrase = []byte{} // containers/image refuses a nil one
+		}
+		if _, err := SigningPublicKey(opts.PrivateKey, opts.Passphrase); err != nil {
+			return err
+		}
+		keyFile := filepath.Join(dir, "signing.key")
+		if err := os.WriteFile(keyFile, opts.PrivateKey, 0o600); err != nil {
+			return fmt.Errorf("imagesig: sign %s: write the key to the temporary folder: %w", opts.Pushed, err)
+		}
+		copyOpts.SignBySigstorePrivateKeyFile, copyOpts.SignSigstorePrivateKeyPassphrase = keyFile, opts.Passphrase
 	}
 	srcRef, err := docker.NewReference(canon)
 	if err != nil {
@@ -135,14 +159,11 @@ func Sign(ctx context.Context, opts SignOptions) error {
 	}
 	defer func() { _ = pc.Destroy() }()
 	sys := systemContext(dir, opts.Auth)
-	man, err := copy.Image(ctx, pc, destRef, srcRef, &copy.Options{
-		SignBySigstorePrivateKeyFile:     keyFile,
-		SignSigstorePrivateKeyPassphrase: opts.Passphrase,
-		SourceCtx:                        sys,
-		DestinationCtx:                   sys,
-		PreserveDigests:                  true,
-		ReportWriter:                     opts.Progress,
-	})
+	copyOpts.SourceCtx, copyOpts.DestinationCtx = sys, sys
+	man, err := copy.Image(ctx, pc, destRef, srcRef, copyOpts)
+	if errors.Is(err, ErrSignerMismatch) {
+		return fmt.Errorf("imagesig: sign %s: %w", opts.Pushed, ErrSignerMismatch)
+	}
 	if err != nil {
 		return fmt.Errorf("imagesig: sign %s: %s", opts.Pushed, oneLine(err.Error(), opts.Auth))
 	}

@@ -94,6 +94,10 @@ type Request struct {
 	// Auth is the pull credential of Image's registry; nil: anonymous (or
 	// what the host's container configuration holds, as for a pull).
 	Auth *Auth
+	// Credential, when Auth is nil, reads the pull credential: Verify
+	// calls it only when it must read the registry, never for a check it
+	// remembers. Its error is returned as it is.
+	Credential func(context.Context) (*Auth, error)
 }
 
 // Verifier checks images against trust policies. It remembers the
@@ -169,17 +173,18 @@ func (v *Verifier) Verify(ctx context.Context, r Request) error {
 	if err != nil || d.Algorithm() != digest.SHA256 {
 		return refuse(ErrUntrusted, "the device's engine has no registry digest for it (an image built or loaded on the device cannot be verified)")
 	}
-	named, err := reference.ParseNormalizedNamed(r.Image)
+	pinned, err := pin(r.Image, d)
 	if err != nil {
-		return fmt.Errorf("imagesig: image %q: %w", r.Image, err)
-	}
-	pinned, err := reference.WithDigest(reference.TrimNamed(named), d)
-	if err != nil {
-		return fmt.Errorf("imagesig: image %q: %w", r.Image, err)
+		return err
 	}
 	key := rememberKey(pinned.String(), pems)
 	if v.remembered(key) {
 		return nil
+	}
+	if r.Auth == nil && r.Credential != nil {
+		if r.Auth, err = r.Credential(ctx); err != nil {
+			return err
+		}
 	}
 	req, err := signature.NewPRSigstoreSigned(signature.PRSigstoreSignedWithKeyDatas(pems),
 		signature.PRSigstoreSignedWithSignedIdentity(signature.NewPRMMatchRepoDigestOrExact()))
@@ -230,6 +235,35 @@ func (v *Verifier) Verify(ctx context.Context, r Request) error {
 		return refuse(ErrUntrusted, "the signature a trusted key made is for another repository")
 	}
 	return refuse(ErrUntrusted, "no signature verifies under a trusted key ("+oneLine(msg, r.Auth)+")")
+}
+
+// pin is image's repository at digest d.
+func pin(image string, d digest.Digest) (reference.Canonical, error) {
+	named, err := reference.ParseNormalizedNamed(image)
+	if err != nil {
+		return nil, fmt.Errorf("imagesig: image %q: %w", image, err)
+	}
+	pinned, err := reference.WithDigest(reference.TrimNamed(named), d)
+	if err != nil {
+		return nil, fmt.Errorf("imagesig: image %q: %w", image, err)
+	}
+	return pinned, nil
+}
+
+// PinnedReference is image's repository at digest d ("host/repo@sha256:…"),
+// image's tag or digest dropped: the reference Verify checks signatures
+// for, and the one to create a container from so that it runs what was
+// verified.
+func PinnedReference(image, d string) (string, error) {
+	dg, err := digest.Parse(d)
+	if err != nil {
+		return "", fmt.Errorf("imagesig: digest %q: %w", d, err)
+	}
+	p, err := pin(image, dg)
+	if err != nil {
+		return "", err
+	}
+	return p.String(), nil
 }
 
 // readFailed is the error of signatures that could not be read: the

@@ -5,7 +5,8 @@
 // their OpenBao (package dev starts it), and tests use it wherever
 // production talks to OpenBao. The subset:
 //
-//   - POST /v1/sys/mounts/<path> with type kv and options.version 2, and
+//   - POST /v1/sys/mounts/<path> with type kv and options.version 2 or
+//     type transit, and
 //     POST /v1/sys/auth/<path> with type jwt (enabling engines);
 //   - JWT auth: POST /v1/auth/<mount>/config (oidc_discovery_url,
 //     oidc_discovery_ca_pem, jwks_url, jwt_validation_pubkeys,
@@ -26,7 +27,16 @@
 //     {"errors":["permission denied"]};
 //   - KV version 2: GET|POST|PUT|DELETE /v1/<mount>/data/<path> with
 //     check-and-set (options.cas) and versions, LIST|GET?list=true
-//     /v1/<mount>/metadata/<path>, DELETE /v1/<mount>/metadata/<path>.
+//     /v1/<mount>/metadata/<path>, DELETE /v1/<mount>/metadata/<path>;
+//   - transit, ecdsa-p256 keys only (image signing, ADR 0023): POST|GET
+//     /v1/<mount>/keys/<name> (create with type ecdsa-p256; read returns
+//     each version's public key, never private material, exportable
+//     false), POST /v1/<mount>/keys/<name>/rotate, POST
+//     /v1/<mount>/sign/<name>[/sha2-256] (input base64, hash_algorithm
+//     sha2-256, marshaling_algorithm asn1; answers signature
+//     "vault:v<N>:<base64 ASN.1>" and key_version) and GET
+//     /v1/<mount>/export/… (refused: keys are not exportable). A write is
+//     the update capability, as in OpenBao (no existence check).
 //
 // Responses use OpenBao's JSON envelope (request_id, lease_duration, data,
 // auth, warnings) and its status codes, so the real client

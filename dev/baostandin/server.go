@@ -31,7 +31,8 @@ type Server struct {
 	url  string
 
 	mu       sync.Mutex
-	kv       map[string]*kvMount  // mount path (no slashes) → engine
+	kv       map[string]*kvMount // mount path (no slashes) → engine
+	transit  map[string]*transitMount
 	jwt      map[string]*jwtMount // auth mount path → method
 	policies map[string]*policy
 	tokens   map[string]*token
@@ -59,6 +60,7 @@ func New(o Options) *Server {
 		now:      o.Now,
 		root:     "s." + randomID(24),
 		kv:       map[string]*kvMount{"secret": newKVMount()},
+		transit:  map[string]*transitMount{},
 		jwt:      map[string]*jwtMount{},
 		policies: map[string]*policy{},
 		tokens:   map[string]*token{},
@@ -233,6 +235,9 @@ func (s *Server) serve(r *http.Request) (reply, error) {
 	if kv := s.kv[mount]; kv != nil {
 		return s.kvOp(tok, kv, mount, rest, op, body, r)
 	}
+	if tm := s.transit[mount]; tm != nil {
+		return s.transitOp(tok, tm, mount, rest, op, body)
+	}
 	return reply{}, fail(http.StatusNotFound, fmt.Sprintf("no handler for route %q. route entry not found.", path))
 }
 
@@ -368,16 +373,20 @@ func (s *Server) mountOp(t *token, path, op string, body map[string]any) (reply,
 	if op != "write" || !s.can(t, path, "update") || !s.can(t, path, "sudo") {
 		return reply{}, errDenied
 	}
-	if s.kv[mount] != nil || s.jwt[mount] != nil {
+	if s.kv[mount] != nil || s.jwt[mount] != nil || s.transit[mount] != nil {
 		return reply{}, fail(http.StatusBadRequest, fmt.Sprintf("path is already in use at %s/", mount))
 	}
 	typ, _ := body["type"].(string)
+	if typ == "transit" {
+		s.transit[mount] = newTransitMount()
+		return reply{noContent: true}, nil
+	}
 	version := ""
 	if o, ok := body["options"].(map[string]any); ok {
 		version = fmt.Sprint(o["version"])
 	}
 	if !(typ == "kv" && version == "2") && typ != "kv-v2" {
-		return reply{}, fail(http.StatusBadRequest, "the OpenBao stand-in supports only KV version 2 engines (type kv, options.version 2)")
+		return reply{}, fail(http.StatusBadRequest, "the OpenBao stand-in supports only KV version 2 (type kv, options.version 2) and transit engines")
 	}
 	s.kv[mount] = newKVMount()
 	return reply{noContent: true}, nil

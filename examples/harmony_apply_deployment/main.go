@@ -83,10 +83,11 @@ func (app) Contexts() []harmony.Context {
 			Repository: "example",
 			OpenBao:    harmony.OpenBao{URL: devOpenBao, Role: "harmony-ci"},
 			Zitadel:    harmony.Zitadel{URL: devZitadel, ProjectID: "harmony-fleet"},
-			// fleet dev keeps a signing key at the path harmony reads:
-			// ship signs every image with it, and the Deployment trusts
-			// that key only (docs/ci.md, "Signing images").
-			Signing: &harmony.Signing{},
+			// fleet dev makes this transit key in its OpenBao stand-in:
+			// ship signs every image through transit, and the Deployment
+			// trusts that key's versions only (docs/ci.md, "Signing
+			// images").
+			Signing: &harmony.Signing{TransitKey: "harmony-" + devNamespace + "-dev"},
 		},
 	}
 }

@@ -1,9 +1,10 @@
 // Package openbao is Fleet's OpenBao client, on the real
 // github.com/openbao/openbao/api/v2: JWT login with an OIDC id_token, KV
-// version 2 reads and writes, and the few administration calls Fleet makes
-// (ACL policies, JWT roles). It also owns the device's view of OpenBao:
-// DeviceSecrets resolves secret_env references and reads device pull
-// credentials for the agent.
+// version 2 reads and writes, transit signing (sign, public keys) for
+// image signatures, and the few administration calls Fleet makes (ACL
+// policies, JWT roles, the transit engine and its keys). It also owns the
+// device's view of OpenBao: DeviceSecrets resolves secret_env references
+// and reads device pull credentials for the agent.
 //
 // The client never reads the environment (no BAO_ADDR, VAULT_TOKEN or
 // similar): everything comes from Config. Errors name paths, never values

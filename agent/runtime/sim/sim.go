@@ -464,6 +464,15 @@ func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAu
 		return runtime.NewPullError(ref, auth, runtime.ErrAuth, runtime.PullCauseAuth, "unauthorized: authentication required")
 	}
 	r.images[ref] = true
+	// As in Podman's store, an image pulled by tag also answers to its
+	// repository at its digest (what a signature check pins it to).
+	if !strings.Contains(ref, "@") {
+		name := ref
+		if slash := strings.LastIndex(ref, "/"); strings.LastIndex(ref, ":") > slash {
+			name = ref[:strings.LastIndex(ref, ":")]
+		}
+		r.images[name+"@"+ImageDigest(ref)] = true
+	}
 	return nil
 }
 

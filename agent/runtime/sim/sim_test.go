@@ -391,3 +391,23 @@ func TestRebootLeavesContainersAsPodmansRefreshDoes(t *testing.T) {
 		})
 	}
 }
+
+func TestAnImagePulledByTagAnswersToItsRepositoryAtItsDigestAsPodmansDoes(t *testing.T) {
+	ctx := context.Background()
+	r := sim.New(sim.Options{Registry: map[string]sim.RegistryImage{"reg.example:5000/team/api:v1": {}}})
+	if err := r.Pull(ctx, "reg.example:5000/team/api:v1", nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := r.ImageDigest(ctx, "reg.example:5000/team/api:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := "reg.example:5000/team/api@" + d
+	got, err := r.ImageDigest(ctx, pinned)
+	if err != nil || got != d {
+		t.Fatalf("ImageDigest(%s) = %q, %v; want %q", pinned, got, err, d)
+	}
+	if _, err := r.Create(ctx, runtime.ContainerSpec{Name: "api", Image: pinned}); err != nil {
+		t.Fatalf("create from the pinned reference: %v", err)
+	}
+}

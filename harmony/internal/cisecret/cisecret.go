@@ -2,7 +2,9 @@
 // from the CI variable HARMONY_ZITADEL_KEY_JSON is exchanged (JWT-profile
 // grant, identity/credential) for an id_token, which logs in to OpenBao
 // (JWT auth, the context's role); the push robot's RegistryCredentials and
-// the tenant namespace's kubeconfig are then read from OpenBao KV v2.
+// the tenant namespace's kubeconfig are then read from OpenBao KV v2, and
+// images are signed through OpenBao transit (TransitKey) or, without
+// transit, with the key file read from KV (SigningKey).
 //
 // Invariants: the key, the id_token, the OpenBao token and every value read
 // are held in memory only; String and GoString of the types holding them
@@ -38,12 +40,18 @@ var ErrLogin = errors.New("cisecret: login failed")
 var ErrSecret = errors.New("cisecret: secret unusable")
 
 // Store is the part of the OpenBao client (package secrets/openbao) harmony
-// uses: JWT login, then KV v2 reads.
+// uses: JWT login, then KV v2 reads and transit signing.
 type Store interface {
 	// Login performs the JWT auth login with the id_token.
 	Login(ctx context.Context, jwt string) error
 	// Read returns the data of the KV v2 secret at path.
 	Read(ctx context.Context, path string) (map[string]any, error)
+	// TransitPublicKeys returns the PEM public key of each version of the
+	// transit key name at mount.
+	TransitPublicKeys(ctx context.Context, mount, name string) (map[int]string, error)
+	// TransitSign signs input (SHA-256, ASN.1) with the latest version of
+	// the transit key name at mount: the DER signature and that version.
+	TransitSign(ctx context.Context, mount, name string, input []byte) ([]byte, int, error)
 }
 
 // Options configure Open.
@@ -236,4 +244,47 @@ func (s *Session) SigningKey(ctx context.Context, path string) (SigningKey, erro
 	}
 	s.log.InfoContext(ctx, "signing key read", "path", path)
 	return SigningKey{PrivateKey: []byte(priv), Passphrase: []byte(pass)}, nil
+}
+
+// TransitKey is an OpenBao transit signing key the CI identity signs with
+// and reads the public keys of; its private key never leaves OpenBao. It
+// is an imagesig.PayloadSigner.
+type TransitKey struct {
+	// Mount and Name locate the key (<Mount>/keys/<Name>).
+	Mount, Name string
+	// PublicKeys are the PEM public keys of its versions, by version.
+	PublicKeys map[int]string
+	// Latest is the version that signs.
+	Latest int
+
+	store Store
+	log   *slog.Logger
+}
+
+// TransitKey reads the public keys of the transit key name at mount (read
+// on <mount>/keys/<name>); signing needs update on <mount>/sign/<name>.
+func (s *Session) TransitKey(ctx context.Context, mount, name string) (*TransitKey, error) {
+	path := mount + "/keys/" + name
+	pubs, err := s.store.TransitPublicKeys(ctx, mount, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: OpenBao transit key %s: %w", ErrSecret, path, err)
+	}
+	k := &TransitKey{Mount: mount, Name: name, PublicKeys: pubs, store: s.store, log: s.log}
+	for v := range pubs {
+		k.Latest = max(k.Latest, v)
+	}
+	s.log.InfoContext(ctx, "transit signing key read", "path", path, "versions", len(pubs), "latest", k.Latest)
+	return k, nil
+}
+
+// SignPayload signs payload with the key's latest version in OpenBao.
+func (k *TransitKey) SignPayload(ctx context.Context, payload []byte) ([]byte, error) {
+	sig, ver, err := k.store.TransitSign(ctx, k.Mount, k.Name, payload)
+	if err != nil {
+		return nil, fmt.Errorf("cisecret: OpenBao transit %s/sign/%s: %w", k.Mount, k.Name, err)
+	}
+	if ver != k.Latest {
+		k.log.WarnContext(ctx, "transit key rotated during the ship", "path", k.Mount+"/keys/"+k.Name, "read", k.Latest, "signed", ver)
+	}
+	return sig, nil
 }
