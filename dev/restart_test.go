@@ -51,7 +51,7 @@ func lastHeartbeat(t *testing.T, ctx context.Context, p *devProc, device string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(ctx, events.StreamTelemetry)
+	s, err := js.Stream(ctx, events.StreamLiveness)
 	if err != nil {
 		return time.Time{}
 	}
