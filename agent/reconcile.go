@@ -106,6 +106,13 @@ type Reconciler struct {
 	// nil in a Reconciler used alone: such a revision fails preflight.
 	// A revision without a policy never uses it.
 	Verifier ImageVerifier
+	// ImageStore, when set, is asked in preflight, before any pull, for
+	// the image store's free space and the layers it lacks (the disk
+	// preflight, checkImageStore, ADR 0027). Nil: no disk preflight.
+	ImageStore runtime.ImageStore
+	// ImageStoreMargin is the space the disk preflight keeps free after
+	// the pulls; 0 means DefaultImageStoreMargin, below zero none.
+	ImageStoreMargin int64
 
 	// expectStop holds the containers stopRemove stops: the monitor does
 	// not count their deaths.
@@ -561,6 +568,9 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res re
 		return &PreflightError{Reason: strings.Join(problems, "; ")}
 	}
 	if err := r.ensureHostPaths(svcs); err != nil {
+		return err
+	}
+	if err := r.checkImageStore(ctx, svcs); err != nil {
 		return err
 	}
 	if err := r.ensureImages(ctx, svcs); err != nil {

@@ -1,0 +1,126 @@
+package podman
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/containers/podman/v5/pkg/bindings/images"
+	"github.com/containers/podman/v5/pkg/bindings/system"
+	"go.podman.io/image/v5/docker"
+	"go.podman.io/image/v5/docker/reference"
+	"go.podman.io/image/v5/image"
+	"go.podman.io/image/v5/types"
+
+	"github.com/nationtech/harmony-fleet/agent/runtime"
+)
+
+var _ runtime.ImageStore = (*Runtime)(nil)
+
+// ImageStoreSpace reads the space of Podman's graph root as the Podman
+// service sees it (its info: graphRootAllocated and graphRootUsed, which
+// it measures with statfs), so the agent needs no access to the store's
+// folder.
+func (r *Runtime) ImageStoreSpace(ctx context.Context) (runtime.StoreSpace, error) {
+	info, err := system.Info(r.call(ctx), nil)
+	if err != nil {
+		return runtime.StoreSpace{}, redact(fmt.Errorf("podman: info: %w", err), nil)
+	}
+	if info == nil || info.Store == nil {
+		return runtime.StoreSpace{}, fmt.Errorf("podman: info has no store")
+	}
+	st := info.Store
+	if st.GraphRootAllocated == 0 || st.GraphRootUsed > st.GraphRootAllocated || st.GraphRootAllocated > math.MaxInt64 {
+		return runtime.StoreSpace{}, fmt.Errorf("podman: info reports no usable size for the graph root %s (allocated %d, used %d)",
+			st.GraphRoot, st.GraphRootAllocated, st.GraphRootUsed)
+	}
+	return runtime.StoreSpace{Path: st.GraphRoot, Free: int64(st.GraphRootAllocated - st.GraphRootUsed), Size: int64(st.GraphRootAllocated)}, nil
+}
+
+// MissingLayers reads ref's manifest and image configuration from its
+// registry, in the agent's process, with the containers/image library
+// Podman pulls with (the same registries and certificate configuration of
+// the host), and returns the layers whose uncompressed digests (the
+// configuration's rootfs.diff_ids) no local image has. A manifest whose
+// layers and diff_ids do not pair up counts every layer. Registry failures
+// are *runtime.PullErrors worded as Pull's.
+func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.RegistryAuth) ([]runtime.Layer, error) {
+	var secrets []string
+	if auth != nil {
+		secrets = append(secrets, auth.Password)
+	}
+	exists, err := images.Exists(r.call(ctx), ref, nil)
+	if err != nil {
+		return nil, redact(fmt.Errorf("podman: image exists %s: %w", ref, err), nil)
+	}
+	if exists {
+		return nil, nil
+	}
+	named, err := reference.ParseNormalizedNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("podman: image %q: %w", ref, err)
+	}
+	dref, err := docker.NewReference(reference.TagNameOnly(named))
+	if err != nil {
+		return nil, fmt.Errorf("podman: image %q: %w", ref, err)
+	}
+	sys := &types.SystemContext{DockerRegistryUserAgent: "fleet-agent"}
+	if auth != nil {
+		sys.DockerAuthConfig = &types.DockerAuthConfig{Username: auth.Username, Password: auth.Password}
+	}
+	failed := func(err error) error {
+		if ctx.Err() != nil {
+			return redact(fmt.Errorf("podman: manifest of %s: %w", ref, ctx.Err()), ctx.Err(), secrets...)
+		}
+		return pullError(ref, auth, err, secrets)
+	}
+	src, err := dref.NewImageSource(ctx, sys)
+	if err != nil {
+		return nil, failed(err)
+	}
+	defer src.Close()
+	img, err := image.FromUnparsedImage(ctx, sys, image.UnparsedInstance(src, nil))
+	if err != nil {
+		return nil, failed(err)
+	}
+	infos := img.LayerInfos()
+	cfg, err := img.OCIConfig(ctx)
+	if err != nil {
+		return nil, failed(err)
+	}
+	local, err := r.localLayers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	paired := len(cfg.RootFS.DiffIDs) == len(infos)
+	var out []runtime.Layer
+	for i, l := range infos {
+		if paired && local[cfg.RootFS.DiffIDs[i].String()] {
+			continue
+		}
+		out = append(out, runtime.Layer{Digest: l.Digest.String(), Size: l.Size})
+	}
+	return out, nil
+}
+
+// localLayers are the uncompressed layer digests of every local image.
+func (r *Runtime) localLayers(ctx context.Context) (map[string]bool, error) {
+	list, err := images.List(r.call(ctx), new(images.ListOptions).WithAll(true))
+	if err != nil {
+		return nil, redact(fmt.Errorf("podman: list images: %w", err), nil)
+	}
+	out := map[string]bool{}
+	for _, s := range list {
+		data, err := images.GetImage(r.call(ctx), s.ID, nil)
+		if err != nil {
+			continue // removed meanwhile: its layers count as missing
+		}
+		if data == nil || data.ImageData == nil || data.RootFS == nil {
+			continue
+		}
+		for _, d := range data.RootFS.Layers {
+			out[d.String()] = true
+		}
+	}
+	return out, nil
+}
