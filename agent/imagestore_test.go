@@ -46,7 +46,7 @@ func TestTheDiskPreflightRefusesARevisionWhoseImagesDoNotFit(t *testing.T) {
 		name      string
 		storeUsed int64
 		image     string
-		want      error  // nil: the revision is applied
+		want      error // nil: the revision is applied
 		wantText  []string
 	}{
 		// Free: 1 GiB - 100 MiB (the shared layer) - used. Needed: 100 MiB
