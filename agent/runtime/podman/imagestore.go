@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings/images"
 	"github.com/containers/podman/v5/pkg/bindings/system"
+	"github.com/containers/podman/v5/pkg/domain/entities"
 	"go.podman.io/image/v5/docker"
 	"go.podman.io/image/v5/docker/reference"
 	"go.podman.io/image/v5/image"
@@ -16,6 +18,9 @@ import (
 )
 
 var _ runtime.ImageStore = (*Runtime)(nil)
+
+// listTries is how many times localLayers lists the images.
+const listTries = 5
 
 // ImageStoreSpace reads the space of Podman's graph root as the Podman
 // service sees it (its info: graphRootAllocated and graphRootUsed, which
@@ -42,7 +47,8 @@ func (r *Runtime) ImageStoreSpace(ctx context.Context) (runtime.StoreSpace, erro
 // Podman pulls with (the same registries and certificate configuration of
 // the host), and returns the layers whose uncompressed digests (the
 // configuration's rootfs.diff_ids) no local image has. A manifest whose
-// layers and diff_ids do not pair up counts every layer. Registry failures
+// layers and diff_ids do not pair up counts every layer; so does a store
+// whose images cannot be listed. Registry failures
 // are *runtime.PullErrors worded as Pull's.
 func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.RegistryAuth) ([]runtime.Layer, error) {
 	var secrets []string
@@ -88,11 +94,10 @@ func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.R
 	if err != nil {
 		return nil, failed(err)
 	}
+	// Without the local layers every layer counts: the preflight errs on
+	// the side of room.
 	local, err := r.localLayers(ctx)
-	if err != nil {
-		return nil, err
-	}
-	paired := len(cfg.RootFS.DiffIDs) == len(infos)
+	paired := err == nil && len(cfg.RootFS.DiffIDs) == len(infos)
 	var out []runtime.Layer
 	for i, l := range infos {
 		if paired && local[cfg.RootFS.DiffIDs[i].String()] {
@@ -103,9 +108,22 @@ func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.R
 	return out, nil
 }
 
-// localLayers are the uncompressed layer digests of every local image.
+// localLayers are the uncompressed layer digests of every local image
+// (the tagged and untagged ones; an intermediate image's layers are its
+// child's too). A list that fails is tried again, up to listTries times:
+// an image removed while Podman lists is one of its failures.
 func (r *Runtime) localLayers(ctx context.Context) (map[string]bool, error) {
-	list, err := images.List(r.call(ctx), new(images.ListOptions).WithAll(true))
+	var list []*entities.ImageSummary
+	var err error
+	for try := range listTries {
+		if list, err = images.List(r.call(ctx), nil); err == nil || ctx.Err() != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Duration(try+1) * 200 * time.Millisecond):
+		}
+	}
 	if err != nil {
 		return nil, redact(fmt.Errorf("podman: list images: %w", err), nil)
 	}
