@@ -113,10 +113,19 @@ type Reconciler struct {
 	// ImageStoreMargin is the space the disk preflight keeps free after
 	// the pulls; 0 means DefaultImageStoreMargin, below zero none.
 	ImageStoreMargin int64
+	// Pruner, when set, removes after a pass that converged the images of
+	// the revisions the Deployment no longer keeps (prune, ADR 0027).
+	// Nil: images are never removed.
+	Pruner runtime.ImagePruner
+	// KeepRevisions is how many revisions of each Deployment keep their
+	// images (the current one included); 0 means DefaultKeepRevisions.
+	KeepRevisions int
 
 	// expectStop holds the containers stopRemove stops: the monitor does
 	// not count their deaths.
 	expectStop expectedStops
+	// history holds the images of each Deployment's last revisions (prune).
+	history imageHistory
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
@@ -259,6 +268,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err != nil {
 		return err
 	}
+	before := imagesOf(mine)
 	if err := r.preflight(ctx, e, res, all, mine); err != nil {
 		return err
 	}
@@ -274,7 +284,11 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err := r.checkServicesUp(ctx, e, res); err != nil {
 		return err
 	}
-	return r.awaitHealthy(ctx, e, res)
+	if err := r.awaitHealthy(ctx, e, res); err != nil {
+		return err
+	}
+	r.prune(ctx, e, res, before)
+	return nil
 }
 
 // containers lists every container of the runtime, and those of this

@@ -1,6 +1,9 @@
 package runtime
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Layer is one layer of an image as its registry's manifest describes it.
 type Layer struct {
@@ -40,4 +43,18 @@ type ImageStore interface {
 	// claims. None when ref is present locally. A failure the registry
 	// (or the way to it) caused is a *PullError, as Pull's is.
 	MissingLayers(ctx context.Context, ref string, auth *RegistryAuth) ([]Layer, error)
+}
+
+// ErrImageInUse: a container (of any state, the agent's or not) uses the
+// image, so the engine keeps it.
+var ErrImageInUse = errors.New("image in use by a container")
+
+// ImagePruner removes images the agent no longer needs (ADR 0027). Like
+// ImageStore it is not part of Runtime; runtime/podman and runtime/sim
+// implement it.
+type ImagePruner interface {
+	// DeleteImage removes the local image ref (its name; the layers no
+	// other image has go with it). ErrImageInUse when a container uses it
+	// (nothing is removed); ErrImageNotFound when it is not present.
+	DeleteImage(ctx context.Context, ref string) error
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/containers/podman/v5/pkg/bindings/images"
@@ -141,4 +142,25 @@ func (r *Runtime) localLayers(ctx context.Context) (map[string]bool, error) {
 		}
 	}
 	return out, nil
+}
+
+var _ runtime.ImagePruner = (*Runtime)(nil)
+
+// DeleteImage removes the local image ref without force: Podman refuses
+// an image a container uses (runtime.ErrImageInUse) and removes only the
+// name when the image has others.
+func (r *Runtime) DeleteImage(ctx context.Context, ref string) error {
+	_, errs := images.Remove(r.call(ctx), []string{ref}, nil)
+	if len(errs) == 0 {
+		return nil
+	}
+	err := errs[0]
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "image is in use") || strings.Contains(msg, "being used by") || strings.Contains(msg, "in use by"):
+		return fmt.Errorf("podman: remove image %s: %w", ref, runtime.ErrImageInUse)
+	case strings.Contains(msg, "image not known") || strings.Contains(msg, "no such image"):
+		return fmt.Errorf("podman: remove image %s: %w", ref, runtime.ErrImageNotFound)
+	}
+	return redact(fmt.Errorf("podman: remove image %s: %w", ref, err), nil)
 }

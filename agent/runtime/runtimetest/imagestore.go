@@ -64,3 +64,34 @@ func testMissingLayers(s *suite) {
 		}
 	}
 }
+
+func testDeleteImage(s *suite) {
+	pr, ok := s.rt.rt.(runtime.ImagePruner)
+	if !ok {
+		s.t.Fatalf("%T is not a runtime.ImagePruner", s.rt.rt)
+	}
+	reg := s.registry()
+	auth := reg.Auth
+	if err := s.rt.Pull(s.ctx(), reg.Private, &auth); err != nil {
+		s.t.Fatalf("Pull: %v", err)
+	}
+	id := s.create(s.spec("uses", reg.Private))
+	if err := s.rt.record("DeleteImage", pr.DeleteImage(s.ctx(), reg.Private)); !errors.Is(err, runtime.ErrImageInUse) {
+		s.t.Errorf("DeleteImage of an image a created container uses: %v, want ErrImageInUse", err)
+	}
+	if ok, err := s.rt.ImageExists(s.ctx(), reg.Private); err != nil || !ok {
+		s.t.Fatalf("after a refused DeleteImage ImageExists = %v, %v; want true", ok, err)
+	}
+	if err := s.rt.Remove(s.ctx(), id, true); err != nil {
+		s.t.Fatalf("Remove: %v", err)
+	}
+	if err := pr.DeleteImage(s.ctx(), reg.Private); err != nil {
+		s.t.Fatalf("DeleteImage of an image no container uses: %v", err)
+	}
+	if ok, err := s.rt.ImageExists(s.ctx(), reg.Private); err != nil || ok {
+		s.t.Errorf("after DeleteImage ImageExists = %v, %v; want false", ok, err)
+	}
+	if err := s.rt.record("DeleteImage", pr.DeleteImage(s.ctx(), reg.Private)); !errors.Is(err, runtime.ErrImageNotFound) {
+		s.t.Errorf("DeleteImage of an absent image: %v, want ErrImageNotFound", err)
+	}
+}

@@ -78,3 +78,40 @@ func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.R
 	}
 	return out, nil
 }
+
+var _ runtime.ImagePruner = (*Runtime)(nil)
+
+// DeleteImage removes the local image ref unless a container uses it
+// (runtime.ErrImageInUse), with its layers no other local image of the
+// registry has; runtime.ErrImageNotFound when it is not present.
+func (r *Runtime) DeleteImage(ctx context.Context, ref string) error {
+	if err := r.down("deleteimage"); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sim: delete image %s: %w", ref, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.images[ref] {
+		return fmt.Errorf("sim: delete image %s: %w", ref, runtime.ErrImageNotFound)
+	}
+	for _, c := range r.byID {
+		if c.spec.Image == ref {
+			return fmt.Errorf("sim: delete image %s: container %s uses it: %w", ref, c.spec.Name, runtime.ErrImageInUse)
+		}
+	}
+	delete(r.images, ref)
+	kept := map[string]bool{}
+	for other := range r.images {
+		for _, l := range r.registry[other].Layers {
+			kept[l.Digest] = true
+		}
+	}
+	for _, l := range r.registry[ref].Layers {
+		if !kept[l.Digest] {
+			delete(r.layers, l.Digest)
+		}
+	}
+	return nil
+}
