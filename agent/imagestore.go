@@ -18,7 +18,7 @@ const DefaultImageStoreMargin int64 = 512 << 20
 // LayerExpansion is how many bytes of the image store the disk preflight
 // counts for each byte of a missing layer's blob as the registry's
 // manifest sizes it: the unpacked layer (gzip'd layers unpack to about 2
-// to 2.5 times their size) and the blob while it is pulled (ADR 0027).
+// to 2.5 times their size) and the blob while it is pulled (ADR 0028).
 const LayerExpansion = 3
 
 // MaxLayerSize is the largest layer size a manifest may claim: a claim
@@ -102,7 +102,7 @@ func (r *Reconciler) imageStoreMargin() int64 {
 	return r.ImageStoreMargin
 }
 
-// checkImageStore is the disk preflight (ADR 0027): before any pull, the
+// checkImageStore is the disk preflight (ADR 0028): before any pull, the
 // layers the store lacks of every image of svcs, as the registry's
 // manifests size them, times LayerExpansion, plus the margin, must fit in
 // what the store has free. A *PreflightError with an *ImageStoreError

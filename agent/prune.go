@@ -54,7 +54,7 @@ func revisionImages(res resolved) []string {
 	return slices.Compact(out)
 }
 
-// prune runs after a pass of e converged (ADR 0027): it records the
+// prune runs after a pass of e converged (ADR 0028): it records the
 // revision's images (after before, the images of the containers the pass
 // found, when the history of e is empty) and removes the images of the
 // revisions older than the last KeepRevisions that no kept revision of

@@ -108,13 +108,13 @@ type Reconciler struct {
 	Verifier ImageVerifier
 	// ImageStore, when set, is asked in preflight, before any pull, for
 	// the image store's free space and the layers it lacks (the disk
-	// preflight, checkImageStore, ADR 0027). Nil: no disk preflight.
+	// preflight, checkImageStore, ADR 0028). Nil: no disk preflight.
 	ImageStore runtime.ImageStore
 	// ImageStoreMargin is the space the disk preflight keeps free after
 	// the pulls; 0 means DefaultImageStoreMargin, below zero none.
 	ImageStoreMargin int64
 	// Pruner, when set, removes after a pass that converged the images of
-	// the revisions the Deployment no longer keeps (prune, ADR 0027).
+	// the revisions the Deployment no longer keeps (prune, ADR 0028).
 	// Nil: images are never removed.
 	Pruner runtime.ImagePruner
 	// KeepRevisions is how many revisions of each Deployment keep their

@@ -29,7 +29,7 @@ type StoreSpace struct {
 }
 
 // ImageStore is what a Runtime reports of its image store for the agent's
-// disk preflight (docs/adr/0027-image-store-preflight.md). It is not part
+// disk preflight (docs/adr/0028-image-store-preflight.md). It is not part
 // of Runtime: a runtime without it gets no disk preflight. runtime/podman
 // and runtime/sim implement it, and runtimetest checks both.
 type ImageStore interface {
@@ -49,7 +49,7 @@ type ImageStore interface {
 // image, so the engine keeps it.
 var ErrImageInUse = errors.New("image in use by a container")
 
-// ImagePruner removes images the agent no longer needs (ADR 0027). Like
+// ImagePruner removes images the agent no longer needs (ADR 0028). Like
 // ImageStore it is not part of Runtime; runtime/podman and runtime/sim
 // implement it.
 type ImagePruner interface {
