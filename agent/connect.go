@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -114,6 +115,10 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	sessions := tls.NewLRUClientSessionCache(tlsSessions)
+	if o.HTTPClient == nil {
+		o.HTTPClient = providerClient(sessions)
+	}
 	src := o.Source
 	if src == nil {
 		if o.Key == nil {
@@ -137,7 +142,9 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1),
 		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.CustomReconnectDelay(ReconnectDelay))
 	opts = append(opts, connLogging(o.Logger.With("device", o.Device), src)...)
-	nc, err := nats.Connect(o.URL, append(opts, o.NATSOptions...)...)
+	// Last: it keeps a TLS configuration the caller gave, adding the
+	// session cache.
+	nc, err := nats.Connect(o.URL, append(append(opts, o.NATSOptions...), resumeTLS(sessions))...)
 	if err != nil {
 		return nil, fmt.Errorf("agent: connect device %s to NATS at %s: %w", o.Device, o.URL, err)
 	}

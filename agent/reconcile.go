@@ -107,10 +107,26 @@ type Reconciler struct {
 	// nil in a Reconciler used alone: such a revision fails preflight.
 	// A revision without a policy never uses it.
 	Verifier ImageVerifier
+	// ImageStore, when set, is asked in preflight, before any pull, for
+	// the image store's free space and the layers it lacks (the disk
+	// preflight, checkImageStore, ADR 0028). Nil: no disk preflight.
+	ImageStore runtime.ImageStore
+	// ImageStoreMargin is the space the disk preflight keeps free after
+	// the pulls; 0 means DefaultImageStoreMargin, below zero none.
+	ImageStoreMargin int64
+	// Pruner, when set, removes after a pass that converged the images of
+	// the revisions the Deployment no longer keeps (prune, ADR 0028).
+	// Nil: images are never removed.
+	Pruner runtime.ImagePruner
+	// KeepRevisions is how many revisions of each Deployment keep their
+	// images (the current one included); 0 means DefaultKeepRevisions.
+	KeepRevisions int
 
 	// expectStop holds the containers stopRemove stops: the monitor does
 	// not count their deaths.
 	expectStop expectedStops
+	// history holds the images of each Deployment's last revisions (prune).
+	history imageHistory
 }
 
 // PreflightError: the desired state cannot be applied; nothing was changed.
@@ -253,6 +269,7 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err != nil {
 		return err
 	}
+	before := imagesOf(mine)
 	if err := r.preflight(ctx, e, &res, all, mine); err != nil {
 		return err
 	}
@@ -268,7 +285,11 @@ func (r *Reconciler) Apply(ctx context.Context, e events.IntentEntry) error {
 	if err := r.checkServicesUp(ctx, e, res); err != nil {
 		return err
 	}
-	return r.awaitHealthy(ctx, e, res)
+	if err := r.awaitHealthy(ctx, e, res); err != nil {
+		return err
+	}
+	r.prune(ctx, e, res, before)
+	return nil
 }
 
 // containers lists every container of the runtime, and those of this
@@ -563,6 +584,9 @@ func (r *Reconciler) preflight(ctx context.Context, e events.IntentEntry, res *r
 		return &PreflightError{Reason: strings.Join(problems, "; ")}
 	}
 	if err := r.ensureHostPaths(svcs); err != nil {
+		return err
+	}
+	if err := r.checkImageStore(ctx, svcs); err != nil {
 		return err
 	}
 	if err := r.ensureImages(ctx, svcs); err != nil {

@@ -73,6 +73,8 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	baoPrefix := fs.String("openbao-device-prefix", os.Getenv("FLEET_OPENBAO_DEVICE_PREFIX"), "KV path under which <prefix>/registry/device-pull/<reference> pull secrets live ($FLEET_OPENBAO_DEVICE_PREFIX)")
 	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
 	initTimeout := fs.Duration("init-timeout", agent.DefaultInitTimeout, "how long an init container may run before the agent stops it and reports the Deployment failed")
+	storeMargin := fs.String("image-store-margin", "512MiB", "space the disk preflight keeps free in the image store after a revision's pulls: bytes, or with KiB, MiB, GiB (a revision whose missing layers, unpacked, do not fit with it is refused before any pull)")
+	keepRevisions := fs.Int("keep-revisions", agent.DefaultKeepRevisions, "revisions of each Deployment whose images are kept after a switch, the current one included (0: never remove images)")
 	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
 	updaterSocket := fs.String("updater-socket", os.Getenv("FLEET_UPDATER_SOCKET"), "the root updater's socket, e.g. /run/fleet-updater/updater.sock ($FLEET_UPDATER_SOCKET; empty: tasks fail with \"no updater configured\")")
 	stateDir := fs.String("state-dir", stateDirFromEnv(os.Getenv("STATE_DIRECTORY")), "folder for the agent's state file (health.json: which Deployments are Degraded, a cache) ($STATE_DIRECTORY, systemd's StateDirectory=; empty: none, an agent restart then decides from the engine)")
@@ -161,7 +163,21 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if *initTimeout <= 0 {
 		return fmt.Errorf("--init-timeout %s: give a positive duration, e.g. 10m", *initTimeout)
 	}
-	rec := &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure, PortInUse: portInUse, InitTimeout: *initTimeout}
+	margin, err := agent.ParseSize(*storeMargin)
+	if err != nil {
+		return fmt.Errorf("--image-store-margin: %w", err)
+	}
+	rec := &agent.Reconciler{Runtime: r, Log: logger, EnsureHostPath: ensure, PortInUse: portInUse, InitTimeout: *initTimeout,
+		ImageStoreMargin: cmp.Or(margin, -1)} // 0 given: no margin
+	if store, ok := r.(runtime.ImageStore); ok {
+		rec.ImageStore = store
+	}
+	if *keepRevisions < 0 {
+		return fmt.Errorf("--keep-revisions %d: give 0 (never remove images) or more", *keepRevisions)
+	}
+	if pr, ok := r.(runtime.ImagePruner); ok && *keepRevisions > 0 {
+		rec.Pruner, rec.KeepRevisions = pr, *keepRevisions
+	}
 	if *baoURL != "" {
 		ds, err := deviceSecrets(openbao.Config{Address: *baoURL, Role: *baoRole, JWTMount: *baoJWT, KVMount: *baoKV}, *baoCA, idToken, *baoPrefix)
 		if err != nil {

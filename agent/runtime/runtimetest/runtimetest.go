@@ -183,6 +183,9 @@ var cases = []testCase{
 	{"a container its policy restarts after a crash counts the restart, and both are watched", testPolicyRestart},
 	{"Logs returns the last lines printed on stdout and stderr, oldest first", testLogsTail},
 	{"Inspect reports the image digest, the same for the same image", testImageDigest},
+	{"the image store reports its free space and size", testImageStoreSpace},
+	{"DeleteImage removes an image no container uses and refuses one a container uses", testDeleteImage},
+	{"MissingLayers sizes the layers a pull lacks and none once it is pulled and fails as a pull does", testMissingLayers},
 }
 
 // suite is one case's state.

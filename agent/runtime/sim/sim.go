@@ -81,7 +81,15 @@ type RegistryImage struct {
 	// Auth, when set, is the only credential the registry accepts for the
 	// image; a pull without it, or with another, is runtime.ErrAuth.
 	Auth *runtime.RegistryAuth
+	// Layers are the layers its manifest lists, with the sizes it claims
+	// (MissingLayers returns them; a Pull stores them, each once, in the
+	// image store). None: an image of no size.
+	Layers []runtime.Layer
 }
+
+// DefaultStoreSize is the size of the simulated image store when
+// Options.StoreSize is 0.
+const DefaultStoreSize int64 = 1 << 40
 
 // Options configures a Runtime. The zero value is an engine with no images.
 type Options struct {
@@ -101,6 +109,12 @@ type Options struct {
 	// Behave decides what a container does when started; nil means
 	// DefaultBehaviour. It must be deterministic and safe for concurrent use.
 	Behave func(spec runtime.ContainerSpec) Behaviour
+	// StoreSize is the size in bytes of the file system of the image
+	// store (ImageStoreSpace); 0 means DefaultStoreSize. What the pulled
+	// layers take (their manifest sizes) is not free; StoreUsed more is
+	// taken by files that are not the engine's.
+	StoreSize int64
+	StoreUsed int64
 	// Now, when set, is the clock read to report a container's StartedAt
 	// and FinishedAt; nil leaves them zero (the runtime reads no clock).
 	Now func() time.Time
@@ -141,6 +155,10 @@ type Runtime struct {
 	nextID   uint64
 	images   map[string]bool
 	registry map[string]RegistryImage
+	// layers are the layers in the image store (digest → size).
+	layers    map[string]int64
+	storeSize int64
+	storeUsed int64
 	// unreachable holds Options.Unreachable, normalised; read-only.
 	unreachable map[string]bool
 	byID        map[string]*container
@@ -185,14 +203,17 @@ var _ runtime.Runtime = (*Runtime)(nil)
 // New returns a Runtime configured by opts. It copies what it keeps.
 func New(opts Options) *Runtime {
 	r := &Runtime{
-		behave:   opts.Behave,
-		hostPath: opts.HostPathExists,
-		now:      opts.Now,
-		images:   make(map[string]bool, len(opts.LocalImages)),
-		registry: maps.Clone(opts.Registry),
-		byID:     make(map[string]*container),
-		byName:   make(map[string]*container),
-		watches:  make(map[*watch]bool),
+		behave:    opts.Behave,
+		hostPath:  opts.HostPathExists,
+		now:       opts.Now,
+		images:    make(map[string]bool, len(opts.LocalImages)),
+		registry:  maps.Clone(opts.Registry),
+		layers:    make(map[string]int64),
+		storeSize: opts.StoreSize,
+		storeUsed: opts.StoreUsed,
+		byID:      make(map[string]*container),
+		byName:    make(map[string]*container),
+		watches:   make(map[*watch]bool),
 	}
 	if r.behave == nil {
 		r.behave = DefaultBehaviour
@@ -472,6 +493,9 @@ func (r *Runtime) Pull(ctx context.Context, ref string, auth *runtime.RegistryAu
 			name = ref[:strings.LastIndex(ref, ":")]
 		}
 		r.images[name+"@"+ImageDigest(ref)] = true
+	}
+	for _, l := range img.Layers {
+		r.layers[l.Digest] = l.Size
 	}
 	return nil
 }

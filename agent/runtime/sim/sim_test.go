@@ -73,7 +73,7 @@ func TestConformance(t *testing.T) {
 	runtimetest.Run(t, func(t *testing.T) (runtime.Runtime, runtimetest.Fixture) {
 		rt := sim.New(sim.Options{
 			LocalImages: []string{imgRunning, imgIgnoresTerm, imgExit3, imgEnvCheck, imgMountCheck, imgPrints, imgCrashable},
-			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth}},
+			Registry:    map[string]sim.RegistryImage{imgPrivate: {Auth: &auth, Layers: []runtime.Layer{{Digest: "sha256:0a", Size: 3 << 20}}}},
 			Unreachable: []string{"unreachable.example:5000"},
 			Behave:      behave,
 			Now:         time.Now,
