@@ -20,7 +20,6 @@ import (
 	"github.com/nationtech/harmony-fleet/operator/internal/targets"
 )
 
-
 // Watch judges every Device change against the Follow Deployments
 // of its namespace, from the informer cache (no request to the API server
 // per device), and tells the rollout runner what changed (Out): a Device
