@@ -13,11 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	authnv1 "k8s.io/api/authentication/v1"
-	authzv1 "k8s.io/api/authorization/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"github.com/nationtech/harmony-fleet/devicelogs"
 	"github.com/nationtech/harmony-fleet/events"
 )
@@ -81,39 +76,12 @@ func describeCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 	}
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cfg, err := restConfig(o.kubeconfig)
+	rs, err := openDeviceReader(ctx, "diagnose", o.kubeconfig, o.nats, o.answerTimeout)
 	if err != nil {
-		return fmt.Errorf("diagnose: --kubeconfig: %w", err)
-	}
-	scheme := runtime.NewScheme()
-	if err := authnv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if err := authzv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	kc, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("diagnose: Kubernetes client (--kubeconfig): %w", err)
-	}
-	access := devicelogs.KubeAccess{Client: kc}
-	user, err := access.User(ctx)
-	if err != nil {
-		return fmt.Errorf("diagnose: %w", err)
-	}
-	nc, err := connectNATS("fleet diagnose", o.nats)
-	if err != nil {
-		return fmt.Errorf("diagnose: %w", err)
-	}
-	defer nc.Close()
-	store, err := events.NewStore(nc, events.StoreOptions{})
-	if err != nil {
-		return fmt.Errorf("diagnose: %w", err)
-	}
-	rd, err := devicelogs.New(devicelogs.Options{Conn: nc, Store: store, AnswerTimeout: o.answerTimeout})
-	if err != nil {
-		return fmt.Errorf("diagnose: %w", err)
-	}
+	defer rs.close()
+	access, user, rd := rs.access, rs.user, rs.reader
 	d, err := rd.Diagnose(ctx, devicelogs.Request{Namespace: o.namespace, Device: o.device, Who: devicelogs.Who{User: user, Via: events.ViaCLI}}, access)
 	if err != nil {
 		return fmt.Errorf("diagnose %s/%s: %w", o.namespace, o.device, err)

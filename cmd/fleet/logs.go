@@ -130,39 +130,12 @@ func logsCmd(ctx context.Context, args []string, out, errOut io.Writer, getenv f
 	}
 	setup, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	cfg, err := restConfig(o.kubeconfig)
+	rs, err := openDeviceReader(setup, "logs", o.kubeconfig, o.nats, o.answerTimeout)
 	if err != nil {
-		return fmt.Errorf("logs: --kubeconfig: %w", err)
-	}
-	scheme := runtime.NewScheme()
-	if err := authnv1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if err := authzv1.AddToScheme(scheme); err != nil {
-		return err
-	}
-	kc, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return fmt.Errorf("logs: Kubernetes client (--kubeconfig): %w", err)
-	}
-	access := devicelogs.KubeAccess{Client: kc}
-	user, err := access.User(setup)
-	if err != nil {
-		return fmt.Errorf("logs: %w", err)
-	}
-	nc, err := connectNATS("fleet logs", o.nats)
-	if err != nil {
-		return fmt.Errorf("logs: %w", err)
-	}
-	defer nc.Close()
-	store, err := events.NewStore(nc, events.StoreOptions{})
-	if err != nil {
-		return fmt.Errorf("logs: %w", err)
-	}
-	rd, err := devicelogs.New(devicelogs.Options{Conn: nc, Store: store, AnswerTimeout: o.answerTimeout})
-	if err != nil {
-		return fmt.Errorf("logs: %w", err)
-	}
+	defer rs.close()
+	access, user, rd := rs.access, rs.user, rs.reader
 	r := o.request
 	r.Who = devicelogs.Who{User: user, Via: events.ViaCLI}
 	if o.since > 0 {
@@ -213,3 +186,53 @@ func connectNATS(name string, o historyOptions) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// deviceReader is what fleet logs and fleet diagnose ask a device with: the
+// caller's Kubernetes access (who they are, what they may read), a NATS
+// connection and the devicelogs reader on it.
+type deviceReader struct {
+	access devicelogs.KubeAccess
+	user   string
+	nc     *nats.Conn
+	reader *devicelogs.Reader
+}
+
+// openDeviceReader connects as the flags say; cmd names the command in
+// errors ("logs", "diagnose").
+func openDeviceReader(ctx context.Context, cmd, kubeconfig string, no historyOptions, answerTimeout time.Duration) (*deviceReader, error) {
+	cfg, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("%s: --kubeconfig: %w", cmd, err)
+	}
+	scheme := runtime.NewScheme()
+	if err := authnv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	if err := authzv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	kc, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("%s: Kubernetes client (--kubeconfig): %w", cmd, err)
+	}
+	rs := &deviceReader{access: devicelogs.KubeAccess{Client: kc}}
+	if rs.user, err = rs.access.User(ctx); err != nil {
+		return nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	if rs.nc, err = connectNATS("fleet "+cmd, no); err != nil {
+		return nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	store, err := events.NewStore(rs.nc, events.StoreOptions{})
+	if err != nil {
+		rs.nc.Close()
+		return nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	if rs.reader, err = devicelogs.New(devicelogs.Options{Conn: rs.nc, Store: store, AnswerTimeout: answerTimeout}); err != nil {
+		rs.nc.Close()
+		return nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	return rs, nil
+}
+
+// close closes the connection.
+func (rs *deviceReader) close() { rs.nc.Close() }
