@@ -207,26 +207,13 @@ func historyQueryOf(pos []string, atFlag string) (historyQuery, error) {
 
 // queryHistory connects to NATS and answers q from the streams.
 func queryHistory(ctx context.Context, o historyOptions, q historyQuery, errOut io.Writer) (history.Answer, error) {
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	nc, err := connectHistory(o)
+	h, closeHistory, err := openHistory(o, "history", errOut)
 	if err != nil {
 		return nil, err
 	}
-	defer nc.Close()
-	st, err := events.NewStore(nc, events.StoreOptions{Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("history: %w", err)
-	}
-	h, err := history.New(history.Options{Reader: st, Logger: log})
-	if err != nil {
-		return nil, fmt.Errorf("history: %w", err)
-	}
+	defer closeHistory()
 	var answer history.Answer
 	switch q.kind {
 	case "deployment":
@@ -245,6 +232,32 @@ func queryHistory(ctx context.Context, o historyOptions, q historyQuery, errOut 
 		return nil, err
 	}
 	return answer, nil
+}
+
+// openHistory connects as the flags say and returns the history reader on
+// the connection and how to close it; cmd names the command in errors, its
+// log goes to errOut (debug with --verbose).
+func openHistory(o historyOptions, cmd string, errOut io.Writer) (*history.History, func(), error) {
+	level := slog.LevelWarn
+	if o.verbose {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
+	nc, err := connectHistory(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := events.NewStore(nc, events.StoreOptions{Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	h, err := history.New(history.Options{Reader: st, Logger: log})
+	if err != nil {
+		nc.Close()
+		return nil, nil, fmt.Errorf("%s: %w", cmd, err)
+	}
+	return h, nc.Close, nil
 }
 
 // connectHistory connects with the credentials the flags name.

@@ -7,12 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
 )
 
@@ -86,26 +84,13 @@ func exposureCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 	if err := q.Validate(); err != nil {
 		return fmt.Errorf("history exposure: %w", err)
 	}
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	nc, err := connectHistory(o.historyOptions)
+	h, closeHistory, err := openHistory(o.historyOptions, "history exposure", errOut)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	st, err := events.NewStore(nc, events.StoreOptions{Logger: log})
-	if err != nil {
-		return fmt.Errorf("history exposure: %w", err)
-	}
-	h, err := history.New(history.Options{Reader: st, Logger: log})
-	if err != nil {
-		return fmt.Errorf("history exposure: %w", err)
-	}
+	defer closeHistory()
 	answer, err := h.Exposure(ctx, q)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		return fmt.Errorf("%w (the Fleet streams are missing on %s: is --server a Fleet control plane with its streams provisioned?)", err, redact(o.server))

@@ -7,7 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"strings"
 	"time"
@@ -15,7 +14,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -126,26 +124,13 @@ func simulateCmd(ctx context.Context, args []string, out, errOut io.Writer, gete
 	o.user = cmp.Or(o.user, getenv("NATS_USER"))
 	o.password = cmp.Or(o.password, getenv("NATS_PASSWORD"))
 	o.creds = cmp.Or(o.creds, getenv("NATS_CREDS"))
-	level := slog.LevelWarn
-	if o.verbose {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: level}))
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	nc, err := connectHistory(o.historyOptions)
+	h, closeHistory, err := openHistory(o.historyOptions, "rollout simulate", errOut)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	st, err := events.NewStore(nc, events.StoreOptions{Logger: log})
-	if err != nil {
-		return fmt.Errorf("rollout simulate: %w", err)
-	}
-	h, err := history.New(history.Options{Reader: st, Logger: log})
-	if err != nil {
-		return fmt.Errorf("rollout simulate: %w", err)
-	}
+	defer closeHistory()
 	var answer history.Answer
 	if dep != nil {
 		answer, err = h.SimulateDeployment(ctx, dep, from, to, so)
