@@ -21,7 +21,8 @@ import (
 // Bounds of the agent's answers to logs requests (docs/security.md,
 // "Device logs").
 const (
-	// MaxLogStreams is how many logs requests the agent answers at once.
+	// MaxLogStreams is how many logs requests the agent answers at once,
+	// of every reader together: it refuses more (events.LogsTooManyStreams).
 	MaxLogStreams = 4
 	// LogChunkBytes bounds a chunk as encoded (a reader refuses over
 	// 64 KiB).
@@ -77,7 +78,8 @@ func (ls *logStreams) start(lr events.LogsRequest) {
 	}
 	if len(ls.on) >= MaxLogStreams {
 		ls.mu.Unlock()
-		w.end(fmt.Sprintf("this device already answers %d logs requests, the most: try again when one ends", MaxLogStreams))
+		w.end(fmt.Sprintf("%s: this device already answers %d logs requests, the most of all readers together: "+
+			"stop a follow (fleet logs -f, a dashboard Logs page) or try again when one ends", events.LogsTooManyStreams, MaxLogStreams))
 		return
 	}
 	follow := time.Duration(0)

@@ -280,3 +280,67 @@ func TestAFollowedQuietServiceStaysOpenAndNewLinesComeAtOnce(t *testing.T) {
 		t.Fatalf("got %q %s after it was printed", got, took)
 	}
 }
+
+// TestTheDeviceRefusesStreamsBeyondItsLimitWhateverTheReaders: two reader
+// processes (the CLI and the dashboard, each within its own limit of
+// devicelogs.DefaultMaxStreamsPerDevice) follow the same device; the
+// agent answers agent.MaxLogStreams of them and refuses the others with
+// devicelogs.ErrTooManyStreams, saying the limit is the device's; once
+// one follow ends another reader gets its slot.
+func TestTheDeviceRefusesStreamsBeyondItsLimitWhateverTheReaders(t *testing.T) {
+	e, cli := printing(t, []string{"started"})
+	dash, err := devicelogs.New(devicelogs.Options{Conn: natstest.Connect(t, e.srv), Store: e.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	allow := devicelogs.AuthorizerFunc(func(context.Context, devicelogs.Request) error { return nil })
+	follow := func(rd *devicelogs.Reader, via string) (*devicelogs.Stream, error) {
+		t.Helper()
+		s, err := rd.Open(ctx, devicelogs.Request{Namespace: "lab", Device: "d1", Deployment: "analysis", Service: "api", Follow: true,
+			Who: devicelogs.Who{User: "ada", Via: via}}, allow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The first chunk says whether the device answers it: lines
+		// (or a keep-alive), or its refusal.
+		if _, err := s.Next(ctx); err != nil {
+			s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	var open []*devicelogs.Stream
+	defer func() {
+		for _, s := range open {
+			s.Close()
+		}
+	}()
+	for range agent.MaxLogStreams {
+		s, err := follow(cli, events.ViaCLI)
+		if err != nil {
+			t.Fatalf("a follow within the device's limit: %v", err)
+		}
+		open = append(open, s)
+	}
+	for i := range devicelogs.DefaultMaxStreamsPerDevice {
+		_, err := follow(dash, events.ViaDashboard)
+		if !errors.Is(err, devicelogs.ErrTooManyStreams) || !strings.Contains(err.Error(), fmt.Sprintf("this device already answers %d", agent.MaxLogStreams)) {
+			t.Fatalf("follow %d of the second reader ended with %v, want ErrTooManyStreams saying the device's limit", i+1, err)
+		}
+	}
+	// A follow ends: its slot on the device is free (the agent learns it
+	// from the logs-stop command).
+	if err := open[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	open = open[1:]
+	testenv.EventuallyErr(t, "the second reader follows once a slot is free", time.Minute, func() error {
+		s, err := follow(dash, events.ViaDashboard)
+		if err == nil {
+			open = append(open, s)
+		}
+		return err
+	})
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/nationtech/harmony-fleet/devicelogs"
 	"log/slog"
 	"net"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+	"github.com/nationtech/harmony-fleet/devicelogs"
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -39,6 +39,10 @@ type FleetOptions struct {
 	// Device that never sent a heartbeat is an alert; 0: the default
 	// (fleetview.DefaultNeverConnectedAfter).
 	NeverConnectedAfter time.Duration
+	// LogsMetrics count the device log streams the dashboard opens and
+	// the devices it cuts off (ADR 0025), when Server.Logs is not given;
+	// nil: not counted.
+	LogsMetrics *devicelogs.Metrics
 	// Ready, when set, is called with the server once the cache has
 	// synced, before it serves.
 	Ready func(*Server)
@@ -102,7 +106,7 @@ func RunFleet(ctx context.Context, o FleetOptions, ln net.Listener) error {
 	if so.Logs == nil {
 		// Device logs and diagnoses through the same connection (ADR 0025).
 		if so.Logs, err = devicelogs.New(devicelogs.Options{Conn: o.Store.JetStream().Conn(), Store: o.Store,
-			Logger: log.With("component", "devicelogs")}); err != nil {
+			Logger: log.With("component", "devicelogs"), Metrics: o.LogsMetrics}); err != nil {
 			ln.Close()
 			return err
 		}

@@ -242,8 +242,15 @@ func (a *agentProc) stop(t *testing.T) {
 // until its revision of the current generation has succeeded on the device.
 func applyAttach(t *testing.T, ctx context.Context, p *devProc, dev, image, greeting string, a *agentProc) {
 	t.Helper()
+	applyAttached(t, ctx, p, dev, strings.NewReplacer("DEV", dev, "IMAGE", image, "GREETING_VALUE", greeting).Replace(attachDeployment), a)
+}
+
+// applyAttached applies manifest, a Deployment named dev, and waits until
+// its revision of the current generation has succeeded on the device.
+func applyAttached(t *testing.T, ctx context.Context, p *devProc, dev, yaml string, a *agentProc) {
+	t.Helper()
 	manifest := filepath.Join(t.TempDir(), "deployment.yaml")
-	if err := os.WriteFile(manifest, []byte(strings.NewReplacer("DEV", dev, "IMAGE", image, "GREETING_VALUE", greeting).Replace(attachDeployment)), 0o600); err != nil {
+	if err := os.WriteFile(manifest, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	kubectl(t, ctx, p.in, "apply", "-n", "lab", "-f", manifest)

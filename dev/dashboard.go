@@ -92,7 +92,7 @@ func (s *session) startDashboard(ctx context.Context) (string, string, error) {
 			OIDC: &dashboard.OIDC{Issuer: op.Issuer(), ClientID: dashboardClientID, ClientSecret: secret},
 			// Writes as the user: "oidc:admin" with the group fleet-admin.
 			Kube: dashboard.KubeIdentity{UsernameClaim: "preferred_username", UsernamePrefix: "oidc:"}},
-		RESTConfig: s.k.cfg, Store: s.plane.Store(),
+		RESTConfig: s.k.cfg, Store: s.plane.Store(), LogsMetrics: s.logs,
 	}
 	s.plane.Go("dashboard", func(ctx context.Context) error { return dashboard.RunFleet(ctx, o, ln) })
 	return base, password, nil

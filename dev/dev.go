@@ -64,6 +64,7 @@ import (
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/controlplane"
+	"github.com/nationtech/harmony-fleet/devicelogs"
 	"github.com/nationtech/harmony-fleet/enroll"
 	"github.com/nationtech/harmony-fleet/internal/gitwork"
 	"github.com/nationtech/harmony-fleet/metrics"
@@ -394,12 +395,16 @@ type session struct {
 	metrics *metrics.Server
 	callout *authcallout.Metrics
 	agents  *prometheus.Registry
-	bs      *bao
-	k       *kube
-	kc      client.Client
-	devs    []device
-	ids     []string
-	ship    Ship
+	// logs are the dashboard's device log streams (ADR 0025), served
+	// with the operator's metrics: the dashboard is fleet-operator
+	// serve-web.
+	logs *devicelogs.Metrics
+	bs   *bao
+	k    *kube
+	kc   client.Client
+	devs []device
+	ids  []string
+	ship Ship
 	// dashURL is the dashboard's URL; dashPassword the run's password of
 	// DashboardUser (printed once, never logged).
 	dashURL, dashPassword string
@@ -456,7 +461,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		natsLevel = slog.LevelDebug
 	}
-	s.callout, s.agents = authcallout.NewMetrics(), prometheus.NewRegistry()
+	s.callout, s.agents, s.logs = authcallout.NewMetrics(), prometheus.NewRegistry(), devicelogs.NewMetrics()
 	// The provider on the port of the previous run when it is free: the
 	// issuer in an attached device's key file stays right.
 	providerPort, _ := previousPorts(s.o.DataDir, s.o.Listen, s.o.Advertise)
@@ -911,16 +916,22 @@ const metricsPath = "/metrics"
 
 // serveMetrics listens on Options.MetricsAddr and serves, in the plane's
 // run group, the operator's metrics (controller-runtime's registry, which
-// holds the operator's own), the callout's and the devices'.
+// holds the operator's own, and the dashboard's device log streams), the
+// callout's and the devices'.
 func (s *session) serveMetrics() error {
-	callout := prometheus.NewRegistry()
+	callout, dashboard := prometheus.NewRegistry(), prometheus.NewRegistry()
 	for _, c := range s.callout.Collectors() {
 		if err := callout.Register(c); err != nil {
 			return fmt.Errorf("fleet dev: metrics: %w", err)
 		}
 	}
+	for _, c := range s.logs.Collectors() {
+		if err := dashboard.Register(c); err != nil {
+			return fmt.Errorf("fleet dev: metrics: %w", err)
+		}
+	}
 	srv, err := listenMetrics(s.log, s.o.MetricsAddr, map[string]prometheus.Gatherer{
-		metricsPath + "/operator":    ctrlmetrics.Registry,
+		metricsPath + "/operator":    prometheus.Gatherers{ctrlmetrics.Registry, dashboard},
 		metricsPath + "/authcallout": callout,
 		metricsPath + "/agents":      s.agents,
 	})

@@ -3,6 +3,8 @@ package devicelogs
 import (
 	"errors"
 	"fmt"
+
+	"github.com/nationtech/harmony-fleet/events"
 )
 
 // Sentinel errors a Stream or Open returns; each says what happened in
@@ -15,8 +17,9 @@ var (
 	// ErrDeviceGone: the device went silent while following.
 	ErrDeviceGone = errors.New("the device stopped answering: it disconnected or lost its control-plane connection")
 	// ErrTooManyStreams: this reader already has MaxStreamsPerDevice
-	// streams of the device open.
-	ErrTooManyStreams = errors.New("too many log streams of this device are open")
+	// streams of the device open (Open), or the device answers as many
+	// as it may, for every reader together (Next; ADR 0025).
+	ErrTooManyStreams = errors.New(events.LogsTooManyStreams)
 	// ErrFollowLimit: the stream followed for MaxFollow.
 	ErrFollowLimit = errors.New("followed for the maximum time")
 	// ErrReaderBehind: the consumer did not keep up with what the device

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -137,8 +138,9 @@ func (s *Stream) take(m *nats.Msg) {
 
 // Next returns the next lines (none for a keep-alive), io.EOF once the
 // device said it ended, or the error that ended the stream: ErrNoAnswer,
-// ErrDeviceGone, ErrFollowLimit, a *CutOffError, a *DeviceError,
-// ErrReaderBehind or ctx's error.
+// ErrDeviceGone, ErrFollowLimit, ErrTooManyStreams (the device answers as
+// many as it may), a *CutOffError, a *DeviceError, ErrReaderBehind or
+// ctx's error.
 func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 	s.mu.Lock()
 	ended := s.ended
@@ -182,6 +184,10 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 				msg := PrintableLine(c.Error)
 				if len(msg) > maxDeviceError {
 					msg = msg[:maxDeviceError] + "…"
+				}
+				if rest, ok := strings.CutPrefix(msg, events.LogsTooManyStreams); ok {
+					// The device's own limit, of all readers together.
+					return c.Lines, fmt.Errorf("%w on device %s/%s (said by the device%s)", ErrTooManyStreams, s.r.Namespace, s.r.Device, rest)
 				}
 				return c.Lines, &DeviceError{Message: msg}
 			}

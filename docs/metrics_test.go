@@ -11,6 +11,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/authcallout"
+	"github.com/nationtech/harmony-fleet/devicelogs"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/metrics"
 	"github.com/nationtech/harmony-fleet/operator"
@@ -78,6 +79,7 @@ func TestTheMetricCatalogueIsWhatTheBinariesRegister(t *testing.T) {
 		{"fleet-operator", append(operator.NewMetrics().Collectors(), events.NewSkipCounter().Collector())},
 		{"fleet-authcallout", authcallout.NewMetrics().Collectors()},
 		{"fleet-agent", agent.NewMetrics(nil).Collectors()},
+		{"fleet-dashboard", devicelogs.NewMetrics().Collectors()},
 	} {
 		t.Run(tc.binary+" registers exactly what the catalogue lists", func(t *testing.T) {
 			fams, err := metrics.Describe(tc.collectors...)

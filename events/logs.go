@@ -150,6 +150,12 @@ type LogLine struct {
 	Text string `json:"l"`
 }
 
+// LogsTooManyStreams begins the Error of the last chunk with which an
+// agent refuses a logs request because it already answers as many as it
+// may (whatever readers asked them): a reader tells it from the device's
+// other errors by this prefix.
+const LogsTooManyStreams = "too many log streams of this device are open"
+
 // LogsChunk is one message on a LogsSubject. Seq counts from 1 without a
 // gap; the last chunk has End (and Error when the log could not be read to
 // the end). A chunk with no lines while following is a keep-alive.

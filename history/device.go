@@ -16,7 +16,8 @@ import (
 // DeviceTimeline is a device's history: the intent it was given (every
 // change of its fleet-intent value, and the revisions and TaskRuns that
 // targeted it), its workload and task reports, inventory changes, commands
-// and their results, in stored order. Heartbeats are summarised.
+// and their results, who read its logs, in stored order. Heartbeats are
+// summarised.
 type DeviceTimeline struct {
 	Device string `json:"device"`
 	// Entries is the timeline.
@@ -61,8 +62,9 @@ const (
 
 // Device returns the timeline of one device. It reads the whole intent and
 // rollout streams (a device's desired state is derived from every
-// Deployment's events), and the device's own report, telemetry and command
-// subjects. Only the Deployments a revision of which names the device as a
+// Deployment's events), the device's own report, telemetry and command
+// subjects, and who asked to read its logs (device.logs.requested in
+// FLEET_AUDIT). Only the Deployments a revision of which names the device as a
 // target are folded into the intent projection: the others can never be in
 // its desired state. ErrNoEvents when nothing concerns the device.
 func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, error) {
@@ -95,7 +97,7 @@ func (h *History) Device(ctx context.Context, device string) (*DeviceTimeline, e
 
 // deviceReads lists the reads of a device timeline: the whole intent and
 // rollout streams, the device's report subjects (health and containers
-// included) and its command subject.
+// included), its command subject and its logs requests in FLEET_AUDIT.
 func deviceReads(device string) ([]read, error) {
 	reads := []read{{filter: filterAllIntent, from: events.FromStart()}, {filter: filterRollouts, from: events.FromStart()}}
 	for _, k := range []events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory,
@@ -110,7 +112,16 @@ func deviceReads(device string) ([]read, error) {
 	if err != nil {
 		return nil, fmt.Errorf("history of device: %w", err)
 	}
-	return append(reads, read{filter: cmdSubj, from: events.FromStart()}), nil
+	auditSubj, err := events.DashboardDeviceSubject(device)
+	if err != nil {
+		return nil, fmt.Errorf("history of device: %w", err)
+	}
+	// Who read the device's logs or diagnosis (FLEET_AUDIT, ADR 0025); the
+	// dashboard's other actions on the device show through the commands
+	// they append.
+	logsRequested := func(rec events.Record) bool { return rec.Event.Type == events.TypeDeviceLogsRequested }
+	return append(reads, read{filter: cmdSubj, from: events.FromStart()},
+		read{filter: auditSubj, from: events.FromStart(), keep: logsRequested}), nil
 }
 
 // deviceFold builds a device timeline one record at a time.
@@ -232,6 +243,8 @@ func (f *deviceFold) add(ctx context.Context, rec events.Record) {
 		keep = f.containers(ctx, rec)
 	case ev.Type == events.TypeWorkloadFetch:
 		keep = f.fetchReport(ctx, rec, &e)
+	case ev.Type == events.TypeDeviceLogsRequested:
+		keep = f.logsRequested(ctx, rec, &e)
 	default:
 		e.Summary, keep = string(ev.Type), true
 	}
@@ -394,6 +407,44 @@ func (f *deviceFold) commandResult(ctx context.Context, rec events.Record, e *En
 	e.Summary = fmt.Sprintf("command %s (%s): ok", d.Command, d.CommandID)
 	if !d.OK {
 		e.Summary = fmt.Sprintf("command %s (%s) failed: %s", d.Command, d.CommandID, d.Error)
+	}
+	return true
+}
+
+// logsRequested renders who asked to read the device's log or diagnosis
+// (device.logs.requested), through what, with which options, and whether
+// it was allowed.
+func (f *deviceFold) logsRequested(ctx context.Context, rec events.Record, e *Entry) bool {
+	d, err := events.Decode[events.DeviceLogsRequested](rec.Event)
+	if err != nil {
+		f.h.skipData(ctx, rec, err)
+		return false
+	}
+	what := "a diagnosis"
+	if !d.Diagnose {
+		e.Deployment = d.Namespace + "/" + d.Deployment
+		what = fmt.Sprintf("the log of %s/%s/%s", d.Namespace, d.Deployment, d.Service)
+	}
+	if !d.Allowed {
+		e.Summary = fmt.Sprintf("%s was refused %s via %s", d.User, what, d.Via)
+		if d.Reason != "" {
+			e.Summary += ": " + d.Reason
+		}
+		return true
+	}
+	e.Summary = fmt.Sprintf("%s read %s via %s", d.User, what, d.Via)
+	var opts []string
+	if d.Tail > 0 {
+		opts = append(opts, fmt.Sprintf("tail %d", d.Tail))
+	}
+	if !d.Since.IsZero() {
+		opts = append(opts, "since "+d.Since.UTC().Format(time.RFC3339))
+	}
+	if d.Follow {
+		opts = append(opts, "follow")
+	}
+	if len(opts) > 0 {
+		e.Summary += " (" + strings.Join(opts, ", ") + ")"
 	}
 	return true
 }

@@ -113,7 +113,7 @@ func entryOf(rec events.Record) Entry {
 // streams: intent before the rollout decisions it causes before the reports
 // that follow them.
 var streamRank = map[string]int{events.StreamIntent: 0, events.StreamRollout: 1, events.StreamReports: 2,
-	events.StreamTelemetry: 3, events.StreamLiveness: 3, events.StreamCommands: 4}
+	events.StreamTelemetry: 3, events.StreamLiveness: 3, events.StreamCommands: 4, events.StreamAudit: 5}
 
 // read is one replay: a filter, where it starts, and an optional filter on
 // the decoded records.

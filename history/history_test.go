@@ -69,6 +69,14 @@ func scenario(t *testing.T) (*fleetRun, []instant) {
 	f.waitPhase("api", 2, fleetv1.PhaseSucceeded)
 	cmd := f.append(events.Keys{Device: "edge-3"}, events.AgentCommand{Command: "report-inventory", RequestedBy: "ops"})
 	f.append(events.Keys{Device: "edge-3"}, events.CommandResult{CommandID: cmd.ID.String(), Command: "report-inventory", OK: true})
+	// Who read edge-3's logs (FLEET_AUDIT): an allowed follow from the
+	// CLI, a refused diagnosis from the dashboard, and a dashboard action
+	// on the same subject, which the device timeline does not show.
+	f.append(events.Keys{Device: "edge-3"}, events.DeviceLogsRequested{Namespace: "lab", Deployment: "api", Service: "web", User: "ada",
+		Via: events.ViaCLI, Request: strings.Repeat("a", events.LogsIDLength), Tail: 50, Follow: true, Allowed: true})
+	f.append(events.Keys{Device: "edge-3"}, events.DeviceLogsRequested{Namespace: "lab", User: "grace", Via: events.ViaDashboard,
+		Request: strings.Repeat("b", events.LogsIDLength), Diagnose: true, Reason: "reading logs on the dashboard is for fleet-admin"})
+	f.append(events.Keys{Device: "edge-3"}, events.DashboardDeviceAction{Action: events.ActionQuarantine, Namespace: "lab", User: "ada", UserSubject: "u-1"})
 	f.append(events.Keys{Device: "edge-3"}, events.DeviceInventory{OS: "linux", Arch: "arm64", Kernel: "6.1", AgentVersion: "0.1.0",
 		Labels: map[string]string{"role": "analyzer"}}) // unchanged: not a change
 	f.append(events.Keys{Device: "edge-3"}, events.DeviceInventory{OS: "linux", Arch: "arm64", Kernel: "6.6", AgentVersion: "0.2.0",
@@ -324,6 +332,8 @@ func TestTimelinesTellWhatHappened(t *testing.T) {
 			"device.workload.status: lab/api generation 1: Removed",
 			"agent.command: command report-inventory requested by ops",
 			"device.command.result: command report-inventory (" + tl.Entries[7].ID + "): ok",
+			"device.logs.requested: ada read the log of lab/api/web via cli (tail 50, follow)",
+			"device.logs.requested: grace was refused a diagnosis via dashboard: reading logs on the dashboard is for fleet-admin",
 			"device.inventory: inventory changed: kernel 6.1 → 6.6; agent 0.1.0 → 0.2.0",
 		}
 		if diff := cmp.Diff(want, got); diff != "" {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -20,7 +21,9 @@ import (
 
 	"github.com/nationtech/harmony-fleet/dashboard"
 	"github.com/nationtech/harmony-fleet/dashboard/fleetview"
+	"github.com/nationtech/harmony-fleet/devicelogs"
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/metrics"
 )
 
 // serveWeb is `fleet-operator serve-web [--mock]`: the operator's web
@@ -48,6 +51,7 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 	kubeUserPrefix := fs.String("kube-username-prefix", "", "prefix of that user name, as the API server's --oidc-username-prefix (empty: its default, \"<issuer>#\" unless the claim is email; \"-\": none)")
 	kubeGroupsPrefix := fs.String("kube-groups-prefix", "", "prefix of the Kubernetes groups impersonated for the fleet-admin and fleet-viewer roles, as the API server's groups prefix")
 	neverConnected := fs.Duration("never-connected-after", fleetview.DefaultNeverConnectedAfter, "an enrolled Device that has not sent a heartbeat this long after its creation is an alert (as the FleetDevicesNeverConnected rule)")
+	metricsAddr := fs.String("metrics-addr", "0", "address of the Prometheus metrics endpoint, /metrics: the device log streams the dashboard reads (0: off; not with --mock)")
 	logFormat := fs.String("log-format", "json", "log format: json or text")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,6 +79,10 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 		_, _ = rand.Read(so.SessionKey)
 	default:
 		return errors.New("--session-key-file is required: a file of 32 random bytes (head -c 32 /dev/urandom > session.key), the same for every replica")
+	}
+	serveMetrics := *metricsAddr != "0" && *metricsAddr != ""
+	if *mock && serveMetrics {
+		return errors.New("--metrics-addr: --mock reads no device logs and has no metrics: drop one of them")
 	}
 	if *mock {
 		if *issuer != "" {
@@ -158,7 +166,24 @@ func serveWeb(ctx context.Context, args []string, logOut io.Writer) error {
 		ln.Close()
 		return err
 	}
-	return dashboard.RunFleet(ctx, dashboard.FleetOptions{Server: so, RESTConfig: cfg, Store: st, Namespace: *namespace, NeverConnectedAfter: *neverConnected}, ln)
+	fo := dashboard.FleetOptions{Server: so, RESTConfig: cfg, Store: st, Namespace: *namespace, NeverConnectedAfter: *neverConnected}
+	if !serveMetrics {
+		return dashboard.RunFleet(ctx, fo, ln)
+	}
+	// The device log streams the dashboard reads (ADR 0025, docs/metrics.md).
+	fo.LogsMetrics = devicelogs.NewMetrics()
+	reg := metrics.NewRegistry()
+	reg.MustRegister(fo.LogsMetrics.Collectors()...)
+	msrv, err := metrics.Listen(*metricsAddr, map[string]prometheus.Gatherer{metrics.Path: reg})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("--metrics-addr: %w", err)
+	}
+	logger.Info("serving metrics", "addr", msrv.Addr(), "path", metrics.Path)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return msrv.Run(gctx) })
+	g.Go(func() error { return dashboard.RunFleet(gctx, fo, ln) })
+	return g.Wait()
 }
 
 func kubeConfig(path string) (*rest.Config, error) {

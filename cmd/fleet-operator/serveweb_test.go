@@ -40,6 +40,7 @@ func TestServeWebRefusesBadFlagsNamingTheFix(t *testing.T) {
 		{"plain http on a public host is refused", []string{"--mock", "--listen", "127.0.0.1:0", "--public-url", "http://fleet.example.com"}, "not loopback"},
 		{"--mock with an OIDC issuer is refused", []string{"--mock", "--oidc-issuer", "https://idp.example.com"}, "drop --oidc-issuer"},
 		{"an unknown log format is refused", []string{"--mock", "--log-format", "xml"}, "--log-format"},
+		{"metrics with --mock are refused", []string{"--mock", "--metrics-addr", "127.0.0.1:0"}, "--metrics-addr: --mock reads no device logs"},
 		{"a NATS key file together with NATS credentials is refused", []string{"--session-key-file", good, "--oidc-issuer", "https://idp.example.com", "--oidc-client-id", "d",
 			"--public-url", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", "--nats-key-file", good, "--nats-creds", good}, "give one NATS identity"},
 		{"a NATS key file that is no machine key is refused naming the flag", []string{"--session-key-file", good, "--oidc-issuer", "https://idp.example.com", "--oidc-client-id", "d",
