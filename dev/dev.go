@@ -448,6 +448,9 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNATSPort(s.o.Listen, s.o.NATSPort); err != nil {
+		return err
+	}
 	store := filepath.Join(s.o.DataDir, "jetstream")
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return fmt.Errorf("fleet dev: data folder: %w", err)
@@ -477,6 +480,25 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	}
 	s.natsURL = "nats://" + net.JoinHostPort(s.o.Advertise, strconv.Itoa(s.plane.Server().NATS().Addr().(*net.TCPAddr).Port))
 	return nil
+}
+
+// checkNATSPort fails with ErrNATSPortTaken, naming the port and the flag,
+// when another process listens on the NATS port: the embedded server
+// would otherwise only time out. The port does not move by itself as the
+// others do, since attached devices name it.
+func checkNATSPort(host string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w: port %d on %s is taken by another process (another fleet dev or a nats-server?): stop it, or start fleet dev with --nats-port <a free port> (--nats-port -1: any free port; a device attached to this data folder names the port, so give it that one again)",
+				ErrNATSPortTaken, port, host)
+		}
+		return fmt.Errorf("fleet dev: NATS port %d on --listen %s: %w", port, host, err)
+	}
+	return ln.Close()
 }
 
 // startOpenBao starts the OpenBao stand-in, configured as docs/agent.md
