@@ -175,6 +175,10 @@ type Info struct {
 	// PodmanSocket is the engine's socket URI with Podman; RuntimeNote
 	// says why Podman is not used otherwise.
 	PodmanSocket, RuntimeNote string
+	// HostFolderNotes name the ExampleHostFolders a rootless engine's
+	// containers could not write, each with the fix (printed under the
+	// runtime line).
+	HostFolderNotes []string
 	// OpenBaoAddr is the OpenBao stand-in's address (advertised host).
 	OpenBaoAddr string
 	// OpenBaoTokenFile holds its root token (mode 0600).
@@ -624,6 +628,7 @@ func (s *session) announce() (Info, error) {
 	}
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket, info.PodmanDevice = RuntimePodman, s.eng.uri, s.podmanName
+		info.HostFolderNotes = s.eng.folderNotes
 	}
 	if err := writeEndpoints(o.DataDir, Endpoints{
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
@@ -802,7 +807,7 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
   devices            %s in namespace %s, groups "lab" and "example-edge", role=analyzer app=example
                      (canary=true: %s)
   runtime            %s
-  metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
+%s  metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
   dashboard          %s   (loopback only; docs/dashboard.md)
                      sign in as %s, password %s   (new every run; also in %s)
                      %s has the read-only fleet-viewer role (sees every page, no action): password in %s
@@ -828,11 +833,21 @@ Print these export lines again (in any shell): fleet dev env --data-dir %s
 Start afresh: stop fleet dev, remove %s, start it again (attached devices must then be enrolled again).
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices, in.PodmanDevice), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
+		canaries(in.Devices, in.PodmanDevice), runtime, folderNotes(in.HostFolderNotes), in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
 		in.DashboardViewer, in.DashboardViewerPasswordFile, listening(in),
 		pathSection(in), ex.kube, in.Kubectl,
 		in.AdminUser, ex.nats,
 		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in), dataDir, dataDir)
+}
+
+// folderNotes are the printed lines of notes, each indented under the
+// runtime line.
+func folderNotes(notes []string) string {
+	var b strings.Builder
+	for _, n := range notes {
+		fmt.Fprintf(&b, "                     %s\n", n)
+	}
+	return b.String()
 }
 
 // exports are the shell lines that point a new shell at a running fleet

@@ -141,7 +141,18 @@ func runGuide(t *testing.T, u *osUser, sock string, reg podmantest.Registry, goB
 		u.mkdir(t, stateDir)
 		t.Cleanup(func() { os.RemoveAll(stateDir) })
 		rootlessPodman(t, u)
-		exampleVolumeFor(t, u)
+		// A machine where root ran the examples: something of root's in
+		// their folder, which fleet dev must point out at start.
+		rootMade := filepath.Join(dev.ExampleHostFolders[0], "made-by-root")
+		if !u.self {
+			if err := os.MkdirAll(dev.ExampleHostFolders[0], 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(rootMade, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_ = os.Chown(rootMade, 0, 0)
+		}
 		// The user's go reads no one else's module cache: the test's is
 		// served to it as a module proxy, offline.
 		env = append(env, u.env()...)
@@ -156,6 +167,12 @@ func runGuide(t *testing.T, u *osUser, sock string, reg podmantest.Registry, goB
 		if want := "unix://" + filepath.Join(u.runtimeDir, "podman", "podman.sock"); !strings.Contains(p.out, "Podman at "+want+" for podman-1") {
 			t.Errorf("fleet dev as %s does not drive its rootless Podman socket %s by default:\n%s", u.name, want, p.out)
 		}
+		if want := dev.ExampleHostFolders[0] + ` is not writable by you (an earlier run as root?): the rollouts using it fail on the Podman device; run: sudo chown -R "$USER" ` + dev.ExampleHostFolders[0]; !u.self && !strings.Contains(p.out, want) {
+			t.Errorf("fleet dev as %s does not say %q:\n%s", u.name, want, p.out)
+		}
+		// Then the user does what it says.
+		exampleVolumeFor(t, u)
+		_ = os.Remove(rootMade)
 	}
 	defer p.stop(t)
 	// The guide starts fleet dev with --devices 2 and shows its outputs.
