@@ -589,6 +589,91 @@ func TestTheDashboardOfAFleet(t *testing.T) {
 		}
 	})
 
+	plan := func() fleetv1.PlanStatus {
+		var d fleetv1.Deployment
+		if err := f.kube.Get(ctx, client.ObjectKeyFromObject(dep), &d); err != nil {
+			t.Fatal(err)
+		}
+		if d.Status.Plan == nil {
+			return fleetv1.PlanStatus{}
+		}
+		return *d.Status.Plan
+	}
+	// rolloutRequest posts a pause or resume from the Deployment page as
+	// the browser's user and returns the status and the page answered.
+	rolloutRequest := func(b *browser, action string) (int, string) {
+		_, _, body := b.get(depPage)
+		status, _, body := b.post(depPage+"/rollout", url.Values{"csrf": {csrf(t, body)}, "action": {action}}, f.base)
+		return status, body
+	}
+	// requested checks the Deployment's rollout request is the admin's
+	// action for generation 1, recorded by the operator naming her.
+	requested := func(t *testing.T, action fleetv1.RolloutActionKind, typ events.Type) {
+		t.Helper()
+		a, err := fleetv1.ParseRolloutAction(rolloutAction())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(fleetv1.RolloutAction{Action: action, Generation: 1, By: "oidc:ada", Request: a.Request}, a); diff != "" {
+			t.Errorf("the Deployment's rollout request (-want +got):\n%s", diff)
+		}
+		testenv.Eventually(t, string(typ)+" by oidc:ada on the rollout subject", 2*time.Minute, func() bool {
+			got := transitions(typ)
+			return len(got) == 1 && got[0].By == "oidc:ada" && got[0].Request == a.Request
+		})
+	}
+
+	t.Run("an admin pauses the rollout from the Deployment page: the API server takes it as her and the operator records her", func(t *testing.T) {
+		testenv.Eventually(t, "the Deployment page offering to pause", 2*time.Minute, func() bool {
+			_, _, body := ada.get(depPage)
+			return strings.Contains(body, `<button type="submit" class="danger">Pause the rollout</button>`)
+		})
+		if status, body := rolloutRequest(ada, "pause"); status != http.StatusOK || !strings.Contains(body, "Pause requested") {
+			t.Fatalf("pause: %d\n%s", status, body)
+		}
+		requested(t, fleetv1.RolloutActionPause, events.TypeRolloutPaused)
+		testenv.Eventually(t, "status.plan paused by oidc:ada", 2*time.Minute, func() bool {
+			p := plan()
+			return p.Paused && p.PausedBy == "oidc:ada"
+		})
+		testenv.Eventually(t, "the Deployment page saying it is paused by oidc:ada and offering to resume", time.Minute, func() bool {
+			_, _, body := ada.get(depPage)
+			return strings.Contains(body, "Paused by oidc:ada") && strings.Contains(body, `<button type="submit">Resume the rollout</button>`)
+		})
+	})
+
+	t.Run("a fleet-viewer's forged pause and resume are refused by the API server and change nothing", func(t *testing.T) {
+		before := rolloutAction()
+		want := `User &#34;oidc:vera&#34; cannot patch resource &#34;deployments&#34; in API group &#34;fleet.nationtech.io&#34;`
+		for _, action := range []string{"resume", "pause"} {
+			status, body := rolloutRequest(vera, action)
+			if status != http.StatusForbidden || !strings.Contains(body, "The Kubernetes API server refused this request") || !strings.Contains(body, want) {
+				t.Errorf("vera's %s: status %d, want 403 with the API server's RBAC denial %q\n%s", action, status, want, body)
+			}
+		}
+		if after := rolloutAction(); after != before {
+			t.Errorf("the rollout request changed from %s to %s", before, after)
+		}
+		if p := plan(); !p.Paused || p.PausedBy != "oidc:ada" {
+			t.Errorf("status.plan after vera's requests: paused %v by %q, want paused by oidc:ada", p.Paused, p.PausedBy)
+		}
+		if got := transitions(events.TypeRolloutResumed); len(got) != 0 {
+			t.Errorf("resumes recorded: %+v, want none", got)
+		}
+	})
+
+	t.Run("the admin resumes the rollout from the Deployment page and the operator records her", func(t *testing.T) {
+		if status, body := rolloutRequest(ada, "resume"); status != http.StatusOK || !strings.Contains(body, "Resume requested") {
+			t.Fatalf("resume: %d\n%s", status, body)
+		}
+		requested(t, fleetv1.RolloutActionResume, events.TypeRolloutResumed)
+		testenv.Eventually(t, "status.plan no longer paused", 2*time.Minute, func() bool { return !plan().Paused })
+		testenv.Eventually(t, "the Deployment page offering to pause again", time.Minute, func() bool {
+			_, _, body := ada.get(depPage)
+			return !strings.Contains(body, "Paused by") && strings.Contains(body, `<button type="submit" class="danger">Pause the rollout</button>`)
+		})
+	})
+
 	t.Run("after the last batch the Deployment page says every batch succeeded, not which one started", func(t *testing.T) {
 		var body string
 		testenv.Eventually(t, "the Deployment page offering to approve batch 2", 2*time.Minute, func() bool {

@@ -46,6 +46,10 @@ type FleetOptions struct {
 	// Ready, when set, is called with the server once the cache has
 	// synced, before it serves.
 	Ready func(*Server)
+	// Serving, when set, is called once the dashboard serves, after its
+	// "dashboard serving" record: a caller that prints a banner waits for
+	// it, so no startup record follows the banner.
+	Serving func()
 }
 
 // RunFleet serves the dashboard of a Fleet on ln until ctx ends: an informer
@@ -127,7 +131,7 @@ func RunFleet(ctx context.Context, o FleetOptions, ln net.Listener) error {
 		if o.Ready != nil {
 			o.Ready(srv)
 		}
-		return srv.Run(gctx, ln)
+		return srv.run(gctx, ln, o.Serving)
 	})
 	err = g.Wait()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {

@@ -80,6 +80,12 @@ func (s *Server) RunFeed(ctx context.Context) error {
 // streams are closed) and returns after every goroutine stopped. It owns
 // ln.
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	return s.run(ctx, ln, nil)
+}
+
+// run is Run; serving, when set, is called once the server accepts on ln,
+// after its "dashboard serving" record.
+func (s *Server) run(ctx context.Context, ln net.Listener, serving func()) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	hs := &http.Server{Handler: s.handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
@@ -94,6 +100,9 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	s.log.Info("dashboard serving", "addr", ln.Addr().String(), "url", s.origin, "mock", s.o.Mock)
+	if serving != nil {
+		serving()
+	}
 	var err error
 	select {
 	case <-ctx.Done():

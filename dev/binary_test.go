@@ -56,6 +56,10 @@ func fleetBinary(t *testing.T) string {
 		if binDir, buildErr = os.MkdirTemp("", "fleet-dev-test-bin-"); buildErr != nil {
 			return
 		}
+		// Another user runs it too (the guide as a normal user).
+		if buildErr = os.Chmod(binDir, 0o755); buildErr != nil {
+			return
+		}
 		fleetBin = filepath.Join(binDir, "fleet")
 		began := time.Now()
 		cmd := exec.Command("go", "build", "-tags", "remote exclude_graphdriver_btrfs containers_image_openpgp", "-o", fleetBin, "./cmd/fleet")
@@ -105,11 +109,23 @@ var (
 // text.
 func startDev(t *testing.T, dir string, flags ...string) *devProc {
 	t.Helper()
+	return startDevAs(t, nil, nil, dir, flags...)
+}
+
+// startDevAs is startDev as the user u (nil: the test's own), in the
+// environment env (nil: the test's own).
+func startDevAs(t *testing.T, u *osUser, env []string, dir string, flags ...string) *devProc {
+	t.Helper()
 	bin := fleetBinary(t)
 	natsBin := natsCLI(t)
 	p := &devProc{dataDir: dir, stderr: &testenv.SyncBuffer{}, done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{"dev", "--data-dir", dir, "--nats-port", "-1", "--metrics-addr", "127.0.0.1:0", "--nats-cli", natsBin}, flags...)...)
 	p.cmd.Dir = repoRoot(t)
+	if u != nil {
+		p.cmd.SysProcAttr = u.attr()
+		p.cmd.SysProcAttr.Setpgid = false // Ctrl-C reaches fleet dev alone, as in a terminal
+	}
+	p.cmd.Env = env
 	p.cmd.Stderr = p.stderr
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {

@@ -3,6 +3,7 @@ package dev
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -94,6 +95,17 @@ func (s *session) startDashboard(ctx context.Context) (string, string, error) {
 			Kube: dashboard.KubeIdentity{UsernameClaim: "preferred_username", UsernamePrefix: "oidc:"}},
 		RESTConfig: s.k.cfg, Store: s.plane.Store(), LogsMetrics: s.logs,
 	}
+	// The banner follows only once the dashboard serves (its record
+	// logged): no startup record is printed after the banner.
+	serving := make(chan struct{})
+	o.Serving = func() { close(serving) }
 	s.plane.Go("dashboard", func(ctx context.Context) error { return dashboard.RunFleet(ctx, o, ln) })
+	select {
+	case <-serving:
+	case <-s.plane.Context().Done():
+		return "", "", fmt.Errorf("fleet dev: the dashboard stopped before it served: %w", errors.Join(s.plane.Err(), context.Cause(s.plane.Context())))
+	case <-ctx.Done():
+		return "", "", ctx.Err()
+	}
 	return base, password, nil
 }

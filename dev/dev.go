@@ -176,6 +176,10 @@ type Info struct {
 	// PodmanSocket is the engine's socket URI with Podman; RuntimeNote
 	// says why Podman is not used otherwise.
 	PodmanSocket, RuntimeNote string
+	// HostFolderNotes name the ExampleHostFolders a rootless engine's
+	// containers could not write, each with the fix (printed under the
+	// runtime line).
+	HostFolderNotes []string
 	// OpenBaoAddr is the OpenBao stand-in's address (advertised host).
 	OpenBaoAddr string
 	// OpenBaoTokenFile holds its root token (mode 0600).
@@ -453,6 +457,9 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := checkNATSPort(s.o.Listen, s.o.NATSPort); err != nil {
+		return err
+	}
 	store := filepath.Join(s.o.DataDir, "jetstream")
 	if err := os.MkdirAll(store, 0o700); err != nil {
 		return fmt.Errorf("fleet dev: data folder: %w", err)
@@ -482,6 +489,25 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	}
 	s.natsURL = "nats://" + net.JoinHostPort(s.o.Advertise, strconv.Itoa(s.plane.Server().NATS().Addr().(*net.TCPAddr).Port))
 	return nil
+}
+
+// checkNATSPort fails with ErrNATSPortTaken, naming the port and the flag,
+// when another process listens on the NATS port: the embedded server
+// would otherwise only time out. The port does not move by itself as the
+// others do, since attached devices name it.
+func checkNATSPort(host string, port int) error {
+	if port <= 0 {
+		return nil
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%w: port %d on %s is taken by another process (another fleet dev or a nats-server?): stop it, or start fleet dev with --nats-port <a free port> (--nats-port -1: any free port; a device attached to this data folder names the port, so give it that one again)",
+				ErrNATSPortTaken, port, host)
+		}
+		return fmt.Errorf("fleet dev: NATS port %d on --listen %s: %w", port, host, err)
+	}
+	return ln.Close()
 }
 
 // startOpenBao starts the OpenBao stand-in, configured as docs/agent.md
@@ -607,6 +633,7 @@ func (s *session) announce() (Info, error) {
 	}
 	if s.eng != nil {
 		info.Runtime, info.PodmanSocket, info.PodmanDevice = RuntimePodman, s.eng.uri, s.podmanName
+		info.HostFolderNotes = s.eng.folderNotes
 	}
 	if err := writeEndpoints(o.DataDir, Endpoints{
 		PID: os.Getpid(), Listen: o.Listen, Advertise: o.Advertise, NATSURL: info.NATSURL, Issuer: info.Issuer, Audience: op.Audience(),
@@ -785,7 +812,7 @@ func printUsage(w io.Writer, dataDir string, in Info, dashPassword string) {
   devices            %s in namespace %s, groups "lab" and "example-edge", role=analyzer app=example
                      (canary=true: %s)
   runtime            %s
-  metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
+%s  metrics            %s/{operator,authcallout,agents}   (Prometheus; see docs/metrics.md)
   dashboard          %s   (loopback only; docs/dashboard.md)
                      sign in as %s, password %s   (new every run; also in %s)
                      %s has the read-only fleet-viewer role (sees every page, no action): password in %s
@@ -811,11 +838,21 @@ Print these export lines again (in any shell): fleet dev env --data-dir %s
 Start afresh: stop fleet dev, remove %s, start it again (attached devices must then be enrolled again).
 See docs/fleet.md and docs/debugging-with-nats.md for more.
 `, dataDir, in.NATSURL, in.Issuer, in.OpenBaoAddr, in.OpenBaoTokenFile, in.Kubeconfig, devices, in.Namespace,
-		canaries(in.Devices, in.PodmanDevice), runtime, in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
+		canaries(in.Devices, in.PodmanDevice), runtime, folderNotes(in.HostFolderNotes), in.MetricsURL, in.DashboardURL, in.DashboardUser, dashPassword, in.DashboardPasswordFile,
 		in.DashboardViewer, in.DashboardViewerPasswordFile, listening(in),
 		pathSection(in), ex.kube, in.Kubectl,
 		in.AdminUser, ex.nats,
 		in.Namespace, in.Namespace, in.Namespace, in.Namespace, attachSection(dataDir, in), shipSection(in), dataDir, dataDir)
+}
+
+// folderNotes are the printed lines of notes, each indented under the
+// runtime line.
+func folderNotes(notes []string) string {
+	var b strings.Builder
+	for _, n := range notes {
+		fmt.Fprintf(&b, "                     %s\n", n)
+	}
+	return b.String()
 }
 
 // exports are the shell lines that point a new shell at a running fleet

@@ -14,3 +14,7 @@ var ErrNoRepoRoot = errors.New("fleet dev: not inside the harmony-fleet reposito
 
 // ErrDataDirInUse means another live fleet dev runs on the same data folder.
 var ErrDataDirInUse = errors.New("fleet dev: the data folder is in use")
+
+// ErrNATSPortTaken means another process listens on --nats-port: stop it,
+// or start fleet dev with another --nats-port (-1: any free port).
+var ErrNATSPortTaken = errors.New("fleet dev: the NATS port is taken")

@@ -127,6 +127,17 @@ func chooseRuntime(ctx context.Context, o Options) (eng *podmanEngine, note stri
 		eng.close()
 		return nil, "", fmt.Errorf("%w (or run with --runtime sim)", err)
 	}
+	// A rootless engine's containers write as the user: a folder of the
+	// examples that root made (an earlier run as root) would fail their
+	// rollouts. Said before the start, in the logs and the banner.
+	if rootless, err := eng.rootless(ctx); err != nil {
+		o.Logger.Warn("cannot tell whether the Podman engine is rootless: the examples' host folders are not checked", "socket", eng.uri, "err", err)
+	} else if rootless {
+		eng.folderNotes = exampleFolderNotes(ExampleHostFolders, writableByMe)
+		for _, n := range eng.folderNotes {
+			o.Logger.Warn(n, "socket", eng.uri)
+		}
+	}
 	return eng, "", nil
 }
 
@@ -135,6 +146,9 @@ type podmanEngine struct {
 	uri  string
 	rt   *podman.Runtime
 	conn context.Context // bindings connection (image checks and builds)
+	// folderNotes: the ExampleHostFolders a rootless engine cannot write
+	// (exampleFolderNotes).
+	folderNotes []string
 }
 
 // findPodman returns the first candidate socket whose service answers and

@@ -6,7 +6,9 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -116,16 +118,30 @@ type shipRegistry struct {
 	addr, user, password string
 }
 
-// findShipRegistry reads <repository>/.cache/run/registry.env and checks
-// that the registry answers over TLS (its CA) with its credentials.
+// RegistryEnvVariables name the test registry's address, user and
+// password, as <repository>/.cache/run/registry.env holds them: when all
+// three are set in fleet dev's environment they are used instead of that
+// file (a user who cannot read it, the setup having been run by root,
+// exports them).
+var RegistryEnvVariables = [3]string{"FLEET_TEST_REGISTRY", "FLEET_TEST_REGISTRY_USER", "FLEET_TEST_REGISTRY_PASSWORD"}
+
+// findShipRegistry reads <repository>/.cache/run/registry.env (or the
+// RegistryEnvVariables) and checks that the registry answers over TLS (its
+// CA) with its credentials.
 func findShipRegistry(ctx context.Context) (shipRegistry, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return shipRegistry{}, err
 	}
 	run := filepath.Join(root, ".cache", "run")
-	data, err := os.ReadFile(filepath.Join(run, "registry.env"))
-	if err != nil {
+	var data []byte
+	if a, u, p := os.Getenv(RegistryEnvVariables[0]), os.Getenv(RegistryEnvVariables[1]), os.Getenv(RegistryEnvVariables[2]); a != "" && u != "" && p != "" {
+		data = []byte(RegistryEnvVariables[0] + "=" + a + "\n" + RegistryEnvVariables[1] + "=" + u + "\n" + RegistryEnvVariables[2] + "=" + p + "\n")
+	} else if data, err = os.ReadFile(filepath.Join(run, "registry.env")); err != nil {
+		if errors.Is(err, fs.ErrPermission) {
+			return shipRegistry{}, fmt.Errorf("no registry credentials: %w (the setup ran as another user: export %s, %s and %s from it, or run `%s` as yourself)",
+				err, RegistryEnvVariables[0], RegistryEnvVariables[1], RegistryEnvVariables[2], SetupPodmanCommand)
+		}
 		return shipRegistry{}, fmt.Errorf("no registry credentials: %w", err)
 	}
 	var r shipRegistry

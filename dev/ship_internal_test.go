@@ -3,6 +3,8 @@ package dev
 import (
 	"strings"
 	"testing"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 )
 
 func TestTheShipBuildCommandCompilesInOnlyTheAddressesThatMoved(t *testing.T) {
@@ -46,6 +48,42 @@ func TestThePrintedShipParagraphSaysWhyWhenThereIsNoRegistry(t *testing.T) {
 			}
 			if tc.ship.Registry == "" && strings.Contains(got, "export") {
 				t.Errorf("%q has an export line without a registry", got)
+			}
+		})
+	}
+}
+
+// TestTheRegistryVariablesAreUsedInsteadOfTheFile: all three variables set
+// name the registry (the file is not read); a wrong password set through
+// them is what the registry is asked with, so it is refused naming the
+// registry; a partial set is ignored.
+func TestTheRegistryVariablesAreUsedInsteadOfTheFile(t *testing.T) {
+	reg := podmantest.TestRegistry(t)
+	for _, tc := range []struct {
+		name              string
+		addr, user, pass  string
+		wantAddr, wantErr string
+	}{
+		{"all three name the registry", reg.Addr, reg.Username, reg.Password, reg.Addr, ""},
+		{"a wrong password in them is refused by the registry", reg.Addr, reg.Username, "not-the-password", "", "answers 401"},
+		{"a partial set is ignored and the file read", "", reg.Username, "not-the-password", reg.Addr, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(RegistryEnvVariables[0], tc.addr)
+			t.Setenv(RegistryEnvVariables[1], tc.user)
+			t.Setenv(RegistryEnvVariables[2], tc.pass)
+			got, err := findShipRegistry(t.Context())
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err %v, want one saying %q", err, tc.wantErr)
+				}
+				if strings.Contains(err.Error(), tc.pass) {
+					t.Errorf("the error shows the password: %v", err)
+				}
+				return
+			}
+			if err != nil || got.addr != tc.wantAddr {
+				t.Errorf("registry %q (%v), want %q", got.addr, err, tc.wantAddr)
 			}
 		})
 	}

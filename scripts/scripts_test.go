@@ -174,7 +174,7 @@ func TestThePackageStepOnAMachineWhereDpkgKnowsNothing(t *testing.T) {
 		if len(inst) != 1 {
 			t.Fatalf("apt-get install ran %d times, want once: %q", len(inst), calls)
 		}
-		for _, p := range []string{"podman", "runc", "buildah", "docker-registry", "curl"} {
+		for _, p := range []string{"podman", "runc", "buildah", "docker-registry", "curl", "slirp4netns"} {
 			if !strings.Contains(" "+inst[0]+" ", " "+p+" ") {
 				t.Errorf("apt-get install %q lacks %s", inst[0], p)
 			}

@@ -7,7 +7,11 @@
 #   2. /etc/containers/containers.conf computed from this machine's limits
 #      (ulimits at or below the hard limits, runc, cgroupfs, file events);
 #   3. the base image localhost/fleet-base:latest, made from busybox-static
-#      with `podman import`;
+#      with `podman import` (into root's storage and, when a normal user
+#      runs the script, into that user's rootless storage too: fleet dev and
+#      buildah run as that user build FROM it); rootless Podman made usable
+#      (/dev/net/tun 0666 as Debian has it, for slirp4netns; the user's
+#      subordinate ids checked);
 #   4. a TLS distribution registry with htpasswd (bcrypt) auth on
 #      127.0.0.1:5000 (or the first free port above it when another process,
 #      such as another checkout's registry, holds 5000; recorded in
@@ -40,7 +44,7 @@ SOCK="$RUN/podman.sock"
 CONF="/etc/containers/containers.conf"
 CONF_MARK="# Managed by harmony-fleet scripts/setup-podman.sh"
 PACKAGES=(podman runc conmon netavark aardvark-dns iptables catatonit uidmap
-	fuse-overlayfs buildah skopeo busybox-static docker-registry
+	fuse-overlayfs slirp4netns buildah skopeo busybox-static docker-registry
 	apache2-utils openssl curl mmdebstrap)
 
 log() { printf 'setup:podman: %s\n' "$*"; }
@@ -139,27 +143,76 @@ step_done
 
 # ------------------------------------------------------------- base image
 step "base image: $BASE_IMAGE from busybox-static"
-if $SUDO podman image exists "$BASE_IMAGE"; then
-	log "  present"
-else
-	tmp="$(mktemp -d)"
-	rootfs="$tmp/rootfs"
-	mkdir -p "$rootfs"/{bin,etc,tmp,root,proc,sys,dev,var,home,run}
-	chmod 1777 "$rootfs/tmp"
-	cp /bin/busybox "$rootfs/bin/busybox"
-	for app in $(/bin/busybox --list); do
-		[[ "$app" == busybox ]] || ln -sf busybox "$rootfs/bin/$app"
-	done
-	printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$rootfs/etc/passwd"
-	printf 'root:x:0:\nnobody:x:65534:\n' > "$rootfs/etc/group"
-	tar --numeric-owner --owner=0 --group=0 -C "$rootfs" -cf "$tmp/rootfs.tar" .
-	$SUDO podman import \
+base_tmp=""
+# base_tar: the base image's root filesystem as a tar, made once.
+base_tar() {
+	if [[ -z "$base_tmp" ]]; then
+		base_tmp="$(mktemp -d)"
+		chmod 0755 "$base_tmp"
+		local rootfs="$base_tmp/rootfs"
+		mkdir -p "$rootfs"/{bin,etc,tmp,root,proc,sys,dev,var,home,run}
+		chmod 1777 "$rootfs/tmp"
+		cp /bin/busybox "$rootfs/bin/busybox"
+		for app in $(/bin/busybox --list); do
+			[[ "$app" == busybox ]] || ln -sf busybox "$rootfs/bin/$app"
+		done
+		printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/home:/bin/false\n' > "$rootfs/etc/passwd"
+		printf 'root:x:0:\nnobody:x:65534:\n' > "$rootfs/etc/group"
+		tar --numeric-owner --owner=0 --group=0 -C "$rootfs" -cf "$base_tmp/rootfs.tar" .
+		chmod 0644 "$base_tmp/rootfs.tar"
+	fi
+	echo "$base_tmp/rootfs.tar"
+}
+# import_base [sudo]: import the base image into root's storage (sudo) or
+# the invoking user's.
+import_base() {
+	local as="${1:-}"
+	# $as is empty or "sudo" (word splitting intended).
+	# shellcheck disable=SC2086
+	$as podman import \
 		--change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
 		--change 'CMD ["/bin/sh"]' \
 		--message "harmony-fleet test base image from busybox-static" \
-		"$tmp/rootfs.tar" "$BASE_IMAGE" >/dev/null
-	rm -rf "$tmp"
+		"$(base_tar)" "$BASE_IMAGE" >/dev/null
+}
+if $SUDO podman image exists "$BASE_IMAGE"; then
+	log "  present"
+else
+	import_base "$SUDO"
 	log "  imported"
+fi
+if [[ -n "$SUDO" ]]; then
+	# A normal user: fleet dev drives that user's rootless Podman
+	# ($XDG_RUNTIME_DIR/podman/podman.sock) and harmony ship's buildah
+	# runs as the user, so the user's own storage needs the image too.
+	if podman image exists "$BASE_IMAGE"; then
+		log "  present in $(id -un)'s rootless storage"
+	else
+		import_base ""
+		log "  imported into $(id -un)'s rootless storage"
+	fi
+fi
+[[ -z "$base_tmp" ]] || rm -rf "$base_tmp"
+step_done
+
+# -------------------------------------------------------- rootless Podman
+step "rootless Podman: what a normal user's Podman needs"
+# slirp4netns (rootless networking) opens /dev/net/tun as the user: Debian
+# makes it 0666; some VMs and containers leave it 0600.
+tun_mode="$(stat -c %a /dev/net/tun 2>/dev/null || true)"
+if [[ -n "$tun_mode" && "$tun_mode" != 666 ]]; then
+	$SUDO chmod 0666 /dev/net/tun
+	log "  /dev/net/tun was mode $tun_mode: made 0666 (Debian's default)"
+else
+	log "  /dev/net/tun ${tun_mode:-absent}"
+fi
+if [[ -n "$SUDO" ]]; then
+	me="$(id -un)"
+	for f in /etc/subuid /etc/subgid; do
+		if ! grep -q "^$me:" "$f" 2>/dev/null; then
+			log "  $f has no range for $me (rootless Podman needs one): $SUDO usermod --add-subuids 100000-165535 --add-subgids 100000-165535 $me"
+		fi
+	done
 fi
 step_done
 

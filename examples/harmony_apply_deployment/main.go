@@ -103,6 +103,14 @@ func (app) Contexts() []harmony.Context {
 // port (Ports: []string{"9090:9090"} on example-backend) and reaches it
 // through the host, at http://host.containers.internal:9090 (Podman writes
 // that name into every container's /etc/hosts).
+// exampleData is the host folder both the migration and the backend mount
+// at /data: under /var/tmp, which every user may create folders in, so the
+// agent of a fleet dev run by a normal user (rootless Podman) creates it as
+// it does examples/analysis-api.yaml's. On a device under the systemd unit,
+// whose /var/tmp is private, use /var/lib/fleet-workloads/harmony-example
+// instead (docs/agent.md, "Host paths").
+const exampleData = "/var/tmp/harmony-example"
+
 func (app) Deployment() harmony.Deployment {
 	return harmony.Deployment{
 		Name:          "example",
@@ -115,7 +123,7 @@ func (app) Deployment() harmony.Deployment {
 			Image:           "backend",
 			Env:             []harmony.EnvVar{{Name: "EXAMPLE_ROLE", Value: "migrate"}},
 			ImagePullSecret: "example-pull",
-			Volumes:         []harmony.Volume{{HostPath: "/var/lib/harmony-example", ContainerPath: "/data"}},
+			Volumes:         []harmony.Volume{{HostPath: exampleData, ContainerPath: "/data"}},
 		},
 		Services: []harmony.Service{
 			{
@@ -129,7 +137,7 @@ func (app) Deployment() harmony.Deployment {
 				Env:             []harmony.EnvVar{{Name: "EXAMPLE_ROLE", Value: "serve"}},
 				SecretEnv:       []harmony.SecretEnv{{Name: "API_TOKEN", Secret: "example/backend", Key: "api_token"}},
 				ImagePullSecret: "example-pull",
-				Volumes:         []harmony.Volume{{HostPath: "/var/lib/harmony-example", ContainerPath: "/data"}},
+				Volumes:         []harmony.Volume{{HostPath: exampleData, ContainerPath: "/data"}},
 			},
 		},
 	}

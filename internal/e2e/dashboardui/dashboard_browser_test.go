@@ -1,6 +1,7 @@
 package dashboardui
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -8,7 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/browser"
+	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
 // TestTheDashboardInARealBrowser uses the dashboard of a whole Fleet on
@@ -17,7 +22,8 @@ import (
 // runtime) in headless Chromium, as an operator would: signs in on the
 // provider's login page, is refused without the fleet-admin role, watches
 // a rollout on the Deployment page without reloading it, approves a batch
-// there (recorded under her own Kubernetes name), quarantines a
+// there (recorded under her own Kubernetes name), pauses and resumes it
+// there (the Deployment's status says who paused it), quarantines a
 // device and sees it cut off, sends an agent command and reads its answer,
 // and acknowledges an alert that is still acknowledged after the operator
 // and the dashboard restart. axe-core checks every page for serious and
@@ -131,6 +137,35 @@ func TestTheDashboardInARealBrowser(t *testing.T) {
 		admin.ClickAndWaitLoad(`form[action$="/rollout"]:has(input[value="approve"]) button[type=submit]`)
 		admin.WaitText(".notice", "Approval of batch 1 requested")
 		admin.WaitText("main", "batch 1 approved by oidc:"+adminUser)
+		checkConsole(t, admin)
+	})
+
+	t.Run("the admin pauses and resumes the rollout from the Deployment page, as herself, and the Deployment says so", func(t *testing.T) {
+		admin := admin.For(t)
+		page := f.URL + "/deployments/" + f.ns + "/api"
+		plan := func() fleetv1.PlanStatus {
+			var d fleetv1.Deployment
+			if err := f.kube.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "api"}, &d); err != nil {
+				t.Fatal(err)
+			}
+			if d.Status.Plan == nil {
+				return fleetv1.PlanStatus{}
+			}
+			return *d.Status.Plan
+		}
+		admin.Open(page)
+		admin.ClickAndWaitLoad(`form[action$="/rollout"]:has(input[value="pause"]) button[type=submit]`)
+		admin.WaitText(".notice", "Pause requested")
+		admin.WaitText("main", "Paused by oidc:"+adminUser)
+		testenv.Eventually(t, "the Deployment's status.plan paused by oidc:"+adminUser, time.Minute, func() bool {
+			p := plan()
+			return p.Paused && p.PausedBy == "oidc:"+adminUser
+		})
+		admin.CheckAccessibility("a paused Deployment page")
+		admin.ClickAndWaitLoad(`form[action$="/rollout"]:has(input[value="resume"]) button[type=submit]`)
+		admin.WaitText(".notice", "Resume requested")
+		admin.WaitVisible(`form[action$="/rollout"]:has(input[value="pause"]) button[type=submit]`)
+		testenv.Eventually(t, "the Deployment's status.plan no longer paused", time.Minute, func() bool { return !plan().Paused })
 		checkConsole(t, admin)
 	})
 
