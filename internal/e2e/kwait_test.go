@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -86,6 +87,9 @@ func conditionIs(typ, status string) func(kobj) error {
 // that timed out and the test's cleanup.
 const waitMargin = 15 * time.Second
 
+// kubectlEvery is the shortest time between two kubectl gets of a wait.
+const kubectlEvery = 500 * time.Millisecond
+
 // waitObject polls obj (e.g. "fdeploy/web") in namespace ns with kubectl
 // get -o json until check holds, for as long as the test may run (ctx's
 // deadline, or go test's, less waitMargin): no fixed kubectl wait
@@ -114,12 +118,23 @@ func waitObject(t *testing.T, ctx context.Context, srv *kubeapi.Server, ns, obj,
 		return o, nil
 	}
 	start := time.Now()
+	// Poll's back-off is for cheap checks; each kubectl is a process of
+	// its own, so it runs at most every kubectlEvery (a loaded machine
+	// has two cores for everyone).
+	var last time.Time
+	lastErr := errors.New("not read yet")
 	err := testenv.PollErr(ctx, timeout, func() error {
+		if time.Since(last) < kubectlEvery {
+			return lastErr
+		}
+		last = time.Now()
 		o, err := get(ctx)
 		if err != nil {
-			return err
+			lastErr = err
+		} else {
+			lastErr = check(o)
 		}
-		return check(o)
+		return lastErr
 	})
 	if err == nil {
 		return
