@@ -796,11 +796,37 @@ func (r *Reconciler) stopRemove(ctx context.Context, c runtime.Container) error 
 			r.log().WarnContext(ctx, "stop failed, removing by force", "container", c.Name, "error", err)
 		}
 	}
-	if err := r.rt().Remove(ctx, c.ID, true); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return fmt.Errorf("remove %s: %w", c.Name, err)
+	for attempt := 1; ; attempt++ {
+		err := r.rt().Remove(ctx, c.ID, true)
+		if err == nil || errors.Is(err, runtime.ErrNotFound) {
+			return nil
+		}
+		if attempt == removeAttempts || runtime.IsUnavailable(err) || ctx.Err() != nil {
+			return fmt.Errorf("remove %s: %w", c.Name, err)
+		}
+		// A container that dies or is restarted by its policy while the
+		// engine kills it (a crash loop) fails the removal ("could not be
+		// stopped … container state improper"): it is in another state
+		// now, and a removal a moment later succeeds.
+		r.log().DebugContext(ctx, "remove failed, trying again", "container", c.Name, "attempt", attempt, "error", err)
+		t := time.NewTimer(time.Duration(attempt) * removeRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("remove %s: %w", c.Name, err)
+		case <-t.C:
+		}
 	}
-	return nil
 }
+
+// removeAttempts is how many times stopRemove tries a force-remove,
+// removeRetry the wait before the second try (twice it before the
+// third): a removal that raced the container's own death succeeds on the
+// next try; one that fails for good costs well under a second more.
+const (
+	removeAttempts = 3
+	removeRetry    = 100 * time.Millisecond
+)
 
 // Remove deletes every container of the Deployment (init container and
 // services), and nothing else.

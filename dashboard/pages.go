@@ -35,6 +35,11 @@ type page struct {
 	ProviderLogout string
 	// Message is the text of an error page.
 	Message string
+	// Missing marks the "not found" page of one device, Deployment or
+	// TaskRun (Live names it): static/live.js loads the page again once
+	// the object appears, as one applied a moment before the informer
+	// cache had it does.
+	Missing bool
 	Data    any
 }
 
@@ -49,9 +54,21 @@ func (s *Server) base(r *http.Request, title, nav string) page {
 // viewError answers a read model's error: 404, 400 naming the field, or
 // 503.
 func (s *Server) viewError(w http.ResponseWriter, r *http.Request, what string, err error) {
+	s.viewErrorOf(w, r, what, fleetview.PageRef{}, err)
+}
+
+// viewErrorOf is viewError for the page of one object (ref): its 404
+// follows the object's live updates and shows it once it exists. An
+// object a user applied a moment ago may not be in the informer cache
+// yet; its page must not stay "not found" until reloaded.
+func (s *Server) viewErrorOf(w http.ResponseWriter, r *http.Request, what string, ref fleetview.PageRef, err error) {
 	switch {
 	case errors.Is(err, fleetview.ErrNotFound):
-		s.errorPage(w, r, http.StatusNotFound, what+" not found", "There is no "+what+" of this name.")
+		p := page{Title: what + " not found", Message: "There is no " + what + " of this name.", Live: ref, Missing: ref.Kind != ""}
+		if p.Missing {
+			p.Message += " This page shows it as soon as it exists."
+		}
+		s.render(w, r, http.StatusNotFound, "error", p)
 	case errors.Is(err, fleetview.ErrInvalidQuery):
 		s.errorPage(w, r, http.StatusBadRequest, "Invalid query", bounded(err.Error(), 512))
 	default:
@@ -172,7 +189,7 @@ type deviceData struct {
 func (s *Server) handleDevice(w http.ResponseWriter, r *http.Request) {
 	dev, err := s.o.View.Device(r.Context(), r.PathValue("id"))
 	if err != nil {
-		s.viewError(w, r, "device", err)
+		s.viewErrorOf(w, r, "device", fleetview.PageRef{Kind: fleetview.PageDevice, Key: r.PathValue("id")}, err)
 		return
 	}
 	d := deviceData{Device: dev, Commands: s.o.Commands}
@@ -301,7 +318,7 @@ func (s *Server) handleDeployment(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
 	dep, err := s.o.View.Deployment(r.Context(), ns, name)
 	if err != nil {
-		s.viewError(w, r, "Deployment", err)
+		s.viewErrorOf(w, r, "Deployment", fleetview.PageRef{Kind: fleetview.PageDeployment, Key: ns + "/" + name}, err)
 		return
 	}
 	p := s.base(r, "Deployment "+ns+"/"+name, "deployments")
@@ -326,7 +343,7 @@ func (s *Server) handleTaskRun(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("ns"), r.PathValue("name")
 	tr, err := s.o.View.TaskRun(r.Context(), ns, name)
 	if err != nil {
-		s.viewError(w, r, "TaskRun", err)
+		s.viewErrorOf(w, r, "TaskRun", fleetview.PageRef{Kind: fleetview.PageTaskRun, Key: ns + "/" + name}, err)
 		return
 	}
 	p := s.base(r, "TaskRun "+ns+"/"+name, "taskruns")

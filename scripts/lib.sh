@@ -6,7 +6,24 @@
 # (empty when running as root, "sudo" otherwise) and a few small functions.
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-RUN="$ROOT/.cache/run"
+# RUN has every link resolved: .cache is often a link to a cache several
+# checkouts share, and the services started here (the registry, the Podman
+# service) keep using the files their configuration names. Named through
+# this checkout's link they would break for every checkout once this one is
+# deleted.
+#
+# real_path PATH: PATH with every link resolved (in bash alone: the tests run
+# the scripts with a PATH of fakes); its part that does not exist yet is
+# kept as is.
+real_path() {
+	local dir="$1" rest=""
+	while [[ -n "$dir" && ! -d "$dir" ]]; do
+		rest="/${dir##*/}$rest"
+		dir="${dir%/*}"
+	done
+	printf '%s%s\n' "$(CDPATH='' cd -P "${dir:-/}" && pwd)" "$rest"
+}
+RUN="$(real_path "$ROOT/.cache/run")"
 
 # Every unexpected failure names the script, the line and the command (set
 # -e alone ends a script silently). Functions and subshells inherit it (-E).
@@ -50,6 +67,35 @@ stop_pidfile() {
 		$SUDO kill -KILL "$pid" 2>/dev/null || true
 	fi
 	$SUDO rm -f "$pidfile"
+}
+
+# pid_last_arg PIDFILE: prints the last argument of the command line of the
+# process named in PIDFILE (the configuration file a service was started
+# with).
+pid_last_arg() {
+	local pid
+	pid="$(cat "$1")"
+	tr '\0' '\n' < "/proc/$pid/cmdline" | tail -n 1
+}
+
+# config_files_missing CONFIG: prints the registry configuration CONFIG when
+# it is gone, else the first file it names that is gone (the htpasswd file,
+# the TLS certificate and key; not the storage root, made on the first
+# push), and succeeds; fails, printing nothing, when every one is there. A
+# registry whose htpasswd is gone answers 400 to every request.
+config_files_missing() {
+	local cfg="$1" f
+	if [[ ! -f "$cfg" ]]; then
+		printf '%s\n' "$cfg"
+		return 0
+	fi
+	while read -r f; do
+		if [[ -n "$f" && ! -e "$f" ]]; then
+			printf '%s\n' "$f"
+			return 0
+		fi
+	done < <(sed -n -E 's/^[[:space:]]*(path|certificate|key):[[:space:]]*//p' "$cfg")
+	return 1
 }
 
 # wait_for TIMEOUT_S DESCRIPTION COMMAND...: run COMMAND until it succeeds or

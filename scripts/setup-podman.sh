@@ -297,6 +297,14 @@ if pid_alive "$RUN/registry.pid" docker-registry && [[ "$(cat "$RUN/registry.has
 	log "  configuration changed: restarting"
 	stop_pidfile "$RUN/registry.pid" docker-registry 10
 fi
+# A registry started with another checkout's path to the shared cache (before
+# RUN was resolved, see lib.sh) breaks when that checkout is deleted: its
+# configuration, or the htpasswd file it reads on every request, is gone.
+if pid_alive "$RUN/registry.pid" docker-registry \
+	&& gone="$(config_files_missing "$(pid_last_arg "$RUN/registry.pid")")"; then
+	log "  its configuration names a file that is gone ($gone): restarting"
+	stop_pidfile "$RUN/registry.pid" docker-registry 10
+fi
 registry_up() { curl -s -o /dev/null -w '%{http_code}' --cacert "$REG/ca.crt" "https://$REGISTRY_ADDR/v2/" | grep -q 401; }
 if pid_alive "$RUN/registry.pid" docker-registry; then
 	log "  running (pid $(cat "$RUN/registry.pid"))"

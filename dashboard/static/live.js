@@ -10,6 +10,10 @@
   var kind = body.getAttribute("data-live-page");
   if (!kind || !window.fetch || !window.DOMParser) { return; }
   var status = document.getElementById("live-status");
+  // The "not found" page of one object: it is loaded again, whole, once
+  // the object exists (applied a moment before the dashboard's cache had
+  // it).
+  var missing = body.hasAttribute("data-live-missing");
   var busy = false, again = false;
   function say(text) { if (status) { status.textContent = text; } }
   function reload() {
@@ -35,11 +39,18 @@
       .catch(function () { say("Live update failed; use Refresh this page"); })
       .then(function () { busy = false; if (again) { again = false; setTimeout(reload, 500); } });
   }
+  function appeared() {
+    fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
+      .then(function (r) { if (r.ok && !r.redirected) { window.location.reload(); } })
+      .catch(function () {});
+  }
   if (window.EventSource) {
     var q = "page=" + encodeURIComponent(kind) + "&key=" + encodeURIComponent(body.getAttribute("data-live-key") || "");
     var es = new EventSource("/live?" + q);
-    es.addEventListener("change", reload);
-    es.onopen = function () { say("Live updates on"); };
+    es.addEventListener("change", missing ? appeared : reload);
+    // Once the stream is open no change is missed; one between the
+    // page's answer and now is caught by asking once more.
+    es.onopen = function () { say("Live updates on"); if (missing) { appeared(); } };
     es.onerror = function () { say("Live updates reconnecting…"); };
   }
   setInterval(function () { if (body.getAttribute("data-auto-refresh")) { reload(); } }, 3000);

@@ -272,7 +272,7 @@ func TestACrashWithinMinReadyFailsTheCanaryStage(t *testing.T) {
 		}
 		return nil
 	})
-	e.kubectl("", "wait", "fdeploy/settle", "-n", e.ns, "--for=condition=Progressing=False", "--timeout=60s")
+	e.waitFor("settle", "become Progressing False", conditionIs("Progressing", "False"))
 	if c := e.condition("settle", "Progressing", 1); !strings.HasPrefix(c, "False CanaryFailed ") {
 		t.Errorf("Progressing is %q, want False CanaryFailed", c)
 	}

@@ -74,7 +74,7 @@ spec:
 `, e.ns, service, image, env)
 	}
 	e.kubectl(manifest(""), "apply", "-n", e.ns, "-f", "-")
-	e.kubectl("", "wait", "fdeploy/crashloop", "-n", e.ns, "--for=jsonpath={.status.phase}=Succeeded", "--timeout=120s")
+	e.waitFor("crashloop", "succeed", fieldIs("Succeeded", "status", "phase"))
 
 	subject, err := events.ReportSubject(dev, events.ReportHealth)
 	if err != nil {
@@ -115,7 +115,7 @@ spec:
 	}
 
 	e.kubectl(manifest("{name: DB_PASSWORD, value: fixed}"), "apply", "-n", e.ns, "-f", "-")
-	e.kubectl("", "wait", "fdeploy/crashloop", "-n", e.ns, "--for=condition=Ready", "--timeout=120s")
+	e.waitFor("crashloop", "become Ready", conditionIs("Ready", "True"))
 	testenv.EventuallyErr(t, "Degraded False for generation 2", 30*time.Second, func() error {
 		if c := e.condition("crashloop", "Degraded", 2); !strings.HasPrefix(c, "False NoDegradedDevices ") {
 			return fmt.Errorf("Degraded of generation 2 is %q", c)

@@ -173,11 +173,17 @@ spec:
 `, name, e.ns, rollout, service, image), "apply", "-n", e.ns, "-f", "-")
 }
 
-// waitReady waits with kubectl until the Deployment's current generation
-// is Ready.
+// waitFor polls the Deployment with kubectl until check holds, for as
+// long as the test may run; the failure shows its status (waitObject).
+func (e *healthEnv) waitFor(name, what string, check func(kobj) error) {
+	e.t.Helper()
+	waitObject(e.t, e.ctx, e.srv, e.ns, "fdeploy/"+name, what, check)
+}
+
+// waitReady waits until the Deployment's current generation is Ready.
 func (e *healthEnv) waitReady(name string) {
 	e.t.Helper()
-	e.kubectl("", "wait", "fdeploy/"+name, "-n", e.ns, "--for=condition=Ready", "--timeout=90s")
+	e.waitFor(name, "become Ready", conditionIs("Ready", "True"))
 }
 
 // condition is the Deployment's condition typ as "status reason message"

@@ -189,7 +189,7 @@ spec:
 
 	for g, image := range []string{image1, image2} {
 		kubectl(manifest(image), "apply", "-n", ns, "-f", "-")
-		kubectl("", "wait", "fdeploy/api", "-n", ns, "--for=condition=Ready", "--timeout=90s")
+		waitObject(t, ctx, srv, ns, "fdeploy/api", "become Ready", conditionIs("Ready", "True"))
 		testenv.EventuallyErr(t, fmt.Sprintf("generation %d settled", g+1), 30*time.Second, func() error { return settled(g + 1) })
 	}
 	uid := strings.TrimSpace(kubectl("", "get", "fdeploy/api", "-n", ns, "-o", "jsonpath={.metadata.uid}"))

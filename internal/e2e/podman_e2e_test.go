@@ -77,7 +77,7 @@ spec: {identitySubject: "sub-%s"}
 `, device, device), "apply", "-n", "e2e", "-f", "-")
 	// The device's self-reported label reaches the Device through the
 	// operator; the Deployment selects on it.
-	kubectl("", "wait", "fdev/"+device, "-n", "e2e", "--for=jsonpath={.metadata.labels.role}=e2e", "--timeout=60s")
+	waitObject(t, ctx, srv, "e2e", "fdev/"+device, "get its self-reported role label", fieldIs("e2e", "metadata", "labels", "role"))
 	kubectl(fmt.Sprintf(`apiVersion: fleet.nationtech.io/v1alpha1
 kind: Deployment
 metadata: {name: web}
@@ -91,7 +91,7 @@ spec:
           image: %s
           ports: ["18181:8080"]
 `, device, image), "apply", "-n", "e2e", "-f", "-")
-	kubectl("", "wait", "fdeploy/web", "-n", "e2e", "--for=jsonpath={.status.phase}=Succeeded", "--timeout=90s")
+	waitObject(t, ctx, srv, "e2e", "fdeploy/web", "succeed", fieldIs("Succeeded", "status", "phase"))
 	out := kubectl("", "get", "fdeploy", "web", "-n", "e2e", "-o", "jsonpath={.status.counts.succeeded}/{.status.counts.total} {.status.revision.generation}")
 	if strings.TrimSpace(out) != "1/1 1" {
 		t.Errorf("status says %q, want 1/1 succeeded at generation 1", out)

@@ -84,7 +84,7 @@ spec:
 	}
 
 	kubectl(manifest(image1, "", ""), "apply", "-n", ns, "-f", "-")
-	kubectl("", "wait", "fdeploy/pe", "-n", ns, "--for=condition=Ready", "--timeout=90s")
+	waitObject(t, ctx, srv, ns, "fdeploy/pe", "become Ready", conditionIs("Ready", "True"))
 	for _, dev := range devices {
 		if g := generation(dev); g != "1" {
 			t.Fatalf("%s runs generation %q after generation 1 succeeded", dev, g)
@@ -97,7 +97,7 @@ spec:
     onFailure: Rollback
 `, `          healthcheck: {command: ["false"], interval: 1s, retries: 1}
 `), "apply", "-n", ns, "-f", "-")
-	kubectl("", "wait", "fdeploy/pe", "-n", ns, "--for=jsonpath={.status.plan.awaitingApproval}=1", "--timeout=60s")
+	waitObject(t, ctx, srv, ns, "fdeploy/pe", "await the approval of batch 1", fieldIs("1", "status", "plan", "awaitingApproval"))
 	for _, dev := range devices {
 		if g := generation(dev); g != "1" {
 			t.Fatalf("%s runs generation %q before the first batch was approved", dev, g)
@@ -105,7 +105,7 @@ spec:
 	}
 	kubectl("", "annotate", "fdeploy/pe", "-n", ns, "--overwrite",
 		`fleet.nationtech.io/rollout-action={"action":"approve","generation":2,"batch":1,"by":"e2e","request":"e2e-approve-1"}`)
-	kubectl("", "wait", "fdeploy/pe", "-n", ns, "--for=jsonpath={.status.plan.rolledBackTo}=1", "--timeout=90s")
+	waitObject(t, ctx, srv, ns, "fdeploy/pe", "roll back to generation 1", fieldIs("1", "status", "plan", "rolledBackTo"))
 	out := kubectl("", "get", "fdeploy/pe", "-n", ns, "-o", `jsonpath={.status.phase} {.status.conditions[?(@.type=="Ready")].reason} {.status.latestFailure.device}`)
 	if want := "Failed RolledBack " + devices[0]; strings.TrimSpace(out) != want {
 		t.Errorf("status %q, want %q", out, want)

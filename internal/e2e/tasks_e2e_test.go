@@ -184,8 +184,8 @@ spec: {identitySubject: %q}
 	// The agent's self-reported label reaches the Device through the
 	// operator; the TaskRuns select on it, and freeze their targets when
 	// created.
-	kubectl("", "wait", "fdev/"+device, "-n", tasksNamespace, "--for=jsonpath={.metadata.labels.role}="+device, "--timeout=90s")
-	kubectl("", "wait", "fdev/"+device, "-n", tasksNamespace, "--for=jsonpath={.status.inventory.agentVersion}="+tasksAgentV1, "--timeout=60s")
+	waitObject(t, ctx, srv, tasksNamespace, "fdev/"+device, "get its self-reported role label", fieldIs(device, "metadata", "labels", "role"))
+	waitObject(t, ctx, srv, tasksNamespace, "fdev/"+device, "report agent "+tasksAgentV1, fieldIs(tasksAgentV1, "status", "inventory", "agentVersion"))
 
 	apply := func(name, task, agent string) {
 		t.Helper()
@@ -284,7 +284,7 @@ spec:
 			hb, err := events.Decode[events.DeviceHeartbeat](rec.Event)
 			return err == nil && hb.AgentVersion == tasksAgentV1
 		})
-		kubectl("", "wait", "fdev/"+device, "-n", tasksNamespace, "--for=jsonpath={.status.inventory.agentVersion}="+tasksAgentV1, "--timeout=10s")
+		waitObject(t, ctx, srv, tasksNamespace, "fdev/"+device, "report agent "+tasksAgentV1, fieldIs(tasksAgentV1, "status", "inventory", "agentVersion"))
 	})
 	t.Run("an agent-upgrade TaskRun to a good build installs it beside the previous one and the new agent reports its version", func(t *testing.T) {
 		d := d.For(t)
@@ -302,7 +302,7 @@ spec:
 			t.Errorf("the agent link points to %s", link)
 		}
 		d.Must("test", "-x", tasksAgentLib+"/fleet-agent-"+tasksAgentV1)
-		kubectl("", "wait", "fdev/"+device, "-n", tasksNamespace, "--for=jsonpath={.status.inventory.agentVersion}="+tasksAgentV2, "--timeout=60s")
+		waitObject(t, ctx, srv, tasksNamespace, "fdev/"+device, "report agent "+tasksAgentV2, fieldIs(tasksAgentV2, "status", "inventory", "agentVersion"))
 	})
 	t.Logf("the TaskRun end-to-end test took %s", time.Since(start).Round(time.Second))
 }

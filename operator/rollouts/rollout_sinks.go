@@ -380,8 +380,9 @@ func (w *intentWriter) write(ctx context.Context, intent intentValues, round, di
 		case <-time.After(kvAckTimeout):
 			stalled = true
 			unanswered(p)
-		case <-ctx.Done():
 		}
+		// Not on ctx either: a write sent is answered before the runner
+		// returns.
 	}
 	async := func(op, dev, val string, m *nats.Msg, rev uint64) {
 		fut, err := w.js.PublishMsgAsync(m, jetstream.WithExpectLastSequencePerSubject(rev))
@@ -430,6 +431,9 @@ func (w *intentWriter) write(ctx context.Context, intent intentValues, round, di
 		unanswered(pending{op: q.op, dev: q.dev})
 	})
 	for _, q := range single {
+		if ctx.Err() != nil {
+			break // stopping: nothing new is sent
+		}
 		async(q.op, q.dev, string(q.val), q.msg(w.kv.Bucket()), q.rev)
 	}
 	for _, p := range inflight {
@@ -514,6 +518,9 @@ func (w *intentWriter) batches(ctx context.Context, queued []kvWrite, done func(
 			defer t.Stop()
 			timeout = t.C
 		}
+		// Not on ctx: a batch sent is answered (or given up after
+		// kvAckTimeout) even when the runner stops, so that it returns
+		// with no batch of its own in flight.
 		for !ok {
 			select {
 			case a := <-answers:
@@ -529,9 +536,8 @@ func (w *intentWriter) batches(ctx context.Context, queued []kvWrite, done func(
 					unanswered(q)
 				}
 				return
-			case <-ctx.Done():
-				return
 			}
+
 		}
 		var ans batchAnswer
 		if st := m.Header.Get("Status"); st != "" {
@@ -578,6 +584,12 @@ func (w *intentWriter) batches(ctx context.Context, queued []kvWrite, done func(
 	}
 	for n, start := 0, 0; start < len(queued); start += kvBatch {
 		writes := queued[start:min(start+kvBatch, len(queued))]
+		if ctx.Err() != nil {
+			// Stopping: no new batch. The writes stay dirty; flush sends
+			// nothing more either.
+			single = append(single, writes...)
+			continue
+		}
 		if w.noBatch || len(writes) < 2 {
 			single = append(single, writes...)
 			continue

@@ -217,6 +217,9 @@ func (r *runner) run(ctx context.Context) error {
 	kvWrites := make(chan kvUpdate, 1024)
 	if r.intent.js != nil {
 		if err := r.intent.watch(ctx, kvWrites); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while starting: a stop, not a failure
+			}
 			return err
 		}
 	}

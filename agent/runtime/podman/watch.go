@@ -53,16 +53,74 @@ func (r *Runtime) Watch(ctx context.Context, labels map[string]string) (<-chan r
 	out := make(chan runtime.ContainerEvent, runtime.WatchBuffer)
 	go func() {
 		defer close(out)
-		for e := range raw { // the bindings close raw when the stream ends
-			if ev, ok := containerEvent(e, want); ok {
-				runtime.Deliver(out, ev)
-			}
-		}
+		forward(raw, want, out) // the bindings close raw when the stream ends
 		if ctx.Err() == nil {
 			runtime.Deliver(out, runtime.ContainerEvent{Kind: runtime.EventLost, Time: time.Now()})
 		}
 	}()
 	return out, nil
+}
+
+// forward delivers the events of raw that Watch delivers (containerEvent)
+// to out until raw is closed, each once: Podman 4.3's file events backend
+// rotates its log (at events_logfile_max_size, 1 MB by default) by
+// writing the newer half to a new file, and a streaming reader reopens it
+// from the start, so every event of that half newer than the watch's
+// start comes again (later Podman marks the copy and skips it). A death
+// delivered twice would count as two.
+func forward(raw <-chan types.Event, want map[string]string, out chan runtime.ContainerEvent) {
+	seen := newSeenEvents(maxSeenEvents)
+	for e := range raw {
+		ev, ok := containerEvent(e, want)
+		if !ok || seen.again(e) {
+			continue
+		}
+		runtime.Deliver(out, ev)
+	}
+}
+
+// maxSeenEvents bounds the events a watch remembers to drop their copies:
+// more than the containers' events of half a rotated log (a few thousand
+// events of every container on the machine).
+const maxSeenEvents = 4096
+
+// seenEvents is the keys of the last events a watch delivered, oldest
+// forgotten first.
+type seenEvents struct {
+	keys  map[eventKey]struct{}
+	order []eventKey
+	max   int
+}
+
+// eventKey identifies one event in Podman's log: its container, status
+// and time to the nanosecond.
+type eventKey struct {
+	id, action string
+	nano       int64
+}
+
+func newSeenEvents(limit int) *seenEvents {
+	return &seenEvents{keys: make(map[eventKey]struct{}, limit), max: limit}
+}
+
+// again reports whether e was seen before, and remembers it. An event
+// without a nanosecond time is never taken for a copy: two events of one
+// second would be told apart by nothing.
+func (s *seenEvents) again(e types.Event) bool {
+	if e.TimeNano == 0 {
+		return false
+	}
+	k := eventKey{id: e.Actor.ID, action: string(e.Action), nano: e.TimeNano}
+	if _, ok := s.keys[k]; ok {
+		return true
+	}
+	if len(s.order) == s.max {
+		delete(s.keys, s.order[0])
+		s.order = s.order[1:]
+	}
+	s.keys[k] = struct{}{}
+	s.order = append(s.order, k)
+	return false
 }
 
 // containerEvent maps one Podman event; false for an event Watch does not

@@ -19,6 +19,13 @@ import (
 // 40 devices, mock sign-in) on a free loopback port until the test ends.
 func serveMock(t *testing.T) string {
 	t.Helper()
+	return serveView(t, fleetview.Mock(1, 40))
+}
+
+// serveView serves the dashboard of `serve-web --mock` (mock sign-in and
+// actions) on view, on a free loopback port until the test ends.
+func serveView(t *testing.T, view fleetview.Source) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +37,7 @@ func serveMock(t *testing.T) string {
 	}
 	srv, err := dashboard.New(dashboard.Options{
 		PublicURL: url, SessionKey: key, Mock: true, MockSignIn: true,
-		View: fleetview.Mock(1, 40), Actions: dashboard.NewMockActions(), Acks: dashboard.NewMemoryAcks(),
+		View: view, Actions: dashboard.NewMockActions(), Acks: dashboard.NewMemoryAcks(),
 	})
 	if err != nil {
 		ln.Close()
