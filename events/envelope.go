@@ -207,8 +207,14 @@ func (d *RolloutTransition) acceptType(t Type) bool {
 // Decode returns the event's data as T. It fails with ErrUnknownType when the
 // event is not of T's type and with ErrUnsupportedVersion when the event's
 // schema version is newer than this build knows. Unknown fields are ignored,
-// so data structs may grow.
-func Decode[T Data](e Event) (T, error) {
+// so data structs may grow. Workload reports and rollout transitions in the
+// form encoding/json writes them are read by the strict reader
+// (fastdata.go), to the same value.
+func Decode[T Data](e Event) (T, error) { return decode[T](e, true) }
+
+// decode is Decode; strict false decodes with encoding/json alone (the
+// tests compare the two).
+func decode[T Data](e Event, strict bool) (T, error) {
 	var v T
 	if a, ok := any(&v).(typeAcceptor); ok {
 		if !a.acceptType(e.Type) {
@@ -221,6 +227,9 @@ func Decode[T Data](e Event) (T, error) {
 	if e.Version > info.Version {
 		return v, fmt.Errorf("%w: event %s is %s version %d; this build knows up to %d",
 			ErrUnsupportedVersion, e.ID, e.Type, e.Version, info.Version)
+	}
+	if r, ok := any(&v).(strictData); ok && strict && r.readStrict(e.Data) {
+		return v, nil
 	}
 	if err := json.Unmarshal(e.Data, &v); err != nil {
 		return v, fmt.Errorf("decode %s data of event %s: %w", e.Type, e.ID, err)
