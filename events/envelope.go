@@ -210,11 +210,16 @@ func (d *RolloutTransition) acceptType(t Type) bool {
 // so data structs may grow. Workload reports and rollout transitions in the
 // form encoding/json writes them are read by the strict reader
 // (fastdata.go), to the same value.
-func Decode[T Data](e Event) (T, error) { return decode[T](e, true) }
+func Decode[T Data](e Event) (T, error) {
+	if v, ok := decodeStrict[T](e); ok {
+		return v, nil
+	}
+	return decodeJSON[T](e)
+}
 
-// decode is Decode; strict false decodes with encoding/json alone (the
-// tests compare the two).
-func decode[T Data](e Event, strict bool) (T, error) {
+// decodeJSON is Decode with encoding/json alone (the tests compare the
+// two).
+func decodeJSON[T Data](e Event) (T, error) {
 	var v T
 	if a, ok := any(&v).(typeAcceptor); ok {
 		if !a.acceptType(e.Type) {
@@ -227,9 +232,6 @@ func decode[T Data](e Event, strict bool) (T, error) {
 	if e.Version > info.Version {
 		return v, fmt.Errorf("%w: event %s is %s version %d; this build knows up to %d",
 			ErrUnsupportedVersion, e.ID, e.Type, e.Version, info.Version)
-	}
-	if r, ok := any(&v).(strictData); ok && strict && r.readStrict(e.Data) {
-		return v, nil
 	}
 	if err := json.Unmarshal(e.Data, &v); err != nil {
 		return v, fmt.Errorf("decode %s data of event %s: %w", e.Type, e.ID, err)

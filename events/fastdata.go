@@ -12,29 +12,32 @@ package events
 // (TestTheDataReaderReadsAsEncodingJSON and FuzzDataReader compare the
 // two).
 
-// strictData is implemented (on the pointer) by the data structs the
-// strict reader reads: readStrict fills the struct from data in canonical
-// form and reports whether it did; when it did not, the struct is left as
-// it was and Decode decodes with encoding/json.
-type strictData interface {
-	readStrict(data []byte) bool
-}
-
-func (d *WorkloadStatus) readStrict(b []byte) bool {
-	v, ok := readWorkloadStatus(b)
-	if ok {
-		*d = v
+// decodeStrict is Decode by the strict reader: ok is false when T is not
+// one of the types it reads, e is not of T's type or of a version this
+// build knows, or its data is not in the canonical form; Decode then
+// decodes with encoding/json (and gives the errors). It never takes the
+// address of a T, so a caller's value stays on its stack.
+func decodeStrict[T Data](e Event) (v T, ok bool) {
+	info, known := e.Type.Info()
+	if !known || e.Version > info.Version {
+		return v, false
 	}
-	return ok
-}
-
-func (d *RolloutTransition) readStrict(b []byte) bool {
-	v, ok := readRolloutTransition(b)
-	if ok {
-		v.typ = d.typ
-		*d = v
+	switch any(v).(type) {
+	case WorkloadStatus:
+		if e.Type != TypeWorkloadStatus {
+			return v, false
+		}
+		d, ok := readWorkloadStatus(e.Data)
+		return any(d).(T), ok
+	case RolloutTransition:
+		if info.Family != FamilyDeploymentRollout {
+			return v, false
+		}
+		d, ok := readRolloutTransition(e.Data)
+		d.typ = e.Type
+		return any(d).(T), ok
 	}
-	return ok
+	return v, false
 }
 
 // readWorkloadStatus reads a WorkloadStatus as json.Unmarshal would; ok is

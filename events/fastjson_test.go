@@ -186,16 +186,16 @@ func sameDataAsEncodingJSON(t *testing.T, typ Type, version int, data []byte) (f
 	ev := Event{Type: typ, Version: version, Data: data}
 	if info, _ := typ.Info(); info.Family != FamilyDeploymentRollout {
 		_, fast = readWorkloadStatus(data)
-		got, gerr := decode[WorkloadStatus](ev, true)
-		want, werr := decode[WorkloadStatus](ev, false)
+		got, gerr := Decode[WorkloadStatus](ev)
+		want, werr := decodeJSON[WorkloadStatus](ev)
 		if (gerr == nil) != (werr == nil) || !cmp.Equal(got, want) {
 			t.Fatalf("Decode(%q) = %+v, %v; encoding/json: %+v, %v", data, got, gerr, want, werr)
 		}
 		return fast && werr == nil
 	}
 	_, fast = readRolloutTransition(data)
-	got, gerr := decode[RolloutTransition](ev, true)
-	want, werr := decode[RolloutTransition](ev, false)
+	got, gerr := Decode[RolloutTransition](ev)
+	want, werr := decodeJSON[RolloutTransition](ev)
 	if (gerr == nil) != (werr == nil) || !cmp.Equal(got, want, cmp.AllowUnexported(RolloutTransition{})) || (got.Released == nil) != (want.Released == nil) {
 		t.Fatalf("Decode(%q) = %+v, %v; encoding/json: %+v, %v", data, got, gerr, want, werr)
 	}
