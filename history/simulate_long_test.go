@@ -9,7 +9,6 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/history"
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
 
 // TestTheSimulatorAgreesWithTheRunnerOverALongHistory records 36
@@ -31,7 +30,6 @@ func TestTheSimulatorAgreesWithTheRunnerOverALongHistory(t *testing.T) {
 	for i := 1; i <= 24; i++ {
 		all = append(all, fmt.Sprintf("d%02d", i))
 	}
-	canaries := all[:2]
 	// Each revision runs one of three images; a device's failures follow
 	// the image (what the model learns a device's behaviour by).
 	image := func(gen int64) string { return fmt.Sprintf("registry.example.com/api:v%d", 1+gen%3) }
@@ -39,22 +37,8 @@ func TestTheSimulatorAgreesWithTheRunnerOverALongHistory(t *testing.T) {
 		img := image(gen)
 		return d == "d24" || (d == "d23" && strings.HasSuffix(img, ":v2")) || (d == "d22" && strings.HasSuffix(img, ":v1"))
 	}
-	answer := func(rev events.DeploymentRevisionCreated, devices []string) {
-		for _, d := range devices {
-			f.watchIntent(d, "api", rev.Generation)
-			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadApplying, "")
-			if fails(d, rev.Generation) {
-				f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadFailed, "api exited with 1")
-				continue
-			}
-			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadConverged, "")
-		}
-	}
-	// Batches of the 22 non-canary targets, in device-id order.
-	plans := []struct {
-		plan  *events.RolloutPlan
-		sizes []int
-	}{
+	// Batches of the 22 non-canary targets.
+	plans := []simPlan{
 		{nil, nil},
 		{&events.RolloutPlan{Batches: []events.PlanBatch{{Size: 4, SuccessPercent: 100, SoakSeconds: 1}, {Size: 18, SuccessPercent: 80}}}, []int{4, 18}},
 		{&events.RolloutPlan{Approval: events.ApprovalManual, Batches: []events.PlanBatch{{Size: 11, SuccessPercent: 100}, {Size: 11, SuccessPercent: 75}}}, []int{11, 11}},
@@ -62,37 +46,7 @@ func TestTheSimulatorAgreesWithTheRunnerOverALongHistory(t *testing.T) {
 		{&events.RolloutPlan{OnFailure: events.OnFailurePause, Batches: []events.PlanBatch{{Size: 22, SuccessPercent: 100}}}, []int{22}},
 	}
 	const revisions = 36
-	for gen := int64(1); gen <= revisions; gen++ {
-		p := plans[(gen-1)%int64(len(plans))]
-		var batches []int
-		if p.plan != nil {
-			batches = append(batches, 0, 0)
-			for b, n := range p.sizes {
-				for range n {
-					batches = append(batches, b+1)
-				}
-			}
-		}
-		rev := f.scoredRevision("api", "a1b2c3", gen, image(gen), all, canaries, p.plan, batches)
-		answer(rev, canaries)
-		if p.plan == nil {
-			answer(rev, all[2:])
-		} else {
-			next := 2
-			for b, n := range p.sizes {
-				if p.plan.Approval == events.ApprovalManual {
-					f.approve(rev, b+1)
-				}
-				answer(rev, all[next:next+n])
-				next += n
-			}
-		}
-		f.waitFor(fmt.Sprintf("generation %d to end", gen), func() bool {
-			st, ok := f.statuses.get("lab", "api")
-			return ok && st.Revision != nil && st.Revision.Generation == gen &&
-				(st.Phase == fleetv1.PhaseSucceeded || st.Phase == fleetv1.PhaseFailed || (st.Plan != nil && st.Plan.Paused))
-		})
-	}
+	f.recordRollouts(all, plans, revisions, image, fails)
 	h, err := history.New(history.Options{Reader: f.store})
 	if err != nil {
 		t.Fatal(err)
