@@ -207,8 +207,19 @@ func (d *RolloutTransition) acceptType(t Type) bool {
 // Decode returns the event's data as T. It fails with ErrUnknownType when the
 // event is not of T's type and with ErrUnsupportedVersion when the event's
 // schema version is newer than this build knows. Unknown fields are ignored,
-// so data structs may grow.
+// so data structs may grow. Workload reports and rollout transitions in the
+// form encoding/json writes them are read by the strict reader
+// (fastdata.go), to the same value.
 func Decode[T Data](e Event) (T, error) {
+	if v, ok := decodeStrict[T](e); ok {
+		return v, nil
+	}
+	return decodeJSON[T](e)
+}
+
+// decodeJSON is Decode with encoding/json alone (the tests compare the
+// two).
+func decodeJSON[T Data](e Event) (T, error) {
 	var v T
 	if a, ok := any(&v).(typeAcceptor); ok {
 		if !a.acceptType(e.Type) {

@@ -3,8 +3,10 @@ package history
 import (
 	"context"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/metrics"
+	"runtime/pprof"
 	"sync"
 	"syscall"
 	"testing"
@@ -73,16 +75,20 @@ func liveHeap() uint64 {
 // freezing every device, and every device reporting every revision
 // Applying then Converged: 1,000,000 reports. The image of revision 1 is
 // the worst case (every report is read, 10,000 intervals in the answer);
-// the image of revision 50 reads only the reports stored since it.
+// the image of revision 50 reads only the reports stored since it. It
+// prints a goal line per question against issue #40's few seconds.
+// FLEET_BENCH_EXPOSURE=devices,revisions changes the size;
+// FLEET_BENCH_CPUPROFILE=path writes a CPU profile of each question alone
+// (path.1, path.50), without the history's writing.
 func BenchmarkExposure(b *testing.B) {
-	const n, revs = 10000, 50
+	n, revs := benchSize(10000, 50)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
 	b.Cleanup(cancel)
 	_, st := natstest.Provisioned(b)
 	w := streamWriter{tb: b, ctx: ctx, st: st}
 	targets := devices("edge", 0, n)
 	start := time.Now()
-	for g := int64(1); g <= revs; g++ {
+	for g := int64(1); g <= int64(revs); g++ {
 		rev := benchRevision("web", g, targets, targets[:10])
 		w.revision("bench", "web", rev, events.ChunkBytes)
 		w.transition("bench", "web", events.TypeRolloutStarted, rev, nil, "", "")
@@ -99,15 +105,24 @@ func BenchmarkExposure(b *testing.B) {
 		b.Run(fmt.Sprintf("image-of-revision=%d", g), func(b *testing.B) {
 			q := ExposureQuery{Image: fmt.Sprintf("registry.example.com/web:v%d", g)}
 			b.ReportAllocs()
+			if path := os.Getenv("FLEET_BENCH_CPUPROFILE"); path != "" {
+				f, err := os.Create(fmt.Sprintf("%s.%d", path, g))
+				if err != nil {
+					b.Fatal(err)
+				}
+				pprof.StartCPUProfile(f)
+				defer pprof.StopCPUProfile()
+			}
 			var peak, retained uint64
-			var cpu time.Duration
+			var cpu, wall time.Duration
 			for b.Loop() {
 				var e *Exposure
 				before := liveHeap()
 				peak = max(peak, peakHeap(func() {
-					start := processCPU()
+					start, t0 := processCPU(), time.Now()
 					e, err = h.Exposure(ctx, q)
 					cpu += processCPU() - start
+					wall += time.Since(t0)
 				}))
 				if err != nil {
 					b.Fatal(err)
@@ -128,6 +143,22 @@ func BenchmarkExposure(b *testing.B) {
 			// serving the read included) spent on a question: on a
 			// loaded machine the wall time is mostly the wait for a core.
 			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+			perOp := wall / time.Duration(b.N)
+			fmt.Printf("goal        exposure of the image of revision %d of %d (%d devices): a few seconds (≤ %s): %s wall, %.2f s CPU: %s\n",
+				g, revs, n, exposureGoal, perOp.Round(10*time.Millisecond), cpu.Seconds()/float64(b.N),
+				map[bool]string{true: "met", false: "NOT met"}[perOp <= exposureGoal])
 		})
 	}
+}
+
+// exposureGoal is issue #40's "a few seconds" for an exposure question.
+const exposureGoal = 5 * time.Second
+
+// benchSize is the benchmark's devices and revisions, FLEET_BENCH_EXPOSURE
+// ("devices,revisions") overriding the defaults for a quicker profile.
+func benchSize(n, revs int) (int, int) {
+	if v := os.Getenv("FLEET_BENCH_EXPOSURE"); v != "" {
+		fmt.Sscanf(v, "%d,%d", &n, &revs)
+	}
+	return n, revs
 }

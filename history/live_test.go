@@ -77,7 +77,13 @@ type fleetRun struct {
 
 func startFleet(t *testing.T) *fleetRun {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	return startFleetWithin(t, 3*time.Minute)
+}
+
+// startFleetWithin is startFleet for a test that runs up to d.
+func startFleetWithin(t *testing.T, d time.Duration) *fleetRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	_, st := natstest.Provisioned(t)
 	kv, err := st.JetStream().KeyValue(ctx, events.BucketIntent)
 	if err != nil {

@@ -460,9 +460,10 @@ func (s *simulation) schedule(device string, now time.Time) {
 	}
 }
 
-// draw picks one recorded sample for device: of its own with one of the
-// revision's images, else any of its own, else its budget group's, else
-// the fleet's; the seed and the device id decide which.
+// draw picks one recorded sample for device: of its own with the most of
+// the revision's images (a sidecar every revision runs does not make
+// every revision the same), else any of its own, else its budget group's,
+// else the fleet's; the seed and the device id decide which.
 func (s *simulation) draw(device string) (simSample, bool) {
 	h := fnv.New64a()
 	h.Write([]byte(device))
@@ -470,8 +471,12 @@ func (s *simulation) draw(device string) (simSample, bool) {
 	pick := func(pool []simSample) simSample { return pool[rng.IntN(len(pool))] }
 	own := s.m.byDevice[device]
 	var same []simSample
+	most := 1
 	for _, x := range own {
-		if overlaps(x.images, s.images) {
+		switch n := shared(x.images, s.images); {
+		case n > most:
+			most, same = n, append(same[:0], x)
+		case n == most:
 			same = append(same, x)
 		}
 	}
@@ -491,7 +496,10 @@ func (s *simulation) draw(device string) (simSample, bool) {
 			}
 		}
 		if len(pool) > 0 {
-			slices.SortFunc(pool, func(a, b simSample) int { return cmp.Compare(a.dur, b.dur) })
+			// A total order: the pool was gathered in map order.
+			slices.SortFunc(pool, func(a, b simSample) int {
+				return cmp.Or(cmp.Compare(a.dur, b.dur), cmp.Compare(a.outcome, b.outcome), a.handed.Compare(b.handed))
+			})
 			s.pred.Model.Group++
 			return pick(pool), true
 		}
@@ -504,13 +512,15 @@ func (s *simulation) draw(device string) (simSample, bool) {
 	return simSample{}, false
 }
 
-func overlaps(a, b []string) bool {
+// shared counts the images of a (sorted) that b (sorted) has too.
+func shared(a, b []string) int {
+	n := 0
 	for _, x := range a {
 		if _, ok := slices.BinarySearch(b, x); ok {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
 
 // stage notes a step's stage start or end.

@@ -132,10 +132,15 @@ func (h *History) SimulateRecorded(ctx context.Context, namespace, name string, 
 		return nil, err
 	}
 	out := &SimValidation{Deployment: namespace + "/" + name, Seed: o.Seed}
-	var transitions []events.Record // the Deployment's rollout transitions
+	// The Deployment's rollout transitions, by revision: each revision's
+	// are read once, not once per revision (a long history has thousands).
+	transitions := map[revKey][]events.Record{}
 	for _, rec := range recs {
 		if rec.Stream == events.StreamRollout && rec.Event.Keys.Namespace == namespace && rec.Event.Keys.Name == name {
-			transitions = append(transitions, rec)
+			if d, err := events.Decode[events.RolloutTransition](rec.Event); err == nil {
+				k := revKeyOf(d.UID, d.Generation)
+				transitions[k] = append(transitions[k], rec)
+			}
 		}
 	}
 	// One pass: each revision of the Deployment is simulated with what the
@@ -159,7 +164,7 @@ func (h *History) SimulateRecorded(ctx context.Context, namespace, name string, 
 			l.add(rec)
 			continue
 		}
-		recorded, delays := recordedStages(ev.Time, transitions, rev)
+		recorded, delays := recordedStages(ev.Time, transitions[revKeyOf(rev.UID, rev.Generation)], rev)
 		so := o
 		so.Start, so.ApprovalDelays = ev.Time, delays
 		p, err := simulateRevision(namespace, name, rev, l.m, so)

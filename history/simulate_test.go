@@ -196,58 +196,16 @@ func TestTheSimulatorsErrorOverALongerRecordedHistory(t *testing.T) {
 	for i := 1; i <= 20; i++ {
 		all = append(all, fmt.Sprintf("d%02d", i))
 	}
-	canaries := all[:2]
-	answer := func(rev events.DeploymentRevisionCreated, devices []string) {
-		for _, d := range devices {
-			f.watchIntent(d, "api", rev.Generation)
-			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadApplying, "")
-			if d == "d20" || (d == "d19" && rev.Generation%2 == 1) {
-				f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadFailed, "api exited with 1")
-				continue
-			}
-			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadConverged, "")
-		}
-	}
-	// batches of 18 non-canary targets, in device-id order.
-	plans := []struct {
-		plan  *events.RolloutPlan
-		sizes []int
-	}{
+	// Batches of the 18 non-canary targets.
+	plans := []simPlan{
 		{nil, nil},
 		{&events.RolloutPlan{Batches: []events.PlanBatch{{Size: 4, SuccessPercent: 100, SoakSeconds: 1}, {Size: 14, SuccessPercent: 80}}}, []int{4, 14}},
 		{&events.RolloutPlan{Approval: events.ApprovalManual, Batches: []events.PlanBatch{{Size: 9, SuccessPercent: 100}, {Size: 9, SuccessPercent: 75}}}, []int{9, 9}},
 		{&events.RolloutPlan{Batches: []events.PlanBatch{{Size: 2, SuccessPercent: 100}, {Size: 6, SuccessPercent: 100, SoakSeconds: 1}, {Size: 10, SuccessPercent: 80}}}, []int{2, 6, 10}},
 	}
-	for gen := int64(1); gen <= 8; gen++ {
-		p := plans[(gen-1)%int64(len(plans))]
-		var batches []int
-		if p.plan != nil {
-			batches = append(batches, 0, 0)
-			for b, n := range p.sizes {
-				for range n {
-					batches = append(batches, b+1)
-				}
-			}
-		}
-		rev := f.scoredRevision("api", "a1b2c3", gen, "registry.example.com/api:v1", all, canaries, p.plan, batches)
-		answer(rev, canaries)
-		if p.plan == nil {
-			answer(rev, all[2:])
-		} else {
-			next := 2
-			for b, n := range p.sizes {
-				if p.plan.Approval == events.ApprovalManual {
-					f.approve(rev, b+1)
-				}
-				answer(rev, all[next:next+n])
-				next += n
-			}
-		}
-		f.waitFor(fmt.Sprintf("generation %d to end", gen), func() bool {
-			st, ok := f.statuses.get("lab", "api")
-			return ok && st.Revision != nil && st.Revision.Generation == gen && (st.Phase == fleetv1.PhaseSucceeded || st.Phase == fleetv1.PhaseFailed)
-		})
-	}
+	f.recordRollouts(all, plans, 8, func(int64) string { return "registry.example.com/api:v1" }, func(d string, gen int64) bool {
+		return d == "d20" || (d == "d19" && gen%2 == 1)
+	})
 	h, err := history.New(history.Options{Reader: f.store})
 	if err != nil {
 		t.Fatal(err)
@@ -266,5 +224,65 @@ func TestTheSimulatorsErrorOverALongerRecordedHistory(t *testing.T) {
 	}
 	if v.MeanAbsError > simTolerance {
 		t.Errorf("mean absolute error %s beyond %s", v.MeanAbsError, simTolerance)
+	}
+}
+
+// simPlan is a rollout plan and the sizes of its batches of the
+// non-canary targets, in device-id order (nil: no plan).
+type simPlan struct {
+	plan  *events.RolloutPlan
+	sizes []int
+}
+
+// recordRollouts runs the operator's rollout runner through generations
+// 1 to n of lab/api over devices (the first two the canaries), each with
+// the next of plans in turn and the image image(gen), while the test plays
+// the agents (in device order; fails says which device fails which
+// generation) and approves each batch of a manual plan; each rollout is
+// waited for until it succeeded, failed or paused.
+func (f *fleetRun) recordRollouts(devices []string, plans []simPlan, n int64, image func(int64) string, fails func(string, int64) bool) {
+	f.t.Helper()
+	answer := func(rev events.DeploymentRevisionCreated, devices []string) {
+		for _, d := range devices {
+			f.watchIntent(d, "api", rev.Generation)
+			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadApplying, "")
+			if fails(d, rev.Generation) {
+				f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadFailed, "api exited with 1")
+				continue
+			}
+			f.agentReport(d, "api", rev.UID, rev.Generation, rev.RevisionID, events.WorkloadConverged, "")
+		}
+	}
+	canaries := devices[:2]
+	for gen := int64(1); gen <= n; gen++ {
+		p := plans[(gen-1)%int64(len(plans))]
+		var batches []int
+		if p.plan != nil {
+			batches = append(batches, 0, 0)
+			for b, n := range p.sizes {
+				for range n {
+					batches = append(batches, b+1)
+				}
+			}
+		}
+		rev := f.scoredRevision("api", "a1b2c3", gen, image(gen), devices, canaries, p.plan, batches)
+		answer(rev, canaries)
+		if p.plan == nil {
+			answer(rev, devices[2:])
+		} else {
+			next := 2
+			for b, n := range p.sizes {
+				if p.plan.Approval == events.ApprovalManual {
+					f.approve(rev, b+1)
+				}
+				answer(rev, devices[next:next+n])
+				next += n
+			}
+		}
+		f.waitFor(fmt.Sprintf("generation %d to end", gen), func() bool {
+			st, ok := f.statuses.get("lab", "api")
+			return ok && st.Revision != nil && st.Revision.Generation == gen &&
+				(st.Phase == fleetv1.PhaseSucceeded || st.Phase == fleetv1.PhaseFailed || (st.Plan != nil && st.Plan.Paused))
+		})
 	}
 }

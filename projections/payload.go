@@ -59,13 +59,12 @@ func NewStoredPayload(rec events.Record) Payload {
 	return Payload{Event: rec.Event, Stored: rec.Stored}
 }
 
-// once decodes p's data as T (with decode, events.Decode[T] when nil) the
-// first time and returns the memo after.
+// once decodes p's data as T with decode (events.Decode[T], instantiated
+// by the caller: called through the generic once, the compiler would not
+// know the Payload does not escape, and every Payload would move to the
+// heap) the first time and returns the memo after.
 func once[T events.Data](p *Payload, slot uint8, d *decoded[T], decode func(events.Event) (T, error)) (T, error) {
 	if p.done&slot == 0 {
-		if decode == nil {
-			decode = events.Decode[T]
-		}
 		d.v, d.err = decode(p.Event)
 		p.done |= slot
 	}
@@ -75,42 +74,42 @@ func once[T events.Data](p *Payload, slot uint8, d *decoded[T], decode func(even
 // WorkloadStatus is events.Decode[events.WorkloadStatus] of the event,
 // decoded once.
 func (p *Payload) WorkloadStatus() (events.WorkloadStatus, error) {
-	return once(p, slotReport, &p.report, decodeReport)
+	return once(p, slotReport, &p.report, events.Decode[events.WorkloadStatus])
 }
 
 // RevisionCreated is events.Decode[events.DeploymentRevisionCreated] of
 // the event, decoded once.
 func (p *Payload) RevisionCreated() (events.DeploymentRevisionCreated, error) {
-	return once(p, slotRevision, &p.revision, nil)
+	return once(p, slotRevision, &p.revision, events.Decode[events.DeploymentRevisionCreated])
 }
 
 // DeploymentDeleted is events.Decode[events.DeploymentDeleted] of the
 // event, decoded once.
 func (p *Payload) DeploymentDeleted() (events.DeploymentDeleted, error) {
-	return once(p, slotDeleted, &p.deleted, nil)
+	return once(p, slotDeleted, &p.deleted, events.Decode[events.DeploymentDeleted])
 }
 
 // RolloutTransition is events.Decode[events.RolloutTransition] of the
 // event, decoded once.
 func (p *Payload) RolloutTransition() (events.RolloutTransition, error) {
-	return once(p, slotTransition, &p.transition, decodeTransition)
+	return once(p, slotTransition, &p.transition, events.Decode[events.RolloutTransition])
 }
 
 // TaskRunCreated is events.Decode[events.TaskRunCreated] of the event,
 // decoded once.
 func (p *Payload) TaskRunCreated() (events.TaskRunCreated, error) {
-	return once(p, slotTaskRun, &p.taskRun, nil)
+	return once(p, slotTaskRun, &p.taskRun, events.Decode[events.TaskRunCreated])
 }
 
 // TaskRunDeleted is events.Decode[events.TaskRunDeleted] of the event,
 // decoded once.
 func (p *Payload) TaskRunDeleted() (events.TaskRunDeleted, error) {
-	return once(p, slotTaskDelete, &p.taskDelete, nil)
+	return once(p, slotTaskDelete, &p.taskDelete, events.Decode[events.TaskRunDeleted])
 }
 
 // WorkloadHealth is events.Decode[events.WorkloadHealth] of the event (a
 // device.workload.degraded or device.workload.recovered report), decoded
 // once.
 func (p *Payload) WorkloadHealth() (events.WorkloadHealth, error) {
-	return once(p, slotHealth, &p.health, nil)
+	return once(p, slotHealth, &p.health, events.Decode[events.WorkloadHealth])
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -172,5 +173,120 @@ func FuzzEnvelopeReader(f *testing.F) {
 	f.Add("fleet.report.x.workload", []byte(`{"id":"01KDYAKBNP0000000000000007","type":"device.workload.status","version":1,"time":"2026-01-02T03:04:13.75Z","keys":{"device":"x"},"data":{"a":[1,{"b":null}]}}`))
 	f.Fuzz(func(t *testing.T, subject string, payload []byte) {
 		sameAsEncodingJSON(t, subject, payload)
+	})
+}
+
+// sameDataAsEncodingJSON checks Decode against encoding/json alone on one
+// event's data, decoded as a RolloutTransition for a rollout type and as a
+// WorkloadStatus for any other: the same value (Released's nil-ness included), and an
+// error exactly when encoding/json errs; fast says whether the strict
+// reader took it.
+func sameDataAsEncodingJSON(t *testing.T, typ Type, version int, data []byte) (fast bool) {
+	t.Helper()
+	ev := Event{Type: typ, Version: version, Data: data}
+	if info, _ := typ.Info(); info.Family != FamilyDeploymentRollout {
+		_, fast = readWorkloadStatus(data)
+		got, gerr := Decode[WorkloadStatus](ev)
+		want, werr := decodeJSON[WorkloadStatus](ev)
+		if (gerr == nil) != (werr == nil) || !cmp.Equal(got, want) {
+			t.Fatalf("Decode(%q) = %+v, %v; encoding/json: %+v, %v", data, got, gerr, want, werr)
+		}
+		return fast && werr == nil
+	}
+	_, fast = readRolloutTransition(data)
+	got, gerr := Decode[RolloutTransition](ev)
+	want, werr := decodeJSON[RolloutTransition](ev)
+	if (gerr == nil) != (werr == nil) || !cmp.Equal(got, want, cmp.AllowUnexported(RolloutTransition{})) || (got.Released == nil) != (want.Released == nil) {
+		t.Fatalf("Decode(%q) = %+v, %v; encoding/json: %+v, %v", data, got, gerr, want, werr)
+	}
+	return fast && werr == nil
+}
+
+func TestTheDataReaderReadsAsEncodingJSON(t *testing.T) {
+	marshal := func(d any) string {
+		b, err := json.Marshal(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	since := time.Date(2026, 3, 4, 5, 6, 7, 890, time.FixedZone("x", 3600))
+	r := marshal(WorkloadStatus{Namespace: "ns", Deployment: "app", UID: "u", Generation: 1, RevisionID: "1", Phase: WorkloadConverged,
+		Since: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
+	tr := marshal(RolloutTransition{UID: "u", Generation: 1, RevisionID: "1", Counts: RolloutCounts{Total: 1, Pending: 1}})
+	open := tr[:len(tr)-1] // the transition without its closing brace
+	tests := []struct {
+		name string
+		typ  Type
+		data string
+		fast bool // the strict reader takes it
+	}{
+		{"a canonical report is read by the strict reader", TypeWorkloadStatus, r, true},
+		{"a report with an error and a time in another zone is read by the strict reader", TypeWorkloadStatus,
+			marshal(WorkloadStatus{Namespace: "ns", Deployment: "app", UID: "u-1", Generation: 3, RevisionID: "r", Phase: WorkloadFailed, Error: "exit 1", Since: since}), true},
+		{"a report with the smallest generation is read by the strict reader", TypeWorkloadStatus,
+			marshal(WorkloadStatus{Generation: -9223372036854775808, Phase: WorkloadFailed, Since: since.UTC()}), true},
+		{"a report of a phase this build does not know is read by the strict reader", TypeWorkloadStatus, strings.Replace(r, `"Converged"`, `"Degraded"`, 1), true},
+		{"an empty report is read by the strict reader, its zero time included", TypeWorkloadStatus, marshal(WorkloadStatus{}), true},
+		{"a canonical transition is read by the strict reader", TypeRolloutReleased,
+			marshal(RolloutTransition{UID: "u", Generation: 1, RevisionID: "1", Counts: RolloutCounts{Total: 3, Succeeded: 1, Pending: 1, Failed: 1, Canaries: 2, CanariesSucceeded: 1, CanariesFailed: 1}}), true},
+		{"a failed canary's transition is read by the strict reader", TypeRolloutCanaryFailed, marshal(RolloutTransition{UID: "u", Generation: 2, Device: "dev-1", Error: "exit 1"}), true},
+		{"a release list is read by the strict reader", TypeRolloutReleased, marshal(RolloutTransition{UID: "u", Generation: 2, Released: []string{"dev-1", "dev-2"}}), true},
+		{"a release list of one device is read by the strict reader", TypeRolloutCanaryStage, marshal(RolloutTransition{UID: "u", Generation: 2, Released: []string{"dev-1"}}), true},
+		{"an empty release list is read by the strict reader as an empty list", TypeRolloutReleased, open + `,"released":[]}`, true},
+		{"a batch, an approval and a rollback are read by the strict reader", TypeRolloutApproved,
+			marshal(RolloutTransition{UID: "u", Generation: 4, Batch: 2, By: "alice@example.com", Request: "r-1", RollbackTo: 3}), true},
+		{"a follow transition is read by the strict reader", TypeRolloutTargetAdded,
+			marshal(RolloutTransition{UID: "u", Generation: 4, Device: "d", Follow: true, Reason: "labels changed", Change: "role=analyzer (was role=other)"}), true},
+
+		{"an escaped string is left to encoding/json, which unescapes it", TypeWorkloadStatus, strings.Replace(r, `"ns"`, `"n\u0073"`, 1), false},
+		{"a key in another case is left to encoding/json, which matches it", TypeWorkloadStatus, strings.Replace(r, `"namespace"`, `"Namespace"`, 1), false},
+		{"a key spelled with a letter that folds to ASCII is left to encoding/json, which matches it", TypeWorkloadStatus,
+			strings.Replace(r, `"namespace"`, `"namespaſe"`, 1), false},
+		{"whitespace is left to encoding/json", TypeWorkloadStatus, "{ " + r[1:], false},
+		{"a trailing field repeating the uid is left to encoding/json, whose last one wins", TypeWorkloadStatus, r[:len(r)-1] + `,"uid":"other"}`, false},
+		{"an unknown field is left to encoding/json, which ignores it", TypeWorkloadStatus, r[:len(r)-1] + `,"admin":true}`, false},
+		{"a leading zero is left to encoding/json, which refuses it", TypeWorkloadStatus, strings.Replace(r, `"generation":1`, `"generation":01`, 1), false},
+		{"a generation out of range is left to encoding/json, which refuses it", TypeWorkloadStatus, strings.Replace(r, `"generation":1`, `"generation":9223372036854775808`, 1), false},
+		{"a fraction is left to encoding/json, which refuses it", TypeWorkloadStatus, strings.Replace(r, `"generation":1`, `"generation":1.5`, 1), false},
+		{"a time that is no time is left to encoding/json, which refuses it", TypeWorkloadStatus, strings.Replace(r, `"2026-01-01T00:00:00Z"`, `"yesterday"`, 1), false},
+		{"a null is left to encoding/json", TypeWorkloadStatus, strings.Replace(r, `"ns"`, `null`, 1), false},
+		{"a non-ASCII string is left to encoding/json", TypeWorkloadStatus, strings.Replace(r, `"ns"`, `"né"`, 1), false},
+		{"invalid UTF-8 is left to encoding/json, which replaces it", TypeWorkloadStatus, strings.Replace(r, `"ns"`, "\"n\xff\"", 1), false},
+		{"a NUL byte in a string is left to encoding/json, which refuses it", TypeWorkloadStatus, strings.Replace(r, `"ns"`, "\"n\x00\"", 1), false},
+		{"a cut report is left to encoding/json, which refuses it", TypeWorkloadStatus, r[:40], false},
+		{"trailing bytes after a report are left to encoding/json, which refuses them", TypeWorkloadStatus, r + `{}`, false},
+		{"a report read as another type is refused", TypeDeviceHeartbeat, r, false},
+		{"a null release list is left to encoding/json", TypeRolloutReleased, open + `,"released":null}`, false},
+		{"a release list with a number is left to encoding/json, which refuses it", TypeRolloutReleased, open + `,"released":["a",1]}`, false},
+		{"a release list with a trailing comma is left to encoding/json, which refuses it", TypeRolloutReleased, open + `,"released":["a",]}`, false},
+		{"a release list without its end is left to encoding/json, which refuses it", TypeRolloutReleased, open + `,"released":["a"`, false},
+		{"fields out of order are left to encoding/json", TypeRolloutFailed, open + `,"error":"e","device":"d"}`, false},
+		{"a follow written false is left to encoding/json", TypeRolloutTargetAdded, open + `,"follow":false}`, false},
+		{"a transition read as a report is left to encoding/json, which reads the fields they share", TypeWorkloadStatus, tr, false},
+		{"counts of another shape are left to encoding/json", TypeRolloutStarted, `{"uid":"u","generation":1,"revisionId":"1","counts":{"total":1}}`, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if fast := sameDataAsEncodingJSON(t, tc.typ, 1, []byte(tc.data)); fast != tc.fast {
+				t.Errorf("the strict reader took it: %t, want %t", fast, tc.fast)
+			}
+			sameDataAsEncodingJSON(t, tc.typ, 99, []byte(tc.data)) // a version this build does not know
+		})
+	}
+}
+
+// FuzzDataReader: for any data, Decode of a workload report or a rollout
+// transition gives what encoding/json alone gives.
+func FuzzDataReader(f *testing.F) {
+	f.Add(true, []byte(`{"namespace":"ns","deployment":"app","uid":"u","generation":1,"revisionId":"1","phase":"Failed","error":"e","since":"2026-01-01T00:00:00.5+01:00"}`))
+	f.Add(false, []byte(`{"uid":"u","generation":1,"revisionId":"1","counts":{"total":1,"succeeded":0,"pending":1,"failed":0,"canaries":0,"canariesSucceeded":0,"canariesFailed":0},"device":"d","error":"e","released":["a","b"]}`))
+	f.Add(false, []byte(`{"uid":"u","generation":4,"revisionId":"","counts":{"total":0,"succeeded":0,"pending":0,"failed":0,"canaries":0,"canariesSucceeded":0,"canariesFailed":0},"batch":2,"by":"a","request":"r","rollbackTo":3,"follow":true,"reason":"x","change":"y"}`))
+	f.Fuzz(func(t *testing.T, report bool, data []byte) {
+		typ := TypeRolloutReleased
+		if report {
+			typ = TypeWorkloadStatus
+		}
+		sameDataAsEncodingJSON(t, typ, 1, data)
 	})
 }
