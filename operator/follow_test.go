@@ -383,3 +383,109 @@ func TestAFollowDeploymentCatchesUpAfterARestart(t *testing.T) {
 	}
 	t.Errorf("follow transitions %q, want the first's join, the second's join, the first's departure, each once", got)
 }
+
+// followTransition returns the last rollout.target-added of device on the
+// Deployment's rollout subject (the zero value: none).
+func (e *env) followTransition(name, device string) events.RolloutTransition {
+	e.t.Helper()
+	subj, _ := events.DeploymentRolloutSubject(e.ns, name)
+	var out events.RolloutTransition
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.Event.Type != events.TypeRolloutTargetAdded {
+			continue
+		}
+		if d, err := events.Decode[events.RolloutTransition](r.Event); err == nil && d.Device == device {
+			out = d
+		}
+	}
+	return out
+}
+
+// TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded: while the
+// current revision of a Follow Deployment has failed, a device that comes
+// to match receives the Deployment's last revision whose rollout
+// succeeded; its rollout.target-added names that revision, the status
+// lists it with the revision it was handed, and it loses it when it stops
+// matching. Without a revision that succeeded, it receives nothing.
+func TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// firstSucceeds: generation 1's rollout succeeds before
+		// generation 2's fails.
+		firstSucceeds bool
+	}{
+		{"a newcomer receives the last revision that succeeded", true},
+		{"with no revision that succeeded a newcomer receives nothing", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.followDebounce = time.Second
+			e.device("rpi-1", map[string]string{"role": "analyzer"})
+			e.device("p-1", map[string]string{"role": "probe"})
+			e.startOperator()
+			e.followDeployment("api", map[string]string{"role": "analyzer"})
+			e.followDeployment("probe", map[string]string{"role": "probe"})
+			rev1 := e.revisionOf("api", 1)
+			e.waitFor("the release of generation 1", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+			if tc.firstSucceeds {
+				e.report("rpi-1", "api", rev1, events.WorkloadConverged, "")
+				e.waitPhase("api", fleetv1.PhaseSucceeded)
+				e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+				rev2 := e.revisionOf("api", 2)
+				e.waitFor("the release of generation 2", func() bool { return e.intentOf("rpi-1", "api") == 2 })
+				e.report("rpi-1", "api", rev2, events.WorkloadFailed, "image pull failed")
+			} else {
+				e.report("rpi-1", "api", rev1, events.WorkloadFailed, "image pull failed")
+			}
+			failed := e.waitPhase("api", fleetv1.PhaseFailed)
+
+			late := "late-" + e.ns
+			e.device(late, map[string]string{"role": "analyzer"})
+			if !tc.firstSucceeds {
+				// The follow watch judges Devices one at a time, in order,
+				// and the runner settles its changes in order: once a
+				// Device created after the newcomer joined another Follow
+				// Deployment, the newcomer was decided.
+				marker := "marker-" + e.ns
+				e.device(marker, map[string]string{"role": "probe"})
+				e.waitFor("the device created after the newcomer joined the probe", func() bool { return e.intentOf(marker, "probe") == 1 })
+				if got := e.followTransitions("api"); len(got) != 0 {
+					t.Errorf("follow transitions %q, want none: no revision succeeded", got)
+				}
+				if e.intentOf(late, "api") != 0 {
+					t.Error("a newcomer received the failed revision")
+				}
+				return
+			}
+			e.waitFor("the last revision that succeeded handed to the newcomer", func() bool { return e.intentOf(late, "api") == 1 })
+			tr := e.followTransition("api", late)
+			want := events.RolloutTransition{UID: string(failed.UID), Generation: 2, RevisionID: failed.Status.Revision.ID, Device: late,
+				Follow: true, Reason: "Device created", Change: "role=analyzer", HandedGeneration: 1, HandedRevisionID: rev1.RevisionID}
+			if diff := cmp.Diff(want, tr, cmpopts.IgnoreFields(events.RolloutTransition{}, "Counts"), cmpopts.IgnoreUnexported(events.RolloutTransition{})); diff != "" {
+				t.Errorf("rollout.target-added (-want +got):\n%s", diff)
+			}
+			var d *fleetv1.Deployment
+			e.waitFor("the follower in the status", func() bool {
+				d = e.get("api")
+				return len(d.Status.Followers) == 1
+			})
+			wantF := []fleetv1.Follower{{Device: late, Reason: "Device created", Change: "role=analyzer",
+				Revision: &fleetv1.RevisionRef{UID: string(failed.UID), Generation: 1, ID: rev1.RevisionID}}}
+			if diff := cmp.Diff(wantF, d.Status.Followers, cmpIgnoreFollowerTime); diff != "" {
+				t.Errorf("status.followers (-want +got):\n%s", diff)
+			}
+			if d.Status.Phase != fleetv1.PhaseFailed || d.Status.Counts.Total != 1 {
+				t.Errorf("phase %s counts %+v, want Failed with its one frozen target: the newcomer runs another revision", d.Status.Phase, d.Status.Counts)
+			}
+
+			e.relabel(late, func(l map[string]string) { l["role"] = "other" })
+			e.waitFor("the revision taken back from the newcomer that left", func() bool { return e.intentOf(late, "api") == 0 })
+			if e.intentOf("rpi-1", "api") != 2 {
+				t.Error("the frozen target lost its revision")
+			}
+		})
+	}
+}

@@ -190,3 +190,109 @@ func sortByTime(evs []events.Event) {
 		}
 	}
 }
+
+// handedStory is a Follow Deployment whose generation 1 succeeded and
+// whose generation 2 failed (ADR 0026): x and y join after the failure
+// and are handed generation 1; y leaves; a is the frozen target of both.
+func handedStory(t *testing.T) (revisions, rollout, reports []events.Event) {
+	t.Helper()
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	n := 0
+	mk := func(keys events.Keys, d events.Data, gen int64) events.Event {
+		t.Helper()
+		n++
+		ev, err := events.New(keys, d, events.WithTime(at.Add(time.Duration(n)*time.Second)), events.WithCorrelation("u1", gen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	revID := map[int64]string{1: "1-aaaaaaaa", 2: "2-bbbbbbbb"}
+	tr := func(gen int64, typ events.Type, d events.RolloutTransition) {
+		d.UID, d.Generation, d.RevisionID = "u1", gen, revID[gen]
+		rollout = append(rollout, mk(dep, events.NewRolloutTransition(typ, d), gen))
+	}
+	report := func(gen int64, dev string, phase events.WorkloadPhase) {
+		reports = append(reports, mk(events.Keys{Device: dev}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: gen,
+			RevisionID: revID[gen], Phase: phase, Since: at}, gen))
+	}
+	for gen := int64(1); gen <= 2; gen++ {
+		revisions = append(revisions, mk(dep, events.DeploymentRevisionCreated{UID: "u1", Generation: gen, RevisionID: revID[gen],
+			ScoreDigest: "sha256:0" + revID[gen][:1], Score: []byte(`{}`), Targets: []string{"a"}, Canaries: []string{}, Follow: true}, gen))
+		tr(gen, events.TypeRolloutStarted, events.RolloutTransition{})
+		tr(gen, events.TypeRolloutReleased, events.RolloutTransition{Released: []string{"a"}})
+		if gen == 1 {
+			report(1, "a", events.WorkloadConverged)
+			tr(1, events.TypeRolloutSucceeded, events.RolloutTransition{})
+			continue
+		}
+		report(2, "a", events.WorkloadFailed)
+		tr(2, events.TypeRolloutFailed, events.RolloutTransition{Device: "a", Error: "image pull failed"})
+	}
+	handed := events.RolloutTransition{Follow: true, HandedGeneration: 1, HandedRevisionID: revID[1]}
+	x, y := handed, handed
+	x.Device, x.Reason, x.Change = "x", "Device created", "role=api"
+	y.Device, y.Reason, y.Change = "y", "labels changed", "role=api (was role=web)"
+	tr(2, events.TypeRolloutTargetAdded, x)
+	report(1, "x", events.WorkloadConverged)
+	tr(2, events.TypeRolloutTargetAdded, y)
+	tr(2, events.TypeRolloutTargetRemoved, events.RolloutTransition{Device: "y", Follow: true,
+		Error: "labels no longer match the target selector: role=web (was role=api)", Change: "role=web (was role=api)"})
+	return revisions, rollout, reports
+}
+
+// TestAFollowerOfAFailedRevisionHoldsTheLastThatSucceeded: a device that
+// joins a Follow revision whose rollout failed holds the Deployment's last
+// revision that succeeded (the one its rollout.target-added names), is
+// listed among the followers with it and counts in none of the failed
+// revision's counts; one that leaves holds nothing. The fold gives the
+// same values and status whatever the order of the streams, and through a
+// snapshot after every event.
+func TestAFollowerOfAFailedRevisionHoldsTheLastThatSucceeded(t *testing.T) {
+	revs, rollout, reports := handedStory(t)
+	byTime := append(append(append([]events.Event{}, revs...), rollout...), reports...)
+	sortByTime(byTime)
+	orders := []struct {
+		name   string
+		evs    []events.Event
+		resume bool
+	}{
+		{"in the order they happened", byTime, false},
+		{"the revisions first, then the transitions, then the reports", append(append(append([]events.Event{}, revs...), rollout...), reports...), false},
+		{"the reports first, then the transitions, then the revisions", append(append(append([]events.Event{}, reports...), rollout...), revs...), false},
+		{"the transitions before the revisions, resumed from a snapshot after every event", append(append(append([]events.Event{}, rollout...), revs...), reports...), true},
+		{"in the order they happened, resumed from a snapshot after every event", byTime, true},
+	}
+	wantRo, wantIn := foldFollow(t, byTime, false)
+	if diff := cmp.Diff([]string{"a", "x"}, wantIn.Devices()); diff != "" {
+		t.Errorf("devices with a value (-want +got):\n%s", diff)
+	}
+	if !wantIn.Holds("x", "lab", "api", "u1", 1) || !wantIn.Holds("a", "lab", "api", "u1", 2) {
+		t.Errorf("x holds generation 1: %v; a holds generation 2: %v; want both", wantIn.Holds("x", "lab", "api", "u1", 1), wantIn.Holds("a", "lab", "api", "u1", 2))
+	}
+	wantStatus, _ := wantRo.Status()
+	if c := wantStatus.Counts; c.Total != 1 || c.Failed != 1 || c.Followers != 0 || c.Removed != 1 {
+		t.Errorf("counts %+v, want 1 target failed, no follower of this revision, 1 removed", c)
+	}
+	if len(wantStatus.Followers) != 1 || wantStatus.Followers[0].Device != "x" || wantStatus.Followers[0].Revision == nil ||
+		wantStatus.Followers[0].Revision.Generation != 1 || wantStatus.Followers[0].Revision.ID != "1-aaaaaaaa" {
+		t.Errorf("followers %+v, want x with generation 1 (1-aaaaaaaa)", wantStatus.Followers)
+	}
+	for _, o := range orders {
+		t.Run(o.name, func(t *testing.T) {
+			ro, in := foldFollow(t, o.evs, o.resume)
+			for _, dev := range []string{"a", "x", "y"} {
+				want, _ := wantIn.Value(dev)
+				got, _ := in.Value(dev)
+				if diff := cmp.Diff(string(want), string(got)); diff != "" {
+					t.Errorf("value of %s (-want +got):\n%s", dev, diff)
+				}
+			}
+			st, _ := ro.Status()
+			if diff := cmp.Diff(wantStatus, st); diff != "" {
+				t.Errorf("status (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -52,6 +52,10 @@ type intentRev struct {
 	// marked Follow), which hold nothing of the Deployment (ADR 0026).
 	releasedRest bool
 	left         map[string]bool
+	// handedBack: the devices that joined the revision after its rollout
+	// failed, and the generation they were handed instead (the
+	// Deployment's last whose rollout succeeded).
+	handedBack map[string]int64
 	// prefetch: the revision's targets may fetch its images before they
 	// are handed it (ADR 0027, intent_fetch.go).
 	prefetch bool
@@ -209,7 +213,18 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		r.targets[d.Device] = true
 		delete(r.left, d.Device)
 		delete(r.removed, d.Device)
-		if r.releasedRest {
+		switch {
+		case d.HandedGeneration > 0 && d.HandedGeneration < d.Generation:
+			// The revision failed: the device is handed the last one
+			// that succeeded instead, never this one.
+			if r.handedBack == nil {
+				r.handedBack = map[string]int64{}
+			}
+			r.handedBack[d.Device] = d.HandedGeneration
+			delete(r.released, d.Device)
+		case d.HandedGeneration > 0:
+			return nil // not an older revision: a forged or broken event
+		case r.releasedRest:
 			r.released[d.Device] = true
 		}
 		delete(s.live, k)
@@ -344,6 +359,15 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 	for dev := range devs {
 		var want *IntentEntry
 		for _, r := range revs {
+			if g := r.handedBack[dev]; g > 0 && r.targets[dev] && !r.left[dev] {
+				// Joined after the revision failed: it holds the
+				// revision it was handed, if that one is known.
+				want = nil
+				if old := s.deps[k][revKey{r.entry.UID, g}]; old != nil && old.known {
+					want = &old.entry
+				}
+				break
+			}
 			if r.handed(dev) {
 				want = &r.entry
 				if r.rollbackTo > 0 && (r.rolledBackAll || r.rolledBack[dev]) {
@@ -490,5 +514,15 @@ func (r *intentRev) releaseBatch(b int) []string {
 
 // handed reports whether dev was handed the revision (and is its target).
 func (r *intentRev) handed(dev string) bool {
-	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] && !r.left[dev]
+	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] && !r.left[dev] && r.handedBack[dev] == 0
+}
+
+// Revision returns the entry of revision (uid, generation) of Deployment
+// namespace/name, if the fold knows it.
+func (s *Intent) Revision(namespace, name, uid string, generation int64) (IntentEntry, bool) {
+	r := s.deps[depKey{namespace, name}][revKey{uid, generation}]
+	if r == nil || !r.known {
+		return IntentEntry{}, false
+	}
+	return r.entry, true
 }

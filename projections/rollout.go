@@ -172,6 +172,12 @@ type Follower struct {
 	Reason string    `json:"reason"`
 	Change string    `json:"change,omitempty"`
 	At     time.Time `json:"at"`
+	// HandedGeneration and HandedRevisionID: the follower joined after
+	// the revision's rollout failed and was handed the Deployment's last
+	// revision whose rollout succeeded instead (0: it runs this one). It
+	// is then no target of this revision and in none of its counts.
+	HandedGeneration int64  `json:"handedGeneration,omitempty"`
+	HandedRevisionID string `json:"handedRevisionId,omitempty"`
 }
 
 type revKey struct {
@@ -505,6 +511,9 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 // follower or frozen target leaving a Follow revision.
 func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollout {
 	switch {
+	case ev.Type == events.TypeRolloutTargetAdded && d.HandedGeneration > 0:
+		return r.addHanded(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time,
+			HandedGeneration: d.HandedGeneration, HandedRevisionID: d.HandedRevisionID})
 	case ev.Type == events.TypeRolloutTargetAdded:
 		return r.addTarget(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time})
 	}
@@ -533,6 +542,36 @@ func (r Rollout) addTarget(f Follower) Rollout {
 	return n
 }
 
+// addHanded records f, a device that joined after the revision's rollout
+// failed and was handed f.HandedGeneration instead (ADR 0026): a follower
+// of the Deployment, listed with the revision it runs, but no target of
+// this one (its reports are of the other revision). A device that is a
+// target or a follower already changes nothing.
+func (r Rollout) addHanded(f Follower) Rollout {
+	if _, ok := r.joined[f.Device]; f.Device == "" || ok || r.IsTarget(f.Device) {
+		return r
+	}
+	n := r
+	if slices.ContainsFunc(r.Removed, func(rm RemovedTarget) bool { return rm.Device == f.Device }) {
+		n.Removed = slices.DeleteFunc(slices.Clone(r.Removed), func(rm RemovedTarget) bool { return rm.Device == f.Device })
+	}
+	n.Followers = append(slices.Clip(r.Followers), f)
+	n.joined = followerIndex(n.Followers)
+	n.countsOK = false
+	return n
+}
+
+// Holds reports whether device takes part in the revision's Follow
+// accounting: a target, or a follower handed the last revision that
+// succeeded (addHanded).
+func (r Rollout) Holds(device string) bool {
+	if r.IsTarget(device) {
+		return true
+	}
+	_, ok := r.joined[device]
+	return ok
+}
+
 // JoinedAt is when device joined the revision as a follower (zero: it is
 // a frozen target, or no target).
 func (r Rollout) JoinedAt(device string) time.Time { return r.joined[device] }
@@ -542,6 +581,15 @@ func (r Rollout) JoinedAt(device string) time.Time { return r.joined[device] }
 // is no target (removed already) changes nothing.
 func (r Rollout) removeTarget(device, reason string) Rollout {
 	if !r.IsTarget(device) {
+		if _, ok := r.joined[device]; ok {
+			// A follower handed the last revision that succeeded.
+			n := r
+			n.Removed = append(slices.Clip(r.Removed), RemovedTarget{Device: device, Reason: reason})
+			n.Followers = slices.DeleteFunc(slices.Clone(r.Followers), func(f Follower) bool { return f.Device == device })
+			n.joined = followerIndex(n.Followers)
+			n.countsOK = false
+			return n
+		}
 		return r
 	}
 	n := r
@@ -799,7 +847,12 @@ func tally(c *events.RolloutCounts, phase events.WorkloadPhase, canary bool, del
 
 // computeCounts counts from the results: O(targets).
 func (r Rollout) computeCounts() events.RolloutCounts {
-	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries), Followers: len(r.Followers)}
+	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries)}
+	for _, f := range r.Followers {
+		if f.HandedGeneration == 0 {
+			c.Followers++ // a follower handed another revision is no target
+		}
+	}
 	for _, d := range r.Targets {
 		switch r.Results[d].Phase {
 		case events.WorkloadConverged:

@@ -45,8 +45,9 @@ func (r *runner) noteFollow(ch FollowChange, now time.Time) depKey {
 
 // follow settles the follow changes of Deployment k at now (ADR 0026): a
 // device that matches and is no target of the current revision joins it
-// (rollout.target-added), unless the rollout failed (never) or is paused
-// (on the resume); a target that does
+// (rollout.target-added), unless the rollout failed (it is handed the
+// Deployment's last revision whose rollout succeeded, if any) or is
+// paused (on the resume); a target that does
 // not match leaves it (rollout.target-removed marked Follow, which takes
 // the revision back) at once for a deletion, a quarantine, a duplicate
 // mark or a group, and after FollowDebounce of not matching for a label
@@ -78,7 +79,7 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 			delete(m, dev)
 			continue
 		}
-		target := ro.IsTarget(dev)
+		target := ro.Holds(dev)
 		var tr events.RolloutTransition
 		switch {
 		case w.Match && !target && ro.Paused && !ro.Terminal():
@@ -86,6 +87,17 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 		case w.Match && !target && ro.Stage != projections.StageFailed:
 			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{
 				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change})
+		case w.Match && !target && ro.LastSucceeded > 0:
+			// The rollout failed: the newcomer is handed the last
+			// revision that succeeded, and the event says which.
+			last, ok := r.s.intent.Revision(k.ns, k.name, ro.UID, ro.LastSucceeded)
+			if !ok {
+				delete(m, dev) // not in the fold (cannot happen once caught up)
+				continue
+			}
+			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{
+				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change,
+				HandedGeneration: last.Generation, HandedRevisionID: last.RevisionID})
 		case !w.Match && target && (w.Immediate || !now.Before(w.since.Add(r.FollowDebounce))):
 			tr = events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{
 				Device: dev, Follow: true, Error: w.Reason, Change: w.Change})

@@ -432,6 +432,12 @@ type Follower struct {
 	Change string `json:"change,omitempty"`
 	// Since is when the control plane stored its rollout.target-added.
 	Since metav1.Time `json:"since"`
+	// Revision, when set, is the revision the follower was handed instead
+	// of status.revision: that one's rollout failed, so it runs the
+	// Deployment's last revision whose rollout succeeded. It is no target
+	// of status.revision and in none of its counts.
+	// +optional
+	Revision *RevisionRef `json:"revision,omitempty"`
 }
 
 // MaxFollowersListed is how many followers a Deployment status lists.
