@@ -536,5 +536,31 @@ func goldenStory(t *testing.T) []events.Event {
 	add(events.Keys{Device: "rpi-2"}, events.WorkloadFetch{Namespace: api.Namespace, Deployment: api.Name, UID: apiUID, Generation: 1,
 		RevisionID: apiRev, Phase: events.FetchDone, Images: 2, Pulled: 1, Started: crashAt.Add(9 * time.Minute), Ended: &fetchEnd},
 		events.WithCorrelation(apiUID, 1))
+
+	// A Follow Deployment whose generation 2 failed (ADR 0026): rpi-12
+	// enrolls after the failure and is handed generation 1, the last
+	// whose rollout succeeded. New devices and a new Deployment.
+	back := events.Keys{Namespace: "lab", Name: "follow-back"}
+	const backUID = "7c1b3e5a-0000-4000-8000-000000000008"
+	var backRevs []string
+	for gen := int64(1); gen <= 2; gen++ {
+		raw, _ := json.Marshal(score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "probe",
+			Image: fmt.Sprintf("registry.example.com/probe:v%d", gen)}}}})
+		sum := sha256.Sum256(raw)
+		bd := events.DeploymentRevisionCreated{UID: backUID, Generation: gen, RevisionID: fmt.Sprintf("%d-%s", gen, hex.EncodeToString(sum[:])[:8]),
+			ScoreDigest: "sha256:" + hex.EncodeToString(sum[:]), Score: raw, Targets: []string{"rpi-11"}, Canaries: []string{}, Follow: true}
+		backRevs = append(backRevs, bd.RevisionID)
+		runner(back, add(back, bd, events.WithCorrelation(backUID, gen)))
+		if gen == 1 {
+			workload("rpi-11", back, backUID, 1, bd.RevisionID, events.WorkloadConverged, "")
+		} else {
+			workload("rpi-11", back, backUID, 2, bd.RevisionID, events.WorkloadFailed, "image pull failed: manifest unknown")
+		}
+	}
+	r := rollouts[back]
+	runner(back, add(back, events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{UID: backUID, Generation: 2,
+		RevisionID: backRevs[1], Counts: r.Counts(), Device: "rpi-12", Follow: true, Reason: "Device created", Change: "site=lab",
+		HandedGeneration: 1, HandedRevisionID: backRevs[0]}), events.WithCorrelation(backUID, 2)))
+	workload("rpi-12", back, backUID, 1, backRevs[0], events.WorkloadConverged, "")
 	return out
 }
