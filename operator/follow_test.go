@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -13,7 +14,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -488,4 +493,99 @@ func TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAGroupMembershipChangeAloneMovesAFollower: with allowedGroups, a
+// matching device that enters an allowed group joins the Follow
+// Deployment, and one that leaves every allowed group loses it at once,
+// with no change to its Device: the follow watch watches the group source.
+// Each transition names the membership change.
+func TestAGroupMembershipChangeAloneMovesAFollower(t *testing.T) {
+	e := newEnv(t)
+	frozen, member := "frozen-"+e.ns, "member-"+e.ns
+	groups := operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen}}})
+	e.groups = groups
+	e.device(frozen, map[string]string{"role": "analyzer"})
+	e.device(member, map[string]string{"role": "analyzer"})
+	// Created before the operator starts: the watch first sees the
+	// devices with the Deployment, so it knows their groups before.
+	e.followDeployment("api", map[string]string{"role": "analyzer"}, "lyon")
+	e.startOperator()
+	if rev := e.revisionOf("api", 1); !slices.Equal(rev.Targets, []string{frozen}) {
+		t.Fatalf("frozen targets %v, want [%s]", rev.Targets, frozen)
+	}
+
+	groups.Set(map[string]map[string][]string{e.ns: {"lyon": {frozen, member}, "paris": {member}}})
+	e.waitFor("the device that entered an allowed group joined", func() bool { return e.intentOf(member, "api") == 1 })
+	if got := e.followTransition("api", member); got.Reason != "group membership" || got.Change != "groups lyon,paris (was none)" {
+		t.Errorf("rollout.target-added reason %q change %q, want %q and %q", got.Reason, got.Change, "group membership", "groups lyon,paris (was none)")
+	}
+
+	groups.Set(map[string]map[string][]string{e.ns: {"lyon": {frozen}, "paris": {member}}})
+	e.waitFor("the device that left the allowed group lost the revision", func() bool { return e.intentOf(member, "api") == 0 })
+	want := []string{"added " + member + " (group membership)", "removed " + member + " (not a member of an allowed group (lyon))"}
+	if diff := cmp.Diff(want, e.followTransitions("api")); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+	if e.intentOf(frozen, "api") != 1 {
+		t.Error("the frozen target lost the revision")
+	}
+}
+
+// TestTheFollowWatchForgetsADeploymentThatNoLongerFollows: the watch's
+// memory of what it sent holds one judgement per Device of each Follow
+// Deployment; a Deployment deleted, or switched to Frozen, leaves none.
+func TestTheFollowWatchForgetsADeploymentThatNoLongerFollows(t *testing.T) {
+	ctx, srv, c, ns := cluster(t, "fw")
+	t.Cleanup(func() { removeAll(t, c, ns) })
+	e := &env{t: t, ctx: ctx, srv: srv, c: c, ns: ns}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(srv.RESTConfig(), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller: config.Controller{SkipNameValidation: ptr(true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan operator.FollowChange, 64)
+	w := &operator.FollowWatch{Client: mgr.GetClient(), Out: out}
+	if err := w.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	go func() { // the runner's end of the channel
+		for {
+			select {
+			case <-out:
+			case <-mctx.Done():
+				return
+			}
+		}
+	}()
+
+	e.followDeployment("keep", map[string]string{"role": "analyzer"})
+	e.followDeployment("gone", map[string]string{"role": "analyzer"})
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	remembered := func(n int) func() bool { return func() bool { return w.Remembered() == n } }
+	e.waitFor("a judgement per Device and Follow Deployment", remembered(4))
+
+	gone := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: ns}}
+	if err := c.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the deleted Deployment's judgements forgotten", remembered(2))
+
+	e.update("keep", func(d *fleetv1.Deployment) { d.Spec.Rollout.Targets = fleetv1.RolloutTargetsFrozen })
+	e.waitFor("the judgements of the Deployment switched to Frozen forgotten", remembered(0))
 }
