@@ -448,6 +448,7 @@ func TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded(t *testing.T) {
 			failed := e.waitPhase("api", fleetv1.PhaseFailed)
 
 			late := "late-" + e.ns
+			start := time.Now()
 			e.device(late, map[string]string{"role": "analyzer"})
 			if !tc.firstSucceeds {
 				// The follow watch judges Devices one at a time, in order,
@@ -466,6 +467,7 @@ func TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded(t *testing.T) {
 				return
 			}
 			e.waitFor("the last revision that succeeded handed to the newcomer", func() bool { return e.intentOf(late, "api") == 1 })
+			t.Logf("the newcomer held generation 1 %s after its Device was created", time.Since(start).Round(time.Millisecond))
 			tr := e.followTransition("api", late)
 			want := events.RolloutTransition{UID: string(failed.UID), Generation: 2, RevisionID: failed.Status.Revision.ID, Device: late,
 				Follow: true, Reason: "Device created", Change: "role=analyzer", HandedGeneration: 1, HandedRevisionID: rev1.RevisionID}
@@ -515,8 +517,10 @@ func TestAGroupMembershipChangeAloneMovesAFollower(t *testing.T) {
 		t.Fatalf("frozen targets %v, want [%s]", rev.Targets, frozen)
 	}
 
+	start := time.Now()
 	groups.Set(map[string]map[string][]string{e.ns: {"lyon": {frozen, member}, "paris": {member}}})
 	e.waitFor("the device that entered an allowed group joined", func() bool { return e.intentOf(member, "api") == 1 })
+	t.Logf("the membership change reached the device's fleet-intent value in %s", time.Since(start).Round(time.Millisecond))
 	if got := e.followTransition("api", member); got.Reason != "group membership" || got.Change != "groups lyon,paris (was none)" {
 		t.Errorf("rollout.target-added reason %q change %q, want %q and %q", got.Reason, got.Change, "group membership", "groups lyon,paris (was none)")
 	}
