@@ -257,6 +257,11 @@ type RolloutTransition struct {
 	// succeeded (the revision's LastSucceeded). Absent otherwise.
 	HandedGeneration int64  `json:"handedGeneration,omitempty"`
 	HandedRevisionID string `json:"handedRevisionId,omitempty"`
+	// BudgetGroup is, on a rollout.target-added of a revision whose plan
+	// has a disruption budget, the follower's value of the budget's label
+	// key (empty: it has none), the group the writer chose; Batch is then
+	// the plan batch it joins (ADR 0026).
+	BudgetGroup string `json:"budgetGroup,omitempty"`
 
 	typ Type
 }

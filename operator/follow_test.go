@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -235,37 +236,178 @@ func TestAFrozenDeploymentGivesALaterDeviceNothing(t *testing.T) {
 	}
 }
 
-// TestTheAPIServerRefusesFollowWithARolloutPlan: Follow does not combine
-// with batches, manual approval, onFailure Pause or Rollback, or a
-// disruption budget yet; the refusal names the field and the fix.
-func TestTheAPIServerRefusesFollowWithARolloutPlan(t *testing.T) {
+// TestTheAPIServerAcceptsFollowWithARolloutPlan: Follow combines with
+// batches, manual approval, onFailure Pause or Rollback and a disruption
+// budget (ADR 0026).
+func TestTheAPIServerAcceptsFollowWithARolloutPlan(t *testing.T) {
 	e := newEnv(t)
-	const refusal = "rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet"
 	for _, tc := range []struct {
 		name    string
 		rollout fleetv1.RolloutSpec
-		refused bool
 	}{
-		{"Follow alone is accepted", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow}, false},
-		{"Frozen with batches is accepted", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFrozen, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}, false},
-		{"Follow with batches is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}, true},
-		{"Follow with manual approval is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Approval: fleetv1.RolloutApprovalManual}, true},
-		{"Follow with onFailure Rollback is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, OnFailure: fleetv1.RolloutOnFailureRollback}, true},
+		{"Follow alone", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow}},
+		{"Follow with batches", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}},
+		{"Follow with manual approval", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Approval: fleetv1.RolloutApprovalManual}},
+		{"Follow with onFailure Rollback", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, OnFailure: fleetv1.RolloutOnFailureRollback}},
+		{"Follow with a disruption budget", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow,
+			DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(1)}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "follow-bounds", Namespace: e.ns},
 				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
 					Rollout: tc.rollout, Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 						Name: "api", Image: "registry.example.com/api:v1"}}}}}}
-			err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			switch {
-			case tc.refused && (err == nil || !strings.Contains(err.Error(), refusal)):
-				t.Errorf("created: %v; want it refused with %q", err, refusal)
-			case !tc.refused && err != nil:
+			if err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 				t.Errorf("refused: %v", err)
 			}
 		})
 	}
+}
+
+// plannedFollow creates Follow Deployment name selecting role=edge with
+// rollout (its targets set to Follow).
+func (e *env) plannedFollow(name string, rollout fleetv1.RolloutSpec, image string) {
+	e.t.Helper()
+	rollout.Targets = fleetv1.RolloutTargetsFollow
+	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "edge"}},
+			Rollout: rollout, Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
+				Name: "api", Image: image}}}}}}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// handedBy lists the devices the Deployment's rollout.batch-started
+// transitions hand the revision to, in order.
+func (e *env) handedBy(name string) []string {
+	e.t.Helper()
+	subj, _ := events.DeploymentRolloutSubject(e.ns, name)
+	var out []string
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.Event.Type == events.TypeRolloutBatchStarted {
+			d, err := events.Decode[events.RolloutTransition](r.Event)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			out = append(out, d.Released...)
+		}
+	}
+	return out
+}
+
+// TestAFollowerOfAPlannedRolloutJoinsItsBatch: a Follow Deployment with
+// a plan (two batches, manual approval, onFailure Pause, one device per
+// site at a time). A device that joins during the rollout is placed in
+// the plan's last batch (its rollout.target-added names the batch and its
+// budget group): it waits for that batch and its approval, a pause holds
+// a join, the budget hands it the revision one device of its site at a
+// time, and the rollout succeeds only once it converged. After the end a
+// newcomer is handed the revision at once, and a second one of the same
+// site waits for the first (the budget still counts).
+func TestAFollowerOfAPlannedRolloutJoinsItsBatch(t *testing.T) {
+	e := newEnv(t)
+	e.device("pd1", map[string]string{"role": "edge", "site": "a"})
+	e.device("pd2", map[string]string{"role": "edge", "site": "a"})
+	e.startOperator()
+	e.plannedFollow("planned", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}},
+		Approval: fleetv1.RolloutApprovalManual, OnFailure: fleetv1.RolloutOnFailurePause,
+		DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(1)}}, "registry.example.com/api:v1")
+	rev := e.revisionOf("planned", 1)
+	if diff := cmp.Diff([]int{1, 2}, rev.TargetBatches); diff != "" {
+		t.Fatalf("target batches of pd1, pd2 (-want +got):\n%s", diff)
+	}
+	e.waitFor("batch 1 awaiting approval", func() bool { return strings.Contains(e.readyMessage("planned"), "batch 1 awaits approval") })
+
+	e.device("pf1", map[string]string{"role": "edge", "site": "a"})
+	e.waitFor("pf1 joined", func() bool { return e.followTransition("planned", "pf1").Device != "" })
+	if tr := e.followTransition("planned", "pf1"); tr.Batch != 2 || tr.BudgetGroup != "a" {
+		t.Errorf("pf1 joined batch %d, budget group %q: want the last batch (2), group a", tr.Batch, tr.BudgetGroup)
+	}
+	e.annotate("planned", request("approve", 1, 1, "ana", "req-1"))
+	e.waitFor("batch 1 handed the revision", func() bool { return e.intentOf("pd1", "planned") == 1 })
+	e.report("pd1", "planned", rev, events.WorkloadConverged, "")
+	e.waitFor("batch 2 awaiting approval", func() bool { return strings.Contains(e.readyMessage("planned"), "batch 2 awaits approval") })
+	if e.intentOf("pf1", "planned") != 0 {
+		t.Fatal("pf1 was handed the revision before its batch was approved")
+	}
+
+	e.annotate("planned", request("pause", 1, 0, "bo", "req-2"))
+	e.waitFor("the pause in the status", func() bool { return strings.Contains(e.readyMessage("planned"), "paused by bo") })
+	e.device("pf2", map[string]string{"role": "edge", "site": "a"})
+	e.annotate("planned", request("approve", 1, 2, "ana", "req-3"))
+	e.waitFor("the approval recorded", func() bool { return len(e.requests("planned")) == 3 })
+	if tr := e.followTransition("planned", "pf2"); tr.Device != "" {
+		t.Error("pf2 joined while the rollout was paused")
+	}
+	e.annotate("planned", request("resume", 1, 0, "bo", "req-4"))
+	e.waitFor("pf2 joined on the resume", func() bool { return e.followTransition("planned", "pf2").Device != "" })
+
+	// One device of site a at a time: pd2, pf1, pf2 in id order.
+	for _, dev := range []string{"pd2", "pf1", "pf2"} {
+		e.waitFor(dev+" handed the revision", func() bool { return e.intentOf(dev, "planned") == 1 })
+		if dev != "pf2" && e.get("planned").Status.Phase == fleetv1.PhaseSucceeded {
+			t.Fatalf("the rollout succeeded before %s converged", dev)
+		}
+		e.report(dev, "planned", rev, events.WorkloadConverged, "")
+	}
+	e.waitPhase("planned", fleetv1.PhaseSucceeded)
+	if diff := cmp.Diff([]string{"pd1", "pd2", "pf1", "pf2"}, e.handedBy("planned")); diff != "" {
+		t.Errorf("batch-started lists (-want +got):\n%s", diff)
+	}
+
+	e.device("pf3", map[string]string{"role": "edge", "site": "a"})
+	e.waitFor("pf3 handed the revision at once after the end", func() bool { return e.intentOf("pf3", "planned") == 1 })
+	e.device("pf4", map[string]string{"role": "edge", "site": "a"})
+	e.waitFor("pf4 among the followers in the status", func() bool {
+		return slices.ContainsFunc(e.get("planned").Status.Followers, func(f fleetv1.Follower) bool { return f.Device == "pf4" })
+	})
+	if e.intentOf("pf4", "planned") != 0 || slices.Contains(e.handedBy("planned"), "pf4") {
+		t.Fatal("pf4 was handed the revision while pf3, of the same site, had not converged (budget 1 per site)")
+	}
+	e.report("pf3", "planned", rev, events.WorkloadConverged, "")
+	e.waitFor("pf4 handed the revision once pf3 converged", func() bool { return e.intentOf("pf4", "planned") == 1 })
+	if d := e.get("planned"); d.Status.Phase != fleetv1.PhaseSucceeded {
+		t.Errorf("phase %s after the end, want Succeeded", d.Status.Phase)
+	}
+}
+
+// TestAFollowerOfAFailedBatchIsRolledBack: generation 2 of a Follow
+// Deployment with onFailure Rollback: a follower handed generation 2 in
+// its last batch is rolled back to generation 1 with the frozen targets
+// when the batch fails, and a device enrolled after the failure is handed
+// generation 1.
+func TestAFollowerOfAFailedBatchIsRolledBack(t *testing.T) {
+	e := newEnv(t)
+	e.device("pd1", map[string]string{"role": "edge"})
+	e.device("pd2", map[string]string{"role": "edge"})
+	e.startOperator()
+	e.plannedFollow("planned", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}},
+		OnFailure: fleetv1.RolloutOnFailureRollback}, "registry.example.com/api:v1")
+	rev1 := e.revisionOf("planned", 1)
+	for _, dev := range []string{"pd1", "pd2"} {
+		e.waitFor(dev+" handed generation 1", func() bool { return e.intentOf(dev, "planned") == 1 })
+		e.report(dev, "planned", rev1, events.WorkloadConverged, "")
+	}
+	e.waitPhase("planned", fleetv1.PhaseSucceeded)
+	e.update("planned", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	rev2 := e.revisionOf("planned", 2)
+	e.waitFor("pd1 handed generation 2", func() bool { return e.intentOf("pd1", "planned") == 2 })
+	e.report("pd1", "planned", rev2, events.WorkloadConverged, "")
+	e.waitFor("pd2 handed generation 2", func() bool { return e.intentOf("pd2", "planned") == 2 })
+
+	e.device("pf1", map[string]string{"role": "edge"})
+	e.waitFor("pf1 handed generation 2 in the running last batch", func() bool { return e.intentOf("pf1", "planned") == 2 })
+	e.report("pd2", "planned", rev2, events.WorkloadFailed, "image pull failed")
+	e.waitPhase("planned", fleetv1.PhaseFailed)
+	for _, dev := range []string{"pd1", "pd2", "pf1"} {
+		e.waitFor(dev+" rolled back to generation 1", func() bool { return e.intentOf(dev, "planned") == 1 })
+	}
+	e.device("pf2", map[string]string{"role": "edge"})
+	e.waitFor("pf2 handed generation 1, the last that succeeded", func() bool { return e.intentOf("pf2", "planned") == 1 })
 }
 
 // reportLabels publishes a device's inventory with the labels it claims,

@@ -2,6 +2,8 @@ package projections_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -294,5 +296,208 @@ func TestAFollowerOfAFailedRevisionHoldsTheLastThatSucceeded(t *testing.T) {
 				t.Errorf("status (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// planFollow is a Follow revision with a plan (ADR 0026): a (batch 1)
+// and b (batch 2), both at site lyon, manual approval, a disruption
+// budget of one device per site. It returns the revision and a function
+// that appends the state machine's decisions until it has none, as the
+// runner does, folding each into ro and in.
+func planFollow(t *testing.T, budget bool) (rev events.Event, ro *projections.Rollout, in *projections.Intent, step func(evs ...events.Event), log *[]events.Event) {
+	t.Helper()
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	n := 0
+	var all []events.Event
+	mk := func(keys events.Keys, d events.Data) events.Event {
+		t.Helper()
+		n++
+		ev, err := events.New(keys, d, events.WithTime(at.Add(time.Duration(n)*time.Second)), events.WithCorrelation("u1", 1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	plan := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 1, SuccessPercent: 100}, {Size: 1, SuccessPercent: 100}},
+		Approval: events.ApprovalManual}
+	d := events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00",
+		Score: []byte(`{}`), Targets: []string{"a", "b"}, Canaries: []string{}, Follow: true, Plan: plan, TargetBatches: []int{1, 2}}
+	if budget {
+		plan.Budget = &events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 1, Values: []string{"lyon"}}
+		d.TargetGroups = []int{0, 0}
+	}
+	rev = mk(dep, d)
+	ro, in = &projections.Rollout{}, projections.NewIntent()
+	fold := func(ev events.Event) {
+		all = append(all, ev)
+		if ev.Type != events.TypeWorkloadStatus {
+			in.Apply(ev)
+		}
+		ro.Fold(ev)
+	}
+	fold(rev)
+	step = func(evs ...events.Event) {
+		t.Helper()
+		for _, ev := range evs {
+			fold(ev)
+		}
+		for range 20 {
+			next := ro.NextAt(at.Add(time.Hour))
+			if len(next) == 0 {
+				return
+			}
+			for _, tr := range next {
+				fold(mk(dep, tr))
+			}
+		}
+		t.Fatal("the state machine never settled")
+	}
+	return rev, ro, in, step, &all
+}
+
+func planEvent(t *testing.T, keys events.Keys, d events.Data) events.Event {
+	t.Helper()
+	ev, err := events.New(keys, d, events.WithCorrelation("u1", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
+}
+
+func planJoin(t *testing.T, ro *projections.Rollout, dev string, batch int, group string, released bool) events.Event {
+	t.Helper()
+	d := events.RolloutTransition{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", Counts: ro.Counts(), Device: dev, Follow: true,
+		Reason: "Device created", Change: "role=api", Batch: batch, BudgetGroup: group}
+	if released {
+		d.Released = []string{dev}
+	}
+	return planEvent(t, events.Keys{Namespace: "lab", Name: "api"}, events.NewRolloutTransition(events.TypeRolloutTargetAdded, d))
+}
+
+func planReport(t *testing.T, dev string) events.Event {
+	t.Helper()
+	return planEvent(t, events.Keys{Device: dev}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1,
+		RevisionID: "1-abcdef12", Phase: events.WorkloadConverged})
+}
+
+func planApprove(t *testing.T, batch int) events.Event {
+	t.Helper()
+	return planEvent(t, events.Keys{Namespace: "lab", Name: "api"}, events.NewRolloutTransition(events.TypeRolloutApproved,
+		events.RolloutTransition{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", Batch: batch, By: "ada", Request: fmt.Sprint("r", batch)}))
+}
+
+// TestAFollowerJoinsItsPlanBatch: a follower of a Follow revision with a
+// plan joins the plan's last batch (the batch the writer chose, in its
+// rollout.target-added): it waits for that batch and its approval, counts
+// in its threshold and, with a disruption budget, in its group's
+// allowance, also after the rollout ended. The fold of the whole history
+// gives the same values and status in another order of the streams and
+// through a snapshot after every event.
+func TestAFollowerJoinsItsPlanBatch(t *testing.T) {
+	t.Run("it waits for its batch and its approval, then counts in the budget", func(t *testing.T) {
+		_, ro, in, step, all := planFollow(t, true)
+		step()
+		step(planApprove(t, 1))
+		if !slices.Equal(ro.Released(), []string{"a"}) {
+			t.Fatalf("released %v, want [a]: batch 1 approved", ro.Released())
+		}
+		step(planJoin(t, ro, "x", 2, "lyon", false))
+		if ro.BatchOf("x") != 2 || slices.Contains(ro.Released(), "x") {
+			t.Errorf("x in batch %d, released %v: want batch 2, not handed before its batch", ro.BatchOf("x"), ro.Released())
+		}
+		step(planReport(t, "a"))
+		if ro.AwaitingApproval != 2 || slices.Contains(ro.Released(), "x") {
+			t.Errorf("awaiting %d, released %v: want batch 2 waiting for approval, x not handed", ro.AwaitingApproval, ro.Released())
+		}
+		step(planApprove(t, 2))
+		// One device of lyon at a time: b (first in id order), then x.
+		if got := ro.Released(); !slices.Equal(got, []string{"a", "b"}) {
+			t.Errorf("released %v, want [a b]: x waits for the budget", got)
+		}
+		step(planReport(t, "b"))
+		if got := ro.Released(); !slices.Equal(got, []string{"a", "b", "x"}) {
+			t.Errorf("released %v, want [a b x]", got)
+		}
+		if ro.Stage == projections.StageSucceeded {
+			t.Error("the rollout succeeded before its follower converged")
+		}
+		step(planReport(t, "x"))
+		if ro.Stage != projections.StageSucceeded {
+			t.Fatalf("stage %s, want Succeeded", ro.Stage)
+		}
+		// After the end: y is handed the revision at once, z waits for
+		// y (one device of lyon at a time).
+		step(planJoin(t, ro, "y", 2, "lyon", false))
+		step(planJoin(t, ro, "z", 2, "lyon", false))
+		if got := ro.Released(); !slices.Equal(got, []string{"a", "b", "x", "y"}) {
+			t.Errorf("released %v after the end, want [a b x y]: z waits for the budget", got)
+		}
+		if _, ok := in.Value("z"); ok {
+			t.Error("z was handed the revision over the budget")
+		}
+		step(planReport(t, "y"))
+		if _, ok := in.Value("z"); !ok || ro.Stage != projections.StageSucceeded {
+			t.Errorf("z handed %v, stage %s: want z handed once y converged, the rollout still Succeeded", ok, ro.Stage)
+		}
+		rebuiltSame(t, *all, ro, in)
+	})
+	t.Run("without a budget a follower of a started batch is handed the revision at once", func(t *testing.T) {
+		_, ro, in, step, all := planFollow(t, false)
+		step()
+		step(planApprove(t, 1))
+		step(planReport(t, "a"))
+		step(planApprove(t, 2))
+		step(planReport(t, "b"))
+		if ro.Stage != projections.StageSucceeded {
+			t.Fatalf("stage %s, want Succeeded", ro.Stage)
+		}
+		step(planJoin(t, ro, "y", 2, "", true))
+		if _, ok := in.Value("y"); !ok || !slices.Contains(ro.Released(), "y") {
+			t.Errorf("y handed %v, released %v: want y handed at once", ok, ro.Released())
+		}
+		rebuiltSame(t, *all, ro, in)
+	})
+}
+
+// rebuiltSame folds evs with the revision last and the reports first, and
+// through a snapshot after every event, and compares with the live folds.
+func rebuiltSame(t *testing.T, evs []events.Event, ro *projections.Rollout, in *projections.Intent) {
+	t.Helper()
+	var revs, rollout, reports []events.Event
+	for _, ev := range evs {
+		switch {
+		case ev.Type == events.TypeDeploymentRevisionCreated:
+			revs = append(revs, ev)
+		case ev.Type == events.TypeWorkloadStatus:
+			reports = append(reports, ev)
+		default:
+			rollout = append(rollout, ev)
+		}
+	}
+	wantSt, _ := ro.Status()
+	for _, o := range []struct {
+		name   string
+		evs    []events.Event
+		resume bool
+	}{
+		{"the reports first, then the transitions, then the revision", append(append(append([]events.Event{}, reports...), rollout...), revs...), false},
+		{"in order, resumed from a snapshot after every event", evs, true},
+	} {
+		gotRo, gotIn := foldFollow(t, o.evs, o.resume)
+		if diff := cmp.Diff(in.Devices(), gotIn.Devices()); diff != "" {
+			t.Errorf("%s: devices (-live +rebuilt):\n%s", o.name, diff)
+		}
+		for _, dev := range in.Devices() {
+			want, _ := in.Value(dev)
+			got, _ := gotIn.Value(dev)
+			if string(want) != string(got) {
+				t.Errorf("%s: value of %s differs", o.name, dev)
+			}
+		}
+		st, _ := gotRo.Status()
+		if diff := cmp.Diff(wantSt, st); diff != "" {
+			t.Errorf("%s: status (-live +rebuilt):\n%s", o.name, diff)
+		}
 	}
 }

@@ -56,6 +56,10 @@ type intentRev struct {
 	// failed, and the generation they were handed instead (the
 	// Deployment's last whose rollout succeeded).
 	handedBack map[string]int64
+	// joined: the devices that joined the revision (rollout.target-added);
+	// a rollback hands them the revision rolled back to, as it does the
+	// frozen targets that held it.
+	joined map[string]bool
 	// prefetch: the revision's targets may fetch its images before they
 	// are handed it (ADR 0027, intent_fetch.go).
 	prefetch bool
@@ -167,7 +171,13 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		}
 		s.touch(k, d.Targets...)
 		if d.Plan != nil && len(d.Plan.Batches) > 0 {
+			joined := r.batchOf // followers folded before the revision
 			r.batchOf = batchIndex(d, sortedCopy(d.Canaries))
+			for dev, b := range joined {
+				if _, frozen := r.batchOf[dev]; !frozen {
+					r.batchOf[dev] = b
+				}
+			}
 			for _, b := range r.unlisted {
 				r.releaseBatch(b)
 			}
@@ -211,6 +221,10 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		}
 		r := s.rev(k, revKey{d.UID, d.Generation})
 		r.targets[d.Device] = true
+		if r.joined == nil {
+			r.joined = map[string]bool{}
+		}
+		r.joined[d.Device] = true
 		delete(r.left, d.Device)
 		delete(r.removed, d.Device)
 		switch {
@@ -224,6 +238,18 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 			delete(r.released, d.Device)
 		case d.HandedGeneration > 0:
 			return nil // not an older revision: a forged or broken event
+		case d.Batch > 0:
+			// A follower of a revision with a plan: handed the revision
+			// with its batch, at once when the event says so (its batch
+			// started already, no budget), else by the batch's start or
+			// a budget wave that lists it.
+			if r.batchOf == nil {
+				r.batchOf = map[string]int{}
+			}
+			r.batchOf[d.Device] = d.Batch
+			if slices.Contains(d.Released, d.Device) {
+				r.released[d.Device] = true
+			}
 		case r.releasedRest:
 			r.released[d.Device] = true
 		}
@@ -374,7 +400,7 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 					// Rolled back: the device holds the revision handed
 					// back, if it was handed that one, else nothing.
 					want = nil
-					if old := s.deps[k][revKey{r.entry.UID, r.rollbackTo}]; old != nil && old.known && old.handed(dev) {
+					if old := s.deps[k][revKey{r.entry.UID, r.rollbackTo}]; old != nil && old.known && (old.handed(dev) || r.joined[dev]) {
 						want = &old.entry
 					}
 				}

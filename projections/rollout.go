@@ -515,7 +515,7 @@ func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollo
 		return r.addHanded(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time,
 			HandedGeneration: d.HandedGeneration, HandedRevisionID: d.HandedRevisionID})
 	case ev.Type == events.TypeRolloutTargetAdded:
-		return r.addTarget(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time})
+		return r.addTarget(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time}, d.Batch, d.BudgetGroup)
 	}
 	// A follow removal (d.Follow) leaves the accounting as any removal
 	// does; the intent fold takes the revision back.
@@ -525,12 +525,36 @@ func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollo
 // addTarget makes f.Device a target of the revision: it joins like any
 // target (handed the revision with the release, at once when that came
 // already), counts in every count, and leaves Removed if it was there. A
-// device that is a target already changes nothing.
-func (r Rollout) addTarget(f Follower) Rollout {
+// device that is a target already changes nothing. With a plan it joins
+// plan batch batch (out of range: the last) and, with a disruption
+// budget, the group of label value group (a value the plan does not
+// know, or none: the group of targets without the label).
+func (r Rollout) addTarget(f Follower, batch int, group string) Rollout {
 	if f.Device == "" || r.IsTarget(f.Device) {
 		return r
 	}
 	n := r
+	if r.planned() {
+		if batch < 1 || batch > len(r.Plan.Batches) {
+			batch = len(r.Plan.Batches)
+		}
+		n.batchOf = make(map[string]int, len(r.batchOf)+1)
+		for k, v := range r.batchOf {
+			n.batchOf[k] = v
+		}
+		n.batchOf[f.Device] = batch
+		if r.budgeted() {
+			g, ok := slices.BinarySearch(r.Plan.Budget.Values, group)
+			if !ok || group == "" {
+				g = len(r.Plan.Budget.Values)
+			}
+			n.groupOf = make(map[string]int, len(r.groupOf)+1)
+			for k, v := range r.groupOf {
+				n.groupOf[k] = v
+			}
+			n.groupOf[f.Device] = g
+		}
+	}
 	i, _ := slices.BinarySearch(r.Targets, f.Device)
 	n.Targets = slices.Insert(slices.Clone(r.Targets), i, f.Device)
 	if slices.ContainsFunc(r.Removed, func(rm RemovedTarget) bool { return rm.Device == f.Device }) {
@@ -916,6 +940,9 @@ func (r Rollout) Next() []events.RolloutTransition { return r.NextAt(time.Time{}
 // NextAt is Next at the operator's time now, which ends the soak of a plan
 // batch (SoakEnds says when).
 func (r Rollout) NextAt(now time.Time) []events.RolloutTransition {
+	if r.Follow && r.Stage == StageSucceeded && r.budgeted() && !r.Deleted {
+		return r.followerWaves()
+	}
 	if r.UID == "" || r.Deleted || r.Stage == StageSucceeded || r.Stage == StageFailed {
 		return nil
 	}

@@ -309,7 +309,7 @@ func (w *Watch) judge(dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, pre
 			return ch
 		}
 	}
-	ch.Match, ch.Change = true, change
+	ch.Match, ch.Change, ch.Labels = true, change, maps.Clone(d.Labels)
 	switch {
 	case !hadPrev && !d.CreationTimestamp.Time.Before(w.started):
 		ch.Reason = "Device created"
