@@ -304,7 +304,7 @@ func TestAFollowerOfAFailedRevisionHoldsTheLastThatSucceeded(t *testing.T) {
 // budget of one device per site. It returns the revision and a function
 // that appends the state machine's decisions until it has none, as the
 // runner does, folding each into ro and in.
-func planFollow(t *testing.T, budget bool) (rev events.Event, ro *projections.Rollout, in *projections.Intent, step func(evs ...events.Event), log *[]events.Event) {
+func planFollow(t *testing.T, budget bool, onFailure ...string) (rev events.Event, ro *projections.Rollout, in *projections.Intent, step func(evs ...events.Event), log *[]events.Event) {
 	t.Helper()
 	dep := events.Keys{Namespace: "lab", Name: "api"}
 	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
@@ -321,6 +321,9 @@ func planFollow(t *testing.T, budget bool) (rev events.Event, ro *projections.Ro
 	}
 	plan := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 1, SuccessPercent: 100}, {Size: 1, SuccessPercent: 100}},
 		Approval: events.ApprovalManual}
+	if len(onFailure) > 0 {
+		plan.OnFailure = onFailure[0]
+	}
 	d := events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00",
 		Score: []byte(`{}`), Targets: []string{"a", "b"}, Canaries: []string{}, Follow: true, Plan: plan, TargetBatches: []int{1, 2}}
 	if budget {
@@ -439,6 +442,25 @@ func TestAFollowerJoinsItsPlanBatch(t *testing.T) {
 		step(planReport(t, "y"))
 		if _, ok := in.Value("z"); !ok || ro.Stage != projections.StageSucceeded {
 			t.Errorf("z handed %v, stage %s: want z handed once y converged, the rollout still Succeeded", ok, ro.Stage)
+		}
+		rebuiltSame(t, *all, ro, in)
+	})
+	t.Run("a follower's failure counts in its batch's threshold: onFailure Pause pauses the rollout", func(t *testing.T) {
+		_, ro, in, step, all := planFollow(t, false, events.OnFailurePause)
+		step()
+		step(planApprove(t, 1))
+		step(planReport(t, "a"))
+		step(planJoin(t, ro, "x", 2, "", false))
+		step(planApprove(t, 2))
+		if !slices.Contains(ro.Released(), "x") {
+			t.Fatalf("released %v, want x handed with batch 2", ro.Released())
+		}
+		step(planReport(t, "b"))
+		fail := planEvent(t, events.Keys{Device: "x"}, events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1,
+			RevisionID: "1-abcdef12", Phase: events.WorkloadFailed, Error: "crash loop"})
+		step(fail)
+		if !ro.Paused || ro.Stage == projections.StageSucceeded || !ro.Batches[1].Failed {
+			t.Errorf("paused %v, stage %s, batch 2 %+v: want batch 2 failed by the follower and the rollout paused", ro.Paused, ro.Stage, ro.Batches[1])
 		}
 		rebuiltSame(t, *all, ro, in)
 	})
