@@ -523,3 +523,69 @@ func rebuiltSame(t *testing.T, evs []events.Event, ro *projections.Rollout, in *
 		}
 	}
 }
+
+// TestARolledBackFollowerHoldsTheGenerationRolledBackTo: a follower
+// handed generation 2 (its batch had started) is rolled back with the
+// frozen targets to generation 1, which it never held; the intent fold
+// gives the same values whatever the order of the streams and through a
+// snapshot after every event.
+func TestARolledBackFollowerHoldsTheGenerationRolledBackTo(t *testing.T) {
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	n := 0
+	mk := func(gen int64, d events.Data) events.Event {
+		t.Helper()
+		n++
+		ev, err := events.New(dep, d, events.WithTime(at.Add(time.Duration(n)*time.Second)), events.WithCorrelation("u1", gen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	tr := func(gen int64, typ events.Type, d events.RolloutTransition) events.Event {
+		d.UID, d.Generation, d.RevisionID = "u1", gen, fmt.Sprintf("%d-abcdef12", gen)
+		return mk(gen, events.NewRolloutTransition(typ, d))
+	}
+	plan := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 1, SuccessPercent: 100}}, OnFailure: events.OnFailureRollback}
+	revs := []events.Event{
+		mk(1, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:01", Score: []byte(`{}`),
+			Targets: []string{"a"}, Canaries: []string{}, Follow: true, Plan: plan, TargetBatches: []int{1}}),
+		mk(2, events.DeploymentRevisionCreated{UID: "u1", Generation: 2, RevisionID: "2-abcdef12", ScoreDigest: "sha256:02", Score: []byte(`{}`),
+			Targets: []string{"a"}, Canaries: []string{}, Follow: true, Plan: plan, TargetBatches: []int{1}}),
+	}
+	rollout := []events.Event{
+		tr(1, events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: 1, Released: []string{"a"}}),
+		tr(1, events.TypeRolloutSucceeded, events.RolloutTransition{}),
+		tr(2, events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: 1, Released: []string{"a"}}),
+		tr(2, events.TypeRolloutTargetAdded, events.RolloutTransition{Device: "x", Follow: true, Reason: "Device created", Batch: 1, Released: []string{"x"}}),
+		tr(2, events.TypeRolloutRolledBack, events.RolloutTransition{RollbackTo: 1, Released: []string{"a", "x"}, Device: "a", Error: "crash loop"}),
+		tr(2, events.TypeRolloutFailed, events.RolloutTransition{RollbackTo: 1, Device: "a", Error: "rolled back to generation 1: crash loop"}),
+	}
+	inOrder := append(append([]events.Event{}, revs...), rollout...)
+	sortByTime(inOrder)
+	_, want := foldFollow(t, inOrder, false)
+	for _, dev := range []string{"a", "x"} {
+		if !want.Holds(dev, "lab", "api", "u1", 1) {
+			t.Errorf("%s does not hold generation 1 after the rollback", dev)
+		}
+	}
+	for _, o := range []struct {
+		name   string
+		evs    []events.Event
+		resume bool
+	}{
+		{"the transitions before the revisions", append(append([]events.Event{}, rollout...), revs...), false},
+		{"in order, resumed from a snapshot after every event", inOrder, true},
+	} {
+		t.Run(o.name, func(t *testing.T) {
+			_, got := foldFollow(t, o.evs, o.resume)
+			for _, dev := range []string{"a", "x"} {
+				w, _ := want.Value(dev)
+				g, _ := got.Value(dev)
+				if diff := cmp.Diff(string(w), string(g)); diff != "" {
+					t.Errorf("value of %s (-live +rebuilt):\n%s", dev, diff)
+				}
+			}
+		})
+	}
+}
