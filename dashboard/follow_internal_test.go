@@ -32,6 +32,10 @@ func TestTheDeploymentPageRendersFollowersAndDepartures(t *testing.T) {
 			[]string{"Followers and departures", `href="/devices/pi-2"`, "Device created", "role=analyzer&lt;script&gt;", "2026-12-05 06:40:31 UTC",
 				`href="/devices/pi-3"`, "labels no longer match the target selector: role=spare (was role=analyzer)"},
 			[]string{"<script>"}},
+		{"a follower of a failed revision says which revision it runs", fleetview.DeploymentDetail{Follow: &fleetview.FollowStage{
+			Followers: []fleetview.FollowerRow{{Device: "pi-4", Reason: "Device created", Since: since,
+				Runs: "generation 1 (1-aaaaaaaa), the last whose rollout succeeded"}}, Departures: []fleetview.DepartureRow{}, FollowersTotal: 1}},
+			[]string{`href="/devices/pi-4"`, "Device created; runs generation 1 (1-aaaaaaaa), the last whose rollout succeeded"}, nil},
 		{"a Frozen Deployment has no follow section", fleetview.DeploymentDetail{}, nil, []string{"Followers and departures"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -251,6 +251,17 @@ type RolloutTransition struct {
 	// Change is the label or membership change that caused a follow
 	// transition, e.g. "role=analyzer (was role=other)".
 	Change string `json:"change,omitempty"`
+	// HandedGeneration and HandedRevisionID are, on a rollout.target-added
+	// of a revision whose rollout failed, the revision the device is
+	// handed instead (ADR 0026): the Deployment's last whose rollout
+	// succeeded (the revision's LastSucceeded). Absent otherwise.
+	HandedGeneration int64  `json:"handedGeneration,omitempty"`
+	HandedRevisionID string `json:"handedRevisionId,omitempty"`
+	// BudgetGroup is, on a rollout.target-added of a revision whose plan
+	// has a disruption budget, the follower's value of the budget's label
+	// key (empty: it has none), the group the writer chose; Batch is then
+	// the plan batch it joins (ADR 0026).
+	BudgetGroup string `json:"budgetGroup,omitempty"`
 
 	typ Type
 }

@@ -536,5 +536,51 @@ func goldenStory(t *testing.T) []events.Event {
 	add(events.Keys{Device: "rpi-2"}, events.WorkloadFetch{Namespace: api.Namespace, Deployment: api.Name, UID: apiUID, Generation: 1,
 		RevisionID: apiRev, Phase: events.FetchDone, Images: 2, Pulled: 1, Started: crashAt.Add(9 * time.Minute), Ended: &fetchEnd},
 		events.WithCorrelation(apiUID, 1))
+
+	// A Follow Deployment whose generation 2 failed (ADR 0026): rpi-12
+	// enrolls after the failure and is handed generation 1, the last
+	// whose rollout succeeded. New devices and a new Deployment.
+	back := events.Keys{Namespace: "lab", Name: "follow-back"}
+	const backUID = "7c1b3e5a-0000-4000-8000-000000000008"
+	var backRevs []string
+	for gen := int64(1); gen <= 2; gen++ {
+		raw, _ := json.Marshal(score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "probe",
+			Image: fmt.Sprintf("registry.example.com/probe:v%d", gen)}}}})
+		sum := sha256.Sum256(raw)
+		bd := events.DeploymentRevisionCreated{UID: backUID, Generation: gen, RevisionID: fmt.Sprintf("%d-%s", gen, hex.EncodeToString(sum[:])[:8]),
+			ScoreDigest: "sha256:" + hex.EncodeToString(sum[:]), Score: raw, Targets: []string{"rpi-11"}, Canaries: []string{}, Follow: true}
+		backRevs = append(backRevs, bd.RevisionID)
+		runner(back, add(back, bd, events.WithCorrelation(backUID, gen)))
+		if gen == 1 {
+			workload("rpi-11", back, backUID, 1, bd.RevisionID, events.WorkloadConverged, "")
+		} else {
+			workload("rpi-11", back, backUID, 2, bd.RevisionID, events.WorkloadFailed, "image pull failed: manifest unknown")
+		}
+	}
+	r := rollouts[back]
+	runner(back, add(back, events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{UID: backUID, Generation: 2,
+		RevisionID: backRevs[1], Counts: r.Counts(), Device: "rpi-12", Follow: true, Reason: "Device created", Change: "site=lab",
+		HandedGeneration: 1, HandedRevisionID: backRevs[0]}), events.WithCorrelation(backUID, 2)))
+	workload("rpi-12", back, backUID, 1, backRevs[0], events.WorkloadConverged, "")
+
+	// A Follow Deployment with a plan and a disruption budget (ADR 0026):
+	// rpi-14 enrolls after the rollout succeeded, joins the last batch in
+	// budget group lab, and a budget wave hands it the revision.
+	fplan := events.Keys{Namespace: "lab", Name: "follow-plan"}
+	const fplanUID = "7c1b3e5a-0000-4000-8000-000000000009"
+	raw4, _ := json.Marshal(score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{Name: "probe", Image: "registry.example.com/probe:v4"}}}})
+	sum4 := sha256.Sum256(raw4)
+	fpd := events.DeploymentRevisionCreated{UID: fplanUID, Generation: 1, RevisionID: "1-" + hex.EncodeToString(sum4[:])[:8],
+		ScoreDigest: "sha256:" + hex.EncodeToString(sum4[:]), Score: raw4, Targets: []string{"rpi-13"}, Canaries: []string{}, Follow: true,
+		Plan: &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 1, SuccessPercent: 100}},
+			Budget: &events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 1, Values: []string{"lab"}}},
+		TargetBatches: []int{1}, TargetGroups: []int{0}}
+	runner(fplan, add(fplan, fpd, events.WithCorrelation(fplanUID, 1)))
+	workload("rpi-13", fplan, fplanUID, 1, fpd.RevisionID, events.WorkloadConverged, "")
+	fpr := rollouts[fplan]
+	runner(fplan, add(fplan, events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{UID: fplanUID, Generation: 1,
+		RevisionID: fpd.RevisionID, Counts: fpr.Counts(), Device: "rpi-14", Follow: true, Reason: "Device created", Change: "site=lab",
+		Batch: 1, BudgetGroup: "lab"}), events.WithCorrelation(fplanUID, 1)))
+	workload("rpi-14", fplan, fplanUID, 1, fpd.RevisionID, events.WorkloadConverged, "")
 	return out
 }

@@ -444,6 +444,16 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 		if d.Change != "" {
 			s += ": " + d.Change
 		}
+		switch {
+		case d.Batch > 0 && d.BudgetGroup != "":
+			s += fmt.Sprintf("; in batch %d, budget group %s", d.Batch, d.BudgetGroup)
+		case d.Batch > 0:
+			s += fmt.Sprintf("; in batch %d", d.Batch)
+		}
+		if d.HandedGeneration > 0 {
+			s += fmt.Sprintf("; handed generation %d (%s), the last whose rollout succeeded, as revision %s failed",
+				d.HandedGeneration, d.HandedRevisionID, d.RevisionID)
+		}
 	case events.TypeRolloutBatchStarted:
 		if d.Released == nil {
 			s = fmt.Sprintf("batch %d started (its devices are in the revision's plan)", d.Batch)

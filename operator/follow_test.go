@@ -1,6 +1,7 @@
 package operator_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -12,8 +13,13 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/util/retry"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -230,37 +236,178 @@ func TestAFrozenDeploymentGivesALaterDeviceNothing(t *testing.T) {
 	}
 }
 
-// TestTheAPIServerRefusesFollowWithARolloutPlan: Follow does not combine
-// with batches, manual approval, onFailure Pause or Rollback, or a
-// disruption budget yet; the refusal names the field and the fix.
-func TestTheAPIServerRefusesFollowWithARolloutPlan(t *testing.T) {
+// TestTheAPIServerAcceptsFollowWithARolloutPlan: Follow combines with
+// batches, manual approval, onFailure Pause or Rollback and a disruption
+// budget (ADR 0026).
+func TestTheAPIServerAcceptsFollowWithARolloutPlan(t *testing.T) {
 	e := newEnv(t)
-	const refusal = "rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet"
 	for _, tc := range []struct {
 		name    string
 		rollout fleetv1.RolloutSpec
-		refused bool
 	}{
-		{"Follow alone is accepted", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow}, false},
-		{"Frozen with batches is accepted", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFrozen, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}, false},
-		{"Follow with batches is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}, true},
-		{"Follow with manual approval is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Approval: fleetv1.RolloutApprovalManual}, true},
-		{"Follow with onFailure Rollback is refused", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, OnFailure: fleetv1.RolloutOnFailureRollback}, true},
+		{"Follow alone", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow}},
+		{"Follow with batches", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Batches: []fleetv1.RolloutBatch{{Count: ptr(int32(1))}}}},
+		{"Follow with manual approval", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, Approval: fleetv1.RolloutApprovalManual}},
+		{"Follow with onFailure Rollback", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow, OnFailure: fleetv1.RolloutOnFailureRollback}},
+		{"Follow with a disruption budget", fleetv1.RolloutSpec{Targets: fleetv1.RolloutTargetsFollow,
+			DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(1)}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "follow-bounds", Namespace: e.ns},
 				Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "none"}},
 					Rollout: tc.rollout, Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
 						Name: "api", Image: "registry.example.com/api:v1"}}}}}}
-			err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			switch {
-			case tc.refused && (err == nil || !strings.Contains(err.Error(), refusal)):
-				t.Errorf("created: %v; want it refused with %q", err, refusal)
-			case !tc.refused && err != nil:
+			if err := e.c.Create(e.ctx, d, &client.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
 				t.Errorf("refused: %v", err)
 			}
 		})
 	}
+}
+
+// plannedFollow creates Follow Deployment name selecting role=edge with
+// rollout (its targets set to Follow).
+func (e *env) plannedFollow(name string, rollout fleetv1.RolloutSpec, image string) {
+	e.t.Helper()
+	rollout.Targets = fleetv1.RolloutTargetsFollow
+	d := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: fleetv1.DeploymentSpec{TargetSelector: fleetv1.TargetSelector{MatchLabels: map[string]string{"role": "edge"}},
+			Rollout: rollout, Score: score.Score{Type: score.TypePodmanV0, Data: score.PodmanV0{Services: []score.Service{{
+				Name: "api", Image: image}}}}}}
+	if err := e.c.Create(e.ctx, d); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// handedBy lists the devices the Deployment's rollout.batch-started
+// transitions hand the revision to, in order.
+func (e *env) handedBy(name string) []string {
+	e.t.Helper()
+	subj, _ := events.DeploymentRolloutSubject(e.ns, name)
+	var out []string
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.Event.Type == events.TypeRolloutBatchStarted {
+			d, err := events.Decode[events.RolloutTransition](r.Event)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			out = append(out, d.Released...)
+		}
+	}
+	return out
+}
+
+// TestAFollowerOfAPlannedRolloutJoinsItsBatch: a Follow Deployment with
+// a plan (two batches, manual approval, onFailure Pause, one device per
+// site at a time). A device that joins during the rollout is placed in
+// the plan's last batch (its rollout.target-added names the batch and its
+// budget group): it waits for that batch and its approval, a pause holds
+// a join, the budget hands it the revision one device of its site at a
+// time, and the rollout succeeds only once it converged. After the end a
+// newcomer is handed the revision at once, and a second one of the same
+// site waits for the first (the budget still counts).
+func TestAFollowerOfAPlannedRolloutJoinsItsBatch(t *testing.T) {
+	e := newEnv(t)
+	e.device("pd1", map[string]string{"role": "edge", "site": "a"})
+	e.device("pd2", map[string]string{"role": "edge", "site": "a"})
+	e.startOperator()
+	e.plannedFollow("planned", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}},
+		Approval: fleetv1.RolloutApprovalManual, OnFailure: fleetv1.RolloutOnFailurePause,
+		DisruptionBudget: &fleetv1.DisruptionBudget{LabelKey: "site", MaxUnavailable: intstr.FromInt32(1)}}, "registry.example.com/api:v1")
+	rev := e.revisionOf("planned", 1)
+	if diff := cmp.Diff([]int{1, 2}, rev.TargetBatches); diff != "" {
+		t.Fatalf("target batches of pd1, pd2 (-want +got):\n%s", diff)
+	}
+	e.waitFor("batch 1 awaiting approval", func() bool { return strings.Contains(e.readyMessage("planned"), "batch 1 awaits approval") })
+
+	e.device("pf1", map[string]string{"role": "edge", "site": "a"})
+	e.waitFor("pf1 joined", func() bool { return e.followTransition("planned", "pf1").Device != "" })
+	if tr := e.followTransition("planned", "pf1"); tr.Batch != 2 || tr.BudgetGroup != "a" {
+		t.Errorf("pf1 joined batch %d, budget group %q: want the last batch (2), group a", tr.Batch, tr.BudgetGroup)
+	}
+	e.annotate("planned", request("approve", 1, 1, "ana", "req-1"))
+	e.waitFor("batch 1 handed the revision", func() bool { return e.intentOf("pd1", "planned") == 1 })
+	e.report("pd1", "planned", rev, events.WorkloadConverged, "")
+	e.waitFor("batch 2 awaiting approval", func() bool { return strings.Contains(e.readyMessage("planned"), "batch 2 awaits approval") })
+	if e.intentOf("pf1", "planned") != 0 {
+		t.Fatal("pf1 was handed the revision before its batch was approved")
+	}
+
+	e.annotate("planned", request("pause", 1, 0, "bo", "req-2"))
+	e.waitFor("the pause in the status", func() bool { return strings.Contains(e.readyMessage("planned"), "paused by bo") })
+	e.device("pf2", map[string]string{"role": "edge", "site": "a"})
+	e.annotate("planned", request("approve", 1, 2, "ana", "req-3"))
+	e.waitFor("the approval recorded", func() bool { return len(e.requests("planned")) == 3 })
+	if tr := e.followTransition("planned", "pf2"); tr.Device != "" {
+		t.Error("pf2 joined while the rollout was paused")
+	}
+	e.annotate("planned", request("resume", 1, 0, "bo", "req-4"))
+	e.waitFor("pf2 joined on the resume", func() bool { return e.followTransition("planned", "pf2").Device != "" })
+
+	// One device of site a at a time: pd2, pf1, pf2 in id order.
+	for _, dev := range []string{"pd2", "pf1", "pf2"} {
+		e.waitFor(dev+" handed the revision", func() bool { return e.intentOf(dev, "planned") == 1 })
+		if dev != "pf2" && e.get("planned").Status.Phase == fleetv1.PhaseSucceeded {
+			t.Fatalf("the rollout succeeded before %s converged", dev)
+		}
+		e.report(dev, "planned", rev, events.WorkloadConverged, "")
+	}
+	e.waitPhase("planned", fleetv1.PhaseSucceeded)
+	if diff := cmp.Diff([]string{"pd1", "pd2", "pf1", "pf2"}, e.handedBy("planned")); diff != "" {
+		t.Errorf("batch-started lists (-want +got):\n%s", diff)
+	}
+
+	e.device("pf3", map[string]string{"role": "edge", "site": "a"})
+	e.waitFor("pf3 handed the revision at once after the end", func() bool { return e.intentOf("pf3", "planned") == 1 })
+	e.device("pf4", map[string]string{"role": "edge", "site": "a"})
+	e.waitFor("pf4 among the followers in the status", func() bool {
+		return slices.ContainsFunc(e.get("planned").Status.Followers, func(f fleetv1.Follower) bool { return f.Device == "pf4" })
+	})
+	if e.intentOf("pf4", "planned") != 0 || slices.Contains(e.handedBy("planned"), "pf4") {
+		t.Fatal("pf4 was handed the revision while pf3, of the same site, had not converged (budget 1 per site)")
+	}
+	e.report("pf3", "planned", rev, events.WorkloadConverged, "")
+	e.waitFor("pf4 handed the revision once pf3 converged", func() bool { return e.intentOf("pf4", "planned") == 1 })
+	if d := e.get("planned"); d.Status.Phase != fleetv1.PhaseSucceeded {
+		t.Errorf("phase %s after the end, want Succeeded", d.Status.Phase)
+	}
+}
+
+// TestAFollowerOfAFailedBatchIsRolledBack: generation 2 of a Follow
+// Deployment with onFailure Rollback: a follower handed generation 2 in
+// its last batch is rolled back to generation 1 with the frozen targets
+// when the batch fails, and a device enrolled after the failure is handed
+// generation 1.
+func TestAFollowerOfAFailedBatchIsRolledBack(t *testing.T) {
+	e := newEnv(t)
+	e.device("pd1", map[string]string{"role": "edge"})
+	e.device("pd2", map[string]string{"role": "edge"})
+	e.startOperator()
+	e.plannedFollow("planned", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{{Count: ptr[int32](1)}},
+		OnFailure: fleetv1.RolloutOnFailureRollback}, "registry.example.com/api:v1")
+	rev1 := e.revisionOf("planned", 1)
+	for _, dev := range []string{"pd1", "pd2"} {
+		e.waitFor(dev+" handed generation 1", func() bool { return e.intentOf(dev, "planned") == 1 })
+		e.report(dev, "planned", rev1, events.WorkloadConverged, "")
+	}
+	e.waitPhase("planned", fleetv1.PhaseSucceeded)
+	e.update("planned", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	rev2 := e.revisionOf("planned", 2)
+	e.waitFor("pd1 handed generation 2", func() bool { return e.intentOf("pd1", "planned") == 2 })
+	e.report("pd1", "planned", rev2, events.WorkloadConverged, "")
+	e.waitFor("pd2 handed generation 2", func() bool { return e.intentOf("pd2", "planned") == 2 })
+
+	e.device("pf1", map[string]string{"role": "edge"})
+	e.waitFor("pf1 handed generation 2 in the running last batch", func() bool { return e.intentOf("pf1", "planned") == 2 })
+	e.report("pd2", "planned", rev2, events.WorkloadFailed, "image pull failed")
+	e.waitPhase("planned", fleetv1.PhaseFailed)
+	for _, dev := range []string{"pd1", "pd2", "pf1"} {
+		e.waitFor(dev+" rolled back to generation 1", func() bool { return e.intentOf(dev, "planned") == 1 })
+	}
+	e.device("pf2", map[string]string{"role": "edge"})
+	e.waitFor("pf2 handed generation 1, the last that succeeded", func() bool { return e.intentOf("pf2", "planned") == 1 })
 }
 
 // reportLabels publishes a device's inventory with the labels it claims,
@@ -382,4 +529,209 @@ func TestAFollowDeploymentCatchesUpAfterARestart(t *testing.T) {
 		}
 	}
 	t.Errorf("follow transitions %q, want the first's join, the second's join, the first's departure, each once", got)
+}
+
+// followTransition returns the last rollout.target-added of device on the
+// Deployment's rollout subject (the zero value: none).
+func (e *env) followTransition(name, device string) events.RolloutTransition {
+	e.t.Helper()
+	subj, _ := events.DeploymentRolloutSubject(e.ns, name)
+	var out events.RolloutTransition
+	for r, err := range e.store.Replay(e.ctx, subj, events.FromStart()) {
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		if r.Event.Type != events.TypeRolloutTargetAdded {
+			continue
+		}
+		if d, err := events.Decode[events.RolloutTransition](r.Event); err == nil && d.Device == device {
+			out = d
+		}
+	}
+	return out
+}
+
+// TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded: while the
+// current revision of a Follow Deployment has failed, a device that comes
+// to match receives the Deployment's last revision whose rollout
+// succeeded; its rollout.target-added names that revision, the status
+// lists it with the revision it was handed, and it loses it when it stops
+// matching. Without a revision that succeeded, it receives nothing.
+func TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// firstSucceeds: generation 1's rollout succeeds before
+		// generation 2's fails.
+		firstSucceeds bool
+	}{
+		{"a newcomer receives the last revision that succeeded", true},
+		{"with no revision that succeeded a newcomer receives nothing", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.followDebounce = time.Second
+			e.device("rpi-1", map[string]string{"role": "analyzer"})
+			e.device("p-1", map[string]string{"role": "probe"})
+			e.startOperator()
+			e.followDeployment("api", map[string]string{"role": "analyzer"})
+			e.followDeployment("probe", map[string]string{"role": "probe"})
+			rev1 := e.revisionOf("api", 1)
+			e.waitFor("the release of generation 1", func() bool { return e.intentOf("rpi-1", "api") == 1 })
+			if tc.firstSucceeds {
+				e.report("rpi-1", "api", rev1, events.WorkloadConverged, "")
+				e.waitPhase("api", fleetv1.PhaseSucceeded)
+				e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+				rev2 := e.revisionOf("api", 2)
+				e.waitFor("the release of generation 2", func() bool { return e.intentOf("rpi-1", "api") == 2 })
+				e.report("rpi-1", "api", rev2, events.WorkloadFailed, "image pull failed")
+			} else {
+				e.report("rpi-1", "api", rev1, events.WorkloadFailed, "image pull failed")
+			}
+			failed := e.waitPhase("api", fleetv1.PhaseFailed)
+
+			late := "late-" + e.ns
+			start := time.Now()
+			e.device(late, map[string]string{"role": "analyzer"})
+			if !tc.firstSucceeds {
+				// The follow watch judges Devices one at a time, in order,
+				// and the runner settles its changes in order: once a
+				// Device created after the newcomer joined another Follow
+				// Deployment, the newcomer was decided.
+				marker := "marker-" + e.ns
+				e.device(marker, map[string]string{"role": "probe"})
+				e.waitFor("the device created after the newcomer joined the probe", func() bool { return e.intentOf(marker, "probe") == 1 })
+				if got := e.followTransitions("api"); len(got) != 0 {
+					t.Errorf("follow transitions %q, want none: no revision succeeded", got)
+				}
+				if e.intentOf(late, "api") != 0 {
+					t.Error("a newcomer received the failed revision")
+				}
+				return
+			}
+			e.waitFor("the last revision that succeeded handed to the newcomer", func() bool { return e.intentOf(late, "api") == 1 })
+			t.Logf("the newcomer held generation 1 %s after its Device was created", time.Since(start).Round(time.Millisecond))
+			tr := e.followTransition("api", late)
+			want := events.RolloutTransition{UID: string(failed.UID), Generation: 2, RevisionID: failed.Status.Revision.ID, Device: late,
+				Follow: true, Reason: "Device created", Change: "role=analyzer", HandedGeneration: 1, HandedRevisionID: rev1.RevisionID}
+			if diff := cmp.Diff(want, tr, cmpopts.IgnoreFields(events.RolloutTransition{}, "Counts"), cmpopts.IgnoreUnexported(events.RolloutTransition{})); diff != "" {
+				t.Errorf("rollout.target-added (-want +got):\n%s", diff)
+			}
+			var d *fleetv1.Deployment
+			e.waitFor("the follower in the status", func() bool {
+				d = e.get("api")
+				return len(d.Status.Followers) == 1
+			})
+			wantF := []fleetv1.Follower{{Device: late, Reason: "Device created", Change: "role=analyzer",
+				Revision: &fleetv1.RevisionRef{UID: string(failed.UID), Generation: 1, ID: rev1.RevisionID}}}
+			if diff := cmp.Diff(wantF, d.Status.Followers, cmpIgnoreFollowerTime); diff != "" {
+				t.Errorf("status.followers (-want +got):\n%s", diff)
+			}
+			if d.Status.Phase != fleetv1.PhaseFailed || d.Status.Counts.Total != 1 {
+				t.Errorf("phase %s counts %+v, want Failed with its one frozen target: the newcomer runs another revision", d.Status.Phase, d.Status.Counts)
+			}
+
+			e.relabel(late, func(l map[string]string) { l["role"] = "other" })
+			e.waitFor("the revision taken back from the newcomer that left", func() bool { return e.intentOf(late, "api") == 0 })
+			if e.intentOf("rpi-1", "api") != 2 {
+				t.Error("the frozen target lost its revision")
+			}
+		})
+	}
+}
+
+// TestAGroupMembershipChangeAloneMovesAFollower: with allowedGroups, a
+// matching device that enters an allowed group joins the Follow
+// Deployment, and one that leaves every allowed group loses it at once,
+// with no change to its Device: the follow watch watches the group source.
+// Each transition names the membership change.
+func TestAGroupMembershipChangeAloneMovesAFollower(t *testing.T) {
+	e := newEnv(t)
+	frozen, member := "frozen-"+e.ns, "member-"+e.ns
+	groups := operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen}}})
+	e.groups = groups
+	e.device(frozen, map[string]string{"role": "analyzer"})
+	e.device(member, map[string]string{"role": "analyzer"})
+	// Created before the operator starts: the watch first sees the
+	// devices with the Deployment, so it knows their groups before.
+	e.followDeployment("api", map[string]string{"role": "analyzer"}, "lyon")
+	e.startOperator()
+	if rev := e.revisionOf("api", 1); !slices.Equal(rev.Targets, []string{frozen}) {
+		t.Fatalf("frozen targets %v, want [%s]", rev.Targets, frozen)
+	}
+
+	start := time.Now()
+	groups.Set(map[string]map[string][]string{e.ns: {"lyon": {frozen, member}, "paris": {member}}})
+	e.waitFor("the device that entered an allowed group joined", func() bool { return e.intentOf(member, "api") == 1 })
+	t.Logf("the membership change reached the device's fleet-intent value in %s", time.Since(start).Round(time.Millisecond))
+	if got := e.followTransition("api", member); got.Reason != "group membership" || got.Change != "groups lyon,paris (was none)" {
+		t.Errorf("rollout.target-added reason %q change %q, want %q and %q", got.Reason, got.Change, "group membership", "groups lyon,paris (was none)")
+	}
+
+	groups.Set(map[string]map[string][]string{e.ns: {"lyon": {frozen}, "paris": {member}}})
+	e.waitFor("the device that left the allowed group lost the revision", func() bool { return e.intentOf(member, "api") == 0 })
+	want := []string{"added " + member + " (group membership)", "removed " + member + " (not a member of an allowed group (lyon))"}
+	if diff := cmp.Diff(want, e.followTransitions("api")); diff != "" {
+		t.Errorf("follow transitions (-want +got):\n%s", diff)
+	}
+	if e.intentOf(frozen, "api") != 1 {
+		t.Error("the frozen target lost the revision")
+	}
+}
+
+// TestTheFollowWatchForgetsADeploymentThatNoLongerFollows: the watch's
+// memory of what it sent holds one judgement per Device of each Follow
+// Deployment; a Deployment deleted, or switched to Frozen, leaves none.
+func TestTheFollowWatchForgetsADeploymentThatNoLongerFollows(t *testing.T) {
+	ctx, srv, c, ns := cluster(t, "fw")
+	t.Cleanup(func() { removeAll(t, c, ns) })
+	e := &env{t: t, ctx: ctx, srv: srv, c: c, ns: ns}
+	scheme, err := operator.Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(srv.RESTConfig(), ctrl.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Controller: config.Controller{SkipNameValidation: ptr(true)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan operator.FollowChange, 64)
+	w := &operator.FollowWatch{Client: mgr.GetClient(), Out: out}
+	if err := w.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(mctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	go func() { // the runner's end of the channel
+		for {
+			select {
+			case <-out:
+			case <-mctx.Done():
+				return
+			}
+		}
+	}()
+
+	e.followDeployment("keep", map[string]string{"role": "analyzer"})
+	e.followDeployment("gone", map[string]string{"role": "analyzer"})
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	remembered := func(n int) func() bool { return func() bool { return w.Remembered() == n } }
+	e.waitFor("a judgement per Device and Follow Deployment", remembered(4))
+
+	gone := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: ns}}
+	if err := c.Delete(ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the deleted Deployment's judgements forgotten", remembered(2))
+
+	e.update("keep", func(d *fleetv1.Deployment) { d.Spec.Rollout.Targets = fleetv1.RolloutTargetsFrozen })
+	e.waitFor("the judgements of the Deployment switched to Frozen forgotten", remembered(0))
 }

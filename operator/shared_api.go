@@ -26,6 +26,9 @@ type (
 	StaticGroups = targets.StaticGroups
 	// GroupFile is the file LoadGroupFile reads (targets.GroupFile).
 	GroupFile = targets.GroupFile
+	// GroupFileWatch reads a group file again as it changes
+	// (targets.GroupFileWatch).
+	GroupFileWatch = targets.GroupFileWatch
 )
 
 // NewStaticGroups returns a StaticGroups of namespaces (targets.NewStaticGroups).

@@ -52,6 +52,14 @@ type intentRev struct {
 	// marked Follow), which hold nothing of the Deployment (ADR 0026).
 	releasedRest bool
 	left         map[string]bool
+	// handedBack: the devices that joined the revision after its rollout
+	// failed, and the generation they were handed instead (the
+	// Deployment's last whose rollout succeeded).
+	handedBack map[string]int64
+	// joined: the devices that joined the revision (rollout.target-added);
+	// a rollback hands them the revision rolled back to, as it does the
+	// frozen targets that held it.
+	joined map[string]bool
 	// prefetch: the revision's targets may fetch its images before they
 	// are handed it (ADR 0027, intent_fetch.go).
 	prefetch bool
@@ -163,7 +171,13 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		}
 		s.touch(k, d.Targets...)
 		if d.Plan != nil && len(d.Plan.Batches) > 0 {
+			joined := r.batchOf // followers folded before the revision
 			r.batchOf = batchIndex(d, sortedCopy(d.Canaries))
+			for dev, b := range joined {
+				if _, frozen := r.batchOf[dev]; !frozen {
+					r.batchOf[dev] = b
+				}
+			}
 			for _, b := range r.unlisted {
 				r.releaseBatch(b)
 			}
@@ -207,9 +221,36 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		}
 		r := s.rev(k, revKey{d.UID, d.Generation})
 		r.targets[d.Device] = true
+		if r.joined == nil {
+			r.joined = map[string]bool{}
+		}
+		r.joined[d.Device] = true
 		delete(r.left, d.Device)
 		delete(r.removed, d.Device)
-		if r.releasedRest {
+		switch {
+		case d.HandedGeneration > 0 && d.HandedGeneration < d.Generation:
+			// The revision failed: the device is handed the last one
+			// that succeeded instead, never this one.
+			if r.handedBack == nil {
+				r.handedBack = map[string]int64{}
+			}
+			r.handedBack[d.Device] = d.HandedGeneration
+			delete(r.released, d.Device)
+		case d.HandedGeneration > 0:
+			return nil // not an older revision: a forged or broken event
+		case d.Batch > 0:
+			// A follower of a revision with a plan: handed the revision
+			// with its batch, at once when the event says so (its batch
+			// started already, no budget), else by the batch's start or
+			// a budget wave that lists it.
+			if r.batchOf == nil {
+				r.batchOf = map[string]int{}
+			}
+			r.batchOf[d.Device] = d.Batch
+			if slices.Contains(d.Released, d.Device) {
+				r.released[d.Device] = true
+			}
+		case r.releasedRest:
 			r.released[d.Device] = true
 		}
 		delete(s.live, k)
@@ -344,13 +385,22 @@ func (s *Intent) recomputeSome(k depKey, devs iter.Seq[string]) []string {
 	for dev := range devs {
 		var want *IntentEntry
 		for _, r := range revs {
+			if g := r.handedBack[dev]; g > 0 && r.targets[dev] && !r.left[dev] {
+				// Joined after the revision failed: it holds the
+				// revision it was handed, if that one is known.
+				want = nil
+				if old := s.deps[k][revKey{r.entry.UID, g}]; old != nil && old.known {
+					want = &old.entry
+				}
+				break
+			}
 			if r.handed(dev) {
 				want = &r.entry
 				if r.rollbackTo > 0 && (r.rolledBackAll || r.rolledBack[dev]) {
 					// Rolled back: the device holds the revision handed
 					// back, if it was handed that one, else nothing.
 					want = nil
-					if old := s.deps[k][revKey{r.entry.UID, r.rollbackTo}]; old != nil && old.known && old.handed(dev) {
+					if old := s.deps[k][revKey{r.entry.UID, r.rollbackTo}]; old != nil && old.known && (old.handed(dev) || r.joined[dev]) {
 						want = &old.entry
 					}
 				}
@@ -490,5 +540,15 @@ func (r *intentRev) releaseBatch(b int) []string {
 
 // handed reports whether dev was handed the revision (and is its target).
 func (r *intentRev) handed(dev string) bool {
-	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] && !r.left[dev]
+	return (r.released[dev] || r.releasedAll && !r.removed[dev]) && r.targets[dev] && !r.left[dev] && r.handedBack[dev] == 0
+}
+
+// Revision returns the entry of revision (uid, generation) of Deployment
+// namespace/name, if the fold knows it.
+func (s *Intent) Revision(namespace, name, uid string, generation int64) (IntentEntry, bool) {
+	r := s.deps[depKey{namespace, name}][revKey{uid, generation}]
+	if r == nil || !r.known {
+		return IntentEntry{}, false
+	}
+	return r.entry, true
 }

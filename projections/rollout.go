@@ -172,6 +172,12 @@ type Follower struct {
 	Reason string    `json:"reason"`
 	Change string    `json:"change,omitempty"`
 	At     time.Time `json:"at"`
+	// HandedGeneration and HandedRevisionID: the follower joined after
+	// the revision's rollout failed and was handed the Deployment's last
+	// revision whose rollout succeeded instead (0: it runs this one). It
+	// is then no target of this revision and in none of its counts.
+	HandedGeneration int64  `json:"handedGeneration,omitempty"`
+	HandedRevisionID string `json:"handedRevisionId,omitempty"`
 }
 
 type revKey struct {
@@ -505,8 +511,11 @@ func (r Rollout) applyTransition(p *Payload, inPlace bool) Rollout {
 // follower or frozen target leaving a Follow revision.
 func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollout {
 	switch {
+	case ev.Type == events.TypeRolloutTargetAdded && d.HandedGeneration > 0:
+		return r.addHanded(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time,
+			HandedGeneration: d.HandedGeneration, HandedRevisionID: d.HandedRevisionID})
 	case ev.Type == events.TypeRolloutTargetAdded:
-		return r.addTarget(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time})
+		return r.addTarget(Follower{Device: d.Device, Reason: d.Reason, Change: d.Change, At: ev.Time}, d.Batch, d.BudgetGroup)
 	}
 	// A follow removal (d.Follow) leaves the accounting as any removal
 	// does; the intent fold takes the revision back.
@@ -516,12 +525,36 @@ func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollo
 // addTarget makes f.Device a target of the revision: it joins like any
 // target (handed the revision with the release, at once when that came
 // already), counts in every count, and leaves Removed if it was there. A
-// device that is a target already changes nothing.
-func (r Rollout) addTarget(f Follower) Rollout {
+// device that is a target already changes nothing. With a plan it joins
+// plan batch batch (out of range: the last) and, with a disruption
+// budget, the group of label value group (a value the plan does not
+// know, or none: the group of targets without the label).
+func (r Rollout) addTarget(f Follower, batch int, group string) Rollout {
 	if f.Device == "" || r.IsTarget(f.Device) {
 		return r
 	}
 	n := r
+	if r.planned() {
+		if batch < 1 || batch > len(r.Plan.Batches) {
+			batch = len(r.Plan.Batches)
+		}
+		n.batchOf = make(map[string]int, len(r.batchOf)+1)
+		for k, v := range r.batchOf {
+			n.batchOf[k] = v
+		}
+		n.batchOf[f.Device] = batch
+		if r.budgeted() {
+			g, ok := slices.BinarySearch(r.Plan.Budget.Values, group)
+			if !ok || group == "" {
+				g = len(r.Plan.Budget.Values)
+			}
+			n.groupOf = make(map[string]int, len(r.groupOf)+1)
+			for k, v := range r.groupOf {
+				n.groupOf[k] = v
+			}
+			n.groupOf[f.Device] = g
+		}
+	}
 	i, _ := slices.BinarySearch(r.Targets, f.Device)
 	n.Targets = slices.Insert(slices.Clone(r.Targets), i, f.Device)
 	if slices.ContainsFunc(r.Removed, func(rm RemovedTarget) bool { return rm.Device == f.Device }) {
@@ -533,6 +566,36 @@ func (r Rollout) addTarget(f Follower) Rollout {
 	return n
 }
 
+// addHanded records f, a device that joined after the revision's rollout
+// failed and was handed f.HandedGeneration instead (ADR 0026): a follower
+// of the Deployment, listed with the revision it runs, but no target of
+// this one (its reports are of the other revision). A device that is a
+// target or a follower already changes nothing.
+func (r Rollout) addHanded(f Follower) Rollout {
+	if _, ok := r.joined[f.Device]; f.Device == "" || ok || r.IsTarget(f.Device) {
+		return r
+	}
+	n := r
+	if slices.ContainsFunc(r.Removed, func(rm RemovedTarget) bool { return rm.Device == f.Device }) {
+		n.Removed = slices.DeleteFunc(slices.Clone(r.Removed), func(rm RemovedTarget) bool { return rm.Device == f.Device })
+	}
+	n.Followers = append(slices.Clip(r.Followers), f)
+	n.joined = followerIndex(n.Followers)
+	n.countsOK = false
+	return n
+}
+
+// Holds reports whether device takes part in the revision's Follow
+// accounting: a target, or a follower handed the last revision that
+// succeeded (addHanded).
+func (r Rollout) Holds(device string) bool {
+	if r.IsTarget(device) {
+		return true
+	}
+	_, ok := r.joined[device]
+	return ok
+}
+
 // JoinedAt is when device joined the revision as a follower (zero: it is
 // a frozen target, or no target).
 func (r Rollout) JoinedAt(device string) time.Time { return r.joined[device] }
@@ -542,6 +605,15 @@ func (r Rollout) JoinedAt(device string) time.Time { return r.joined[device] }
 // is no target (removed already) changes nothing.
 func (r Rollout) removeTarget(device, reason string) Rollout {
 	if !r.IsTarget(device) {
+		if _, ok := r.joined[device]; ok {
+			// A follower handed the last revision that succeeded.
+			n := r
+			n.Removed = append(slices.Clip(r.Removed), RemovedTarget{Device: device, Reason: reason})
+			n.Followers = slices.DeleteFunc(slices.Clone(r.Followers), func(f Follower) bool { return f.Device == device })
+			n.joined = followerIndex(n.Followers)
+			n.countsOK = false
+			return n
+		}
 		return r
 	}
 	n := r
@@ -799,7 +871,12 @@ func tally(c *events.RolloutCounts, phase events.WorkloadPhase, canary bool, del
 
 // computeCounts counts from the results: O(targets).
 func (r Rollout) computeCounts() events.RolloutCounts {
-	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries), Followers: len(r.Followers)}
+	c := events.RolloutCounts{Total: len(r.Targets), Canaries: len(r.Canaries)}
+	for _, f := range r.Followers {
+		if f.HandedGeneration == 0 {
+			c.Followers++ // a follower handed another revision is no target
+		}
+	}
 	for _, d := range r.Targets {
 		switch r.Results[d].Phase {
 		case events.WorkloadConverged:
@@ -863,6 +940,9 @@ func (r Rollout) Next() []events.RolloutTransition { return r.NextAt(time.Time{}
 // NextAt is Next at the operator's time now, which ends the soak of a plan
 // batch (SoakEnds says when).
 func (r Rollout) NextAt(now time.Time) []events.RolloutTransition {
+	if r.Follow && r.Stage == StageSucceeded && r.budgeted() && !r.Deleted {
+		return r.followerWaves()
+	}
 	if r.UID == "" || r.Deleted || r.Stage == StageSucceeded || r.Stage == StageFailed {
 		return nil
 	}

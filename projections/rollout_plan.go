@@ -519,6 +519,19 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 	}
 }
 
+// followerWaves hands the revision of a Follow revision whose rollout
+// succeeded to its followers not handed it yet (ADR 0026), within the
+// disruption budget: a rollout.batch-started of the last batch per wave,
+// as the running batch's waves are.
+func (r Rollout) followerWaves() []events.RolloutTransition {
+	var out []events.RolloutTransition
+	for _, w := range chunkIDs(r.wave(len(r.Batches))) {
+		out = append(out, events.NewRolloutTransition(events.TypeRolloutBatchStarted, events.RolloutTransition{UID: r.UID, Generation: r.Generation,
+			RevisionID: r.RevisionID, Counts: r.Counts(), Batch: len(r.Batches), Released: w}))
+	}
+	return out
+}
+
 // chunkIDs splits ids into lists that each fit in one event (none for no
 // ids).
 func chunkIDs(ids []string) [][]string {

@@ -204,6 +204,11 @@ type intentRevSnapshot struct {
 	// ReleasedRest and Left: a Follow revision's followers (ADR 0026).
 	ReleasedRest bool     `json:"releasedRest,omitempty"`
 	Left         []string `json:"left,omitempty"`
+	// HandedBack: followers that joined after the revision failed, and
+	// the generation each was handed instead.
+	HandedBack map[string]int64 `json:"handedBack,omitempty"`
+	// Joined: the devices that joined the revision.
+	Joined []string `json:"joined,omitempty"`
 	// Prefetch: the revision's targets fetch its images ahead (ADR 0027).
 	Prefetch bool `json:"prefetch,omitempty"`
 }
@@ -243,7 +248,7 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
 				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll,
-				ReleasedRest: r.releasedRest, Left: setKeys(r.left), Prefetch: r.prefetch})
+				ReleasedRest: r.releasedRest, Left: setKeys(r.left), HandedBack: r.handedBack, Joined: setKeys(r.joined), Prefetch: r.prefetch})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -290,7 +295,13 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			r.releasedAll = rs.ReleasedAll
 			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
 			r.rollbackTo, r.rolledBackAll = rs.RollbackTo, rs.RolledBackAll
-			r.releasedRest, r.prefetch = rs.ReleasedRest, rs.Prefetch
+			r.releasedRest, r.prefetch, r.handedBack = rs.ReleasedRest, rs.Prefetch, rs.HandedBack
+			for _, d := range rs.Joined {
+				if r.joined == nil {
+					r.joined = map[string]bool{}
+				}
+				r.joined[d] = true
+			}
 			for _, d := range rs.Left {
 				if r.left == nil {
 					r.left = map[string]bool{}

@@ -141,10 +141,15 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 // status has none of it.
 func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {
 	n := len(r.Followers)
-	st.Counts.Followers = int32(n)
+	st.Counts.Followers = int32(r.Counts().Followers)
+	handed := n - int(st.Counts.Followers)
 	for _, f := range r.Followers[:min(n, fleetv1.MaxFollowersListed)] {
-		st.Followers = append(st.Followers, fleetv1.Follower{Device: f.Device, Reason: f.Reason,
-			Change: events.PrintableLinesCut(f.Change, MaxDeviceText), Since: metav1.NewTime(f.At)})
+		fl := fleetv1.Follower{Device: f.Device, Reason: f.Reason,
+			Change: events.PrintableLinesCut(f.Change, MaxDeviceText), Since: metav1.NewTime(f.At)}
+		if f.HandedGeneration > 0 {
+			fl.Revision = &fleetv1.RevisionRef{UID: r.UID, Generation: f.HandedGeneration, ID: f.HandedRevisionID}
+		}
+		st.Followers = append(st.Followers, fl)
 	}
 	at := r.StageAt
 	if n > 0 && r.Followers[n-1].At.After(at) {
@@ -153,7 +158,16 @@ func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {
 	c := metav1.Condition{Type: fleetv1.ConditionFollowers, Status: metav1.ConditionTrue, Reason: fleetv1.ReasonFollowingSelector,
 		ObservedGeneration: r.Generation, LastTransitionTime: metav1.NewTime(at),
 		Message: fmt.Sprintf("revision %s follows its selector: %d of %d targets joined after it was frozen (status.followers), %d left or were removed (status.removed)",
-			r.RevisionID, n, len(r.Targets), len(r.Removed))}
+			r.RevisionID, int(st.Counts.Followers), len(r.Targets), len(r.Removed))}
+	if handed > 0 {
+		// Joined after the rollout failed (ADR 0026).
+		var gen int64
+		for _, f := range r.Followers {
+			gen = max(gen, f.HandedGeneration)
+		}
+		c.Message += fmt.Sprintf("; its rollout failed, so %d devices that joined since were handed generation %d, the last whose rollout succeeded",
+			handed, gen)
+	}
 	st.Conditions = append(st.Conditions, c)
 }
 

@@ -121,6 +121,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			return err
 		}
 		o.Groups = g
+		// Read again as it changes: a membership change reaches the
+		// Follow Deployments without a restart (ADR 0026).
+		gw := &operator.GroupFileWatch{Path: *groupFile, Groups: g, Log: logger}
+		go func() { _ = gw.Run(ctx) }()
 	}
 
 	if err := le.Validate(); err != nil {

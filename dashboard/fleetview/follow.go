@@ -1,6 +1,7 @@
 package fleetview
 
 import (
+	"fmt"
 	"time"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -25,6 +26,10 @@ type FollowerRow struct {
 	Reason string    `json:"reason"`
 	Change string    `json:"change,omitempty"`
 	Since  time.Time `json:"since"`
+	// Runs, when set, is the revision the follower runs instead of the
+	// Deployment's: it joined after that one's rollout failed and was
+	// handed the last whose rollout succeeded.
+	Runs string `json:"runs,omitempty"`
 }
 
 // DepartureRow is a target that left the revision or was removed from its
@@ -42,10 +47,19 @@ func followStageOf(d *fleetv1.Deployment) *FollowStage {
 	}
 	fs := &FollowStage{Followers: []FollowerRow{}, Departures: []DepartureRow{},
 		FollowersTotal: int(d.Status.Counts.Followers), DeparturesTotal: int(d.Status.Counts.Removed)}
+	handed := 0
 	for _, f := range d.Status.Followers {
-		fs.Followers = append(fs.Followers, FollowerRow{Device: clean(f.Device, MaxFieldLength), Reason: clean(f.Reason, MaxFieldLength),
-			Change: clean(f.Change, MaxErrorLength), Since: f.Since.Time})
+		row := FollowerRow{Device: clean(f.Device, MaxFieldLength), Reason: clean(f.Reason, MaxFieldLength),
+			Change: clean(f.Change, MaxErrorLength), Since: f.Since.Time}
+		if f.Revision != nil {
+			handed++
+			row.Runs = fmt.Sprintf("generation %d (%s), the last whose rollout succeeded", f.Revision.Generation, clean(f.Revision.ID, MaxFieldLength))
+		}
+		fs.Followers = append(fs.Followers, row)
 	}
+	// counts.followers counts the followers of the revision itself; those
+	// handed the last revision that succeeded are listed too.
+	fs.FollowersTotal += handed
 	for _, r := range d.Status.Removed {
 		fs.Departures = append(fs.Departures, DepartureRow{Device: clean(r.Device, MaxFieldLength), Reason: clean(r.Reason, MaxErrorLength)})
 	}

@@ -12,8 +12,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/follow"
@@ -33,6 +39,8 @@ import (
 type Watch struct {
 	Client client.Client
 	// Groups is the group source (nil: allowedGroups matches nothing).
+	// When it is a GroupWatcher too, a membership change alone (no
+	// Device change) has the Devices it concerns judged again.
 	Groups targets.GroupSource
 	// Out receives the changes; the runner reads it (RolloutRunner.Follows).
 	Out chan<- follow.Change
@@ -41,18 +49,33 @@ type Watch struct {
 	mu      sync.Mutex // guards the fields below
 	started time.Time
 	// labels are each Device's labels when last seen; sent the last
-	// judgement sent per Deployment and Device.
+	// judgement sent per Deployment and Device (pruned when the Device or
+	// the Deployment goes, or the Deployment stops following).
 	labels map[types.NamespacedName]deviceSeen
-	sent   map[followKey]sentJudgement
+	sent   map[types.NamespacedName]map[string]sentJudgement
+	// regroup are the Devices whose groups changed and that are not
+	// judged again yet; wake signals one.
+	regroup map[types.NamespacedName]bool
+	wake    chan struct{}
+}
+
+// GroupWatcher is a group source that says when a device's groups change
+// (targets.StaticGroups does): the watch judges that Device again.
+type GroupWatcher interface {
+	// Subscribe calls fn with every device whose groups change, until
+	// cancel is called; fn must not block.
+	Subscribe(fn func(namespace, device string)) (cancel func())
 }
 
 type deviceSeen struct {
 	labels      map[string]string
 	quarantined bool
 	duplicate   bool
+	// groups are the device's groups when last seen, if a Follow
+	// Deployment of its namespace sets allowedGroups (hasGroups).
+	groups    []string
+	hasGroups bool
 }
-
-type followKey struct{ ns, deployment, device string }
 
 type sentJudgement struct {
 	uid        string
@@ -61,13 +84,93 @@ type sentJudgement struct {
 	reason     string
 }
 
-// SetupWithManager registers the watch.
+// SetupWithManager registers the watch: on Devices, on the group source
+// when it is a GroupWatcher, and on Deployments to forget the judgements
+// of one deleted or no longer following.
 func (w *Watch) SetupWithManager(mgr ctrl.Manager) error {
 	w.init()
-	return ctrl.NewControllerManagedBy(mgr).
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1.Device{}).
 		Named("fleet-rollout-follow").
-		Complete(w)
+		Watches(&fleetv1.Deployment{}, handler.Funcs{
+			DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				w.forget(types.NamespacedName{Namespace: e.Object.GetNamespace(), Name: e.Object.GetName()})
+			},
+			UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if d, ok := e.ObjectNew.(*fleetv1.Deployment); ok && (d.Spec.Rollout.Targets != fleetv1.RolloutTargetsFollow || !d.DeletionTimestamp.IsZero()) {
+					w.forget(types.NamespacedName{Namespace: d.Namespace, Name: d.Name})
+				}
+			},
+		})
+	if gw, ok := w.Groups.(GroupWatcher); ok {
+		regroups := make(chan event.TypedGenericEvent[*fleetv1.Device])
+		cancel := gw.Subscribe(w.noteRegroup)
+		if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+			defer cancel()
+			return w.forwardRegroups(ctx, regroups)
+		})); err != nil {
+			cancel()
+			return fmt.Errorf("follow watch: %w", err)
+		}
+		b = b.WatchesRawSource(source.Channel(regroups, &handler.TypedEnqueueRequestForObject[*fleetv1.Device]{}))
+	}
+	return b.Complete(w)
+}
+
+// noteRegroup keeps a Device whose groups changed for forwardRegroups.
+func (w *Watch) noteRegroup(namespace, device string) {
+	w.mu.Lock()
+	w.regroup[types.NamespacedName{Namespace: namespace, Name: device}] = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// forwardRegroups hands the Devices whose groups changed to the
+// controller's queue until ctx ends.
+func (w *Watch) forwardRegroups(ctx context.Context, out chan<- event.TypedGenericEvent[*fleetv1.Device]) error {
+	for {
+		w.mu.Lock()
+		batch := w.regroup
+		w.regroup = map[types.NamespacedName]bool{}
+		w.mu.Unlock()
+		for _, k := range slices.SortedFunc(maps.Keys(batch), func(a, b types.NamespacedName) int { return strings.Compare(a.String(), b.String()) }) {
+			d := &fleetv1.Device{}
+			d.Namespace, d.Name = k.Namespace, k.Name
+			select {
+			case out <- event.TypedGenericEvent[*fleetv1.Device]{Object: d}:
+			case <-ctx.Done():
+				return nil
+			}
+		}
+		select {
+		case <-w.wake:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+}
+
+// forget drops the judgements sent for Deployment dep.
+func (w *Watch) forget(dep types.NamespacedName) {
+	w.mu.Lock()
+	delete(w.sent, dep)
+	w.mu.Unlock()
+}
+
+// Remembered is how many judgements (Deployment, Device) the watch
+// remembers: one per Device of a Follow Deployment it judged, and none
+// of a Deployment deleted or no longer following.
+func (w *Watch) Remembered() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, m := range w.sent {
+		n += len(m)
+	}
+	return n
 }
 
 // Reconcile judges one Device against the Follow Deployments of its
@@ -94,19 +197,31 @@ func (w *Watch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 	d.Namespace, d.Name = req.Namespace, req.Name // also for a Device gone (not found)
 	cur := deviceSeen{labels: d.Labels, duplicate: isDuplicate(&d)}
 	_, cur.quarantined = d.Labels[fleetv1.LabelBlacklist]
+	following := map[types.NamespacedName]bool{}
 	for i := range deps.Items {
 		dep := &deps.Items[i]
 		if dep.Spec.Rollout.Targets != fleetv1.RolloutTargetsFollow || !dep.DeletionTimestamp.IsZero() {
 			continue
 		}
-		ch, err := w.judge(ctx, dep, &d, gone, prev, hadPrev, cur)
-		if err != nil {
-			return ctrl.Result{}, err
+		following[types.NamespacedName{Namespace: dep.Namespace, Name: dep.Name}] = true
+		if len(dep.Spec.AllowedGroups) > 0 && !cur.hasGroups && !gone && w.Groups != nil {
+			gs, err := w.Groups.Groups(ctx, d.Namespace, d.Name)
+			if err != nil {
+				return ctrl.Result{}, fmt.Errorf("groups of device %s/%s: %w", d.Namespace, d.Name, err)
+			}
+			cur.groups, cur.hasGroups = slices.Sorted(slices.Values(gs)), true
 		}
-		key := followKey{req.Namespace, dep.Name, req.Name}
+	}
+	for i := range deps.Items {
+		dep := &deps.Items[i]
+		key := types.NamespacedName{Namespace: dep.Namespace, Name: dep.Name}
+		if !following[key] {
+			continue
+		}
+		ch := w.judge(dep, &d, gone, prev, hadPrev, cur)
 		sj := sentJudgement{uid: ch.UID, generation: ch.Generation, match: ch.Match, reason: ch.Reason}
 		w.mu.Lock()
-		last, ok := w.sent[key]
+		last, ok := w.sent[key][req.Name]
 		w.mu.Unlock()
 		if ok && last.uid == sj.uid && last.generation == sj.generation && last.match == sj.match && (sj.match || last.reason == sj.reason) {
 			continue
@@ -117,16 +232,30 @@ func (w *Watch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 			return ctrl.Result{}, ctx.Err()
 		}
 		w.mu.Lock()
-		w.sent[key] = sj
+		if w.sent[key] == nil {
+			w.sent[key] = map[string]sentJudgement{}
+		}
+		w.sent[key][req.Name] = sj
 		w.mu.Unlock()
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	// Deployments of the namespace no longer following (deleted,
+	// switched to Frozen): their judgements are forgotten (the Deployment
+	// watch does it too; this catches a judgement sent meanwhile).
+	for key := range w.sent {
+		if key.Namespace == req.Namespace && !following[key] {
+			delete(w.sent, key)
+		}
+	}
 	if gone {
 		delete(w.labels, req.NamespacedName)
-		for k := range w.sent {
-			if k.ns == req.Namespace && k.device == req.Name {
-				delete(w.sent, k)
+		for key, m := range w.sent {
+			if key.Namespace == req.Namespace {
+				delete(m, req.Name)
+			}
+			if len(m) == 0 {
+				delete(w.sent, key)
 			}
 		}
 		return ctrl.Result{}, nil
@@ -143,46 +272,44 @@ func (w *Watch) init() {
 	w.once.Do(func() {
 		w.started = time.Now().Truncate(time.Second)
 		w.labels = map[types.NamespacedName]deviceSeen{}
-		w.sent = map[followKey]sentJudgement{}
+		w.sent = map[types.NamespacedName]map[string]sentJudgement{}
+		w.regroup = map[types.NamespacedName]bool{}
+		w.wake = make(chan struct{}, 1)
 	})
 }
 
 // judge is the change Device d (gone: deleted) is to Follow Deployment
 // dep; prev is the Device as last seen (hadPrev: it was).
-func (w *Watch) judge(ctx context.Context, dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, prev deviceSeen, hadPrev bool, cur deviceSeen) (follow.Change, error) {
+func (w *Watch) judge(dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, prev deviceSeen, hadPrev bool, cur deviceSeen) follow.Change {
 	ch := follow.Change{Namespace: dep.Namespace, Deployment: dep.Name, UID: string(dep.UID), Generation: dep.Generation, Device: d.Name}
 	if gone {
 		ch.Immediate, ch.Reason = true, "Device deleted"
-		return ch, nil
+		return ch
 	}
 	sel := dep.Spec.TargetSelector.MatchLabels
 	change := labelChange(sel, prev.labels, cur.labels, hadPrev)
 	switch {
 	case !targets.Matches(sel, d.Labels):
 		ch.Reason, ch.Change = "labels no longer match the target selector: "+change, change
-		return ch, nil
+		return ch
 	case cur.quarantined:
 		ch.Immediate, ch.Reason, ch.Change = true, "Device quarantined", fleetv1.LabelBlacklist+"="+d.Labels[fleetv1.LabelBlacklist]
-		return ch, nil
+		return ch
 	case cur.duplicate:
 		ch.Immediate, ch.Reason = true, "Device marked "+fleetv1.ReasonDuplicateDeviceID
-		return ch, nil
+		return ch
 	}
 	if len(dep.Spec.AllowedGroups) > 0 {
-		member := false
-		if w.Groups != nil {
-			gs, err := w.Groups.Groups(ctx, d.Namespace, d.Name)
-			if err != nil {
-				return ch, fmt.Errorf("groups of device %s/%s: %w", d.Namespace, d.Name, err)
-			}
-			member = slices.ContainsFunc(gs, func(g string) bool { return slices.Contains(dep.Spec.AllowedGroups, g) })
-		}
-		if !member {
+		// cur.groups is nil without a group source: fail closed.
+		if !slices.ContainsFunc(cur.groups, func(g string) bool { return slices.Contains(dep.Spec.AllowedGroups, g) }) {
 			ch.Immediate, ch.Reason = true, "not a member of an allowed group ("+strings.Join(dep.Spec.AllowedGroups, ", ")+")"
-			return ch, nil
+			if hadPrev && prev.hasGroups && !slices.Equal(prev.groups, cur.groups) {
+				ch.Change = groupChange(prev.groups, cur.groups, true)
+			}
+			return ch
 		}
 	}
-	ch.Match, ch.Change = true, change
+	ch.Match, ch.Change, ch.Labels = true, change, maps.Clone(d.Labels)
 	switch {
 	case !hadPrev && !d.CreationTimestamp.Time.Before(w.started):
 		ch.Reason = "Device created"
@@ -196,8 +323,26 @@ func (w *Watch) judge(ctx context.Context, dep *fleetv1.Deployment, d *fleetv1.D
 		ch.Reason = "labels changed"
 	default:
 		ch.Reason = "group membership"
+		if cur.hasGroups {
+			ch.Change = groupChange(prev.groups, cur.groups, prev.hasGroups)
+		}
 	}
-	return ch, nil
+	return ch
+}
+
+// groupChange words a change of a device's groups ("groups lyon,paris
+// (was none)"); without prev, its groups now.
+func groupChange(prev, cur []string, hadPrev bool) string {
+	list := func(gs []string) string {
+		if len(gs) == 0 {
+			return "none"
+		}
+		return strings.Join(gs, ",")
+	}
+	if !hadPrev {
+		return "groups " + list(cur)
+	}
+	return "groups " + list(cur) + " (was " + list(prev) + ")"
 }
 
 // labelChange words the change of the selector's labels from prev to cur

@@ -37,3 +37,24 @@ func TestAFollowChangeNamesTheSelectorsLabelsThatChanged(t *testing.T) {
 		})
 	}
 }
+
+// TestAFollowChangeNamesTheGroupsThatChanged: a membership change is
+// worded with the device's groups now and before.
+func TestAFollowChangeNamesTheGroupsThatChanged(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		prev, cur []string
+		hadPrev   bool
+		want      string
+	}{
+		{"entered a group", nil, []string{"lyon"}, true, "groups lyon (was none)"},
+		{"left every group", []string{"lyon", "paris"}, nil, true, "groups none (was lyon,paris)"},
+		{"groups not known before: those now", nil, []string{"lyon", "paris"}, false, "groups lyon,paris"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, groupChange(tc.prev, tc.cur, tc.hadPrev)); diff != "" {
+				t.Errorf("change (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -45,8 +45,9 @@ func (r *runner) noteFollow(ch FollowChange, now time.Time) depKey {
 
 // follow settles the follow changes of Deployment k at now (ADR 0026): a
 // device that matches and is no target of the current revision joins it
-// (rollout.target-added), unless the rollout failed (never) or is paused
-// (on the resume); a target that does
+// (rollout.target-added), unless the rollout failed (it is handed the
+// Deployment's last revision whose rollout succeeded, if any) or is
+// paused (on the resume); a target that does
 // not match leaves it (rollout.target-removed marked Follow, which takes
 // the revision back) at once for a deletion, a quarantine, a duplicate
 // mark or a group, and after FollowDebounce of not matching for a label
@@ -78,14 +79,25 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 			delete(m, dev)
 			continue
 		}
-		target := ro.IsTarget(dev)
+		target := ro.Holds(dev)
 		var tr events.RolloutTransition
 		switch {
 		case w.Match && !target && ro.Paused && !ro.Terminal():
 			continue // a pause holds every handing of the revision: it joins on the resume
 		case w.Match && !target && ro.Stage != projections.StageFailed:
+			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, planPlace(ro, events.RolloutTransition{
+				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change}, w.Labels))
+		case w.Match && !target && ro.LastSucceeded > 0:
+			// The rollout failed: the newcomer is handed the last
+			// revision that succeeded, and the event says which.
+			last, ok := r.s.intent.Revision(k.ns, k.name, ro.UID, ro.LastSucceeded)
+			if !ok {
+				delete(m, dev) // not in the fold (cannot happen once caught up)
+				continue
+			}
 			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{
-				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change})
+				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change,
+				HandedGeneration: last.Generation, HandedRevisionID: last.RevisionID})
 		case !w.Match && target && (w.Immediate || !now.Before(w.since.Add(r.FollowDebounce))):
 			tr = events.NewRolloutTransition(events.TypeRolloutTargetRemoved, events.RolloutTransition{
 				Device: dev, Follow: true, Error: w.Reason, Change: w.Change})
@@ -110,6 +122,29 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 	if changed {
 		r.decide(ctx, k)
 	}
+}
+
+// planPlace places a follower of a revision with a plan (ADR 0016) into
+// the plan's last batch: it waits for every earlier batch and for that
+// batch's approval, and counts in its threshold, never handed the revision
+// earlier than planned. With a disruption budget, its group is its value
+// of the budget's label key (labels are the Device's, as judged), and the
+// budget's waves hand it the revision; without one, a follower whose
+// batch started already is handed it at once (Released). The event
+// carries the writer's choice, so the fold stays a fold. Without a plan,
+// d is unchanged.
+func planPlace(ro projections.Rollout, d events.RolloutTransition, labels map[string]string) events.RolloutTransition {
+	if ro.Plan == nil || len(ro.Plan.Batches) == 0 {
+		return d
+	}
+	d.Batch = len(ro.Plan.Batches)
+	switch {
+	case ro.Plan.Budget != nil:
+		d.BudgetGroup = labels[ro.Plan.Budget.LabelKey]
+	case ro.Batch >= d.Batch:
+		d.Released = []string{d.Device}
+	}
+	return d
 }
 
 // followAll settles the follow changes of every Deployment at now.

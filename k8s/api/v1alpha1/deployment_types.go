@@ -99,7 +99,6 @@ const RolloutImmediate RolloutStrategy = "Immediate"
 // workload rollback yet.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReady) || !has(self.progressDeadline) || duration(self.minReady) <= duration(self.progressDeadline)",message="rollout.minReady must not be longer than rollout.progressDeadline"
-// +kubebuilder:validation:XValidation:rule="!has(self.targets) || self.targets != 'Follow' || ((!has(self.batches) || size(self.batches) == 0) && !has(self.disruptionBudget) && (!has(self.approval) || self.approval == 'Automatic') && (!has(self.onFailure) || self.onFailure == 'Fail'))",message="rollout.targets Follow does not combine with batches, approval Manual, onFailure Pause or Rollback, or a disruptionBudget yet (ADR 0026): remove them, or leave targets Frozen"
 type RolloutSpec struct {
 	// Targets says what a revision's targets are after it was frozen.
 	// Frozen (the default, also when absent): the devices that matched
@@ -111,7 +110,10 @@ type RolloutSpec struct {
 	// current revision (rollout.target-added), and one that stops
 	// matching leaves it and its agent removes the workload
 	// (rollout.target-removed; after the operator's --follow-debounce for a
-	// label change, at once for a quarantine or a deletion).
+	// label change, at once for a quarantine or a deletion). With a plan, a
+	// device that joins is in the plan's last batch: it waits for that
+	// batch and its approval, and counts in the disruption budget, also
+	// after the rollout ended.
 	// +optional
 	// +kubebuilder:validation:Enum=Frozen;Follow
 	Targets RolloutTargets `json:"targets,omitempty"`
@@ -432,6 +434,12 @@ type Follower struct {
 	Change string `json:"change,omitempty"`
 	// Since is when the control plane stored its rollout.target-added.
 	Since metav1.Time `json:"since"`
+	// Revision, when set, is the revision the follower was handed instead
+	// of status.revision: that one's rollout failed, so it runs the
+	// Deployment's last revision whose rollout succeeded. It is no target
+	// of status.revision and in none of its counts.
+	// +optional
+	Revision *RevisionRef `json:"revision,omitempty"`
 }
 
 // MaxFollowersListed is how many followers a Deployment status lists.

@@ -26,4 +26,8 @@ type Change struct {
 	Immediate bool
 	// Reason and Change say why, for the transition.
 	Reason, Change string
+	// Labels are the Device's labels as judged (a match only): the
+	// runner reads the disruption budget's label key of a revision with
+	// a plan from them.
+	Labels map[string]string
 }

@@ -8,8 +8,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -141,9 +143,12 @@ type GroupSource interface {
 // StaticGroups is a GroupSource from a fixed table: namespace → group →
 // devices. It suits private compositions with a file and tests.
 type StaticGroups struct {
-	mu sync.RWMutex // guards table
+	mu sync.RWMutex // guards table and subs
 	// table: namespace → device → sorted groups
 	table map[string]map[string][]string
+	// subs are the functions Subscribe registered, by id.
+	subs   map[int]func(namespace, device string)
+	nextID int
 }
 
 // GroupFile is the JSON form of a static group table:
@@ -188,8 +193,64 @@ func (s *StaticGroups) Set(namespaces map[string]map[string][]string) {
 		}
 	}
 	s.mu.Lock()
+	old := s.table
 	s.table = t
+	subs := make([]func(string, string), 0, len(s.subs))
+	for _, id := range slices.Sorted(maps.Keys(s.subs)) {
+		subs = append(subs, s.subs[id])
+	}
 	s.mu.Unlock()
+	if len(subs) == 0 {
+		return
+	}
+	for _, c := range changedMembers(old, t) {
+		for _, fn := range subs {
+			fn(c[0], c[1])
+		}
+	}
+}
+
+// Subscribe calls fn with the namespace and name of every device whose
+// groups a later Set changes, until cancel is called. fn is called from
+// Set and must not block.
+func (s *StaticGroups) Subscribe(fn func(namespace, device string)) (cancel func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs == nil {
+		s.subs = map[int]func(string, string){}
+	}
+	id := s.nextID
+	s.nextID++
+	s.subs[id] = fn
+	return func() {
+		s.mu.Lock()
+		delete(s.subs, id)
+		s.mu.Unlock()
+	}
+}
+
+// changedMembers lists the (namespace, device) pairs whose groups differ
+// between tables a and b, sorted.
+func changedMembers(a, b map[string]map[string][]string) [][2]string {
+	var out [][2]string
+	diff := func(x, y map[string]map[string][]string) {
+		for ns, devs := range x {
+			for d, gs := range devs {
+				if !slices.Equal(gs, y[ns][d]) {
+					out = append(out, [2]string{ns, d})
+				}
+			}
+		}
+	}
+	diff(a, b)
+	diff(b, a)
+	slices.SortFunc(out, func(p, q [2]string) int {
+		if p[0] != q[0] {
+			return strings.Compare(p[0], q[0])
+		}
+		return strings.Compare(p[1], q[1])
+	})
+	return slices.Compact(out)
 }
 
 // Groups implements GroupSource.
