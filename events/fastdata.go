@@ -90,6 +90,9 @@ func readRolloutTransition(b []byte) (d RolloutTransition, ok bool) {
 	d.Counts.CanariesSucceeded = s.int()
 	s.lit(`,"canariesFailed":`)
 	d.Counts.CanariesFailed = s.int()
+	if s.opt(`,"followers":`) {
+		d.Counts.Followers = s.int()
+	}
 	s.lit(`}`)
 	if s.opt(`,"device":`) {
 		d.Device = s.text()
@@ -129,6 +132,15 @@ func readRolloutTransition(b []byte) (d RolloutTransition, ok bool) {
 	}
 	if s.opt(`,"change":`) {
 		d.Change = s.text()
+	}
+	if s.opt(`,"handedGeneration":`) {
+		d.HandedGeneration = s.int64()
+	}
+	if s.opt(`,"handedRevisionId":`) {
+		d.HandedRevisionID = s.text()
+	}
+	if s.opt(`,"budgetGroup":`) {
+		d.BudgetGroup = s.text()
 	}
 	s.lit(`}`)
 	return d, s.end()

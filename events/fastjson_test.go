@@ -238,6 +238,8 @@ func TestTheDataReaderReadsAsEncodingJSON(t *testing.T) {
 			marshal(RolloutTransition{UID: "u", Generation: 4, Batch: 2, By: "alice@example.com", Request: "r-1", RollbackTo: 3}), true},
 		{"a follow transition is read by the strict reader", TypeRolloutTargetAdded,
 			marshal(RolloutTransition{UID: "u", Generation: 4, Device: "d", Follow: true, Reason: "labels changed", Change: "role=analyzer (was role=other)"}), true},
+		{"a follower handed the last revision that succeeded, in its batch and budget group, is read by the strict reader", TypeRolloutTargetAdded,
+			marshal(RolloutTransition{UID: "u", Generation: 5, Counts: RolloutCounts{Total: 4, Followers: 1}, Device: "d", Batch: 2, Follow: true, Reason: "created", HandedGeneration: 3, HandedRevisionID: "r3", BudgetGroup: "lyon"}), true},
 
 		{"an escaped string is left to encoding/json, which unescapes it", TypeWorkloadStatus, strings.Replace(r, `"ns"`, `"n\u0073"`, 1), false},
 		{"a key in another case is left to encoding/json, which matches it", TypeWorkloadStatus, strings.Replace(r, `"namespace"`, `"Namespace"`, 1), false},
