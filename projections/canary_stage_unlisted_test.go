@@ -13,6 +13,26 @@ import (
 	"github.com/nationtech/harmony-fleet/projections"
 )
 
+// labAPI builds events of Deployment lab/api: mk any event, tr a rollout
+// transition of its revision u1 generation 1 (1-abcdef12).
+func labAPI(t *testing.T) (mk func(events.Data) events.Event, tr func(events.Type, events.RolloutTransition) events.Event) {
+	dep := events.Keys{Namespace: "lab", Name: "api"}
+	mk = func(d events.Data) events.Event {
+		t.Helper()
+		ev, err := events.New(dep, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ev
+	}
+	tr = func(typ events.Type, d events.RolloutTransition) events.Event {
+		t.Helper()
+		d.UID, d.Generation, d.RevisionID = "u1", 1, "1-abcdef12"
+		return mk(events.NewRolloutTransition(typ, d))
+	}
+	return mk, tr
+}
+
 // longIDs returns n device ids of 63 characters, the longest a device id
 // may be: 8,000 of them are more than one event lists (events.ChunkBytes).
 func longIDs(prefix string, n int) []string {
@@ -30,20 +50,7 @@ func longIDs(prefix string, n int) []string {
 // have said. Whatever the order the intent and rollout streams are folded
 // in, and across a checkpoint, the values are those of the listed stage.
 func TestACanaryStageWithoutAListHandsTheRevisionToEveryFrozenCanaryNotRemovedBefore(t *testing.T) {
-	dep := events.Keys{Namespace: "lab", Name: "api"}
-	mk := func(d events.Data) events.Event {
-		t.Helper()
-		ev, err := events.New(dep, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ev
-	}
-	tr := func(typ events.Type, d events.RolloutTransition) events.Event {
-		t.Helper()
-		d.UID, d.Generation, d.RevisionID = "u1", 1, "1-abcdef12"
-		return mk(events.NewRolloutTransition(typ, d))
-	}
+	mk, tr := labAPI(t)
 	canaries := longIDs("canary", 8000)
 	rest := longIDs("rest", 50)
 	targets := append(slices.Clone(canaries), rest...)
