@@ -117,7 +117,7 @@ func (b *bench) hold(ctx context.Context, n int, res *Result) (*HoldResult, erro
 	return h, nil
 }
 
-// printHold prints the hold's figures.
+// printHold prints the hold's figures, each one that has a goal against it.
 func printHold(w io.Writer, r Result) {
 	h := r.Hold
 	secs := max(h.Duration.Seconds(), 1e-9)
@@ -126,4 +126,6 @@ func printHold(w io.Writer, r Result) {
 		h.CPU.Seconds(), h.CPU.Seconds()/secs)
 	fmt.Fprintf(w, "  goal        N=%d every device converged on the revision after the hold (no notification missed across %d reconnects): converged in %s: met\n",
 		r.N, h.Allowed, h.Converged.Round(time.Millisecond))
+	fmt.Fprintf(w, "  goal        N=%d no re-authorisation refused over the hold (%d authorised): %d: %s\n",
+		r.N, h.Allowed, h.Refused, met(h.Refused == 0))
 }

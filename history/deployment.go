@@ -415,7 +415,11 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 	case events.TypeRolloutStarted:
 		s = fmt.Sprintf("rollout of %s started", d.RevisionID)
 	case events.TypeRolloutCanaryStage:
-		s = fmt.Sprintf("canary stage: released to %s", list(d.Released))
+		if d.Released == nil {
+			s = fmt.Sprintf("canary stage: released to all %d canaries (too many to list)", c.Canaries)
+		} else {
+			s = fmt.Sprintf("canary stage: released to %s", list(d.Released))
+		}
 	case events.TypeRolloutCanariesConverged:
 		s = fmt.Sprintf("all %d canaries converged", c.Canaries)
 	case events.TypeRolloutCanaryFailed:

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 )
@@ -61,5 +62,76 @@ func TestARestartedDeviceControllerReadsTheIdentityBucketInOnePass(t *testing.T)
 	})
 	if n := gets.Load(); n >= devices/2 {
 		t.Errorf("%d direct gets of fleet-identity for %d Devices after the restart, want the bucket read in one pass (a few gets at most)", n, devices)
+	}
+}
+
+// An operator that starts over devices that reported already reads their
+// last heartbeats, inventories and container reports from its one
+// telemetry follow of each stream (the last message per subject, read to
+// its end before the reconciles use it), not with direct gets per Device
+// (issue #39: the cold start at 100,000 Devices). A report stored while no
+// operator ran is what the restarted one projects; a device that never
+// reported costs no get either. Counted on the server: a subscriber on the
+// streams' direct-get subjects sees every get.
+func TestARestartedDeviceControllerReadsTheReportsInOnePass(t *testing.T) {
+	e := newDevEnv(t)
+	const devices = 30
+	ids := make([]string, devices)
+	inventory := func(site string) events.DeviceInventory {
+		return events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: "6.1.0", AgentVersion: "1.0.0", Labels: map[string]string{"site": site}}
+	}
+	// A third of the devices beat and send an inventory, a third only
+	// beat, a third never reported.
+	for i := range ids {
+		ids[i] = e.id(fmt.Sprintf("warm-%d", i))
+		e.create(ids[i], nil)
+		switch i % 3 {
+		case 0:
+			e.report(ids[i], inventory("paris"))
+			e.heartbeat(ids[i])
+		case 1:
+			e.heartbeat(ids[i])
+		}
+	}
+	stop := e.start(time.Minute)
+	for i, id := range ids {
+		e.waitDevice(id, "projected", func(d *fleetv1.Device) bool {
+			switch i % 3 {
+			case 0:
+				return d.Status.Liveness == fleetv1.LivenessOnline && d.Labels["site"] == "paris"
+			case 1:
+				return d.Status.Liveness == fleetv1.LivenessOnline
+			}
+			c := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionIdentityRegistered)
+			return c != nil && c.Status == metav1.ConditionTrue
+		})
+	}
+	stop()
+	// While no operator runs, the first device moves.
+	e.report(ids[0], inventory("lyon"))
+
+	var gets atomic.Int64
+	nc := e.store.JetStream().Conn()
+	for _, stream := range []string{events.StreamLiveness, events.StreamTelemetry} {
+		sub, err := nc.Subscribe("$JS.API.DIRECT.GET."+stream+".>", func(*nats.Msg) { gets.Add(1) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sub.Unsubscribe()
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := deviceReconciles(t).count
+	e.start(time.Minute)
+	testenv.Eventually(t, "a reconcile of every Device", time.Minute, func() bool { return deviceReconciles(t).count-before >= devices })
+	e.waitDevice(ids[0], "the inventory stored while no operator ran", func(d *fleetv1.Device) bool { return d.Labels["site"] == "lyon" })
+	if n := gets.Load(); n >= devices/2 {
+		t.Errorf("%d direct gets of the report streams for %d Devices after the restart, want their last reports read in one pass (a few gets at most)", n, devices)
+	}
+	for i, id := range ids {
+		if d := e.get(id); i%3 < 2 && d.Status.Liveness != fleetv1.LivenessOnline {
+			t.Errorf("Device %s is %s after the restart, want Online", id, d.Status.Liveness)
+		}
 	}
 }

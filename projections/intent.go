@@ -63,6 +63,15 @@ type intentRev struct {
 	// prefetch: the revision's targets may fetch its images before they
 	// are handed it (ADR 0027, intent_fetch.go).
 	prefetch bool
+	// canaries is the frozen canary set, kept only when it is too long
+	// for the canary stage to list (CanariesListed); canariesAll: a
+	// rollout.canary-stage without a list was folded, handing the revision
+	// to every frozen canary not removed before it; canaryRemoved: the
+	// targets removed before it, kept until the revision is known (the
+	// rollout stream was read first).
+	canaries      []string
+	canariesAll   bool
+	canaryRemoved map[string]bool
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -170,6 +179,13 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 			r.targets[t] = true
 		}
 		s.touch(k, d.Targets...)
+		if !CanariesListed(d.Canaries) {
+			r.canaries = slices.Clone(d.Canaries)
+			if r.canariesAll {
+				r.releaseCanaries(r.canaryRemoved)
+				r.canaryRemoved = nil
+			}
+		}
 		if d.Plan != nil && len(d.Plan.Batches) > 0 {
 			joined := r.batchOf // followers folded before the revision
 			r.batchOf = batchIndex(d, sortedCopy(d.Canaries))
@@ -338,6 +354,11 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		r := s.rev(k, revKey{d.UID, d.Generation})
 		for _, dev := range d.Released {
 			r.released[dev] = true
+		}
+		if ev.Type == events.TypeRolloutCanaryStage && d.Released == nil {
+			// The canaries did not fit in one event: every frozen canary
+			// not removed before the stage (ADR 0010, addendum).
+			return s.recomputeDevices(k, s.releaseUnlistedCanaries(k, r))
 		}
 		if ev.Type == events.TypeRolloutReleased {
 			r.releasedRest = true
@@ -537,6 +558,47 @@ func (r *intentRev) releaseBatch(b int) []string {
 	slices.Sort(out)
 	return out
 }
+
+// releaseUnlistedCanaries folds a canary stage that lists none: it hands
+// the revision to every frozen canary not removed before it and returns
+// them, or, while the revision is not known, remembers which targets were
+// removed before it (the revision's fold hands it then).
+func (s *Intent) releaseUnlistedCanaries(k depKey, r *intentRev) []string {
+	if r.canariesAll {
+		return nil // a duplicate: the first one counts
+	}
+	r.canariesAll = true
+	if !r.known {
+		r.canaryRemoved = make(map[string]bool, len(r.removed))
+		for dev := range r.removed {
+			r.canaryRemoved[dev] = true
+		}
+		return nil
+	}
+	out := r.releaseCanaries(r.removed)
+	s.touch(k, out...)
+	return out
+}
+
+// releaseCanaries hands the revision to every frozen canary kept (a set too
+// long to list) but those removed, and returns them.
+func (r *intentRev) releaseCanaries(removed map[string]bool) []string {
+	out := make([]string, 0, len(r.canaries))
+	for _, c := range r.canaries {
+		if !removed[c] {
+			r.released[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// CanariesListed reports whether a canary stage lists its canaries: when
+// their ids fit in one event (events.ChunkBytes, as a release lists the
+// remaining targets). A longer canary set is handed the revision by a
+// rollout.canary-stage without a list: readers hand it to every frozen
+// canary not removed before the stage.
+func CanariesListed(canaries []string) bool { return idBytes(canaries) <= events.ChunkBytes }
 
 // handed reports whether dev was handed the revision (and is its target).
 func (r *intentRev) handed(dev string) bool {

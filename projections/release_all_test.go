@@ -10,20 +10,7 @@ import (
 )
 
 func TestAReleaseWithoutAListHandsTheRevisionToEveryTargetNotRemovedBefore(t *testing.T) {
-	dep := events.Keys{Namespace: "lab", Name: "api"}
-	mk := func(d events.Data) events.Event {
-		t.Helper()
-		ev, err := events.New(dep, d)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ev
-	}
-	tr := func(typ events.Type, d events.RolloutTransition) events.Event {
-		t.Helper()
-		d.UID, d.Generation, d.RevisionID = "u1", 1, "1-abcdef12"
-		return mk(events.NewRolloutTransition(typ, d))
-	}
+	mk, tr := labAPI(t)
 	in := projections.NewIntent()
 	for _, ev := range []events.Event{
 		mk(events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00", Score: []byte(`{}`),

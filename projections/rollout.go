@@ -976,7 +976,11 @@ func (r Rollout) NextAt(now time.Time) []events.RolloutTransition {
 	}
 	if stage == StageStarted {
 		if len(r.Canaries) > 0 {
-			out = append(out, mk(events.TypeRolloutCanaryStage, r.Canaries, nil))
+			canaries := r.Canaries
+			if !CanariesListed(canaries) {
+				canaries = nil // every frozen canary not removed (ADR 0010, addendum)
+			}
+			out = append(out, mk(events.TypeRolloutCanaryStage, canaries, nil))
 			stage = StageCanary
 		} else if r.planned() {
 			return append(out, r.nextBatches(now, mkPlan)...)

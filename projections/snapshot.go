@@ -211,6 +211,12 @@ type intentRevSnapshot struct {
 	Joined []string `json:"joined,omitempty"`
 	// Prefetch: the revision's targets fetch its images ahead (ADR 0027).
 	Prefetch bool `json:"prefetch,omitempty"`
+	// Canaries, CanariesAll and CanaryRemoved: a canary set too long for
+	// its stage to list, that stage, and the targets removed before it
+	// while the revision was not known (ADR 0010, addendum).
+	Canaries      []string `json:"canaries,omitempty"`
+	CanariesAll   bool     `json:"canariesAll,omitempty"`
+	CanaryRemoved []string `json:"canaryRemoved,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -248,7 +254,8 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
 				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll,
-				ReleasedRest: r.releasedRest, Left: setKeys(r.left), HandedBack: r.handedBack, Joined: setKeys(r.joined), Prefetch: r.prefetch})
+				ReleasedRest: r.releasedRest, Left: setKeys(r.left), HandedBack: r.handedBack, Joined: setKeys(r.joined), Prefetch: r.prefetch,
+				Canaries: r.canaries, CanariesAll: r.canariesAll, CanaryRemoved: setKeys(r.canaryRemoved)})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -301,6 +308,13 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 					r.joined = map[string]bool{}
 				}
 				r.joined[d] = true
+			}
+			r.canaries, r.canariesAll = rs.Canaries, rs.CanariesAll
+			if r.canariesAll && !r.known {
+				r.canaryRemoved = map[string]bool{}
+				for _, d := range rs.CanaryRemoved {
+					r.canaryRemoved[d] = true
+				}
 			}
 			for _, d := range rs.Left {
 				if r.left == nil {

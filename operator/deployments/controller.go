@@ -7,10 +7,8 @@ import (
 	"log/slog"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -73,28 +71,16 @@ func (r *DeploymentReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 // finalizer.
 func (r *DeploymentReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var d fleetv1.Deployment
-	if err := r.Client.Get(ctx, req.NamespacedName, &d); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	subject, err := events.DeploymentIntentSubject(d.Namespace, d.Name)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("deployment %s: %w", req, err) // CRD validation prevents this
-	}
-	head, err := r.head(ctx, subject)
-	if err != nil {
+	op, found, err := r.opener().Open(ctx, req, &d)
+	if !found || err != nil {
 		return ctrl.Result{}, err
 	}
-
+	head := op.Head
 	if !d.DeletionTimestamp.IsZero() {
-		return r.delete(ctx, &d, subject, head)
+		return r.delete(ctx, &d, op)
 	}
-	if !controllerutil.ContainsFinalizer(&d, fleetv1.FinalizerDeployment) {
-		// A patch of the finalizers only: an update would re-encode the
-		// spec from the Go types and could drop fields the user wrote
-		// (empty lists), bumping the generation.
-		orig := d.DeepCopy()
-		controllerutil.AddFinalizer(&d, fleetv1.FinalizerDeployment)
-		return ctrl.Result{}, r.Client.Patch(ctx, &d, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if wrote, err := intent.AddFinalizer(ctx, r.Client, &d, fleetv1.FinalizerDeployment); wrote || err != nil {
+		return ctrl.Result{}, err
 	}
 
 	rev, appended := intent.AppendedRevision(head.Last, &d)
@@ -118,7 +104,7 @@ func (r *DeploymentReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		err = AppendRevision(ctx, r.Store, evs, head.Seq)
+		err = intent.AppendInOrder(ctx, r.Store, evs, head.Seq)
 		if errors.Is(err, events.ErrConflict) {
 			// Another writer appended first: re-read and re-decide.
 			r.Metrics.revision("conflict")
@@ -143,24 +129,16 @@ func (r *DeploymentReconciler) reconcile(ctx context.Context, req ctrl.Request) 
 }
 
 // AppendRevision appends a revision's events (RevisionEvents) in order,
-// each expecting the subject's last sequence, from seq (the head's). Chunks
-// go first and the revision last: a crash or a lost race between them
-// (events.ErrConflict) leaves orphan chunks that readers ignore, and the
-// next attempt starts again from the subject's new last sequence.
+// each expecting the subject's last sequence, from seq (the head's):
+// intent.AppendInOrder.
 func AppendRevision(ctx context.Context, store intent.Store, evs []events.Event, seq uint64) error {
-	for _, ev := range evs {
-		pos, err := store.Append(ctx, ev, events.ExpectLastSubjectSequence(seq))
-		if err != nil {
-			return err
-		}
-		seq = pos.Sequence
-	}
-	return nil
+	return intent.AppendInOrder(ctx, store, evs, seq)
 }
 
-// head reads where the Deployment's intent subject stands (intent.ReadHead).
-func (r *DeploymentReconciler) head(ctx context.Context, subject string) (intent.Head, error) {
-	return intent.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
+// opener opens a Deployment and its intent subject (intent.ReadHead).
+func (r *DeploymentReconciler) opener() intent.Opener {
+	return intent.Opener{Client: r.Client, Store: r.Store, Reader: r.Reader, Skips: r.Skips, Log: r.Log,
+		Kind: "deployment", SubjectOf: events.DeploymentIntentSubject}
 }
 
 // resolutionOf rebuilds the condition of a revision appended earlier (the
@@ -173,11 +151,8 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 		// The lists are in the chunks before the revision; the message
 		// says how many chunks rather than read them again.
 		r.Message = fmt.Sprintf("targets and canaries in %d chunk events", rev.TargetChunks)
-	case len(rev.Targets) > 0:
-	case len(d.Spec.AllowedGroups) > 0 && groups == nil:
-		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, targets.NoGroupSourceMessage
-	default:
-		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the revision was created"
+	case len(rev.Targets) == 0:
+		r.Reason, r.Message = targets.Unresolved(d.Spec.AllowedGroups, groups, "revision")
 	}
 	if rev.Plan != nil && r.Reason == fleetv1.ReasonResolved {
 		r.Message += fmt.Sprintf("; a plan of %d batches", len(rev.Plan.Batches))
@@ -185,42 +160,20 @@ func resolutionOf(rev events.DeploymentRevisionCreated, d *fleetv1.Deployment, g
 	return r
 }
 
-func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, subject string, head intent.Head) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(d, fleetv1.FinalizerDeployment) {
-		return ctrl.Result{}, nil
-	}
-	done := false
-	if last := head.Last; last != nil && last.Event.Type == events.TypeDeploymentDeleted {
-		if del, err := events.Decode[events.DeploymentDeleted](last.Event); err == nil && del.UID == string(d.UID) {
-			done = true
-		}
-	}
-	return intent.FinishDeletion(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, subject, head, done, func() (events.Event, error) {
-		return events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
-			events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation},
-			intent.Stamped(r.Stamp, events.WithCorrelation(string(d.UID), d.Generation))...)
-	})
+func (r *DeploymentReconciler) delete(ctx context.Context, d *fleetv1.Deployment, op intent.Opened) (ctrl.Result, error) {
+	return intent.Delete(ctx, r.Client, r.Store, r.Log, d, fleetv1.FinalizerDeployment, op,
+		func(del events.DeploymentDeleted) string { return del.UID },
+		func() (events.Event, error) {
+			return events.New(events.Keys{Namespace: d.Namespace, Name: d.Name},
+				events.DeploymentDeleted{UID: string(d.UID), Generation: d.Generation},
+				intent.Stamped(r.Stamp, events.WithCorrelation(string(d.UID), d.Generation))...)
+		})
 }
 
-// patchStatus applies the fields this controller owns.
+// patchStatus applies the field this controller owns, TargetsResolved.
+// Not observedGeneration: the rollout runner writes it with the phase of
+// the same revision (a phase left from the previous revision must never be
+// read as this generation's).
 func (r *DeploymentReconciler) patchStatus(ctx context.Context, d *fleetv1.Deployment, rev events.DeploymentRevisionCreated, res targets.Resolution) error {
-	status := metav1.ConditionTrue
-	if res.Reason != fleetv1.ReasonResolved {
-		status = metav1.ConditionFalse
-	}
-	// Only the fields this controller owns: a DeploymentStatus would also
-	// carry zero counts and take them from the rollout runner. Not
-	// observedGeneration: the rollout runner writes it with the phase of
-	// the same revision (a phase left from the previous revision must
-	// never be read as this generation's).
-	type revisionStatus struct {
-		Conditions []metav1.Condition `json:"conditions"`
-	}
-	st := revisionStatus{
-		Conditions: kstatus.OwnConditions(d.Status.Conditions, metav1.Condition{
-			Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message,
-			ObservedGeneration: rev.Generation,
-		}),
-	}
-	return kstatus.Apply(ctx, r.Client, "Deployment", d.Namespace, d.Name, &st, FieldOwnerRevisions)
+	return kstatus.ApplyTargetsResolved(ctx, r.Client, "Deployment", d, d.Status.Conditions, rev.Generation, res.Reason, res.Message, FieldOwnerRevisions)
 }

@@ -127,6 +127,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		r.Now = time.Now
 	}
 	r.telemetry = newTelemetry(r.Metrics)
+	r.telemetry.follow()
 	err := mgr.GetFieldIndexer().IndexField(context.Background(), &fleetv1.Device{}, IndexDeviceID,
 		func(o client.Object) []string { return []string{o.GetName()} })
 	if err != nil {

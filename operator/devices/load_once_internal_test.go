@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go/jetstream"
@@ -96,5 +97,74 @@ func TestAReportKindTheStreamLacksIsReadOnce(t *testing.T) {
 	if got := r.telemetry.snapshot(device); got.invSeq != 7 || got.contSeq != 8 || got.noInventory || got.noContainers {
 		t.Errorf("after the live reports: inventory %d, containers %d, lacking inventory %v, containers %v; want 7 and 8, none lacking",
 			got.invSeq, got.contSeq, got.noInventory, got.noContainers)
+	}
+}
+
+// TestAFollowedViewAnswersReconcilesWithoutReads: once the telemetry
+// follow read every last report (the operator's start), a reconcile reads
+// no report of its device from the stream; before it, a reconcile waits
+// for it; a follow that cannot read within its bound costs the reads of
+// before, not a stalled controller; and a device forgotten since (its
+// Device deleted) is read from the stream once more.
+func TestAFollowedViewAnswersReconcilesWithoutReads(t *testing.T) {
+	ctx := context.Background()
+	const device = "rpi-1"
+	all := func(st *countingStore) int {
+		n := 0
+		for _, k := range []events.ReportKind{events.ReportHeartbeat, events.ReportInventory, events.ReportContainers} {
+			s, err := events.ReportSubject(device, k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += st.count(s)
+		}
+		return n
+	}
+	tests := []struct {
+		name string
+		// setup prepares a followed view; load runs the follow's part, if
+		// any, while a reconcile waits.
+		setup func(tel *telemetry)
+		load  func(tel *telemetry)
+		// want and wantAfter: Last calls after the first reconcile, and
+		// after a second one.
+		want, wantAfter int
+	}{
+		{"a view loaded before the reconcile answers it without a read",
+			func(tel *telemetry) { tel.caughtUp(0, 2); tel.caughtUp(1, 2) }, nil, 0, 0},
+		{"a reconcile that comes first waits for the load, then reads nothing",
+			nil, func(tel *telemetry) { tel.caughtUp(1, 2); tel.caughtUp(0, 2) }, 0, 0},
+		{"one source caught up twice is not a load: past the bound, reconciles read the stream as without a follow",
+			func(tel *telemetry) { tel.loadWait = 50 * time.Millisecond; tel.caughtUp(0, 2); tel.caughtUp(0, 2) }, nil, 3, 4},
+		{"a device forgotten after the load reads the stream once again",
+			func(tel *telemetry) { tel.caughtUp(0, 2); tel.caughtUp(1, 2); tel.forget(device) }, nil, 3, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &countingStore{}
+			r := &Reconciler{Store: st, Log: slog.New(slog.DiscardHandler)}
+			r.telemetry = newTelemetry(nil)
+			r.telemetry.follow()
+			if tt.setup != nil {
+				tt.setup(r.telemetry)
+			}
+			done := make(chan error, 1)
+			go func() { done <- r.loadReports(ctx, device) }()
+			if tt.load != nil {
+				tt.load(r.telemetry)
+			}
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			if got := all(st); got != tt.want {
+				t.Errorf("%d reads of the device's reports, want %d", got, tt.want)
+			}
+			if err := r.loadReports(ctx, device); err != nil {
+				t.Fatal(err)
+			}
+			if got := all(st); got != tt.wantAfter {
+				t.Errorf("%d reads after a second reconcile, want %d", got, tt.wantAfter)
+			}
+		})
 	}
 }

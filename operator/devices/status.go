@@ -115,12 +115,29 @@ func (r *Reconciler) syncReports(ctx context.Context, d *fleetv1.Device, registe
 	return next, nil
 }
 
-// loadReports fills the telemetry view from the stream for a device the
-// consumer has not delivered yet (it may still be catching up): its last
-// heartbeat, inventory and containers report. An inventory or containers
-// report the stream does not hold is asked for once: the telemetry
-// remembers it lacks one (telemetry.lacks) until a live report comes.
+// loadReports makes sure the telemetry view holds the device's last
+// heartbeat, inventory and containers report. Normally the follow holds
+// them: the reconcile waits until it read every last report (the start),
+// and reads nothing per Device. Without a loaded follow (none, or it could
+// not read within telemetryLoadWait) and for a device forgotten since,
+// each one the view lacks is read from the stream with a direct get; an
+// inventory or containers report the stream does not hold is asked for
+// once: the telemetry remembers it lacks one (telemetry.lacks) until a
+// live report comes.
 func (r *Reconciler) loadReports(ctx context.Context, device string) error {
+	if r.telemetry.awaitLoaded(ctx, device) {
+		return nil
+	}
+	if err := r.readReports(ctx, device); err != nil {
+		return err
+	}
+	r.telemetry.reloaded(device)
+	return nil
+}
+
+// readReports reads from the stream each of the device's last reports the
+// telemetry view lacks (one direct get each).
+func (r *Reconciler) readReports(ctx context.Context, device string) error {
 	seen := r.telemetry.snapshot(device)
 	if seen.heartbeat.IsZero() {
 		rec, err := r.last(ctx, device, events.ReportHeartbeat)

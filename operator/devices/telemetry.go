@@ -25,6 +25,23 @@ type telemetry struct {
 	devices map[string]*deviceTelemetry
 	// metrics counts the devices by decided liveness (nil: not counted).
 	metrics *Metrics
+
+	// followed is set when a follow feeds the view (followTelemetry will
+	// run): reconciles then wait for loaded rather than read the streams
+	// per Device. loaded closes once every source of the follow read the
+	// last report of every subject it holds; caught counts them.
+	followed bool
+	loaded   chan struct{}
+	caught   map[int]bool
+	// waitUntil bounds the wait for loaded (set by the first waiter,
+	// loadWait after it): past it, reconciles read each Device's reports
+	// with direct gets, as without a follow. Guarded by mu.
+	waitUntil time.Time
+	loadWait  time.Duration
+	// reread are the devices forgotten (their Device deleted) since the
+	// view was loaded: their next Device reads the stream again. Guarded
+	// by mu.
+	reread map[string]bool
 }
 
 type deviceTelemetry struct {
@@ -52,7 +69,80 @@ type deviceTelemetry struct {
 }
 
 func newTelemetry(m *Metrics) *telemetry {
-	return &telemetry{devices: map[string]*deviceTelemetry{}, metrics: m}
+	return &telemetry{devices: map[string]*deviceTelemetry{}, metrics: m, loaded: make(chan struct{}), caught: map[int]bool{},
+		loadWait: telemetryLoadWait}
+}
+
+// telemetryLoadWait bounds how long reconciles wait for the follow's first
+// read of every last report (the operator's start): past it, a follow
+// that cannot read (a stream missing) costs direct gets, not a stalled
+// controller.
+const telemetryLoadWait = time.Minute
+
+// follow marks that a follow (followTelemetry) feeds the view.
+func (t *telemetry) follow() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.followed = true
+}
+
+// caughtUp records that the follow's source read the last report of every
+// subject its stream held when it started; once every one of sources did,
+// the view is loaded.
+func (t *telemetry) caughtUp(source, sources int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.caught[source] || len(t.caught) >= sources {
+		return
+	}
+	t.caught[source] = true
+	if len(t.caught) == sources {
+		close(t.loaded)
+	}
+}
+
+// awaitLoaded waits until the follow loaded the view and reports whether
+// it holds every report the streams hold of device: false without a
+// follow, after telemetryLoadWait, when ctx ends first, or for a device
+// forgotten since (its reports are read from the stream once more).
+func (t *telemetry) awaitLoaded(ctx context.Context, device string) bool {
+	t.mu.Lock()
+	if !t.followed {
+		t.mu.Unlock()
+		return false
+	}
+	if t.waitUntil.IsZero() {
+		t.waitUntil = time.Now().Add(t.loadWait)
+	}
+	wait := time.Until(t.waitUntil)
+	t.mu.Unlock()
+	select {
+	case <-t.loaded:
+	default:
+		if wait <= 0 {
+			return false
+		}
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-t.loaded:
+		case <-timer.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return !t.reread[device]
+}
+
+// reloaded records that a forgotten device's reports were read from the
+// stream again.
+func (t *telemetry) reloaded(device string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.reread, device)
 }
 
 func (t *telemetry) entry(device string) *deviceTelemetry {
@@ -171,6 +261,12 @@ func (t *telemetry) forget(device string) {
 		t.metrics.LivenessChanged(d.decided, "")
 	}
 	delete(t.devices, device)
+	if t.followed {
+		if t.reread == nil {
+			t.reread = map[string]bool{}
+		}
+		t.reread[device] = true
+	}
 }
 
 // livenessAt is Unknown before any heartbeat, Online while the last one is
@@ -199,7 +295,9 @@ var (
 // devices, never one per device, read through projections/runner) and wakes the Device controller
 // through wake, one generic event per Device named by a report that may
 // change its status. It starts from the last report per subject, which is
-// the whole current state, so a restart loses nothing; a failed read is
+// the whole current state, so a restart loses nothing: once both reads
+// caught up with it the view is loaded, and reconciles read no report
+// per Device (awaitLoaded). A failed read is
 // read again from after the last report observed, after a wait that
 // doubles from one second to 30. A record that does not decode (the
 // device's own garbage, another device's keys on its subject) is skipped
@@ -215,8 +313,8 @@ func (r *Reconciler) followTelemetry(ctx context.Context, wake chan<- event.Gene
 	reads := &projrunner.Runner{Name: "telemetry consumer", Reader: r.Store, Log: r.Log,
 		RetryMin: telemetryRetryMin, RetryMax: telemetryRetryMax,
 		Sources: []projrunner.Source{
-			{Filters: heartbeatFilters, From: events.FromLastPerSubject(), FollowOnly: true},
-			{Filters: telemetryFilters, From: events.FromLastPerSubject(), FollowOnly: true},
+			{Filters: heartbeatFilters, From: events.FromLastPerSubject()},
+			{Filters: telemetryFilters, From: events.FromLastPerSubject()},
 		}}
 	wg.Go(func() { reads.Run(ctx, in) })
 	for {
@@ -227,7 +325,9 @@ func (r *Reconciler) followTelemetry(ctx context.Context, wake chan<- event.Gene
 			switch {
 			case m.Skip != nil:
 				r.Skips.Skip(ctx, r.Log, m.Skip)
-			case m.Caught, m.Err != nil:
+			case m.Caught:
+				r.telemetry.caughtUp(m.Source, len(reads.Sources))
+			case m.Err != nil:
 			default:
 				if err := r.observe(ctx, m.Record, wake); err != nil {
 					// One report must not stop the others.

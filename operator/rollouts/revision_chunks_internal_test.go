@@ -2,7 +2,6 @@ package rollouts
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
-	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/deployments"
 	"github.com/nationtech/harmony-fleet/operator/internal/intent"
@@ -132,82 +130,27 @@ func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAnd
 	// intent; once they converge, every target gets it (the release
 	// lists none: they do not fit in one event). A runner rebuilding from
 	// the first event agrees.
-	run := func(status *statusRecorder) (stop func()) {
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- (&RolloutRunner{Store: st, Reader: st, KV: kv, Status: status, Log: log, StatusInterval: 20 * time.Millisecond}).Run(rctx)
-		}()
-		return func() {
-			rcancel()
-			if err := <-done; err != nil {
-				t.Errorf("rollout runner: %v", err)
-			}
-		}
-	}
-	waitPhase := func(status *statusRecorder, phase fleetv1.DeploymentPhase) fleetv1.DeploymentStatus {
-		t.Helper()
-		var got fleetv1.DeploymentStatus
-		if err := testenv.Poll(ctx, time.Minute, func() bool {
-			s, ok := status.get("big/api")
-			got = s
-			return ok && s.Phase == phase
-		}); err != nil {
-			t.Fatalf("%v waiting for phase %s; last status %+v", err, phase, got)
-		}
-		return got
-	}
-	keyCount := func(want int) {
-		t.Helper()
-		var keys []string
-		if err := testenv.Poll(ctx, time.Minute, func() bool {
-			keys, err = kv.Keys(ctx)
-			return err == nil && len(keys) == want
-		}); err != nil {
-			t.Fatalf("%v waiting for %d fleet-intent keys: %d", err, want, len(keys))
-		}
-	}
-	intentOf := func(device string) {
-		t.Helper()
-		v, err := kv.Get(ctx, device)
-		if err != nil {
-			t.Fatalf("intent of %s: %v", device, err)
-		}
-		var di events.DeviceIntent
-		if err := json.Unmarshal(v.Value(), &di); err != nil || len(di.Deployments) != 1 || di.Deployments[0].RevisionID != want.RevisionID {
-			t.Errorf("intent of %s: %s (%v)", device, v.Value(), err)
-		}
-	}
+	w := &runnerWorld{t: t, ctx: ctx, st: st, kv: kv, log: log, wait: time.Minute}
 	live := &statusRecorder{}
-	stop := run(live)
-	st1 := waitPhase(live, fleetv1.PhaseCanary)
+	stop := w.run(live)
+	st1 := w.waitStatus(live, "big/api", "phase Canary", phase(fleetv1.PhaseCanary))
 	if st1.Counts.Total != n || st1.Counts.Canaries != canaries {
 		t.Errorf("counts %+v, want %d targets and %d canaries", st1.Counts, n, canaries)
 	}
-	keyCount(canaries)
-	intentOf(targets[0])
-	for _, c := range res.Canaries {
-		ev, err := events.New(events.Keys{Device: c}, events.WorkloadStatus{Namespace: "big", Deployment: "api", UID: want.UID,
-			Generation: want.Generation, RevisionID: want.RevisionID, Phase: events.WorkloadConverged, Since: time.Now().UTC()},
-			events.WithCorrelation(want.UID, want.Generation))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Report(ctx, ev); err != nil {
-			t.Fatal(err)
-		}
-	}
-	st1 = waitPhase(live, fleetv1.PhaseProgressing)
-	keyCount(n)
+	w.keyCount(canaries)
+	w.intentOf(targets[0], want.RevisionID)
+	w.converged(want, "big", "api", res.Canaries)
+	st1 = w.waitStatus(live, "big/api", "phase Progressing", phase(fleetv1.PhaseProgressing))
+	w.keyCount(n)
 	for _, d := range []string{targets[canaries], targets[n/2], targets[n-1]} {
-		intentOf(d)
+		w.intentOf(d, want.RevisionID)
 	}
 	stop()
 
 	rebuilt := &statusRecorder{}
-	stop = run(rebuilt)
-	st2 := waitPhase(rebuilt, fleetv1.PhaseProgressing)
-	keyCount(n)
+	stop = w.run(rebuilt)
+	st2 := w.waitStatus(rebuilt, "big/api", "phase Progressing", phase(fleetv1.PhaseProgressing))
+	w.keyCount(n)
 	stop()
 	if diff := cmp.Diff(st1.Counts, st2.Counts); diff != "" || !cmp.Equal(st1.Revision, st2.Revision) {
 		t.Errorf("the rebuild differs from the live state (-live +rebuilt):\n%s", diff)

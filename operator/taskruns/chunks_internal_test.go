@@ -119,7 +119,7 @@ func TestATaskRunOfAHundredThousandTargetsIsChunkedAppendedOnceAndRebuilt(t *tes
 	if len(crashed) < 3 {
 		t.Fatalf("%d targets make %d events, want chunks and a creation", n, len(crashed))
 	}
-	if err := appendEvents(ctx, st, crashed[:2], 0); err != nil {
+	if err := intent.AppendInOrder(ctx, st, crashed[:2], 0); err != nil {
 		t.Fatal(err)
 	}
 	h := head()
@@ -129,14 +129,14 @@ func TestATaskRunOfAHundredThousandTargetsIsChunkedAppendedOnceAndRebuilt(t *tes
 	// A racing operator that read the subject before them loses; the next
 	// attempt reads the new head and appends the whole creation.
 	racer, _ := taskRunEvents(tr, res)
-	if err := appendEvents(ctx, st, racer, 0); !errors.Is(err, events.ErrConflict) {
+	if err := intent.AppendInOrder(ctx, st, racer, 0); !errors.Is(err, events.ErrConflict) {
 		t.Fatalf("a racing append from a stale head: %v, want a conflict", err)
 	}
 	evs, err := taskRunEvents(tr, res)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := appendEvents(ctx, st, evs, h.Seq); err != nil {
+	if err := intent.AppendInOrder(ctx, st, evs, h.Seq); err != nil {
 		t.Fatal(err)
 	}
 	h = head()

@@ -13,10 +13,8 @@ import (
 	"log/slog"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -73,24 +71,16 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 // and drop the finalizer.
 func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var tr fleetv1.TaskRun
-	if err := r.Client.Get(ctx, req.NamespacedName, &tr); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	subject, err := events.TaskRunIntentSubject(tr.Namespace, tr.Name)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("taskrun %s: %w", req, err) // CRD validation prevents this
-	}
-	head, err := intent.ReadHead(ctx, r.Store, r.Reader, r.Skips, r.Log, subject)
-	if err != nil {
+	op, found, err := r.opener().Open(ctx, req, &tr)
+	if !found || err != nil {
 		return ctrl.Result{}, err
 	}
+	subject, head := op.Subject, op.Head
 	if !tr.DeletionTimestamp.IsZero() {
-		return r.delete(ctx, &tr, subject, head)
+		return r.delete(ctx, &tr, op)
 	}
-	if !controllerutil.ContainsFinalizer(&tr, fleetv1.FinalizerTaskRun) {
-		orig := tr.DeepCopy()
-		controllerutil.AddFinalizer(&tr, fleetv1.FinalizerTaskRun)
-		return ctrl.Result{}, r.Client.Patch(ctx, &tr, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{}))
+	if wrote, err := intent.AddFinalizer(ctx, r.Client, &tr, fleetv1.FinalizerTaskRun); wrote || err != nil {
+		return ctrl.Result{}, err
 	}
 
 	created, appended := taskRunCreated(head.Last, &tr)
@@ -108,7 +98,7 @@ func (r *Reconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		err = appendEvents(ctx, r.Store, evs, head.Seq)
+		err = intent.AppendInOrder(ctx, r.Store, evs, head.Seq)
 		if errors.Is(err, events.ErrConflict) {
 			r.Log.InfoContext(ctx, "taskrun append conflict, re-reading", "taskrun", req.String())
 			return ctrl.Result{}, requeue.Conflict(err)
@@ -191,20 +181,10 @@ func taskRunEvents(tr *fleetv1.TaskRun, res targets.Resolution) ([]events.Event,
 	return append(evs, ev), nil
 }
 
-// appendEvents appends a creation's events (taskRunEvents) in order, each
-// expecting the subject's last sequence, from seq (the head's). Chunks go
-// first and the creation last: a crash or a lost race between them
-// (events.ErrConflict) leaves orphan chunks that readers ignore, and the
-// next attempt starts again from the subject's new last sequence.
-func appendEvents(ctx context.Context, store intent.Store, evs []events.Event, seq uint64) error {
-	for _, ev := range evs {
-		pos, err := store.Append(ctx, ev, events.ExpectLastSubjectSequence(seq))
-		if err != nil {
-			return err
-		}
-		seq = pos.Sequence
-	}
-	return nil
+// opener opens a TaskRun and its intent subject (intent.ReadHead).
+func (r *Reconciler) opener() intent.Opener {
+	return intent.Opener{Client: r.Client, Store: r.Store, Reader: r.Reader, Skips: r.Skips, Log: r.Log,
+		Kind: "taskrun", SubjectOf: events.TaskRunIntentSubject}
 }
 
 // wholeTargets returns the frozen targets of a creation appended earlier:
@@ -248,45 +228,24 @@ func wholeTargets(ctx context.Context, reader intent.Reader, subject string, c e
 // (the operator stopped before it patched the status).
 func taskRunResolutionOf(c events.TaskRunCreated, tr *fleetv1.TaskRun, groups targets.GroupSource) targets.Resolution {
 	r := targets.Resolution{Targets: c.Targets, Reason: fleetv1.ReasonResolved, Message: fmt.Sprintf("%d targets", len(c.Targets))}
-	switch {
-	case len(c.Targets) > 0:
-	case len(tr.Spec.AllowedGroups) > 0 && groups == nil:
-		r.Reason, r.Message = fleetv1.ReasonNoGroupSource, targets.NoGroupSourceMessage
-	default:
-		r.Reason, r.Message = fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the TaskRun was created"
+	if len(c.Targets) == 0 {
+		r.Reason, r.Message = targets.Unresolved(tr.Spec.AllowedGroups, groups, "TaskRun")
 	}
 	return r
 }
 
-func (r *Reconciler) delete(ctx context.Context, tr *fleetv1.TaskRun, subject string, head intent.Head) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(tr, fleetv1.FinalizerTaskRun) {
-		return ctrl.Result{}, nil
-	}
-	done := false
-	if last := head.Last; last != nil && last.Event.Type == events.TypeTaskRunDeleted {
-		if del, err := events.Decode[events.TaskRunDeleted](last.Event); err == nil && del.UID == string(tr.UID) {
-			done = true
-		}
-	}
-	return intent.FinishDeletion(ctx, r.Client, r.Store, r.Log, tr, fleetv1.FinalizerTaskRun, subject, head, done, func() (events.Event, error) {
-		return events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, events.TaskRunDeleted{UID: string(tr.UID)},
-			events.WithCorrelation(string(tr.UID), tr.Generation))
-	})
+func (r *Reconciler) delete(ctx context.Context, tr *fleetv1.TaskRun, op intent.Opened) (ctrl.Result, error) {
+	return intent.Delete(ctx, r.Client, r.Store, r.Log, tr, fleetv1.FinalizerTaskRun, op,
+		func(del events.TaskRunDeleted) string { return del.UID },
+		func() (events.Event, error) {
+			return events.New(events.Keys{Namespace: tr.Namespace, Name: tr.Name}, events.TaskRunDeleted{UID: string(tr.UID)},
+				events.WithCorrelation(string(tr.UID), tr.Generation))
+		})
 }
 
 // patchStatus applies the TargetsResolved condition.
 func (r *Reconciler) patchStatus(ctx context.Context, tr *fleetv1.TaskRun, c events.TaskRunCreated, res targets.Resolution) error {
-	status := metav1.ConditionTrue
-	if res.Reason != fleetv1.ReasonResolved {
-		status = metav1.ConditionFalse
-	}
-	type resolvedStatus struct {
-		Conditions []metav1.Condition `json:"conditions"`
-	}
-	st := resolvedStatus{Conditions: kstatus.OwnConditions(tr.Status.Conditions, metav1.Condition{
-		Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: res.Reason, Message: res.Message, ObservedGeneration: c.Generation,
-	})}
-	return kstatus.Apply(ctx, r.Client, "TaskRun", tr.Namespace, tr.Name, &st, FieldOwner)
+	return kstatus.ApplyTargetsResolved(ctx, r.Client, "TaskRun", tr, tr.Status.Conditions, c.Generation, res.Reason, res.Message, FieldOwner)
 }
 
 // nonNil returns s, or an empty slice when s is nil: the event's targets

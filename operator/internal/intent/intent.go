@@ -2,8 +2,12 @@
 // object's intent subject: the event store and reader they need (Store,
 // Reader), where a subject stands (Head, ReadHead), the revision a
 // Deployment's subject ends with (AppendedRevision), the deletion event
-// that ends it (FinishDeletion), and the test stamp every event the roles
-// build takes last (Stamped). Imported by the roles of the operator only.
+// that ends it (FinishDeletion, Delete), and the test stamp every event the
+// roles build takes last (Stamped); and the scaffolding of the roles that
+// freeze an object's targets on it, Deployments and TaskRuns: opening the
+// object with its subject (Opener), its finalizer (AddFinalizer) and the
+// chunks-then-event append (AppendInOrder, ADR 0010). Imported by the roles
+// of the operator only.
 package intent
 
 import (

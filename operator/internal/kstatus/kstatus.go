@@ -72,3 +72,26 @@ func OwnConditions(current []metav1.Condition, cs ...metav1.Condition) []metav1.
 	}
 	return out
 }
+
+// ApplyTargetsResolved applies the TargetsResolved condition of a
+// Deployment or TaskRun (kind) as field manager owner, and only it: True
+// with reason fleetv1.ReasonResolved, False with any other, observed at
+// generation (the revision's or the creation's); current are the object's
+// conditions as last read.
+func ApplyTargetsResolved(ctx context.Context, c client.Client, kind string, obj client.Object, current []metav1.Condition,
+	generation int64, reason, message, owner string) error {
+	status := metav1.ConditionTrue
+	if reason != fleetv1.ReasonResolved {
+		status = metav1.ConditionFalse
+	}
+	// Only the fields this controller owns: a whole status would also
+	// carry fields of other owners (the runners' counts and phase) at
+	// their zero values and take them.
+	type resolvedStatus struct {
+		Conditions []metav1.Condition `json:"conditions"`
+	}
+	st := resolvedStatus{Conditions: OwnConditions(current, metav1.Condition{
+		Type: fleetv1.ConditionTargetsResolved, Status: status, Reason: reason, Message: message, ObservedGeneration: generation,
+	})}
+	return Apply(ctx, c, kind, obj.GetNamespace(), obj.GetName(), &st, owner)
+}

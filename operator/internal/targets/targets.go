@@ -259,3 +259,14 @@ func (s *StaticGroups) Groups(_ context.Context, namespace, device string) ([]st
 	defer s.mu.RUnlock()
 	return slices.Clone(s.table[namespace][device]), nil
 }
+
+// Unresolved is the TargetsResolved reason and message of an object whose
+// frozen target list is empty (kind names it in the message: "revision",
+// "TaskRun"): no group source while allowedGroups is set, or no eligible
+// device matched.
+func Unresolved(allowedGroups []string, groups GroupSource, kind string) (reason, message string) {
+	if len(allowedGroups) > 0 && groups == nil {
+		return fleetv1.ReasonNoGroupSource, NoGroupSourceMessage
+	}
+	return fleetv1.ReasonNoMatchingDevices, "no eligible device matched when the " + kind + " was created"
+}
