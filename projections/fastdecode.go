@@ -65,6 +65,10 @@ func readReport(b []byte) (events.WorkloadStatus, bool) {
 	}
 	s.lit(`,"since":`)
 	d.Since = s.time()
+	if s.opt(`,"windowOpens":`) {
+		opens := s.time()
+		d.WindowOpens = &opens
+	}
 	s.lit(`}`)
 	return d, s.end()
 }

@@ -44,6 +44,8 @@ func TestTheStrictReadersTakeCanonicalDataAndDecodeItAsEncodingJSONDoes(t *testi
 	reports := []events.WorkloadStatus{
 		{Namespace: "ns", Deployment: "app", UID: "u-1", Generation: 3, RevisionID: "r", Phase: events.WorkloadConverged, Since: since},
 		{Namespace: "ns", Deployment: "app", UID: "u-1", Generation: -9223372036854775808, Phase: events.WorkloadFailed, Error: "exit 1", Since: since.UTC()},
+		{Namespace: "ns", Deployment: "app", UID: "u-1", Generation: 3, RevisionID: "r", Phase: events.WorkloadPending, Error: "waiting", Since: since,
+			WindowOpens: &since},
 		{},
 	}
 	for _, d := range reports {
@@ -108,6 +110,7 @@ func TestTheStrictReadersLeaveEveryOtherFormToEncodingJSON(t *testing.T) {
 // events.Decode decodes, or leave it to it.
 func FuzzFastDecode(f *testing.F) {
 	f.Add(true, []byte(`{"namespace":"ns","deployment":"app","uid":"u","generation":1,"revisionId":"1","phase":"Failed","error":"e","since":"2026-01-01T00:00:00.5+01:00"}`))
+	f.Add(true, []byte(`{"namespace":"ns","deployment":"app","uid":"u","generation":1,"revisionId":"1","phase":"Pending","error":"e","since":"2026-01-01T00:00:00Z","windowOpens":"2026-01-01T02:00:00+01:00"}`))
 	f.Add(false, []byte(`{"uid":"u","generation":1,"revisionId":"1","counts":{"total":1,"succeeded":0,"pending":1,"failed":0,"canaries":0,"canariesSucceeded":0,"canariesFailed":0},"device":"d","error":"e","released":["a","b"]}`))
 	f.Fuzz(func(t *testing.T, report bool, data []byte) {
 		typ := events.TypeRolloutReleased

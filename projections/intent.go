@@ -55,6 +55,9 @@ type intentRev struct {
 	// prefetch: the revision's targets may fetch its images before they
 	// are handed it (ADR 0027, intent_fetch.go).
 	prefetch bool
+	// fetchWindow is the revision's fetch window (ADR 0029), copied into
+	// its fetch entries; nil: none.
+	fetchWindow *events.MaintenanceWindow
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -156,8 +159,8 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		delete(s.live, k)
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
 			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds,
-			Signatures: d.Signatures}
-		r.prefetch = d.Prefetch
+			Signatures: d.Signatures, Window: d.Window}
+		r.prefetch, r.fetchWindow = d.Prefetch, d.FetchWindow
 		for _, t := range d.Targets {
 			r.targets[t] = true
 		}

@@ -206,6 +206,8 @@ type intentRevSnapshot struct {
 	Left         []string `json:"left,omitempty"`
 	// Prefetch: the revision's targets fetch its images ahead (ADR 0027).
 	Prefetch bool `json:"prefetch,omitempty"`
+	// FetchWindow: the revision's fetch window (ADR 0029).
+	FetchWindow *events.MaintenanceWindow `json:"fetchWindow,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -243,7 +245,7 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				ReleasedAll: r.releasedAll, Removed: setKeys(r.removed), Deleted: r.deleted,
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
 				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll,
-				ReleasedRest: r.releasedRest, Left: setKeys(r.left), Prefetch: r.prefetch})
+				ReleasedRest: r.releasedRest, Left: setKeys(r.left), Prefetch: r.prefetch, FetchWindow: r.fetchWindow})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -290,7 +292,7 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 			r.releasedAll = rs.ReleasedAll
 			r.batchOf, r.batches, r.unlisted, r.removedAfterN = rs.BatchOf, rs.Batches, rs.Unlisted, rs.RemovedAfterN
 			r.rollbackTo, r.rolledBackAll = rs.RollbackTo, rs.RolledBackAll
-			r.releasedRest, r.prefetch = rs.ReleasedRest, rs.Prefetch
+			r.releasedRest, r.prefetch, r.fetchWindow = rs.ReleasedRest, rs.Prefetch, rs.FetchWindow
 			for _, d := range rs.Left {
 				if r.left == nil {
 					r.left = map[string]bool{}
