@@ -80,6 +80,8 @@ type rolloutSnapshot struct {
 	// Follow and Followers: a Follow revision (ADR 0026).
 	Follow    bool       `json:"follow,omitempty"`
 	Followers []Follower `json:"followers,omitempty"`
+	// Window: the revision's maintenance window (ADR 0029).
+	Window *events.MaintenanceWindow `json:"window,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -92,7 +94,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
 		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: setKeys(r.requests),
 		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo, ProgressAt: r.ProgressAt, ProgressDeadline: r.ProgressDeadline,
-		Follow: r.Follow, Followers: r.Followers}
+		Follow: r.Follow, Followers: r.Followers, Window: r.Window}
 	if r.planned() {
 		s.TargetBatches = make([]int, len(r.Targets))
 		for i, d := range r.Targets {
@@ -132,7 +134,7 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt,
 		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason,
 		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo, ProgressAt: s.ProgressAt, ProgressDeadline: s.ProgressDeadline,
-		Follow: s.Follow, Followers: s.Followers}
+		Follow: s.Follow, Followers: s.Followers, Window: s.Window}
 	if len(r.Followers) > 0 {
 		r.joined = followerIndex(r.Followers)
 	}
