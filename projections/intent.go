@@ -426,6 +426,13 @@ func (s *Intent) Holds(device, namespace, name, uid string, generation int64) bo
 	return ok && e.UID == uid && e.Generation == generation
 }
 
+// Entry returns device's entry of Deployment namespace/name: the revision
+// it holds (false: none).
+func (s *Intent) Entry(device, namespace, name string) (IntentEntry, bool) {
+	e, ok := s.devices[device][depKey{namespace, name}]
+	return e, ok
+}
+
 // Devices lists every device with a value, sorted.
 func (s *Intent) Devices() []string {
 	out := make([]string, 0, len(s.devices)+len(s.deviceTasks))

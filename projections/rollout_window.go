@@ -30,9 +30,12 @@ import (
 // daily window opens within a day.
 const MaxWindowWait = 24 * time.Hour
 
-// windowOpens is the opening on the operator's clock that report d,
-// stored at stored, claims; zero when it claims none the fold believes.
-func windowOpens(d events.WorkloadStatus, stored time.Time) time.Time {
+// WindowOpening is the opening on the operator's clock that report d,
+// stored at stored, claims: stored plus the wait it reports, when it is a
+// Pending report of a wait of more than 0 and at most MaxWindowWait;
+// zero otherwise. Whether the revision has a window and the device was
+// handed it is the caller's to check (Rollout.WindowOpensOf does).
+func WindowOpening(d events.WorkloadStatus, stored time.Time) time.Time {
 	if d.Phase != events.WorkloadPending || d.WindowOpens == nil || stored.IsZero() {
 		return time.Time{}
 	}
