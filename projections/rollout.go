@@ -402,7 +402,7 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 		n := r.withEarly(d.UID, d.Generation, inPlace, func(f *earlyFacts) {
 			prev, had := f.results[device]
 			res := prev.next(had, d.Phase, d.Error, d.Since, p.Stored, order)
-			res.WindowOpens = WindowOpening(d, p.Stored) // kept only if the revision has a window
+			res.WindowOpens = prev.windowOpening(d, p.Stored) // kept only if the revision has a window
 			f.results[device] = res
 			if d.Phase == events.WorkloadFailed {
 				f.failures[device] = f.results[device]
@@ -425,7 +425,7 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 	}
 	res := prev.next(had, d.Phase, d.Error, d.Since, p.Stored, n.reports)
 	if n.Window != nil {
-		res.WindowOpens = WindowOpening(d, p.Stored)
+		res.WindowOpens = prev.windowOpening(d, p.Stored)
 	}
 	n.progress(res.First)
 	n.progress(res.Settled)

@@ -46,6 +46,18 @@ func WindowOpening(d events.WorkloadStatus, stored time.Time) time.Time {
 	return stored.Add(wait)
 }
 
+// windowOpening is WindowOpening of report d, stored at stored, that
+// follows prev: the same report sent again (an agent re-sends its last
+// report unchanged after a reconnect: the same since) keeps prev's
+// opening, which a later stored time would otherwise move.
+func (prev DeviceResult) windowOpening(d events.WorkloadStatus, stored time.Time) time.Time {
+	at := WindowOpening(d, stored)
+	if !at.IsZero() && !prev.WindowOpens.IsZero() && prev.Phase == d.Phase && prev.Since.Equal(d.Since) && prev.Error == d.Error {
+		return prev.WindowOpens
+	}
+	return at
+}
+
 // WindowOpensOf is when device's maintenance window opens, on the
 // operator's clock, when it is a target handed the revision whose latest
 // report waits for the revision's window; zero otherwise.

@@ -26,6 +26,9 @@ type wstep struct {
 	device   string
 	phase    events.WorkloadPhase
 	opensIn  time.Duration
+	// sinceAt, when set, is the report's since (seconds after t0, a year
+	// off like the others) instead of at: a report sent again.
+	sinceAt int
 }
 
 var nightly = &events.MaintenanceWindow{Start: "02:00", Duration: "2h"}
@@ -57,6 +60,9 @@ func foldWindow(t *testing.T, steps ...wstep) projections.Rollout {
 		default:
 			d := events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u1", Generation: 1, RevisionID: "1-abc",
 				Phase: s.phase, Since: at.AddDate(-1, 0, 0)}
+			if s.sinceAt != 0 {
+				d.Since = sec(s.sinceAt).AddDate(-1, 0, 0)
+			}
 			if s.opensIn != 0 {
 				opens := d.Since.Add(s.opensIn)
 				d.WindowOpens = &opens
@@ -133,6 +139,16 @@ func TestTargetsWaitingForTheirWindowAreNeitherFailedNorStuck(t *testing.T) {
 		want := &fleetv1.WindowStatus{Waiting: 1, NextOpening: ptrTime(sec(6).Add(5 * time.Hour))}
 		if diff := cmp.Diff(want, st.Window); diff != "" {
 			t.Errorf("status.window (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("the same report sent again after a reconnect keeps the opening", func(t *testing.T) {
+		// An agent re-sends its last report unchanged (same since) after a
+		// reconnect: stored later, it still claims the same opening.
+		r := foldWindow(t, wrev(nightly, "a"), wrel(1), wrep(5, "a", events.WorkloadPending, 3*time.Hour))
+		resent := foldWindow(t, wrev(nightly, "a"), wrel(1), wrep(5, "a", events.WorkloadPending, 3*time.Hour),
+			wstep{at: 1805, device: "a", phase: events.WorkloadPending, opensIn: 3 * time.Hour, sinceAt: 5})
+		if got, want := resent.WindowOpensOf("a"), r.WindowOpensOf("a"); !got.Equal(want) || want.IsZero() {
+			t.Errorf("after the re-sent report the window opens at %s, want %s", got, want)
 		}
 	})
 	t.Run("a revision without a window has no window status", func(t *testing.T) {
