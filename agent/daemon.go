@@ -178,6 +178,9 @@ type daemon struct {
 	// revision (stability.go).
 	mon      *monitor
 	unstable map[depKey]unstableRev
+	// windows are the maintenance windows switches and fetches wait for
+	// (window.go).
+	windows windowWatch
 }
 
 // Retry delays after the engine (or the secret source) was found
@@ -309,6 +312,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 	d.poke = poke
 	tasksDone.Go(func() { d.mon.run(tctx) })
+	tasksDone.Go(func() { d.windows.run(tctx, d.tasks.poll, d.clock, poke) })
 	// A change notification arrives on the core subscription, republished
 	// by the bucket once stored: the device's own value as stored is run
 	// as it is; anything else is only a hint that triggers a direct get,
@@ -584,6 +588,7 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	d.lastSeq = seq
 	d.mu.Unlock()
 	d.tasks.feed(ctx, intent.Tasks)
+	d.windows.forget("deploy/")
 	d.fetch.feed(intent.Fetch, intent.Deployments)
 	d.o.Reconciler.Pins.Keep(intent.Deployments)
 	d.o.Reconciler.PullBackoff.Keep(intent.Deployments)
@@ -595,11 +600,19 @@ func (d *daemon) reconcile(ctx context.Context) string {
 		if ctx.Err() != nil {
 			return "" // cancelled by a newer intent, or the agent stops
 		}
+		if wait, err := d.switchWait(ctx, e); err != nil {
+			failed = true
+			d.status(ctx, e, events.WorkloadFailed, err.Error())
+			continue
+		} else if wait {
+			continue // reported Pending until its window opens; what runs keeps running
+		}
 		d.mon.untrackOther(e) // a new revision starts over
-		if !d.reportedRevision(e) {
-			// The first pass of a revision says it is applying; a pass
-			// that repairs or re-checks a revision already reported
-			// (a resync) reports only a change of its outcome.
+		if !d.began(e) {
+			// The first pass of a revision (after any wait for its
+			// window) says it is applying; a pass that repairs or
+			// re-checks a revision already reported (a resync) reports
+			// only a change of its outcome.
 			d.status(ctx, e, events.WorkloadApplying, "")
 		}
 		err := d.o.Reconciler.Apply(ctx, e)
@@ -763,9 +776,14 @@ func (d *daemon) stopRetry() {
 // status reports a workload phase when it differs from the last report of
 // that Deployment.
 func (d *daemon) status(ctx context.Context, e events.IntentEntry, phase events.WorkloadPhase, errText string) {
+	d.publishStatus(ctx, e, events.WorkloadStatus{Namespace: e.Namespace, Deployment: e.Name, UID: e.UID, Generation: e.Generation,
+		RevisionID: e.RevisionID, Phase: phase, Error: errText, Since: d.clock().UTC()})
+}
+
+// publishStatus reports ws, the status of e's Deployment, when it differs
+// from the last report of that Deployment.
+func (d *daemon) publishStatus(ctx context.Context, e events.IntentEntry, ws events.WorkloadStatus) {
 	k := [2]string{e.Namespace, e.Name}
-	ws := events.WorkloadStatus{Namespace: e.Namespace, Deployment: e.Name, UID: e.UID, Generation: e.Generation,
-		RevisionID: e.RevisionID, Phase: phase, Error: errText, Since: d.clock().UTC()}
 	d.mu.Lock()
 	last, ok := d.reported[k]
 	same := ok && last.UID == ws.UID && last.Generation == ws.Generation && last.RevisionID == ws.RevisionID &&
@@ -790,15 +808,6 @@ func (d *daemon) clock() time.Time {
 		return d.o.Now()
 	}
 	return time.Now()
-}
-
-// reportedRevision reports whether the last report of e's Deployment was
-// about e's revision (same UID, generation and revision id).
-func (d *daemon) reportedRevision(e events.IntentEntry) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	last, ok := d.reported[[2]string{e.Namespace, e.Name}]
-	return ok && last.UID == e.UID && last.Generation == e.Generation && last.RevisionID == e.RevisionID
 }
 
 // rereport sends the last status of every Deployment again, unchanged

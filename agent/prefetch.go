@@ -60,6 +60,7 @@ func newFetcher(d *daemon) *fetcher {
 // same image waits for the engine's), and every entry not fetched yet is
 // fetched in intent order.
 func (f *fetcher) feed(entries []events.FetchEntry, handed []events.IntentEntry) {
+	f.d.windows.forget("fetch/")
 	f.mu.Lock()
 	f.entries = slices.Clone(entries)
 	on := map[fetchKey]bool{}
@@ -104,20 +105,29 @@ func (f *fetcher) run(ctx context.Context) {
 	}
 }
 
-// next claims the first entry not fetched yet.
+// next claims the first entry not fetched yet whose fetch window, if it
+// has one, is open.
 func (f *fetcher) next(ctx context.Context) (events.FetchEntry, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if ctx.Err() != nil {
 		return events.FetchEntry{}, false
 	}
+	now := f.d.clock()
 	for _, e := range f.entries {
-		if !f.done[fetchKeyOf(e)] {
-			k := fetchKeyOf(e)
-			f.running = &k
-			f.done[k] = true // failed or not, once per feed of the revision
-			return e, true
+		if f.done[fetchKeyOf(e)] {
+			continue
 		}
+		if opens, wait := windowWait(e.Window, now); wait {
+			// Outside its fetch window (ADR 0029): the window watch
+			// wakes a pass, and so the fetcher, when it opens.
+			f.d.windows.note("fetch/"+e.Namespace+"/"+e.Name, e.Window, opens)
+			continue
+		}
+		k := fetchKeyOf(e)
+		f.running = &k
+		f.done[k] = true // failed or not, once per feed of the revision
+		return e, true
 	}
 	return events.FetchEntry{}, false
 }

@@ -238,11 +238,9 @@ func (t *taskRunner) next() (events.TaskEntry, bool, []events.TaskStatus) {
 	defer t.mu.Unlock()
 	var waiting []events.TaskStatus
 	for i, e := range t.queue {
-		if e.Window != nil && t.last[e.UID].Phase != events.TaskRunning {
-			open, opens, err := e.Window.Open(now)
-			if err == nil && !open {
-				waiting = append(waiting, statusOf(e, events.TaskPending, fmt.Sprintf(
-					"waiting for the maintenance window (%s, device local time): it opens at %s", e.Window, opens.Format("2006-01-02 15:04 MST"))))
+		if t.last[e.UID].Phase != events.TaskRunning {
+			if opens, wait := windowWait(e.Window, now); wait {
+				waiting = append(waiting, statusOf(e, events.TaskPending, windowText(e.Window, opens)))
 				continue
 			}
 		}

@@ -68,6 +68,14 @@ type DeploymentRevisionCreated struct {
 	// when the Deployment does not set it: the revision's bytes are as
 	// before.
 	Prefetch bool `json:"prefetch,omitempty"`
+	// Window is the Deployment's spec.rollout.maintenanceWindow (ADR
+	// 0029): a target switches to the revision only inside this daily
+	// window of its local time. FetchWindow is spec.rollout.fetchWindow:
+	// with Prefetch, a target fetches the images ahead only inside it.
+	// Nil when the Deployment sets none: the revision's bytes are as
+	// before.
+	Window      *MaintenanceWindow `json:"window,omitempty"`
+	FetchWindow *MaintenanceWindow `json:"fetchWindow,omitempty"`
 }
 
 // RolloutPlan is a revision's frozen rollout plan: the batches after the
@@ -324,6 +332,12 @@ type WorkloadStatus struct {
 	Phase      WorkloadPhase `json:"phase"`
 	Error      string        `json:"error,omitempty"`
 	Since      time.Time     `json:"since"`
+	// WindowOpens, with Phase Pending, says the device waits for the
+	// revision's maintenance window (ADR 0029): when it opens next, on
+	// the device's clock like Since. The operator believes only the wait
+	// (WindowOpens minus Since, more than 0 and at most 24 hours) and only
+	// for a revision that has a window. Nil otherwise.
+	WindowOpens *time.Time `json:"windowOpens,omitempty"`
 }
 
 // EventType implements Data.

@@ -61,6 +61,10 @@ func readWorkloadStatus(b []byte) (d WorkloadStatus, ok bool) {
 	}
 	s.lit(`,"since":`)
 	d.Since = s.time()
+	if s.opt(`,"windowOpens":`) {
+		opens := s.time()
+		d.WindowOpens = &opens
+	}
 	s.lit(`}`)
 	return d, s.end()
 }

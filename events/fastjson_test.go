@@ -228,6 +228,8 @@ func TestTheDataReaderReadsAsEncodingJSON(t *testing.T) {
 			marshal(WorkloadStatus{Generation: -9223372036854775808, Phase: WorkloadFailed, Since: since.UTC()}), true},
 		{"a report of a phase this build does not know is read by the strict reader", TypeWorkloadStatus, strings.Replace(r, `"Converged"`, `"Degraded"`, 1), true},
 		{"an empty report is read by the strict reader, its zero time included", TypeWorkloadStatus, marshal(WorkloadStatus{}), true},
+		{"a report waiting for its maintenance window is read by the strict reader, with the opening", TypeWorkloadStatus,
+			marshal(WorkloadStatus{Namespace: "ns", Deployment: "app", UID: "u-1", Generation: 3, RevisionID: "r", Phase: WorkloadPending, Error: "waiting", Since: since, WindowOpens: &since}), true},
 		{"a canonical transition is read by the strict reader", TypeRolloutReleased,
 			marshal(RolloutTransition{UID: "u", Generation: 1, RevisionID: "1", Counts: RolloutCounts{Total: 3, Succeeded: 1, Pending: 1, Failed: 1, Canaries: 2, CanariesSucceeded: 1, CanariesFailed: 1}}), true},
 		{"a failed canary's transition is read by the strict reader", TypeRolloutCanaryFailed, marshal(RolloutTransition{UID: "u", Generation: 2, Device: "dev-1", Error: "exit 1"}), true},
@@ -282,6 +284,7 @@ func TestTheDataReaderReadsAsEncodingJSON(t *testing.T) {
 // transition gives what encoding/json alone gives.
 func FuzzDataReader(f *testing.F) {
 	f.Add(true, []byte(`{"namespace":"ns","deployment":"app","uid":"u","generation":1,"revisionId":"1","phase":"Failed","error":"e","since":"2026-01-01T00:00:00.5+01:00"}`))
+	f.Add(true, []byte(`{"namespace":"ns","deployment":"app","uid":"u","generation":1,"revisionId":"1","phase":"Pending","error":"e","since":"2026-01-01T00:00:00Z","windowOpens":"2026-01-01T02:00:00+01:00"}`))
 	f.Add(false, []byte(`{"uid":"u","generation":1,"revisionId":"1","counts":{"total":1,"succeeded":0,"pending":1,"failed":0,"canaries":0,"canariesSucceeded":0,"canariesFailed":0},"device":"d","error":"e","released":["a","b"]}`))
 	f.Add(false, []byte(`{"uid":"u","generation":4,"revisionId":"","counts":{"total":0,"succeeded":0,"pending":0,"failed":0,"canaries":0,"canariesSucceeded":0,"canariesFailed":0},"batch":2,"by":"a","request":"r","rollbackTo":3,"follow":true,"reason":"x","change":"y"}`))
 	f.Fuzz(func(t *testing.T, report bool, data []byte) {

@@ -31,6 +31,10 @@ type FetchEntry struct {
 	Generation int64           `json:"generation"`
 	RevisionID string          `json:"revisionId"`
 	Score      json.RawMessage `json:"score"`
+	// Window is the revision's fetch window
+	// (DeploymentRevisionCreated.FetchWindow, ADR 0029): the device starts
+	// the fetch only while it is open in its local time. Nil: at once.
+	Window *MaintenanceWindow `json:"window,omitempty"`
 }
 
 // Task names: the closed set of maintenance operations (the root updater
@@ -105,4 +109,10 @@ type IntentEntry struct {
 	// (DeploymentRevisionCreated.Signatures); nil: images are not
 	// checked.
 	Signatures *SignaturePolicy `json:"signatures,omitempty"`
+	// Window is the revision's maintenance window
+	// (DeploymentRevisionCreated.Window, ADR 0029): a device that does
+	// not run the revision yet switches to it only while the window is
+	// open in its local time, and otherwise reports it Pending with
+	// WorkloadStatus.WindowOpens. Nil: at once.
+	Window *MaintenanceWindow `json:"window,omitempty"`
 }

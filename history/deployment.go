@@ -301,7 +301,11 @@ func (f *deploymentFold) workloadStatus(rec events.Record, e *Entry) bool {
 	if d.Error != "" {
 		e.Summary += ": " + d.Error
 	}
-	e.Ignored = ignoredReport(f.ro, rec.Event.Keys.Device, d)
+	dev := rec.Event.Keys.Device
+	if f.ro.Window != nil && f.ro.IsCurrent(d.UID, d.Generation) && f.ro.IsTarget(dev) && !f.ro.HandedAt(dev).IsZero() {
+		e.Summary += windowWaitText(d, rec.Stored)
+	}
+	e.Ignored = ignoredReport(f.ro, dev, d)
 	f.health.moveOn(rec.Event.Keys.Device, d)
 	k := revKeyOf(d.UID, d.Generation)
 	if rr := f.revs[k]; rr != nil {

@@ -369,6 +369,9 @@ func (f *deviceFold) workloadStatus(ctx context.Context, rec events.Record, e *E
 	if d.Error != "" {
 		e.Summary += ": " + d.Error
 	}
+	if held, ok := f.intent.Entry(f.device, d.Namespace, d.Deployment); ok && held.Window != nil && held.UID == d.UID && held.Generation == d.Generation {
+		e.Summary += windowWaitText(d, rec.Stored)
+	}
 	return true
 }
 

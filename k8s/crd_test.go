@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -66,6 +67,32 @@ func TestAValidDeploymentIsAccepted(t *testing.T) {
 		t.Fatalf("a valid Deployment was refused: %v", err)
 	}
 	t.Cleanup(func() { _ = c.Delete(context.Background(), d) })
+}
+
+// TestADeploymentWithMaintenanceWindowsIsAccepted: a switch window, and a
+// fetch window with prefetch, both of the TaskRun's window type (ADR 0029).
+func TestADeploymentWithMaintenanceWindowsIsAccepted(t *testing.T) {
+	c := newClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	d := validDeployment("windows")
+	d.Spec.Rollout.Prefetch = true
+	d.Spec.Rollout.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "23:00", Duration: "3h"}
+	d.Spec.Rollout.FetchWindow = &fleetv1.MaintenanceWindow{Start: "01:00", Duration: "1h30m"}
+	if err := c.Create(ctx, d); err != nil {
+		t.Fatalf("a Deployment with windows was refused: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Delete(context.Background(), d) })
+	var got fleetv1.Deployment
+	if err := c.Get(ctx, client.ObjectKeyFromObject(d), &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(d.Spec.Rollout.MaintenanceWindow, got.Spec.Rollout.MaintenanceWindow); diff != "" {
+		t.Errorf("maintenanceWindow stored (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(d.Spec.Rollout.FetchWindow, got.Spec.Rollout.FetchWindow); diff != "" {
+		t.Errorf("fetchWindow stored (-want +got):\n%s", diff)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -226,6 +253,19 @@ func TestInvalidDeploymentsAreRefusedNamingTheField(t *testing.T) {
 		{"a disruption budget on a label key that is no label key is refused", func(d *fleetv1.Deployment) {
 			d.Spec.Rollout.DisruptionBudget = &fleetv1.DisruptionBudget{LabelKey: "a b", MaxUnavailable: intstr.FromInt32(1)}
 		}, []string{"spec.rollout.disruptionBudget.labelKey"}},
+		{"a rollout maintenance window start that is not HH:MM is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "2:00", Duration: "2h"}
+		}, []string{"spec.rollout.maintenanceWindow.start"}},
+		{"a rollout maintenance window longer than a day is refused with the TaskRun's rule", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.MaintenanceWindow = &fleetv1.MaintenanceWindow{Start: "02:00", Duration: "25h"}
+		}, []string{"spec.rollout.maintenanceWindow.duration", "maintenanceWindow.duration must be hours and minutes from 1m to 24h"}},
+		{"a fetch window in seconds is refused", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.Prefetch = true
+			d.Spec.Rollout.FetchWindow = &fleetv1.MaintenanceWindow{Start: "02:00", Duration: "30s"}
+		}, []string{"spec.rollout.fetchWindow.duration", "from 1m to 24h"}},
+		{"a fetch window without prefetch is refused naming the fix", func(d *fleetv1.Deployment) {
+			d.Spec.Rollout.FetchWindow = &fleetv1.MaintenanceWindow{Start: "01:00", Duration: "1h"}
+		}, []string{"rollout.fetchWindow needs rollout.prefetch: true", "set prefetch, or remove fetchWindow"}},
 		{"a score without services is refused", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services = nil },
 			[]string{"services"}},
 		{"a name with a dot is refused", func(d *fleetv1.Deployment) { d.Name = "analysis.api" },

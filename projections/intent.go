@@ -72,6 +72,9 @@ type intentRev struct {
 	canaries      []string
 	canariesAll   bool
 	canaryRemoved map[string]bool
+	// fetchWindow is the revision's fetch window (ADR 0029), copied into
+	// its fetch entries; nil: none.
+	fetchWindow *events.MaintenanceWindow
 }
 
 // Intent folds FLEET_INTENT and FLEET_ROLLOUT events into every device's
@@ -173,8 +176,8 @@ func (s *Intent) ApplyPayload(p *Payload) []string {
 		delete(s.live, k)
 		r.entry = IntentEntry{Namespace: k.ns, Name: k.name, UID: d.UID, Generation: d.Generation,
 			RevisionID: d.RevisionID, ScoreDigest: d.ScoreDigest, Score: d.Score, MinReadySeconds: d.MinReadySeconds,
-			Signatures: d.Signatures}
-		r.prefetch = d.Prefetch
+			Signatures: d.Signatures, Window: d.Window}
+		r.prefetch, r.fetchWindow = d.Prefetch, d.FetchWindow
 		for _, t := range d.Targets {
 			r.targets[t] = true
 		}
@@ -492,6 +495,13 @@ func (s *Intent) liveRevs(k depKey) []*intentRev {
 func (s *Intent) Holds(device, namespace, name, uid string, generation int64) bool {
 	e, ok := s.devices[device][depKey{namespace, name}]
 	return ok && e.UID == uid && e.Generation == generation
+}
+
+// Entry returns device's entry of Deployment namespace/name: the revision
+// it holds (false: none).
+func (s *Intent) Entry(device, namespace, name string) (IntentEntry, bool) {
+	e, ok := s.devices[device][depKey{namespace, name}]
+	return e, ok
 }
 
 // Devices lists every device with a value, sorted.

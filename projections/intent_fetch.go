@@ -26,7 +26,7 @@ func (s *Intent) refetch(k depKey, revs []*intentRev, dev string) bool {
 		if r.prefetch && r.targets[dev] && !r.handed(dev) && !removed && r.rollbackTo == 0 {
 			e := r.entry
 			want = &FetchEntry{Namespace: e.Namespace, Name: e.Name, UID: e.UID, Generation: e.Generation,
-				RevisionID: e.RevisionID, Score: e.Score}
+				RevisionID: e.RevisionID, Score: e.Score, Window: r.fetchWindow}
 		}
 	}
 	cur, has := s.fetch[dev][k]

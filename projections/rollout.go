@@ -40,6 +40,12 @@ type DeviceResult struct {
 	// progress clock (Rollout.ProgressAt); later reports never do.
 	First   time.Time `json:",omitzero"`
 	Settled time.Time `json:",omitzero"`
+	// WindowOpens is when the target's maintenance window opens, on the
+	// operator's clock, when its latest report is a Pending that waits
+	// for the revision's window (ADR 0029): the stored time plus the wait
+	// the device reported (more than 0, at most MaxWindowWait). Zero
+	// otherwise, and always for a revision without a window.
+	WindowOpens time.Time `json:",omitzero"`
 }
 
 // next is the result of a report of phase, error and device time since,
@@ -163,6 +169,10 @@ type Rollout struct {
 	Followers []Follower
 	// joined is when each follower joined (Followers by device).
 	joined map[string]time.Time
+	// Window is the revision's maintenance window (ADR 0029): a target
+	// switches to it only inside the window, and one that waits for it
+	// is neither failed nor stuck (rollout_window.go). Nil: none.
+	Window *events.MaintenanceWindow
 }
 
 // Follower is a target that joined a revision after it was frozen: why,
@@ -286,7 +296,7 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 	}
 	n := Rollout{UID: d.UID, Generation: d.Generation, RevisionID: d.RevisionID, StageAt: ev.Time, ProgressAt: ev.Time,
 		Targets: sortedCopy(d.Targets), Canaries: sortedCopy(d.Canaries), Results: map[string]DeviceResult{}, reports: r.reports,
-		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second, Follow: d.Follow}
+		ProgressDeadline: time.Duration(d.ProgressDeadlineSeconds) * time.Second, Follow: d.Follow, Window: d.Window}
 	if r.UID == d.UID {
 		n.LastSucceeded = r.LastSucceeded
 		if r.Stage == StageSucceeded {
@@ -343,6 +353,9 @@ func (r *Rollout) mergeEarly(f *earlyFacts) {
 	}
 	for dev, res := range f.results {
 		if r.IsTarget(dev) || joined[dev] {
+			if r.Window == nil {
+				res.WindowOpens = time.Time{} // a claim the revision does not back
+			}
 			r.Results[dev] = res
 			r.progress(res.First)
 			r.progress(res.Settled)
@@ -394,7 +407,9 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 		order := r.reports + 1
 		n := r.withEarly(d.UID, d.Generation, inPlace, func(f *earlyFacts) {
 			prev, had := f.results[device]
-			f.results[device] = prev.next(had, d.Phase, d.Error, d.Since, p.Stored, order)
+			res := prev.next(had, d.Phase, d.Error, d.Since, p.Stored, order)
+			res.WindowOpens = prev.windowOpening(d, p.Stored) // kept only if the revision has a window
+			f.results[device] = res
 			if d.Phase == events.WorkloadFailed {
 				f.failures[device] = f.results[device]
 			}
@@ -415,6 +430,9 @@ func (r Rollout) applyReport(p *Payload, inPlace bool) Rollout {
 		n.counts, n.countsOK = n.computeCounts(), true
 	}
 	res := prev.next(had, d.Phase, d.Error, d.Since, p.Stored, n.reports)
+	if n.Window != nil {
+		res.WindowOpens = prev.windowOpening(d, p.Stored)
+	}
 	n.progress(res.First)
 	n.progress(res.Settled)
 	canary := n.IsCanary(device)
@@ -774,7 +792,17 @@ func (r Rollout) DeadlineExceeded(now time.Time, def time.Duration) bool {
 	if d <= 0 || now.IsZero() || r.ProgressAt.IsZero() || r.Terminal() || r.Paused || r.AwaitingApproval > 0 || !r.SoakEnds().IsZero() {
 		return false
 	}
-	return !now.Before(r.ProgressAt.Add(d))
+	at := r.ProgressAt
+	if r.Window != nil {
+		// Targets waiting for their window hold the clock; a window that
+		// opened restarts it (ADR 0029).
+		held, opened := r.windowClock(now)
+		if held {
+			return false
+		}
+		at = later(at, opened)
+	}
+	return !now.Before(at.Add(d))
 }
 
 // WaitingTarget is a target handed the revision without a result of it

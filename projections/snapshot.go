@@ -80,6 +80,8 @@ type rolloutSnapshot struct {
 	// Follow and Followers: a Follow revision (ADR 0026).
 	Follow    bool       `json:"follow,omitempty"`
 	Followers []Follower `json:"followers,omitempty"`
+	// Window: the revision's maintenance window (ADR 0029).
+	Window *events.MaintenanceWindow `json:"window,omitempty"`
 }
 
 // MarshalJSON encodes the whole fold state, the facts of revisions not seen
@@ -92,7 +94,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		Plan: r.Plan, Batches: r.Batches, Batch: r.Batch, AwaitingApproval: r.AwaitingApproval,
 		Paused: r.Paused, PausedBy: r.PausedBy, PauseReason: r.PauseReason, Requests: setKeys(r.requests),
 		LastSucceeded: r.LastSucceeded, RolledBackTo: r.RolledBackTo, ProgressAt: r.ProgressAt, ProgressDeadline: r.ProgressDeadline,
-		Follow: r.Follow, Followers: r.Followers}
+		Follow: r.Follow, Followers: r.Followers, Window: r.Window}
 	if r.planned() {
 		s.TargetBatches = make([]int, len(r.Targets))
 		for i, d := range r.Targets {
@@ -132,7 +134,7 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		Removed: s.Removed, CanariesAt: s.CanariesAt, ReleasedAt: s.ReleasedAt,
 		Batch: s.Batch, AwaitingApproval: s.AwaitingApproval, Paused: s.Paused, PausedBy: s.PausedBy, PauseReason: s.PauseReason,
 		LastSucceeded: s.LastSucceeded, RolledBackTo: s.RolledBackTo, ProgressAt: s.ProgressAt, ProgressDeadline: s.ProgressDeadline,
-		Follow: s.Follow, Followers: s.Followers}
+		Follow: s.Follow, Followers: s.Followers, Window: s.Window}
 	if len(r.Followers) > 0 {
 		r.joined = followerIndex(r.Followers)
 	}
@@ -217,6 +219,8 @@ type intentRevSnapshot struct {
 	Canaries      []string `json:"canaries,omitempty"`
 	CanariesAll   bool     `json:"canariesAll,omitempty"`
 	CanaryRemoved []string `json:"canaryRemoved,omitempty"`
+	// FetchWindow: the revision's fetch window (ADR 0029).
+	FetchWindow *events.MaintenanceWindow `json:"fetchWindow,omitempty"`
 }
 
 type intentDepSnapshot struct {
@@ -255,7 +259,7 @@ func (s *Intent) MarshalJSON() ([]byte, error) {
 				BatchOf: r.batchOf, Batches: r.batches, Unlisted: r.unlisted, RemovedAfterN: r.removedAfterN,
 				RollbackTo: r.rollbackTo, RolledBack: setKeys(r.rolledBack), RolledBackAll: r.rolledBackAll,
 				ReleasedRest: r.releasedRest, Left: setKeys(r.left), HandedBack: r.handedBack, Joined: setKeys(r.joined), Prefetch: r.prefetch,
-				Canaries: r.canaries, CanariesAll: r.canariesAll, CanaryRemoved: setKeys(r.canaryRemoved)})
+				Canaries: r.canaries, CanariesAll: r.canariesAll, CanaryRemoved: setKeys(r.canaryRemoved), FetchWindow: r.fetchWindow})
 		}
 		slices.SortFunc(d.Revisions, func(a, b intentRevSnapshot) int {
 			if c := strings.Compare(a.UID, b.UID); c != 0 {
@@ -316,6 +320,7 @@ func (s *Intent) UnmarshalJSON(b []byte) error {
 					r.canaryRemoved[d] = true
 				}
 			}
+			r.fetchWindow = rs.FetchWindow
 			for _, d := range rs.Left {
 				if r.left == nil {
 					r.left = map[string]bool{}

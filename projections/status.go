@@ -127,6 +127,11 @@ func (r Rollout) StatusAt(now time.Time, def time.Duration) (fleetv1.DeploymentS
 	meta.SetStatusCondition(&st.Conditions, ready)
 	st.Conditions[0].LastTransitionTime = metav1.NewTime(r.StageAt) // SetStatusCondition stamps now when zero
 	prog := r.progressing(ready, exceeded, def)
+	var windowMessage string
+	st.Window, windowMessage = r.windowStatus(now)
+	if windowMessage != "" && prog.Reason == fleetv1.ReasonRolloutProgressing {
+		prog.Message = windowMessage
+	}
 	prog.Message = events.PrintableLinesCut(prog.Message, MaxConditionMessage)
 	meta.SetStatusCondition(&st.Conditions, prog)
 	st.Conditions[1].LastTransitionTime = prog.LastTransitionTime

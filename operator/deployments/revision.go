@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -81,6 +82,11 @@ func RevisionEvents(d *fleetv1.Deployment, r targets.Resolution, stamp ...events
 	if data.Signatures, err = frozenSignatures(d); err != nil {
 		return nil, data, err
 	}
+	// Likewise: a revision without windows has the bytes of before (ADR
+	// 0029).
+	if data.Window, data.FetchWindow, err = frozenWindows(d.Spec.Rollout); err != nil {
+		return nil, data, fmt.Errorf("revision of %s/%s: %w", d.Namespace, d.Name, err)
+	}
 	// Likewise: Frozen and absent are today's rollout, and its bytes (ADR
 	// 0026).
 	data.Follow = d.Spec.Rollout.Targets == fleetv1.RolloutTargetsFollow
@@ -119,4 +125,26 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// frozenWindows returns the rollout's switch and fetch windows as the
+// revision freezes them (nil when unset), checked as the CRD checks them:
+// a Deployment stored before the CRD had the rules freezes nothing.
+func frozenWindows(ro fleetv1.RolloutSpec) (window, fetch *events.MaintenanceWindow, err error) {
+	if w := ro.MaintenanceWindow; w != nil {
+		window = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
+		if err := window.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("spec.rollout.maintenanceWindow: %w", err)
+		}
+	}
+	if w := ro.FetchWindow; w != nil {
+		if !ro.Prefetch {
+			return nil, nil, errors.New("spec.rollout.fetchWindow needs spec.rollout.prefetch: true (without prefetch a device pulls the images when it switches, inside spec.rollout.maintenanceWindow): set prefetch, or remove fetchWindow")
+		}
+		fetch = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
+		if err := fetch.Validate(); err != nil {
+			return nil, nil, fmt.Errorf("spec.rollout.fetchWindow: %w", err)
+		}
+	}
+	return window, fetch, nil
 }

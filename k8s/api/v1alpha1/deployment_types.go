@@ -22,6 +22,8 @@ import (
 // +kubebuilder:printcolumn:name="Followers",type=integer,JSONPath=`.status.counts.followers`,priority=1
 // +kubebuilder:printcolumn:name="Revision",type=string,JSONPath=`.status.revision.id`
 // +kubebuilder:printcolumn:name="Prefetched",type=integer,JSONPath=`.status.prefetched`,priority=1
+// +kubebuilder:printcolumn:name="Window-Waiting",type=integer,JSONPath=`.status.window.waiting`,priority=1
+// +kubebuilder:printcolumn:name="Window-Opens",type=string,JSONPath=`.status.window.nextOpening`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label (at most 63 lowercase letters, digits and '-', no dots): it is a NATS subject token"
 type Deployment struct {
@@ -99,6 +101,7 @@ const RolloutImmediate RolloutStrategy = "Immediate"
 // workload rollback yet.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.minReady) || !has(self.progressDeadline) || duration(self.minReady) <= duration(self.progressDeadline)",message="rollout.minReady must not be longer than rollout.progressDeadline"
+// +kubebuilder:validation:XValidation:rule="!has(self.fetchWindow) || (has(self.prefetch) && self.prefetch)",message="rollout.fetchWindow needs rollout.prefetch: true (without prefetch a device pulls the images when it switches, inside rollout.maintenanceWindow): set prefetch, or remove fetchWindow"
 type RolloutSpec struct {
 	// Targets says what a revision's targets are after it was frozen.
 	// Frozen (the default, also when absent): the devices that matched
@@ -198,6 +201,29 @@ type RolloutSpec struct {
 	// is handed the revision, as before.
 	// +optional
 	Prefetch bool `json:"prefetch,omitempty"`
+
+	// MaintenanceWindow, when set, lets each target switch to a revision
+	// (stop the old containers, start the new ones) only inside a daily
+	// window of its own local time (ADR 0029): the same window type as a
+	// TaskRun's spec.maintenanceWindow. A target handed the revision
+	// outside its window keeps running what it runs and reports the
+	// revision Pending with when its window opens; status.window counts
+	// those targets. A switch that began inside the window runs to its
+	// end. Waiting targets never count as failed or stuck: the target
+	// timeout runs from their window's opening, and the progress deadline
+	// does not run while every target without a result waits for its
+	// window. Frozen with the revision. Absent: a target switches as soon
+	// as it is handed the revision, as before.
+	// +optional
+	MaintenanceWindow *MaintenanceWindow `json:"maintenanceWindow,omitempty"`
+
+	// FetchWindow, with prefetch, lets each target fetch the revision's
+	// images ahead only inside a daily window of its own local time (ADR
+	// 0029); absent, a prefetch target fetches at once, whatever
+	// maintenanceWindow says. Frozen with the revision. Requires
+	// prefetch: without it a target pulls when it switches.
+	// +optional
+	FetchWindow *MaintenanceWindow `json:"fetchWindow,omitempty"`
 }
 
 // DisruptionBudget groups the targets by the value of a label and bounds
@@ -319,6 +345,11 @@ type DeploymentStatus struct {
 	// (spec.rollout.prefetch, ADR 0027); absent without prefetch.
 	// +optional
 	Prefetched *int32 `json:"prefetched,omitempty"`
+	// Window is how many targets wait for their maintenance window
+	// (spec.rollout.maintenanceWindow, ADR 0029) and when the earliest
+	// of those windows opens; absent for a revision without a window.
+	// +optional
+	Window *WindowStatus `json:"window,omitempty"`
 	// LatestFailure is the most recent device failure of this revision.
 	// +optional
 	LatestFailure *DeviceFailure `json:"latestFailure,omitempty"`
@@ -357,6 +388,20 @@ type DeploymentStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// WindowStatus is where the targets of a revision with a maintenance
+// window stand (ADR 0029).
+type WindowStatus struct {
+	// Waiting is how many targets handed the revision last reported it
+	// Pending because their window is closed. They count in
+	// counts.pending, never in counts.failed.
+	Waiting int32 `json:"waiting"`
+	// NextOpening is the earliest time one of their windows opens (the
+	// operator's clock: the report's stored time plus the wait the device
+	// reported); absent when none waits.
+	// +optional
+	NextOpening *metav1.Time `json:"nextOpening,omitempty"`
 }
 
 // PlanStatus is where a rollout with a plan is (ADR 0016).

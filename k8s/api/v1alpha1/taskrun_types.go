@@ -65,21 +65,10 @@ type TaskRunSpec struct {
 	// MaintenanceWindow, when set, lets each device start the task only
 	// inside a daily window of its own local time; a device offline
 	// during the window runs it in its next window. Not in the product
-	// description (which has no schedules): a Fleet extension.
+	// description (which has no schedules): a Fleet extension. The same
+	// type as a Deployment's spec.rollout.maintenanceWindow (ADR 0029).
 	// +optional
 	MaintenanceWindow *MaintenanceWindow `json:"maintenanceWindow,omitempty"`
-}
-
-// MaintenanceWindow is a daily window in the device's local time.
-type MaintenanceWindow struct {
-	// Start is the local time the window opens, HH:MM (24-hour clock).
-	// +kubebuilder:validation:Pattern=`^([01][0-9]|2[0-3]):[0-5][0-9]$`
-	Start string `json:"start"`
-	// Duration is how long the window stays open, from 1m to 24h (a Go
-	// duration: "2h", "90m"). A window may cross midnight.
-	// +kubebuilder:validation:MaxLength=16
-	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+h)?([0-9]+m)?$') && self != '' && duration(self) >= duration('1m') && duration(self) <= duration('24h')",message="maintenanceWindow.duration must be hours and minutes from 1m to 24h, e.g. 2h or 1h30m"
-	Duration string `json:"duration"`
 }
 
 // AgentArtifact is an agent executable: where the device downloads it, its
