@@ -103,7 +103,7 @@ type Options struct {
 	NoContainerReports bool
 	// FetchConcurrency is how many images the agent pulls at once when it
 	// fetches a revision ahead of its release (spec.rollout.prefetch, ADR
-	// 0027); 0 means DefaultFetchConcurrency.
+	// 0027); 0 means DefaultFetchConcurrency. At most MaxFetchConcurrency.
 	FetchConcurrency int
 
 	// stepHook, set by tests only, is called after each step of the
@@ -122,6 +122,9 @@ func (o Options) Validate() error {
 	}
 	if o.Reconciler == nil || o.Reconciler.Runtime == nil {
 		errs = append(errs, errors.New("agent: no container runtime"))
+	}
+	if o.FetchConcurrency < 0 || o.FetchConcurrency > MaxFetchConcurrency {
+		errs = append(errs, fmt.Errorf("agent: FetchConcurrency %d: give 1 to %d, or 0 for %d", o.FetchConcurrency, MaxFetchConcurrency, DefaultFetchConcurrency))
 	}
 	return errors.Join(errs...)
 }
