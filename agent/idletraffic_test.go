@@ -72,7 +72,7 @@ func TestIdleTraffic(t *testing.T) {
 	full, resumed := tlsHandshakeBytes(b)
 	m := measureIdle(b, run, lifetime)
 	for _, hs := range []int64{full, resumed} {
-		perDay := m.perDay(run, lifetime, hs)
+		perDay := m.perDay(run, prodTokenLifetime, hs)
 		var total int64
 		names := make([]string, 0, len(perDay))
 		for k, v := range perDay {
@@ -88,7 +88,36 @@ func TestIdleTraffic(t *testing.T) {
 		}
 		b.Logf("%-52s %12d (%.2f MB/day, %.1f B/s)", "total", total, float64(total)/1e6, float64(total)/day.Seconds())
 	}
+	// The same run scaled to other token lifetimes and heartbeat
+	// intervals (resumed TLS sessions): MB per device per day.
+	heartbeats := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute}
+	head := fmt.Sprintf("%-18s", "lifetime \\ heartbeat")
+	for _, hb := range heartbeats {
+		head += fmt.Sprintf(" %8s", hb)
+	}
+	b.Log(head)
+	for _, l := range []time.Duration{10 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 8 * time.Hour} {
+		perDay := m.perDay(run, l, resumed)
+		line := fmt.Sprintf("%-18s", l)
+		for _, hb := range heartbeats {
+			var total float64
+			for k, v := range perDay {
+				total += float64(v)
+				if k == catHeartbeat {
+					// A heartbeat is one TLS record besides its bytes.
+					beats := float64(day) / float64(idleHeartbeat)
+					total += (float64(v) + beats*tlsRecordOverhead) * (float64(idleHeartbeat)/float64(hb) - 1)
+				}
+			}
+			line += fmt.Sprintf(" %8.2f", total/1e6)
+		}
+		b.Log(line)
+	}
 }
+
+// idleHeartbeat is the heartbeat interval the run measures with (the
+// agent's default).
+const idleHeartbeat = 30 * time.Second
 
 func envDuration(b *testing.T, name string, def time.Duration) time.Duration {
 	if v := os.Getenv(name); v != "" {
@@ -138,17 +167,18 @@ func (m *idleMeasure) split(cat string) string {
 	return fmt.Sprintf("%d/%d", m.up[cat], m.down[cat])
 }
 
-// perDay scales the run to a day at the production lifetime. Grants,
+// perDay scales the run to a day at lifetime (of the id_token, so of the
+// user JWT: one re-authorisation each). Grants,
 // reconnects and what a reconnect makes the agent send (its inventory,
 // the last report of every Deployment, their echoes): the bytes per
-// grant and per connection measured, times one per production lifetime. Intent reads: the bytes per read measured,
+// grant and per connection measured, times one per lifetime. Intent reads: the bytes per read measured,
 // times a read per reconnect and one per resync (5 minutes). The others
 // by time. TLS: a handshake of handshake bytes per NATS and provider
 // connection, the record overhead per call.
-func (m *idleMeasure) perDay(run, _ time.Duration, handshake int64) map[string]int64 {
+func (m *idleMeasure) perDay(run, lifetime time.Duration, handshake int64) map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cycles := float64(day) / float64(prodTokenLifetime)
+	cycles := float64(day) / float64(lifetime)
 	reads := cycles + float64(day)/float64(5*time.Minute)
 	per := func(total, n int64) float64 {
 		if n == 0 {
@@ -166,8 +196,9 @@ func (m *idleMeasure) perDay(run, _ time.Duration, handshake int64) map[string]i
 				out[k] += int64(per(v, m.jsRequests) * reads)
 			case k == catConnect || k == catInventory || strings.HasPrefix(k, catReports):
 				// Sent because of a reconnect: at idle nothing else
-				// sends them (the inventory and every Deployment's last
-				// report go again after each reconnect, and are echoed).
+				// sends them (the inventory, every Deployment's last
+				// report and the container snapshot go again after a
+				// reconnect when they had not settled, and are echoed).
 				out[k] += int64(per(v, m.conns) * cycles)
 			default:
 				out[k] += int64(float64(v) * float64(day) / float64(run))
