@@ -52,7 +52,9 @@ const (
 // simulated runtime with one running Deployment) on the real auth chain
 // (the callout, the provider, the embedded NATS server), with the
 // production heartbeat (30 s) and an id_token lifetime of
-// FLEET_IDLE_LIFETIME (default 1m) for FLEET_IDLE_TRAFFIC (default 5m),
+// FLEET_IDLE_LIFETIME (default 2m30s: longer than the echo window, as the
+// production lifetime is) for FLEET_IDLE_TRAFFIC (default 7m30s) after a
+// warm-up of FLEET_IDLE_WARMUP (default 2m),
 // counting the bytes of its NATS connection in both directions by
 // protocol operation and subject, and of its provider connections. It
 // scales to a day with the production lifetime of 10 minutes: the
@@ -67,8 +69,8 @@ func TestIdleTraffic(t *testing.T) {
 		t.Skip("a measurement, not a check: set FLEET_IDLE_TRAFFIC to how long to measure (e.g. 5m)")
 	}
 	b := t
-	run := envDuration(b, "FLEET_IDLE_TRAFFIC", 5*time.Minute)
-	lifetime := envDuration(b, "FLEET_IDLE_LIFETIME", time.Minute)
+	run := envDuration(b, "FLEET_IDLE_TRAFFIC", 450*time.Second)
+	lifetime := envDuration(b, "FLEET_IDLE_LIFETIME", 150*time.Second)
 	full, resumed := tlsHandshakeBytes(b)
 	m := measureIdle(b, run, lifetime)
 	for _, hs := range []int64{full, resumed} {
@@ -252,11 +254,12 @@ func measureIdle(b *testing.T, run, lifetime time.Duration) *idleMeasure {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, agent.Options{Device: "idle-1", Conn: dc.Conn, Reconciler: w.r}) }()
 	// The start-up (the first grant and connect, the inventory, the
-	// pass and its reports) is not idle: counted from after the warm-up.
+	// pass and its reports, their echoes for agent.DefaultEchoWindow) is
+	// not idle: counted from after the warm-up.
 	select {
 	case err := <-done:
 		b.Fatalf("the agent stopped: %v", err)
-	case <-time.After(envDuration(b, "FLEET_IDLE_WARMUP", 30*time.Second)):
+	case <-time.After(envDuration(b, "FLEET_IDLE_WARMUP", 2*time.Minute)):
 	}
 	m.reset()
 	select {
