@@ -905,7 +905,10 @@ func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data,
 		d.log.WarnContext(ctx, "report not sent", "type", data.EventType(), "error", err)
 		return m
 	}
-	d.sentOn(offlineKey(data), time.Now())
+	switch data.(type) {
+	case events.WorkloadStatus, events.WorkloadHealth, events.DeviceInventory, events.DeviceContainers:
+		d.sentOn(offlineKey(data), time.Now()) // what a reconnect may send again
+	}
 	switch data.(type) {
 	case events.WorkloadStatus, events.TaskStatus, events.CommandResult, events.WorkloadHealth:
 		d.remember(m, time.Now())
@@ -1013,7 +1016,9 @@ func (d *daemon) flushOffline(ctx context.Context) {
 			d.log.WarnContext(ctx, "held report not sent", "key", k, "error", err)
 			continue
 		}
-		d.sentOn(k, time.Now())
+		if resendable(k) {
+			d.sentOn(k, time.Now())
+		}
 		if strings.HasSuffix(m.Subject, ".workload") || strings.HasSuffix(m.Subject, ".task") || strings.HasSuffix(m.Subject, ".command") ||
 			strings.HasSuffix(m.Subject, ".health") {
 			d.remember(m, time.Now())

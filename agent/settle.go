@@ -2,6 +2,7 @@ package agent
 
 import (
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
@@ -91,6 +92,14 @@ func (d *daemon) unsettled(key string) bool {
 	defer d.mu.Unlock()
 	m, ok := d.marks[key]
 	return !ok || !m.settled
+}
+
+// resendable reports whether key (offlineKey) names a report a reconnect
+// may send again: a workload or health report, the inventory, the
+// container snapshot. The others (commands, tasks, heartbeats) are not
+// marked, so the marks stay one per Deployment and two more.
+func resendable(key string) bool {
+	return strings.HasPrefix(key, "workload/") || strings.HasPrefix(key, "health/") || key == inventoryKey || key == containersKey
 }
 
 // healthKey is the offlineKey of k's health reports.
