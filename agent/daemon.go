@@ -103,7 +103,7 @@ type Options struct {
 	NoContainerReports bool
 	// FetchConcurrency is how many images the agent pulls at once when it
 	// fetches a revision ahead of its release (spec.rollout.prefetch, ADR
-	// 0027); 0 means DefaultFetchConcurrency.
+	// 0027); 0 means DefaultFetchConcurrency. At most MaxFetchConcurrency.
 	FetchConcurrency int
 
 	// stepHook, set by tests only, is called after each step of the
@@ -122,6 +122,9 @@ func (o Options) Validate() error {
 	}
 	if o.Reconciler == nil || o.Reconciler.Runtime == nil {
 		errs = append(errs, errors.New("agent: no container runtime"))
+	}
+	if o.FetchConcurrency < 0 || o.FetchConcurrency > MaxFetchConcurrency {
+		errs = append(errs, fmt.Errorf("agent: FetchConcurrency %d: give 1 to %d, or 0 for %d", o.FetchConcurrency, MaxFetchConcurrency, DefaultFetchConcurrency))
 	}
 	return errors.Join(errs...)
 }
@@ -181,6 +184,14 @@ type daemon struct {
 	// windows are the maintenance windows switches and fetches wait for
 	// (window.go).
 	windows windowWatch
+	// marks are the reports a reconnect may send again, by offlineKey,
+	// and whether each settled (settle.go); inventorySent is the last
+	// inventory sent, encoded.
+	marks         map[string]*settleMark
+	inventorySent []byte
+	// servers are the ids of the servers the agent was connected to,
+	// oldest first, at most maxServers (connectedTo).
+	servers []string
 }
 
 // Retry delays after the engine (or the secret source) was found
@@ -357,7 +368,8 @@ func Run(ctx context.Context, o Options) error {
 	connected := o.Conn.StatusChanged(nats.CONNECTED)
 	defer o.Conn.RemoveStatusListener(connected)
 
-	d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
+	d.connectedTo(o.Conn.ConnectedServerId())
+	d.reportInventory(ctx, true)
 	d.heartbeat(ctx)
 	poke()
 	hb := time.NewTicker(o.HeartbeatInterval)
@@ -411,10 +423,16 @@ func Run(ctx context.Context, o Options) error {
 				connected = nil
 				continue
 			}
+			// What went out since the connection broke is held and sent
+			// now; of the rest only what may have been lost with the
+			// connection goes again (settle.go): an idle device whose
+			// reports settled long ago sends none of it, unless the
+			// server is one it never was connected to.
+			d.connectedTo(o.Conn.ConnectedServerId())
 			d.flushOffline(ctx)
 			d.rereport(ctx)
 			d.mon.reconnected(ctx)
-			d.report(ctx, events.Keys{Device: o.Device}, d.inventory())
+			d.reportInventory(ctx, false)
 			poke()
 		case m := <-cmds:
 			d.command(ctx, m, poke)
@@ -811,9 +829,10 @@ func (d *daemon) clock() time.Time {
 }
 
 // rereport sends the last status of every Deployment again, unchanged
-// (same phase, error and since): after a reconnect the control plane hears
-// the device's current state even if a report was lost with the
-// connection, and no Deployment goes back through Applying for it.
+// (same phase, error and since), unless it settled (settle.go): after a
+// reconnect the control plane hears the device's current state even if a
+// report was lost with the connection, and no Deployment goes back
+// through Applying for it.
 func (d *daemon) rereport(ctx context.Context) {
 	d.mu.Lock()
 	last := make([]events.WorkloadStatus, 0, len(d.reported))
@@ -822,11 +841,33 @@ func (d *daemon) rereport(ctx context.Context) {
 	}
 	d.mu.Unlock()
 	for _, ws := range last {
+		if !d.unsettled(offlineKey(ws)) {
+			continue
+		}
 		var opts []events.Option
 		if ws.UID != "" {
 			opts = append(opts, events.WithCorrelation(ws.UID, ws.Generation))
 		}
 		d.report(ctx, events.Keys{Device: d.o.Device}, ws, opts...)
+	}
+}
+
+// reportInventory sends the inventory; unless always, only when it
+// changed since the last one sent or that one may have been lost with a
+// connection (after a reconnect).
+func (d *daemon) reportInventory(ctx context.Context, always bool) {
+	inv := d.inventory()
+	b, _ := json.Marshal(inv)
+	d.mu.Lock()
+	same := bytes.Equal(b, d.inventorySent)
+	d.mu.Unlock()
+	if !always && same && !d.unsettled(inventoryKey) {
+		return
+	}
+	if d.report(ctx, events.Keys{Device: d.o.Device}, inv) != nil {
+		d.mu.Lock()
+		d.inventorySent = b
+		d.mu.Unlock()
 	}
 }
 
@@ -874,6 +915,10 @@ func (d *daemon) report(ctx context.Context, keys events.Keys, data events.Data,
 		return m
 	}
 	switch data.(type) {
+	case events.WorkloadStatus, events.WorkloadHealth, events.DeviceInventory, events.DeviceContainers:
+		d.sentOn(offlineKey(data), time.Now()) // what a reconnect may send again
+	}
+	switch data.(type) {
 	case events.WorkloadStatus, events.TaskStatus, events.CommandResult, events.WorkloadHealth:
 		d.remember(m, time.Now())
 	}
@@ -910,6 +955,7 @@ func (d *daemon) remember(m *nats.Msg, now time.Time) {
 // echo whose original it stored (same Nats-Msg-Id within its duplicate
 // window) and stores one whose original was lost.
 func (d *daemon) echo(ctx context.Context, now time.Time) {
+	d.settle(now)
 	d.mu.Lock()
 	keep := d.sent[:0]
 	for _, r := range d.sent {
@@ -979,6 +1025,9 @@ func (d *daemon) flushOffline(ctx context.Context) {
 			d.log.WarnContext(ctx, "held report not sent", "key", k, "error", err)
 			continue
 		}
+		if resendable(k) {
+			d.sentOn(k, time.Now())
+		}
 		if strings.HasSuffix(m.Subject, ".workload") || strings.HasSuffix(m.Subject, ".task") || strings.HasSuffix(m.Subject, ".command") ||
 			strings.HasSuffix(m.Subject, ".health") {
 			d.remember(m, time.Now())
@@ -1016,7 +1065,7 @@ func (d *daemon) command(ctx context.Context, m *nats.Msg, poke func()) {
 		poke()
 	case cmd.Command == CommandReportInventory:
 		res.OK = true
-		d.report(ctx, events.Keys{Device: d.o.Device}, d.inventory())
+		d.reportInventory(ctx, true)
 	case cmd.Command == events.CommandLogs && cmd.Logs != nil:
 		// The answer is the log itself, on the request's subject (ADR
 		// 0025): no command result.

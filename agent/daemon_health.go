@@ -117,9 +117,9 @@ func (d *daemon) health(ctx context.Context, rep healthReport, logs map[string][
 	return m
 }
 
-// resend publishes m again, unchanged (same Nats-Msg-Id), and echoes it
-// like a workload report.
-func (d *daemon) resend(ctx context.Context, m *nats.Msg) {
+// resend publishes m, the report of key (offlineKey), again, unchanged
+// (same Nats-Msg-Id), and echoes it like a workload report.
+func (d *daemon) resend(ctx context.Context, key string, m *nats.Msg) {
 	if !d.o.Conn.IsConnected() {
 		return // the next reconnect sends it
 	}
@@ -127,6 +127,7 @@ func (d *daemon) resend(ctx context.Context, m *nats.Msg) {
 		d.log.WarnContext(ctx, "health report not sent again", "subject", m.Subject, "error", err)
 		return
 	}
+	d.sentOn(key, time.Now())
 	d.remember(m, time.Now())
 }
 

@@ -52,7 +52,9 @@ const (
 // simulated runtime with one running Deployment) on the real auth chain
 // (the callout, the provider, the embedded NATS server), with the
 // production heartbeat (30 s) and an id_token lifetime of
-// FLEET_IDLE_LIFETIME (default 1m) for FLEET_IDLE_TRAFFIC (default 5m),
+// FLEET_IDLE_LIFETIME (default 2m30s: longer than the echo window, as the
+// production lifetime is) for FLEET_IDLE_TRAFFIC (default 7m30s) after a
+// warm-up of FLEET_IDLE_WARMUP (default 2m),
 // counting the bytes of its NATS connection in both directions by
 // protocol operation and subject, and of its provider connections. It
 // scales to a day with the production lifetime of 10 minutes: the
@@ -67,12 +69,12 @@ func TestIdleTraffic(t *testing.T) {
 		t.Skip("a measurement, not a check: set FLEET_IDLE_TRAFFIC to how long to measure (e.g. 5m)")
 	}
 	b := t
-	run := envDuration(b, "FLEET_IDLE_TRAFFIC", 5*time.Minute)
-	lifetime := envDuration(b, "FLEET_IDLE_LIFETIME", time.Minute)
+	run := envDuration(b, "FLEET_IDLE_TRAFFIC", 450*time.Second)
+	lifetime := envDuration(b, "FLEET_IDLE_LIFETIME", 150*time.Second)
 	full, resumed := tlsHandshakeBytes(b)
 	m := measureIdle(b, run, lifetime)
 	for _, hs := range []int64{full, resumed} {
-		perDay := m.perDay(run, lifetime, hs)
+		perDay := m.perDay(run, prodTokenLifetime, hs)
 		var total int64
 		names := make([]string, 0, len(perDay))
 		for k, v := range perDay {
@@ -88,7 +90,36 @@ func TestIdleTraffic(t *testing.T) {
 		}
 		b.Logf("%-52s %12d (%.2f MB/day, %.1f B/s)", "total", total, float64(total)/1e6, float64(total)/day.Seconds())
 	}
+	// The same run scaled to other token lifetimes and heartbeat
+	// intervals (resumed TLS sessions): MB per device per day.
+	heartbeats := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute}
+	head := fmt.Sprintf("%-18s", "lifetime \\ heartbeat")
+	for _, hb := range heartbeats {
+		head += fmt.Sprintf(" %8s", hb)
+	}
+	b.Log(head)
+	for _, l := range []time.Duration{10 * time.Minute, 30 * time.Minute, time.Hour, 2 * time.Hour, 8 * time.Hour} {
+		perDay := m.perDay(run, l, resumed)
+		line := fmt.Sprintf("%-18s", l)
+		for _, hb := range heartbeats {
+			var total float64
+			for k, v := range perDay {
+				total += float64(v)
+				if k == catHeartbeat {
+					// A heartbeat is one TLS record besides its bytes.
+					beats := float64(day) / float64(idleHeartbeat)
+					total += (float64(v) + beats*tlsRecordOverhead) * (float64(idleHeartbeat)/float64(hb) - 1)
+				}
+			}
+			line += fmt.Sprintf(" %8.2f", total/1e6)
+		}
+		b.Log(line)
+	}
 }
+
+// idleHeartbeat is the heartbeat interval the run measures with (the
+// agent's default).
+const idleHeartbeat = 30 * time.Second
 
 func envDuration(b *testing.T, name string, def time.Duration) time.Duration {
 	if v := os.Getenv(name); v != "" {
@@ -138,17 +169,18 @@ func (m *idleMeasure) split(cat string) string {
 	return fmt.Sprintf("%d/%d", m.up[cat], m.down[cat])
 }
 
-// perDay scales the run to a day at the production lifetime. Grants,
+// perDay scales the run to a day at lifetime (of the id_token, so of the
+// user JWT: one re-authorisation each). Grants,
 // reconnects and what a reconnect makes the agent send (its inventory,
 // the last report of every Deployment, their echoes): the bytes per
-// grant and per connection measured, times one per production lifetime. Intent reads: the bytes per read measured,
+// grant and per connection measured, times one per lifetime. Intent reads: the bytes per read measured,
 // times a read per reconnect and one per resync (5 minutes). The others
 // by time. TLS: a handshake of handshake bytes per NATS and provider
 // connection, the record overhead per call.
-func (m *idleMeasure) perDay(run, _ time.Duration, handshake int64) map[string]int64 {
+func (m *idleMeasure) perDay(run, lifetime time.Duration, handshake int64) map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	cycles := float64(day) / float64(prodTokenLifetime)
+	cycles := float64(day) / float64(lifetime)
 	reads := cycles + float64(day)/float64(5*time.Minute)
 	per := func(total, n int64) float64 {
 		if n == 0 {
@@ -166,8 +198,9 @@ func (m *idleMeasure) perDay(run, _ time.Duration, handshake int64) map[string]i
 				out[k] += int64(per(v, m.jsRequests) * reads)
 			case k == catConnect || k == catInventory || strings.HasPrefix(k, catReports):
 				// Sent because of a reconnect: at idle nothing else
-				// sends them (the inventory and every Deployment's last
-				// report go again after each reconnect, and are echoed).
+				// sends them (the inventory, every Deployment's last
+				// report and the container snapshot go again after a
+				// reconnect when they had not settled, and are echoed).
 				out[k] += int64(per(v, m.conns) * cycles)
 			default:
 				out[k] += int64(float64(v) * float64(day) / float64(run))
@@ -221,11 +254,12 @@ func measureIdle(b *testing.T, run, lifetime time.Duration) *idleMeasure {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, agent.Options{Device: "idle-1", Conn: dc.Conn, Reconciler: w.r}) }()
 	// The start-up (the first grant and connect, the inventory, the
-	// pass and its reports) is not idle: counted from after the warm-up.
+	// pass and its reports, their echoes for agent.DefaultEchoWindow) is
+	// not idle: counted from after the warm-up.
 	select {
 	case err := <-done:
 		b.Fatalf("the agent stopped: %v", err)
-	case <-time.After(envDuration(b, "FLEET_IDLE_WARMUP", 30*time.Second)):
+	case <-time.After(envDuration(b, "FLEET_IDLE_WARMUP", 2*time.Minute)):
 	}
 	m.reset()
 	select {

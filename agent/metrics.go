@@ -21,6 +21,7 @@ const (
 	MetricReportBuffer  = "fleet_agent_report_buffer_depth"
 	MetricConnected     = "fleet_agent_connected"
 	MetricIntentReads   = "fleet_agent_intent_reads_total"
+	MetricPruneFailures = "fleet_agent_image_prune_failures_total"
 )
 
 // Results of a reconcile pass (label result of MetricPassDuration).
@@ -63,6 +64,7 @@ type Metrics struct {
 	buffered      prometheus.Gauge
 	connected     prometheus.GaugeFunc
 	intentReads   *prometheus.CounterVec
+	pruneFailures prometheus.Counter
 	// conn is the connection of the running agent; nil when none runs.
 	conn atomic.Pointer[nats.Conn]
 	// health are the monitor's (metrics_health.go).
@@ -90,6 +92,9 @@ func NewMetrics(constLabels prometheus.Labels) *Metrics {
 		intentReads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricIntentReads, ConstLabels: constLabels,
 			Help: "Direct gets of the device's intent, by result: ok, or error (no answer, or a value that is not this device's intent)."},
 			[]string{"result"}),
+		pruneFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricPruneFailures, ConstLabels: constLabels,
+			Help: "Images of replaced revisions the agent could not remove after a switch (the engine refused for another reason than a container using the image or the image being gone), " +
+				"and prunes skipped because the containers could not be listed. A failed prune never fails the switch; the images stay on the disk."}),
 		health: newHealthMetrics(constLabels),
 	}
 	m.connected = prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricConnected, ConstLabels: constLabels,
@@ -119,7 +124,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 	if m == nil {
 		return nil
 	}
-	return append([]prometheus.Collector{m.passes, m.pulls, m.runtimeErrors, m.secretErrors, m.buffered, m.connected, m.intentReads},
+	return append([]prometheus.Collector{m.passes, m.pulls, m.runtimeErrors, m.secretErrors, m.buffered, m.connected, m.intentReads, m.pruneFailures},
 		m.health.collectors()...)
 }
 
@@ -175,6 +180,14 @@ func (m *Metrics) engineCall(ctx context.Context, op string, err error) {
 		return
 	}
 	m.runtimeErrors.WithLabelValues(op).Inc()
+}
+
+// pruneFailed records an image the agent could not remove, or a prune it
+// could not run, unless the agent is stopping (ctx done).
+func (m *Metrics) pruneFailed(ctx context.Context) {
+	if m != nil && ctx.Err() == nil {
+		m.pruneFailures.Inc()
+	}
 }
 
 // pulled records an image pull, unless the agent is stopping (ctx done).

@@ -103,6 +103,7 @@ func TestTheAgentRegistersItsFamilies(t *testing.T) {
 		"fleet_agent_container_deaths_total{reason}",
 		"fleet_agent_degraded_deployments{}",
 		"fleet_agent_health_reports_total{type}",
+		"fleet_agent_image_prune_failures_total{}",
 		"fleet_agent_image_pulls_total{result}",
 		"fleet_agent_intent_reads_total{result}",
 		"fleet_agent_pass_duration_seconds{result}",

@@ -11,8 +11,12 @@ import (
 )
 
 // DefaultFetchConcurrency is how many images the agent fetches ahead at
-// once when Options.FetchConcurrency is 0.
-const DefaultFetchConcurrency = 2
+// once when Options.FetchConcurrency is 0; MaxFetchConcurrency is the most
+// Options.Validate takes (more pulls at once only share the same link).
+const (
+	DefaultFetchConcurrency = 2
+	MaxFetchConcurrency     = 16
+)
 
 // fetchKey names one revision offered to fetch ahead.
 type fetchKey struct {

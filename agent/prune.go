@@ -60,7 +60,8 @@ func revisionImages(res resolved) []string {
 // revisions older than the last KeepRevisions that no kept revision of
 // any Deployment and no container (of any state, the agent's or not)
 // uses. Only images of revisions the agent replaced are candidates. A
-// failed removal is logged, never an error: pruning never fails a switch.
+// failed removal is logged and counted (MetricPruneFailures), never an
+// error: pruning never fails a switch.
 // Without Pruner it does nothing.
 func (r *Reconciler) prune(ctx context.Context, e events.IntentEntry, res resolved, before []string) {
 	if r.Pruner == nil {
@@ -103,6 +104,7 @@ func (r *Reconciler) prune(ctx context.Context, e events.IntentEntry, res resolv
 	all, err := r.rt().List(ctx)
 	if err != nil {
 		r.log().WarnContext(ctx, "cannot list containers to prune images; keeping them", "error", err)
+		r.Metrics.pruneFailed(ctx)
 		return
 	}
 	for _, c := range all {
@@ -120,6 +122,7 @@ func (r *Reconciler) prune(ctx context.Context, e events.IntentEntry, res resolv
 		case errors.Is(err, runtime.ErrImageInUse), errors.Is(err, runtime.ErrImageNotFound):
 		default:
 			r.log().WarnContext(ctx, "cannot remove the image of a replaced revision", "deployment", e.Namespace+"/"+e.Name, "image", img, "error", err)
+			r.Metrics.pruneFailed(ctx)
 		}
 	}
 }

@@ -1,10 +1,13 @@
 package agent_test
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
 	"github.com/nationtech/harmony-fleet/score"
 )
@@ -58,6 +61,45 @@ func TestImagesOfReplacedRevisionsArePrunedAfterASwitch(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("images present (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// refusingPruner fails every removal with err.
+type refusingPruner struct{ err error }
+
+func (p refusingPruner) DeleteImage(context.Context, string) error { return p.err }
+
+func TestAFailedPruneIsCountedAndNeverFailsTheSwitch(t *testing.T) {
+	const failures = `fleet_agent_image_prune_failures_total`
+	tests := []struct {
+		name string
+		err  error
+		want float64
+	}{
+		{"a removal the engine refuses for another reason is counted", errors.New("engine: permission denied"), 1},
+		{"an image a container still uses is not a failure", runtime.ErrImageInUse, 0},
+		{"an image already gone is not a failure", runtime.ErrImageNotFound, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := newWorld(t)
+			m := agent.NewMetrics(nil)
+			reg := registry(t, m)
+			w.r.Metrics, w.r.Pruner = m, refusingPruner{tt.err}
+			for gen, img := range []string{"reg.example/api:v1", "reg.example/api:v2", "reg.example/worker:v1"} {
+				s := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: img}}}}
+				if err := w.r.Apply(w.ctx, entry(t, int64(gen+1), s)); err != nil {
+					t.Fatalf("generation %d: the switch failed: %v", gen+1, err)
+				}
+			}
+			got, ok := series(t, reg)[failures]
+			if !ok {
+				t.Fatalf("no series %s", failures)
+			}
+			if got != tt.want {
+				t.Errorf("%s = %v, want %v", failures, got, tt.want)
 			}
 		})
 	}

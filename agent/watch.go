@@ -293,20 +293,26 @@ func sameRevision(a, b events.IntentEntry) bool {
 }
 
 // reconnected re-sends, byte for byte, the last report of every
-// Deployment still Degraded, and a container snapshot.
+// Deployment still Degraded, and a container snapshot, each unless it
+// settled before the connection broke (settle.go).
 func (m *monitor) reconnected(ctx context.Context) {
+	snap := m.d.unsettled(containersKey)
 	m.mu.Lock()
-	var again []*nats.Msg
+	again := map[string]*nats.Msg{}
 	for k, msg := range m.lasts {
 		if d, ok := m.eng.deps[k]; ok && d.degraded {
-			again = append(again, msg)
+			again[healthKey(k)] = msg
 		}
 	}
-	m.pace.force()
-	m.lastSnap = nil // sent again even when unchanged
+	if snap {
+		m.pace.force()
+		m.lastSnap = nil // sent again even when unchanged
+	}
 	m.mu.Unlock()
-	for _, msg := range again {
-		m.d.resend(ctx, msg)
+	for key, msg := range again {
+		if m.d.unsettled(key) {
+			m.d.resend(ctx, key, msg)
+		}
 	}
 	m.poke()
 }

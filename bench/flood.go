@@ -38,7 +38,7 @@ type FloodResult struct {
 	// revision's append until the runner had appended rollout.succeeded.
 	Duration time.Duration
 	// ByKind is the flooders' traffic per report kind (heartbeat,
-	// inventory, workload, task, command, health, containers).
+	// inventory, workload, task, command, health, containers, fetch).
 	ByKind map[string]FloodTraffic
 	// PublishErrors counts publishes the client library refused (while
 	// disconnected); Disconnects the flooders' connections lost.
@@ -122,10 +122,14 @@ func (r *FloodResult) Stream(stream string) FloodTraffic {
 
 // floodKinds are the report kinds a flooder publishes on: all of a device's.
 var floodKinds = [...]events.ReportKind{events.ReportWorkload, events.ReportTask, events.ReportCommand, events.ReportHeartbeat, events.ReportInventory,
-	events.ReportHealth, events.ReportContainers}
+	events.ReportHealth, events.ReportContainers, events.ReportFetch}
 
-// floodHealth is the index of events.ReportHealth in floodKinds.
-var floodHealth = slices.Index(floodKinds[:], events.ReportHealth)
+// floodHealth and floodFetch are the indexes of events.ReportHealth and
+// events.ReportFetch in floodKinds.
+var (
+	floodHealth = slices.Index(floodKinds[:], events.ReportHealth)
+	floodFetch  = slices.Index(floodKinds[:], events.ReportFetch)
+)
 
 // floodCmd is a line the parent writes on a flood child's stdin.
 type floodCmd struct {
@@ -324,7 +328,9 @@ func runFlooders(ctx context.Context, f childFlags, cmds <-chan floodCmd, emit f
 // subjects, garbage and garbage of DeviceMaxPayload bytes; on its health
 // subject also a Degraded report of the revision naming the target (the
 // reader must refuse it) and one of its own (it does not hold the
-// revision: the runner drops it). With t.WorkloadOnly, only the small
+// revision: the runner drops it); on its fetch subject likewise a Fetched
+// report of the revision naming the target and one of its own (neither
+// may count the device in status.prefetched). With t.WorkloadOnly, only the small
 // workload messages. Every forged report is
 // dated an hour ahead, so that counted for a target it would win over the
 // target's own.
@@ -383,12 +389,26 @@ func floodPlan(self string, t floodTarget) ([]floodMsg, error) {
 		}
 		return ev.Marshal()
 	}
+	fetched := func(dev string) ([]byte, error) {
+		ended := since
+		f := events.WorkloadFetch{Namespace: t.Namespace, Deployment: t.Deployment, UID: t.UID, Generation: t.Generation,
+			RevisionID: t.RevisionID, Phase: events.FetchDone, Images: 1, Pulled: 1, Started: since, Ended: &ended}
+		ev, err := events.New(events.Keys{Device: dev}, f, events.WithCorrelation(t.UID, t.Generation))
+		if err != nil {
+			return nil, fmt.Errorf("scalebench flood: forge a fetch report: %w", err)
+		}
+		return ev.Marshal()
+	}
 	small, big := garbage(512), garbage(authcallout.DeviceMaxPayload)
 	own, err := forge(self, events.WorkloadFailed, 0)
 	if err != nil {
 		return nil, err
 	}
 	ownDegraded, err := degraded(self)
+	if err != nil {
+		return nil, err
+	}
+	ownFetched, err := fetched(self)
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +442,12 @@ func floodPlan(self string, t floodTarget) ([]floodMsg, error) {
 		if err != nil {
 			return nil, err
 		}
-		plan = append(plan, msg(0, bigForged[i%len(bigForged)]), msg(floodHealth, forgedDegraded), msg(floodHealth, ownDegraded))
+		forgedFetched, err := fetched(dev)
+		if err != nil {
+			return nil, err
+		}
+		plan = append(plan, msg(0, bigForged[i%len(bigForged)]), msg(floodHealth, forgedDegraded), msg(floodHealth, ownDegraded),
+			msg(floodFetch, forgedFetched), msg(floodFetch, ownFetched))
 		for k := 1; k < len(floodKinds); k++ {
 			plan = append(plan, msg(k, small), msg(k, big))
 		}

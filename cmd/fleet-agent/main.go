@@ -74,6 +74,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	baoCA := fs.String("openbao-ca-file", os.Getenv("FLEET_OPENBAO_CA_FILE"), "PEM file of the CA that signs OpenBao's TLS certificate (default: the system's)")
 	initTimeout := fs.Duration("init-timeout", agent.DefaultInitTimeout, "how long an init container may run before the agent stops it and reports the Deployment failed")
 	storeMargin := fs.String("image-store-margin", "512MiB", "space the disk preflight keeps free in the image store after a revision's pulls: bytes, or with KiB, MiB, GiB (a revision whose missing layers, unpacked, do not fit with it is refused before any pull)")
+	fetchConcurrency := fs.Int("fetch-concurrency", agent.DefaultFetchConcurrency, fmt.Sprintf("images the agent pulls at once when it fetches a revision ahead of its release (spec.rollout.prefetch): 1 to %d", agent.MaxFetchConcurrency))
 	keepRevisions := fs.Int("keep-revisions", agent.DefaultKeepRevisions, "revisions of each Deployment whose images are kept after a switch, the current one included (0: never remove images)")
 	metricsAddr := fs.String("metrics-addr", "0", "host:port to serve Prometheus metrics on at /metrics, e.g. 127.0.0.1:9464 (0: off)")
 	updaterSocket := fs.String("updater-socket", os.Getenv("FLEET_UPDATER_SOCKET"), "the root updater's socket, e.g. /run/fleet-updater/updater.sock ($FLEET_UPDATER_SOCKET; empty: tasks fail with \"no updater configured\")")
@@ -92,6 +93,10 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if *showVersion {
 		fmt.Fprintln(os.Stdout, version)
 		return nil
+	}
+	if *fetchConcurrency < 1 || *fetchConcurrency > agent.MaxFetchConcurrency {
+		return fmt.Errorf("--fetch-concurrency %d: give 1 to %d (images pulled at once when fetching ahead of a release; %d by default)",
+			*fetchConcurrency, agent.MaxFetchConcurrency, agent.DefaultFetchConcurrency)
 	}
 	logger := slog.New(slog.NewJSONHandler(logOut, nil))
 
@@ -214,6 +219,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
 			Reconciler: rec, Metrics: am, Updater: upd, StateDir: *stateDir, DegradedRestarts: *degradedRestarts,
 			DegradedWindow: *degradedWindow, WatchPoll: *watchPoll, NoContainerReports: !*reportContainers,
+			FetchConcurrency: *fetchConcurrency,
 		})
 	})
 	return g.Wait()

@@ -82,6 +82,12 @@ func TestFlagErrorsNameTheFix(t *testing.T) {
 			"--podman-socket unix:///nonexistent-fleet-test/podman.sock: "},
 		{"a Podman socket that does not answer says how to start the socket", []string{"--device", "d", "--insecure-no-auth", "--podman-socket", "unix:///nonexistent-fleet-test/podman.sock"},
 			"systemctl --user enable --now podman.socket"},
+		{"no fetch-ahead pulls at once is refused with the range", []string{"--device", "d", "--insecure-no-auth", "--runtime", "sim", "--fetch-concurrency", "0"},
+			"--fetch-concurrency 0: give 1 to 16"},
+		{"negative fetch-ahead pulls are refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "sim", "--fetch-concurrency", "-2"},
+			"--fetch-concurrency -2: give 1 to 16"},
+		{"more fetch-ahead pulls than the bound are refused", []string{"--device", "d", "--insecure-no-auth", "--runtime", "sim", "--fetch-concurrency", "17"},
+			"--fetch-concurrency 17: give 1 to 16"},
 		{"a socket path left without $XDG_RUNTIME_DIR says that it was empty", []string{"--device", "d", "--insecure-no-auth", "--podman-socket", "unix:///podman/podman.sock"},
 			"$XDG_RUNTIME_DIR was empty"},
 	}
