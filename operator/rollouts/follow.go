@@ -85,7 +85,7 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 		case w.Match && !target && ro.Paused && !ro.Terminal():
 			continue // a pause holds every handing of the revision: it joins on the resume
 		case w.Match && !target && ro.Stage != projections.StageFailed:
-			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, planPlace(ro, events.RolloutTransition{
+			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, ro.PlaceFollower(events.RolloutTransition{
 				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change}, w.Labels))
 		case w.Match && !target && ro.LastSucceeded > 0:
 			// The rollout failed: the newcomer is handed the last
@@ -122,29 +122,6 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 	if changed {
 		r.decide(ctx, k)
 	}
-}
-
-// planPlace places a follower of a revision with a plan (ADR 0016) into
-// the plan's last batch: it waits for every earlier batch and for that
-// batch's approval, and counts in its threshold, never handed the revision
-// earlier than planned. With a disruption budget, its group is its value
-// of the budget's label key (labels are the Device's, as judged), and the
-// budget's waves hand it the revision; without one, a follower whose
-// batch started already is handed it at once (Released). The event
-// carries the writer's choice, so the fold stays a fold. Without a plan,
-// d is unchanged.
-func planPlace(ro projections.Rollout, d events.RolloutTransition, labels map[string]string) events.RolloutTransition {
-	if ro.Plan == nil || len(ro.Plan.Batches) == 0 {
-		return d
-	}
-	d.Batch = len(ro.Plan.Batches)
-	switch {
-	case ro.Plan.Budget != nil:
-		d.BudgetGroup = labels[ro.Plan.Budget.LabelKey]
-	case ro.Batch >= d.Batch:
-		d.Released = []string{d.Device}
-	}
-	return d
 }
 
 // followAll settles the follow changes of every Deployment at now.
