@@ -124,6 +124,37 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 	}
 }
 
+// handUnhanded hands each follower of Deployment k's failed revision
+// that was never handed it the Deployment's last revision that succeeded
+// (ADR 0026), as a newcomer after the failure is: one rollout.target-added
+// per follower with HandedGeneration and HandedRevisionID, appended with
+// the expected last sequence of the rollout subject, so the fold stays a
+// fold (projections.Rollout.UnhandedFollowers). Nothing for a Frozen
+// revision, a rollout that did not fail, or without a revision that
+// succeeded.
+func (r *runner) handUnhanded(ctx context.Context, k depKey) {
+	ro := r.s.rollouts[k]
+	devs := ro.UnhandedFollowers()
+	if len(devs) == 0 {
+		return
+	}
+	last, ok := r.s.intent.Revision(k.ns, k.name, ro.UID, ro.LastSucceeded)
+	if !ok {
+		return // not in the fold (cannot happen once caught up)
+	}
+	for _, dev := range devs {
+		cur := r.s.rollouts[k]
+		tr := events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{
+			UID: cur.UID, Generation: cur.Generation, RevisionID: cur.RevisionID, Counts: cur.Counts(),
+			Device: dev, Follow: true, Reason: projections.ReasonFailedBeforeHanded,
+			HandedGeneration: last.Generation, HandedRevisionID: last.RevisionID})
+		if !r.appendTransition(ctx, k, tr) {
+			r.undecided[k] = true // decided again on the next tick
+			return
+		}
+	}
+}
+
 // followAll settles the follow changes of every Deployment at now.
 func (r *runner) followAll(ctx context.Context, now time.Time) {
 	for _, k := range slices.SortedFunc(maps.Keys(r.follows), cmpKey) {
