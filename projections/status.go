@@ -160,12 +160,13 @@ func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {
 		Message: fmt.Sprintf("revision %s follows its selector: %d of %d targets joined after it was frozen (status.followers), %d left or were removed (status.removed)",
 			r.RevisionID, int(st.Counts.Followers), len(r.Targets), len(r.Removed))}
 	if handed > 0 {
-		// Joined after the rollout failed (ADR 0026).
+		// Joined after the rollout failed, or before it and never
+		// handed it (ADR 0026).
 		var gen int64
 		for _, f := range r.Followers {
 			gen = max(gen, f.HandedGeneration)
 		}
-		c.Message += fmt.Sprintf("; its rollout failed, so %d devices that joined since were handed generation %d, the last whose rollout succeeded",
+		c.Message += fmt.Sprintf("; its rollout failed, so %d followers it did not reach were handed generation %d, the last whose rollout succeeded",
 			handed, gen)
 	}
 	st.Conditions = append(st.Conditions, c)
