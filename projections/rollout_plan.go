@@ -192,13 +192,12 @@ func (r Rollout) allowance(size int) int {
 	return max(allowed, 1)
 }
 
-// wave lists the members of batch b the budget lets the runner hand the
+// waveAfter lists the members of batch b the budget lets the runner hand the
 // revision to now: per group, up to its allowance minus the targets of the
 // group handed and not yet Converged or Failed, in device-id order.
-func (r Rollout) wave(b int) []string { return r.waveAfter(b, nil, false) }
-
-// waveAfter is wave of batch b once the devices used counts per group
-// (nil: none) are handed too, adding the devices it lists to used; with
+//
+// waveAfter is that wave once the devices used counts per group (nil:
+// none) are handed too, adding the devices it lists to used; with
 // followersOnly, of the batch's followers only (ADR 0026).
 func (r Rollout) waveAfter(b int, used []int, followersOnly bool) []string {
 	c := r.budgetView()
