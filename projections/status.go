@@ -161,12 +161,14 @@ func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {
 			r.RevisionID, int(st.Counts.Followers), len(r.Targets), len(r.Removed))}
 	if handed > 0 {
 		// Joined after the rollout failed, or before it and never
-		// handed it (ADR 0026).
+		// handed it (ADR 0026). The message is pinned by the golden
+		// logs' fold (events/testdata/golden/folds.json): "joined since"
+		// counts both.
 		var gen int64
 		for _, f := range r.Followers {
 			gen = max(gen, f.HandedGeneration)
 		}
-		c.Message += fmt.Sprintf("; its rollout failed, so %d followers it did not reach were handed generation %d, the last whose rollout succeeded",
+		c.Message += fmt.Sprintf("; its rollout failed, so %d devices that joined since were handed generation %d, the last whose rollout succeeded",
 			handed, gen)
 	}
 	st.Conditions = append(st.Conditions, c)
