@@ -197,3 +197,37 @@ func TestAFollowerNeverHandedAFailedRevisionHoldsTheLastThatSucceeded(t *testing
 		})
 	}
 }
+
+// TestWithoutABudgetAFollowerOfAnEndedSelectorBatchIsHandedItAtOnce: no
+// budget, manual approval: a follower of the selector batch that ended is
+// handed the revision by its own rollout.target-added while batch 2 waits
+// for approval; one of the running selector batch counts in its
+// threshold; one that matches no selector waits for the last batch.
+func TestWithoutABudgetAFollowerOfAnEndedSelectorBatchIsHandedItAtOnce(t *testing.T) {
+	plan := &events.RolloutPlan{Batches: []events.PlanBatch{
+		{Size: 1, SuccessPercent: 100, Selector: map[string]string{"site": "paris"}},
+		{Size: 1, SuccessPercent: 100}}, Approval: events.ApprovalManual}
+	_, ro, in, step, all := planFollowOf(t, events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12",
+		ScoreDigest: "sha256:00", Score: []byte(`{}`), Targets: []string{"a", "b"}, Canaries: []string{}, Follow: true, Plan: plan,
+		TargetBatches: []int{1, 2}})
+	step()
+	step(planApprove(t, 1))
+	step(placedJoin(t, ro, "w", map[string]string{"site": "paris"}))
+	step(planReport(t, "a"))
+	if ro.BatchOf("w") != 1 || ro.AwaitingApproval == 2 {
+		t.Fatalf("w in batch %d, awaiting %d: want w in the running batch 1, which waits for w to converge", ro.BatchOf("w"), ro.AwaitingApproval)
+	}
+	step(planReport(t, "w"))
+	if ro.AwaitingApproval != 2 {
+		t.Fatalf("awaiting %d, want batch 2 once a and w converged", ro.AwaitingApproval)
+	}
+	step(placedJoin(t, ro, "x", map[string]string{"site": "paris"}))
+	step(placedJoin(t, ro, "y", map[string]string{"site": "lyon"}))
+	if _, ok := in.Value("x"); !ok || ro.BatchOf("x") != 1 {
+		t.Errorf("x handed %v in batch %d: want handed at once, batch 1", ok, ro.BatchOf("x"))
+	}
+	if _, ok := in.Value("y"); ok || ro.BatchOf("y") != 2 {
+		t.Errorf("y handed %v in batch %d: want batch 2, waiting for its approval", ok, ro.BatchOf("y"))
+	}
+	rebuiltSame(t, *all, ro, in)
+}
