@@ -119,6 +119,11 @@ type PlanBatch struct {
 	SuccessPercent int `json:"successPercent"`
 	// SoakSeconds the threshold must hold before the batch succeeds.
 	SoakSeconds int64 `json:"soakSeconds,omitempty"`
+	// Selector is the batch's spec selector (matchLabels), frozen only in
+	// a Follow revision (ADR 0026): a follower joins the first batch
+	// whose selector its labels match. Absent in a Frozen revision, whose
+	// bytes are as before.
+	Selector map[string]string `json:"selector,omitempty"`
 }
 
 // Rollout plan controls.

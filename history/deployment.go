@@ -448,6 +448,13 @@ func transitionSummary(t events.Type, d events.RolloutTransition) string {
 			s = fmt.Sprintf("target %s left, its workload is removed: %s", d.Device, d.Error)
 		}
 	case events.TypeRolloutTargetAdded:
+		if d.HandedGeneration > 0 && d.Reason == projections.ReasonFailedBeforeHanded {
+			// A follower that joined before the failure and was never
+			// handed the revision (ADR 0026).
+			s = fmt.Sprintf("follower %s was never handed revision %s before its rollout failed: handed generation %d (%s), the last whose rollout succeeded",
+				d.Device, d.RevisionID, d.HandedGeneration, d.HandedRevisionID)
+			break
+		}
 		s = fmt.Sprintf("target %s joined after the freeze: %s", d.Device, d.Reason)
 		if d.Change != "" {
 			s += ": " + d.Change

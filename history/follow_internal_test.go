@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
 )
 
 // TestTheTimelineSaysWhyADeviceJoinedOrLeftAFollowDeployment: the
@@ -27,6 +28,10 @@ func TestTheTimelineSaysWhyADeviceJoinedOrLeftAFollowDeployment(t *testing.T) {
 			events.RolloutTransition{Generation: 2, RevisionID: "2-bbbbbbbb", Device: "rpi-9", Follow: true, Reason: "Device created", Change: "site=lyon",
 				HandedGeneration: 1, HandedRevisionID: "1-aaaaaaaa"},
 			"target rpi-9 joined after the freeze: Device created: site=lyon; handed generation 1 (1-aaaaaaaa), the last whose rollout succeeded, as revision 2-bbbbbbbb failed [1/2 succeeded, 0 failed, 1 pending]"},
+		{"a follower the failed rollout never reached is handed the last that succeeded", events.TypeRolloutTargetAdded,
+			events.RolloutTransition{Generation: 2, RevisionID: "2-bbbbbbbb", Device: "rpi-9", Follow: true, Reason: projections.ReasonFailedBeforeHanded,
+				HandedGeneration: 1, HandedRevisionID: "1-aaaaaaaa"},
+			"follower rpi-9 was never handed revision 2-bbbbbbbb before its rollout failed: handed generation 1 (1-aaaaaaaa), the last whose rollout succeeded [1/2 succeeded, 0 failed, 1 pending]"},
 		{"a device that joins a revision with a plan says its batch and budget group", events.TypeRolloutTargetAdded,
 			events.RolloutTransition{Device: "rpi-9", Follow: true, Reason: "Device created", Change: "site=lyon", Batch: 2, BudgetGroup: "lyon"},
 			"target rpi-9 joined after the freeze: Device created: site=lyon; in batch 2, budget group lyon [1/2 succeeded, 0 failed, 1 pending]"},

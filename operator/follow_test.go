@@ -302,10 +302,10 @@ func (e *env) handedBy(name string) []string {
 // TestAFollowerOfAPlannedRolloutJoinsItsBatch: a Follow Deployment with
 // a plan (two batches, manual approval, onFailure Pause, one device per
 // site at a time). A device that joins during the rollout is placed in
-// the plan's last batch (its rollout.target-added names the batch and its
-// budget group): it waits for that batch and its approval, a pause holds
-// a join, the budget hands it the revision one device of its site at a
-// time, and the rollout succeeds only once it converged. After the end a
+// the plan's last batch (no batch has a selector; its
+// rollout.target-added names the batch and its budget group): it waits
+// for that batch and its approval, a pause holds a join, the budget
+// hands it the revision one device of its site at a time, and the rollout succeeds only once it converged. After the end a
 // newcomer is handed the revision at once, and a second one of the same
 // site waits for the first (the budget still counts).
 func TestAFollowerOfAPlannedRolloutJoinsItsBatch(t *testing.T) {

@@ -306,6 +306,23 @@ func TestAFollowerOfAFailedRevisionHoldsTheLastThatSucceeded(t *testing.T) {
 // runner does, folding each into ro and in.
 func planFollow(t *testing.T, budget bool, onFailure ...string) (rev events.Event, ro *projections.Rollout, in *projections.Intent, step func(evs ...events.Event), log *[]events.Event) {
 	t.Helper()
+	plan := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 1, SuccessPercent: 100}, {Size: 1, SuccessPercent: 100}},
+		Approval: events.ApprovalManual}
+	if len(onFailure) > 0 {
+		plan.OnFailure = onFailure[0]
+	}
+	d := events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00",
+		Score: []byte(`{}`), Targets: []string{"a", "b"}, Canaries: []string{}, Follow: true, Plan: plan, TargetBatches: []int{1, 2}}
+	if budget {
+		plan.Budget = &events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 1, Values: []string{"lyon"}}
+		d.TargetGroups = []int{0, 0}
+	}
+	return planFollowOf(t, d)
+}
+
+// planFollowOf is planFollow of the revision d.
+func planFollowOf(t *testing.T, d events.DeploymentRevisionCreated) (rev events.Event, ro *projections.Rollout, in *projections.Intent, step func(evs ...events.Event), log *[]events.Event) {
+	t.Helper()
 	dep := events.Keys{Namespace: "lab", Name: "api"}
 	at := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
 	n := 0
@@ -318,17 +335,6 @@ func planFollow(t *testing.T, budget bool, onFailure ...string) (rev events.Even
 			t.Fatal(err)
 		}
 		return ev
-	}
-	plan := &events.RolloutPlan{Batches: []events.PlanBatch{{Size: 1, SuccessPercent: 100}, {Size: 1, SuccessPercent: 100}},
-		Approval: events.ApprovalManual}
-	if len(onFailure) > 0 {
-		plan.OnFailure = onFailure[0]
-	}
-	d := events.DeploymentRevisionCreated{UID: "u1", Generation: 1, RevisionID: "1-abcdef12", ScoreDigest: "sha256:00",
-		Score: []byte(`{}`), Targets: []string{"a", "b"}, Canaries: []string{}, Follow: true, Plan: plan, TargetBatches: []int{1, 2}}
-	if budget {
-		plan.Budget = &events.DisruptionBudget{LabelKey: "site", MaxUnavailable: 1, Values: []string{"lyon"}}
-		d.TargetGroups = []int{0, 0}
 	}
 	rev = mk(dep, d)
 	ro, in = &projections.Rollout{}, projections.NewIntent()

@@ -131,6 +131,10 @@ type Rollout struct {
 	// revision (a batch is handed in waves).
 	groupOf map[string]int
 	handed  map[string]time.Time
+	// budgetExtra are the budget label values of followers the frozen
+	// plan does not know (ADR 0026), in the order they first joined:
+	// value i is group len(Plan.Budget.Values)+1+i, a group of its own.
+	budgetExtra []string
 	// budget is the disruption budget's bookkeeping, kept up to date by
 	// in-place folds (nil: computed when needed; see budgetCache).
 	budget *budgetCache
@@ -315,7 +319,7 @@ func (r Rollout) applyRevision(p *Payload) Rollout {
 		n.Batches = make([]BatchState, len(d.Plan.Batches))
 		n.batchOf = batchIndex(d, n.Canaries)
 		if d.Plan.Budget != nil {
-			n.groupOf = groupIndex(d)
+			n.groupOf = groupIndex(d, 0)
 			n.handed = map[string]time.Time{}
 		}
 	}
@@ -545,8 +549,8 @@ func (r Rollout) applyMember(ev *events.Event, d events.RolloutTransition) Rollo
 // already), counts in every count, and leaves Removed if it was there. A
 // device that is a target already changes nothing. With a plan it joins
 // plan batch batch (out of range: the last) and, with a disruption
-// budget, the group of label value group (a value the plan does not
-// know, or none: the group of targets without the label).
+// budget, the group of label value group (none: the group of targets
+// without the label; a value the plan does not know: a group of its own).
 func (r Rollout) addTarget(f Follower, batch int, group string) Rollout {
 	if f.Device == "" || r.IsTarget(f.Device) {
 		return r
@@ -563,8 +567,18 @@ func (r Rollout) addTarget(f Follower, batch int, group string) Rollout {
 		n.batchOf[f.Device] = batch
 		if r.budgeted() {
 			g, ok := slices.BinarySearch(r.Plan.Budget.Values, group)
-			if !ok || group == "" {
+			switch {
+			case group == "":
 				g = len(r.Plan.Budget.Values)
+			case !ok:
+				// A value the frozen plan does not know: a group of its
+				// own, as the freeze would have made it.
+				i := slices.Index(r.budgetExtra, group)
+				if i < 0 {
+					i = len(r.budgetExtra)
+					n.budgetExtra = append(slices.Clip(r.budgetExtra), group)
+				}
+				g = len(r.Plan.Budget.Values) + 1 + i
 			}
 			n.groupOf = make(map[string]int, len(r.groupOf)+1)
 			for k, v := range r.groupOf {
@@ -589,8 +603,26 @@ func (r Rollout) addTarget(f Follower, batch int, group string) Rollout {
 // of the Deployment, listed with the revision it runs, but no target of
 // this one (its reports are of the other revision). A device that is a
 // target or a follower already changes nothing.
+//
+// A follower of this revision (a target that joined, HandedGeneration 0)
+// is the runner's follow-up after the rollout failed before handing it
+// the revision (UnhandedFollowers): it leaves the targets (and so every
+// count) and is listed with the revision it is handed, keeping the
+// reason, change and time it joined.
 func (r Rollout) addHanded(f Follower) Rollout {
-	if _, ok := r.joined[f.Device]; f.Device == "" || ok || r.IsTarget(f.Device) {
+	if f.Device == "" {
+		return r
+	}
+	if i := slices.IndexFunc(r.Followers, func(o Follower) bool { return o.Device == f.Device }); i >= 0 &&
+		r.Followers[i].HandedGeneration == 0 && r.IsTarget(f.Device) {
+		n := r
+		n.Targets = without(r.Targets, f.Device)
+		n.Followers = slices.Clone(r.Followers)
+		n.Followers[i].HandedGeneration, n.Followers[i].HandedRevisionID = f.HandedGeneration, f.HandedRevisionID
+		n.countsOK, n.talliesOK, n.budget = false, false, nil
+		return n
+	}
+	if _, ok := r.joined[f.Device]; ok || r.IsTarget(f.Device) {
 		return r
 	}
 	n := r

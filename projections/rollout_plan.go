@@ -89,13 +89,15 @@ func (r Rollout) budgeted() bool { return r.planned() && r.Plan.Budget != nil }
 
 // groupIndex resolves every target's budget group from the revision's
 // TargetGroups (aligned with its Targets); an entry out of range or missing
-// puts the target in the group of targets without the label.
-func groupIndex(d events.DeploymentRevisionCreated) map[string]int {
+// puts the target in the group of targets without the label. extra is how
+// many groups of values the plan does not know follow that one (a
+// snapshot's followers, ADR 0026; 0 for a revision).
+func groupIndex(d events.DeploymentRevisionCreated, extra int) map[string]int {
 	none := len(d.Plan.Budget.Values)
 	out := make(map[string]int, len(d.Targets))
 	for i, dev := range d.Targets {
 		g := none
-		if i < len(d.TargetGroups) && d.TargetGroups[i] >= 0 && d.TargetGroups[i] < none {
+		if i < len(d.TargetGroups) && d.TargetGroups[i] >= 0 && d.TargetGroups[i] <= none+extra {
 			g = d.TargetGroups[i]
 		}
 		out[dev] = g
@@ -118,7 +120,7 @@ type budgetCache struct {
 type batchGroup struct{ batch, group int }
 
 func (r Rollout) newBudgetCache() *budgetCache {
-	groups := len(r.Plan.Budget.Values) + 1
+	groups := len(r.Plan.Budget.Values) + 1 + len(r.budgetExtra)
 	c := &budgetCache{size: make([]int, groups), inflight: make([]int, groups), lists: map[batchGroup][]string{}, cursor: map[batchGroup]int{}}
 	for _, d := range r.Targets {
 		g := r.groupOf[d]
@@ -190,27 +192,69 @@ func (r Rollout) allowance(size int) int {
 	return max(allowed, 1)
 }
 
-// wave lists the members of batch b the budget lets the runner hand the
+// waveAfter lists the members of batch b the budget lets the runner hand the
 // revision to now: per group, up to its allowance minus the targets of the
 // group handed and not yet Converged or Failed, in device-id order.
-func (r Rollout) wave(b int) []string {
+//
+// waveAfter is that wave once the devices used counts per group (nil:
+// none) are handed too, adding the devices it lists to used; with
+// followersOnly, of the batch's followers only (ADR 0026).
+func (r Rollout) waveAfter(b int, used []int, followersOnly bool) []string {
 	c := r.budgetView()
 	var out []string
 	for g := range c.size {
 		free := r.allowance(c.size[g]) - c.inflight[g]
+		if used != nil {
+			free -= used[g]
+		}
 		k := batchGroup{b, g}
 		l := c.lists[k]
 		for i := c.cursor[k]; i < len(l) && free > 0; i++ {
 			if _, ok := r.handed[l[i]]; ok || !r.IsTarget(l[i]) {
 				continue
 			}
+			if _, ok := r.joined[l[i]]; followersOnly && !ok {
+				continue
+			}
 			out = append(out, l[i])
 			free--
+			if used != nil {
+				used[g]++
+			}
 		}
 	}
 	slices.Sort(out)
 	return out
 }
+
+// followerBacklog hands, within the budget, the followers of a Follow
+// revision (ADR 0026) whose batch started before the running one (or is
+// the running one, ended already) and who were not handed the revision
+// yet: a follower placed in a batch that is over waits for no later
+// batch. One rollout.batch-started per such batch (and chunk), as the
+// running batch's waves are; used counts, per group, the devices they
+// hand, for the waves decided after them. Only a Follow revision with a
+// budget has any (without one, such a follower is handed the revision by
+// its rollout.target-added).
+func (r Rollout) followerBacklog(upTo int, used []int, mk func(events.Type, events.RolloutTransition) events.RolloutTransition) (out []events.RolloutTransition, handed []string) {
+	if !r.Follow || !r.budgeted() || r.Paused || len(r.Followers) == 0 {
+		return nil, nil
+	}
+	for b := 1; b <= upTo && b <= len(r.Batches); b++ {
+		if b == r.Batch && !r.Batches[b-1].Done() && r.Stage != StageSucceeded {
+			continue // the running batch's own waves hand them
+		}
+		w := r.waveAfter(b, used, true)
+		for _, c := range chunkIDs(w) {
+			out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: b, Released: c}))
+		}
+		handed = append(handed, w...)
+	}
+	return out, handed
+}
+
+// budgetUsed is a count per budget group, for waveAfter.
+func (r Rollout) budgetUsed() []int { return make([]int, len(r.budgetView().size)) }
 
 // unhanded counts the members of batch b not handed the revision yet.
 func (r Rollout) unhanded(b int) int {
@@ -354,11 +398,13 @@ func (r Rollout) applyControl(ev *events.Event, d events.RolloutTransition, inPl
 			}
 		}
 	case events.TypeRolloutBatchStarted:
-		if n.budgeted() && (b == n.Batch || b == n.Batch+1) {
+		if n.budgeted() && (b == n.Batch || b == n.Batch+1 || (n.Follow && b < n.Batch)) {
 			// A batch is handed in waves: each start lists the devices
-			// it hands the revision to.
+			// it hands the revision to. A wave of a batch before the
+			// running one hands a Follow revision's followers only
+			// (followerBacklog, ADR 0026).
 			for _, dev := range d.Released {
-				if n.BatchOf(dev) == b {
+				if _, follower := n.joined[dev]; n.BatchOf(dev) == b && (b >= n.Batch || follower) {
 					if _, ok := n.handed[dev]; !ok {
 						n.handed[dev] = ev.Time
 						if inPlace && n.budget != nil {
@@ -431,11 +477,17 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 	batch, states := r.Batch, slices.Clone(r.Batches)
 	started := false       // a batch was started by this decision
 	var handedNow []string // devices this decision hands the revision to
+	var used []int         // with a budget: per group, the devices handed by this decision's follower backlog
+	if r.Follow && r.budgeted() {
+		used = r.budgetUsed()
+		backlog, h := r.followerBacklog(batch, used, mk)
+		out, handedNow = append(out, backlog...), h
+	}
 	for {
 		if batch > 0 && !states[batch-1].Done() && r.budgeted() && !r.Paused && !started {
 			// The next wave of the running batch, as far as the budget
 			// lets it.
-			for _, w := range chunkIDs(r.wave(batch)) {
+			for _, w := range chunkIDs(r.waveAfter(batch, used, false)) {
 				out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: batch, Released: w}))
 				handedNow = append(handedNow, w...)
 			}
@@ -491,7 +543,7 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 			return out
 		}
 		if r.budgeted() {
-			w := r.wave(next)
+			w := r.waveAfter(next, used, false)
 			if len(w) == 0 && r.unhanded(next) > 0 {
 				return out // every group of the batch is at its budget: wait
 			}
@@ -524,10 +576,16 @@ func (r Rollout) nextBatches(now time.Time, mk func(events.Type, events.RolloutT
 // disruption budget: a rollout.batch-started of the last batch per wave,
 // as the running batch's waves are.
 func (r Rollout) followerWaves() []events.RolloutTransition {
-	var out []events.RolloutTransition
-	for _, w := range chunkIDs(r.wave(len(r.Batches))) {
-		out = append(out, events.NewRolloutTransition(events.TypeRolloutBatchStarted, events.RolloutTransition{UID: r.UID, Generation: r.Generation,
-			RevisionID: r.RevisionID, Counts: r.Counts(), Batch: len(r.Batches), Released: w}))
+	mk := func(t events.Type, d events.RolloutTransition) events.RolloutTransition {
+		d.UID, d.Generation, d.RevisionID, d.Counts = r.UID, r.Generation, r.RevisionID, r.Counts()
+		return events.NewRolloutTransition(t, d)
+	}
+	// The followers of earlier batches (a selector batch their labels
+	// match), then the last batch's.
+	used := r.budgetUsed()
+	out, _ := r.followerBacklog(len(r.Batches)-1, used, mk)
+	for _, w := range chunkIDs(r.waveAfter(len(r.Batches), used, false)) {
+		out = append(out, mk(events.TypeRolloutBatchStarted, events.RolloutTransition{Batch: len(r.Batches), Released: w}))
 	}
 	return out
 }

@@ -70,6 +70,9 @@ type rolloutSnapshot struct {
 	// batch device was handed the revision.
 	TargetGroups []int                `json:"targetGroups,omitempty"`
 	Handed       map[string]time.Time `json:"handed,omitempty"`
+	// BudgetExtra: the budget values of followers the plan does not
+	// know, each a group after the targets without the label (ADR 0026).
+	BudgetExtra []string `json:"budgetExtra,omitempty"`
 	// LastSucceeded and RolledBackTo: onFailure Rollback.
 	LastSucceeded int64 `json:"lastSucceeded,omitempty"`
 	RolledBackTo  int64 `json:"rolledBackTo,omitempty"`
@@ -106,7 +109,7 @@ func (r Rollout) MarshalJSON() ([]byte, error) {
 		for i, d := range r.Targets {
 			s.TargetGroups[i] = r.groupOf[d]
 		}
-		s.Handed = r.handed
+		s.Handed, s.BudgetExtra = r.handed, r.budgetExtra
 	}
 	for k, f := range r.early {
 		s.Early = append(s.Early, earlySnapshot{UID: k.uid, Generation: k.gen, Results: f.results, Failures: f.failures,
@@ -149,7 +152,7 @@ func (r *Rollout) UnmarshalJSON(b []byte) error {
 		rev := events.DeploymentRevisionCreated{Plan: s.Plan, Targets: s.Targets, TargetBatches: s.TargetBatches, TargetGroups: s.TargetGroups}
 		r.batchOf = batchIndex(rev, s.Canaries)
 		if s.Plan.Budget != nil {
-			r.groupOf, r.handed = groupIndex(rev), s.Handed
+			r.groupOf, r.handed, r.budgetExtra = groupIndex(rev, len(s.BudgetExtra)), s.Handed, s.BudgetExtra
 			if r.handed == nil {
 				r.handed = map[string]time.Time{}
 			}

@@ -165,7 +165,10 @@ func (r Rollout) followStatus(st *fleetv1.DeploymentStatus) {
 		Message: fmt.Sprintf("revision %s follows its selector: %d of %d targets joined after it was frozen (status.followers), %d left or were removed (status.removed)",
 			r.RevisionID, int(st.Counts.Followers), len(r.Targets), len(r.Removed))}
 	if handed > 0 {
-		// Joined after the rollout failed (ADR 0026).
+		// Joined after the rollout failed, or before it and never
+		// handed it (ADR 0026). The message is pinned by the golden
+		// logs' fold (events/testdata/golden/folds.json): "joined since"
+		// counts both.
 		var gen int64
 		for _, f := range r.Followers {
 			gen = max(gen, f.HandedGeneration)

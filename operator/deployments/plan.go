@@ -18,6 +18,9 @@ type planResolution struct {
 	// groups has one entry per target with a disruption budget: the index
 	// of the target's label value in plan.Budget.Values.
 	groups []int
+	// selectors has one entry per plan batch: its matchLabels, nil but
+	// for a selector batch.
+	selectors []map[string]string
 }
 
 // hasPlan reports whether a rollout asks for a plan (rolloutplan.Wanted).
@@ -33,5 +36,5 @@ func resolvePlan(spec fleetv1.RolloutSpec, targets, canaries []string, labels fu
 	if err != nil {
 		return planResolution{}, err
 	}
-	return planResolution{plan: res.Plan, batches: res.Batches, dropped: res.Dropped, groups: res.Groups}, nil
+	return planResolution{plan: res.Plan, batches: res.Batches, dropped: res.Dropped, groups: res.Groups, selectors: res.Selectors}, nil
 }

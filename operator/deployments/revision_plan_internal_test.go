@@ -299,3 +299,54 @@ func TestFollowIsFrozenOnlyWhenSet(t *testing.T) {
 		})
 	}
 }
+
+// TestAFollowRevisionFreezesItsBatchSelectors: a Follow revision's plan
+// keeps each selector batch's matchLabels (ADR 0026: a follower joins the
+// first selector batch its labels match), a count batch and the leftovers
+// none; a Frozen revision of the same spec keeps no selector, so its
+// bytes are those of before.
+func TestAFollowRevisionFreezesItsBatchSelectors(t *testing.T) {
+	devices := []fleetv1.Device{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-1", Labels: map[string]string{"role": "x", "site": "lyon"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-2", Labels: map[string]string{"role": "x", "site": "paris"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-3", Labels: map[string]string{"role": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "lab", Name: "rpi-4", Labels: map[string]string{"role": "x"}}},
+	}
+	one := int32(1)
+	batches := []fleetv1.RolloutBatch{
+		{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "moon"}}}, // resolves to none: dropped
+		{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "paris"}}},
+		{Count: &one},
+	}
+	for _, tc := range []struct {
+		name    string
+		targets fleetv1.RolloutTargets
+		want    []map[string]string
+	}{
+		{"Frozen keeps no selector", fleetv1.RolloutTargetsFrozen, []map[string]string{nil, nil, nil}},
+		{"Follow keeps the selectors of the batches the plan kept", fleetv1.RolloutTargetsFollow,
+			[]map[string]string{{"site": "paris"}, nil, nil}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := planTestDeployment(fleetv1.RolloutSpec{Strategy: fleetv1.RolloutImmediate, Targets: tc.targets, Batches: batches})
+			res, err := ResolveTargets(context.Background(), d, devices, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			evs, data, err := RevisionEvents(d, res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []map[string]string
+			for _, b := range data.Plan.Batches {
+				got = append(got, b.Selector)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("selectors per plan batch (-want +got):\n%s", diff)
+			}
+			if tc.targets == fleetv1.RolloutTargetsFrozen && strings.Contains(string(evs[len(evs)-1].Data), "selector") {
+				t.Errorf("a Frozen revision carries a selector: %s", evs[len(evs)-1].Data)
+			}
+		})
+	}
+}

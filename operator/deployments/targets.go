@@ -34,6 +34,14 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 		if err != nil {
 			return targets.Resolution{}, fmt.Errorf("deployment %s/%s: %w", d.Namespace, d.Name, err)
 		}
+		if p.plan != nil && d.Spec.Rollout.Targets == fleetv1.RolloutTargetsFollow {
+			// A follower joins the first selector batch its labels
+			// match (ADR 0026): a Follow revision keeps the selectors,
+			// a Frozen one keeps its bytes of before.
+			for i, sel := range p.selectors {
+				p.plan.Batches[i].Selector = sel
+			}
+		}
 		r.Plan, r.TargetBatches, r.TargetGroups = p.plan, p.batches, p.groups
 	}
 	if r.Reason != fleetv1.ReasonResolved {

@@ -85,7 +85,7 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 		case w.Match && !target && ro.Paused && !ro.Terminal():
 			continue // a pause holds every handing of the revision: it joins on the resume
 		case w.Match && !target && ro.Stage != projections.StageFailed:
-			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, planPlace(ro, events.RolloutTransition{
+			tr = events.NewRolloutTransition(events.TypeRolloutTargetAdded, ro.PlaceFollower(events.RolloutTransition{
 				Device: dev, Follow: true, Reason: w.Reason, Change: w.Change}, w.Labels))
 		case w.Match && !target && ro.LastSucceeded > 0:
 			// The rollout failed: the newcomer is handed the last
@@ -124,27 +124,35 @@ func (r *runner) follow(ctx context.Context, k depKey, now time.Time) {
 	}
 }
 
-// planPlace places a follower of a revision with a plan (ADR 0016) into
-// the plan's last batch: it waits for every earlier batch and for that
-// batch's approval, and counts in its threshold, never handed the revision
-// earlier than planned. With a disruption budget, its group is its value
-// of the budget's label key (labels are the Device's, as judged), and the
-// budget's waves hand it the revision; without one, a follower whose
-// batch started already is handed it at once (Released). The event
-// carries the writer's choice, so the fold stays a fold. Without a plan,
-// d is unchanged.
-func planPlace(ro projections.Rollout, d events.RolloutTransition, labels map[string]string) events.RolloutTransition {
-	if ro.Plan == nil || len(ro.Plan.Batches) == 0 {
-		return d
+// handUnhanded hands each follower of Deployment k's failed revision
+// that was never handed it the Deployment's last revision that succeeded
+// (ADR 0026), as a newcomer after the failure is: one rollout.target-added
+// per follower with HandedGeneration and HandedRevisionID, appended with
+// the expected last sequence of the rollout subject, so the fold stays a
+// fold (projections.Rollout.UnhandedFollowers). Nothing for a Frozen
+// revision, a rollout that did not fail, or without a revision that
+// succeeded.
+func (r *runner) handUnhanded(ctx context.Context, k depKey) {
+	ro := r.s.rollouts[k]
+	devs := ro.UnhandedFollowers()
+	if len(devs) == 0 {
+		return
 	}
-	d.Batch = len(ro.Plan.Batches)
-	switch {
-	case ro.Plan.Budget != nil:
-		d.BudgetGroup = labels[ro.Plan.Budget.LabelKey]
-	case ro.Batch >= d.Batch:
-		d.Released = []string{d.Device}
+	last, ok := r.s.intent.Revision(k.ns, k.name, ro.UID, ro.LastSucceeded)
+	if !ok {
+		return // not in the fold (cannot happen once caught up)
 	}
-	return d
+	for _, dev := range devs {
+		cur := r.s.rollouts[k]
+		tr := events.NewRolloutTransition(events.TypeRolloutTargetAdded, events.RolloutTransition{
+			UID: cur.UID, Generation: cur.Generation, RevisionID: cur.RevisionID, Counts: cur.Counts(),
+			Device: dev, Follow: true, Reason: projections.ReasonFailedBeforeHanded,
+			HandedGeneration: last.Generation, HandedRevisionID: last.RevisionID})
+		if !r.appendTransition(ctx, k, tr) {
+			r.undecided[k] = true // decided again on the next tick
+			return
+		}
+	}
 }
 
 // followAll settles the follow changes of every Deployment at now.

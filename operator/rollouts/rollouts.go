@@ -553,6 +553,7 @@ func (r *runner) decide(ctx context.Context, k depKey) {
 		r.Log.InfoContext(ctx, "rollout transition", "deployment", k.ns+"/"+k.name, "type", tr.EventType(),
 			"revision", ro.RevisionID, "succeeded", tr.Counts.Succeeded, "failed", tr.Counts.Failed, "total", tr.Counts.Total)
 	}
+	r.handUnhanded(ctx, k)
 }
 
 // reassemble reads a chunked revision's subject from its start, through a

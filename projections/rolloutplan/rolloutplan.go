@@ -32,6 +32,10 @@ type Resolution struct {
 	// of the target's label value in Plan.Budget.Values (len(Values) for a
 	// target without the label).
 	Groups []int
+	// Selectors has one entry per Plan.Batches entry: the spec batch's
+	// matchLabels for a selector batch, nil for a count or percent batch
+	// and the leftovers. A Follow revision freezes them (ADR 0026).
+	Selectors []map[string]string
 }
 
 // Wanted reports whether a rollout asks for a plan: batches, a disruption
@@ -139,6 +143,11 @@ func Resolve(spec fleetv1.RolloutSpec, targets, canaries []string, labels func(d
 		}
 		plan.Batches = append(plan.Batches, pb)
 		index[i+1] = len(plan.Batches)
+		var sel map[string]string
+		if b := spec.Batches[i]; b.Selector != nil {
+			sel = maps.Clone(b.Selector.MatchLabels)
+		}
+		res.Selectors = append(res.Selectors, sel)
 	}
 	res.Batches = make([]int, len(targets))
 	leftover := 0
@@ -153,6 +162,7 @@ func Resolve(spec fleetv1.RolloutSpec, targets, canaries []string, labels func(d
 	}
 	if leftover > 0 {
 		plan.Batches = append(plan.Batches, events.PlanBatch{Size: leftover, SuccessPercent: 100})
+		res.Selectors = append(res.Selectors, nil)
 	}
 	if b := spec.DisruptionBudget; b != nil {
 		budget, groups, err := resolveBudget(*b, targets, labels)

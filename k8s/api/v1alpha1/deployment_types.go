@@ -114,9 +114,11 @@ type RolloutSpec struct {
 	// matching leaves it and its agent removes the workload
 	// (rollout.target-removed; after the operator's --follow-debounce for a
 	// label change, at once for a quarantine or a deletion). With a plan, a
-	// device that joins is in the plan's last batch: it waits for that
-	// batch and its approval, and counts in the disruption budget, also
-	// after the rollout ended.
+	// device that joins is in the first selector batch its labels match,
+	// else in the plan's last batch: it waits for that batch and its
+	// approval, and counts in the disruption budget (a label value the
+	// plan does not know is a group of its own), also after the rollout
+	// ended.
 	// +optional
 	// +kubebuilder:validation:Enum=Frozen;Follow
 	Targets RolloutTargets `json:"targets,omitempty"`
