@@ -104,9 +104,6 @@ func BenchmarkExposure(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if os.Getenv("FLEET_BENCH_FLOOR") != "" {
-		benchFloor(b, ctx, st, 2*n*revs)
-	}
 	for _, g := range []int{1, revs} {
 		b.Run(fmt.Sprintf("image-of-revision=%d", g), func(b *testing.B) {
 			q := ExposureQuery{Image: fmt.Sprintf("registry.example.com/web:v%d", g)}
@@ -154,6 +151,10 @@ func BenchmarkExposure(b *testing.B) {
 				g, revs, n, exposureGoal, perOp.Round(10*time.Millisecond), cpu.Seconds()/float64(b.N),
 				map[bool]string{true: "met", false: "NOT met"}[perOp <= exposureGoal])
 		})
+	}
+	if os.Getenv("FLEET_BENCH_FLOOR") != "" {
+		// After the questions: the server's caches as warm as theirs.
+		benchFloor(b, ctx, st, 2*n*revs)
 	}
 }
 
