@@ -8,7 +8,6 @@ import (
 	"iter"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -32,37 +31,41 @@ const pullBatch = 8192
 
 // pullExpires is how long the server keeps one pull request waiting;
 // pullHeartbeat how often it says it is alive while it has nothing to
-// send. A read that hears nothing for pullStalled fails.
+// send. A read that waited pullStalled for a message and heard nothing
+// starts its consumer again.
 const (
 	pullExpires   = 30 * time.Second
 	pullHeartbeat = 5 * time.Second
 	pullStalled   = 3 * pullHeartbeat
 )
 
-// errPullStalled ends a read that heard nothing from the server for
-// pullStalled.
+// errPullStalled is a read that waited pullStalled and heard nothing from
+// the server, not even a heartbeat.
 var errPullStalled = errors.New("the server sent nothing, not even a heartbeat")
 
-// errPullOrder ends a read whose consumer skipped or reordered a delivery.
+// errPullOrder is a delivery that is not the consumer's next, or not
+// later in the stream than the one before it.
 var errPullOrder = errors.New("a delivery out of order")
 
 // puller reads one filter of a stream from a start to upTo, in stream
-// order.
+// order. When its consumer fails (the server deleted it while the puller
+// was not read, a delivery out of order, the server silent) it creates
+// another from after the last record it returned, up to maxResetAttempts
+// times in a row, as jetstream's ordered consumer does.
 type puller struct {
-	s       *Store
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	stream  string
-	filter  string
-	name    string // the consumer
-	sub     *nats.Subscription
-	upTo    uint64
-	asked   int    // messages asked for and not yet received
-	dseq    uint64 // the consumer's last delivery
-	sseq    uint64 // the stream sequence of the last delivery
-	heard   atomic.Int64
-	done    bool
-	watched chan struct{}
+	s      *Store
+	ctx    context.Context
+	stream string
+	filter string
+	from   Start
+	name   string // the consumer
+	sub    *nats.Subscription
+	upTo   uint64
+	asked  int    // messages asked for and not yet received
+	dseq   uint64 // the consumer's last delivery
+	sseq   uint64 // the stream sequence of the last record returned
+	resets int    // resets since the last record
+	done   bool
 }
 
 // pullReplay is Replay of one filter of stream by a puller, up to upTo (0:
@@ -87,7 +90,8 @@ func (s *Store) pullReplay(ctx context.Context, stream, filter string, from Star
 	}
 }
 
-// newPuller creates the consumer and subscribes to its deliveries.
+// newPuller starts a read of filter from from up to upTo (0: the stream's
+// last sequence now).
 func (s *Store) newPuller(ctx context.Context, stream, filter string, from Start, upTo uint64) (*puller, error) {
 	if upTo == 0 {
 		str, err := s.js.Stream(ctx, stream)
@@ -96,66 +100,65 @@ func (s *Store) newPuller(ctx context.Context, stream, filter string, from Start
 		}
 		upTo = str.CachedInfo().State.LastSeq
 	}
-	p := &puller{s: s, stream: stream, filter: filter, upTo: upTo, watched: make(chan struct{})}
+	p := &puller{s: s, ctx: ctx, stream: stream, filter: filter, from: from, upTo: upTo}
 	if upTo == 0 {
 		p.done = true
-		close(p.watched)
 		return p, nil
 	}
-	ocfg := jetstream.OrderedConsumerConfig{}
-	from.apply(&ocfg)
-	cfg := jetstream.ConsumerConfig{FilterSubject: filter, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1,
-		InactiveThreshold: consumerInactiveThreshold, DeliverPolicy: ocfg.DeliverPolicy, OptStartSeq: ocfg.OptStartSeq,
-		OptStartTime: ocfg.OptStartTime}
-	cons, err := s.js.CreateConsumer(ctx, stream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("replay %s: %w", filter, err)
-	}
-	info := cons.CachedInfo()
-	p.name = info.Name
-	if info.NumPending == 0 {
-		p.done = true
-		close(p.watched)
-		p.deleteConsumer()
-		return p, nil
-	}
-	p.sub, err = s.nc.SubscribeSync(s.nc.NewInbox())
-	if err == nil {
-		// Two requests' worth may be in flight; the read never falls
-		// behind by more.
-		err = p.sub.SetPendingLimits(4*pullBatch, -1)
-	}
-	if err != nil {
-		p.close()
-		return nil, fmt.Errorf("replay %s: %w", filter, err)
-	}
-	p.ctx, p.cancel = context.WithCancelCause(ctx)
-	p.heard.Store(time.Now().UnixNano())
-	go p.watch()
-	if err := p.ask(); err != nil {
+	if err := p.start(); err != nil {
 		p.close()
 		return nil, err
 	}
 	return p, nil
 }
 
-// watch cancels the read when the server was not heard for pullStalled: one
-// timer for the read, not one per message.
-func (p *puller) watch() {
-	defer close(p.watched)
-	t := time.NewTicker(pullHeartbeat)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.ctx.Done():
-			return
-		case <-t.C:
-			if time.Since(time.Unix(0, p.heard.Load())) > pullStalled {
-				p.cancel(errPullStalled)
-				return
-			}
-		}
+// start creates the consumer (from after the last record returned, or
+// the read's start), subscribes to its deliveries and asks for the first
+// batch.
+func (p *puller) start() error {
+	ocfg := jetstream.OrderedConsumerConfig{}
+	if p.sseq > 0 {
+		FromSequence(p.sseq + 1).apply(&ocfg)
+	} else {
+		p.from.apply(&ocfg)
 	}
+	cfg := jetstream.ConsumerConfig{FilterSubject: p.filter, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1,
+		InactiveThreshold: consumerInactiveThreshold, DeliverPolicy: ocfg.DeliverPolicy, OptStartSeq: ocfg.OptStartSeq,
+		OptStartTime: ocfg.OptStartTime}
+	cons, err := p.s.js.CreateConsumer(p.ctx, p.stream, cfg)
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", p.filter, err)
+	}
+	info := cons.CachedInfo()
+	p.name, p.dseq, p.asked = info.Name, 0, 0
+	if info.NumPending == 0 {
+		p.done = true
+		p.deleteConsumer()
+		return nil
+	}
+	p.sub, err = p.s.nc.SubscribeSync(p.s.nc.NewInbox())
+	if err == nil {
+		// At most a request and a half are in flight; the limit is
+		// never reached unless the server sends what was not asked.
+		err = p.sub.SetPendingLimits(4*pullBatch, -1)
+	}
+	if err != nil {
+		return fmt.Errorf("replay %s: %w", p.filter, err)
+	}
+	return p.ask()
+}
+
+// reset replaces a consumer that failed with cause; an error when it
+// failed maxResetAttempts times in a row or cannot be replaced.
+func (p *puller) reset(cause error) error {
+	p.resets++
+	if p.resets > maxResetAttempts || p.ctx.Err() != nil {
+		return fmt.Errorf("replay %s: %w", p.filter, cause)
+	}
+	p.s.log.Debug("replay consumer failed; starting another after the last record", "filter", p.filter,
+		"after", p.sseq, "error", cause)
+	p.stop()
+	return p.start()
 }
 
 // ask sends one pull request for pullBatch messages.
@@ -173,24 +176,44 @@ func (p *puller) ask() error {
 	return nil
 }
 
+// wait returns the next message of the subscription: at once when one is
+// there, else within pullStalled (errPullStalled), or ctx's error.
+func (p *puller) wait() (*nats.Msg, error) {
+	if n, _, _ := p.sub.Pending(); n > 0 {
+		return p.sub.NextMsgWithContext(p.ctx)
+	}
+	ctx, cancel := context.WithTimeoutCause(p.ctx, pullStalled, errPullStalled)
+	defer cancel()
+	m, err := p.sub.NextMsgWithContext(ctx)
+	if err != nil && p.ctx.Err() == nil && ctx.Err() != nil {
+		return nil, context.Cause(ctx)
+	}
+	return m, err
+}
+
 // next returns the next record (or a *RecordError for one that does not
 // decode, or the error that ends the read); ok is false once the read
 // reached upTo or ended.
 func (p *puller) next() (Record, error, bool) {
 	for !p.done {
-		m, err := p.sub.NextMsgWithContext(p.ctx)
+		m, err := p.wait()
+		if errors.Is(err, errPullStalled) || errors.Is(err, nats.ErrNoResponders) {
+			// Silence, or a request to a consumer that is gone.
+			err = p.reset(err)
+			if err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			p.done = true
-			if cause := context.Cause(p.ctx); cause != nil && p.ctx.Err() != nil {
-				err = cause
-			}
 			return Record{}, fmt.Errorf("replay %s: %w", p.filter, err), true
 		}
-		p.heard.Store(time.Now().UnixNano())
 		if len(m.Data) == 0 && m.Header.Get("Status") != "" {
 			if err := p.status(m); err != nil {
-				p.done = true
-				return Record{}, err, true
+				if err = p.reset(err); err != nil {
+					p.done = true
+					return Record{}, err, true
+				}
 			}
 			continue
 		}
@@ -203,14 +226,19 @@ func (p *puller) next() (Record, error, bool) {
 		}
 		sseq, dseq, ts, pending, ok := ackFields(m.Reply)
 		if !ok || dseq != p.dseq+1 || sseq <= p.sseq {
-			p.done = true
-			return Record{}, fmt.Errorf("replay %s: %w: delivery %d of stream sequence %d after delivery %d of %d", p.filter, errPullOrder, dseq, sseq, p.dseq, p.sseq), true
+			err := fmt.Errorf("%w: delivery %d of stream sequence %d after delivery %d of %d", errPullOrder, dseq, sseq, p.dseq, p.sseq)
+			if err = p.reset(err); err != nil {
+				p.done = true
+				return Record{}, err, true
+			}
+			continue
 		}
-		p.dseq, p.sseq = dseq, sseq
+		p.dseq = dseq
 		if sseq > p.upTo {
 			p.done = true
 			return Record{}, nil, false
 		}
+		p.sseq, p.resets = sseq, 0
 		p.done = pending == 0 || sseq == p.upTo
 		rec := Record{Subject: m.Subject, Stream: p.stream, Sequence: sseq, Stored: time.Unix(0, ts)}
 		ev, err := decodeOwned(rec.Subject, m.Data)
@@ -224,7 +252,8 @@ func (p *puller) next() (Record, error, bool) {
 }
 
 // status handles a status message of the server: a heartbeat, an expired
-// request (ask again), anything else ends the read.
+// request (ask again); anything else (the consumer deleted, no responder
+// for a request to a consumer that is gone) is the consumer's failure.
 func (p *puller) status(m *nats.Msg) error {
 	switch code := m.Header.Get("Status"); code {
 	case "100": // idle heartbeat
@@ -237,20 +266,23 @@ func (p *puller) status(m *nats.Msg) error {
 		}
 		return nil
 	default:
-		return fmt.Errorf("replay %s: the server answered %s %s", p.filter, code, m.Header.Get("Description"))
+		return fmt.Errorf("the server answered %s %s", code, m.Header.Get("Description"))
 	}
 }
 
-// close stops the read and deletes its consumer.
-func (p *puller) close() {
-	if p.cancel != nil {
-		p.cancel(nil)
-	}
-	<-p.watched
+// stop ends the subscription and deletes the consumer.
+func (p *puller) stop() {
 	if p.sub != nil {
 		_ = p.sub.Unsubscribe()
+		p.sub = nil
 	}
 	p.deleteConsumer()
+}
+
+// close stops the read.
+func (p *puller) close() {
+	p.done = true
+	p.stop()
 }
 
 func (p *puller) deleteConsumer() {

@@ -35,40 +35,69 @@ func TestAReplayOfManyPullsHandsEveryRecordOnceInStreamOrder(t *testing.T) {
 	}
 	// Another filter's records, between, are not handed.
 	natstest.Report(t, ctx, st, taskStatus(t, "d1"))
-	var seq uint64
-	var gens []int64
-	undecodable := 0
-	for rec, err := range st.Replay(ctx, "fleet.report.*.workload", events.FromStart()) {
+	replay := func(t *testing.T, at func(seq uint64)) {
+		t.Helper()
+		var seq uint64
+		var gens []int64
+		undecodable := 0
+		for rec, err := range st.Replay(ctx, "fleet.report.*.workload", events.FromStart()) {
+			if err != nil {
+				if _, ok := events.AsRecordError(err); !ok {
+					t.Fatal(err)
+				}
+				undecodable++
+			}
+			if rec.Sequence != seq+1 {
+				t.Fatalf("record of sequence %d after %d", rec.Sequence, seq)
+			}
+			seq = rec.Sequence
+			if err == nil {
+				d, derr := events.Decode[events.WorkloadStatus](rec.Event)
+				if derr != nil {
+					t.Fatal(derr)
+				}
+				gens = append(gens, d.Generation)
+			}
+			at(seq)
+		}
+		if undecodable != 1 || len(gens) != n {
+			t.Fatalf("%d records and %d undecodable; want %d and 1", len(gens), undecodable, n)
+		}
+		for i, g := range gens {
+			if g != int64(i) {
+				t.Fatalf("record %d is report %d", i, g)
+			}
+		}
+		if seq != n+1 {
+			t.Fatalf("the replay ended at sequence %d; want %d", seq, n+1)
+		}
+	}
+	t.Run("a consumer the server deleted is replaced after the last record", func(t *testing.T) {
+		s, err := st.JetStream().Stream(ctx, events.StreamReports)
 		if err != nil {
-			if _, ok := events.AsRecordError(err); !ok {
-				t.Fatal(err)
+			t.Fatal(err)
+		}
+		deleted := 0
+		replay(t, func(seq uint64) {
+			if seq != 100 && seq != 15000 {
+				return
 			}
-			undecodable++
-		}
-		if rec.Sequence != seq+1 {
-			t.Fatalf("record of sequence %d after %d", rec.Sequence, seq)
-		}
-		seq = rec.Sequence
-		if err == nil {
-			d, derr := events.Decode[events.WorkloadStatus](rec.Event)
-			if derr != nil {
-				t.Fatal(derr)
+			for name := range s.ConsumerNames(ctx).Name() {
+				if err := s.DeleteConsumer(ctx, name); err != nil {
+					t.Fatal(err)
+				}
+				deleted++
 			}
-			gens = append(gens, d.Generation)
+		})
+		if deleted != 2 {
+			t.Fatalf("deleted %d consumers during the replay; want 2", deleted)
 		}
-		if seq == 1 {
-			natstest.Report(t, ctx, st, workload(t, "late", n)) // after the replay began
-		}
-	}
-	if undecodable != 1 || len(gens) != n {
-		t.Fatalf("%d records and %d undecodable; want %d and 1", len(gens), undecodable, n)
-	}
-	for i, g := range gens {
-		if g != int64(i) {
-			t.Fatalf("record %d is report %d", i, g)
-		}
-	}
-	if seq != n+1 {
-		t.Fatalf("the replay ended at sequence %d; want %d", seq, n+1)
-	}
+	})
+	t.Run("a record stored after the replay began is not handed", func(t *testing.T) {
+		replay(t, func(seq uint64) {
+			if seq == 1 {
+				natstest.Report(t, ctx, st, workload(t, "late", n))
+			}
+		})
+	})
 }
