@@ -19,11 +19,11 @@ import (
 // that client's Messages().Next arms a heartbeat timer, wraps the message
 // and splits its reply subject twice for every record, about a third of
 // a replay's client CPU and allocations over a long history
-// (docs/performance.md, "Reading a stream's history"). The reader checks
-// what the ordered consumer checks: every message is the consumer's next
-// delivery (no gap) and comes after the one before it in the stream; a
-// read that sees otherwise fails, and its reader reads again from after
-// the last record it handled.
+// (docs/performance.md, "A replay's own pulls"). The reader checks what
+// the ordered consumer checks: every message is the consumer's next
+// delivery (no gap) and comes after the one before it in the stream; on
+// a delivery out of order, or a consumer that failed, it starts another
+// from after the last record it returned (puller.reset).
 
 // pullBatch is how many messages one pull request asks for; a new request
 // goes out when less than half of what was asked for is still to come.

@@ -113,7 +113,7 @@ func (s *Store) read(ctx context.Context, filters []string, from Start, live boo
 	}
 	switch {
 	case live || from.lastPerSubject:
-		return s.consume(ctx, stream, filters, from, live, 0)
+		return s.consume(ctx, stream, filters, from, live)
 	case len(filters) > 1:
 		return s.replayMerged(ctx, stream, filters, from)
 	default:
@@ -122,10 +122,9 @@ func (s *Store) read(ctx context.Context, filters []string, from Start, live boo
 }
 
 // consume reads filters of stream with one ordered consumer from the
-// given start. A replay (live false) ends once it has caught up, or at the
-// first record past upTo when upTo is not zero (that record is not
-// yielded).
-func (s *Store) consume(ctx context.Context, stream string, filters []string, from Start, live bool, upTo uint64) iter.Seq2[Record, error] {
+// given start: a follow, or a replay from the last of each subject (live
+// false), which ends once it has caught up.
+func (s *Store) consume(ctx context.Context, stream string, filters []string, from Start, live bool) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		filter := strings.Join(filters, ",") // for errors
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: consumerInactiveThreshold, MaxResetAttempts: maxResetAttempts}
@@ -160,9 +159,6 @@ func (s *Store) consume(ctx context.Context, stream string, filters []string, fr
 				yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
 				return
 			}
-			if upTo != 0 && md.Sequence.Stream > upTo {
-				return
-			}
 			rec := Record{Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
 			ev, err := DecodeStored(rec.Subject, m.Data())
 			if err != nil {
@@ -176,7 +172,7 @@ func (s *Store) consume(ctx context.Context, stream string, filters []string, fr
 					return
 				}
 			}
-			if !live && (md.NumPending == 0 || md.Sequence.Stream == upTo) {
+			if !live && md.NumPending == 0 {
 				return
 			}
 		}
