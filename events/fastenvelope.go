@@ -21,8 +21,9 @@ import (
 
 // readEnvelope reads payload as json.Unmarshal into an Event would; ok is
 // false when it is not in the canonical form, and the caller must decode
-// with encoding/json.
-func readEnvelope(payload []byte) (e Event, ok bool) {
+// with encoding/json. The event's Data is a copy, unless owned: then it
+// is payload's own bytes (the caller never changes them).
+func readEnvelope(payload []byte, owned bool) (e Event, ok bool) {
 	s := strictReader{b: payload}
 	s.lit(`{"id":`)
 	if id := s.str(); !s.bad && e.ID.UnmarshalText(id) != nil {
@@ -66,8 +67,13 @@ func readEnvelope(payload []byte) (e Event, ok bool) {
 	if s.bad {
 		return Event{}, false
 	}
-	// json.RawMessage's UnmarshalJSON copies the value.
-	e.Data = bytes.Clone(s.b[start:s.i])
+	// json.RawMessage's UnmarshalJSON copies the value; a payload the
+	// caller owns is not copied again.
+	if owned {
+		e.Data = s.b[start:s.i:s.i]
+	} else {
+		e.Data = bytes.Clone(s.b[start:s.i])
+	}
 	s.lit(`}`)
 	if !s.end() {
 		return Event{}, false
@@ -89,7 +95,18 @@ func knownType(b []byte) Type {
 // unmarshalEnvelope decodes payload into an Event: the strict reader when
 // the payload is canonical, else encoding/json.
 func unmarshalEnvelope(payload []byte) (Event, error) {
-	if e, ok := readEnvelope(payload); ok {
+	if e, ok := readEnvelope(payload, false); ok {
+		return e, nil
+	}
+	var e Event
+	err := json.Unmarshal(payload, &e)
+	return e, err
+}
+
+// unmarshalOwnedEnvelope is unmarshalEnvelope of a payload the caller
+// owns and never changes: the event's Data is payload's own bytes.
+func unmarshalOwnedEnvelope(payload []byte) (Event, error) {
+	if e, ok := readEnvelope(payload, true); ok {
 		return e, nil
 	}
 	var e Event

@@ -2,6 +2,7 @@ package events
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -57,7 +58,7 @@ func goldenPayloads(t testing.TB) (subjects []string, payloads [][]byte) {
 // DecodeStored gives the same event or the same refusal either way.
 func sameAsEncodingJSON(t *testing.T, subject string, payload []byte) (fast bool) {
 	t.Helper()
-	if e, ok := readEnvelope(payload); ok {
+	if e, ok := readEnvelope(payload, false); ok {
 		want, err := jsonEnvelope(payload)
 		if err != nil {
 			t.Fatalf("the strict reader took a payload encoding/json refuses (%v): %s", err, payload)
@@ -74,6 +75,14 @@ func sameAsEncodingJSON(t *testing.T, subject string, payload []byte) (fast bool
 	}
 	if gotReason != wantReason || (gotErr == nil) != (wantErr == nil) || (gotErr != nil && gotErr.Error() != wantErr.Error()) {
 		t.Errorf("DecodeStored of %s: %s %v; encoding/json: %s %v", payload, gotReason, gotErr, wantReason, wantErr)
+	}
+	// A replay's own payload: the same answer, Data not copied.
+	owned, ownedReason, ownedErr := decodeStoredWith(subject, bytes.Clone(payload), unmarshalOwnedEnvelope)
+	if diff := cmp.Diff(want, owned); diff != "" {
+		t.Errorf("DecodeStored of an owned %s (-json +owned):\n%s", payload, diff)
+	}
+	if ownedReason != wantReason || (ownedErr == nil) != (wantErr == nil) || (ownedErr != nil && ownedErr.Error() != wantErr.Error()) {
+		t.Errorf("DecodeStored of an owned %s: %s %v; encoding/json: %s %v", payload, ownedReason, ownedErr, wantReason, wantErr)
 	}
 	return fast
 }

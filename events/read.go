@@ -64,8 +64,11 @@ func (s Start) apply(cfg *jetstream.OrderedConsumerConfig) {
 
 // Replay yields, in stream order, every event on subjects matching filter
 // from the given start, and ends once it has caught up with the stream as it
-// was when the replay began. It uses an ordered consumer (ephemeral, no
-// acks). The filter must select one stream (see StreamOf).
+// was when the replay began (its last sequence then). It reads with an
+// ephemeral consumer (no acks) it pulls from itself in large batches,
+// checking that every delivery is the consumer's next and comes later in
+// the stream (a read that sees otherwise fails). The filter must select
+// one stream (see StreamOf).
 //
 // Every stored message is decoded with DecodeStored. One that does not
 // decode is yielded as a *RecordError (errors.Is ErrUndecodable) with a
@@ -85,9 +88,10 @@ func (s *Store) Follow(ctx context.Context, filter string, from Start) iter.Seq2
 }
 
 // ReplaySubjects is Replay of several subject filters of one stream (an
-// error otherwise), read in stream order by one ordered consumer, until
-// caught up: the rollout runner reads a device's workload and health
-// reports in the order they were stored, with one consumer.
+// error otherwise), in stream order, until caught up: the rollout runner
+// reads a device's workload and health reports in the order they were
+// stored. Each filter is read by its own consumer, merged by stream
+// sequence (replayMerged).
 func (s *Store) ReplaySubjects(ctx context.Context, filters []string, from Start) iter.Seq2[Record, error] {
 	return s.read(ctx, filters, from, false)
 }
@@ -107,17 +111,20 @@ func (s *Store) read(ctx context.Context, filters []string, from Start, live boo
 	if err != nil {
 		return func(yield func(Record, error) bool) { yield(Record{}, err) }
 	}
-	if !live && len(filters) > 1 && !from.lastPerSubject {
+	switch {
+	case live || from.lastPerSubject:
+		return s.consume(ctx, stream, filters, from, live)
+	case len(filters) > 1:
 		return s.replayMerged(ctx, stream, filters, from)
+	default:
+		return s.pullReplay(ctx, stream, filters[0], from, 0)
 	}
-	return s.consume(ctx, stream, filters, from, live, 0)
 }
 
 // consume reads filters of stream with one ordered consumer from the
-// given start. A replay (live false) ends once it has caught up, or at the
-// first record past upTo when upTo is not zero (that record is not
-// yielded).
-func (s *Store) consume(ctx context.Context, stream string, filters []string, from Start, live bool, upTo uint64) iter.Seq2[Record, error] {
+// given start: a follow, or a replay from the last of each subject (live
+// false), which ends once it has caught up.
+func (s *Store) consume(ctx context.Context, stream string, filters []string, from Start, live bool) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		filter := strings.Join(filters, ",") // for errors
 		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: filters, InactiveThreshold: consumerInactiveThreshold, MaxResetAttempts: maxResetAttempts}
@@ -152,9 +159,6 @@ func (s *Store) consume(ctx context.Context, stream string, filters []string, fr
 				yield(Record{}, fmt.Errorf("replay %s: %w", filter, err))
 				return
 			}
-			if upTo != 0 && md.Sequence.Stream > upTo {
-				return
-			}
 			rec := Record{Subject: m.Subject(), Stream: md.Stream, Sequence: md.Sequence.Stream, Stored: md.Timestamp}
 			ev, err := DecodeStored(rec.Subject, m.Data())
 			if err != nil {
@@ -168,15 +172,15 @@ func (s *Store) consume(ctx context.Context, stream string, filters []string, fr
 					return
 				}
 			}
-			if !live && (md.NumPending == 0 || md.Sequence.Stream == upTo) {
+			if !live && md.NumPending == 0 {
 				return
 			}
 		}
 	}
 }
 
-// replayMerged is the replay of several filters of one stream: one ordered
-// consumer per filter, each up to the stream's last sequence when the
+// replayMerged is the replay of several filters of one stream: one puller
+// per filter, each up to the stream's last sequence when the
 // replay began, merged by stream sequence, so the records come in stream
 // order as one consumer of every filter would hand them. The server reads
 // a consumer of several filters by intersecting each message block's
@@ -196,18 +200,28 @@ func (s *Store) replayMerged(ctx context.Context, stream string, filters []strin
 		if upTo == 0 {
 			return
 		}
+		pullers := make([]*puller, 0, len(filters))
+		defer func() {
+			for _, p := range pullers {
+				p.close()
+			}
+		}()
 		type head struct {
-			rec  Record
-			err  error
-			next func() (Record, error, bool)
+			rec Record
+			err error
+			p   *puller
 		}
 		heads := make([]*head, 0, len(filters))
 		for _, f := range filters {
-			next, stop := iter.Pull2(s.consume(ctx, stream, []string{f}, from, false, upTo))
-			defer stop()
-			h := &head{next: next}
+			p, err := s.newPuller(ctx, stream, f, from, upTo)
+			if err != nil {
+				yield(Record{}, err)
+				return
+			}
+			pullers = append(pullers, p)
+			h := &head{p: p}
 			var ok bool
-			if h.rec, h.err, ok = next(); ok {
+			if h.rec, h.err, ok = p.next(); ok {
 				heads = append(heads, h)
 			}
 		}
@@ -232,7 +246,7 @@ func (s *Store) replayMerged(ctx context.Context, stream string, filters []strin
 				}
 			}
 			var ok bool
-			if h.rec, h.err, ok = h.next(); !ok {
+			if h.rec, h.err, ok = h.p.next(); !ok {
 				heads = append(heads[:i], heads[i+1:]...)
 			}
 		}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
@@ -79,7 +81,8 @@ func liveHeap() uint64 {
 // prints a goal line per question against issue #40's few seconds.
 // FLEET_BENCH_EXPOSURE=devices,revisions changes the size;
 // FLEET_BENCH_CPUPROFILE=path writes a CPU profile of each question alone
-// (path.1, path.50), without the history's writing.
+// (path.1, path.50), without the history's writing; FLEET_BENCH_FLOOR=1
+// also measures the floor of reading the same reports (benchFloor).
 func BenchmarkExposure(b *testing.B) {
 	n, revs := benchSize(10000, 50)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Minute)
@@ -149,6 +152,69 @@ func BenchmarkExposure(b *testing.B) {
 				map[bool]string{true: "met", false: "NOT met"}[perOp <= exposureGoal])
 		})
 	}
+	if os.Getenv("FLEET_BENCH_FLOOR") != "" {
+		// After the questions: the server's caches as warm as theirs.
+		benchFloor(b, ctx, st, 2*n*revs)
+	}
+}
+
+// benchFloor measures the floor of the oldest image's question: every
+// workload report read by events' replay and decoded, without the runner
+// or the fold (replay), and by jetstream's ordered consumer with a
+// callback that only counts them (raw: a `nats stream view` of the same
+// messages, the client's least work per message).
+func benchFloor(b *testing.B, ctx context.Context, st *events.Store, want int) {
+	for _, name := range []string{"replay", "raw"} {
+		b.Run("floor="+name, func(b *testing.B) {
+			b.ReportAllocs()
+			var cpu time.Duration
+			for b.Loop() {
+				start := processCPU()
+				n := 0
+				if name == "replay" {
+					for _, err := range st.Replay(ctx, "fleet.report.*.workload", events.FromStart()) {
+						if err != nil {
+							b.Fatal(err)
+						}
+						n++
+					}
+				} else {
+					n = rawRead(b, ctx, st)
+				}
+				cpu += processCPU() - start
+				if n != want {
+					b.Fatalf("read %d reports; want %d", n, want)
+				}
+			}
+			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
+		})
+	}
+}
+
+// rawRead counts the workload reports with an ordered consumer's callback.
+func rawRead(b *testing.B, ctx context.Context, st *events.Store) int {
+	cons, err := st.JetStream().OrderedConsumer(ctx, events.StreamReports, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"fleet.report.*.workload"}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	n := 0
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		n++
+		if md, err := m.Metadata(); err == nil && md.NumPending == 0 {
+			close(done)
+		}
+	}, jetstream.PullMaxMessages(8192))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cc.Stop()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		b.Fatal(ctx.Err())
+	}
+	return n
 }
 
 // exposureGoal is issue #40's "a few seconds" for an exposure question.
