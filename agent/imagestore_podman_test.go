@@ -46,11 +46,11 @@ func TestTheDiskPreflightOnRealPodman(t *testing.T) {
 			w.r.Credentials = creds{"hub": fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, reg.Password)}
 			d := w.runDaemon(t, agent.Options{})
 			d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: runs}}}})
-			testenv.Eventually(t, "generation 1 to converge", 2*time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) })
+			testenv.Eventually(t, "generation 1 to converge", testTimeout(t), func() bool { return d.reported(1, events.WorkloadConverged) })
 			before := w.byName()[w.name("api")]
 
 			d.put(2, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: big, ImagePullSecret: "hub"}}}})
-			testenv.Eventually(t, "generation 2 to be "+string(tt.want), 3*time.Minute, func() bool { return d.reported(2, tt.want) })
+			testenv.Eventually(t, "generation 2 to be "+string(tt.want), testTimeout(t), func() bool { return d.reported(2, tt.want) })
 			after := w.byName()[w.name("api")]
 			if tt.want == events.WorkloadConverged {
 				if after.Image != big || after.State != runtime.StateRunning {
