@@ -105,7 +105,7 @@ func TestKillNineMidReconcileAndAControlPlaneOutage(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		testenv.Eventually(t, what, 60*time.Second, cond)
+		testenv.Eventually(t, what, testTimeout(t), cond)
 	}
 	converged := func(gen int64) bool {
 		rec, err := st.Last(w.ctx, fmt.Sprintf("fleet.report.%s.workload", device))
@@ -139,7 +139,7 @@ func TestKillNineMidReconcileAndAControlPlaneOutage(t *testing.T) {
 		}
 		return n
 	}
-	if testenv.Poll(context.Background(), 10*time.Second, func() bool {
+	if testenv.Poll(context.Background(), testTimeout(t), func() bool {
 		cs = w.byName()
 		return owned() == 2 && cs[w.name("init")].State == runtime.StateExited && cs[w.name("init")].ExitCode == 0 &&
 			cs[w.name("svc")].State == runtime.StateRunning

@@ -152,7 +152,7 @@ func TestTheAgentReportsHealthOnRealPodman(t *testing.T) {
 	}
 
 	put(1, service(&score.Healthcheck{Command: failingCheck, Interval: "1s", Retries: 2, StartPeriod: "1s"}))
-	testenv.Eventually(t, "generation 1 to be reported failed", 2*time.Minute, func() bool {
+	testenv.Eventually(t, "generation 1 to be reported failed", testTimeout(t), func() bool {
 		return last(1).Phase == events.WorkloadFailed
 	})
 	var phases []events.WorkloadPhase
@@ -173,7 +173,7 @@ func TestTheAgentReportsHealthOnRealPodman(t *testing.T) {
 	}
 
 	put(2, service(&score.Healthcheck{Command: []string{"/bin/true"}, Interval: "1s", Retries: 2}))
-	testenv.Eventually(t, "generation 2 to be reported converged", 2*time.Minute, func() bool {
+	testenv.Eventually(t, "generation 2 to be reported converged", testTimeout(t), func() bool {
 		return last(2).Phase == events.WorkloadConverged
 	})
 	if c, err := w.rt.Inspect(w.ctx, w.name("api")); err != nil || c.Health == nil || c.Health.Status != runtime.HealthHealthy {
@@ -204,7 +204,7 @@ func TestACheckThatStartsFailingIsNoticedByLaterPassesOnRealPodman(t *testing.T)
 		t.Fatal(err)
 	}
 	var last error
-	testenv.Eventually(t, "a pass to find the service unhealthy", time.Minute, func() bool {
+	testenv.Eventually(t, "a pass to find the service unhealthy", testTimeout(t), func() bool {
 		last = w.r.Apply(w.ctx, w.entry(1, s))
 		var ue *agent.UnhealthyError
 		return errors.As(last, &ue)
@@ -215,7 +215,7 @@ func TestACheckThatStartsFailingIsNoticedByLaterPassesOnRealPodman(t *testing.T)
 	if err := os.WriteFile(marker, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, "a pass to find the service healthy again", time.Minute, func() bool {
+	testenv.Eventually(t, "a pass to find the service healthy again", testTimeout(t), func() bool {
 		last = w.r.Apply(w.ctx, w.entry(1, s))
 		return last == nil
 	})

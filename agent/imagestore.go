@@ -110,12 +110,20 @@ func (r *Reconciler) imageStoreMargin() int64 {
 // impossible. An image whose manifest cannot be read (no such image, a
 // refused credential, a registry down) is left to its pull, which reports
 // it as it always does; so is everything when the store's space cannot be
-// read. Without ImageStore it does nothing.
+// read. An ImageStore that is a runtime.ManifestSizer is first asked for
+// every layer of the images, present or not: when they all fit the
+// check ends there, without asking which layers the store has (on Podman
+// a list and an inspect of every local image, the check's cost on a store
+// of many images). Without ImageStore it does nothing.
 func (r *Reconciler) checkImageStore(ctx context.Context, svcs []resolvedService) error {
 	if r.ImageStore == nil {
 		return nil
 	}
-	var needs []ImageNeed
+	type lacking struct {
+		svc  resolvedService
+		auth *runtime.RegistryAuth
+	}
+	var todo []lacking
 	seen := map[string]bool{}
 	for _, s := range svcs {
 		if seen[s.Image] {
@@ -129,14 +137,48 @@ func (r *Reconciler) checkImageStore(ctx context.Context, svcs []resolvedService
 		if err != nil {
 			continue // ensureImage reports it
 		}
-		layers, err := r.ImageStore.MissingLayers(ctx, s.Image, auth)
+		todo = append(todo, lacking{s, auth})
+	}
+	if len(todo) == 0 {
+		return nil
+	}
+	// The cheap question first: when every layer of every image fits,
+	// which of them the store already has does not matter.
+	if ms, ok := r.ImageStore.(runtime.ManifestSizer); ok {
+		fits := func() bool {
+			var needs []ImageNeed
+			for _, l := range todo {
+				layers, err := ms.ManifestLayers(ctx, l.svc.Image, l.auth)
+				if err != nil {
+					return false // the full check below says what it is
+				}
+				need, err := imageNeed(l.svc.Image, layers)
+				if err != nil {
+					return false
+				}
+				needs = append(needs, need)
+			}
+			space, err := r.ImageStore.ImageStoreSpace(ctx)
+			if err != nil {
+				return false
+			}
+			e := &ImageStoreError{Images: needs, Free: space.Free, Margin: r.imageStoreMargin()}
+			return e.Needed() <= space.Free
+		}
+		if fits() {
+			return nil
+		}
+	}
+	var needs []ImageNeed
+	for _, l := range todo {
+		layers, err := r.ImageStore.MissingLayers(ctx, l.svc.Image, l.auth)
 		if err != nil {
-			r.log().DebugContext(ctx, "cannot read the image's manifest for the disk preflight; the pull will say why", "image", s.Image, "error", err)
+			r.log().DebugContext(ctx, "cannot read the image's manifest for the disk preflight; the pull will say why", "image", l.svc.Image, "error", err)
 			continue
 		}
-		need, err := imageNeed(s.Image, layers)
+		need, err := imageNeed(l.svc.Image, layers)
 		if err != nil {
-			return &PreflightError{Reason: s.Name + ": " + err.Error(), Err: err}
+			return &PreflightError{Reason: l.svc.Name + ": " + err.Error(), Err: err}
 		}
 		if need.Layers > 0 {
 			needs = append(needs, need)

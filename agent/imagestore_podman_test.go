@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/agent/runtime"
+	"github.com/nationtech/harmony-fleet/agent/runtime/podman"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
@@ -24,6 +27,25 @@ func TestTheDiskPreflightOnRealPodman(t *testing.T) {
 	marker := fmt.Sprintf("disk-%d", time.Now().UnixNano())
 	big := podmantest.PushImage(t, reg, "fleet-agent-test/disk",
 		"FROM "+podmantest.BaseImage+"\nRUN echo "+marker+" > /marker\n"+runsFile)
+	// The second subtest pulls it: gone at the end, so that runs do not
+	// grow the machine's store (which the preflight's list of local
+	// images reads whole when the images do not fit).
+	sock, err := podmantest.SocketPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after the subtests' containers are removed
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		rt, err := podman.New(ctx, podman.Options{URI: "unix://" + sock})
+		if err != nil {
+			t.Logf("remove %s: %v", big, err)
+			return
+		}
+		if err := rt.DeleteImage(ctx, big); err != nil && !errors.Is(err, runtime.ErrImageNotFound) {
+			t.Logf("remove %s: %v", big, err)
+		}
+	})
 	runs := podmantest.BuildImage(t, "runs", runsFile)
 	tests := []struct {
 		name   string
@@ -46,11 +68,11 @@ func TestTheDiskPreflightOnRealPodman(t *testing.T) {
 			w.r.Credentials = creds{"hub": fmt.Sprintf(`{"registry":%q,"username":%q,"password":%q}`, reg.Addr, reg.Username, reg.Password)}
 			d := w.runDaemon(t, agent.Options{})
 			d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: runs}}}})
-			testenv.Eventually(t, "generation 1 to converge", 2*time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) })
+			testenv.Eventually(t, "generation 1 to converge", testTimeout(t), func() bool { return d.reported(1, events.WorkloadConverged) })
 			before := w.byName()[w.name("api")]
 
 			d.put(2, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: big, ImagePullSecret: "hub"}}}})
-			testenv.Eventually(t, "generation 2 to be "+string(tt.want), 3*time.Minute, func() bool { return d.reported(2, tt.want) })
+			testenv.Eventually(t, "generation 2 to be "+string(tt.want), testTimeout(t), func() bool { return d.reported(2, tt.want) })
 			after := w.byName()[w.name("api")]
 			if tt.want == events.WorkloadConverged {
 				if after.Image != big || after.State != runtime.StateRunning {

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -123,6 +124,64 @@ func TestParseSizeReadsBytesAndBinaryUnits(t *testing.T) {
 			got, err := agent.ParseSize(tt.in)
 			if (err != nil) != tt.bad || got != tt.want {
 				t.Errorf("ParseSize(%q) = %d, %v", tt.in, got, err)
+			}
+		})
+	}
+}
+
+// sizingStore is the simulator's image store with the cheap question of
+// runtime.ManifestSizer (every layer of the registry's image), counting
+// the questions about the local layers (MissingLayers).
+type sizingStore struct {
+	*sim.Runtime
+	layers  map[string][]runtime.Layer
+	missing int
+}
+
+func (s *sizingStore) ManifestLayers(ctx context.Context, ref string, auth *runtime.RegistryAuth) ([]runtime.Layer, error) {
+	return s.layers[ref], nil
+}
+
+func (s *sizingStore) MissingLayers(ctx context.Context, ref string, auth *runtime.RegistryAuth) ([]runtime.Layer, error) {
+	s.missing++
+	return s.Runtime.MissingLayers(ctx, ref, auth)
+}
+
+// TestTheDiskPreflightAsksForTheLocalLayersOnlyWhenTheWholeImagesDoNotFit:
+// with a store that can size whole images, a revision whose images fit
+// whole is applied without the question about the local layers (on
+// Podman a list of every local image); one that does not fit whole is
+// judged on its missing layers, as without it.
+func TestTheDiskPreflightAsksForTheLocalLayersOnlyWhenTheWholeImagesDoNotFit(t *testing.T) {
+	running := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: "reg.example/api:v1"}}}}
+	next := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: "api", Image: bigImage}}}}
+	tests := []struct {
+		name        string
+		storeUsed   int64
+		want        error
+		wantMissing int
+	}{
+		// Whole: 200 MiB × 3 + the 100 MiB margin = 700 MiB; missing
+		// layers only: 400 MiB. Free: 824 MiB - used.
+		{"whole images that fit need no question about the local layers", 100 * mib, nil, 0},
+		{"whole images that do not fit are judged on their missing layers, which fit", 500 * mib, nil, 1},
+		{"missing layers that do not fit are refused", 600 * mib, agent.ErrImageStoreFull, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := diskWorld(t, tt.storeUsed)
+			st := &sizingStore{Runtime: w.rt, layers: map[string][]runtime.Layer{
+				bigImage: {{Digest: "sha256:shared", Size: 100 * mib}, {Digest: "sha256:big", Size: 100 * mib}}}}
+			w.r.ImageStore = st
+			if err := w.r.Apply(w.ctx, entry(t, 1, running)); err != nil {
+				t.Fatal(err)
+			}
+			st.missing = 0
+			if err := w.r.Apply(w.ctx, entry(t, 2, next)); !errors.Is(err, tt.want) {
+				t.Fatalf("got %v, want %v", err, tt.want)
+			}
+			if st.missing != tt.wantMissing {
+				t.Errorf("MissingLayers asked %d times, want %d", st.missing, tt.wantMissing)
 			}
 		})
 	}

@@ -314,7 +314,7 @@ func TestAResumedWaitKeepsTheBoundCountedFromTheInitContainersStartOnRealPodman(
 	// again from the resume would wait the whole bound more. The margin
 	// between the two (the bound, 15 s, against a stop of at most 2 s) is
 	// what a loaded machine may eat into, not a timing of the product.
-	testenv.Eventually(t, "the init container to outlive its bound", time.Minute, func() bool {
+	testenv.Eventually(t, "the init container to outlive its bound", testTimeout(t), func() bool {
 		return time.Since(c.StartedAt) > w.r.InitTimeout
 	})
 	start := time.Now()

@@ -64,7 +64,7 @@ func newLogsWorld(t *testing.T, services ...string) *logsWorld {
 	}
 	d := w.runDaemon(t, agent.Options{StateDir: t.TempDir()})
 	d.put(1, score.Score{Data: score.PodmanV0{Services: svcs}})
-	testenv.Eventually(t, "generation 1 converges", 2*time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) })
+	testenv.Eventually(t, "generation 1 converges", testTimeout(t), func() bool { return d.reported(1, events.WorkloadConverged) })
 	rd, err := devicelogs.New(devicelogs.Options{Conn: d.nc, Store: d.st})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +91,7 @@ func (lw *logsWorld) open(t *testing.T, service string, change func(*devicelogs.
 // read reads s until io.EOF, until stop says so, or an error.
 func read(t *testing.T, s *devicelogs.Stream, stop func([]events.LogLine) bool) ([]events.LogLine, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout(t))
 	defer cancel()
 	var out []events.LogLine
 	for {
@@ -121,7 +121,7 @@ func TestLogsOfAServiceOnRealPodman(t *testing.T) {
 	lw := newLogsWorld(t, "quiet")
 	all := func() []events.LogLine {
 		var got []events.LogLine
-		testenv.Eventually(t, "the service printed its 22 lines", time.Minute, func() bool {
+		testenv.Eventually(t, "the service printed its 22 lines", testTimeout(t), func() bool {
 			s := lw.open(t, "quiet", nil)
 			var err error
 			got, err = read(t, s, nil)
@@ -232,7 +232,7 @@ func TestTenMegabytesOfLogOnRealPodman(t *testing.T) {
 	const wantLines = 10000000/99 + 1
 	var got []events.LogLine
 	var took time.Duration
-	testenv.Eventually(t, "the whole 10 MB is read", 3*time.Minute, func() bool {
+	testenv.Eventually(t, "the whole 10 MB is read", testTimeout(t), func() bool {
 		start := time.Now()
 		var err error
 		got, err = read(t, lw.open(t, "chatty", nil), nil)

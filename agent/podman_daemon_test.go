@@ -29,7 +29,7 @@ func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
 		Services:      []score.Service{{Name: w.name("api"), Image: runs}},
 	}}
 	put(1, hangs)
-	testenv.Eventually(t, "the init container to run", time.Minute, func() bool {
+	testenv.Eventually(t, "the init container to run", testTimeout(t), func() bool {
 		return w.byName()[w.name("migrate")].State == runtime.StateRunning
 	})
 	// Heartbeats are telemetry: the stream keeps the last few per
@@ -42,7 +42,7 @@ func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
 		return r.Sequence
 	}
 	beats := beat()
-	testenv.Eventually(t, "heartbeats while the pass waits on the init container", time.Minute, func() bool {
+	testenv.Eventually(t, "heartbeats while the pass waits on the init container", testTimeout(t), func() bool {
 		return beat() >= beats+3
 	})
 	if w.byName()[w.name("migrate")].State != runtime.StateRunning {
@@ -52,7 +52,7 @@ func TestAPassNeverBlocksTheAgentOnRealPodman(t *testing.T) {
 	fixed := hangs
 	fixed.Data.InitContainer = &score.Service{Name: w.name("migrate"), Image: ok0}
 	put(2, fixed)
-	testenv.Eventually(t, "generation 2 to converge", 2*time.Minute, func() bool { return reported(2, events.WorkloadConverged) })
+	testenv.Eventually(t, "generation 2 to converge", testTimeout(t), func() bool { return reported(2, events.WorkloadConverged) })
 	cs := w.byName()
 	if c := cs[w.name("migrate")]; c.Image == runs || c.State != runtime.StateExited || c.ExitCode != 0 {
 		t.Errorf("init container %+v, want generation 2's, exited 0", c)
@@ -80,13 +80,13 @@ func TestEachPodmanWorldIsADeviceOfItsOwn(t *testing.T) {
 	a := newPodmanWorld(t)
 	da := a.runDaemon(t, agent.Options{})
 	da.put(1, service(a))
-	testenv.Eventually(t, "the first world's Deployment converges", time.Minute, func() bool { return da.reported(1, events.WorkloadConverged) })
+	testenv.Eventually(t, "the first world's Deployment converges", testTimeout(t), func() bool { return da.reported(1, events.WorkloadConverged) })
 
 	b := newPodmanWorld(t)
 	b.ns += "x" // as another run's: its process id differs
 	db := b.runDaemon(t, agent.Options{})
 	db.put(1, service(b))
-	testenv.Eventually(t, "the second world's Deployment converges", time.Minute, func() bool { return db.reported(1, events.WorkloadConverged) })
+	testenv.Eventually(t, "the second world's Deployment converges", testTimeout(t), func() bool { return db.reported(1, events.WorkloadConverged) })
 
 	// What a pass of b's agent removes: the Deployments of its device that
 	// its intent lacks.

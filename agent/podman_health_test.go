@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nationtech/harmony-fleet/agent"
 	"github.com/nationtech/harmony-fleet/events"
@@ -43,11 +42,11 @@ func crashLoop(t *testing.T) (*podmanWorld, events.WorkloadHealth) {
 	d := w.runDaemon(t, agent.Options{StateDir: t.TempDir()})
 	d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: img,
 		RestartPolicy: "unless-stopped", SecretEnv: []score.SecretEnv{{Name: "DB_PASSWORD", Secret: "lab/db", Key: "password"}}}}}})
-	testenv.Eventually(t, "generation 1 converges (the service is restarted by its policy)", 2*time.Minute, func() bool {
+	testenv.Eventually(t, "generation 1 converges (the service is restarted by its policy)", testTimeout(t), func() bool {
 		return d.reported(1, events.WorkloadConverged)
 	})
 	var rep events.WorkloadHealth
-	testenv.Eventually(t, "a Degraded report", 2*time.Minute, func() bool {
+	testenv.Eventually(t, "a Degraded report", testTimeout(t), func() bool {
 		for _, wh := range d.health() {
 			if wh.EventType() == events.TypeWorkloadDegraded {
 				rep = wh
@@ -99,9 +98,9 @@ func TestAServiceThatTurnsUnhealthyIsDegradedOnRealPodman(t *testing.T) {
 	d := w.runDaemon(t, agent.Options{StateDir: t.TempDir()})
 	d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: img,
 		Healthcheck: &score.Healthcheck{Command: passesOnce, Interval: "1s", Retries: 1}}}}})
-	testenv.Eventually(t, "generation 1 converges once healthy", time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) })
+	testenv.Eventually(t, "generation 1 converges once healthy", testTimeout(t), func() bool { return d.reported(1, events.WorkloadConverged) })
 	var rep events.WorkloadHealth
-	testenv.Eventually(t, "a Degraded report", 2*time.Minute, func() bool {
+	testenv.Eventually(t, "a Degraded report", testTimeout(t), func() bool {
 		for _, wh := range d.health() {
 			if wh.EventType() == events.TypeWorkloadDegraded {
 				rep = wh

@@ -49,7 +49,7 @@ func newPodmanWorldB(t testing.TB) *podmanWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout(t))
 	t.Cleanup(cancel)
 	rt, err := podman.New(ctx, podman.Options{URI: "unix://" + sock})
 	if err != nil {
@@ -64,6 +64,34 @@ func newPodmanWorldB(t testing.TB) *podmanWorld {
 		_ = w.r.Remove(ctx, w.ns, "analysis")
 	})
 	return w
+}
+
+// waitMargin is what a test keeps, of go test's deadline, for its
+// cleanup and its failure's report.
+const waitMargin = 30 * time.Second
+
+// testTimeout is how long a test on real Podman may wait from now: until
+// go test's deadline (-timeout) less waitMargin, or 10 minutes when the
+// binary has none. A loaded machine is slow for every test alike: a fixed
+// wait shorter than the run's own deadline only fails a test that would
+// have passed.
+func testTimeout(tb testing.TB) time.Duration {
+	timeout := 10 * time.Minute
+	if d, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		if dl, ok := d.Deadline(); ok {
+			timeout = time.Until(dl) - waitMargin
+		}
+	}
+	return max(timeout, time.Second)
+}
+
+// left is how long the world's test may still wait: until its context's
+// deadline (testTimeout from the world's start).
+func (w *podmanWorld) left() time.Duration {
+	if dl, ok := w.ctx.Deadline(); ok {
+		return max(time.Until(dl), time.Second)
+	}
+	return testTimeout(w.t)
 }
 
 func (w *podmanWorld) name(n string) string { return n + "-" + w.suffix }

@@ -64,7 +64,7 @@ func TestAFetchAheadEntryPullsTheImagesAndTheReleaseSwitchesWithoutAPullOnRealPo
 
 	old := score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: podmantest.BuildImage(t, "runs", runsFile)}}}}
 	d.putValue(events.DeviceIntent{Deployments: []events.IntentEntry{w.entry(1, old)}})
-	if testenv.Poll(w.ctx, 2*time.Minute, func() bool { return d.reported(1, events.WorkloadConverged) }) != nil {
+	if testenv.Poll(w.ctx, w.left(), func() bool { return d.reported(1, events.WorkloadConverged) }) != nil {
 		t.Fatalf("generation 1 never converged: %+v", d.reports(1))
 	}
 	oldID := w.byName()[w.name("api")].ID
@@ -81,7 +81,7 @@ func TestAFetchAheadEntryPullsTheImagesAndTheReleaseSwitchesWithoutAPullOnRealPo
 		}
 		return false
 	}
-	if testenv.Poll(w.ctx, 2*time.Minute, fetched) != nil {
+	if testenv.Poll(w.ctx, w.left(), fetched) != nil {
 		t.Fatalf("generation 2 was never fetched: %+v", d.fetches(2))
 	}
 	if ok, err := w.rt.ImageExists(w.ctx, ref); err != nil || !ok {
@@ -102,7 +102,7 @@ func TestAFetchAheadEntryPullsTheImagesAndTheReleaseSwitchesWithoutAPullOnRealPo
 	pulls := counter.pulls.Load()
 	released := time.Now()
 	d.putValue(events.DeviceIntent{Deployments: []events.IntentEntry{e2}})
-	if testenv.Poll(w.ctx, 2*time.Minute, func() bool { return d.reported(2, events.WorkloadConverged) }) != nil {
+	if testenv.Poll(w.ctx, w.left(), func() bool { return d.reported(2, events.WorkloadConverged) }) != nil {
 		t.Fatalf("generation 2 never converged: %+v", d.reports(2))
 	}
 	t.Logf("handed → Converged with the images fetched ahead: %s", time.Since(released).Round(time.Millisecond))

@@ -85,7 +85,7 @@ func TestAFailingPullIsReportedOnceInOneLineOnRealPodman(t *testing.T) {
 			d.put(1, score.Score{Data: score.PodmanV0{Services: []score.Service{{Name: w.name("api"), Image: tt.image, ImagePullSecret: tt.pullSecret}}}})
 			// Passes keep coming (a resync every 100 ms, the retry of an
 			// unavailable registry): wait for three pulls of the image.
-			if testenv.Poll(w.ctx, time.Minute, func() bool { return counter.pulls.Load() >= 3 && d.reported(1, tt.phase) }) != nil {
+			if testenv.Poll(w.ctx, w.left(), func() bool { return counter.pulls.Load() >= 3 && d.reported(1, tt.phase) }) != nil {
 				t.Fatalf("%d pulls, reports %+v; want three pulls and a %s report", counter.pulls.Load(), d.reports(1), tt.phase)
 			}
 			var got []string

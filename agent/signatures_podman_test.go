@@ -85,7 +85,7 @@ func (s signedRegistry) sign(tag, digest string, k sigKey) {
 // changes nothing.
 func TestADeviceRunsOnlyImagesATrustedKeySignedOnRealPodman(t *testing.T) {
 	reg := podmantest.TestRegistry(t)
-	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed"}
+	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed-" + randomHex()}
 	ci, attacker, next := newSigKey(t, "ci"), newSigKey(t, "attacker"), newSigKey(t, "ci-next")
 
 	signedTag, signedDigest := sr.push("", runsFile)
@@ -213,7 +213,7 @@ func TestADeviceRunsOnlyImagesATrustedKeySignedOnRealPodman(t *testing.T) {
 // revision's unsigned image stops nothing and starts nothing.
 func TestARefusedRevisionLeavesTheRunningOneRunningOnRealPodman(t *testing.T) {
 	reg := podmantest.TestRegistry(t)
-	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed-keep"}
+	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed-keep-" + randomHex()}
 	ci := newSigKey(t, "ci")
 	signedTag, signedDigest := sr.push("", runsFile)
 	sr.sign(signedTag, signedDigest, ci)
@@ -288,7 +288,7 @@ func (m *tagMover) Create(ctx context.Context, spec runtime.ContainerSpec) (stri
 // what runs.
 func TestAContainerRunsTheVerifiedDigestWhenTheTagMovesAfterTheCheckOnRealPodman(t *testing.T) {
 	reg := podmantest.TestRegistry(t)
-	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed-pin"}
+	sr := signedRegistry{t: t, reg: reg, repo: "fleet-agent-test/signed-pin-" + randomHex()}
 	ci := newSigKey(t, "ci")
 	tag, signedDigest := sr.push("", runsFile)
 	sr.sign(tag, signedDigest, ci)
@@ -320,8 +320,8 @@ func TestAContainerRunsTheVerifiedDigestWhenTheTagMovesAfterTheCheckOnRealPodman
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := w.rt.ImageDigest(w.ctx, tag); got != movedDigest || movedDigest == signedDigest {
-		t.Fatalf("the local tag names %s, want the moved image %s (the race did not happen)", got, movedDigest)
+	if got, err := w.rt.ImageDigest(w.ctx, tag); err != nil || got != movedDigest || movedDigest == signedDigest {
+		t.Fatalf("the local tag names %s (%v), want the moved image %s (the race did not happen)", got, err, movedDigest)
 	}
 	want := struct{ Image, Digest string }{repo + "@" + signedDigest, signedDigest}
 	if diff := cmp.Diff(want, struct{ Image, Digest string }{c.Image, c.ImageDigest}); diff != "" {

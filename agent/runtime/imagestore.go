@@ -45,6 +45,19 @@ type ImageStore interface {
 	MissingLayers(ctx context.Context, ref string, auth *RegistryAuth) ([]Layer, error)
 }
 
+// ManifestSizer is an ImageStore that can also size every layer of an
+// image from its registry's manifest without asking which of them the
+// local store has: the preflight's cheap first question. Which layers a
+// store has is an answer that grows with the store (Podman lists and
+// inspects every local image for it); when the whole of every image fits,
+// the preflight never asks it.
+type ManifestSizer interface {
+	// ManifestLayers is MissingLayers counting every layer of ref's
+	// manifest, present locally or not (none when ref itself is
+	// present), with MissingLayers' failures.
+	ManifestLayers(ctx context.Context, ref string, auth *RegistryAuth) ([]Layer, error)
+}
+
 // ErrImageInUse: a container (of any state, the agent's or not) uses the
 // image, so the engine keeps it.
 var ErrImageInUse = errors.New("image in use by a container")

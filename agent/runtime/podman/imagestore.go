@@ -2,6 +2,7 @@ package podman
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -52,6 +53,20 @@ func (r *Runtime) ImageStoreSpace(ctx context.Context) (runtime.StoreSpace, erro
 // whose images cannot be listed. Registry failures
 // are *runtime.PullErrors worded as Pull's.
 func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.RegistryAuth) ([]runtime.Layer, error) {
+	return r.layers(ctx, ref, auth, true)
+}
+
+var _ runtime.ManifestSizer = (*Runtime)(nil)
+
+// ManifestLayers is MissingLayers without listing the local images: every
+// layer of ref's manifest counts (none when ref is present).
+func (r *Runtime) ManifestLayers(ctx context.Context, ref string, auth *runtime.RegistryAuth) ([]runtime.Layer, error) {
+	return r.layers(ctx, ref, auth, false)
+}
+
+// layers reads ref's manifest and configuration and returns its layers,
+// leaving out, with onlyMissing, those a local image has.
+func (r *Runtime) layers(ctx context.Context, ref string, auth *runtime.RegistryAuth, onlyMissing bool) ([]runtime.Layer, error) {
 	var secrets []string
 	if auth != nil {
 		secrets = append(secrets, auth.Password)
@@ -97,7 +112,11 @@ func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.R
 	}
 	// Without the local layers every layer counts: the preflight errs on
 	// the side of room.
-	local, err := r.localLayers(ctx)
+	var local map[string]bool
+	err = errNotListed
+	if onlyMissing {
+		local, err = r.localLayers(ctx)
+	}
 	paired := err == nil && len(cfg.RootFS.DiffIDs) == len(infos)
 	var out []runtime.Layer
 	for i, l := range infos {
@@ -108,6 +127,9 @@ func (r *Runtime) MissingLayers(ctx context.Context, ref string, auth *runtime.R
 	}
 	return out, nil
 }
+
+// errNotListed: the local images were not listed (ManifestLayers).
+var errNotListed = errors.New("local images not listed")
 
 // localLayers are the uncompressed layer digests of every local image
 // (the tagged and untagged ones; an intermediate image's layers are its
