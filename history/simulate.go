@@ -104,6 +104,10 @@ type Prediction struct {
 	// targets had samples of their own, of their group, of the fleet,
 	// or none.
 	Model SimModel `json:"model"`
+	// Assumptions are what the prediction assumed that the plan and the
+	// history do not say (e.g. the time zone a maintenance window is read
+	// in).
+	Assumptions []string `json:"assumptions,omitempty"`
 }
 
 // SimModel counts the sources of the targets' behaviour.
@@ -129,6 +133,11 @@ type SimStep struct {
 	Device string               `json:"device,omitempty"`
 	Error  string               `json:"error,omitempty"`
 	Counts events.RolloutCounts `json:"counts"`
+	// WindowWaiting, after a step that hands the revision to targets
+	// outside the revision's maintenance window (ADR 0029), is how many
+	// targets then wait for it, and WindowOpens the earliest opening.
+	WindowWaiting int       `json:"windowWaiting,omitempty"`
+	WindowOpens   time.Time `json:"windowOpens,omitzero"`
 }
 
 // SimStage is one stage of a rollout: its start and end transitions'
@@ -316,6 +325,10 @@ func simulateRevision(namespace, name string, rev events.DeploymentRevisionCreat
 		handed: map[string]bool{}, groupOf: map[string]int{}, asked: map[int]bool{},
 		pred: &Prediction{Deployment: namespace + "/" + name, Generation: rev.Generation, RevisionID: rev.RevisionID, Seed: o.Seed,
 			Start: o.Start.UTC(), Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
+	if rev.Window != nil {
+		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
+			"the maintenance window (%s) is read in UTC for every device: neither the history nor the plan holds a device's time zone", rev.Window))
+	}
 	for i, t := range rev.Targets {
 		if i < len(rev.TargetGroups) {
 			s.groupOf[t] = rev.TargetGroups[i]
@@ -378,7 +391,7 @@ func (s *simulation) run() {
 		}
 		next := heap.Pop(&s.q).(simEvent)
 		if dl := s.r.Deadline(s.o.ProgressDeadline); s.r.DeadlineExceeded(next.at, s.o.ProgressDeadline) {
-			at := s.r.ProgressAt.Add(dl)
+			at := s.deadlineAt(next.at, dl)
 			if n := len(s.pred.DeadlineExceeded); n == 0 || !s.pred.DeadlineExceeded[n-1].Equal(at) {
 				s.pred.DeadlineExceeded = append(s.pred.DeadlineExceeded, at.UTC())
 			}
@@ -423,12 +436,20 @@ func (s *simulation) emit(d events.RolloutTransition, now time.Time) {
 	}
 	s.fold(ev, now)
 	st := SimStep{Time: now.UTC(), Offset: now.Sub(s.o.Start), Type: d.EventType(), Batch: d.Batch, Device: d.Device, Error: d.Error, Counts: s.r.Counts()}
+	waited := 0
 	for _, dev := range s.r.Released() {
 		if !s.handed[dev] {
 			s.handed[dev] = true
 			st.Handed++
-			s.schedule(dev, now)
+			from := s.windowWait(dev, now)
+			if from.After(now) {
+				waited++
+			}
+			s.schedule(dev, from)
 		}
+	}
+	if n, at := s.r.WindowWaiting(); waited > 0 && n > 0 {
+		st.WindowWaiting, st.WindowOpens = n, at.UTC()
 	}
 	s.pred.Steps = append(s.pred.Steps, st)
 	s.stage(st)
@@ -447,7 +468,61 @@ func (s *simulation) decide(now time.Time) {
 	}
 }
 
-// schedule draws how device answers the revision handed to it at now.
+// windowWait is when device, handed the revision at now, may switch to
+// it: now without a maintenance window or inside it; otherwise the
+// window's opening in the device's local time (UTC: the history holds no
+// device's time zone), after the device reported the wait as the agent
+// does (Pending with WindowOpens, ADR 0029), folded so that the
+// projection's own window rules hold the progress deadline.
+func (s *simulation) windowWait(device string, now time.Time) time.Time {
+	w := s.rev.Window
+	if w == nil {
+		return now
+	}
+	open, next, err := w.Open(now.In(s.zoneOf(device)))
+	if err != nil || open {
+		return now // a window that does not parse never waits, as on the agent
+	}
+	rev := s.rev
+	d := events.WorkloadStatus{Namespace: s.keys.Namespace, Deployment: s.keys.Name, UID: rev.UID, Generation: rev.Generation,
+		RevisionID: rev.RevisionID, Phase: events.WorkloadPending, Since: now, WindowOpens: &next}
+	ev, err := events.New(events.Keys{Device: device}, d, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(now))
+	if err != nil {
+		return now
+	}
+	s.fold(ev, now)
+	if at := s.r.WindowOpensOf(device); at.After(now) {
+		return at
+	}
+	return now
+}
+
+// zoneOf is the time zone device reads a maintenance window in: UTC for
+// every device, since neither the history nor the plan holds a device's
+// zone (the prediction's assumptions say so).
+func (s *simulation) zoneOf(string) *time.Location { return time.UTC }
+
+// deadlineAt is when the progress deadline dl was exceeded at or before
+// until, given the rollout's state: the earliest of its candidates (the
+// last progress, or a target's window opening, plus dl) at which the
+// projection's own DeadlineExceeded holds.
+func (s *simulation) deadlineAt(until time.Time, dl time.Duration) time.Time {
+	best := until
+	try := func(from time.Time) {
+		if at := from.Add(dl); !from.IsZero() && at.Before(best) && s.r.DeadlineExceeded(at, s.o.ProgressDeadline) {
+			best = at
+		}
+	}
+	try(s.r.ProgressAt)
+	for dev := range s.handed {
+		try(s.r.WindowOpensOf(dev))
+	}
+	return best
+}
+
+// schedule draws how device answers the revision it may switch to from
+// now on: the target timeout, like the result, runs from then (the
+// operator's rule: from the window's opening for a target that waited).
 func (s *simulation) schedule(device string, now time.Time) {
 	smp, ok := s.draw(device)
 	switch {
