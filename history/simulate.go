@@ -104,6 +104,9 @@ type Prediction struct {
 	// targets had samples of their own, of their group, of the fleet,
 	// or none.
 	Model SimModel `json:"model"`
+	// Window is the revision's maintenance window (ADR 0029), nil when
+	// it has none.
+	Window *events.MaintenanceWindow `json:"window,omitempty"`
 	// Assumptions are what the prediction assumed that the plan and the
 	// history do not say (e.g. the time zone a maintenance window is read
 	// in).
@@ -324,7 +327,7 @@ func simulateRevision(namespace, name string, rev events.DeploymentRevisionCreat
 	s := &simulation{o: o, m: m, rev: rev, images: scoreImages(rev.Score), keys: events.Keys{Namespace: namespace, Name: name},
 		handed: map[string]bool{}, groupOf: map[string]int{}, asked: map[int]bool{},
 		pred: &Prediction{Deployment: namespace + "/" + name, Generation: rev.Generation, RevisionID: rev.RevisionID, Seed: o.Seed,
-			Start: o.Start.UTC(), Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
+			Start: o.Start.UTC(), Window: rev.Window, Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
 	if rev.Window != nil {
 		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
 			"the maintenance window (%s) is read in UTC for every device: neither the history nor the plan holds a device's time zone", rev.Window))

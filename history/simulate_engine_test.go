@@ -229,3 +229,38 @@ func TestAWaitForTheMaintenanceWindowHoldsTheDeadlineAndTheTargetTimeout(t *test
 		})
 	}
 }
+
+// TestAPredictionsTextShowsTheWaitForTheWindow prints a prediction whose
+// canary waits for a window closed at the start: the timeline says how
+// many targets wait and when the window opens, and the header says the
+// window was read in UTC.
+func TestAPredictionsTextShowsTheWaitForTheWindow(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	m := &simModel{byDevice: map[string][]simSample{}}
+	rev := events.DeploymentRevisionCreated{UID: "u", Generation: 1, RevisionID: "1-u", Score: json.RawMessage(`{}`),
+		Targets: []string{"d1", "d2"}, Canaries: []string{"d1"}, Window: &events.MaintenanceWindow{Start: "02:00", Duration: "1h"}}
+	tests := []struct {
+		name string
+		want string
+	}{
+		{"the timeline says how many wait and when the window opens",
+			"1 targets wait for the maintenance window (02:00 for 1h), the earliest opens at +2h0m0s (2026-12-05T02:00:00Z)"},
+		{"the header says the window is read in UTC",
+			"assumes: the maintenance window (02:00 for 1h) is read in UTC for every device"},
+	}
+	p, err := simulateRevision("lab", "api", rev, m, SimulateOptions{Start: start})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := p.writeText(&out); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if !strings.Contains(out.String(), tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out.String())
+			}
+		})
+	}
+}
