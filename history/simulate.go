@@ -177,7 +177,9 @@ func (m *simModel) add(device string, s simSample) {
 
 // learner folds records (stored order) into a model: for every revision's
 // target, the time from being handed the revision (the operator's
-// canary-stage, batch-started or released) to its first Converged or Failed
+// canary-stage, batch-started or released; for a target that reported
+// waiting for the revision's maintenance window, from the window's
+// opening) to its first Converged or Failed
 // report as the stream stored it, or its removal without a result. It keeps
 // one rollout fold per Deployment and the samples, never the records.
 type learner struct {
@@ -234,20 +236,30 @@ func (l *learner) add(rec events.Record) {
 	var before projections.DeviceResult
 	var handed time.Time
 	removed := ""
+	// A target that waited for the revision's maintenance window (ADR
+	// 0029) is timed from the opening, as the operator's target timeout
+	// is: the wait is the plan's, not the device's behaviour.
+	since := func(dev string) time.Time {
+		at := r.HandedAt(dev)
+		if opens := r.WindowOpensOf(dev); !at.IsZero() && opens.After(at) {
+			return opens
+		}
+		return at
+	}
 	if ev.Type == events.TypeWorkloadStatus {
-		before, handed = r.Results[dev], r.HandedAt(dev)
+		before, handed = r.Results[dev], since(dev)
 	}
 	if ev.Type == events.TypeRolloutTargetRemoved {
 		if d, err := p.RolloutTransition(); err == nil && r.IsCurrent(d.UID, d.Generation) && r.IsTarget(d.Device) &&
 			r.Results[d.Device].Settled.IsZero() && !r.HandedAt(d.Device).IsZero() {
-			removed, handed = d.Device, r.HandedAt(d.Device)
+			removed, handed = d.Device, since(d.Device)
 		}
 	}
 	r.FoldPayload(&p)
 	imgs := l.images[revKeyOf(r.UID, r.Generation)]
 	switch {
 	case removed != "":
-		m.add(removed, simSample{images: imgs, handed: handed, dur: rec.Stored.Sub(handed)})
+		m.add(removed, simSample{images: imgs, handed: handed, dur: max(rec.Stored.Sub(handed), 0)})
 	case ev.Type == events.TypeWorkloadStatus && before.Settled.IsZero() && !handed.IsZero():
 		res := r.Results[dev]
 		if !res.Settled.IsZero() && r.IsTarget(dev) {

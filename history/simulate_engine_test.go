@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/projections"
 )
 
 // TestTheSimulatorFollowsThePlansControls runs the simulator on a model of
@@ -260,6 +261,72 @@ func TestAPredictionsTextShowsTheWaitForTheWindow(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if !strings.Contains(out.String(), tc.want) {
 				t.Errorf("output lacks %q:\n%s", tc.want, out.String())
+			}
+		})
+	}
+}
+
+// TestTheLearnerTimesATargetThatWaitedFromItsWindowsOpening learns from a
+// recorded rollout whose canary converged 10 s after its maintenance
+// window opened, two hours after it was handed the revision: the sample
+// is the 10 s the device took once it could switch, not the wait (a
+// window in the simulated plan adds its own wait).
+func TestTheLearnerTimesATargetThatWaitedFromItsWindowsOpening(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	opens := t0.Add(2 * time.Hour)
+	tests := []struct {
+		name   string
+		window *events.MaintenanceWindow
+		want   time.Duration
+	}{
+		{"a target that reported waiting for the window is timed from its opening", &events.MaintenanceWindow{Start: "02:00", Duration: "1h"}, 10 * time.Second},
+		{"a revision without a window times it from being handed the revision", nil, 2*time.Hour + 10*time.Second},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := events.Keys{Namespace: "lab", Name: "api"}
+			rev := events.DeploymentRevisionCreated{UID: "u", Generation: 1, RevisionID: "1-u", Score: json.RawMessage(`{}`),
+				Targets: []string{"d1", "d2"}, Canaries: []string{"d1"}, Window: tc.window}
+			var recs []events.Record
+			add := func(stream string, ev events.Event, err error, at time.Time) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+				recs = append(recs, events.Record{Event: ev, Stored: at, Stream: stream, Sequence: uint64(len(recs) + 1)})
+			}
+			ev, err := events.New(keys, rev, events.WithCorrelation("u", 1), events.WithTime(t0))
+			add(events.StreamIntent, ev, err, t0)
+			// The operator's own transitions: started, then the canary
+			// stage that hands d1 the revision.
+			var r projections.Rollout
+			p := projections.NewStoredPayload(recs[0])
+			r.FoldPayload(&p)
+			for range 4 {
+				for _, tr := range r.NextAt(t0) {
+					ev, err := events.New(keys, tr, events.WithCorrelation("u", 1), events.WithTime(t0))
+					add(events.StreamRollout, ev, err, t0)
+					p := projections.NewStoredPayload(recs[len(recs)-1])
+					r.FoldPayload(&p)
+				}
+			}
+			report := func(phase events.WorkloadPhase, at time.Time, windowOpens *time.Time) {
+				d := events.WorkloadStatus{Namespace: "lab", Deployment: "api", UID: "u", Generation: 1, RevisionID: "1-u",
+					Phase: phase, Since: at, WindowOpens: windowOpens}
+				ev, err := events.New(events.Keys{Device: "d1"}, d, events.WithCorrelation("u", 1), events.WithTime(at))
+				add(events.StreamReports, ev, err, at)
+			}
+			if tc.window != nil {
+				report(events.WorkloadPending, t0, &opens)
+			}
+			report(events.WorkloadConverged, opens.Add(10*time.Second), nil)
+			m := learn(recs)
+			var got []time.Duration
+			for _, s := range m.byDevice["d1"] {
+				got = append(got, s.dur)
+			}
+			if diff := cmp.Diff([]time.Duration{tc.want}, got); diff != "" {
+				t.Errorf("d1's samples (-want +got):\n%s", diff)
 			}
 		})
 	}
