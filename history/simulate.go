@@ -104,6 +104,13 @@ type Prediction struct {
 	// targets had samples of their own, of their group, of the fleet,
 	// or none.
 	Model SimModel `json:"model"`
+	// Window is the revision's maintenance window (ADR 0029), nil when
+	// it has none.
+	Window *events.MaintenanceWindow `json:"window,omitempty"`
+	// Assumptions are what the prediction assumed that the plan and the
+	// history do not say (e.g. the time zone a maintenance window is read
+	// in).
+	Assumptions []string `json:"assumptions,omitempty"`
 }
 
 // SimModel counts the sources of the targets' behaviour.
@@ -129,6 +136,11 @@ type SimStep struct {
 	Device string               `json:"device,omitempty"`
 	Error  string               `json:"error,omitempty"`
 	Counts events.RolloutCounts `json:"counts"`
+	// WindowWaiting, after a step that hands the revision to targets
+	// outside the revision's maintenance window (ADR 0029), is how many
+	// targets then wait for it, and WindowOpens the earliest opening.
+	WindowWaiting int       `json:"windowWaiting,omitempty"`
+	WindowOpens   time.Time `json:"windowOpens,omitzero"`
 }
 
 // SimStage is one stage of a rollout: its start and end transitions'
@@ -165,7 +177,9 @@ func (m *simModel) add(device string, s simSample) {
 
 // learner folds records (stored order) into a model: for every revision's
 // target, the time from being handed the revision (the operator's
-// canary-stage, batch-started or released) to its first Converged or Failed
+// canary-stage, batch-started or released; for a target that reported
+// waiting for the revision's maintenance window, from the window's
+// opening) to its first Converged or Failed
 // report as the stream stored it, or its removal without a result. It keeps
 // one rollout fold per Deployment and the samples, never the records.
 type learner struct {
@@ -222,20 +236,30 @@ func (l *learner) add(rec events.Record) {
 	var before projections.DeviceResult
 	var handed time.Time
 	removed := ""
+	// A target that waited for the revision's maintenance window (ADR
+	// 0029) is timed from the opening, as the operator's target timeout
+	// is: the wait is the plan's, not the device's behaviour.
+	since := func(dev string) time.Time {
+		at := r.HandedAt(dev)
+		if opens := r.WindowOpensOf(dev); !at.IsZero() && opens.After(at) {
+			return opens
+		}
+		return at
+	}
 	if ev.Type == events.TypeWorkloadStatus {
-		before, handed = r.Results[dev], r.HandedAt(dev)
+		before, handed = r.Results[dev], since(dev)
 	}
 	if ev.Type == events.TypeRolloutTargetRemoved {
 		if d, err := p.RolloutTransition(); err == nil && r.IsCurrent(d.UID, d.Generation) && r.IsTarget(d.Device) &&
 			r.Results[d.Device].Settled.IsZero() && !r.HandedAt(d.Device).IsZero() {
-			removed, handed = d.Device, r.HandedAt(d.Device)
+			removed, handed = d.Device, since(d.Device)
 		}
 	}
 	r.FoldPayload(&p)
 	imgs := l.images[revKeyOf(r.UID, r.Generation)]
 	switch {
 	case removed != "":
-		m.add(removed, simSample{images: imgs, handed: handed, dur: rec.Stored.Sub(handed)})
+		m.add(removed, simSample{images: imgs, handed: handed, dur: max(rec.Stored.Sub(handed), 0)})
 	case ev.Type == events.TypeWorkloadStatus && before.Settled.IsZero() && !handed.IsZero():
 		res := r.Results[dev]
 		if !res.Settled.IsZero() && r.IsTarget(dev) {
@@ -315,7 +339,11 @@ func simulateRevision(namespace, name string, rev events.DeploymentRevisionCreat
 	s := &simulation{o: o, m: m, rev: rev, images: scoreImages(rev.Score), keys: events.Keys{Namespace: namespace, Name: name},
 		handed: map[string]bool{}, groupOf: map[string]int{}, asked: map[int]bool{},
 		pred: &Prediction{Deployment: namespace + "/" + name, Generation: rev.Generation, RevisionID: rev.RevisionID, Seed: o.Seed,
-			Start: o.Start.UTC(), Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
+			Start: o.Start.UTC(), Window: rev.Window, Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
+	if rev.Window != nil {
+		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
+			"the maintenance window (%s) is read in UTC for every device: neither the history nor the plan holds a device's time zone", rev.Window))
+	}
 	for i, t := range rev.Targets {
 		if i < len(rev.TargetGroups) {
 			s.groupOf[t] = rev.TargetGroups[i]
@@ -378,7 +406,7 @@ func (s *simulation) run() {
 		}
 		next := heap.Pop(&s.q).(simEvent)
 		if dl := s.r.Deadline(s.o.ProgressDeadline); s.r.DeadlineExceeded(next.at, s.o.ProgressDeadline) {
-			at := s.r.ProgressAt.Add(dl)
+			at := s.deadlineAt(next.at, dl)
 			if n := len(s.pred.DeadlineExceeded); n == 0 || !s.pred.DeadlineExceeded[n-1].Equal(at) {
 				s.pred.DeadlineExceeded = append(s.pred.DeadlineExceeded, at.UTC())
 			}
@@ -423,12 +451,20 @@ func (s *simulation) emit(d events.RolloutTransition, now time.Time) {
 	}
 	s.fold(ev, now)
 	st := SimStep{Time: now.UTC(), Offset: now.Sub(s.o.Start), Type: d.EventType(), Batch: d.Batch, Device: d.Device, Error: d.Error, Counts: s.r.Counts()}
+	waited := 0
 	for _, dev := range s.r.Released() {
 		if !s.handed[dev] {
 			s.handed[dev] = true
 			st.Handed++
-			s.schedule(dev, now)
+			from := s.windowWait(dev, now)
+			if from.After(now) {
+				waited++
+			}
+			s.schedule(dev, from)
 		}
+	}
+	if n, at := s.r.WindowWaiting(); waited > 0 && n > 0 {
+		st.WindowWaiting, st.WindowOpens = n, at.UTC()
 	}
 	s.pred.Steps = append(s.pred.Steps, st)
 	s.stage(st)
@@ -447,7 +483,61 @@ func (s *simulation) decide(now time.Time) {
 	}
 }
 
-// schedule draws how device answers the revision handed to it at now.
+// windowWait is when device, handed the revision at now, may switch to
+// it: now without a maintenance window or inside it; otherwise the
+// window's opening in the device's local time (UTC: the history holds no
+// device's time zone), after the device reported the wait as the agent
+// does (Pending with WindowOpens, ADR 0029), folded so that the
+// projection's own window rules hold the progress deadline.
+func (s *simulation) windowWait(device string, now time.Time) time.Time {
+	w := s.rev.Window
+	if w == nil {
+		return now
+	}
+	open, next, err := w.Open(now.In(s.zoneOf(device)))
+	if err != nil || open {
+		return now // a window that does not parse never waits, as on the agent
+	}
+	rev := s.rev
+	d := events.WorkloadStatus{Namespace: s.keys.Namespace, Deployment: s.keys.Name, UID: rev.UID, Generation: rev.Generation,
+		RevisionID: rev.RevisionID, Phase: events.WorkloadPending, Since: now, WindowOpens: &next}
+	ev, err := events.New(events.Keys{Device: device}, d, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(now))
+	if err != nil {
+		return now
+	}
+	s.fold(ev, now)
+	if at := s.r.WindowOpensOf(device); at.After(now) {
+		return at
+	}
+	return now
+}
+
+// zoneOf is the time zone device reads a maintenance window in: UTC for
+// every device, since neither the history nor the plan holds a device's
+// zone (the prediction's assumptions say so).
+func (s *simulation) zoneOf(string) *time.Location { return time.UTC }
+
+// deadlineAt is when the progress deadline dl was exceeded at or before
+// until, given the rollout's state: the earliest of its candidates (the
+// last progress, or a target's window opening, plus dl) at which the
+// projection's own DeadlineExceeded holds.
+func (s *simulation) deadlineAt(until time.Time, dl time.Duration) time.Time {
+	best := until
+	try := func(from time.Time) {
+		if at := from.Add(dl); !from.IsZero() && at.Before(best) && s.r.DeadlineExceeded(at, s.o.ProgressDeadline) {
+			best = at
+		}
+	}
+	try(s.r.ProgressAt)
+	for dev := range s.handed {
+		try(s.r.WindowOpensOf(dev))
+	}
+	return best
+}
+
+// schedule draws how device answers the revision it may switch to from
+// now on: the target timeout, like the result, runs from then (the
+// operator's rule: from the window's opening for a target that waited).
 func (s *simulation) schedule(device string, now time.Time) {
 	smp, ok := s.draw(device)
 	switch {

@@ -23,13 +23,31 @@ const filterInventory = "fleet.report.*.inventory"
 // quarantined ones), its canaries those labelled canary=true, and its plan
 // is resolved against them by the operator's own rolloutplan.Resolve
 // (ADR 0016); the devices' behaviour is learned from the history between
-// from and to. The errors name the field of d to fix.
+// from and to. A maintenance window (spec.rollout.maintenanceWindow) is
+// frozen into the revision and modelled, read in UTC for every device;
+// the fetch window is frozen but not modelled (neither is prefetch). The
+// errors name the field of d to fix.
 func (h *History) SimulateDeployment(ctx context.Context, d *fleetv1.Deployment, from, to time.Time, o SimulateOptions) (*Prediction, error) {
 	if d.Namespace == "" || d.Name == "" {
 		return nil, fmt.Errorf("%w: metadata.namespace and metadata.name: set both (the simulated revision is one of namespace/name)", ErrInvalidOptions)
 	}
 	if len(d.Spec.AllowedGroups) > 0 {
 		return nil, fmt.Errorf("%w: spec.allowedGroups: the streams hold no group membership, so targets cannot be resolved from them: remove it to simulate against every matching device", ErrInvalidOptions)
+	}
+	// The windows the revision would freeze (ADR 0029), checked as the
+	// operator checks them.
+	var window, fetchWindow *events.MaintenanceWindow
+	if w := d.Spec.Rollout.MaintenanceWindow; w != nil {
+		window = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
+		if err := window.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: spec.rollout.maintenanceWindow: %w", ErrInvalidOptions, err)
+		}
+	}
+	if w := d.Spec.Rollout.FetchWindow; w != nil {
+		fetchWindow = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
+		if err := fetchWindow.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: spec.rollout.fetchWindow: %w", ErrInvalidOptions, err)
+		}
 	}
 	labels, err := h.inventoryLabels(ctx, to)
 	if err != nil {
@@ -55,7 +73,7 @@ func (h *History) SimulateDeployment(ctx context.Context, d *fleetv1.Deployment,
 	}
 	gen := max(d.Generation, 1)
 	rev := events.DeploymentRevisionCreated{UID: "simulated", Generation: gen, RevisionID: fmt.Sprintf("%d-simulated", gen),
-		Score: sc, Targets: targets, Canaries: canaries}
+		Score: sc, Targets: targets, Canaries: canaries, Window: window, FetchWindow: fetchWindow}
 	if pd := d.Spec.Rollout.ProgressDeadline; pd != nil {
 		rev.ProgressDeadlineSeconds = int64(pd.Duration / time.Second)
 	}

@@ -342,6 +342,9 @@ func (p *Prediction) writeText(w io.Writer) error {
 	line(w, "ends %s after %s: %d handed the revision, %d succeeded, %d failed", p.End, durText(p.EndAt.Sub(p.Start)), p.Handed, p.Succeeded, p.Failed)
 	line(w, "behaviour drawn from %d recorded samples: %d targets from their own, %d from their group's, %d from the fleet's, %d with none (converge in %s)",
 		p.Model.Samples, p.Model.Own, p.Model.Group, p.Model.Fleet, p.Model.Default, DefaultSimConverge)
+	for _, a := range p.Assumptions {
+		line(w, "assumes: %s", a)
+	}
 	for _, t := range p.DeadlineExceeded {
 		line(w, "progress deadline exceeded at +%s", durText(t.Sub(p.Start)))
 	}
@@ -368,6 +371,10 @@ func (p *Prediction) writeText(w io.Writer) error {
 		detail := s.Device
 		if s.Error != "" {
 			detail = strings.TrimSpace(detail + " " + s.Error)
+		}
+		if s.WindowWaiting > 0 {
+			detail = strings.TrimSpace(fmt.Sprintf("%s %d targets wait for the maintenance window (%s), the earliest opens at +%s (%s)",
+				detail, s.WindowWaiting, p.Window, durText(s.WindowOpens.Sub(p.Start)), s.WindowOpens.UTC().Format(time.RFC3339)))
 		}
 		t.row("+"+durText(s.Offset), string(s.Type), batch, fmt.Sprint(s.Handed),
 			fmt.Sprintf("%d/%d succeeded, %d failed", c.Succeeded, c.Total, c.Failed), dash(detail))

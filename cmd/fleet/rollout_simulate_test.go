@@ -71,12 +71,23 @@ func TestFleetRolloutSimulatePredictsAndChecksItself(t *testing.T) {
 	if err := os.WriteFile(manifest, []byte(simulatedDeployment), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// A window that opens three hours from now (UTC, the simulator's zone
+	// for every device) is closed when the simulated rollout starts, at
+	// the last event, written a moment ago.
+	opens := time.Now().UTC().Add(3 * time.Hour).Format("15:04")
+	windowed := filepath.Join(dir, "windowed.yaml")
+	if err := os.WriteFile(windowed, []byte(strings.Replace(simulatedDeployment, "  rollout:\n",
+		"  rollout:\n    maintenanceWindow:\n      start: \""+opens+"\"\n      duration: 1m\n", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	creds := []string{"--server", url, "--user", historyUser, "--password", historyPassword}
 	tests := []struct {
 		name string
 		args []string
 		want []string
 	}{
+		{"a manifest's maintenance window makes its targets wait, read in UTC", append([]string{"simulate", "-f", windowed, "--seed", "7"}, creds...),
+			[]string{"1 targets wait for the maintenance window (" + opens + " for 1m)", "assumes: the maintenance window (" + opens + " for 1m) is read in UTC", "ends Succeeded after 3h"}},
 		{"a manifest's plan is predicted against the recorded behaviour", append([]string{"simulate", "-f", manifest, "--seed", "7"}, creds...),
 			[]string{"Simulated rollout of lab/api (seed 7): 2 targets, 1 canaries", "ends Succeeded after 10m", "STAGES", "canary", "batch 1",
 				"rollout.batch-soaking", "rollout.succeeded"}},
@@ -96,6 +107,17 @@ func TestFleetRolloutSimulatePredictsAndChecksItself(t *testing.T) {
 			}
 		})
 	}
+	t.Run("a maintenance window that does not parse is refused naming its field", func(t *testing.T) {
+		bad := filepath.Join(dir, "bad-window.yaml")
+		if err := os.WriteFile(bad, []byte(strings.Replace(simulatedDeployment, "  rollout:\n",
+			"  rollout:\n    maintenanceWindow:\n      start: \"25:00\"\n      duration: 1h\n", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := rolloutCmd(context.Background(), append([]string{"simulate", "-f", bad}, creds...), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "spec.rollout.maintenanceWindow") {
+			t.Fatalf("error %v; want one naming spec.rollout.maintenanceWindow", err)
+		}
+	})
 	t.Run("json decodes into the prediction", func(t *testing.T) {
 		var out bytes.Buffer
 		if err := rolloutCmd(context.Background(), append([]string{"simulate", "-f", manifest, "-o", "json"}, creds...), &out, &bytes.Buffer{}); err != nil {
