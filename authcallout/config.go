@@ -53,6 +53,9 @@ type Config struct {
 	QueueGroup string `json:"queue_group,omitempty"`
 	// Workers processing requests at once (default 4×CPUs).
 	Workers int `json:"workers,omitempty"`
+	// ExpirySpread is Options.ExpirySpread (default
+	// DefaultExpirySpread; negative: none).
+	ExpirySpread float64 `json:"expiry_spread,omitempty"`
 	// LogFormat is "json" (default) or "text".
 	LogFormat string `json:"log_format,omitempty"`
 	// LogLevel is "info" (default) or "debug".

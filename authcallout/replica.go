@@ -55,10 +55,11 @@ type ReplicaOptions struct {
 	// VerifierOptions make the Verifier when Verifier is nil (with
 	// Metrics when VerifierOptions.Metrics is nil).
 	VerifierOptions VerifierOptions
-	// Account, DeviceAccount, QueueGroup, Workers and Logger are the
-	// Options fields of the same names.
+	// Account, DeviceAccount, QueueGroup, Workers, ExpirySpread and
+	// Logger are the Options fields of the same names.
 	Account, DeviceAccount, QueueGroup string
 	Workers                            int
+	ExpirySpread                       float64
 	Logger                             *slog.Logger
 	// Metrics is Options.Metrics, and the made Verifier's metrics (a
 	// given Verifier keeps its own). Optional.
@@ -145,7 +146,7 @@ func (r *Replica) start(o ReplicaOptions) error {
 	}
 	r.svc, err = New(Options{
 		Conn: callout, Issuer: o.Issuer, XKey: o.XKey, Account: o.Account, DeviceAccount: o.DeviceAccount, Verifier: r.verifier,
-		Identities: NewKVIdentities(js), Watch: watch, System: system, QueueGroup: o.QueueGroup, Workers: o.Workers, Logger: o.Logger,
+		Identities: NewKVIdentities(js), Watch: watch, System: system, QueueGroup: o.QueueGroup, Workers: o.Workers, ExpirySpread: o.ExpirySpread, Logger: o.Logger,
 		Metrics: o.Metrics,
 	})
 	return err

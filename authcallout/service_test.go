@@ -72,6 +72,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"a missing issuer is named", func(o *authcallout.Options) { o.Issuer = nil }, "Issuer"},
 		{"a user key as issuer is refused", func(o *authcallout.Options) { o.Issuer = user }, "account key"},
 		{"an account key as xkey is refused", func(o *authcallout.Options) { o.XKey = acc }, "curve"},
+		{"an expiry spread above half the lifetime is refused", func(o *authcallout.Options) { o.ExpirySpread = 0.6 }, "ExpirySpread"},
 		{"devices placed in the control-plane account are refused", func(o *authcallout.Options) { o.Account, o.DeviceAccount = "FLEET", "FLEET" }, "DeviceAccount"},
 		{"a missing verifier is named", func(o *authcallout.Options) { o.Verifier = nil }, "Verifier"},
 		{"missing identities are named", func(o *authcallout.Options) { o.Identities = nil }, "Identities"},

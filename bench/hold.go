@@ -109,9 +109,14 @@ func (b *bench) hold(ctx context.Context, n int, res *Result) (*HoldResult, erro
 		return h, err
 	}
 	h.Allowed, h.Refused = a1-a0, r1-r0
+	// The hold's figures are logged before the rollout after it, so that
+	// a rollout that fails (its error ends the run) does not lose them.
+	o.Logger.Info("hold measured", "for", h.Duration.Round(time.Second), "authorised", h.Allowed, "refused", h.Refused,
+		"controlPlaneCPU", h.CPU.Round(100*time.Millisecond))
 	fig, err := b.rollout(ctx, n, res, nil)
 	if err != nil {
-		return h, fmt.Errorf("the revision after the hold: %w", err)
+		return h, fmt.Errorf("the revision after the hold (%d reconnects authorised and %d refused over %s, control plane CPU %s): %w",
+			h.Allowed, h.Refused, h.Duration.Round(time.Second), h.CPU.Round(100*time.Millisecond), err)
 	}
 	h.Converged = fig.converged
 	return h, nil

@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) error {
 			Issuer: cfg.OIDCIssuer, Audience: cfg.Audience, JWKSURL: cfg.JWKSURL,
 			Algorithms: algs, ClockSkew: time.Duration(cfg.ClockSkew),
 		},
-		Account: cfg.Account, DeviceAccount: cfg.DeviceAccount, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, Logger: log,
+		Account: cfg.Account, DeviceAccount: cfg.DeviceAccount, QueueGroup: cfg.QueueGroup, Workers: cfg.Workers, ExpirySpread: cfg.ExpirySpread, Logger: log,
 		Metrics: m,
 	})
 	if err != nil {
