@@ -111,6 +111,8 @@ type Options struct {
 	// stepHook, set by tests only, is called after each step of the
 	// monitor with the time it decided at.
 	stepHook func(now time.Time)
+	// rebaseAfter, set by tests only, replaces defaultRebaseAfter.
+	rebaseAfter time.Duration
 }
 
 // Validate checks the options.
@@ -158,6 +160,13 @@ type daemon struct {
 	// none), which a pass runs without reading it again.
 	notified []byte
 	stored   *storedValue
+	// rebase: the agent connected to a server it was never connected to
+	// and has not read a value at or above lastSeq there yet; lowerSince
+	// is when it first read a lower one there, rebaseWake the pass it
+	// woke for then (rebase.go).
+	rebase     bool
+	lowerSince time.Time
+	rebaseWake *time.Timer
 	// toldAt is when the agent last learned its stored value: a direct
 	// get that answered, or a notification of the value as stored. The
 	// resync reads again ResyncInterval after it (resyncDue).
@@ -631,10 +640,11 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	d.mu.Lock()
 	d.passSeq, d.passRead = seq, true
 	d.newer = d.notified != nil || (d.stored != nil && d.stored.seq > seq)
-	if seq < d.lastSeq {
+	if seq < d.lastSeq && !d.rebaseLower(time.Now()) {
 		d.mu.Unlock()
 		return "" // an older value than one already applied
 	}
+	d.rebased()
 	d.lastSeq = seq
 	d.mu.Unlock()
 	d.tasks.feed(ctx, intent.Tasks)
@@ -820,6 +830,9 @@ func (d *daemon) stopRetry() {
 	defer d.mu.Unlock()
 	if d.retry != nil {
 		d.retry.Stop()
+	}
+	if d.rebaseWake != nil {
+		d.rebaseWake.Stop()
 	}
 }
 
