@@ -44,7 +44,9 @@ type Options struct {
 	// HeartbeatInterval defaults to 30s.
 	HeartbeatInterval time.Duration
 	// ResyncInterval re-reads the intent and reconciles even without a
-	// change notification (repairs drift). Default 5 minutes.
+	// change notification (repairs drift) once nothing told the agent its
+	// stored value for that long: a direct get, or a notification of the
+	// value as stored, restarts it (ADR 0034). Default 5 minutes.
 	ResyncInterval time.Duration
 	// RereportInterval is how often the agent publishes again, byte for
 	// byte (same event id, so the same Nats-Msg-Id), every workload, task
@@ -109,6 +111,8 @@ type Options struct {
 	// stepHook, set by tests only, is called after each step of the
 	// monitor with the time it decided at.
 	stepHook func(now time.Time)
+	// rebaseAfter, set by tests only, replaces defaultRebaseAfter.
+	rebaseAfter time.Duration
 }
 
 // Validate checks the options.
@@ -156,6 +160,17 @@ type daemon struct {
 	// none), which a pass runs without reading it again.
 	notified []byte
 	stored   *storedValue
+	// rebase: the agent connected to a server it was never connected to
+	// and has not read a value at or above lastSeq there yet; lowerSince
+	// is when it first read a lower one there, rebaseWake the pass it
+	// woke for then (rebase.go).
+	rebase     bool
+	lowerSince time.Time
+	rebaseWake *time.Timer
+	// toldAt is when the agent last learned its stored value: a direct
+	// get that answered, or a notification of the value as stored. The
+	// resync reads again ResyncInterval after it (resyncDue).
+	toldAt time.Time
 	// poke wakes the loop for a pass; retry is the pending retry of a pass
 	// that found the engine or the secret source unavailable, backoff its
 	// delay.
@@ -343,6 +358,7 @@ func Run(ctx context.Context, o Options) error {
 		case d.stored == nil || sv.seq > d.stored.seq:
 			d.stored = &sv
 			d.newer = d.newer || sv.seq > d.passSeq
+			d.toldAt = time.Now()
 		}
 		d.mu.Unlock()
 		poke()
@@ -374,7 +390,7 @@ func Run(ctx context.Context, o Options) error {
 	poke()
 	hb := time.NewTicker(o.HeartbeatInterval)
 	defer hb.Stop()
-	resync := time.NewTicker(o.ResyncInterval)
+	resync := time.NewTimer(o.ResyncInterval)
 	defer resync.Stop()
 	rereport := time.NewTicker(o.RereportInterval)
 	defer rereport.Stop()
@@ -417,7 +433,12 @@ func Run(ctx context.Context, o Options) error {
 		case <-rereport.C:
 			d.echo(ctx, time.Now())
 		case <-resync.C:
-			poke()
+			wait := d.resyncDue(time.Now())
+			if wait <= 0 {
+				poke()
+				wait = o.ResyncInterval
+			}
+			resync.Reset(wait)
 		case _, ok := <-connected:
 			if !ok { // the listener was removed: never again
 				connected = nil
@@ -510,11 +531,31 @@ func (d *daemon) readIntent(ctx context.Context) (events.DeviceIntent, uint64, e
 // directGet is one subject-scoped direct get, counted; raw is the stored
 // value (deletedValue for a delete marker or a missing key).
 func (d *daemon) directGet(ctx context.Context) (events.DeviceIntent, uint64, []byte, error) {
+	asked := time.Now()
 	v, seq, raw, err := d.directGetOnce(ctx)
 	if ctx.Err() == nil { // a get cut short by the agent stopping is not counted
 		d.o.Metrics.intentRead(err)
 	}
+	if err == nil || errors.Is(err, events.ErrUndecodable) {
+		// The server answered: what it stored when it was asked.
+		d.mu.Lock()
+		d.toldAt = asked
+		d.mu.Unlock()
+	}
 	return v, seq, raw, err
+}
+
+// resyncDue is how long after now the resync reads the intent again:
+// ResyncInterval after the agent last learned its stored value (toldAt),
+// zero or less when it is due (ADR 0034). A value the agent learned at
+// toldAt was the stored one then; a change after it came with a
+// notification, or is read at the latest one interval after toldAt,
+// which is the bound a resync every interval gave: only the reads that
+// told nothing new are left out.
+func (d *daemon) resyncDue(now time.Time) time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.toldAt.Add(d.o.ResyncInterval).Sub(now)
 }
 
 // directGetOnce is directGet, uncounted.
@@ -599,10 +640,11 @@ func (d *daemon) reconcile(ctx context.Context) string {
 	d.mu.Lock()
 	d.passSeq, d.passRead = seq, true
 	d.newer = d.notified != nil || (d.stored != nil && d.stored.seq > seq)
-	if seq < d.lastSeq {
+	if seq < d.lastSeq && !d.rebaseLower(time.Now()) {
 		d.mu.Unlock()
 		return "" // an older value than one already applied
 	}
+	d.rebased()
 	d.lastSeq = seq
 	d.mu.Unlock()
 	d.tasks.feed(ctx, intent.Tasks)
@@ -788,6 +830,9 @@ func (d *daemon) stopRetry() {
 	defer d.mu.Unlock()
 	if d.retry != nil {
 		d.retry.Stop()
+	}
+	if d.rebaseWake != nil {
+		d.rebaseWake.Stop()
 	}
 }
 

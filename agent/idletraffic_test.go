@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -82,8 +83,8 @@ func TestIdleTraffic(t *testing.T) {
 			total += v
 		}
 		slices.SortFunc(names, func(a, c string) int { return int(perDay[c] - perDay[a]) })
-		b.Logf("idle device, %s measured, id_token lifetime %s scaled to %s, TLS handshake %d B (full %d, resumed %d): %d connections, %d grants",
-			run, lifetime, prodTokenLifetime, hs, full, resumed, m.conns, m.grants)
+		b.Logf("idle device, %s measured, id_token lifetime %s scaled to %s, TLS handshake %d B (full %d, resumed %d): %d connections, %d grants, %d intent reads",
+			run, lifetime, prodTokenLifetime, hs, full, resumed, m.conns, m.grants, m.jsRequests)
 		b.Logf("%-52s %12s %12s %8s", "category", "bytes/day", "up+down", "share")
 		for _, k := range names {
 			b.Logf("%-52s %12d %12s %7.1f%%", k, perDay[k], m.split(k), 100*float64(perDay[k])/float64(total))
@@ -118,8 +119,11 @@ func TestIdleTraffic(t *testing.T) {
 }
 
 // idleHeartbeat is the heartbeat interval the run measures with (the
-// agent's default).
-const idleHeartbeat = 30 * time.Second
+// agent's default), idleResync its resync interval.
+const (
+	idleHeartbeat = 30 * time.Second
+	idleResync    = 5 * time.Minute
+)
 
 func envDuration(b *testing.T, name string, def time.Duration) time.Duration {
 	if v := os.Getenv(name); v != "" {
@@ -173,15 +177,17 @@ func (m *idleMeasure) split(cat string) string {
 // user JWT: one re-authorisation each). Grants,
 // reconnects and what a reconnect makes the agent send (its inventory,
 // the last report of every Deployment, their echoes): the bytes per
-// grant and per connection measured, times one per lifetime. Intent reads: the bytes per read measured,
-// times a read per reconnect and one per resync (5 minutes). The others
+// grant and per connection measured, times one per lifetime. Intent
+// reads: the bytes per read measured, times the reads of a lifetime: the
+// reconnect's and one per resync interval (5 minutes) that passes without
+// one (ADR 0034: a read restarts the resync), ceil(lifetime/resync). The others
 // by time. TLS: a handshake of handshake bytes per NATS and provider
 // connection, the record overhead per call.
 func (m *idleMeasure) perDay(run, lifetime time.Duration, handshake int64) map[string]int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	cycles := float64(day) / float64(lifetime)
-	reads := cycles + float64(day)/float64(5*time.Minute)
+	reads := cycles * math.Ceil(float64(lifetime)/float64(idleResync))
 	per := func(total, n int64) float64 {
 		if n == 0 {
 			return 0

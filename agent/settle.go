@@ -78,6 +78,11 @@ func (d *daemon) connectedTo(id string) {
 	for _, m := range d.marks {
 		m.settled = false
 	}
+	if len(d.servers) > 0 {
+		// Its streams may hold the intent below the sequence applied
+		// (rebase.go); a value the last server notified is read again.
+		d.rebase, d.lowerSince, d.stored = true, time.Time{}, nil
+	}
 	d.servers = append(d.servers, id)
 	if len(d.servers) > maxServers {
 		d.servers = slices.Delete(d.servers, 0, len(d.servers)-maxServers)
