@@ -23,14 +23,24 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	}
 	padding := entry.Value()
 	window := time.Duration(float64(n) / o.FloorRate * float64(time.Second))
+	rssBefore := cp.servers.rss()
+	heapBefore, err := cp.servers.heap(ctx)
+	if err != nil {
+		return err
+	}
 	subs, err := b.children(modeFloor, n, window, envFloorPassword+"="+cp.sec.floorPassword)
 	if err != nil {
 		return err
 	}
 	defer stopChildren(subs)
-	if _, _, _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
+	if _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
 		return err
 	}
+	heapAfter, err := cp.servers.heap(ctx)
+	if err != nil {
+		return err
+	}
+	res.FloorServerRSS, res.FloorServerHeap = int64(cp.servers.rss())-int64(rssBefore), int64(heapAfter)-int64(heapBefore)
 	if err := b.warmFloor(ctx, n, padding); err != nil {
 		return err
 	}

@@ -82,6 +82,12 @@ type Options struct {
 	// CPUProfile, when set, receives the control plane process's CPU
 	// profile of the measured phases (enrollment excluded).
 	CPUProfile io.Writer
+	// MemProfiles, when set, is a folder receiving heap profiles once every
+	// device connected: each nats-server process's (with Servers:
+	// server-<name>.heap.pprof, from its prof_port) and each agent
+	// process's (child-agents-<from>-<to>.heap.pprof), each after a forced
+	// garbage collection.
+	MemProfiles string
 	// FastSync runs the server with the fsync interval policy instead of the
 	// product's default (fsync on every write).
 	FastSync bool

@@ -48,9 +48,23 @@ type Result struct {
 	// summed, at the same moments as MemBefore and MemAfter.
 	Servers                         int
 	ServerRSSBefore, ServerRSSAfter uint64
+	// ServerHeapBefore and ServerHeapAfter are the nats-server processes'
+	// Go heap in use after a forced collection, summed, at the same
+	// moments (0 with the embedded server: MemBefore and MemAfter hold it).
+	ServerHeapBefore, ServerHeapAfter uint64
+	// FloorServerRSS and FloorServerHeap are the nats-server processes'
+	// RSS and Go heap growth, summed, while the floor's N plain subscribers
+	// connected (static user: no callout, no permissions, one
+	// subscription each): nats-server's own cost of a connection, to set
+	// against ServerRSSAfter and ServerHeapAfter's growth (0 with the
+	// embedded server).
+	FloorServerRSS, FloorServerHeap int64
 	// AgentRSS is the agent processes' resident memory once every device
-	// had connected, summed.
-	AgentRSS uint64
+	// had connected, summed; AgentHeap and AgentStacks their Go heap in
+	// use (after a forced collection) and goroutine stacks right after,
+	// AgentGoroutines their goroutines.
+	AgentRSS, AgentHeap, AgentStacks uint64
+	AgentGoroutines                  int
 	// Consumers counts the server's JetStream consumers: before the devices
 	// connected, once they had, once they converged, after the floor.
 	Consumers [4]int
@@ -93,6 +107,12 @@ func (r Result) PerDevice() (rss, heap int64) {
 // connected device, bytes (0 with the embedded server).
 func (r Result) ServerRSSPerDevice() int64 {
 	return (int64(r.ServerRSSAfter) - int64(r.ServerRSSBefore)) / int64(r.N)
+}
+
+// ServerHeapPerDevice is the nats-server processes' Go heap growth per
+// connected device, bytes (0 with the embedded server).
+func (r Result) ServerHeapPerDevice() int64 {
+	return (int64(r.ServerHeapAfter) - int64(r.ServerHeapBefore)) / int64(r.N)
 }
 
 // ConsumersGrew reports whether the consumer count grew with the devices.

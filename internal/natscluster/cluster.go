@@ -52,6 +52,9 @@ type Options struct {
 	// ReadyTimeout bounds each wait for a server to be healthy. Default
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// Profile serves each server's Go profiles (nats-server's prof_port:
+	// /debug/pprof/heap and the others) on a loopback port, ProfileURL.
+	Profile bool
 }
 
 // Validate checks the options.
@@ -86,9 +89,9 @@ type Cluster struct {
 // node is one server: its fixed ports and files, and its process while
 // it runs.
 type node struct {
-	name                   string
-	client, route, monitor int
-	dir, conf, log         string
+	name                         string
+	client, route, monitor, prof int
+	dir, conf, log               string
 
 	mu   sync.Mutex // guards cmd and done
 	cmd  *exec.Cmd
@@ -115,13 +118,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		o.Binary = bin
 	}
-	ports, err := freePorts(3 * o.N)
+	ports, err := freePorts(4 * o.N)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{o: o}
 	for i := range o.N {
-		n := &node{name: fmt.Sprintf("n%d", i+1), client: ports[3*i], route: ports[3*i+1], monitor: ports[3*i+2]}
+		n := &node{name: fmt.Sprintf("n%d", i+1), client: ports[4*i], route: ports[4*i+1], monitor: ports[4*i+2], prof: ports[4*i+3]}
 		n.dir = filepath.Join(o.Dir, n.name)
 		n.conf, n.log = filepath.Join(n.dir, "nats-server.conf"), filepath.Join(n.dir, "nats-server.log")
 		if err := os.MkdirAll(filepath.Join(n.dir, "store"), 0o700); err != nil {
@@ -158,6 +161,9 @@ func (c *Cluster) config(n *node) string {
 	}
 	fmt.Fprintf(&b, "\n# natscluster: server %s\nserver_name: %q\nlisten: \"127.0.0.1:%d\"\nhttp: \"127.0.0.1:%d\"\n",
 		n.name, n.name, n.client, n.monitor)
+	if c.o.Profile {
+		fmt.Fprintf(&b, "prof_port: %d\n", n.prof)
+	}
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  sync_interval: %s\n}\n", filepath.Join(n.dir, "store"), sync)
 	if c.o.N > 1 {
 		var routes []string
@@ -308,6 +314,15 @@ func (c *Cluster) ClientURLs() []string {
 // URL is every server's client URL, comma-separated: what nats.Connect
 // takes to know the whole cluster before it learns it from the servers.
 func (c *Cluster) URL() string { return strings.Join(c.ClientURLs(), ",") }
+
+// ProfileURL is server i's profiling address (/debug/pprof/heap, ...);
+// empty unless Options.Profile.
+func (c *Cluster) ProfileURL(i int) string {
+	if !c.o.Profile {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(c.nodes[i].prof)
+}
 
 // MonitorURL is server i's HTTP monitoring address (/varz, /jsz, ...).
 func (c *Cluster) MonitorURL(i int) string {
