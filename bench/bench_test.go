@@ -163,7 +163,7 @@ func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
 	if r.Converged <= 0 || r.FloorAsync <= 0 || r.FloorStoredAsync < r.FloorAsync || r.ServerRSSBefore == 0 || r.ServerRSSAfter == 0 {
 		t.Errorf("a figure is missing: %+v", r)
 	}
-	if r.ServerHeapBefore == 0 || r.ServerHeapAfter == 0 || r.AgentHeap == 0 || r.AgentStacks == 0 || r.AgentGoroutines < 20 {
+	if r.ServerHeapBefore.Heap == 0 || r.ServerHeapAfter.Heap == 0 || r.ServerHeapAfter.Stacks == 0 || r.AgentHeap == 0 || r.AgentStacks == 0 || r.AgentGoroutines < 20 {
 		t.Errorf("a memory figure is missing: server heap %d → %d, agents' heap %d, stacks %d, goroutines %d",
 			r.ServerHeapBefore, r.ServerHeapAfter, r.AgentHeap, r.AgentStacks, r.AgentGoroutines)
 	}

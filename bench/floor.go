@@ -23,7 +23,6 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	}
 	padding := entry.Value()
 	window := time.Duration(float64(n) / o.FloorRate * float64(time.Second))
-	rssBefore := cp.servers.rss()
 	heapBefore, err := cp.servers.heap(ctx)
 	if err != nil {
 		return err
@@ -40,7 +39,8 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	if err != nil {
 		return err
 	}
-	res.FloorServerRSS, res.FloorServerHeap = int64(cp.servers.rss())-int64(rssBefore), int64(heapAfter)-int64(heapBefore)
+	res.FloorServerHeap = int64(heapAfter.Heap) - int64(heapBefore.Heap)
+	res.FloorServerStacks = int64(heapAfter.Stacks) - int64(heapBefore.Stacks)
 	if err := b.warmFloor(ctx, n, padding); err != nil {
 		return err
 	}

@@ -49,16 +49,18 @@ type Result struct {
 	Servers                         int
 	ServerRSSBefore, ServerRSSAfter uint64
 	// ServerHeapBefore and ServerHeapAfter are the nats-server processes'
-	// Go heap in use after a forced collection, summed, at the same
-	// moments (0 with the embedded server: MemBefore and MemAfter hold it).
-	ServerHeapBefore, ServerHeapAfter uint64
-	// FloorServerRSS and FloorServerHeap are the nats-server processes'
-	// RSS and Go heap growth, summed, while the floor's N plain subscribers
-	// connected (static user: no callout, no permissions, one
-	// subscription each): nats-server's own cost of a connection, to set
-	// against ServerRSSAfter and ServerHeapAfter's growth (0 with the
-	// embedded server).
-	FloorServerRSS, FloorServerHeap int64
+	// Go heap in use after a forced collection and goroutine stacks,
+	// summed, at the same moments (zero with the embedded server:
+	// MemBefore and MemAfter hold it).
+	ServerHeapBefore, ServerHeapAfter serverMemory
+	// FloorServerHeap and FloorServerStacks are the nats-server
+	// processes' Go heap and goroutine stacks growth, summed, while the
+	// floor's N plain subscribers connected (static user: no callout, no
+	// permissions, one subscription each): nats-server's own cost of a
+	// connection, to set against the devices' (0 with the embedded
+	// server). Their RSS is not: the agents' memory is not yet returned
+	// to the system when the floor starts.
+	FloorServerHeap, FloorServerStacks int64
 	// AgentRSS is the agent processes' resident memory once every device
 	// had connected, summed; AgentHeap and AgentStacks their Go heap in
 	// use (after a forced collection) and goroutine stacks right after,
@@ -112,7 +114,13 @@ func (r Result) ServerRSSPerDevice() int64 {
 // ServerHeapPerDevice is the nats-server processes' Go heap growth per
 // connected device, bytes (0 with the embedded server).
 func (r Result) ServerHeapPerDevice() int64 {
-	return (int64(r.ServerHeapAfter) - int64(r.ServerHeapBefore)) / int64(r.N)
+	return (int64(r.ServerHeapAfter.Heap) - int64(r.ServerHeapBefore.Heap)) / int64(r.N)
+}
+
+// ServerStacksPerDevice is the nats-server processes' goroutine stack
+// growth per connected device, bytes (0 with the embedded server).
+func (r Result) ServerStacksPerDevice() int64 {
+	return (int64(r.ServerHeapAfter.Stacks) - int64(r.ServerHeapBefore.Stacks)) / int64(r.N)
 }
 
 // ConsumersGrew reports whether the consumer count grew with the devices.

@@ -35,8 +35,9 @@ type fleetServers interface {
 	// the embedded server (it is this process: measureMemory).
 	rss() uint64
 	// heap is the server processes' Go heap in use after a forced
-	// collection, summed; 0 for the embedded server (measureMemory).
-	heap(ctx context.Context) (uint64, error)
+	// collection and their goroutine stacks, summed; zero for the embedded
+	// server (measureMemory).
+	heap(ctx context.Context) (serverMemory, error)
 	// heapProfiles writes each server process's heap profile into dir
 	// (nothing for the embedded server: it is this process).
 	heapProfiles(ctx context.Context, dir string) error
@@ -48,7 +49,7 @@ type embeddedServer struct{ srv *natsembed.Server }
 func (e embeddedServer) urlFor(int) string { return e.srv.ClientURL() }
 func (e embeddedServer) rss() uint64       { return 0 }
 
-func (e embeddedServer) heap(context.Context) (uint64, error)       { return 0, nil }
+func (e embeddedServer) heap(context.Context) (serverMemory, error) { return serverMemory{}, nil }
 func (e embeddedServer) heapProfiles(context.Context, string) error { return nil }
 
 func (e embeddedServer) clients(context.Context) (int, error) { return e.srv.NATS().NumClients(), nil }
@@ -158,18 +159,19 @@ func (s clusterServers) profile(ctx context.Context, i int, query string) ([]byt
 	return b, nil
 }
 
-func (s clusterServers) heap(ctx context.Context) (uint64, error) {
-	var total uint64
+func (s clusterServers) heap(ctx context.Context) (serverMemory, error) {
+	var total serverMemory
 	for i := range s.c.N() {
 		b, err := s.profile(ctx, i, "&debug=1")
 		if err != nil {
-			return 0, err
+			return serverMemory{}, err
 		}
-		v, err := heapInuse(b)
+		m, err := profileMemory(b)
 		if err != nil {
-			return 0, fmt.Errorf("scalebench: server %s: %w", s.c.Name(i), err)
+			return serverMemory{}, fmt.Errorf("scalebench: server %s: %w", s.c.Name(i), err)
 		}
-		total += v
+		total.Heap += m.Heap
+		total.Stacks += m.Stacks
 	}
 	return total, nil
 }
@@ -187,19 +189,39 @@ func (s clusterServers) heapProfiles(ctx context.Context, dir string) error {
 	return nil
 }
 
-// heapInuse reads HeapInuse from a text heap profile (debug=1), whose
-// runtime.MemStats comment lines end it.
-func heapInuse(text []byte) (uint64, error) {
+// serverMemory is Go memory of nats-server processes, bytes: heap in use
+// and goroutine stacks in use.
+type serverMemory struct {
+	Heap, Stacks uint64
+}
+
+// profileMemory reads HeapInuse and the stacks in use from a text heap
+// profile (debug=1), whose runtime.MemStats comment lines end it ("#
+// HeapInuse = n", "# Stack = inuse / sys").
+func profileMemory(text []byte) (serverMemory, error) {
+	var m serverMemory
+	var heap, stack bool
 	for line := range strings.Lines(string(text)) {
 		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
 			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("heap profile: HeapInuse %q: %w", v, err)
+				return m, fmt.Errorf("heap profile: HeapInuse %q: %w", v, err)
 			}
-			return n, nil
+			m.Heap, heap = n, true
+		}
+		if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
+			inuse, _, _ := strings.Cut(v, " / ")
+			n, err := strconv.ParseUint(strings.TrimSpace(inuse), 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("heap profile: Stack %q: %w", v, err)
+			}
+			m.Stacks, stack = n, true
 		}
 	}
-	return 0, errors.New("heap profile: no HeapInuse line")
+	if !heap || !stack {
+		return m, errors.New("heap profile: no HeapInuse or Stack line")
+	}
+	return m, nil
 }
 
 // pidRSS is process pid's VmRSS in bytes (0 when unknown).
