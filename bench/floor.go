@@ -23,10 +23,6 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	}
 	padding := entry.Value()
 	window := time.Duration(float64(n) / o.FloorRate * float64(time.Second))
-	heapBefore, err := cp.servers.heap(ctx)
-	if err != nil {
-		return err
-	}
 	subs, err := b.children(modeFloor, n, window, envFloorPassword+"="+cp.sec.floorPassword)
 	if err != nil {
 		return err
@@ -35,12 +31,6 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	if _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
 		return err
 	}
-	heapAfter, err := cp.servers.heap(ctx)
-	if err != nil {
-		return err
-	}
-	res.FloorServerHeap = int64(heapAfter.Heap) - int64(heapBefore.Heap)
-	res.FloorServerStacks = int64(heapAfter.Stacks) - int64(heapBefore.Stacks)
 	if err := b.warmFloor(ctx, n, padding); err != nil {
 		return err
 	}

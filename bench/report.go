@@ -45,8 +45,6 @@ func printResult(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  memory      %.1f KB RSS, %.1f KB Go heap, %.1f KB goroutine stacks per connected device in the nats-server processes (RSS %d → %d MB, heap %d → %d MB summed)\n",
 			float64(r.ServerRSSPerDevice())/1024, float64(r.ServerHeapPerDevice())/1024, float64(r.ServerStacksPerDevice())/1024,
 			r.ServerRSSBefore>>20, r.ServerRSSAfter>>20, r.ServerHeapBefore.Heap>>20, r.ServerHeapAfter.Heap>>20)
-		fmt.Fprintf(w, "              %.1f KB Go heap, %.1f KB goroutine stacks per connection of the floor's plain subscribers in the nats-server processes (no callout, no permissions, one subscription)\n",
-			float64(r.FloorServerHeap)/1024/float64(r.N), float64(r.FloorServerStacks)/1024/float64(r.N))
 		fmt.Fprintf(w, "              %.1f KB RSS, %.1f KB Go heap per device in the control plane process: callout, provider, runner (RSS %d → %d MB, heap %d → %d MB)\n",
 			float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
 	}

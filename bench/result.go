@@ -53,14 +53,6 @@ type Result struct {
 	// summed, at the same moments (zero with the embedded server:
 	// MemBefore and MemAfter hold it).
 	ServerHeapBefore, ServerHeapAfter serverMemory
-	// FloorServerHeap and FloorServerStacks are the nats-server
-	// processes' Go heap and goroutine stacks growth, summed, while the
-	// floor's N plain subscribers connected (static user: no callout, no
-	// permissions, one subscription each): nats-server's own cost of a
-	// connection, to set against the devices' (0 with the embedded
-	// server). Their RSS is not: the agents' memory is not yet returned
-	// to the system when the floor starts.
-	FloorServerHeap, FloorServerStacks int64
 	// AgentRSS is the agent processes' resident memory once every device
 	// had connected, summed; AgentHeap and AgentStacks their Go heap in
 	// use (after a forced collection) and goroutine stacks right after,
