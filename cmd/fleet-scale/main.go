@@ -64,6 +64,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	fs.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
 	fs.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
+	fs.StringVar(&o.ServerMemoryLimit, "server-memlimit", "", "with -servers, each nats-server process's GOMEMLIMIT, such as 1600MiB (production sets one on its NATS nodes; empty: none)")
 	fs.StringVar(&o.MemProfiles, "memprofile", "", "write heap profiles once every device connected to this folder: each nats-server process's (with -servers) and each agent process's")
 	fs.StringVar(&childProfiles, "child-cpuprofile", "", "write each child process's CPU profile (agents, floor subscribers, flooders; from its start until it stops) to a file in this folder")
 	fs.DurationVar(&o.TokenLifetime, "token-lifetime", bench.DefaultTokenLifetime, "id_token lifetime of the development provider: the user JWT expires with it and each connection is re-authorised (production: 10m; the default outlasts a run)")

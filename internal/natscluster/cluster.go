@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,10 +53,18 @@ type Options struct {
 	// ReadyTimeout bounds each wait for a server to be healthy. Default
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// MemoryLimit, when set, is each server process's GOMEMLIMIT (the Go
+	// runtime's soft memory limit, as the production composition sets it
+	// on its NATS nodes): a number of bytes with an optional unit B, KiB,
+	// MiB, GiB or TiB, such as 1600MiB. Empty: no limit (GOGC alone).
+	MemoryLimit string
 	// Profile serves each server's Go profiles (nats-server's prof_port:
 	// /debug/pprof/heap and the others) on a loopback port, ProfileURL.
 	Profile bool
 }
+
+// memoryLimit is GOMEMLIMIT's form.
+var memoryLimit = regexp.MustCompile(`^[0-9]+(B|KiB|MiB|GiB|TiB)?$`)
 
 // Validate checks the options.
 func (o Options) Validate() error {
@@ -70,6 +79,9 @@ func (o Options) Validate() error {
 		if strings.Contains(o.Config, "\n"+key) || strings.HasPrefix(o.Config, key) {
 			errs = append(errs, fmt.Errorf("natscluster: Config sets %q at the top level: Start writes it per server; remove it", key))
 		}
+	}
+	if o.MemoryLimit != "" && !memoryLimit.MatchString(o.MemoryLimit) {
+		errs = append(errs, fmt.Errorf("natscluster: MemoryLimit %q: use bytes with an optional unit B, KiB, MiB, GiB or TiB, such as 1600MiB (GOMEMLIMIT's form)", o.MemoryLimit))
 	}
 	if o.SyncInterval != "" && o.SyncInterval != "always" {
 		if _, err := time.ParseDuration(o.SyncInterval); err != nil {
@@ -263,6 +275,9 @@ func (c *Cluster) spawn(i int) error {
 	fmt.Fprintf(logf, "=== natscluster: start %s at %s\n", n.name, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.o.Binary, "-c", n.conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if c.o.MemoryLimit != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+c.o.MemoryLimit)
+	}
 	// The server dies with the process that started it, even when that one
 	// is killed (a test binary past its timeout).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
