@@ -3,7 +3,8 @@ package agent_test
 import (
 	"context"
 	"errors"
-	"runtime"
+	"runtime/pprof"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -18,23 +19,25 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
-// agentGoroutines counts the goroutines running code of package agent
-// (the daemon's own: its loop and its helpers), not the NATS client's.
-func agentGoroutines() int {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
+// agentGoroutines counts the goroutines labelled test=label (inherited
+// from the goroutine that runs agent.Run) that run code of package agent:
+// the daemon's own, not the NATS client's, and none of another test's.
+func agentGoroutines(t *testing.T, label string) int {
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
 	}
 	count := 0
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "github.com/nationtech/harmony-fleet/agent.") {
-			count++
+	for g := range strings.SplitSeq(b.String(), "\n\n") {
+		if !strings.Contains(g, `"test":"`+label+`"`) || !strings.Contains(g, "github.com/nationtech/harmony-fleet/agent.") {
+			continue
 		}
+		// A group: "<count> @ <pcs>" then its labels and frames.
+		n, err := strconv.Atoi(strings.Fields(g)[0])
+		if err != nil {
+			t.Fatalf("goroutine profile group %q: %v", g, err)
+		}
+		count += n
 	}
 	return count
 }
@@ -110,7 +113,6 @@ func TestAnIdleAgentRunsFiveGoroutinesOfItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := agentGoroutines()
 	ctx, cancel := context.WithCancel(context.Background())
 	dc, err := agent.Connect(ctx, agent.ConnectOptions{URL: env.NATS.ClientURL(), Key: &key, Device: "d1"})
 	if err != nil {
@@ -123,8 +125,11 @@ func TestAnIdleAgentRunsFiveGoroutinesOfItsOwn(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: dc.Conn,
-			Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{})}})
+		// Every goroutine the agent starts inherits the label.
+		pprof.Do(ctx, pprof.Labels("test", t.Name()), func(ctx context.Context) {
+			done <- agent.Run(ctx, agent.Options{Device: "d1", Conn: dc.Conn,
+				Reconciler: &agent.Reconciler{Runtime: sim.New(sim.Options{})}})
+		})
 	}()
 	defer func() {
 		cancel()
@@ -139,7 +144,7 @@ func TestAnIdleAgentRunsFiveGoroutinesOfItsOwn(t *testing.T) {
 	const want = 5
 	got := 0
 	_ = testenv.Poll(ctx, 10*time.Second, func() bool {
-		got = agentGoroutines() - before
+		got = agentGoroutines(t, t.Name())
 		return got <= want
 	})
 	if got != want {
