@@ -38,7 +38,8 @@ type ConnectOptions struct {
 	// Logger receives the credential source's logs. Default: discard.
 	Logger *slog.Logger
 	// NATSOptions are added after the device's own (name, token callback,
-	// inbox prefix, reconnecting forever after ReconnectDelay); a later
+	// inbox prefix, reconnecting forever after ReconnectDelay, a reconnect
+	// buffer of ReconnectBuffer bytes); a later
 	// option wins (nats.ReconnectWait does not: a custom delay replaces it;
 	// give nats.CustomReconnectDelay).
 	NATSOptions []nats.Option
@@ -71,6 +72,15 @@ func ReconnectDelay(attempt int) time.Duration {
 	}
 	return w + rand.N(j+1)
 }
+
+// ReconnectBuffer is how many bytes a device's NATS client keeps of what
+// is published while its connection is down, for the reconnect (nats.go's
+// default is 8 MiB); past it a publish fails with
+// nats.ErrReconnectBufExceeded. The agent holds its reports itself while
+// offline (coalesced, MaxOfflineReports), so the client's buffer only
+// catches a publish racing the disconnect and log chunks: eight of the
+// largest message a device may send (authcallout.DeviceMaxPayload).
+const ReconnectBuffer = 1 << 20
 
 // DeviceConn is a device's NATS connection and the id_token source it
 // authenticates with (the agent's secret store logs in with the same
@@ -140,7 +150,8 @@ func Connect(ctx context.Context, o ConnectOptions) (*DeviceConn, error) {
 		return nil, errors.New("agent: connect: the device id is empty and the key file names none: give the device's id")
 	}
 	opts := append(src.NATSOptions(o.Device), nats.Name("fleet-agent "+o.Device), nats.MaxReconnects(-1),
-		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.CustomReconnectDelay(ReconnectDelay))
+		nats.RetryOnFailedConnect(true), nats.IgnoreAuthErrorAbort(), nats.CustomReconnectDelay(ReconnectDelay),
+		nats.ReconnectBufSize(ReconnectBuffer))
 	opts = append(opts, connLogging(o.Logger.With("device", o.Device), src)...)
 	// Last: it keeps a TLS configuration the caller gave, adding the
 	// session cache.

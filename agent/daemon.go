@@ -318,14 +318,20 @@ func Run(ctx context.Context, o Options) error {
 	d.mon = newMonitor(d)
 	tctx, stopTasks := context.WithCancel(ctx)
 	var tasksDone sync.WaitGroup
-	defer tasksDone.Wait()
-	defer stopTasks()
+	defer func() {
+		stopTasks()
+		tasksDone.Wait()
+		// The log streams end with tctx; waiting here keeps no goroutine
+		// per device for it while the agent runs.
+		if d.logs != nil {
+			d.logs.wg.Wait()
+		}
+	}()
 	tasksDone.Go(func() { d.tasks.run(tctx) })
 	d.fetch = newFetcher(d)
 	tasksDone.Go(func() { d.fetch.run(tctx) })
 	d.mon.start(tctx) // before the first pass starts a container
 	d.logs = newLogStreams(d, tctx)
-	tasksDone.Go(func() { <-tctx.Done(); d.logs.wg.Wait() })
 
 	notifySubj, _ := events.IntentNotifySubject(o.Device)
 	cmdSubj, _ := events.CommandSubject(o.Device)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/nationtech/harmony-fleet/events"
 )
 
@@ -141,8 +143,9 @@ func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
 	var out bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
+	profiles := t.TempDir()
 	res, err := Run(ctx, Options{
-		Sizes: []int{20}, PerProcess: 7, Servers: 3, ConnectRate: 100, Timeout: 2 * time.Minute,
+		Sizes: []int{20}, PerProcess: 7, Servers: 3, ConnectRate: 100, Timeout: 2 * time.Minute, MemProfiles: profiles,
 		Exe: exe, DataDir: t.TempDir(), Out: &out, KeyCache: KeyCache{Dir: t.TempDir(), PerFile: 10}, DistinctKeys: 7,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -159,6 +162,23 @@ func TestTwentyDevicesConvergeOnAClusterOfThreeServers(t *testing.T) {
 	}
 	if r.Converged <= 0 || r.FloorAsync <= 0 || r.FloorStoredAsync < r.FloorAsync || r.ServerRSSBefore == 0 || r.ServerRSSAfter == 0 {
 		t.Errorf("a figure is missing: %+v", r)
+	}
+	if r.ServerHeapBefore.Heap == 0 || r.ServerHeapAfter.Heap == 0 || r.ServerHeapAfter.Stacks == 0 || r.AgentHeap == 0 || r.AgentStacks == 0 || r.AgentGoroutines < 20 {
+		t.Errorf("a memory figure is missing: server heap %d → %d, agents' heap %d, stacks %d, goroutines %d",
+			r.ServerHeapBefore, r.ServerHeapAfter, r.AgentHeap, r.AgentStacks, r.AgentGoroutines)
+	}
+	entries, err := os.ReadDir(profiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range entries {
+		files = append(files, e.Name())
+	}
+	want := []string{"child-agents-1-6.goroutines.txt", "child-agents-1-6.heap.pprof", "child-agents-14-20.goroutines.txt", "child-agents-14-20.heap.pprof",
+		"child-agents-7-13.goroutines.txt", "child-agents-7-13.heap.pprof", "server-n1.heap.pprof", "server-n2.heap.pprof", "server-n3.heap.pprof"}
+	if diff := cmp.Diff(want, files); diff != "" {
+		t.Errorf("the heap profiles written (-want +got):\n%s", diff)
 	}
 	if !strings.Contains(out.String(), "(7 distinct keys: device i has key i mod 7)") {
 		t.Errorf("the printed figures do not say the devices shared 7 keys")

@@ -13,9 +13,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,6 +43,13 @@ const (
 // stops. The children inherit it.
 const EnvChildCPUProfile = "SCALEBENCH_CHILD_CPUPROFILE"
 
+// EnvChildMemProfile, when set in the parent's environment (fleet-scale
+// -memprofile), names a folder where every agent child process writes its
+// heap profile once all its devices are connected (after a forced garbage
+// collection), child-agents-<from>-<to>.heap.pprof, and its goroutines
+// grouped by stack, child-agents-<from>-<to>.goroutines.txt.
+const EnvChildMemProfile = "SCALEBENCH_CHILD_MEMPROFILE"
+
 // envFloorPassword passes the floor user's password to floor children (never
 // on a command line).
 const envFloorPassword = "SCALEBENCH_FLOOR_PASSWORD"
@@ -62,7 +71,13 @@ type childMsg struct {
 	// credential and callout included), in microseconds.
 	Latencies []int64 `json:"latencies,omitempty"`
 	RSS       uint64  `json:"rss,omitempty"`
-	Error     string  `json:"error,omitempty"`
+	// Heap and Stacks are the child's Go heap in use and goroutine stacks
+	// in use right after RSS was read, after a forced garbage collection;
+	// Goroutines its goroutine count.
+	Heap       uint64 `json:"heap,omitempty"`
+	Stacks     uint64 `json:"stacks,omitempty"`
+	Goroutines int    `json:"goroutines,omitempty"`
+	Error      string `json:"error,omitempty"`
 	// Flood is a flood child's traffic (kind "flooded").
 	Flood *floodReport `json:"flood,omitempty"`
 }
@@ -191,6 +206,9 @@ type ramp struct {
 	latencies []int64
 	retries   atomic.Int64
 	connected sync.WaitGroup
+	// heapProfile, when set, is the file the child's heap profile is
+	// written to once every device connected.
+	heapProfile string
 }
 
 func (r *ramp) done(d time.Duration) {
@@ -213,7 +231,48 @@ func (r *ramp) report(ctx context.Context, emit func(childMsg)) {
 	r.mu.Lock()
 	lat := slices.Clone(r.latencies)
 	r.mu.Unlock()
-	emit(childMsg{Kind: "ready", Connected: len(lat), Retries: int(r.retries.Load()), Latencies: lat, RSS: processRSS()})
+	rss := processRSS() // as the process holds it, before the forced collection
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if r.heapProfile != "" {
+		if err := writeHeapProfile(r.heapProfile); err != nil {
+			emit(childMsg{Kind: "error", Error: err.Error()})
+			return
+		}
+	}
+	emit(childMsg{Kind: "ready", Connected: len(lat), Retries: int(r.retries.Load()), Latencies: lat, RSS: rss,
+		Heap: ms.HeapInuse, Stacks: ms.StackInuse, Goroutines: runtime.NumGoroutine()})
+}
+
+// writeHeapProfile writes this process's heap profile to path.
+func writeHeapProfile(path string) error {
+	out, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("scalebench child: heap profile (%s): %w", EnvChildMemProfile, err)
+	}
+	if err := pprof.Lookup("heap").WriteTo(out, 0); err != nil {
+		_ = out.Close()
+		return fmt.Errorf("scalebench child: heap profile %s: %w", path, err)
+	}
+	if err := out.Close(); err != nil {
+		return fmt.Errorf("scalebench child: heap profile %s: %w", path, err)
+	}
+	// The goroutines beside it, grouped by stack (text): what each device
+	// keeps running.
+	gpath := strings.TrimSuffix(path, ".heap.pprof") + ".goroutines.txt"
+	g, err := os.Create(gpath)
+	if err != nil {
+		return fmt.Errorf("scalebench child: goroutine profile (%s): %w", EnvChildMemProfile, err)
+	}
+	if err := pprof.Lookup("goroutine").WriteTo(g, 1); err != nil {
+		_ = g.Close()
+		return fmt.Errorf("scalebench child: goroutine profile %s: %w", gpath, err)
+	}
+	if err := g.Close(); err != nil {
+		return fmt.Errorf("scalebench child: goroutine profile %s: %w", gpath, err)
+	}
+	return nil
 }
 
 // delay waits a uniformly random part of window; false when ctx ended.
@@ -256,6 +315,9 @@ func runAgents(ctx context.Context, f childFlags, emit func(childMsg), log *slog
 		r  ramp
 		wg sync.WaitGroup
 	)
+	if dir := os.Getenv(EnvChildMemProfile); dir != "" {
+		r.heapProfile = filepath.Join(dir, fmt.Sprintf("child-%s-%d-%d.heap.pprof", modeAgents, f.from, f.to))
+	}
 	r.connected.Add(f.to - f.from + 1)
 	for i := f.from; i <= f.to; i++ {
 		wg.Go(func() {
@@ -348,6 +410,9 @@ func runFloorSubscribers(ctx context.Context, f childFlags, password string, emi
 		r  ramp
 		wg sync.WaitGroup
 	)
+	if dir := os.Getenv(EnvChildMemProfile); dir != "" {
+		r.heapProfile = filepath.Join(dir, fmt.Sprintf("child-%s-%d-%d.heap.pprof", modeAgents, f.from, f.to))
+	}
 	r.connected.Add(f.to - f.from + 1)
 	for i := f.from; i <= f.to; i++ {
 		wg.Go(func() {

@@ -44,36 +44,48 @@ func stopChildren(cs []*child) error {
 	return errors.Join(errs...)
 }
 
-// awaitReady waits for every child's ready line and returns the sorted
-// connect latencies (µs), the retries and the children's summed RSS.
-func awaitReady(ctx context.Context, cs []*child, timeout time.Duration) ([]int64, int, uint64, error) {
+// readiness is what the children's ready lines say together.
+type readiness struct {
+	// Latencies are the sorted connect latencies, µs.
+	Latencies []int64
+	Retries   int
+	// RSS, Heap and Stacks are the children's resident memory, Go heap in
+	// use and goroutine stacks, summed; Goroutines their goroutines.
+	RSS, Heap, Stacks uint64
+	Goroutines        int
+}
+
+// awaitReady waits for every child's ready line and returns what they
+// said together.
+func awaitReady(ctx context.Context, cs []*child, timeout time.Duration) (readiness, error) {
 	deadline := time.NewTimer(timeout)
 	defer deadline.Stop()
-	var lat []int64
-	retries := 0
-	var rss uint64
+	var r readiness
 	for _, c := range cs {
 		for ready := false; !ready; {
 			select {
 			case m, ok := <-c.msgs:
 				switch {
 				case !ok:
-					return nil, 0, 0, fmt.Errorf("%w: pid %d exited before all its devices connected", ErrChild, c.cmd.Process.Pid)
+					return readiness{}, fmt.Errorf("%w: pid %d exited before all its devices connected", ErrChild, c.cmd.Process.Pid)
 				case m.Kind == "error":
-					return nil, 0, 0, fmt.Errorf("%w: %s", ErrChild, m.Error)
+					return readiness{}, fmt.Errorf("%w: %s", ErrChild, m.Error)
 				case m.Kind == "ready":
-					lat = append(lat, m.Latencies...)
-					retries += m.Retries
-					rss += m.RSS
+					r.Latencies = append(r.Latencies, m.Latencies...)
+					r.Retries += m.Retries
+					r.RSS += m.RSS
+					r.Heap += m.Heap
+					r.Stacks += m.Stacks
+					r.Goroutines += m.Goroutines
 					ready = true
 				}
 			case <-deadline.C:
-				return nil, 0, 0, fmt.Errorf("%w: devices not connected after %s", ErrIncomplete, timeout)
+				return readiness{}, fmt.Errorf("%w: devices not connected after %s", ErrIncomplete, timeout)
 			case <-ctx.Done():
-				return nil, 0, 0, ctx.Err()
+				return readiness{}, ctx.Err()
 			}
 		}
 	}
-	slices.Sort(lat)
-	return lat, retries, rss, nil
+	slices.Sort(r.Latencies)
+	return r, nil
 }

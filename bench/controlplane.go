@@ -130,7 +130,8 @@ func (cp *controlPlane) startCluster(ctx context.Context, o Options, storeDir st
 	if o.FastSync {
 		sync = "2m"
 	}
-	if cp.cluster, err = natscluster.Start(ctx, natscluster.Options{N: o.Servers, Dir: storeDir, Config: conf, SyncInterval: sync}); err != nil {
+	if cp.cluster, err = natscluster.Start(ctx, natscluster.Options{N: o.Servers, Dir: storeDir, Config: conf, SyncInterval: sync, Profile: true,
+		MemoryLimit: o.ServerMemoryLimit}); err != nil {
 		return fmt.Errorf("scalebench: %w", err)
 	}
 	po.Servers, po.Secrets, po.Replicas = cp.cluster.ClientURLs(), secrets, clusterCalloutReplicas

@@ -577,7 +577,7 @@ func (b *bench) flooded(ctx context.Context, n int, res *Result) (*FloodResult, 
 		return fr, err
 	}
 	defer stopChildren(cs)
-	if _, _, _, err := awaitReady(ctx, cs, o.Timeout); err != nil {
+	if _, err := awaitReady(ctx, cs, o.Timeout); err != nil {
 		return fr, err
 	}
 	o.Logger.Info("flooding devices connected", "flooders", o.Flooders)

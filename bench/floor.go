@@ -28,7 +28,7 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 		return err
 	}
 	defer stopChildren(subs)
-	if _, _, _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
+	if _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
 		return err
 	}
 	if err := b.warmFloor(ctx, n, padding); err != nil {

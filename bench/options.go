@@ -82,6 +82,17 @@ type Options struct {
 	// CPUProfile, when set, receives the control plane process's CPU
 	// profile of the measured phases (enrollment excluded).
 	CPUProfile io.Writer
+	// ServerMemoryLimit, when set, is each nats-server process's
+	// GOMEMLIMIT with Servers (natscluster.Options.MemoryLimit), as the
+	// production composition sets one on its NATS nodes: without it a
+	// server's resident memory grows to about twice its live heap.
+	ServerMemoryLimit string
+	// MemProfiles, when set, is a folder receiving heap profiles once every
+	// device connected: each nats-server process's (with Servers:
+	// server-<name>.heap.pprof, from its prof_port) and each agent
+	// process's (child-agents-<from>-<to>.heap.pprof), each after a forced
+	// garbage collection.
+	MemProfiles string
 	// FastSync runs the server with the fsync interval policy instead of the
 	// product's default (fsync on every write).
 	FastSync bool
@@ -142,6 +153,9 @@ func (o Options) Validate() error {
 	}
 	if o.Servers < 0 || o.Servers > natscluster.MaxNodes {
 		errs = append(errs, fmt.Errorf("scalebench: %d servers: use 0 (the embedded server) or 1..%d nats-server processes", o.Servers, natscluster.MaxNodes))
+	}
+	if o.ServerMemoryLimit != "" && o.Servers == 0 {
+		errs = append(errs, errors.New("scalebench: a server memory limit applies to nats-server processes: add -servers or drop -server-memlimit"))
 	}
 	if o.Servers > 0 && o.Flooders > 0 {
 		errs = append(errs, errors.New("scalebench: flooders run on the embedded server only: drop -flooders or -servers"))

@@ -42,13 +42,16 @@ func printResult(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  memory      %.1f KB RSS, %.1f KB Go heap per connected device in the server process (RSS %d → %d MB, heap %d → %d MB)\n",
 			float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
 	} else {
-		fmt.Fprintf(w, "  memory      %.1f KB RSS per connected device in the nats-server processes (RSS %d → %d MB summed)\n",
-			float64(r.ServerRSSPerDevice())/1024, r.ServerRSSBefore>>20, r.ServerRSSAfter>>20)
+		fmt.Fprintf(w, "  memory      %.1f KB RSS, %.1f KB Go heap, %.1f KB goroutine stacks per connected device in the nats-server processes (RSS %d → %d MB, heap %d → %d MB summed)\n",
+			float64(r.ServerRSSPerDevice())/1024, float64(r.ServerHeapPerDevice())/1024, float64(r.ServerStacksPerDevice())/1024,
+			r.ServerRSSBefore>>20, r.ServerRSSAfter>>20, r.ServerHeapBefore.Heap>>20, r.ServerHeapAfter.Heap>>20)
 		fmt.Fprintf(w, "              %.1f KB RSS, %.1f KB Go heap per device in the control plane process: callout, provider, runner (RSS %d → %d MB, heap %d → %d MB)\n",
 			float64(rss)/1024, float64(heap)/1024, r.MemBefore.RSS>>20, r.MemAfter.RSS>>20, r.MemBefore.Heap>>20, r.MemAfter.Heap>>20)
 	}
 	fmt.Fprintf(w, "  agents      %.1f KB RSS per device in the agent processes (%d MB in all: agent daemon, simulated runtime, client connection)\n",
 		float64(r.AgentRSS)/1024/float64(r.N), r.AgentRSS>>20)
+	fmt.Fprintf(w, "              %.1f KB Go heap, %.1f KB goroutine stacks, %.1f goroutines per device in the agent processes (after a forced collection)\n",
+		float64(r.AgentHeap)/1024/float64(r.N), float64(r.AgentStacks)/1024/float64(r.N), float64(r.AgentGoroutines)/float64(r.N))
 	fmt.Fprintf(w, "  consumers   %d before, %d connected, %d converged, %d after the floor\n",
 		r.Consumers[0], r.Consumers[1], r.Consumers[2], r.Consumers[3])
 	fmt.Fprintf(w, "  goal        N=%d JetStream consumer count does not grow with the devices: %v: %s\n", r.N, r.Consumers, met(!r.ConsumersGrew()))

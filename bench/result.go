@@ -48,9 +48,17 @@ type Result struct {
 	// summed, at the same moments as MemBefore and MemAfter.
 	Servers                         int
 	ServerRSSBefore, ServerRSSAfter uint64
+	// ServerHeapBefore and ServerHeapAfter are the nats-server processes'
+	// Go heap in use after a forced collection and goroutine stacks,
+	// summed, at the same moments (zero with the embedded server:
+	// MemBefore and MemAfter hold it).
+	ServerHeapBefore, ServerHeapAfter serverMemory
 	// AgentRSS is the agent processes' resident memory once every device
-	// had connected, summed.
-	AgentRSS uint64
+	// had connected, summed; AgentHeap and AgentStacks their Go heap in
+	// use (after a forced collection) and goroutine stacks right after,
+	// AgentGoroutines their goroutines.
+	AgentRSS, AgentHeap, AgentStacks uint64
+	AgentGoroutines                  int
 	// Consumers counts the server's JetStream consumers: before the devices
 	// connected, once they had, once they converged, after the floor.
 	Consumers [4]int
@@ -93,6 +101,18 @@ func (r Result) PerDevice() (rss, heap int64) {
 // connected device, bytes (0 with the embedded server).
 func (r Result) ServerRSSPerDevice() int64 {
 	return (int64(r.ServerRSSAfter) - int64(r.ServerRSSBefore)) / int64(r.N)
+}
+
+// ServerHeapPerDevice is the nats-server processes' Go heap growth per
+// connected device, bytes (0 with the embedded server).
+func (r Result) ServerHeapPerDevice() int64 {
+	return (int64(r.ServerHeapAfter.Heap) - int64(r.ServerHeapBefore.Heap)) / int64(r.N)
+}
+
+// ServerStacksPerDevice is the nats-server processes' goroutine stack
+// growth per connected device, bytes (0 with the embedded server).
+func (r Result) ServerStacksPerDevice() int64 {
+	return (int64(r.ServerHeapAfter.Stacks) - int64(r.ServerHeapBefore.Stacks)) / int64(r.N)
 }
 
 // ConsumersGrew reports whether the consumer count grew with the devices.

@@ -3,9 +3,12 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +34,13 @@ type fleetServers interface {
 	// rss is the resident memory of the server processes, summed; 0 for
 	// the embedded server (it is this process: measureMemory).
 	rss() uint64
+	// heap is the server processes' Go heap in use after a forced
+	// collection and their goroutine stacks, summed; zero for the embedded
+	// server (measureMemory).
+	heap(ctx context.Context) (serverMemory, error)
+	// heapProfiles writes each server process's heap profile into dir
+	// (nothing for the embedded server: it is this process).
+	heapProfiles(ctx context.Context, dir string) error
 }
 
 // embeddedServer is the one server in this process.
@@ -38,6 +48,9 @@ type embeddedServer struct{ srv *natsembed.Server }
 
 func (e embeddedServer) urlFor(int) string { return e.srv.ClientURL() }
 func (e embeddedServer) rss() uint64       { return 0 }
+
+func (e embeddedServer) heap(context.Context) (serverMemory, error) { return serverMemory{}, nil }
+func (e embeddedServer) heapProfiles(context.Context, string) error { return nil }
 
 func (e embeddedServer) clients(context.Context) (int, error) { return e.srv.NATS().NumClients(), nil }
 
@@ -118,6 +131,97 @@ func (s clusterServers) rss() uint64 {
 		}
 	}
 	return total
+}
+
+// profile reads server i's heap profile endpoint (prof_port) with query;
+// the garbage is collected first.
+func (s clusterServers) profile(ctx context.Context, i int, query string) ([]byte, error) {
+	base := s.c.ProfileURL(i)
+	if base == "" {
+		return nil, fmt.Errorf("scalebench: server %s serves no profiles: start the cluster with natscluster.Options.Profile", s.c.Name(i))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/debug/pprof/heap?gc=1"+query, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scalebench: %w", err)
+	}
+	resp, err := s.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scalebench: server %s heap profile: %w", s.c.Name(i), err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scalebench: server %s heap profile: %w", s.c.Name(i), err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scalebench: server %s heap profile: %s", s.c.Name(i), resp.Status)
+	}
+	return b, nil
+}
+
+func (s clusterServers) heap(ctx context.Context) (serverMemory, error) {
+	var total serverMemory
+	for i := range s.c.N() {
+		b, err := s.profile(ctx, i, "&debug=1")
+		if err != nil {
+			return serverMemory{}, err
+		}
+		m, err := profileMemory(b)
+		if err != nil {
+			return serverMemory{}, fmt.Errorf("scalebench: server %s: %w", s.c.Name(i), err)
+		}
+		total.Heap += m.Heap
+		total.Stacks += m.Stacks
+	}
+	return total, nil
+}
+
+func (s clusterServers) heapProfiles(ctx context.Context, dir string) error {
+	for i := range s.c.N() {
+		b, err := s.profile(ctx, i, "")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "server-"+s.c.Name(i)+".heap.pprof"), b, 0o600); err != nil {
+			return fmt.Errorf("scalebench: %w", err)
+		}
+	}
+	return nil
+}
+
+// serverMemory is Go memory of nats-server processes, bytes: heap in use
+// and goroutine stacks in use.
+type serverMemory struct {
+	Heap, Stacks uint64
+}
+
+// profileMemory reads HeapInuse and the stacks in use from a text heap
+// profile (debug=1), whose runtime.MemStats comment lines end it ("#
+// HeapInuse = n", "# Stack = inuse / sys").
+func profileMemory(text []byte) (serverMemory, error) {
+	var m serverMemory
+	var heap, stack bool
+	for line := range strings.Lines(string(text)) {
+		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("heap profile: HeapInuse %q: %w", v, err)
+			}
+			m.Heap, heap = n, true
+		}
+		if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
+			inuse, _, _ := strings.Cut(v, " / ")
+			n, err := strconv.ParseUint(strings.TrimSpace(inuse), 10, 64)
+			if err != nil {
+				return m, fmt.Errorf("heap profile: Stack %q: %w", v, err)
+			}
+			m.Stacks, stack = n, true
+		}
+	}
+	if !heap || !stack {
+		return m, errors.New("heap profile: no HeapInuse or Stack line")
+	}
+	return m, nil
 }
 
 // pidRSS is process pid's VmRSS in bytes (0 when unknown).

@@ -23,6 +23,9 @@ func (b *bench) size(ctx context.Context, n int) (Result, error) {
 		return res, err
 	}
 	res.MemBefore, res.ServerRSSBefore = measureMemory(), cp.servers.rss()
+	if res.ServerHeapBefore, err = cp.servers.heap(ctx); err != nil {
+		return res, err
+	}
 
 	agents, err := b.ramp(ctx, n, &res)
 	defer stopChildren(agents)
@@ -95,12 +98,16 @@ func (b *bench) ramp(ctx context.Context, n int, res *Result) ([]*child, error) 
 	}
 	res.RampWindow = time.Duration(float64(n) / o.ConnectRate * float64(time.Second))
 	began := time.Now()
-	agents, err := b.children(modeAgents, n, res.RampWindow)
+	var env []string
+	if o.MemProfiles != "" {
+		env = append(env, EnvChildMemProfile+"="+o.MemProfiles)
+	}
+	agents, err := b.children(modeAgents, n, res.RampWindow, env...)
 	if err != nil {
 		return nil, err
 	}
 	res.Children = len(agents)
-	lat, retries, rss, err := awaitReady(ctx, agents, res.RampWindow+o.Timeout)
+	ready, err := awaitReady(ctx, agents, res.RampWindow+o.Timeout)
 	if err != nil {
 		return agents, fmt.Errorf("ramp: %w", err)
 	}
@@ -111,10 +118,19 @@ func (b *bench) ramp(ctx context.Context, n int, res *Result) ([]*child, error) 
 	res.Ramp = last.Sub(began)
 	// Flooders publish on their inventory subjects too: stop watching.
 	_ = sub.Unsubscribe()
+	lat := ready.Latencies
 	res.ConnectP50, res.ConnectP99, res.ConnectMax = time.Duration(percentile(lat, 50))*time.Microsecond,
 		time.Duration(percentile(lat, 99))*time.Microsecond, time.Duration(percentile(lat, 100))*time.Microsecond
-	res.ConnectRetries, res.AgentRSS = retries, rss
+	res.ConnectRetries, res.AgentRSS, res.AgentHeap, res.AgentStacks, res.AgentGoroutines = ready.Retries, ready.RSS, ready.Heap, ready.Stacks, ready.Goroutines
 	res.MemAfter, res.ServerRSSAfter = measureMemory(), cp.servers.rss()
+	if res.ServerHeapAfter, err = cp.servers.heap(ctx); err != nil {
+		return agents, err
+	}
+	if o.MemProfiles != "" {
+		if err := cp.servers.heapProfiles(ctx, o.MemProfiles); err != nil {
+			return agents, err
+		}
+	}
 	if res.Consumers[1], err = cp.servers.consumers(ctx); err != nil {
 		return agents, err
 	}

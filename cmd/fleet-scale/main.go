@@ -64,6 +64,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	fs.StringVar(&o.DataDir, "data-dir", "", "folder for the JetStream store and key files (default: a temporary folder, removed)")
 	fs.BoolVar(&verbose, "v", false, "log progress and the control plane's warnings")
 	fs.StringVar(&profile, "cpuprofile", "", "write the control plane process's CPU profile of the measured phases to this file")
+	fs.StringVar(&o.ServerMemoryLimit, "server-memlimit", "", "with -servers, each nats-server process's GOMEMLIMIT, such as 1600MiB (production sets one on its NATS nodes; empty: none)")
+	fs.StringVar(&o.MemProfiles, "memprofile", "", "write heap profiles once every device connected to this folder: each nats-server process's (with -servers) and each agent process's")
 	fs.StringVar(&childProfiles, "child-cpuprofile", "", "write each child process's CPU profile (agents, floor subscribers, flooders; from its start until it stops) to a file in this folder")
 	fs.DurationVar(&o.TokenLifetime, "token-lifetime", bench.DefaultTokenLifetime, "id_token lifetime of the development provider: the user JWT expires with it and each connection is re-authorised (production: 10m; the default outlasts a run)")
 	fs.DurationVar(&o.Hold, "hold", 0, "after each size's rollout, keep the devices connected this long (their user JWTs expire and are re-authorised every -token-lifetime), then roll out once more: the steady state's reconnects, callout and provider CPU, and no notification missed")
@@ -103,6 +105,16 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		}
 		defer f.Close()
 		o.CPUProfile = f
+	}
+	if o.MemProfiles != "" {
+		if err := os.MkdirAll(o.MemProfiles, 0o755); err != nil {
+			return fmt.Errorf("-memprofile: %w", err)
+		}
+		abs, err := filepath.Abs(o.MemProfiles)
+		if err != nil {
+			return fmt.Errorf("-memprofile: %w", err)
+		}
+		o.MemProfiles = abs
 	}
 	if childProfiles != "" {
 		// The children inherit the environment; each writes its own file.

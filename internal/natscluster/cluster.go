@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,7 +53,18 @@ type Options struct {
 	// ReadyTimeout bounds each wait for a server to be healthy. Default
 	// DefaultReadyTimeout.
 	ReadyTimeout time.Duration
+	// MemoryLimit, when set, is each server process's GOMEMLIMIT (the Go
+	// runtime's soft memory limit, as the production composition sets it
+	// on its NATS nodes): a number of bytes with an optional unit B, KiB,
+	// MiB, GiB or TiB, such as 1600MiB. Empty: no limit (GOGC alone).
+	MemoryLimit string
+	// Profile serves each server's Go profiles (nats-server's prof_port:
+	// /debug/pprof/heap and the others) on a loopback port, ProfileURL.
+	Profile bool
 }
+
+// memoryLimit is GOMEMLIMIT's form.
+var memoryLimit = regexp.MustCompile(`^[0-9]+(B|KiB|MiB|GiB|TiB)?$`)
 
 // Validate checks the options.
 func (o Options) Validate() error {
@@ -67,6 +79,9 @@ func (o Options) Validate() error {
 		if strings.Contains(o.Config, "\n"+key) || strings.HasPrefix(o.Config, key) {
 			errs = append(errs, fmt.Errorf("natscluster: Config sets %q at the top level: Start writes it per server; remove it", key))
 		}
+	}
+	if o.MemoryLimit != "" && !memoryLimit.MatchString(o.MemoryLimit) {
+		errs = append(errs, fmt.Errorf("natscluster: MemoryLimit %q: use bytes with an optional unit B, KiB, MiB, GiB or TiB, such as 1600MiB (GOMEMLIMIT's form)", o.MemoryLimit))
 	}
 	if o.SyncInterval != "" && o.SyncInterval != "always" {
 		if _, err := time.ParseDuration(o.SyncInterval); err != nil {
@@ -86,9 +101,9 @@ type Cluster struct {
 // node is one server: its fixed ports and files, and its process while
 // it runs.
 type node struct {
-	name                   string
-	client, route, monitor int
-	dir, conf, log         string
+	name                         string
+	client, route, monitor, prof int
+	dir, conf, log               string
 
 	mu   sync.Mutex // guards cmd and done
 	cmd  *exec.Cmd
@@ -115,13 +130,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		}
 		o.Binary = bin
 	}
-	ports, err := freePorts(3 * o.N)
+	ports, err := freePorts(4 * o.N)
 	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{o: o}
 	for i := range o.N {
-		n := &node{name: fmt.Sprintf("n%d", i+1), client: ports[3*i], route: ports[3*i+1], monitor: ports[3*i+2]}
+		n := &node{name: fmt.Sprintf("n%d", i+1), client: ports[4*i], route: ports[4*i+1], monitor: ports[4*i+2], prof: ports[4*i+3]}
 		n.dir = filepath.Join(o.Dir, n.name)
 		n.conf, n.log = filepath.Join(n.dir, "nats-server.conf"), filepath.Join(n.dir, "nats-server.log")
 		if err := os.MkdirAll(filepath.Join(n.dir, "store"), 0o700); err != nil {
@@ -158,6 +173,9 @@ func (c *Cluster) config(n *node) string {
 	}
 	fmt.Fprintf(&b, "\n# natscluster: server %s\nserver_name: %q\nlisten: \"127.0.0.1:%d\"\nhttp: \"127.0.0.1:%d\"\n",
 		n.name, n.name, n.client, n.monitor)
+	if c.o.Profile {
+		fmt.Fprintf(&b, "prof_port: %d\n", n.prof)
+	}
 	fmt.Fprintf(&b, "jetstream {\n  store_dir: %q\n  sync_interval: %s\n}\n", filepath.Join(n.dir, "store"), sync)
 	if c.o.N > 1 {
 		var routes []string
@@ -257,6 +275,9 @@ func (c *Cluster) spawn(i int) error {
 	fmt.Fprintf(logf, "=== natscluster: start %s at %s\n", n.name, time.Now().UTC().Format(time.RFC3339Nano))
 	cmd := exec.Command(c.o.Binary, "-c", n.conf)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if c.o.MemoryLimit != "" {
+		cmd.Env = append(os.Environ(), "GOMEMLIMIT="+c.o.MemoryLimit)
+	}
 	// The server dies with the process that started it, even when that one
 	// is killed (a test binary past its timeout).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -308,6 +329,15 @@ func (c *Cluster) ClientURLs() []string {
 // URL is every server's client URL, comma-separated: what nats.Connect
 // takes to know the whole cluster before it learns it from the servers.
 func (c *Cluster) URL() string { return strings.Join(c.ClientURLs(), ",") }
+
+// ProfileURL is server i's profiling address (/debug/pprof/heap, ...);
+// empty unless Options.Profile.
+func (c *Cluster) ProfileURL(i int) string {
+	if !c.o.Profile {
+		return ""
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(c.nodes[i].prof)
+}
 
 // MonitorURL is server i's HTTP monitoring address (/varz, /jsz, ...).
 func (c *Cluster) MonitorURL(i int) string {

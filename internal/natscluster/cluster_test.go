@@ -3,10 +3,12 @@ package natscluster_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -45,6 +47,7 @@ func TestOptionsNameTheFieldToFix(t *testing.T) {
 		{"a configuration that sets the server name", natscluster.Options{N: 3, Dir: "x", Config: "server_name: a\n"}, `"server_name"`},
 		{"a configuration with its own cluster block", natscluster.Options{N: 3, Dir: "x", Config: "a: 1\ncluster {}\n"}, `"cluster"`},
 		{"a sync interval that is no duration", natscluster.Options{N: 3, Dir: "x", SyncInterval: "often"}, "SyncInterval"},
+		{"a memory limit in gigabytes", natscluster.Options{N: 3, Dir: "x", MemoryLimit: "2GB"}, "MemoryLimit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -56,6 +59,32 @@ func TestOptionsNameTheFieldToFix(t *testing.T) {
 	}
 	if err := (natscluster.Options{N: 3, Dir: "x", SyncInterval: "2m"}).Validate(); err != nil {
 		t.Errorf("valid options: %v", err)
+	}
+}
+
+// TestEachServerRunsWithTheMemoryLimitGiven: Options.MemoryLimit is each
+// server process's GOMEMLIMIT (the Go runtime's soft limit, as the
+// production composition sets it on its NATS nodes).
+func TestEachServerRunsWithTheMemoryLimitGiven(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c, err := natscluster.Start(ctx, natscluster.Options{N: 1, Dir: t.TempDir(), MemoryLimit: "512MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", c.PID(0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var limits []string
+	for _, kv := range strings.Split(string(env), "\x00") {
+		if strings.HasPrefix(kv, "GOMEMLIMIT=") {
+			limits = append(limits, kv)
+		}
+	}
+	if diff := cmp.Diff([]string{"GOMEMLIMIT=512MiB"}, limits); diff != "" {
+		t.Errorf("the server's GOMEMLIMIT (-want +got):\n%s", diff)
 	}
 }
 
