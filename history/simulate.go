@@ -111,6 +111,23 @@ type Prediction struct {
 	// history do not say (e.g. the time zone a maintenance window is read
 	// in).
 	Assumptions []string `json:"assumptions,omitempty"`
+	// TimeZones, for a revision with a window, says in which zone the
+	// targets' windows were read: each target's last reported one (its
+	// inventory's timeZone), else UTC. Nil without a window.
+	TimeZones *SimZones `json:"timeZones,omitempty"`
+}
+
+// SimZones counts the time zones a prediction read the targets' windows
+// in.
+type SimZones struct {
+	// Reported counts the targets read in the time zone they last
+	// reported; None those that reported none, read in UTC.
+	Reported int `json:"reported"`
+	None     int `json:"none"`
+	// Invalid counts the inventory reports learned from whose time zone
+	// was ignored: not an IANA name the tz database holds (device input
+	// is hostile, events.LoadTimeZone).
+	Invalid int `json:"invalid,omitempty"`
 }
 
 // SimModel counts the sources of the targets' behaviour.
@@ -168,6 +185,12 @@ type simSample struct {
 type simModel struct {
 	byDevice map[string][]simSample
 	all      []simSample
+	// zones are the devices' last valid reported time zones; laterZones,
+	// the first each reported, stand in for a device that reported none
+	// yet (a recorded rollout older than what telemetry keeps). badZones
+	// counts the reports whose zone was ignored.
+	zones, laterZones map[string]*time.Location
+	badZones          int
 }
 
 func (m *simModel) add(device string, s simSample) {
@@ -183,14 +206,17 @@ func (m *simModel) add(device string, s simSample) {
 // report as the stream stored it, or its removal without a result. It keeps
 // one rollout fold per Deployment and the samples, never the records.
 type learner struct {
-	m        *simModel
+	m *simModel
+	// badZone, when set, is told of an inventory's time zone that was
+	// ignored.
+	badZone  func(events.Record, error)
 	rollouts map[events.Keys]*projections.Rollout
 	images   map[revKey][]string
 	chunks   events.RevisionAssembler
 }
 
 func newLearner() *learner {
-	return &learner{m: &simModel{byDevice: map[string][]simSample{}}, rollouts: map[events.Keys]*projections.Rollout{}, images: map[revKey][]string{}}
+	return &learner{m: &simModel{byDevice: map[string][]simSample{}, zones: map[string]*time.Location{}}, rollouts: map[events.Keys]*projections.Rollout{}, images: map[revKey][]string{}}
 }
 
 // learn is a learner's model of recs.
@@ -208,6 +234,9 @@ func (l *learner) add(rec events.Record) {
 	ev := rec.Event
 	keys := events.Keys{Namespace: ev.Keys.Namespace, Name: ev.Keys.Name}
 	switch {
+	case ev.Type == events.TypeDeviceInventory:
+		l.inventory(rec)
+		return
 	case rec.Stream == events.StreamIntent:
 		whole, ok, err := l.chunks.Add(ev)
 		if err != nil || !ok {
@@ -265,6 +294,34 @@ func (l *learner) add(rec events.Record) {
 		if !res.Settled.IsZero() && r.IsTarget(dev) {
 			m.add(dev, simSample{images: imgs, handed: handed, dur: max(res.Settled.Sub(handed), 0), outcome: res.Phase})
 		}
+	}
+}
+
+// inventory folds a device's inventory report: its time zone, when it
+// reported one that events.LoadTimeZone loads, becomes the device's (the
+// first also its stand-in for earlier rollouts); one it does not load is
+// device input to ignore, counted and told to badZone. A report without a
+// zone (an older agent) leaves the last one.
+func (l *learner) inventory(rec events.Record) {
+	inv, err := events.Decode[events.DeviceInventory](rec.Event)
+	if err != nil || inv.TimeZone == "" {
+		return
+	}
+	loc, err := events.LoadTimeZone(inv.TimeZone)
+	if err != nil {
+		l.m.badZones++
+		if l.badZone != nil {
+			l.badZone(rec, err)
+		}
+		return
+	}
+	dev := rec.Event.Keys.Device
+	l.m.zones[dev] = loc
+	if l.m.laterZones == nil {
+		l.m.laterZones = map[string]*time.Location{}
+	}
+	if _, ok := l.m.laterZones[dev]; !ok {
+		l.m.laterZones[dev] = loc
 	}
 }
 
@@ -341,8 +398,7 @@ func simulateRevision(namespace, name string, rev events.DeploymentRevisionCreat
 		pred: &Prediction{Deployment: namespace + "/" + name, Generation: rev.Generation, RevisionID: rev.RevisionID, Seed: o.Seed,
 			Start: o.Start.UTC(), Window: rev.Window, Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
 	if rev.Window != nil {
-		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
-			"the maintenance window (%s) is read in UTC for every device: neither the history nor the plan holds a device's time zone", rev.Window))
+		s.zones()
 	}
 	for i, t := range rev.Targets {
 		if i < len(rev.TargetGroups) {
@@ -512,10 +568,43 @@ func (s *simulation) windowWait(device string, now time.Time) time.Time {
 	return now
 }
 
-// zoneOf is the time zone device reads a maintenance window in: UTC for
-// every device, since neither the history nor the plan holds a device's
-// zone (the prediction's assumptions say so).
-func (s *simulation) zoneOf(string) *time.Location { return time.UTC }
+// zoneOf is the time zone device reads a maintenance window in: the last
+// it reported (its inventory's timeZone), else the first it reported
+// later, else UTC (the prediction counts those).
+func (s *simulation) zoneOf(device string) *time.Location {
+	loc, _ := s.reportedZone(device)
+	return loc
+}
+
+// reportedZone is device's zone and whether it reported one.
+func (s *simulation) reportedZone(device string) (*time.Location, bool) {
+	if loc, ok := s.m.zones[device]; ok {
+		return loc, true
+	}
+	if loc, ok := s.m.laterZones[device]; ok {
+		return loc, true
+	}
+	return time.UTC, false
+}
+
+// zones counts the zones the targets' windows are read in, and says in
+// the assumptions how many targets are read in UTC for want of one.
+func (s *simulation) zones() {
+	z := &SimZones{Invalid: s.m.badZones}
+	for _, dev := range sortedSet(s.rev.Targets) {
+		if _, ok := s.reportedZone(dev); ok {
+			z.Reported++
+		} else {
+			z.None++
+		}
+	}
+	s.pred.TimeZones = z
+	if z.None > 0 {
+		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
+			"the maintenance window (%s) is read in UTC for %d of %d targets: they reported no time zone (an agent older than the inventory's timeZone, or one that cannot name its zone)",
+			s.rev.Window, z.None, z.None+z.Reported))
+	}
+}
 
 // deadlineAt is when the progress deadline dl was exceeded at or before
 // until, given the rollout's state: the earliest of its candidates (the
