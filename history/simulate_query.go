@@ -12,16 +12,21 @@ import (
 )
 
 // simulationRecords reads what a simulation learns from: every Deployment's
-// intent and rollout transitions, every workload report and the devices'
-// inventories (their time zones), stored up to until (zero: all), in
+// intent and rollout transitions, every workload and fetch report and the
+// devices' inventories (their time zones), stored up to until (zero: all), in
 // stored order.
 func (h *History) simulationRecords(ctx context.Context, until time.Time) ([]events.Record, error) {
 	return h.collect(ctx, until,
 		read{filter: filterDeploymentIntent, from: events.FromStart()},
 		read{filter: filterRollouts, from: events.FromStart()},
 		read{filter: filterWorkload, from: events.FromStart()},
-		read{filter: filterInventory, from: events.FromStart()})
+		read{filter: filterInventory, from: events.FromStart()},
+		read{filter: filterFetch, from: events.FromStart()})
 }
+
+// filterFetch is every device's fetch-ahead reports (stream FLEET_REPORTS,
+// ADR 0027).
+const filterFetch = "fleet.report.*.fetch"
 
 // newLearner is a learner that warns of an inventory's ignored time zone
 // on h's logger.
@@ -77,6 +82,17 @@ func (m *simModel) since(from time.Time) {
 		return slices.DeleteFunc(xs, func(x simSample) bool { return x.handed.Before(from) })
 	}
 	m.all = keep(m.all)
+	keepFetch := func(xs []simFetch) []simFetch {
+		return slices.DeleteFunc(xs, func(x simFetch) bool { return x.at.Before(from) })
+	}
+	m.fetchesAll = keepFetch(m.fetchesAll)
+	for d, xs := range m.fetches {
+		if xs = keepFetch(xs); len(xs) == 0 {
+			delete(m.fetches, d)
+		} else {
+			m.fetches[d] = xs
+		}
+	}
 	for d, xs := range m.byDevice {
 		if xs = keep(xs); len(xs) == 0 {
 			delete(m.byDevice, d)
@@ -375,6 +391,18 @@ func (p *Prediction) writeText(w io.Writer) error {
 			ignored = fmt.Sprintf("; %d reported time zones ignored (not an IANA name of the tz database)", z.Invalid)
 		}
 		line(w, "time zones: %d targets read in the zone they reported, %d in UTC (none reported)%s", z.Reported, z.None, ignored)
+	}
+	if f := p.Fetch; f != nil {
+		window := ""
+		if f.Window != nil {
+			window = fmt.Sprintf(" (fetch window %s)", f.Window)
+		}
+		fetches := ""
+		if !f.FirstStart.IsZero() {
+			fetches = fmt.Sprintf("; fetches from +%s to +%s", durText(f.FirstStart.Sub(p.Start)), durText(f.LastEnd.Sub(p.Start)))
+		}
+		line(w, "prefetch%s: %d targets fetched before they could switch, %d still fetching then, %d pulled while switching, %d without a recorded fetch%s",
+			window, f.Fetched, f.Joined, f.Unfetched, f.NoHistory, fetches)
 	}
 	for _, a := range p.Assumptions {
 		line(w, "assumes: %s", a)

@@ -124,3 +124,55 @@ func TestAHostileTimeZoneIsIgnoredAndCounted(t *testing.T) {
 		})
 	}
 }
+
+// TestTheSimulatorModelsTheFetchAhead runs a canary and the release on
+// fixed answers: every device took 10 s to converge without prefetch (its
+// pull in it), and its fetch ahead of an earlier revision took 8 s, after
+// which it switched in 2 s. Without prefetch the release takes the whole
+// 10 s; with prefetch the targets fetch from the creation and switch in
+// 2 s once fetched; a fetch window that opens after the release makes
+// them pull while switching again.
+func TestTheSimulatorModelsTheFetchAhead(t *testing.T) {
+	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	s := func(d time.Duration) time.Time { return start.Add(d) }
+	m := &simModel{byDevice: map[string][]simSample{}}
+	for _, d := range []string{"d1", "d2", "d3"} {
+		m.add(d, simSample{dur: 10 * time.Second, outcome: events.WorkloadConverged})
+		m.add(d, simSample{dur: 2 * time.Second, outcome: events.WorkloadConverged, split: true, fetch: 8 * time.Second, sw: 2 * time.Second})
+		m.addFetch(d, simFetch{dur: 8 * time.Second})
+	}
+	tests := []struct {
+		name     string
+		prefetch bool
+		window   *events.MaintenanceWindow
+		canary   time.Duration // the canary stage's end
+		end      time.Duration // the rollout's end
+		fetch    *SimFetch
+	}{
+		{"without prefetch each target pulls while it switches", false, nil, 10 * time.Second, 20 * time.Second, nil},
+		{"with prefetch the canary waits for its fetch, the release only switches", true, nil, 10 * time.Second, 12 * time.Second,
+			&SimFetch{Fetched: 2, Joined: 1, FirstStart: s(0), LastEnd: s(8 * time.Second)}},
+		{"a fetch window that opens after the release makes every target pull while it switches", true,
+			&events.MaintenanceWindow{Start: "06:00", Duration: "1h"}, 10 * time.Second, 20 * time.Second,
+			&SimFetch{Window: &events.MaintenanceWindow{Start: "06:00", Duration: "1h"}, Unfetched: 3, FirstStart: s(6 * time.Hour), LastEnd: s(6*time.Hour + 8*time.Second)}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rev := events.DeploymentRevisionCreated{UID: "u", Generation: 2, RevisionID: "2-u", Score: json.RawMessage(`{}`),
+				Targets: []string{"d1", "d2", "d3"}, Canaries: []string{"d1"}, Prefetch: tc.prefetch, FetchWindow: tc.window}
+			p, err := simulateRevision("lab", "api", rev, m, SimulateOptions{Start: start})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []SimStage{{Name: "rollout", Start: s(0), End: s(tc.end), Outcome: "succeeded"},
+				{Name: "canary", Start: s(0), End: s(tc.canary), Outcome: "succeeded"},
+				{Name: "release", Start: s(tc.canary), End: s(tc.end), Outcome: "succeeded"}}
+			if diff := cmp.Diff(want, p.Stages); diff != "" {
+				t.Errorf("stages (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.fetch, p.Fetch); diff != "" {
+				t.Errorf("fetch (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
