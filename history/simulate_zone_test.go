@@ -176,3 +176,60 @@ func TestTheSimulatorModelsTheFetchAhead(t *testing.T) {
 		})
 	}
 }
+
+// TestAHostileFetchReportTeachesNothing: a fetch report is device input.
+// Only a Fetched report of a revision the device is a target of, with an
+// end no earlier than its start and a duration within maxSimFetch, is a
+// fetch sample; the first one counts.
+func TestAHostileFetchReportTeachesNothing(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	keys := events.Keys{Namespace: "lab", Name: "api"}
+	rev := events.DeploymentRevisionCreated{UID: "u", Generation: 1, RevisionID: "1-u", Score: json.RawMessage(`{}`),
+		Targets: []string{"d1", "d2"}, Canaries: []string{"d1"}, Prefetch: true}
+	fetch := func(device string, gen int64, phase string, took time.Duration) events.WorkloadFetch {
+		ended := t0.Add(took)
+		return events.WorkloadFetch{Namespace: "lab", Deployment: "api", UID: "u", Generation: gen, RevisionID: "1-u", Phase: phase,
+			Images: 1, Pulled: 1, Started: t0, Ended: &ended}
+	}
+	tests := []struct {
+		name    string
+		device  string
+		reports []events.WorkloadFetch
+		want    []time.Duration // d's fetch samples
+	}{
+		{"a target's Fetched report is a sample", "d2", []events.WorkloadFetch{fetch("d2", 1, events.FetchDone, 8*time.Second)}, []time.Duration{8 * time.Second}},
+		{"only the first Fetched report of a revision counts", "d2",
+			[]events.WorkloadFetch{fetch("d2", 1, events.FetchDone, 8*time.Second), fetch("d2", 1, events.FetchDone, time.Second)}, []time.Duration{8 * time.Second}},
+		{"a device that is no target of the revision teaches nothing", "d9", []events.WorkloadFetch{fetch("d9", 1, events.FetchDone, time.Second)}, nil},
+		{"a report for a revision that does not exist teaches nothing", "d2", []events.WorkloadFetch{fetch("d2", 7, events.FetchDone, time.Second)}, nil},
+		{"an end before the start teaches nothing", "d2", []events.WorkloadFetch{fetch("d2", 1, events.FetchDone, -time.Hour)}, nil},
+		{"a fetch of ten years teaches nothing", "d2", []events.WorkloadFetch{fetch("d2", 1, events.FetchDone, 10*365*24*time.Hour)}, nil},
+		{"a failed fetch teaches nothing", "d2", []events.WorkloadFetch{fetch("d2", 1, events.FetchFailed, time.Second)}, nil},
+		{"a started fetch without an end teaches nothing", "d2", []events.WorkloadFetch{{Namespace: "lab", Deployment: "api", UID: "u", Generation: 1,
+			RevisionID: "1-u", Phase: events.FetchStarted, Images: 1, Started: t0}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLearner()
+			ev, err := events.New(keys, rev, events.WithCorrelation("u", 1), events.WithTime(t0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.add(events.Record{Event: ev, Stored: t0, Stream: events.StreamIntent, Sequence: 1})
+			for i, f := range tc.reports {
+				ev, err := events.New(events.Keys{Device: tc.device}, f, events.WithCorrelation("u", f.Generation), events.WithTime(t0))
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.add(events.Record{Event: ev, Stored: t0.Add(time.Minute), Stream: events.StreamReports, Sequence: uint64(i + 2)})
+			}
+			var got []time.Duration
+			for _, f := range l.m.fetches[tc.device] {
+				got = append(got, f.dur)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s's fetch samples (-want +got):\n%s", tc.device, diff)
+			}
+		})
+	}
+}
