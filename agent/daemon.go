@@ -927,7 +927,8 @@ func (d *daemon) heartbeat(ctx context.Context) {
 }
 
 func (d *daemon) inventory() events.DeviceInventory {
-	inv := events.DeviceInventory{Arch: goruntime.GOARCH, AgentVersion: d.o.AgentVersion, Labels: d.o.Labels}
+	inv := events.DeviceInventory{Arch: goruntime.GOARCH, AgentVersion: d.o.AgentVersion, Labels: d.o.Labels,
+		TimeZone: timeZoneName(d.clock().Location(), osZoneSources)}
 	if b, err := os.ReadFile("/etc/os-release"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if v, ok := strings.CutPrefix(line, "PRETTY_NAME="); ok {

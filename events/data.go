@@ -309,6 +309,12 @@ type DeviceInventory struct {
 	Kernel       string            `json:"kernel"`
 	AgentVersion string            `json:"agentVersion"`
 	Labels       map[string]string `json:"labels,omitempty"`
+	// TimeZone is the IANA name of the device's local time zone
+	// ("Europe/Paris"), in which it reads maintenance windows (ADR 0029);
+	// empty when the agent cannot name it (an agent older than it never
+	// sends it). Hostile like every report field: read it with
+	// LoadTimeZone.
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // EventType implements Data.

@@ -1,7 +1,7 @@
 package events
 
-// The strict reader of the data the folds read most, workload reports and
-// rollout transitions, in the form encoding/json writes them: the fields
+// The strict reader of the data the folds read most, workload reports,
+// rollout transitions and inventories, in the form encoding/json writes them: the fields
 // in the struct's order (omitempty ones left out when empty), no
 // whitespace, strings of plain printable ASCII without escapes, integers
 // as JSON writes them. Anything else (another order, another or a repeated
@@ -36,8 +36,55 @@ func decodeStrict[T Data](e Event) (v T, ok bool) {
 		d, ok := readRolloutTransition(e.Data)
 		d.typ = e.Type
 		return any(d).(T), ok
+	case DeviceInventory:
+		if e.Type != TypeDeviceInventory {
+			return v, false
+		}
+		d, ok := readDeviceInventory(e.Data)
+		return any(d).(T), ok
 	}
 	return v, false
+}
+
+// readDeviceInventory reads a DeviceInventory as json.Unmarshal would; ok
+// is false when b is not in the canonical form (labels in increasing key
+// order, as encoding/json writes a map).
+func readDeviceInventory(b []byte) (d DeviceInventory, ok bool) {
+	s := strictReader{b: b}
+	s.lit(`{"os":`)
+	d.OS = s.text()
+	s.lit(`,"arch":`)
+	d.Arch = s.text()
+	s.lit(`,"kernel":`)
+	d.Kernel = s.text()
+	s.lit(`,"agentVersion":`)
+	d.AgentVersion = s.text()
+	if s.opt(`,"labels":{`) {
+		d.Labels = map[string]string{}
+		last := ""
+		for !s.bad && !s.opt(`}`) {
+			if len(d.Labels) > 0 {
+				s.lit(`,`)
+			}
+			k := s.text()
+			s.lit(`:`)
+			v := s.text()
+			// A repeated or unsorted key, or an empty map, is no map
+			// encoding/json wrote.
+			if len(d.Labels) > 0 && k <= last {
+				s.fail()
+			}
+			d.Labels[k], last = v, k
+		}
+		if len(d.Labels) == 0 {
+			s.fail()
+		}
+	}
+	if s.opt(`,"timeZone":`) {
+		d.TimeZone = s.text()
+	}
+	s.lit(`}`)
+	return d, s.end()
 }
 
 // readWorkloadStatus reads a WorkloadStatus as json.Unmarshal would; ok is

@@ -186,13 +186,22 @@ func FuzzEnvelopeReader(f *testing.F) {
 }
 
 // sameDataAsEncodingJSON checks Decode against encoding/json alone on one
-// event's data, decoded as a RolloutTransition for a rollout type and as a
-// WorkloadStatus for any other: the same value (Released's nil-ness included), and an
+// event's data, decoded as a RolloutTransition for a rollout type, as a
+// DeviceInventory for an inventory and as a WorkloadStatus for any other: the same value (Released's nil-ness included), and an
 // error exactly when encoding/json errs; fast says whether the strict
 // reader took it.
 func sameDataAsEncodingJSON(t *testing.T, typ Type, version int, data []byte) (fast bool) {
 	t.Helper()
 	ev := Event{Type: typ, Version: version, Data: data}
+	if typ == TypeDeviceInventory {
+		_, fast = readDeviceInventory(data)
+		got, gerr := Decode[DeviceInventory](ev)
+		want, werr := decodeJSON[DeviceInventory](ev)
+		if (gerr == nil) != (werr == nil) || !cmp.Equal(got, want) || (got.Labels == nil) != (want.Labels == nil) {
+			t.Fatalf("Decode(%q) = %+v, %v; encoding/json: %+v, %v", data, got, gerr, want, werr)
+		}
+		return fast && werr == nil
+	}
 	if info, _ := typ.Info(); info.Family != FamilyDeploymentRollout {
 		_, fast = readWorkloadStatus(data)
 		got, gerr := Decode[WorkloadStatus](ev)
@@ -224,6 +233,8 @@ func TestTheDataReaderReadsAsEncodingJSON(t *testing.T) {
 		Since: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)})
 	tr := marshal(RolloutTransition{UID: "u", Generation: 1, RevisionID: "1", Counts: RolloutCounts{Total: 1, Pending: 1}})
 	open := tr[:len(tr)-1] // the transition without its closing brace
+	inv := marshal(DeviceInventory{OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", Kernel: "6.6.51+rpt-rpi-v8", AgentVersion: "0.9.0"})
+	invOpen := inv[:len(inv)-1]
 	tests := []struct {
 		name string
 		typ  Type
@@ -252,6 +263,25 @@ func TestTheDataReaderReadsAsEncodingJSON(t *testing.T) {
 		{"a follower handed the last revision that succeeded, in its batch and budget group, is read by the strict reader", TypeRolloutTargetAdded,
 			marshal(RolloutTransition{UID: "u", Generation: 5, Counts: RolloutCounts{Total: 4, Followers: 1}, Device: "d", Batch: 2, Follow: true, Reason: "created", HandedGeneration: 3, HandedRevisionID: "r3", BudgetGroup: "lyon"}), true},
 
+		{"an inventory of an older agent is read by the strict reader", TypeDeviceInventory, inv, true},
+		{"an inventory with labels and a time zone is read by the strict reader", TypeDeviceInventory,
+			marshal(DeviceInventory{OS: "Debian", Arch: "arm64", Kernel: "6.1", AgentVersion: "v1", Labels: map[string]string{"site": "lyon", "role": "api", "a": ""}, TimeZone: "Europe/Paris"}), true},
+		{"an inventory with a time zone and no labels is read by the strict reader", TypeDeviceInventory,
+			marshal(DeviceInventory{Arch: "amd64", TimeZone: "America/Argentina/Buenos_Aires"}), true},
+		{"an empty inventory is read by the strict reader", TypeDeviceInventory, marshal(DeviceInventory{}), true},
+		{"a hostile time zone is read by the strict reader as it is (LoadTimeZone refuses it)", TypeDeviceInventory,
+			marshal(DeviceInventory{TimeZone: "../../etc/passwd"}), true},
+		{"an escaped time zone is left to encoding/json, which unescapes it", TypeDeviceInventory, invOpen + `,"timeZone":"Europe\/Paris"}`, false},
+		{"a time zone with a control byte is left to encoding/json", TypeDeviceInventory, invOpen + ",\"timeZone\":\"a\x01\"}", false},
+		{"a repeated time zone is left to encoding/json, whose last one wins", TypeDeviceInventory, invOpen + `,"timeZone":"UTC","timeZone":"Europe/Paris"}`, false},
+		{"labels out of key order are left to encoding/json", TypeDeviceInventory, invOpen + `,"labels":{"b":"1","a":"2"}}`, false},
+		{"a repeated label key is left to encoding/json, whose last one wins", TypeDeviceInventory, invOpen + `,"labels":{"a":"1","a":"2"}}`, false},
+		{"empty labels are left to encoding/json, which reads an empty map", TypeDeviceInventory, invOpen + `,"labels":{}}`, false},
+		{"null labels are left to encoding/json", TypeDeviceInventory, invOpen + `,"labels":null}`, false},
+		{"a label that is no string is left to encoding/json, which refuses it", TypeDeviceInventory, invOpen + `,"labels":{"a":1}}`, false},
+		{"labels without their end are left to encoding/json, which refuses them", TypeDeviceInventory, invOpen + `,"labels":{"a":"1"`, false},
+		{"a time zone before the labels is left to encoding/json", TypeDeviceInventory, invOpen + `,"timeZone":"UTC","labels":{"a":"1"}}`, false},
+		{"a time zone that is no string is left to encoding/json, which refuses it", TypeDeviceInventory, invOpen + `,"timeZone":7}`, false},
 		{"an escaped string is left to encoding/json, which unescapes it", TypeWorkloadStatus, strings.Replace(r, `"ns"`, `"n\u0073"`, 1), false},
 		{"a key in another case is left to encoding/json, which matches it", TypeWorkloadStatus, strings.Replace(r, `"namespace"`, `"Namespace"`, 1), false},
 		{"a key spelled with a letter that folds to ASCII is left to encoding/json, which matches it", TypeWorkloadStatus,

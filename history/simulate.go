@@ -9,6 +9,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/nationtech/harmony-fleet/events"
@@ -111,6 +112,51 @@ type Prediction struct {
 	// history do not say (e.g. the time zone a maintenance window is read
 	// in).
 	Assumptions []string `json:"assumptions,omitempty"`
+	// TimeZones, for a revision with a window, says in which zone the
+	// targets' windows were read: each target's last reported one (its
+	// inventory's timeZone), else UTC. Nil without a window.
+	TimeZones *SimZones `json:"timeZones,omitempty"`
+	// Fetch, for a revision with prefetch (ADR 0027), says how the
+	// targets' fetches ahead went; nil without prefetch.
+	Fetch *SimFetch `json:"fetch,omitempty"`
+}
+
+// SimFetch is what a prediction modelled of a revision's fetch ahead
+// (spec.rollout.prefetch, ADR 0027) and fetch window (ADR 0029).
+type SimFetch struct {
+	// Window is the revision's fetch window, nil when it has none.
+	Window *events.MaintenanceWindow `json:"window,omitempty"`
+	// Fetched counts the targets whose fetch ended before they could
+	// switch; Joined those still fetching then (the switch waits for the
+	// fetch's end); Unfetched those that could switch before their fetch
+	// started (its window had not opened) or whose drawn fetch failed:
+	// they pull when they switch; NoHistory those without any recorded
+	// fetch to draw from (nor their group or the fleet): their switch
+	// includes the pull, as without prefetch.
+	Fetched   int `json:"fetched"`
+	Joined    int `json:"joined"`
+	Unfetched int `json:"unfetched"`
+	NoHistory int `json:"noHistory"`
+	// Estimated counts the targets whose drawn convergence could not be
+	// split by its own fetch report nor another of their recorded
+	// switches: their switch is the convergence minus the drawn fetch.
+	Estimated int `json:"estimated"`
+	// FirstStart and LastEnd bound the simulated fetches.
+	FirstStart time.Time `json:"firstStart,omitzero"`
+	LastEnd    time.Time `json:"lastEnd,omitzero"`
+}
+
+// SimZones counts the time zones a prediction read the targets' windows
+// in.
+type SimZones struct {
+	// Reported counts the targets read in the time zone they last
+	// reported; None those that reported none, read in UTC.
+	Reported int `json:"reported"`
+	None     int `json:"none"`
+	// Invalid counts the inventory reports learned from whose time zone
+	// was ignored: not an IANA name the tz database holds (device input
+	// is hostile, events.LoadTimeZone).
+	Invalid int `json:"invalid,omitempty"`
 }
 
 // SimModel counts the sources of the targets' behaviour.
@@ -162,17 +208,63 @@ type simSample struct {
 	// outcome: Converged, Failed, or "" for silent (removed by the target
 	// timeout without a result).
 	outcome events.WorkloadPhase
+	// split is set when the device fetched the revision ahead (a fetch
+	// report, ADR 0027) and its convergence splits into the fetch (fetch,
+	// the fetch report's end minus its start) and the switch (sw: dur
+	// minus the part of the fetch after the device was handed the
+	// revision).
+	split     bool
+	fetch, sw time.Duration
 }
+
+// full is the sample's time to converge with the pull in it: dur, or for
+// a device that fetched ahead its switch plus its fetch.
+func (x simSample) full() time.Duration {
+	if x.split {
+		return x.sw + x.fetch
+	}
+	return x.dur
+}
+
+// simFetch is one device's recorded fetch ahead of a revision: how long
+// its images took (the fetch report's end minus its start, the device's
+// clock) and when it was stored.
+type simFetch struct {
+	images []string
+	dur    time.Duration
+	at     time.Time
+}
+
+// maxSimFetch bounds a believed fetch duration: a report of a longer one
+// (or a negative one) is device input that is left out.
+const maxSimFetch = 7 * 24 * time.Hour
 
 // simModel is the fleet's recorded behaviour.
 type simModel struct {
 	byDevice map[string][]simSample
 	all      []simSample
+	// zones are the devices' last valid reported time zones; laterZones,
+	// the first each reported, stand in for a device that reported none
+	// yet (a recorded rollout older than what telemetry keeps). badZones
+	// counts the reports whose zone was ignored.
+	zones, laterZones map[string]*time.Location
+	badZones          int
+	// fetches are the devices' recorded fetches ahead (ADR 0027).
+	fetches    map[string][]simFetch
+	fetchesAll []simFetch
 }
 
 func (m *simModel) add(device string, s simSample) {
 	m.byDevice[device] = append(m.byDevice[device], s)
 	m.all = append(m.all, s)
+}
+
+func (m *simModel) addFetch(device string, f simFetch) {
+	if m.fetches == nil {
+		m.fetches = map[string][]simFetch{}
+	}
+	m.fetches[device] = append(m.fetches[device], f)
+	m.fetchesAll = append(m.fetchesAll, f)
 }
 
 // learner folds records (stored order) into a model: for every revision's
@@ -183,14 +275,21 @@ func (m *simModel) add(device string, s simSample) {
 // report as the stream stored it, or its removal without a result. It keeps
 // one rollout fold per Deployment and the samples, never the records.
 type learner struct {
-	m        *simModel
+	m *simModel
+	// badZone, when set, is told of an inventory's time zone that was
+	// ignored.
+	badZone  func(events.Record, error)
 	rollouts map[events.Keys]*projections.Rollout
 	images   map[revKey][]string
 	chunks   events.RevisionAssembler
+	// fetched is each revision's targets' first Fetched report: when it
+	// was stored and the fetch's duration.
+	fetched map[revKey]map[string]simFetch
 }
 
 func newLearner() *learner {
-	return &learner{m: &simModel{byDevice: map[string][]simSample{}}, rollouts: map[events.Keys]*projections.Rollout{}, images: map[revKey][]string{}}
+	return &learner{m: &simModel{byDevice: map[string][]simSample{}, zones: map[string]*time.Location{}}, rollouts: map[events.Keys]*projections.Rollout{}, images: map[revKey][]string{},
+		fetched: map[revKey]map[string]simFetch{}}
 }
 
 // learn is a learner's model of recs.
@@ -208,6 +307,12 @@ func (l *learner) add(rec events.Record) {
 	ev := rec.Event
 	keys := events.Keys{Namespace: ev.Keys.Namespace, Name: ev.Keys.Name}
 	switch {
+	case ev.Type == events.TypeDeviceInventory:
+		l.inventory(rec)
+		return
+	case ev.Type == events.TypeWorkloadFetch:
+		l.fetch(rec)
+		return
 	case rec.Stream == events.StreamIntent:
 		whole, ok, err := l.chunks.Add(ev)
 		if err != nil || !ok {
@@ -263,8 +368,74 @@ func (l *learner) add(rec events.Record) {
 	case ev.Type == events.TypeWorkloadStatus && before.Settled.IsZero() && !handed.IsZero():
 		res := r.Results[dev]
 		if !res.Settled.IsZero() && r.IsTarget(dev) {
-			m.add(dev, simSample{images: imgs, handed: handed, dur: max(res.Settled.Sub(handed), 0), outcome: res.Phase})
+			smp := simSample{images: imgs, handed: handed, dur: max(res.Settled.Sub(handed), 0), outcome: res.Phase}
+			if f, ok := l.fetched[revKeyOf(r.UID, r.Generation)][dev]; ok {
+				// The part of the fetch after the hand-over was waited
+				// for by the switch.
+				smp.split, smp.fetch = true, f.dur
+				smp.sw = smp.dur - min(max(f.at.Sub(handed), 0), smp.dur)
+			}
+			m.add(dev, smp)
 		}
+	}
+}
+
+// fetch folds a device's fetch report (ADR 0027): the first Fetched
+// report of a revision from one of its targets, with an end no earlier
+// than its start and a duration within maxSimFetch, is a fetch sample;
+// anything else (a report for a revision that does not target the device,
+// a failed fetch, a hostile duration) is left out.
+func (l *learner) fetch(rec events.Record) {
+	d, err := events.Decode[events.WorkloadFetch](rec.Event)
+	if err != nil || d.Phase != events.FetchDone || d.Ended == nil {
+		return
+	}
+	dur := d.Ended.Sub(d.Started)
+	if dur < 0 || dur > maxSimFetch {
+		return
+	}
+	r := l.rollouts[events.Keys{Namespace: d.Namespace, Name: d.Deployment}]
+	dev := rec.Event.Keys.Device
+	if r == nil || !r.IsCurrent(d.UID, d.Generation) || !r.IsTarget(dev) {
+		return
+	}
+	k := revKeyOf(d.UID, d.Generation)
+	if _, ok := l.fetched[k][dev]; ok {
+		return
+	}
+	if l.fetched[k] == nil {
+		l.fetched[k] = map[string]simFetch{}
+	}
+	f := simFetch{images: l.images[k], dur: dur, at: rec.Stored}
+	l.fetched[k][dev] = f
+	l.m.addFetch(dev, f)
+}
+
+// inventory folds a device's inventory report: its time zone, when it
+// reported one that events.LoadTimeZone loads, becomes the device's (the
+// first also its stand-in for earlier rollouts); one it does not load is
+// device input to ignore, counted and told to badZone. A report without a
+// zone (an older agent) leaves the last one.
+func (l *learner) inventory(rec events.Record) {
+	inv, err := events.Decode[events.DeviceInventory](rec.Event)
+	if err != nil || inv.TimeZone == "" {
+		return
+	}
+	loc, err := events.LoadTimeZone(inv.TimeZone)
+	if err != nil {
+		l.m.badZones++
+		if l.badZone != nil {
+			l.badZone(rec, err)
+		}
+		return
+	}
+	dev := rec.Event.Keys.Device
+	l.m.zones[dev] = loc
+	if l.m.laterZones == nil {
+		l.m.laterZones = map[string]*time.Location{}
+	}
+	if _, ok := l.m.laterZones[dev]; !ok {
+		l.m.laterZones[dev] = loc
 	}
 }
 
@@ -323,6 +494,16 @@ type simulation struct {
 	groupOf map[string]int
 	pred    *Prediction
 	asked   map[int]bool
+	// from is when each handed target may switch (after its window);
+	// fetches its simulated fetch ahead, for a revision with prefetch.
+	from    map[string]time.Time
+	fetches map[string]simFetchRun
+}
+
+// simFetchRun is a target's simulated fetch ahead: from start to end.
+type simFetchRun struct {
+	start, end time.Time
+	dur        time.Duration
 }
 
 // simulateRevision runs the revision's rollout against the model.
@@ -337,17 +518,19 @@ func simulateRevision(namespace, name string, rev events.DeploymentRevisionCreat
 		o.TargetTimeout = DefaultSimTargetTimeout
 	}
 	s := &simulation{o: o, m: m, rev: rev, images: scoreImages(rev.Score), keys: events.Keys{Namespace: namespace, Name: name},
-		handed: map[string]bool{}, groupOf: map[string]int{}, asked: map[int]bool{},
+		handed: map[string]bool{}, groupOf: map[string]int{}, asked: map[int]bool{}, from: map[string]time.Time{},
 		pred: &Prediction{Deployment: namespace + "/" + name, Generation: rev.Generation, RevisionID: rev.RevisionID, Seed: o.Seed,
 			Start: o.Start.UTC(), Window: rev.Window, Targets: len(sortedSet(rev.Targets)), Canaries: len(sortedSet(rev.Canaries)), Model: SimModel{Samples: len(m.all)}}}
-	if rev.Window != nil {
-		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
-			"the maintenance window (%s) is read in UTC for every device: neither the history nor the plan holds a device's time zone", rev.Window))
+	if rev.Window != nil || (rev.Prefetch && rev.FetchWindow != nil) {
+		s.zones()
 	}
 	for i, t := range rev.Targets {
 		if i < len(rev.TargetGroups) {
 			s.groupOf[t] = rev.TargetGroups[i]
 		}
+	}
+	if rev.Prefetch {
+		s.prefetch()
 	}
 	ev, err := events.New(s.keys, rev, events.WithCorrelation(rev.UID, rev.Generation), events.WithTime(o.Start))
 	if err != nil {
@@ -460,6 +643,7 @@ func (s *simulation) emit(d events.RolloutTransition, now time.Time) {
 			if from.After(now) {
 				waited++
 			}
+			s.from[dev] = from
 			s.schedule(dev, from)
 		}
 	}
@@ -512,10 +696,193 @@ func (s *simulation) windowWait(device string, now time.Time) time.Time {
 	return now
 }
 
-// zoneOf is the time zone device reads a maintenance window in: UTC for
-// every device, since neither the history nor the plan holds a device's
-// zone (the prediction's assumptions say so).
-func (s *simulation) zoneOf(string) *time.Location { return time.UTC }
+// zoneOf is the time zone device reads a maintenance window in: the last
+// it reported (its inventory's timeZone), else the first it reported
+// later, else UTC (the prediction counts those).
+func (s *simulation) zoneOf(device string) *time.Location {
+	loc, _ := s.reportedZone(device)
+	return loc
+}
+
+// reportedZone is device's zone and whether it reported one.
+func (s *simulation) reportedZone(device string) (*time.Location, bool) {
+	if loc, ok := s.m.zones[device]; ok {
+		return loc, true
+	}
+	if loc, ok := s.m.laterZones[device]; ok {
+		return loc, true
+	}
+	return time.UTC, false
+}
+
+// zones counts the zones the targets' windows are read in, and says in
+// the assumptions how many targets are read in UTC for want of one.
+func (s *simulation) zones() {
+	z := &SimZones{Invalid: s.m.badZones}
+	for _, dev := range sortedSet(s.rev.Targets) {
+		if _, ok := s.reportedZone(dev); ok {
+			z.Reported++
+		} else {
+			z.None++
+		}
+	}
+	s.pred.TimeZones = z
+	if z.None > 0 {
+		var windows []string
+		if w := s.rev.Window; w != nil {
+			windows = append(windows, fmt.Sprintf("maintenance window (%s)", w))
+		}
+		if w := s.rev.FetchWindow; w != nil && s.rev.Prefetch {
+			windows = append(windows, fmt.Sprintf("fetch window (%s)", w))
+		}
+		s.pred.Assumptions = append(s.pred.Assumptions, fmt.Sprintf(
+			"the %s is read in UTC for %d of %d targets: they reported no time zone (an agent older than the inventory's timeZone, or one that cannot name its zone)",
+			strings.Join(windows, " and the "), z.None, z.None+z.Reported))
+	}
+}
+
+// prefetch simulates every target's fetch ahead of a revision with
+// prefetch (ADR 0027): it starts when the revision is created or, with a
+// fetch window closed then, at the window's opening in the target's zone
+// (ADR 0029), and takes a fetch drawn from the recorded ones. A target
+// without any recorded fetch to draw from has none.
+func (s *simulation) prefetch() {
+	f := &SimFetch{Window: s.rev.FetchWindow}
+	s.pred.Fetch = f
+	s.fetches = map[string]simFetchRun{}
+	for _, dev := range sortedSet(s.rev.Targets) {
+		dur, ok := s.drawFetch(dev)
+		if !ok {
+			continue
+		}
+		start := s.o.Start
+		if w := s.rev.FetchWindow; w != nil {
+			if open, next, err := w.Open(start.In(s.zoneOf(dev))); err == nil && !open {
+				start = next
+			}
+		}
+		run := simFetchRun{start: start, end: start.Add(dur), dur: dur}
+		s.fetches[dev] = run
+		if f.FirstStart.IsZero() || run.start.Before(f.FirstStart) {
+			f.FirstStart = run.start.UTC()
+		}
+		if run.end.After(f.LastEnd) {
+			f.LastEnd = run.end.UTC()
+		}
+	}
+}
+
+// drawFetch picks a recorded fetch duration for device: of its own
+// sharing the most of the revision's images, else any of its own, else
+// its budget group's, else the fleet's; the seed and the device id decide
+// which (a stream of draws apart from the convergence's).
+func (s *simulation) drawFetch(device string) (time.Duration, bool) {
+	rng := s.rng("fetch/" + device)
+	pick := func(pool []simFetch) time.Duration { return pool[rng.IntN(len(pool))].dur }
+	own := s.m.fetches[device]
+	var same []simFetch
+	most := 1
+	for _, x := range own {
+		switch n := shared(x.images, s.images); {
+		case n > most:
+			most, same = n, append(same[:0], x)
+		case n == most:
+			same = append(same, x)
+		}
+	}
+	switch {
+	case len(same) > 0:
+		return pick(same), true
+	case len(own) > 0:
+		return pick(own), true
+	}
+	if g, ok := s.groupOf[device]; ok {
+		var pool []simFetch
+		for dev, xs := range s.m.fetches {
+			if gg, ok := s.groupOf[dev]; ok && gg == g {
+				pool = append(pool, xs...)
+			}
+		}
+		if len(pool) > 0 {
+			slices.SortFunc(pool, func(a, b simFetch) int { return cmp.Or(cmp.Compare(a.dur, b.dur), a.at.Compare(b.at)) })
+			return pick(pool), true
+		}
+	}
+	if len(s.m.fetchesAll) > 0 {
+		return pick(s.m.fetchesAll), true
+	}
+	return 0, false
+}
+
+// rng is the seeded source of the draws of one stream (a device's
+// convergence, its fetch, its switch).
+func (s *simulation) rng(stream string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(stream))
+	return rand.New(rand.NewPCG(s.o.Seed, h.Sum64()))
+}
+
+// behave turns a drawn sample into the device's answer to this revision.
+// Without prefetch the pull is part of the convergence: a sample of a
+// fetch ahead counts its fetch and its switch. With prefetch, a device
+// whose fetch started before it could switch waits for the fetch's end,
+// then takes only the switch part of its convergence; one that could
+// switch before its fetch started, or without a recorded fetch, pulls
+// while it switches, as without prefetch.
+func (s *simulation) behave(device string, smp simSample) simSample {
+	if !s.rev.Prefetch {
+		smp.dur = smp.full()
+		return smp
+	}
+	f := s.pred.Fetch
+	run, fetched := s.fetches[device]
+	from := s.from[device]
+	switch {
+	case !fetched:
+		f.NoHistory++
+		smp.dur = smp.full()
+	case run.start.After(from):
+		f.Unfetched++
+		smp.dur = smp.full()
+	default:
+		wait := max(run.end.Sub(from), 0)
+		if wait > 0 {
+			f.Joined++
+		} else {
+			f.Fetched++
+		}
+		smp.dur = wait + s.switchPart(device, smp, run.dur)
+	}
+	return smp
+}
+
+// switchPart is the switch of a drawn sample: its own split, else one of
+// the device's recorded switches (a sample of a fetch ahead sharing the
+// most images), else its convergence minus the drawn fetch (counted as
+// estimated).
+func (s *simulation) switchPart(device string, smp simSample, fetch time.Duration) time.Duration {
+	if smp.split {
+		return smp.sw
+	}
+	var same []simSample
+	most := 0
+	for _, x := range s.m.byDevice[device] {
+		if !x.split || x.outcome != events.WorkloadConverged {
+			continue
+		}
+		switch n := shared(x.images, s.images); {
+		case n > most || len(same) == 0:
+			most, same = n, append(same[:0], x)
+		case n == most:
+			same = append(same, x)
+		}
+	}
+	if len(same) > 0 {
+		return same[s.rng("switch/"+device).IntN(len(same))].sw
+	}
+	s.pred.Fetch.Estimated++
+	return max(smp.dur-fetch, 0)
+}
 
 // deadlineAt is when the progress deadline dl was exceeded at or before
 // until, given the rollout's state: the earliest of its candidates (the
@@ -555,6 +922,15 @@ func (s *simulation) schedule(device string, now time.Time) {
 // every revision the same), else any of its own, else its budget group's,
 // else the fleet's; the seed and the device id decide which.
 func (s *simulation) draw(device string) (simSample, bool) {
+	smp, ok := s.drawSample(device)
+	if !ok {
+		return smp, false
+	}
+	return s.behave(device, smp), true
+}
+
+// drawSample is draw's recorded sample, as it was recorded.
+func (s *simulation) drawSample(device string) (simSample, bool) {
 	h := fnv.New64a()
 	h.Write([]byte(device))
 	rng := rand.New(rand.NewPCG(s.o.Seed, h.Sum64()))

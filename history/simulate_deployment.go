@@ -24,9 +24,10 @@ const filterInventory = "fleet.report.*.inventory"
 // is resolved against them by the operator's own rolloutplan.Resolve
 // (ADR 0016); the devices' behaviour is learned from the history between
 // from and to. A maintenance window (spec.rollout.maintenanceWindow) is
-// frozen into the revision and modelled, read in UTC for every device;
-// the fetch window is frozen but not modelled (neither is prefetch). The
-// errors name the field of d to fix.
+// frozen into the revision and modelled, read in each target's last
+// reported time zone (UTC when none); prefetch and the fetch window
+// (spec.rollout.prefetch, fetchWindow) are frozen and modelled from the
+// recorded fetch reports. The errors name the field of d to fix.
 func (h *History) SimulateDeployment(ctx context.Context, d *fleetv1.Deployment, from, to time.Time, o SimulateOptions) (*Prediction, error) {
 	if d.Namespace == "" || d.Name == "" {
 		return nil, fmt.Errorf("%w: metadata.namespace and metadata.name: set both (the simulated revision is one of namespace/name)", ErrInvalidOptions)
@@ -44,6 +45,9 @@ func (h *History) SimulateDeployment(ctx context.Context, d *fleetv1.Deployment,
 		}
 	}
 	if w := d.Spec.Rollout.FetchWindow; w != nil {
+		if !d.Spec.Rollout.Prefetch {
+			return nil, fmt.Errorf("%w: spec.rollout.fetchWindow needs spec.rollout.prefetch: true (without prefetch a device pulls the images when it switches, inside spec.rollout.maintenanceWindow): set prefetch, or remove fetchWindow", ErrInvalidOptions)
+		}
 		fetchWindow = &events.MaintenanceWindow{Start: w.Start, Duration: w.Duration}
 		if err := fetchWindow.Validate(); err != nil {
 			return nil, fmt.Errorf("%w: spec.rollout.fetchWindow: %w", ErrInvalidOptions, err)
@@ -73,7 +77,7 @@ func (h *History) SimulateDeployment(ctx context.Context, d *fleetv1.Deployment,
 	}
 	gen := max(d.Generation, 1)
 	rev := events.DeploymentRevisionCreated{UID: "simulated", Generation: gen, RevisionID: fmt.Sprintf("%d-simulated", gen),
-		Score: sc, Targets: targets, Canaries: canaries, Window: window, FetchWindow: fetchWindow}
+		Score: sc, Targets: targets, Canaries: canaries, Window: window, Prefetch: d.Spec.Rollout.Prefetch, FetchWindow: fetchWindow}
 	if pd := d.Spec.Rollout.ProgressDeadline; pd != nil {
 		rev.ProgressDeadlineSeconds = int64(pd.Duration / time.Second)
 	}

@@ -234,7 +234,7 @@ func TestAWaitForTheMaintenanceWindowHoldsTheDeadlineAndTheTargetTimeout(t *test
 // TestAPredictionsTextShowsTheWaitForTheWindow prints a prediction whose
 // canary waits for a window closed at the start: the timeline says how
 // many targets wait and when the window opens, and the header says the
-// window was read in UTC.
+// window was read in UTC for the targets that reported no time zone.
 func TestAPredictionsTextShowsTheWaitForTheWindow(t *testing.T) {
 	start := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
 	m := &simModel{byDevice: map[string][]simSample{}}
@@ -247,7 +247,9 @@ func TestAPredictionsTextShowsTheWaitForTheWindow(t *testing.T) {
 		{"the timeline says how many wait and when the window opens",
 			"1 targets wait for the maintenance window (02:00 for 1h), the earliest opens at +2h0m0s (2026-12-05T02:00:00Z)"},
 		{"the header says the window is read in UTC",
-			"assumes: the maintenance window (02:00 for 1h) is read in UTC for every device"},
+			"assumes: the maintenance window (02:00 for 1h) is read in UTC for 2 of 2 targets: they reported no time zone"},
+		{"the header says in which zones the windows were read",
+			"time zones: 0 targets read in the zone they reported, 2 in UTC (none reported)"},
 	}
 	p, err := simulateRevision("lab", "api", rev, m, SimulateOptions{Start: start})
 	if err != nil {

@@ -12,13 +12,31 @@ import (
 )
 
 // simulationRecords reads what a simulation learns from: every Deployment's
-// intent and rollout transitions and every workload report, stored up to
-// until (zero: all), in stored order.
+// intent and rollout transitions, every workload and fetch report and the
+// devices' inventories (their time zones), stored up to until (zero: all), in
+// stored order.
 func (h *History) simulationRecords(ctx context.Context, until time.Time) ([]events.Record, error) {
 	return h.collect(ctx, until,
 		read{filter: filterDeploymentIntent, from: events.FromStart()},
 		read{filter: filterRollouts, from: events.FromStart()},
-		read{filter: filterWorkload, from: events.FromStart()})
+		read{filter: filterWorkload, from: events.FromStart()},
+		read{filter: filterInventory, from: events.FromStart()},
+		read{filter: filterFetch, from: events.FromStart()})
+}
+
+// filterFetch is every device's fetch-ahead reports (stream FLEET_REPORTS,
+// ADR 0027).
+const filterFetch = "fleet.report.*.fetch"
+
+// newLearner is a learner that warns of an inventory's ignored time zone
+// on h's logger.
+func (h *History) newLearner(ctx context.Context) *learner {
+	l := newLearner()
+	l.badZone = func(rec events.Record, err error) {
+		h.log.WarnContext(ctx, "a device's reported time zone is ignored", "device", rec.Event.Keys.Device,
+			"stream", rec.Stream, "sequence", rec.Sequence, "error", err)
+	}
+	return l
 }
 
 // Simulate predicts the rollout of rev, a revision of namespace/name (its
@@ -34,7 +52,11 @@ func (h *History) Simulate(ctx context.Context, namespace, name string, rev even
 	if err != nil {
 		return nil, err
 	}
-	m := learn(recs)
+	l := h.newLearner(ctx)
+	for _, rec := range recs {
+		l.add(rec)
+	}
+	m := l.m
 	if !from.IsZero() {
 		m.since(from)
 	}
@@ -60,6 +82,17 @@ func (m *simModel) since(from time.Time) {
 		return slices.DeleteFunc(xs, func(x simSample) bool { return x.handed.Before(from) })
 	}
 	m.all = keep(m.all)
+	keepFetch := func(xs []simFetch) []simFetch {
+		return slices.DeleteFunc(xs, func(x simFetch) bool { return x.at.Before(from) })
+	}
+	m.fetchesAll = keepFetch(m.fetchesAll)
+	for d, xs := range m.fetches {
+		if xs = keepFetch(xs); len(xs) == 0 {
+			delete(m.fetches, d)
+		} else {
+			m.fetches[d] = xs
+		}
+	}
 	for d, xs := range m.byDevice {
 		if xs = keep(xs); len(xs) == 0 {
 			delete(m.byDevice, d)
@@ -144,8 +177,18 @@ func (h *History) SimulateRecorded(ctx context.Context, namespace, name string, 
 		}
 	}
 	// One pass: each revision of the Deployment is simulated with what the
-	// learner folded of the records stored before it.
-	l := newLearner()
+	// learner folded of the records stored before it. A device that
+	// reported no time zone before a revision reads its window in the
+	// first it reported later (telemetry keeps only the last few
+	// inventories, so an old rollout has none before it).
+	first := newLearner()
+	for _, rec := range recs {
+		if rec.Event.Type == events.TypeDeviceInventory {
+			first.inventory(rec)
+		}
+	}
+	l := h.newLearner(ctx)
+	l.m.laterZones = first.m.laterZones
 	var chunks events.RevisionAssembler
 	var total time.Duration
 	for _, rec := range recs {
@@ -342,6 +385,25 @@ func (p *Prediction) writeText(w io.Writer) error {
 	line(w, "ends %s after %s: %d handed the revision, %d succeeded, %d failed", p.End, durText(p.EndAt.Sub(p.Start)), p.Handed, p.Succeeded, p.Failed)
 	line(w, "behaviour drawn from %d recorded samples: %d targets from their own, %d from their group's, %d from the fleet's, %d with none (converge in %s)",
 		p.Model.Samples, p.Model.Own, p.Model.Group, p.Model.Fleet, p.Model.Default, DefaultSimConverge)
+	if z := p.TimeZones; z != nil {
+		ignored := ""
+		if z.Invalid > 0 {
+			ignored = fmt.Sprintf("; %d reported time zones ignored (not an IANA name of the tz database)", z.Invalid)
+		}
+		line(w, "time zones: %d targets read in the zone they reported, %d in UTC (none reported)%s", z.Reported, z.None, ignored)
+	}
+	if f := p.Fetch; f != nil {
+		window := ""
+		if f.Window != nil {
+			window = fmt.Sprintf(" (fetch window %s)", f.Window)
+		}
+		fetches := ""
+		if !f.FirstStart.IsZero() {
+			fetches = fmt.Sprintf("; fetches from +%s to +%s", durText(f.FirstStart.Sub(p.Start)), durText(f.LastEnd.Sub(p.Start)))
+		}
+		line(w, "prefetch%s: %d targets fetched before they could switch, %d still fetching then, %d pulled while switching, %d without a recorded fetch%s",
+			window, f.Fetched, f.Joined, f.Unfetched, f.NoHistory, fetches)
+	}
 	for _, a := range p.Assumptions {
 		line(w, "assumes: %s", a)
 	}

@@ -166,3 +166,50 @@ func TestTheAPIServerRefusesAnInventoryStringOverTheBound(t *testing.T) {
 		t.Errorf("a %d-byte kernel string: %v", operator.MaxInventoryField, err)
 	}
 }
+
+// TestADevicesTimeZoneIsShownOnItsDeviceAndAHostileOneIgnored: the time
+// zone an agent reports (its inventory's timeZone) is projected into
+// status.inventory.timeZone; a hostile one (a path out of the tz
+// database) is left out, said by the ReportTrimmed condition and counted,
+// and the rest of the inventory is projected as before.
+func TestADevicesTimeZoneIsShownOnItsDeviceAndAHostileOneIgnored(t *testing.T) {
+	e := newDevEnv(t)
+	e.metrics = operator.NewMetrics()
+	id := e.id("rpi-tz")
+	e.create(id, nil)
+	e.start(time.Minute)
+	tests := []struct {
+		name      string
+		zone      string
+		want      string
+		condition string // the ReportTrimmed message ("" none)
+	}{
+		{"a reported IANA zone is shown", "Europe/Paris", "Europe/Paris", ""},
+		{"a path out of the tz database is left out and said", "../../etc/passwd", "",
+			"the device's last inventory is over the bounds of a Device: inventory.timeZone of 16 bytes ignored: not an IANA time zone of the tz database"},
+		{"an inventory without a zone (an older agent) shows none", "", "", ""},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			version := fmt.Sprintf("v1.%d", i)
+			e.report(id, events.DeviceInventory{OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", AgentVersion: version, TimeZone: tc.zone})
+			d := e.waitDevice(id, "the inventory of "+version, func(d *fleetv1.Device) bool {
+				return d.Status.Inventory != nil && d.Status.Inventory.AgentVersion == version
+			})
+			want := &fleetv1.DeviceInventory{OS: "Debian GNU/Linux 12 (bookworm)", Arch: "arm64", AgentVersion: version, TimeZone: tc.want}
+			if diff := cmp.Diff(want, d.Status.Inventory); diff != "" {
+				t.Errorf("inventory (-want +got):\n%s", diff)
+			}
+			c, msg := trimmed(d), ""
+			if c != nil {
+				msg = c.Message
+			}
+			if msg != tc.condition {
+				t.Errorf("ReportTrimmed %q, want %q", msg, tc.condition)
+			}
+		})
+	}
+	if v, _ := scrape(t, e.metrics, operator.MetricDeviceReportsTrimmed, map[string]string{"field": "inventory.timeZone"}); v < 1 {
+		t.Errorf("%s{field=inventory.timeZone} = %v, want at least 1", operator.MetricDeviceReportsTrimmed, v)
+	}
+}

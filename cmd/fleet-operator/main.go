@@ -19,6 +19,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	// The tz database, for the time zones devices report
+	// (events.LoadTimeZone): the image is built from scratch.
+	_ "time/tzdata"
 
 	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/rest"

@@ -19,6 +19,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	// The tz database, for the time zones devices report (events.LoadTimeZone)
+	// on a machine without one.
+	_ "time/tzdata"
 
 	"github.com/go-logr/logr"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"

@@ -118,6 +118,31 @@ func TestFleetRolloutSimulatePredictsAndChecksItself(t *testing.T) {
 			t.Fatalf("error %v; want one naming spec.rollout.maintenanceWindow", err)
 		}
 	})
+	t.Run("a fetch window without prefetch is refused naming its field and the fix", func(t *testing.T) {
+		bad := filepath.Join(dir, "fetch-window.yaml")
+		if err := os.WriteFile(bad, []byte(strings.Replace(simulatedDeployment, "  rollout:\n",
+			"  rollout:\n    fetchWindow:\n      start: \"02:00\"\n      duration: 1h\n", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := rolloutCmd(context.Background(), append([]string{"simulate", "-f", bad}, creds...), &bytes.Buffer{}, &bytes.Buffer{})
+		if err == nil || !strings.Contains(err.Error(), "spec.rollout.fetchWindow needs spec.rollout.prefetch: true") {
+			t.Fatalf("error %v; want one naming spec.rollout.fetchWindow and prefetch", err)
+		}
+	})
+	t.Run("a manifest with prefetch says how its fetches ahead go", func(t *testing.T) {
+		pre := filepath.Join(dir, "prefetch.yaml")
+		if err := os.WriteFile(pre, []byte(strings.Replace(simulatedDeployment, "  rollout:\n",
+			"  rollout:\n    prefetch: true\n", 1)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := rolloutCmd(context.Background(), append([]string{"simulate", "-f", pre}, creds...), &out, &bytes.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if want := "prefetch: 0 targets fetched before they could switch, 0 still fetching then, 0 pulled while switching, 2 without a recorded fetch"; !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	})
 	t.Run("json decodes into the prediction", func(t *testing.T) {
 		var out bytes.Buffer
 		if err := rolloutCmd(context.Background(), append([]string{"simulate", "-f", manifest, "-o", "json"}, creds...), &out, &bytes.Buffer{}); err != nil {

@@ -44,7 +44,7 @@ const (
 // trim is one thing a bound dropped or cut from a report.
 type trim struct {
 	// field is the metric label: labels, inventory.os, inventory.arch,
-	// inventory.kernel or inventory.agentVersion.
+	// inventory.kernel, inventory.agentVersion or inventory.timeZone.
 	field   string
 	message string
 }
@@ -76,6 +76,17 @@ func boundReport(inv events.DeviceInventory) boundedReport {
 		if cutOff {
 			out.trims = append(out.trims, trim{field: "inventory." + f.name,
 				message: fmt.Sprintf("inventory.%s truncated from %s to %s bytes", f.name, thousands(len(f.in)), thousands(MaxInventoryField))})
+		}
+	}
+	// The time zone is kept only when it is an IANA name of the tz
+	// database (events.LoadTimeZone): a device's input, never a path.
+	if tz := inv.TimeZone; tz != "" {
+		if _, err := events.LoadTimeZone(tz); err == nil {
+			out.TimeZone = tz
+		} else {
+			// Named, never quoted: the condition carries no device text.
+			out.trims = append(out.trims, trim{field: "inventory.timeZone",
+				message: fmt.Sprintf("inventory.timeZone of %s bytes ignored: not an IANA time zone of the tz database", thousands(len(tz)))})
 		}
 	}
 	return out

@@ -49,7 +49,7 @@ func (r *Reconciler) syncReports(ctx context.Context, d *fleetv1.Device, registe
 	inventory := d.Status.Inventory
 	if invSeq > 0 {
 		newLabels, newOwned = MergeReportedLabels(d.Labels, ClaimPinnedKeys(owned, pins, pinned), inv.Labels)
-		inventory = &fleetv1.DeviceInventory{OS: inv.OS, Arch: inv.Arch, Kernel: inv.Kernel, AgentVersion: inv.AgentVersion}
+		inventory = &fleetv1.DeviceInventory{OS: inv.OS, Arch: inv.Arch, Kernel: inv.Kernel, AgentVersion: inv.AgentVersion, TimeZone: inv.TimeZone}
 	}
 	newLabels, newPinned := PinLabels(newLabels, newOwned, pins, pinned)
 	labelsChange := !maps.Equal(newLabels, d.Labels)

@@ -229,6 +229,13 @@ type DeviceInventory struct {
 	Kernel string `json:"kernel,omitempty"`
 	// +kubebuilder:validation:MaxLength=256
 	AgentVersion string `json:"agentVersion,omitempty"`
+	// TimeZone is the IANA name of the device's local time zone, in which
+	// it reads maintenance windows (ADR 0029), as its agent last reported
+	// it; absent when the agent reported none or one that is no IANA name
+	// of the operator's tz database.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
 }
 
 // DeviceList is a list of Devices.

@@ -7,5 +7,5 @@ package trimmed
 
 // Fields are the values of the field label of
 // fleet_device_reports_trimmed_total: reported labels dropped, or an
-// inventory string cut.
-var Fields = []string{"labels", "inventory.os", "inventory.arch", "inventory.kernel", "inventory.agentVersion"}
+// inventory string cut, or a reported time zone ignored.
+var Fields = []string{"labels", "inventory.os", "inventory.arch", "inventory.kernel", "inventory.agentVersion", "inventory.timeZone"}
