@@ -29,7 +29,7 @@ const DefaultQueueGroup = "fleet-authcallout"
 // expires up to a tenth of its id_token's remaining lifetime early (at
 // most 1 minute at the 10-minute production lifetime), which costs an
 // idle device about 5 % more reconnects and spreads a wave of
-// reconnects by up to that much more every lifetime (ADR 0006).
+// reconnects by up to that much more every lifetime (ADR 0036).
 const DefaultExpirySpread = 0.1
 
 // MaxExpirySpread bounds Options.ExpirySpread: a user JWT lives at least
