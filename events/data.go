@@ -636,7 +636,17 @@ type DeviceLogsRequested struct {
 	// Allowed is false when the reader was refused; Reason says why.
 	Allowed bool   `json:"allowed"`
 	Reason  string `json:"reason,omitempty"`
+	// RefusedBy is RefusedByDevice in the second record of a request the
+	// reader was allowed and the device then refused (Allowed false,
+	// Reason the device's words, made printable and cut); absent
+	// otherwise.
+	RefusedBy string `json:"refusedBy,omitempty"`
 }
+
+// RefusedByDevice is DeviceLogsRequested.RefusedBy of a request the
+// device refused: it does not run the Deployment or service asked, or
+// answers as many requests as it may.
+const RefusedByDevice = "device"
 
 // EventType implements Data.
 func (DeviceLogsRequested) EventType() Type { return TypeDeviceLogsRequested }
