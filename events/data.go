@@ -93,6 +93,23 @@ type RolloutPlan struct {
 	// Budget, when set, limits how many targets sharing a label value are
 	// between revisions at once.
 	Budget *DisruptionBudget `json:"budget,omitempty"`
+	// EmptySelectors are, in a Follow revision only (ADR 0026), the spec's
+	// selector batches that resolved to no device and were dropped: a
+	// follower whose labels match one joins the batch that took its place.
+	// Absent otherwise: the revision's bytes are as before.
+	EmptySelectors []EmptySelectorBatch `json:"emptySelectors,omitempty"`
+}
+
+// EmptySelectorBatch is a selector batch of the spec that resolved to no
+// device when a Follow revision was frozen.
+type EmptySelectorBatch struct {
+	// Before is the plan batch (1-based) that took its place: the first
+	// batch the plan kept after it in the spec's order (the leftovers when
+	// no spec batch after it kept a device); len(Batches)+1 when no batch
+	// comes after it, and a follower joins the last batch.
+	Before int `json:"before"`
+	// Selector is the batch's spec selector (matchLabels).
+	Selector map[string]string `json:"selector"`
 }
 
 // DisruptionBudget is a plan's frozen disruption budget: of the targets
