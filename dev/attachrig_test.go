@@ -58,8 +58,16 @@ func (r *attachRig) keyFile() string { return filepath.Join(r.dir, "devices", r.
 // and the fleet-agent command line it printed.
 func (r *attachRig) enroll(t *testing.T, ctx context.Context, label string) (printed, line string) {
 	t.Helper()
-	enroll := exec.CommandContext(ctx, r.fleet, "enroll", "--dev", "--data-dir", r.dir, "--label", label,
-		"--agent-key-file", r.keyFile(), "--agent-podman-socket", "unix://"+r.sock, r.dev)
+	return enrollDev(t, ctx, r.fleet, r.dir, r.dev, "--label", label, "--agent-key-file", r.keyFile(), "--agent-podman-socket", "unix://"+r.sock)
+}
+
+// enrollDev runs `fleet enroll --dev` (the binary fleet) on fleet dev's
+// data folder dir for device dev, with flags: what it printed, and the
+// fleet-agent command line it printed.
+func enrollDev(t *testing.T, ctx context.Context, fleet, dir, dev string, flags ...string) (printed, line string) {
+	t.Helper()
+	args := append([]string{"enroll", "--dev", "--data-dir", dir}, flags...)
+	enroll := exec.CommandContext(ctx, fleet, append(args, dev)...)
 	enroll.Env = cleanEnv()
 	out, err := enroll.CombinedOutput()
 	if err != nil {
