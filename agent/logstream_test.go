@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/nats-io/nats.go"
 
 	"github.com/nationtech/harmony-fleet/agent"
@@ -92,7 +93,103 @@ func TestLogsAreRedactedOfSecretsAndPullCredentials(t *testing.T) {
 	}
 	// Nor does any stored message hold them (the command, the audit, the
 	// reports).
-	for _, name := range []string{events.StreamCommands, events.StreamAudit, events.StreamReports, events.StreamTelemetry} {
+	noSecretStored(t, e, events.StreamCommands, events.StreamAudit, events.StreamReports, events.StreamTelemetry)
+}
+
+// TestALogsRequestForAnotherDeploymentIsSaidPlainly: the agent answers
+// with an error naming what it does not run.
+func TestALogsRequestForAnotherDeploymentIsSaidPlainly(t *testing.T) {
+	_, rd := printing(t, []string{"ok"})
+	_, err := readLogs(t, rd, func(r *devicelogs.Request) { r.Deployment = "other" })
+	var de *devicelogs.DeviceError
+	if !errors.As(err, &de) || !strings.Contains(de.Message, "lab/other is not on this device") {
+		t.Fatalf("stream ended with %v, want the device saying it does not run lab/other", err)
+	}
+}
+
+// TestALogsRequestTheDeviceRefusesIsAuditedAsRefusedByTheDevice: a
+// request the reader was allowed is audited before the device is asked;
+// when the device refuses it (the workload is not its own, it has no such
+// service), a second record of the same request says the device refused
+// it and why, in the device's words made printable, holding no secret. A
+// request the device answers leaves its one record alone.
+func TestALogsRequestTheDeviceRefusesIsAuditedAsRefusedByTheDevice(t *testing.T) {
+	e, rd := printing(t, []string{"db password " + secretValue, "ok"})
+	tests := []struct {
+		name   string
+		change func(*devicelogs.Request)
+		want   []audited
+	}{
+		{"a Deployment the device does not run", func(r *devicelogs.Request) { r.Deployment = "other" },
+			[]audited{{Deployment: "other", Service: "api", Allowed: true},
+				{Deployment: "other", Service: "api", RefusedBy: events.RefusedByDevice, Reason: "the device refused it: the Deployment lab/other is not on this device"}}},
+		{"a service the Deployment does not have", func(r *devicelogs.Request) { r.Service = "nope" },
+			[]audited{{Deployment: "analysis", Service: "nope", Allowed: true},
+				{Deployment: "analysis", Service: "nope", RefusedBy: events.RefusedByDevice,
+					Reason: `the device refused it: the Deployment lab/analysis has no service or init container "nope" (it has [api])`}}},
+		{"a request the device answers", nil, []audited{{Deployment: "analysis", Service: "api", Allowed: true}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := len(logsAudit(t, e))
+			_, err := readLogs(t, rd, tc.change)
+			var de *devicelogs.DeviceError
+			if (len(tc.want) > 1) != errors.As(err, &de) {
+				t.Fatalf("the read ended with %v", err)
+			}
+			got := logsAudit(t, e)[before:]
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(audited{}, "Request")); diff != "" {
+				t.Fatalf("the request's audit records (-want +got):\n%s", diff)
+			}
+			for _, a := range got {
+				if a.Request != got[0].Request || a.Request == "" {
+					t.Errorf("audit records of one request name requests %q and %q", got[0].Request, a.Request)
+				}
+			}
+		})
+	}
+	noSecretStored(t, e, events.StreamAudit)
+}
+
+// audited is what TestALogsRequestTheDeviceRefusesIsAuditedAsRefusedByTheDevice
+// compares of a device.logs.requested record.
+type audited struct {
+	Deployment, Service, Request string
+	Allowed                      bool
+	RefusedBy, Reason            string
+}
+
+// logsAudit is device d1's device.logs.requested records, in order.
+func logsAudit(t *testing.T, e *agentEnv) []audited {
+	t.Helper()
+	subj, err := events.DashboardDeviceSubject("d1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
+	defer cancel()
+	var out []audited
+	for rec, err := range e.st.Replay(ctx, subj, events.FromStart()) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Event.Type != events.TypeDeviceLogsRequested {
+			continue
+		}
+		d, err := events.Decode[events.DeviceLogsRequested](rec.Event)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, audited{Deployment: d.Deployment, Service: d.Service, Request: d.Request, Allowed: d.Allowed, RefusedBy: d.RefusedBy, Reason: d.Reason})
+	}
+	return out
+}
+
+// noSecretStored fails when a message of the named streams holds the
+// Deployment's secret value or its pull password.
+func noSecretStored(t *testing.T, e *agentEnv, names ...string) {
+	t.Helper()
+	for _, name := range names {
 		stream, err := e.st.JetStream().Stream(e.ctx, name)
 		if err != nil {
 			t.Fatal(err)
@@ -110,17 +207,6 @@ func TestLogsAreRedactedOfSecretsAndPullCredentials(t *testing.T) {
 				t.Fatalf("%s message %d holds a secret: %s", name, seq, m.Data)
 			}
 		}
-	}
-}
-
-// TestALogsRequestForAnotherDeploymentIsSaidPlainly: the agent answers
-// with an error naming what it does not run.
-func TestALogsRequestForAnotherDeploymentIsSaidPlainly(t *testing.T) {
-	_, rd := printing(t, []string{"ok"})
-	_, err := readLogs(t, rd, func(r *devicelogs.Request) { r.Deployment = "other" })
-	var de *devicelogs.DeviceError
-	if !errors.As(err, &de) || !strings.Contains(de.Message, "lab/other is not on this device") {
-		t.Fatalf("stream ended with %v, want the device saying it does not run lab/other", err)
 	}
 }
 

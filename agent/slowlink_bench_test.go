@@ -1,16 +1,10 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"strconv"
 	"testing"
 	"time"
 
@@ -42,23 +36,8 @@ type slowPull struct {
 }
 
 func (s *slowPull) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
-	var got int64
-	for got < s.size {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.link+"/blob", nil)
-		if err != nil {
-			return err
-		}
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(got, 10)+"-")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			continue // reset before the answer: try again
-		}
-		n, _ := io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		got += n
+	if _, err := slowlink.Fetch(ctx, s.link, s.size); err != nil {
+		return err
 	}
 	return s.Runtime.Pull(ctx, ref, auth)
 }
@@ -73,17 +52,11 @@ func (s *slowPull) Pull(ctx context.Context, ref string, auth *runtime.RegistryA
 //	go test -tags '…' -run '^$' -bench ReleaseOverASlowLink -benchtime 1x ./agent -slowlink.image-mib 50
 func BenchmarkReleaseOverASlowLink(b *testing.B) {
 	size := int64(*slowImageMiB) << 20
-	blob := make([]byte, size)
-	_, _ = rand.Read(blob) // random: nothing compresses it
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	blob, err := slowlink.ServeBlob(size)
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "blob", time.Time{}, bytes.NewReader(blob))
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(func() { _ = srv.Close() })
+	b.Cleanup(func() { _ = blob.Close() })
 
 	for _, link := range []struct {
 		name       string
@@ -92,7 +65,7 @@ func BenchmarkReleaseOverASlowLink(b *testing.B) {
 		for _, prefetch := range []bool{false, true} {
 			b.Run(fmt.Sprintf("link=%s/prefetch=%t", link.name, prefetch), func(b *testing.B) {
 				for range b.N {
-					d := releaseOverSlowLinks(b, ln.Addr().String(), size, link.resetEvery, prefetch)
+					d := releaseOverSlowLinks(b, blob.Addr(), size, link.resetEvery, prefetch)
 					b.ReportMetric(d.Seconds(), "release-to-converged-s")
 				}
 			})

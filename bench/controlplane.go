@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -184,9 +183,7 @@ func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	// republished copies (the stored floor: delivered once stored and
 	// synced, as a device's value is).
 	fcfg.RePublish = &jetstream.RePublish{Source: "$KV." + floorBucket + ".>", Destination: floorStoredPrefix + ">"}
-	if cp.floorKV, err = createPlaced(fctx, func(ctx context.Context) (jetstream.KeyValue, error) {
-		return cp.floorJS.CreateOrUpdateKeyValue(ctx, fcfg)
-	}); err != nil {
+	if cp.floorKV, err = cp.floorJS.CreateOrUpdateKeyValue(fctx, fcfg); err != nil {
 		return fmt.Errorf("scalebench: floor bucket: %w", err)
 	}
 
@@ -301,38 +298,5 @@ func (s *statusSink) awaitAfter(ctx context.Context, t time.Time, timeout time.D
 		case <-ctx.Done():
 			return false
 		}
-	}
-}
-
-// errCodeNoPeers is JetStream's "no suitable peers for placement" (the
-// meta leader counts a peer offline until it heard from it lately: on a
-// loaded machine, moments after the cluster started, it can still say so
-// of a server that is up).
-const errCodeNoPeers jetstream.ErrorCode = 10005
-
-// noPeers reports whether err is JetStream's "no suitable peers for
-// placement".
-func noPeers(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
-}
-
-// createPlaced calls create until it returns anything but "no suitable
-// peers for placement", or ctx ends (then the last error).
-func createPlaced[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
-	wait := 50 * time.Millisecond
-	for {
-		v, err := create(ctx)
-		if err == nil || !noPeers(err) {
-			return v, err
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return v, err
-		case <-t.C:
-		}
-		wait = min(2*wait, time.Second)
 	}
 }

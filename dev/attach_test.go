@@ -19,7 +19,6 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 )
 
 var (
@@ -67,24 +66,8 @@ var (
 // EnvironmentFile lines, and a new revision converges; deleting the
 // Deployment removes the container.
 func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.T) {
-	testenv.Exclusive(t, testenv.PodmanExamples)
-	needKube(t)
-	natsCLI(t)
-	conn := podmantest.Connect(t) // fails under CI=true, skips elsewhere, without Podman
-	sock, err := podmantest.SocketPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	image := podmantest.BuildImage(t, "attach", `CMD ["sh", "-c", "trap 'exit 0' TERM INT; test -n \"$DB_PASSWORD\" || exit 2; sleep 2147483647 & wait"]`+"\n")
-	fleet, agent := fleetBinary(t), agentBinary(t)
-	dev := "attach-" + randomHex(t, 4)
-	// The agent labels its containers with its device id, unique to this
-	// test: whatever a failed run leaves is removed.
-	podmantest.RemoveLabelledAtCleanup(t, conn, "fleet.nationtech.io/device", dev)
-
-	dir := t.TempDir()
-	p := startDev(t, dir, "--devices", "1", "--runtime", "sim", "--listen", "127.0.0.1")
-	defer p.stop(t)
+	r := newAttachRig(t, "attach", `CMD ["sh", "-c", "trap 'exit 0' TERM INT; test -n \"$DB_PASSWORD\" || exit 2; sleep 2147483647 & wait"]`+"\n", "attach")
+	conn, sock, image, agent, dev, dir, p := r.conn, r.sock, r.image, r.agent, r.dev, r.dir, r.p
 	if !strings.Contains(p.out, "listening on       127.0.0.1 only") {
 		t.Errorf("fleet dev does not say it listens on loopback only:\n%s", p.out)
 	}
@@ -98,20 +81,8 @@ func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.
 
 	// On the laptop: enroll the device with fleet dev's defaults; the key
 	// file goes to the data folder.
-	keyFile := filepath.Join(dir, "devices", dev+".key.json")
-	enroll := exec.CommandContext(ctx, fleet, "enroll", "--dev", "--data-dir", dir, "--label", "attach-test="+dev,
-		"--agent-key-file", keyFile, "--agent-podman-socket", "unix://"+sock, dev)
-	enroll.Env = cleanEnv()
-	out, err := enroll.CombinedOutput()
-	if err != nil {
-		t.Fatalf("fleet enroll --dev: %v\n%s", err, out)
-	}
-	printed := string(out)
-	m := reAgentCommand.FindStringSubmatch(printed)
-	if m == nil {
-		t.Fatalf("fleet enroll --dev printed no fleet-agent command line:\n%s", printed)
-	}
-	line := m[1]
+	keyFile := r.keyFile()
+	printed, line := r.enroll(t, ctx, "attach-test="+dev)
 	for _, want := range []string{"--nats-url " + p.in.NATSURL, "--key-file " + keyFile, "--runtime podman", "--podman-socket unix://" + sock,
 		"--openbao-url " + p.in.OpenBaoAddr, "--openbao-role fleet-group-lab-lab", "--openbao-device-prefix fleet/lab"} {
 		if !strings.Contains(line, want) {
@@ -133,7 +104,7 @@ func TestARealAgentAttachedWithFleetEnrollDevRunsADeploymentOnPodman(t *testing.
 
 	// On the device: exactly the printed command line, fleet-agent found
 	// on PATH.
-	first := startAgent(t, []string{"bash", "-c", "exec " + line}, append(cleanEnv(), "PATH="+filepath.Dir(agent)+":"+systemPATH))
+	first := r.startAgent(t, line)
 	defer first.stop(t)
 
 	// A Deployment for that device alone, its secret from the stand-in.

@@ -3,7 +3,6 @@ package dev_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/containers/podman/v5/pkg/bindings/containers"
 
 	"github.com/nationtech/harmony-fleet/internal/testenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 )
 
 // followDeployment is a Deployment with spec.rollout.targets Follow (ADR
@@ -49,22 +47,8 @@ spec:
 // change to the Deployment, and `fleet history deployment` says why; the
 // device relabelled loses it (its container is removed).
 func TestAFollowDeploymentRunsOnADeviceEnrolledAfterItSucceeded(t *testing.T) {
-	testenv.Exclusive(t, testenv.PodmanExamples)
-	needKube(t)
-	natsCLI(t)
-	conn := podmantest.Connect(t) // fails under CI=true, skips elsewhere, without Podman
-	sock, err := podmantest.SocketPath()
-	if err != nil {
-		t.Fatal(err)
-	}
-	image := podmantest.BuildImage(t, "follow", `CMD ["sh", "-c", "trap 'exit 0' TERM INT; sleep 2147483647 & wait"]`+"\n")
-	fleet, agent := fleetBinary(t), agentBinary(t)
-	dev := "follow-" + randomHex(t, 4)
-	podmantest.RemoveLabelledAtCleanup(t, conn, "fleet.nationtech.io/device", dev)
-
-	dir := t.TempDir()
-	p := startDev(t, dir, "--devices", "1", "--runtime", "sim", "--listen", "127.0.0.1")
-	defer p.stop(t)
+	r := newAttachRig(t, "follow", `CMD ["sh", "-c", "trap 'exit 0' TERM INT; sleep 2147483647 & wait"]`+"\n", "follow")
+	conn, dev, image, p := r.conn, r.dev, r.image, r.p
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 
@@ -89,19 +73,8 @@ func TestAFollowDeploymentRunsOnADeviceEnrolledAfterItSucceeded(t *testing.T) {
 
 	// A device enrolled afterwards with matching labels, its agent on
 	// Podman, runs it: no change to the Deployment (generation 1).
-	keyFile := filepath.Join(dir, "devices", dev+".key.json")
-	enroll := exec.CommandContext(ctx, fleet, "enroll", "--dev", "--data-dir", dir, "--label", "follow-test="+dev,
-		"--agent-key-file", keyFile, "--agent-podman-socket", "unix://"+sock, dev)
-	enroll.Env = cleanEnv()
-	out, err := enroll.CombinedOutput()
-	if err != nil {
-		t.Fatalf("fleet enroll --dev: %v\n%s", err, out)
-	}
-	m := reAgentCommand.FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("fleet enroll --dev printed no fleet-agent command line:\n%s", out)
-	}
-	a := startAgent(t, []string{"bash", "-c", "exec " + m[1]}, append(cleanEnv(), "PATH="+filepath.Dir(agent)+":"+systemPATH))
+	_, line := r.enroll(t, ctx, "follow-test="+dev)
+	a := r.startAgent(t, line)
 	defer a.stop(t)
 	if err := testenv.Poll(ctx, 3*time.Minute, func() bool {
 		got = status()

@@ -20,7 +20,6 @@ import (
 
 	"github.com/nationtech/harmony-fleet/devicelogs"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
-	"github.com/nationtech/harmony-fleet/internal/testenv/podmantest"
 )
 
 // logsScript is the command of both services of logsDeployment: talk
@@ -84,44 +83,19 @@ var reTick = regexp.MustCompile(`(?m)^\S+ tick (\d+)$`)
 // and the device refuses a fifth stream of the CLI while the dashboard
 // follows four.
 func TestFleetLogsReadsARealAgentAttachedWithFleetEnrollDev(t *testing.T) {
-	testenv.Exclusive(t, testenv.PodmanExamples)
-	needKube(t)
-	natsCLI(t)
-	conn := podmantest.Connect(t) // fails under CI=true, skips elsewhere, without Podman
-	sock, err := podmantest.SocketPath()
-	if err != nil {
-		t.Fatal(err)
-	}
 	b, err := json.Marshal([]string{"sh", "-c", logsScript})
 	if err != nil {
 		t.Fatal(err)
 	}
-	image := podmantest.BuildImage(t, "attach-logs", "CMD "+string(b)+"\n")
-	fleet, agent := fleetBinary(t), agentBinary(t)
-	dev := "logs-" + randomHex(t, 4)
-	podmantest.RemoveLabelledAtCleanup(t, conn, "fleet.nationtech.io/device", dev)
-
-	dir := t.TempDir()
-	p := startDev(t, dir, "--devices", "1", "--runtime", "sim", "--listen", "127.0.0.1")
-	defer p.stop(t)
+	r := newAttachRig(t, "attach-logs", "CMD "+string(b)+"\n", "logs")
+	dev, dir, p := r.dev, r.dir, r.p
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 
-	keyFile := filepath.Join(dir, "devices", dev+".key.json")
-	enroll := exec.CommandContext(ctx, fleet, "enroll", "--dev", "--data-dir", dir, "--label", "attach-test="+dev,
-		"--agent-key-file", keyFile, "--agent-podman-socket", "unix://"+sock, dev)
-	enroll.Env = cleanEnv()
-	out, err := enroll.CombinedOutput()
-	if err != nil {
-		t.Fatalf("fleet enroll --dev: %v\n%s", err, out)
-	}
-	m := reAgentCommand.FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("fleet enroll --dev printed no fleet-agent command line:\n%s", out)
-	}
-	a := startAgent(t, []string{"bash", "-c", "exec " + m[1]}, append(cleanEnv(), "PATH="+filepath.Dir(agent)+":"+systemPATH))
+	_, line := r.enroll(t, ctx, "attach-test="+dev)
+	a := r.startAgent(t, line)
 	defer a.stop(t)
-	applyAttached(t, ctx, p, dev, strings.NewReplacer("DEV", dev, "IMAGE", image).Replace(logsDeployment), a)
+	applyAttached(t, ctx, p, dev, strings.NewReplacer("DEV", dev, "IMAGE", r.image).Replace(logsDeployment), a)
 	secret, err := os.ReadFile(filepath.Join(dir, "secrets", "demo-db.password"))
 	if err != nil {
 		t.Fatal(err)

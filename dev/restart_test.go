@@ -83,19 +83,10 @@ func TestAnAttachedDeviceSurvivesAFleetDevRestart(t *testing.T) {
 
 	dev := "restart-" + randomHex(t, 3)
 	keyFile := filepath.Join(dir, "devices", dev+".key.json")
-	enroll := exec.CommandContext(ctx, fleet, "enroll", "--dev", "--data-dir", dir, "--agent-key-file", keyFile, dev)
-	enroll.Env = cleanEnv()
-	out, err := enroll.CombinedOutput()
-	if err != nil {
-		t.Fatalf("fleet enroll --dev: %v\n%s", err, out)
-	}
-	m := reAgentCommand.FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("fleet enroll --dev printed no fleet-agent command line:\n%s", out)
-	}
+	_, agentLine := enrollDev(t, ctx, fleet, dir, dev, "--agent-key-file", keyFile)
 	// The printed line, on the simulated runtime, heartbeating every
 	// second.
-	args := strings.Fields(m[1])
+	args := strings.Fields(agentLine)
 	var line []string
 	for i := 0; i < len(args); i++ {
 		switch args[i] {

@@ -87,19 +87,22 @@ func (rd *Reader) open(ctx context.Context, r Request, auth Authorizer, diagnose
 			err = fmt.Errorf("%w: the authorization could not be decided: %w", ErrDenied, err)
 			reason = err.Error()
 		}
-		if aerr := rd.audit(ctx, r, request, diagnose, false, reason); aerr != nil {
+		if aerr := rd.audit(ctx, r, request, diagnose, false, reason, ""); aerr != nil {
 			return nil, errors.Join(err, aerr)
 		}
 		return nil, err
 	}
 	s, err := rd.register(r, request)
+	if s != nil {
+		s.diagnose = diagnose
+	}
 	if err != nil {
-		if aerr := rd.audit(ctx, r, request, diagnose, false, err.Error()); aerr != nil {
+		if aerr := rd.audit(ctx, r, request, diagnose, false, err.Error(), ""); aerr != nil {
 			return nil, errors.Join(err, aerr)
 		}
 		return nil, err
 	}
-	if err := rd.audit(ctx, r, request, diagnose, true, ""); err != nil {
+	if err := rd.audit(ctx, r, request, diagnose, true, "", ""); err != nil {
 		s.release()
 		return nil, err
 	}
@@ -124,11 +127,13 @@ func (rd *Reader) open(ctx context.Context, r Request, auth Authorizer, diagnose
 	return s, nil
 }
 
-// audit appends the device.logs.requested record.
-func (rd *Reader) audit(ctx context.Context, r Request, request string, diagnose, allowed bool, reason string) error {
+// audit appends the device.logs.requested record; refusedBy is
+// events.RefusedByDevice for the record of the device's refusal, empty
+// for the record written before the device is asked.
+func (rd *Reader) audit(ctx context.Context, r Request, request string, diagnose, allowed bool, reason, refusedBy string) error {
 	ev, err := events.New(events.Keys{Device: r.Device}, events.DeviceLogsRequested{Namespace: r.Namespace, Deployment: r.Deployment,
 		Service: r.Service, User: r.Who.User, UserSubject: r.Who.UserSubject, Via: r.Who.Via, Request: request, Tail: r.Tail,
-		Since: r.Since, Follow: r.Follow, Diagnose: diagnose, Allowed: allowed, Reason: reason})
+		Since: r.Since, Follow: r.Follow, Diagnose: diagnose, Allowed: allowed, Reason: reason, RefusedBy: refusedBy})
 	if err != nil {
 		return fmt.Errorf("devicelogs: audit record: %w", err)
 	}

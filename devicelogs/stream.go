@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -21,10 +22,11 @@ const maxDeviceError = 512
 // Stream is one open request's answer. Next returns its lines; Close
 // ends it. Next is for one goroutine; Close may be called from any.
 type Stream struct {
-	rd      *Reader
-	r       Request
-	request string
-	asked   time.Time
+	rd       *Reader
+	r        Request
+	request  string
+	diagnose bool
+	asked    time.Time
 
 	queue  chan events.LogsChunk
 	failed chan struct{} // closed by fail
@@ -170,6 +172,7 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 	}
 	select {
 	case c := <-s.queue:
+		first := !s.got
 		s.got = true
 		if c.Diagnosis != nil {
 			s.diagnosis = c.Diagnosis
@@ -185,11 +188,19 @@ func (s *Stream) Next(ctx context.Context) ([]events.LogLine, error) {
 				if len(msg) > maxDeviceError {
 					msg = msg[:maxDeviceError] + "…"
 				}
+				var err error = &DeviceError{Message: msg}
 				if rest, ok := strings.CutPrefix(msg, events.LogsTooManyStreams); ok {
 					// The device's own limit, of all readers together.
-					return c.Lines, fmt.Errorf("%w on device %s/%s (said by the device%s)", ErrTooManyStreams, s.r.Namespace, s.r.Device, rest)
+					err = fmt.Errorf("%w on device %s/%s (said by the device%s)", ErrTooManyStreams, s.r.Namespace, s.r.Device, rest)
 				}
-				return c.Lines, &DeviceError{Message: msg}
+				if first && len(c.Lines) == 0 {
+					// Its answer is a refusal, not a failure while
+					// answering: the audit says so.
+					if aerr := s.rd.audit(ctx, s.r, s.request, s.diagnose, false, "the device refused it: "+msg, events.RefusedByDevice); aerr != nil {
+						err = errors.Join(err, aerr)
+					}
+				}
+				return c.Lines, err
 			}
 		}
 		return c.Lines, nil

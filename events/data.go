@@ -93,6 +93,23 @@ type RolloutPlan struct {
 	// Budget, when set, limits how many targets sharing a label value are
 	// between revisions at once.
 	Budget *DisruptionBudget `json:"budget,omitempty"`
+	// EmptySelectors are, in a Follow revision only (ADR 0026), the spec's
+	// selector batches that resolved to no device and were dropped: a
+	// follower whose labels match one joins the batch that took its place.
+	// Absent otherwise: the revision's bytes are as before.
+	EmptySelectors []EmptySelectorBatch `json:"emptySelectors,omitempty"`
+}
+
+// EmptySelectorBatch is a selector batch of the spec that resolved to no
+// device when a Follow revision was frozen.
+type EmptySelectorBatch struct {
+	// Before is the plan batch (1-based) that took its place: the first
+	// batch the plan kept after it in the spec's order (the leftovers when
+	// no spec batch after it kept a device); len(Batches)+1 when no batch
+	// comes after it, and a follower joins the last batch.
+	Before int `json:"before"`
+	// Selector is the batch's spec selector (matchLabels).
+	Selector map[string]string `json:"selector"`
 }
 
 // DisruptionBudget is a plan's frozen disruption budget: of the targets
@@ -642,7 +659,17 @@ type DeviceLogsRequested struct {
 	// Allowed is false when the reader was refused; Reason says why.
 	Allowed bool   `json:"allowed"`
 	Reason  string `json:"reason,omitempty"`
+	// RefusedBy is RefusedByDevice in the second record of a request the
+	// reader was allowed and the device then refused (Allowed false,
+	// Reason the device's words, made printable and cut); absent
+	// otherwise.
+	RefusedBy string `json:"refusedBy,omitempty"`
 }
+
+// RefusedByDevice is DeviceLogsRequested.RefusedBy of a request the
+// device refused: it does not run the Deployment or service asked, or
+// answers as many requests as it may.
+const RefusedByDevice = "device"
 
 // EventType implements Data.
 func (DeviceLogsRequested) EventType() Type { return TypeDeviceLogsRequested }

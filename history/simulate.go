@@ -342,22 +342,16 @@ func (l *learner) add(rec events.Record) {
 	var handed time.Time
 	removed := ""
 	// A target that waited for the revision's maintenance window (ADR
-	// 0029) is timed from the opening, as the operator's target timeout
-	// is: the wait is the plan's, not the device's behaviour.
-	since := func(dev string) time.Time {
-		at := r.HandedAt(dev)
-		if opens := r.WindowOpensOf(dev); !at.IsZero() && opens.After(at) {
-			return opens
-		}
-		return at
-	}
+	// 0029) is timed from the opening, by the operator's own rule
+	// (TargetTimeoutFrom): the wait is the plan's, not the device's
+	// behaviour.
 	if ev.Type == events.TypeWorkloadStatus {
-		before, handed = r.Results[dev], since(dev)
+		before, handed = r.Results[dev], r.TargetTimeoutFrom(dev)
 	}
 	if ev.Type == events.TypeRolloutTargetRemoved {
 		if d, err := p.RolloutTransition(); err == nil && r.IsCurrent(d.UID, d.Generation) && r.IsTarget(d.Device) &&
 			r.Results[d.Device].Settled.IsZero() && !r.HandedAt(d.Device).IsZero() {
-			removed, handed = d.Device, since(d.Device)
+			removed, handed = d.Device, r.TargetTimeoutFrom(d.Device)
 		}
 	}
 	r.FoldPayload(&p)

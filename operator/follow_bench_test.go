@@ -1,16 +1,11 @@
 package operator_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nationtech/harmony-fleet/events"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
@@ -24,10 +19,7 @@ import (
 // operator's: status writes, and no request per device per decision) and
 // the rollout.target-added events appended. It asserts no timing.
 func BenchmarkFollowEnrollment(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("FLEET_FOLLOW_DEVICES")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("FLEET_FOLLOW_DEVICES", 1000)
 	for range b.N {
 		followEnrollment(b, n)
 	}
@@ -35,10 +27,8 @@ func BenchmarkFollowEnrollment(b *testing.B) {
 
 func followEnrollment(b *testing.B, n int) {
 	b.StopTimer()
-	e := newEnv(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	b.Cleanup(cancel)
-	e.ctx = ctx
+	e := benchEnv(b, 20*time.Minute)
+	ctx := e.ctx
 	labels := map[string]string{"role": "follow-bench"}
 	first := "fb-0-" + e.ns
 	e.device(first, labels)
@@ -52,27 +42,7 @@ func followEnrollment(b *testing.B, n int) {
 	before := apiRequests(b, e)
 	b.StartTimer()
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
-				d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fb-%d-%s", i, e.ns), Namespace: e.ns, Labels: labels},
-					Spec: fleetv1.DeviceSpec{IdentitySubject: fmt.Sprintf("sub-fb-%d-%s", i, e.ns)}}
-				if err := e.c.Create(ctx, d); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	created := time.Since(start)
+	created := createDevices(b, e, n, labels, func(i int) string { return fmt.Sprintf("fb-%d-%s", i, e.ns) })
 	e.waitLong("every new device's fleet-intent value", func() bool {
 		st, err := e.kv.Status(ctx)
 		return err == nil && st.Values() >= uint64(n+1)

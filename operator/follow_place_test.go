@@ -93,3 +93,41 @@ func TestAFollowerJoinsTheBatchItsPlanWouldGiveIt(t *testing.T) {
 		})
 	})
 }
+
+// TestAFollowerOfASelectorBatchEmptyAtTheFreezeJoinsItsPlace (ADR 0026),
+// real kube-apiserver and JetStream: a Follow Deployment's first batch
+// selects site=moon, where no device was when the revision was frozen, so
+// the plan has no such batch. A device of site moon that comes later
+// joins the batch that took that place (the site=paris batch, batch 1),
+// not the last batch: it waits for batch 1's approval, no longer, and is
+// handed the revision with it.
+func TestAFollowerOfASelectorBatchEmptyAtTheFreezeJoinsItsPlace(t *testing.T) {
+	e := newEnv(t)
+	e.device("pd1", map[string]string{"role": "edge", "site": "paris"})
+	e.device("pd2", map[string]string{"role": "edge", "site": "lyon"})
+	e.device("pd3", map[string]string{"role": "edge", "site": "lyon"})
+	e.startOperator()
+	e.plannedFollow("moon", fleetv1.RolloutSpec{Batches: []fleetv1.RolloutBatch{
+		{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "moon"}}},
+		{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "paris"}}}, {Count: ptr[int32](1)}},
+		Approval: fleetv1.RolloutApprovalManual}, "registry.example.com/api:v1")
+	rev1 := e.revisionOf("moon", 1)
+	if rev1.Plan == nil || len(rev1.Plan.Batches) != 3 || rev1.Plan.Batches[0].Selector["site"] != "paris" {
+		t.Fatalf("plan %+v: want 3 batches (paris, the count, the leftovers), the empty site=moon batch dropped", rev1.Plan)
+	}
+	e.device("pf-moon", map[string]string{"role": "edge", "site": "moon"})
+	e.waitFor("pf-moon joined", func() bool { return e.followTransition("moon", "pf-moon").Device != "" })
+	if tr := e.followTransition("moon", "pf-moon"); tr.Batch != 1 {
+		t.Fatalf("pf-moon joined batch %d: want 1, the batch that took the place of its empty site=moon batch", tr.Batch)
+	}
+	if e.intentOf("pf-moon", "moon") != 0 {
+		t.Fatal("pf-moon handed the revision before its batch was approved")
+	}
+	e.annotate("moon", request("approve", 1, 1, "ana", "req-1"))
+	for _, dev := range []string{"pd1", "pf-moon"} {
+		e.waitFor(dev+" handed generation 1 with batch 1", func() bool { return e.intentOf(dev, "moon") == 1 })
+	}
+	if e.intentOf("pd2", "moon") != 0 || e.intentOf("pd3", "moon") != 0 {
+		t.Error("a device of a later batch handed the revision with batch 1")
+	}
+}

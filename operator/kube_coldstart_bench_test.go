@@ -1,20 +1,14 @@
 package operator_test
 
 import (
-	"context"
 	"fmt"
-	"os"
-	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nationtech/harmony-fleet/events"
-	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 )
 
@@ -31,10 +25,7 @@ import (
 // stop until the standby appended its revision (the Lease's expiry
 // included, ADR 0011). It asserts no timing.
 func BenchmarkKubeColdStart(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("FLEET_KUBE_DEVICES")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("FLEET_KUBE_DEVICES", 1000)
 	for range b.N {
 		kubeColdStart(b, n)
 	}
@@ -42,37 +33,11 @@ func BenchmarkKubeColdStart(b *testing.B) {
 
 func kubeColdStart(b *testing.B, n int) {
 	b.StopTimer()
-	e := newEnv(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	b.Cleanup(cancel)
-	e.ctx = ctx
+	e := benchEnv(b, 30*time.Minute)
+	ctx := e.ctx
 	labels := map[string]string{"role": "cold-bench"}
-	t0 := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
-				d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cs-%d", i), Namespace: e.ns, Labels: labels},
-					Spec: fleetv1.DeviceSpec{IdentitySubject: fmt.Sprintf("sub-cs-%d", i)}}
-				if err := e.c.Create(ctx, d); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	created := time.Since(t0)
-	e.deviceController = true
-	if v, err := strconv.Atoi(os.Getenv("FLEET_KUBE_DEVICE_WORKERS")); err == nil && v > 0 {
-		e.deviceWorkers = v
-	}
+	created := createDevices(b, e, n, labels, func(i int) string { return fmt.Sprintf("cs-%d", i) })
+	withDeviceController(e)
 	idkv, err := e.store.JetStream().KeyValue(ctx, events.BucketIdentity)
 	if err != nil {
 		b.Fatal(err)

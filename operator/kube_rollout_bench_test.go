@@ -11,13 +11,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
@@ -42,10 +40,7 @@ import (
 // operator, the embedded NATS server and the benchmark share it). It
 // asserts no timing.
 func BenchmarkKubeRollout(b *testing.B) {
-	n := 1000
-	if v, err := strconv.Atoi(os.Getenv("FLEET_KUBE_DEVICES")); err == nil && v > 0 {
-		n = v
-	}
+	n := envInt("FLEET_KUBE_DEVICES", 1000)
 	for range b.N {
 		kubeRollout(b, n)
 	}
@@ -55,37 +50,12 @@ func BenchmarkKubeRollout(b *testing.B) {
 // status Succeeded.
 func kubeRollout(b *testing.B, n int) {
 	b.StopTimer()
-	e := newEnv(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	b.Cleanup(cancel)
-	e.ctx = ctx
+	e := benchEnv(b, 30*time.Minute)
+	ctx := e.ctx
 	labels := map[string]string{"role": "kube-bench"}
 	t0 := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 8)
-	for range 8 {
-		wg.Go(func() {
-			for i := int(next.Add(1)); i <= n; i = int(next.Add(1)) {
-				d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("kb-%d", i), Namespace: e.ns, Labels: labels},
-					Spec: fleetv1.DeviceSpec{IdentitySubject: fmt.Sprintf("sub-kb-%d", i)}}
-				if err := e.c.Create(ctx, d); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
-	created := time.Since(t0)
-	e.deviceController = true
-	if v, err := strconv.Atoi(os.Getenv("FLEET_KUBE_DEVICE_WORKERS")); err == nil && v > 0 {
-		e.deviceWorkers = v
-	}
+	created := createDevices(b, e, n, labels, func(i int) string { return fmt.Sprintf("kb-%d", i) })
+	withDeviceController(e)
 	idBefore := apiRequests(b, e)
 	recBefore := deviceReconciles(b)
 	fmt.Fprintf(os.Stderr, "kube rollout: %d Devices created in %s\n", n, created.Round(time.Millisecond))

@@ -9,8 +9,9 @@ import (
 // PlaceFollower places a follower of a revision with a plan (ADR 0016,
 // ADR 0026) where the freeze would have placed it: in the first batch
 // whose frozen selector its labels (the Device's, as judged) all match,
-// else in the plan's last batch (the leftovers of a count or percent
-// plan). It waits for its batch and that batch's approval, and counts in
+// a selector batch empty at the freeze (Plan.EmptySelectors) standing
+// for the batch that took its place, else in the plan's last batch (the
+// leftovers of a count or percent plan). It waits for its batch and that batch's approval, and counts in
 // its threshold, never handed the revision earlier than planned. With a
 // disruption budget, its group is its value of the budget's label key (a
 // value the plan does not know being a group of its own), and the
@@ -22,13 +23,7 @@ func (r Rollout) PlaceFollower(d events.RolloutTransition, labels map[string]str
 	if !r.planned() {
 		return d
 	}
-	d.Batch = len(r.Plan.Batches)
-	for i, b := range r.Plan.Batches {
-		if len(b.Selector) > 0 && selects(b.Selector, labels) {
-			d.Batch = i + 1
-			break
-		}
-	}
+	d.Batch = followBatch(r.Plan, labels)
 	switch {
 	case r.Plan.Budget != nil:
 		d.BudgetGroup = labels[r.Plan.Budget.LabelKey]
@@ -36,6 +31,25 @@ func (r Rollout) PlaceFollower(d events.RolloutTransition, labels map[string]str
 		d.Released = []string{d.Device}
 	}
 	return d
+}
+
+// followBatch is the plan batch (1-based) of a follower with labels: the
+// first batch, in the spec's order, whose selector they match, a selector
+// batch empty at the freeze standing for the batch that took its place;
+// else the last batch.
+func followBatch(plan *events.RolloutPlan, labels map[string]string) int {
+	empty := plan.EmptySelectors
+	for i, b := range plan.Batches {
+		for ; len(empty) > 0 && empty[0].Before <= i+1; empty = empty[1:] {
+			if selects(empty[0].Selector, labels) {
+				return i + 1
+			}
+		}
+		if len(b.Selector) > 0 && selects(b.Selector, labels) {
+			return i + 1
+		}
+	}
+	return len(plan.Batches)
 }
 
 // selects reports whether labels has every label of selector.

@@ -837,6 +837,24 @@ func (r Rollout) DeadlineExceeded(now time.Time, def time.Duration) bool {
 	return !now.Before(at.Add(d))
 }
 
+// TargetTimeoutFrom is when the target timeout of device, a target of
+// the revision, starts running: when it was handed the revision, or, for
+// a target that waits for the revision's maintenance window, when the
+// window opens (WindowOpensOf; ADR 0029): the wait is the plan's, not the
+// device's. Zero: device is no target, or was not handed it yet. The
+// operator's runner removes a target silent for its timeout from then;
+// the what-if simulator (history) times a target's answer from then.
+func (r Rollout) TargetTimeoutFrom(device string) time.Time {
+	if !r.IsTarget(device) {
+		return time.Time{}
+	}
+	at := r.HandedAt(device)
+	if opens := r.WindowOpensOf(device); !at.IsZero() && opens.After(at) {
+		return opens
+	}
+	return at
+}
+
 // WaitingTarget is a target handed the revision without a result of it
 // (Converged or Failed), and its latest report (the zero Result: none).
 type WaitingTarget struct {

@@ -1,18 +1,12 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"flag"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,24 +55,12 @@ type slowEngine struct {
 
 func (s *slowEngine) Pull(ctx context.Context, ref string, auth *runtime.RegistryAuth) error {
 	s.pulls.Add(1)
-	var got int64
-	for s.link != "" && got < s.size {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+s.link+"/blob", nil)
+	if s.link != "" {
+		n, err := slowlink.Fetch(ctx, s.link, s.size)
+		s.fetched.Add(n)
 		if err != nil {
 			return err
 		}
-		req.Header.Set("Range", "bytes="+strconv.FormatInt(got, 10)+"-")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			continue // reset before the answer: try again
-		}
-		n, _ := io.Copy(io.Discard, resp.Body)
-		_ = resp.Body.Close()
-		got += n
-		s.fetched.Add(n)
 	}
 	return s.Runtime.Pull(ctx, ref, auth)
 }
@@ -138,17 +120,11 @@ var slowRuns atomic.Int64
 //	go test -tags '…' -run '^$' -bench PrefetchRolloutOverASlowLink -benchtime 1x ./internal/e2e/ [-slowlink.image-mib 50] [-slowlink.rate 1048576] [-slowlink.reset-every 4194304]
 func BenchmarkPrefetchRolloutOverASlowLink(b *testing.B) {
 	size := int64(*slowImageMiB) << 20
-	blob := make([]byte, size)
-	_, _ = rand.Read(blob) // random: nothing compresses it
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	blob, err := slowlink.ServeBlob(size)
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.ServeContent(w, r, "blob", time.Time{}, bytes.NewReader(blob))
-	})}
-	go func() { _ = srv.Serve(ln) }()
-	b.Cleanup(func() { _ = srv.Close() })
+	b.Cleanup(func() { _ = blob.Close() })
 	// Connected once: the connection's context ends with the benchmark
 	// that made it.
 	var pctx context.Context
@@ -158,7 +134,7 @@ func BenchmarkPrefetchRolloutOverASlowLink(b *testing.B) {
 	for _, prefetch := range []bool{false, true} {
 		b.Run(fmt.Sprintf("prefetch=%t", prefetch), func(b *testing.B) {
 			for range b.N {
-				slowRollout(b, pctx, ln.Addr().String(), size, prefetch)
+				slowRollout(b, pctx, blob.Addr(), size, prefetch)
 			}
 		})
 	}

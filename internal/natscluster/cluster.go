@@ -3,6 +3,7 @@ package natscluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -112,7 +113,11 @@ type node struct {
 
 // Start writes each server's configuration, starts the servers and waits
 // until every one is healthy (JetStream up and in contact with a meta
-// leader). On an error the servers started are killed.
+// leader) and, with more than one server, until the meta leader counts
+// every other server current and online (MetaPeers): until then it may
+// refuse to place a replicated stream ("no suitable peers for placement,
+// peer offline", JetStream error 10005). Each wait is bounded by ctx and
+// Options.ReadyTimeout. On an error the servers started are killed.
 func Start(ctx context.Context, o Options) (*Cluster, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
@@ -159,6 +164,13 @@ func Start(ctx context.Context, o Options) (*Cluster, error) {
 		err = fmt.Errorf("%w\n%s", err, c.LogTails(20))
 		c.Close()
 		return nil, err
+	}
+	if o.N > 1 {
+		if err := c.waitMetaPeers(ctx); err != nil {
+			err = fmt.Errorf("%w\n%s", err, c.LogTails(20))
+			c.Close()
+			return nil, err
+		}
 	}
 	return c, nil
 }
@@ -453,6 +465,110 @@ func (c *Cluster) waitHealthy(ctx context.Context, i int) error {
 		wait = min(2*wait, 250*time.Millisecond)
 	}
 	return nil
+}
+
+// MetaPeer is one peer of the JetStream meta group as the meta leader
+// counts it (its /jsz meta_cluster replicas).
+type MetaPeer struct {
+	// Name is the server's name (n1, n2, …).
+	Name string `json:"name"`
+	// Current: the leader heard from it lately and it is caught up.
+	Current bool `json:"current"`
+	// Offline: the leader has not heard from it lately.
+	Offline bool `json:"offline,omitempty"`
+}
+
+// jsz is what MetaPeers reads of a server's /jsz.
+type jsz struct {
+	Meta *struct {
+		Leader   string     `json:"leader"`
+		Replicas []MetaPeer `json:"replicas"`
+	} `json:"meta_cluster"`
+}
+
+// MetaPeers returns the name of the meta leader among the running
+// servers and the other peers of the meta group as it counts them, from
+// its /jsz; an error when no running server says it leads.
+func (c *Cluster) MetaPeers(ctx context.Context) (string, []MetaPeer, error) {
+	var errs []error
+	for i, n := range c.nodes {
+		if !c.Running(i) {
+			continue
+		}
+		j, err := c.jsz(ctx, i)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if j.Meta != nil && j.Meta.Leader == n.name {
+			return n.name, j.Meta.Replicas, nil
+		}
+	}
+	return "", nil, fmt.Errorf("natscluster: no running server says it is the meta leader: %w", errors.Join(errs...))
+}
+
+// jsz reads server i's /jsz.
+func (c *Cluster) jsz(ctx context.Context, i int) (jsz, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var j jsz
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.MonitorURL(i)+"/jsz", nil)
+	if err != nil {
+		return j, fmt.Errorf("natscluster: %w", err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return j, fmt.Errorf("natscluster: %s's /jsz: %w", c.nodes[i].name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return j, fmt.Errorf("natscluster: %s's /jsz: %s", c.nodes[i].name, resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&j); err != nil {
+		return j, fmt.Errorf("natscluster: %s's /jsz: %w", c.nodes[i].name, err)
+	}
+	return j, nil
+}
+
+// metaPeersCurrent reports whether the meta leader counts every other
+// server current and online, and says what it counts otherwise.
+func (c *Cluster) metaPeersCurrent(ctx context.Context) (bool, string) {
+	leader, peers, err := c.MetaPeers(ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	ok := map[string]bool{}
+	for _, p := range peers {
+		ok[p.Name] = p.Current && !p.Offline
+	}
+	for _, n := range c.nodes {
+		if n.name != leader && !ok[n.name] {
+			return false, fmt.Sprintf("the meta leader %s counts %+v", leader, peers)
+		}
+	}
+	return true, ""
+}
+
+// waitMetaPeers waits until metaPeersCurrent, at most
+// Options.ReadyTimeout.
+func (c *Cluster) waitMetaPeers(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.o.ReadyTimeout)
+	defer cancel()
+	wait := 20 * time.Millisecond
+	for {
+		ok, last := c.metaPeersCurrent(ctx)
+		if ok {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("natscluster: the meta leader did not count every server current within %s: %w (last: %s)", c.o.ReadyTimeout, ctx.Err(), last)
+		case <-t.C:
+		}
+		wait = min(2*wait, 250*time.Millisecond)
+	}
 }
 
 // LogPath is server i's log file.

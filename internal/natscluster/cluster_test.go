@@ -2,13 +2,18 @@ package natscluster_test
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -173,4 +178,105 @@ func TestAnR3StreamKeepsItsAcknowledgedMessagesWhenItsLeaderIsKilledAndRestarted
 		}
 		return info.Cluster.Leader == c.Name(leader)
 	})
+}
+
+// TestStartReturnsOnceTheMetaLeaderCountsEveryPeerCurrent: every server
+// healthy is not enough for placement: the meta leader may still count a
+// peer offline ("no suitable peers for placement", JetStream error 10005)
+// moments after the cluster formed. Start returns only once the leader's
+// /jsz counts every other server current and online, so the first answer
+// to creating an R3 bucket places it. (The old Start returned with a
+// five-server cluster's leader counting two of its four peers, one of
+// them not current.)
+func TestStartReturnsOnceTheMetaLeaderCountsEveryPeerCurrent(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		n    int
+	}{{"three servers", 3}, {"five servers", 5}} {
+		t.Run(tc.name, func(t *testing.T) { startedClusterPlaces(t, tc.n) })
+	}
+}
+
+// startedClusterPlaces checks a cluster of n servers as Start returns it.
+func startedClusterPlaces(t *testing.T, n int) {
+	c := start(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var leaders []string
+	for i := range c.N() {
+		meta := jszMeta(t, ctx, c.MonitorURL(i))
+		if meta == nil || meta.Leader != c.Name(i) {
+			continue
+		}
+		leaders = append(leaders, c.Name(i))
+		var got []peer
+		for _, p := range meta.Replicas {
+			got = append(got, peer{Name: p.Name, Current: p.Current, Offline: p.Offline})
+		}
+		var want []peer
+		for j := range c.N() {
+			if j != i {
+				want = append(want, peer{Name: c.Name(j), Current: true})
+			}
+		}
+		sortPeers(got)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("the meta leader %s's peers when Start returned (-want +got):\n%s", c.Name(i), diff)
+		}
+	}
+	if len(leaders) != 1 {
+		t.Fatalf("servers that say they are the meta leader when Start returned: %v, want one", leaders)
+	}
+	nc, err := nats.Connect(c.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A request the cluster forms routes for may go unanswered (each try
+	// is bounded and tried again); an answer must not be a refusal.
+	var created error
+	if err := testenv.Poll(ctx, time.Minute, func() bool {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		_, created = js.CreateKeyValue(cctx, jetstream.KeyValueConfig{Bucket: "placed", Replicas: min(n, 3)})
+		return !errors.Is(created, context.DeadlineExceeded)
+	}); err != nil {
+		t.Fatalf("no answer to creating an R3 bucket: %v", err)
+	}
+	if created != nil {
+		t.Fatalf("an R3 bucket created as Start returned: %v", created)
+	}
+}
+
+// peer is what the test compares of a meta group peer.
+type peer struct {
+	Name             string
+	Current, Offline bool
+}
+
+func sortPeers(ps []peer) {
+	slices.SortFunc(ps, func(a, b peer) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// jszMeta is the meta_cluster of a server's /jsz (nil: none).
+func jszMeta(t *testing.T, ctx context.Context, monitor string) *server.MetaClusterInfo {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, monitor+"/jsz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var jsz server.JSInfo
+	if err := json.NewDecoder(resp.Body).Decode(&jsz); err != nil {
+		t.Fatalf("%s/jsz: %v", monitor, err)
+	}
+	return jsz.Meta
 }

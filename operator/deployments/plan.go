@@ -21,6 +21,9 @@ type planResolution struct {
 	// selectors has one entry per plan batch: its matchLabels, nil but
 	// for a selector batch.
 	selectors []map[string]string
+	// emptySelectors are the dropped selector batches and the plan batch
+	// that took each one's place (rolloutplan.Resolution.EmptySelectors).
+	emptySelectors []events.EmptySelectorBatch
 }
 
 // hasPlan reports whether a rollout asks for a plan (rolloutplan.Wanted).
@@ -36,5 +39,5 @@ func resolvePlan(spec fleetv1.RolloutSpec, targets, canaries []string, labels fu
 	if err != nil {
 		return planResolution{}, err
 	}
-	return planResolution{plan: res.Plan, batches: res.Batches, dropped: res.Dropped, groups: res.Groups, selectors: res.Selectors}, nil
+	return planResolution{plan: res.Plan, batches: res.Batches, dropped: res.Dropped, groups: res.Groups, selectors: res.Selectors, emptySelectors: res.EmptySelectors}, nil
 }

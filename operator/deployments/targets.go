@@ -41,6 +41,9 @@ func ResolveTargets(ctx context.Context, d *fleetv1.Deployment, devices []fleetv
 			for i, sel := range p.selectors {
 				p.plan.Batches[i].Selector = sel
 			}
+			// And one matching only a selector batch empty at the
+			// freeze joins the batch that took its place.
+			p.plan.EmptySelectors = p.emptySelectors
 		}
 		r.Plan, r.TargetBatches, r.TargetGroups = p.plan, p.batches, p.groups
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/deployments"
 	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/runnertest"
 	devtargets "github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/score"
 )
@@ -25,25 +25,12 @@ import (
 // statusRecorder keeps the last status the rollout runner wrote of each
 // Deployment.
 type statusRecorder struct {
-	mu   sync.Mutex
-	last map[string]fleetv1.DeploymentStatus
+	runnertest.Statuses[fleetv1.DeploymentStatus]
 }
 
 func (s *statusRecorder) WriteDeploymentStatus(_ context.Context, namespace, name string, st fleetv1.DeploymentStatus) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last == nil {
-		s.last = map[string]fleetv1.DeploymentStatus{}
-	}
-	s.last[namespace+"/"+name] = st
+	s.Put(namespace, name, st)
 	return nil
-}
-
-func (s *statusRecorder) get(key string) (fleetv1.DeploymentStatus, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.last[key]
-	return st, ok
 }
 
 func TestARevisionOfAHundredThousandTargetsIsChunkedAppendedOnceReleasedToAllAndRebuilt(t *testing.T) {

@@ -462,7 +462,7 @@ func (r *runner) progressDeadlines(ctx context.Context, now time.Time) {
 // silentTargets are the targets of ro handed the revision at least timeout
 // before now without a result (Converged or Failed) of it since; for a
 // target that waits for the revision's maintenance window, at least
-// timeout after the window opened.
+// timeout after the window opened (projections.Rollout.TargetTimeoutFrom).
 func silentTargets(ro projections.Rollout, now time.Time, timeout time.Duration) []projections.RemovedTarget {
 	first := ro.FirstHandedAt()
 	if first.IsZero() || now.Sub(first) < timeout {
@@ -470,12 +470,9 @@ func silentTargets(ro projections.Rollout, now time.Time, timeout time.Duration)
 	}
 	var out []projections.RemovedTarget
 	for _, d := range ro.Released() {
-		at := ro.HandedAt(d)
-		if opens := ro.WindowOpensOf(d); !at.IsZero() && opens.After(at) {
-			// It waits for the revision's maintenance window: the
-			// timeout runs from the opening (ADR 0029).
-			at = opens
-		}
+		// A target that waits for the revision's maintenance window is
+		// timed from the opening (ADR 0029).
+		at := ro.TargetTimeoutFrom(d)
 		if at.IsZero() || now.Sub(at) < timeout {
 			continue
 		}

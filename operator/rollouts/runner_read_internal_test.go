@@ -131,7 +131,7 @@ func TestTheRolloutRunnerReadsAgainAfterAFailedRead(t *testing.T) {
 	// Once it is live (it wrote a status), the rest while it follows: two
 	// follows fail.
 	if err := testenv.Poll(ctx, time.Minute, func() bool {
-		_, ok := status.get("lab/api")
+		_, ok := status.Get("lab/api")
 		return ok
 	}); err != nil {
 		t.Fatalf("%v waiting for the runner to go live after a failed catch-up read", err)
@@ -141,7 +141,7 @@ func TestTheRolloutRunnerReadsAgainAfterAFailedRead(t *testing.T) {
 	}
 	var got fleetv1.DeploymentStatus
 	if err := testenv.Poll(ctx, time.Minute, func() bool {
-		s, ok := status.get("lab/api")
+		s, ok := status.Get("lab/api")
 		got = s
 		return ok && s.Phase == fleetv1.PhaseSucceeded
 	}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
+	"github.com/nationtech/harmony-fleet/operator/internal/runnertest"
 )
 
 // runnerWorld is a test's embedded JetStream and fleet-intent bucket, with
@@ -40,17 +41,8 @@ func newRunnerWorld(t *testing.T, ctx context.Context, wait time.Duration) *runn
 
 // run starts a rollout runner writing its statuses to status, until stop.
 func (w *runnerWorld) run(status *statusRecorder) (stop func()) {
-	rctx, rcancel := context.WithCancel(w.ctx)
-	done := make(chan error, 1)
-	go func() {
-		done <- (&RolloutRunner{Store: w.st, Reader: w.st, KV: w.kv, Status: status, Log: w.log, StatusInterval: 20 * time.Millisecond}).Run(rctx)
-	}()
-	return func() {
-		rcancel()
-		if err := <-done; err != nil {
-			w.t.Errorf("rollout runner: %v", err)
-		}
-	}
+	return runnertest.Start(w.t, w.ctx, "rollout runner",
+		(&RolloutRunner{Store: w.st, Reader: w.st, KV: w.kv, Status: status, Log: w.log, StatusInterval: 20 * time.Millisecond}).Run)
 }
 
 // waitStatus waits until the last status of Deployment key (namespace/name)
@@ -59,7 +51,7 @@ func (w *runnerWorld) waitStatus(status *statusRecorder, key, what string, cond 
 	w.t.Helper()
 	var got fleetv1.DeploymentStatus
 	if err := testenv.Poll(w.ctx, w.wait, func() bool {
-		s, ok := status.get(key)
+		s, ok := status.Get(key)
 		got = s
 		return ok && cond(s)
 	}); err != nil {

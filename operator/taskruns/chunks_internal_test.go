@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/internal/intent"
+	"github.com/nationtech/harmony-fleet/operator/internal/runnertest"
 	devtargets "github.com/nationtech/harmony-fleet/operator/internal/targets"
 	"github.com/nationtech/harmony-fleet/projections"
 )
@@ -25,25 +25,12 @@ import (
 // statusRecorder keeps the last status the TaskRun runner wrote of each
 // TaskRun.
 type statusRecorder struct {
-	mu   sync.Mutex
-	last map[string]fleetv1.TaskRunStatus
+	runnertest.Statuses[fleetv1.TaskRunStatus]
 }
 
 func (s *statusRecorder) WriteTaskRunStatus(_ context.Context, namespace, name string, st fleetv1.TaskRunStatus) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.last == nil {
-		s.last = map[string]fleetv1.TaskRunStatus{}
-	}
-	s.last[namespace+"/"+name] = st
+	s.Put(namespace, name, st)
 	return nil
-}
-
-func (s *statusRecorder) get(key string) (fleetv1.TaskRunStatus, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st, ok := s.last[key]
-	return st, ok
 }
 
 func TestATaskRunThatFitsInOneEventKeepsItsBytes(t *testing.T) {
@@ -190,23 +177,13 @@ func TestATaskRunOfAHundredThousandTargetsIsChunkedAppendedOnceAndRebuilt(t *tes
 	// and a report of the last target counts. A second runner rebuilds the
 	// same status from the first event.
 	run := func(status *statusRecorder) (stop func()) {
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() {
-			done <- (&Runner{Reader: st, Status: status, Log: log, StatusInterval: 20 * time.Millisecond}).Run(rctx)
-		}()
-		return func() {
-			rcancel()
-			if err := <-done; err != nil {
-				t.Errorf("taskrun runner: %v", err)
-			}
-		}
+		return runnertest.Start(t, ctx, "taskrun runner", (&Runner{Reader: st, Status: status, Log: log, StatusInterval: 20 * time.Millisecond}).Run)
 	}
 	wait := func(status *statusRecorder, what string, cond func(fleetv1.TaskRunStatus) bool) fleetv1.TaskRunStatus {
 		t.Helper()
 		var got fleetv1.TaskRunStatus
 		if err := testenv.Poll(ctx, time.Minute, func() bool {
-			s, ok := status.get("big/upgrade")
+			s, ok := status.Get("big/upgrade")
 			got = s
 			return ok && cond(s)
 		}); err != nil {

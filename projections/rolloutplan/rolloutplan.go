@@ -36,6 +36,10 @@ type Resolution struct {
 	// matchLabels for a selector batch, nil for a count or percent batch
 	// and the leftovers. A Follow revision freezes them (ADR 0026).
 	Selectors []map[string]string
+	// EmptySelectors are the dropped selector batches, each with the plan
+	// batch that took its place, in the spec's order. A Follow revision
+	// freezes them (ADR 0026).
+	EmptySelectors []events.EmptySelectorBatch
 }
 
 // Wanted reports whether a rollout asks for a plan: batches, a disruption
@@ -136,18 +140,29 @@ func Resolve(spec fleetv1.RolloutSpec, targets, canaries []string, labels func(d
 	}
 	var res Resolution
 	index := make([]int, len(spec.Batches)+1) // spec batch → plan batch
+	placed := 0                               // the EmptySelectors whose Before is set
 	for i, pb := range frozen {
 		if pb.Size == 0 {
 			res.Dropped = append(res.Dropped, fmt.Sprintf("rollout.batches[%d] (%s)", i, describeBatch(spec.Batches[i])))
+			if b := spec.Batches[i]; b.Selector != nil {
+				res.EmptySelectors = append(res.EmptySelectors, events.EmptySelectorBatch{Selector: maps.Clone(b.Selector.MatchLabels)})
+			}
 			continue
 		}
 		plan.Batches = append(plan.Batches, pb)
 		index[i+1] = len(plan.Batches)
+		for ; placed < len(res.EmptySelectors); placed++ {
+			res.EmptySelectors[placed].Before = len(plan.Batches)
+		}
 		var sel map[string]string
 		if b := spec.Batches[i]; b.Selector != nil {
 			sel = maps.Clone(b.Selector.MatchLabels)
 		}
 		res.Selectors = append(res.Selectors, sel)
+	}
+	for ; placed < len(res.EmptySelectors); placed++ {
+		// After every kept batch: the leftovers' place, or none.
+		res.EmptySelectors[placed].Before = len(plan.Batches) + 1
 	}
 	res.Batches = make([]int, len(targets))
 	leftover := 0

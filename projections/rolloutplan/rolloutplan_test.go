@@ -198,3 +198,45 @@ func TestResolveRefusesARolloutTheCRDWouldRefuseNamingTheField(t *testing.T) {
 		})
 	}
 }
+
+// TestResolveNamesThePlaceOfEachSelectorBatchEmptyAtTheFreeze: a selector
+// batch that resolves to no device is dropped, and Resolve says which
+// plan batch took its place (the first batch kept after it, the leftovers
+// when none, one past the last when nothing comes after it), for a
+// Follow revision's followers (ADR 0026).
+func TestResolveNamesThePlaceOfEachSelectorBatchEmptyAtTheFreeze(t *testing.T) {
+	moon := fleetv1.RolloutBatch{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "moon"}}}
+	mars := fleetv1.RolloutBatch{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "mars"}}}
+	north := fleetv1.RolloutBatch{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "n"}}}
+	south := fleetv1.RolloutBatch{Selector: &fleetv1.TargetSelector{MatchLabels: map[string]string{"site": "s"}}}
+	empty := func(before int, site string) events.EmptySelectorBatch {
+		return events.EmptySelectorBatch{Before: before, Selector: map[string]string{"site": site}}
+	}
+	tests := []struct {
+		name    string
+		batches []fleetv1.RolloutBatch
+		want    []events.EmptySelectorBatch
+	}{
+		{"no empty batch names none", []fleetv1.RolloutBatch{north}, nil},
+		{"an empty first batch's place is the first batch kept", []fleetv1.RolloutBatch{moon, north, {Count: ptr[int32](1)}},
+			[]events.EmptySelectorBatch{empty(1, "moon")}},
+		{"two empty batches between two kept ones take the second's place", []fleetv1.RolloutBatch{north, moon, mars, {Count: ptr[int32](1)}},
+			[]events.EmptySelectorBatch{empty(2, "moon"), empty(2, "mars")}},
+		{"an empty last batch's place is the leftovers", []fleetv1.RolloutBatch{north, moon},
+			[]events.EmptySelectorBatch{empty(2, "moon")}},
+		{"with no leftovers an empty last batch comes after every batch", []fleetv1.RolloutBatch{north, south, moon},
+			[]events.EmptySelectorBatch{empty(3, "moon")}},
+		{"an empty count batch is dropped without a place", []fleetv1.RolloutBatch{north, south, {Count: ptr[int32](1)}}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := rolloutplan.Resolve(fleetv1.RolloutSpec{Batches: tc.batches}, targets, canaries, labelsOf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, res.EmptySelectors); diff != "" {
+				t.Errorf("EmptySelectors (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
