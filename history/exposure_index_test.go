@@ -3,6 +3,7 @@ package history
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -223,5 +224,91 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// errKilled is the index writer's process killed between two records.
+var errKilled = errors.New("killed")
+
+// killingStore stores the first budget records appended, then fails: the
+// writer's process killed at that record (within a report's records, or
+// between two reports).
+type killingStore struct {
+	*events.Store
+	budget int
+}
+
+func (k *killingStore) AppendIndex(ctx context.Context, last uint64, writes []events.IndexWrite) (uint64, error) {
+	if len(writes) <= k.budget {
+		k.budget -= len(writes)
+		return k.Store.AppendIndex(ctx, last, writes)
+	}
+	n, err := k.Store.AppendIndex(ctx, last, writes[:k.budget])
+	k.budget = 0
+	if err != nil {
+		return n, err
+	}
+	return n, errKilled
+}
+
+// indexContents is every record of the exposure index, in order.
+func indexContents(t *testing.T, ctx context.Context, st *events.Store) []events.IndexRecord {
+	t.Helper()
+	last, err := st.IndexLastSequence(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []events.IndexRecord
+	for r, err := range st.ReplayIndex(ctx, []string{events.ExposureIndexSubjects}, 0, last) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestTheIndexWriterKilledAtAnyRecordResumesWithoutLossOrDuplicate builds
+// the exposure index of a random history once without a stop, then, for
+// every record of it, again from an empty index with the writer killed
+// after that many records (within a batch, within one report's records)
+// and a new writer resuming: the index must be the same, record for
+// record. A second writer appending after the index moved under it gets
+// ErrIndexConflict and writes nothing.
+func TestTheIndexWriterKilledAtAnyRecordResumesWithoutLossOrDuplicate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, st := natstest.Provisioned(t)
+	w := streamWriter{tb: t, ctx: ctx, st: st}
+	randomHistory(t, ctx, w, 11, 150, nil)
+	if err := (&ExposureIndexWriter{Store: st}).RunToEnd(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := indexContents(t, ctx, st)
+	if len(want) < 20 {
+		t.Fatalf("the history indexes into %d records: too few to kill the writer anywhere interesting", len(want))
+	}
+	// A stale writer: the index moved past the sequence it expects.
+	if _, err := st.AppendIndex(ctx, uint64(len(want)-1), []events.IndexWrite{{Subject: want[0].Subject, Record: want[0].Record}}); !errors.Is(err, events.ErrIndexConflict) {
+		t.Fatalf("a stale writer's append: %v, want ErrIndexConflict", err)
+	}
+	for k := 1; k < len(want); k++ {
+		if err := st.JetStream().DeleteStream(ctx, events.StreamIndex); err != nil {
+			t.Fatal(err)
+		}
+		if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		killed := &ExposureIndexWriter{Store: &killingStore{Store: st, budget: k}, Batch: 1 + k%5}
+		if err := killed.RunToEnd(ctx); !errors.Is(err, errKilled) {
+			t.Fatalf("killed after %d records: the writer returned %v", k, err)
+		}
+		if err := (&ExposureIndexWriter{Store: st, Batch: 3}).RunToEnd(ctx); err != nil {
+			t.Fatalf("resuming after %d records: %v", k, err)
+		}
+		got := indexContents(t, ctx, st)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Fatalf("killed after %d records, the resumed index differs (-uninterrupted +resumed):\n%s", k, diff)
+		}
 	}
 }
