@@ -19,9 +19,9 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/devices"
-	"github.com/nationtech/harmony-fleet/history"
 	"github.com/nationtech/harmony-fleet/operator/exposureindex"
 	"github.com/nationtech/harmony-fleet/operator/internal/leader"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
