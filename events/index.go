@@ -263,8 +263,10 @@ func (s *Store) AppendIndex(ctx context.Context, last uint64, writes []IndexWrit
 		}
 		m := nats.NewMsg(w.Subject)
 		m.Data = data
-		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(last+uint64(i)),
-			jetstream.WithMsgID(fmt.Sprintf("exposure-%d-%d", w.Record.Source, last+uint64(i)+1)))
+		// The expected last sequence alone makes the append exactly
+		// once; a Nats-Msg-Id would cost every record a header and the
+		// server a duplicate-window entry, for nothing more.
+		f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(last+uint64(i)))
 		if err != nil {
 			return last, fmt.Errorf("exposure index: append: %w", err)
 		}
