@@ -30,12 +30,6 @@ const StreamIndex = "FLEET_INDEX"
 // fleet.index.exposure.<namespace>.<name>.<generation>.<device>.
 const ExposureIndexSubjects = "fleet.index.exposure.*.*.*.*"
 
-// MaxIndexRecordSize is the largest index record StreamIndex stores: a
-// record carries no device text but the Deployment UID and an event id
-// (each bounded by the report's size, and cut by the indexer), so a few
-// hundred bytes.
-const MaxIndexRecordSize = 4 << 10
-
 // ExposureIndexSubject is the subject of one device's records of one
 // Deployment revision: fleet.index.exposure.<namespace>.<name>.<generation>.<device>.
 // Every token is validated: a name a device reports is data, and one that
@@ -152,9 +146,14 @@ type IndexWrite struct {
 var ErrIndexConflict = errors.New("the exposure index moved under its writer")
 
 // IndexLast returns the last record of the exposure index; ErrNotFound
-// when the stream is empty.
+// when the stream is empty or does not exist.
 func (s *Store) IndexLast(ctx context.Context) (IndexRecord, error) {
 	str, err := s.js.Stream(ctx, StreamIndex)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		// A server provisioned before the index, or the stream deleted to
+		// rebuild it: no index yet.
+		return IndexRecord{}, fmt.Errorf("%w: no stream %s", ErrNotFound, StreamIndex)
+	}
 	if err != nil {
 		return IndexRecord{}, fmt.Errorf("exposure index: %w", err)
 	}

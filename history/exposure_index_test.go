@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,8 +58,10 @@ func randomHistory(t *testing.T, ctx context.Context, w streamWriter, seed uint6
 			RevisionID: fmt.Sprintf("%d-%s", gen, uid), Phase: phase, Since: time.Now().UTC()})
 	}
 	phases := []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged, events.WorkloadConverged, events.WorkloadFailed, events.WorkloadRemoved}
-	// The hostile device claims generation 2 of lab/api before it exists.
-	report("evil", "api", "uid-api-a", 2, events.WorkloadConverged)
+	// The hostile device claims generation 2 of lab/api before it exists,
+	// in a phase as long as a report can hold (its record must fit the
+	// index, or the writer would stop there).
+	report("evil", "api", "uid-api-a", 2, events.WorkloadPhase(strings.Repeat("x", 60_000)))
 	newRev(deps[0])
 	newRev(deps[1])
 	var middle time.Time
@@ -164,13 +167,14 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 	tests := []struct {
 		name  string
 		seed  uint64
-		index string // "random": the writer catches up at random points; "end": once at the end; "never"
+		index string // "random": the writer catches up at random points; "end": once at the end; "never"; "gone": no stream
 	}{
 		{"an index written at random points answers as every report", 1, "random"},
 		{"another history, an index written at random points", 2, "random"},
 		{"a third history, an index written at random points", 3, "random"},
 		{"a complete index answers as every report", 4, "end"},
-		{"no index at all answers as every report", 5, "never"},
+		{"an empty index answers as every report", 5, "never"},
+		{"no index stream (a server provisioned before it) answers as every report", 6, "gone"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -192,7 +196,12 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 			if tc.index == "end" {
 				catchUp()
 			}
-			if tc.index != "never" && writer.Written() == 0 {
+			if tc.index == "gone" {
+				if err := st.JetStream().DeleteStream(ctx, events.StreamIndex); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.index != "never" && tc.index != "gone" && writer.Written() == 0 {
 				t.Fatal("the index writer wrote nothing: the test would compare the full read with itself")
 			}
 			full, err := New(Options{Reader: st, NoIndex: true})
