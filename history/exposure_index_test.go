@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
@@ -260,6 +261,32 @@ func (k *killingStore) AppendIndex(ctx context.Context, last uint64, writes []ev
 	return n, errKilled
 }
 
+// emptyIndex deletes the exposure index and provisions it again, empty:
+// the test waits for the deletion and for the new stream to be empty,
+// since a loaded server may still answer for the old one.
+func emptyIndex(t *testing.T, ctx context.Context, st *events.Store) {
+	t.Helper()
+	if err := st.JetStream().DeleteStream(ctx, events.StreamIndex); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyErr(t, "the index stream deleted", 30*time.Second, func() error {
+		if _, err := st.JetStream().Stream(ctx, events.StreamIndex); !errors.Is(err, jetstream.ErrStreamNotFound) {
+			return fmt.Errorf("the stream is still there (%v)", err)
+		}
+		return nil
+	})
+	if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.EventuallyErr(t, "an empty index", 30*time.Second, func() error {
+		n, err := st.IndexLastSequence(ctx)
+		if err == nil && n != 0 {
+			err = fmt.Errorf("the index holds %d records", n)
+		}
+		return err
+	})
+}
+
 // indexContents is every record of the exposure index, in order.
 func indexContents(t *testing.T, ctx context.Context, st *events.Store) []events.IndexRecord {
 	t.Helper()
@@ -302,12 +329,7 @@ func TestTheIndexWriterKilledAtAnyRecordResumesWithoutLossOrDuplicate(t *testing
 		t.Fatalf("a stale writer's append: %v, want ErrIndexConflict", err)
 	}
 	for k := 1; k < len(want); k++ {
-		if err := st.JetStream().DeleteStream(ctx, events.StreamIndex); err != nil {
-			t.Fatal(err)
-		}
-		if err := events.Provision(ctx, st.JetStream(), events.ProvisionOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		emptyIndex(t, ctx, st)
 		killed := &ExposureIndexWriter{Store: &killingStore{Store: st, budget: k}, Batch: 1 + k%5}
 		if err := killed.RunToEnd(ctx); !errors.Is(err, errKilled) {
 			t.Fatalf("killed after %d records: the writer returned %v", k, err)
