@@ -567,7 +567,7 @@ func (s *session) startOperator() {
 	plane, k := s.plane, s.k
 	plane.Go("operator", func(ctx context.Context) error {
 		return operator.Run(ctx, operator.Options{
-			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, Groups: groups,
+			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, ExposureIndex: st, Groups: groups,
 			// The pull-secret policy sync, on the stand-in with its root
 			// token: each Deployment's pull secrets are granted to the
 			// devices' group role (OpenBaoRole).

@@ -178,6 +178,15 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	liveness.MaxBytes = -1
 	liveness.DenyDelete, liveness.DenyPurge = false, false
 	liveness.NoAck = true
+	// The operator's exposure index (ADR 0033): derived from the reports,
+	// appended by one writer, refused rather than dropped when full (a
+	// dropped record would make answers wrong; a full index only makes a
+	// question read more reports). Deleting the stream rebuilds it.
+	index := history(StreamIndex, "Fleet exposure index: what fleet history exposure needs of the reports, per revision (derived, rebuildable)",
+		[]string{ExposureIndexSubjects}, 0, jetstream.DiscardNew)
+	// A record carries fields of its report (a device's phase text
+	// included), re-encoded: it is kept under the history streams' 1 MiB,
+	// never cut, so a hostile report cannot stop the writer.
 	return []jetstream.StreamConfig{
 		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",
 			[]string{"fleet.intent.deployment.*.*", "fleet.intent.taskrun.*.*"}, 0, jetstream.DiscardNew),
@@ -192,6 +201,7 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 			[]string{"fleet.command.*"}, o.ReportsMaxAge, jetstream.DiscardOld),
 		history(StreamAudit, "Fleet dashboard actions and alert acknowledgements, each naming the user (append-only history)",
 			[]string{"fleet.dashboard.device.*", "fleet.dashboard.alert.*"}, 0, jetstream.DiscardNew),
+		index,
 	}
 }
 

@@ -414,6 +414,8 @@ func StreamOf(subject string) (string, error) {
 		return StreamCommands, nil
 	case "dashboard":
 		return StreamAudit, nil
+	case "index":
+		return StreamIndex, nil
 	case "report":
 		if len(t) == 4 {
 			switch ReportKind(t[3]) {

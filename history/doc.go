@@ -24,8 +24,15 @@
 // every answer, counted on Options.Skips and logged as a warning; it never
 // fails a query.
 //
-// It owns no goroutines beyond its reads and keeps no state between calls.
-// It imports events, projections (and its runner), score and k8s/api of the
-// module; cmd/fleet (`fleet history`, `fleet rollout simulate`) and the
-// dashboard's read models import it.
+// The exposure question reads the exposure index (ADR 0033) when the
+// reader has one: the index's fold (ExposureIndexer) and its writer
+// (ExposureIndexWriter, the one thing here that writes: the operator's
+// exposureindex role runs it on its leader) live here, next to the
+// exposure fold whose rules they apply to every revision.
+//
+// Its queries own no goroutines beyond their reads and keep no state
+// between calls. It imports events, projections (and its runner), score and
+// k8s/api of the module; cmd/fleet (`fleet history`, `fleet rollout
+// simulate`), the dashboard's read models and the operator's exposure index
+// role import it.
 package history

@@ -278,7 +278,29 @@ func (h *History) Exposure(ctx context.Context, q ExposureQuery) (*Exposure, err
 		}
 	}
 	src := runner.Source{Filters: []string{filterWorkload, filterHealth}, From: events.FromTime(first), Until: q.At}
-	if err := f.read(ctx, src, f.report); err != nil {
+	report := f.report
+	if ix, ok := h.r.(exposureIndexReader); ok && !h.noIndex {
+		w, suspects, err := f.readIndex(ctx, ix, first)
+		switch {
+		case err != nil:
+			// The index is a shortcut: without it, every report.
+			h.log.WarnContext(ctx, "history exposure: the exposure index cannot be read; reading every report", "error", err)
+			f.resetReports()
+		case w > 0:
+			for _, device := range suspects {
+				if err := f.readDevice(ctx, device, first, w); err != nil {
+					return nil, err
+				}
+			}
+			src.After = w
+			report = func(ctx context.Context, rec events.Record) {
+				if !rec.Stored.Before(first) {
+					f.report(ctx, rec)
+				}
+			}
+		}
+	}
+	if err := f.read(ctx, src, report); err != nil {
 		return nil, err
 	}
 	return f.finish(), nil
@@ -504,7 +526,8 @@ func (f *exposureFold) finish() *Exposure {
 		out.Intervals = append(out.Intervals, *iv)
 	}
 	slices.SortFunc(out.Intervals, func(a, b ExposureInterval) int {
-		return cmp.Or(cmp.Compare(a.Device, b.Device), a.Since.Compare(b.Since), cmp.Compare(a.Deployment, b.Deployment))
+		return cmp.Or(cmp.Compare(a.Device, b.Device), a.Since.Compare(b.Since), cmp.Compare(a.Deployment, b.Deployment),
+			cmp.Compare(a.Generation, b.Generation), cmp.Compare(a.SinceEvent, b.SinceEvent), cmp.Compare(a.UID, b.UID))
 	})
 	var devices int
 	for i := range out.Intervals {

@@ -77,11 +77,14 @@ func liveHeap() uint64 {
 // freezing every device, and every device reporting every revision
 // Applying then Converged: 1,000,000 reports. The image of revision 1 is
 // the worst case (every report is read, 10,000 intervals in the answer);
-// the image of revision 50 reads only the reports stored since it. It
-// prints a goal line per question against issue #40's few seconds.
+// the image of revision 50 reads only the reports stored since it. Each
+// is asked reading every report (read=reports) and reading the exposure
+// index the benchmark has the writer build first (read=index, ADR 0033;
+// the index's write cost per report is printed). It prints a goal line
+// per question against issue #40's few seconds.
 // FLEET_BENCH_EXPOSURE=devices,revisions changes the size;
 // FLEET_BENCH_CPUPROFILE=path writes a CPU profile of each question alone
-// (path.1, path.50), without the history's writing; FLEET_BENCH_FLOOR=1
+// (path.<read>.1, path.<read>.50), without the history's writing; FLEET_BENCH_FLOOR=1
 // also measures the floor of reading the same reports (benchFloor).
 func BenchmarkExposure(b *testing.B) {
 	n, revs := benchSize(10000, 50)
@@ -100,16 +103,47 @@ func BenchmarkExposure(b *testing.B) {
 		w.reports("bench", "web", rev, targets, events.WorkloadConverged)
 	}
 	b.Logf("stored %d revisions × %d devices × 2 reports in %s", revs, n, time.Since(start).Round(time.Second))
-	h, err := New(Options{Reader: st})
+	// The exposure index, as the operator writes it (ADR 0033): its cost
+	// per report.
+	cpu0, t0 := processCPU(), time.Now()
+	ix := &ExposureIndexWriter{Store: st}
+	if err := ix.RunToEnd(ctx); err != nil {
+		b.Fatal(err)
+	}
+	indexCPU, indexWall := processCPU()-cpu0, time.Since(t0)
+	str, err := st.JetStream().Stream(ctx, events.StreamIndex)
 	if err != nil {
 		b.Fatal(err)
 	}
+	state := str.CachedInfo().State
+	reports := float64(2 * n * revs)
+	fmt.Printf("index       %d reports: %d records (%.2f per report), %d bytes stored (%.0f per report), %s wall, %.1f s CPU (%.1f µs CPU per report)\n",
+		2*n*revs, state.Msgs, float64(state.Msgs)/reports, state.Bytes, float64(state.Bytes)/reports, indexWall.Round(time.Second),
+		indexCPU.Seconds(), indexCPU.Seconds()*1e6/reports)
+	for _, mode := range []string{"reports", "index"} {
+		h, err := New(Options{Reader: st, NoIndex: mode == "reports"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchQuestions(b, ctx, h, mode, n, revs)
+	}
+	if os.Getenv("FLEET_BENCH_FLOOR") != "" {
+		// After the questions: the server's caches as warm as theirs.
+		benchFloor(b, ctx, st, 2*n*revs)
+	}
+}
+
+// benchQuestions asks the exposure of the images of revisions 1 and revs,
+// reading every report (mode "reports") or the index and the reports
+// after it ("index").
+func benchQuestions(b *testing.B, ctx context.Context, h *History, mode string, n, revs int) {
+	var err error
 	for _, g := range []int{1, revs} {
-		b.Run(fmt.Sprintf("image-of-revision=%d", g), func(b *testing.B) {
+		b.Run(fmt.Sprintf("read=%s/image-of-revision=%d", mode, g), func(b *testing.B) {
 			q := ExposureQuery{Image: fmt.Sprintf("registry.example.com/web:v%d", g)}
 			b.ReportAllocs()
 			if path := os.Getenv("FLEET_BENCH_CPUPROFILE"); path != "" {
-				f, err := os.Create(fmt.Sprintf("%s.%d", path, g))
+				f, err := os.Create(fmt.Sprintf("%s.%s.%d", path, mode, g))
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -147,14 +181,10 @@ func BenchmarkExposure(b *testing.B) {
 			// loaded machine the wall time is mostly the wait for a core.
 			b.ReportMetric(cpu.Seconds()/float64(b.N), "cpu-s/op")
 			perOp := wall / time.Duration(b.N)
-			fmt.Printf("goal        exposure of the image of revision %d of %d (%d devices): a few seconds (≤ %s): %s wall, %.2f s CPU: %s\n",
-				g, revs, n, exposureGoal, perOp.Round(10*time.Millisecond), cpu.Seconds()/float64(b.N),
+			fmt.Printf("goal        exposure of the image of revision %d of %d (%d devices), read=%s: a few seconds (≤ %s): %s wall, %.2f s CPU, peak heap %.0f MB: %s\n",
+				g, revs, n, mode, exposureGoal, perOp.Round(10*time.Millisecond), cpu.Seconds()/float64(b.N), float64(peak)/(1<<20),
 				map[bool]string{true: "met", false: "NOT met"}[perOp <= exposureGoal])
 		})
-	}
-	if os.Getenv("FLEET_BENCH_FLOOR") != "" {
-		// After the questions: the server's caches as warm as theirs.
-		benchFloor(b, ctx, st, 2*n*revs)
 	}
 }
 

@@ -31,6 +31,10 @@ type Options struct {
 	// Skips counts the records skipped because they do not decode.
 	// Nil-safe.
 	Skips *events.SkipCounter
+	// NoIndex makes Exposure read every report since the first matching
+	// revision, as without the exposure index (ADR 0033): a check of the
+	// index, or a comparison.
+	NoIndex bool
 }
 
 // Validate checks the options.
@@ -44,9 +48,10 @@ func (o Options) Validate() error {
 // History answers questions about the past from the streams. It is safe for
 // concurrent use; every call reads the streams again.
 type History struct {
-	r     Reader
-	log   *slog.Logger
-	skips *events.SkipCounter
+	r       Reader
+	log     *slog.Logger
+	skips   *events.SkipCounter
+	noIndex bool
 }
 
 // New returns a History.
@@ -57,7 +62,7 @@ func New(o Options) (*History, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &History{r: o.Reader, log: o.Logger, skips: o.Skips}, nil
+	return &History{r: o.Reader, log: o.Logger, skips: o.Skips, noIndex: o.NoIndex}, nil
 }
 
 // Entry is one event on a timeline.

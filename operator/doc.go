@@ -29,6 +29,10 @@
 //   - the Device controller (package devices) projects heartbeats and inventory onto Device
 //     status on transitions only, mirrors self-reported labels (never the
 //     reserved ones) and keeps the fleet-identity KV in sync;
+//   - the exposure index (package exposureindex) folds the workload and
+//     health reports into the exposure index stream (events.StreamIndex)
+//     `fleet history exposure` reads, resuming from its last record (ADR
+//     0033);
 //   - the pull-secret policy sync (package policysync, when OpenBao administration
 //     is configured) keeps, per Deployment, an OpenBao ACL policy granting
 //     read on exactly the pull secrets its score references, bound to the
@@ -50,8 +54,8 @@
 // Package operator is the composition root: Options, Run, leader election
 // and the metrics (Metrics: each role's collectors and the leader gauge)
 // wire the roles, each in a sub-package (deployments, rolloutactions,
-// rollouts, devices, taskruns, policysync), which share operator/internal
-// and never import the root (internal/hygiene checks it). It may import k8s, events, projections and
-// secrets/openbao; cmd/fleet-operator runs it, and the one-machine
+// rollouts, devices, taskruns, policysync, exposureindex), which share operator/internal
+// and never import the root (internal/hygiene checks it). It may import k8s, events, projections, history (the exposure index's
+// fold) and secrets/openbao; cmd/fleet-operator runs it, and the one-machine
 // assemblies (fleet dev, the scale benchmark) embed it.
 package operator

@@ -19,8 +19,10 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/devices"
+	"github.com/nationtech/harmony-fleet/operator/exposureindex"
 	"github.com/nationtech/harmony-fleet/operator/internal/leader"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
 	"github.com/nationtech/harmony-fleet/operator/taskruns"
@@ -66,6 +68,11 @@ type Options struct {
 	// Devices gives the Device controller device reports and the
 	// fleet-identity bucket (an *events.Store); nil: it does not run.
 	Devices DeviceStore
+	// ExposureIndex, when set (an *events.Store), has the leader keep the
+	// exposure index stream `fleet history exposure` reads (ADR 0033,
+	// package exposureindex); nil: it does not run, and the question reads
+	// every report.
+	ExposureIndex history.IndexStore
 	// StaleAfter is how long a device stays Online after its last
 	// heartbeat; 0: DefaultStaleAfter (90s).
 	StaleAfter time.Duration
@@ -261,6 +268,12 @@ func Run(ctx context.Context, o Options) error {
 		StatusInterval: o.StatusInterval, Skips: o.Skips}
 	if err := mgr.Add(leader.Only(tasks.Run)); err != nil {
 		return fmt.Errorf("operator: %w", err)
+	}
+	if o.ExposureIndex != nil {
+		ix := &exposureindex.Runner{Store: o.ExposureIndex, Log: o.Logger.With("component", "exposure-index"), Skips: o.Skips}
+		if err := mgr.Add(leader.Only(ix.Run)); err != nil {
+			return fmt.Errorf("operator: %w", err)
+		}
 	}
 	if o.Devices != nil {
 		dev := &devices.Reconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),

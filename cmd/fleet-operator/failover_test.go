@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/history"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 	"github.com/nationtech/harmony-fleet/internal/testenv"
 	"github.com/nationtech/harmony-fleet/internal/testenv/kubeapi"
@@ -339,6 +340,45 @@ func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCom
 			events.TypeRolloutReleased, events.TypeRolloutSucceeded}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("transitions (-want +got):\n%s", diff)
+		}
+	})
+
+	t.Run("the exposure index holds every report's records once across the failover", func(t *testing.T) {
+		// What the index must hold: the reports folded once.
+		var want []events.IndexWrite
+		var last uint64
+		x := &history.ExposureIndexer{}
+		for r, err := range st.ReplaySubjects(ctx, []string{"fleet.report.*.workload", "fleet.report.*.health"}, events.FromStart()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			writes, err := x.Fold(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, writes...)
+			last = r.Sequence
+		}
+		if len(want) == 0 {
+			t.Fatal("the reports fold into no index record: the comparison would say nothing")
+		}
+		w.waitFor("the index to cover every report", 60*time.Second, func() bool {
+			rec, err := st.IndexLast(ctx)
+			return err == nil && rec.Record.Source == last && rec.Record.Last
+		})
+		n, err := st.IndexLastSequence(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []events.IndexWrite
+		for r, err := range st.ReplayIndex(ctx, []string{events.ExposureIndexSubjects}, 0, n) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, events.IndexWrite{Subject: r.Subject, Record: r.Record})
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("the exposure index (-the reports folded once +written by the two leaders):\n%s", diff)
 		}
 	})
 

@@ -176,7 +176,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("open the %s object store (provision the streams, or pass --provision): %w", events.BucketOperatorState, err)
 	}
-	o.Store, o.Reader, o.IntentKV, o.Checkpoints, o.Devices = st, st, kv, obj, st
+	o.Store, o.Reader, o.IntentKV, o.Checkpoints, o.Devices, o.ExposureIndex = st, st, kv, obj, st, st
 	err = operator.Run(ctx, o)
 	if errors.Is(err, context.Canceled) {
 		return nil

@@ -206,6 +206,7 @@ var operatorRoles = []struct {
 	{"operator/rolloutactions", nil, ""},
 	{"operator/rollouts", nil, ""},
 	{"operator/followers", nil, ""},
+	{"operator/exposureindex", nil, ""},
 }
 
 // TestOperatorRolesLinkNeitherTheRootNorEachOther keeps the dependency
