@@ -225,7 +225,7 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	// files, the test server's URL.
 	iseed, _ := v.issuer.Seed()
 	xseed, _ := v.xkey.Seed()
-	secrets := map[string]string{"callout-password": v.callout, "reader-password": v.reader, "sys-password": v.sys,
+	secrets := map[string]string{"callout-password": v.callout, "reader-password": v.reader, "sys-password": v.sys, "presence-password": v.sys,
 		"issuer-seed": string(iseed), "xkey-seed": string(xseed)}
 	for k, s := range secrets {
 		writeFile(t, dir, "callout-secrets/"+k, s)

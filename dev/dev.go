@@ -480,7 +480,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
 		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: slog.New(quietPlaintext{s.log.Handler()}), NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
-			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
+			SysPassword: sec.sysPassword, PresencePassword: sec.presencePassword, Issuer: sec.issuer, XKey: sec.xkey},
 		ProviderListener: ln, ProviderIssuer: advertisedURL("http", s.o.Advertise, ln), ProviderAdminToken: sec.idpToken,
 		ProviderStateFile: sec.providerStateFile(),
 	})
