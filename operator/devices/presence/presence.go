@@ -30,6 +30,9 @@ import (
 
 // Defaults of Options.
 const (
+	// DefaultAccount is the device account of the documented server
+	// configuration (authcallout.AccountDevices).
+	DefaultAccount  = "DEVICES"
 	DefaultResync   = 2 * time.Minute
 	DefaultPageSize = 1024
 	DefaultQuiet    = 500 * time.Millisecond
