@@ -566,8 +566,14 @@ func (s *session) startOperator() {
 	groups := devGroups{namespace: o.Namespace}
 	plane, k := s.plane, s.k
 	plane.Go("operator", func(ctx context.Context) error {
+		// A connected device is Online (ADR 0032): the operator follows
+		// the servers' view of the device connections.
+		presence, err := plane.ConnectPresence()
+		if err != nil {
+			return err
+		}
 		return operator.Run(ctx, operator.Options{
-			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, Groups: groups,
+			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, Groups: groups, Presence: presence,
 			// The pull-secret policy sync, on the stand-in with its root
 			// token: each Deployment's pull secrets are granted to the
 			// devices' group role (OpenBaoRole).
