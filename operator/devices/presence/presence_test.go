@@ -55,13 +55,19 @@ func (c *chain) connect(t *testing.T, device string, opts ...nats.Option) *agent
 // test ends.
 func (c *chain) track(t *testing.T) *presence.Tracker {
 	t.Helper()
+	return c.trackEvery(t, 0)
+}
+
+// trackEvery is track with a resync interval (0: the default).
+func (c *chain) trackEvery(t *testing.T, resync time.Duration) *presence.Tracker {
+	t.Helper()
 	nc, err := nats.Connect(c.env.NATS.ClientURL(), nats.UserInfo(authcallout.PresenceUser, os.Getenv("FLEET_PRESENCE_PASSWORD")),
 		nats.CustomInboxPrefix(authcallout.InboxPrefix(authcallout.PresenceUser)), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	tr, err := presence.New(presence.Options{Conn: nc, Account: "DEVICES", PageSize: 2})
+	tr, err := presence.New(presence.Options{Conn: nc, Account: "DEVICES", PageSize: 2, Resync: resync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +171,28 @@ func TestRestartRelearnsConnections(t *testing.T) {
 	}
 	if n := tr.Count(); n != len(devices) {
 		t.Errorf("%d devices connected, want %d", n, len(devices))
+	}
+}
+
+// TestAReconciliationForgetsWhatTheEventsMissed: a disconnect lost in a
+// gap (a connection the servers no longer list) and the connections of a
+// server that crashed (it answers no reconciliation) are forgotten by the
+// periodic reconciliation; a device still connected stays.
+func TestAReconciliationForgetsWhatTheEventsMissed(t *testing.T) {
+	c := startChain(t, "dev-a")
+	tr := c.trackEvery(t, 200*time.Millisecond)
+	c.connect(t, "dev-a")
+	testenv.Eventually(t, "dev-a connected", wait, func() bool { return connected(tr, "dev-a") })
+	tr.Inject(c.env.NATS.NATS().ID(), 1<<40, "lost-disconnect")
+	tr.Inject("NCRASHEDSERVER", 1, "crashed-server")
+	for _, d := range []string{"lost-disconnect", "crashed-server"} {
+		if !connected(tr, d) {
+			t.Fatalf("%s not recorded", d)
+		}
+	}
+	testenv.Eventually(t, "the lost disconnect forgotten", wait, func() bool { return !connected(tr, "lost-disconnect") })
+	testenv.Eventually(t, "the crashed server's connection forgotten", wait, func() bool { return !connected(tr, "crashed-server") })
+	if !connected(tr, "dev-a") {
+		t.Fatal("dev-a, still connected, was forgotten")
 	}
 }
