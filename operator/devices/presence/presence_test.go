@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,5 +195,54 @@ func TestAReconciliationForgetsWhatTheEventsMissed(t *testing.T) {
 	testenv.Eventually(t, "the crashed server's connection forgotten", wait, func() bool { return !connected(tr, "crashed-server") })
 	if !connected(tr, "dev-a") {
 		t.Fatal("dev-a, still connected, was forgotten")
+	}
+}
+
+// TestTheEventsCarryNoCredential: what fleet-presence receives of a
+// device's connection (the connect and disconnect events, the connection
+// list) holds neither the device's id_token nor a JWT: nothing the
+// operator could log or keep is a credential.
+func TestTheEventsCarryNoCredential(t *testing.T) {
+	c := startChain(t, "dev-a")
+	nc, err := nats.Connect(c.env.NATS.ClientURL(), nats.UserInfo(authcallout.PresenceUser, os.Getenv("FLEET_PRESENCE_PASSWORD")),
+		nats.CustomInboxPrefix(authcallout.InboxPrefix(authcallout.PresenceUser)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	events := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"$SYS.ACCOUNT.DEVICES.CONNECT", "$SYS.ACCOUNT.DEVICES.DISCONNECT"} {
+		if _, err := nc.ChanSubscribe(subj, events); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	dc := c.connect(t, "dev-a")
+	connz, err := nc.Request("$SYS.REQ.ACCOUNT.DEVICES.CONNZ", []byte(`{"auth":true}`), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc.Close()
+	var bodies [][]byte
+	bodies = append(bodies, connz.Data)
+	for range 2 {
+		select {
+		case m := <-events:
+			bodies = append(bodies, m.Data)
+		case <-time.After(time.Minute):
+			t.Fatalf("connect and disconnect events: %d of 2", len(bodies)-1)
+		}
+	}
+	for _, b := range bodies {
+		// A JWT (the id_token, the user JWT) starts with the base64 of
+		// `{"`: eyJ.
+		if strings.Contains(string(b), "eyJ") {
+			t.Errorf("fleet-presence received a JWT: %s", b)
+		}
+		if !strings.Contains(string(b), `"dev-a"`) {
+			t.Errorf("no dev-a in %s", b)
+		}
 	}
 }
