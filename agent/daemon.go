@@ -41,7 +41,10 @@ type Options struct {
 	Labels map[string]string
 	// AgentVersion is reported in heartbeats and inventory.
 	AgentVersion string
-	// HeartbeatInterval defaults to 30s.
+	// HeartbeatInterval is how often the agent sends a heartbeat besides
+	// the one it sends on every connect (ADR 0032: a connection is
+	// liveness, the heartbeat carries the agent's version and uptime).
+	// Zero: DefaultHeartbeatInterval; negative: on connect only.
 	HeartbeatInterval time.Duration
 	// ResyncInterval re-reads the intent and reconciles even without a
 	// change notification (repairs drift) once nothing told the agent its
@@ -259,6 +262,12 @@ func notifiedValue(m *nats.Msg) []byte {
 // after every reconnect anyway).
 const MaxOfflineReports = 1024
 
+// DefaultHeartbeatInterval is how often an agent heartbeats besides on
+// every connect when Options.HeartbeatInterval is zero: liveness is the
+// connection (ADR 0032), the heartbeat only refreshes the agent's version
+// and uptime.
+const DefaultHeartbeatInterval = 30 * time.Minute
+
 // Run reads this device's intent and keeps Podman converged on it until ctx
 // ends: a core subscription to its fleet-intent key's subject triggers a
 // subject-scoped direct get (never a JetStream consumer), and every
@@ -269,7 +278,7 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	if o.HeartbeatInterval == 0 {
-		o.HeartbeatInterval = 30 * time.Second
+		o.HeartbeatInterval = DefaultHeartbeatInterval
 	}
 	if o.RereportInterval == 0 {
 		o.RereportInterval = DefaultRereportInterval
@@ -394,8 +403,13 @@ func Run(ctx context.Context, o Options) error {
 	d.reportInventory(ctx, true)
 	d.heartbeat(ctx)
 	poke()
-	hb := time.NewTicker(o.HeartbeatInterval)
-	defer hb.Stop()
+	// A negative interval: heartbeats on connect only.
+	var beat <-chan time.Time
+	if o.HeartbeatInterval > 0 {
+		hb := time.NewTicker(o.HeartbeatInterval)
+		defer hb.Stop()
+		beat = hb.C
+	}
 	resync := time.NewTimer(o.ResyncInterval)
 	defer resync.Stop()
 	rereport := time.NewTicker(o.RereportInterval)
@@ -434,7 +448,7 @@ func Run(ctx context.Context, o Options) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-hb.C:
+		case <-beat:
 			d.heartbeat(ctx)
 		case <-rereport.C:
 			d.echo(ctx, time.Now())
@@ -460,6 +474,7 @@ func Run(ctx context.Context, o Options) error {
 			d.rereport(ctx)
 			d.mon.reconnected(ctx)
 			d.reportInventory(ctx, false)
+			d.heartbeat(ctx) // on every connect (ADR 0032)
 			poke()
 		case m := <-cmds:
 			d.command(ctx, m, poke)

@@ -51,8 +51,9 @@ const (
 // TestIdleTraffic measures what an idle device costs the network
 // (issue #37 item 5): the real agent (agent.Connect, agent.Run, the
 // simulated runtime with one running Deployment) on the real auth chain
-// (the callout, the provider, the embedded NATS server), with the
-// production heartbeat (30 s) and an id_token lifetime of
+// (the callout, the provider, the embedded NATS server with the
+// documented configuration: its PINGs, ADR 0032), with the production
+// heartbeat (agent.DefaultHeartbeatInterval, and one on every connect) and an id_token lifetime of
 // FLEET_IDLE_LIFETIME (default 2m30s: longer than the echo window, as the
 // production lifetime is) for FLEET_IDLE_TRAFFIC (default 7m30s) after a
 // warm-up of FLEET_IDLE_WARMUP (default 2m),
@@ -93,7 +94,9 @@ func TestIdleTraffic(t *testing.T) {
 	}
 	// The same run scaled to other token lifetimes and heartbeat
 	// intervals (resumed TLS sessions): MB per device per day.
-	heartbeats := []time.Duration{30 * time.Second, time.Minute, 2 * time.Minute, 5 * time.Minute}
+	// A heartbeat interval of 0 is the agent's --heartbeat 0: on connect
+	// only.
+	heartbeats := []time.Duration{30 * time.Second, 5 * time.Minute, agent.DefaultHeartbeatInterval, 0}
 	head := fmt.Sprintf("%-18s", "lifetime \\ heartbeat")
 	for _, hb := range heartbeats {
 		head += fmt.Sprintf(" %8s", hb)
@@ -105,13 +108,13 @@ func TestIdleTraffic(t *testing.T) {
 		for _, hb := range heartbeats {
 			var total float64
 			for k, v := range perDay {
-				total += float64(v)
-				if k == catHeartbeat {
-					// A heartbeat is one TLS record besides its bytes.
-					beats := float64(day) / float64(idleHeartbeat)
-					total += (float64(v) + beats*tlsRecordOverhead) * (float64(idleHeartbeat)/float64(hb) - 1)
+				if k != catHeartbeat {
+					total += float64(v)
 				}
 			}
+			// A heartbeat is one TLS record besides its bytes.
+			total += (m.perBeat() + tlsRecordOverhead) * m.beatsPerDay(l, hb)
+			total -= tlsRecordOverhead * m.beatsPerDay(l, idleHeartbeat) // counted in TLS already
 			line += fmt.Sprintf(" %8.2f", total/1e6)
 		}
 		b.Log(line)
@@ -121,7 +124,7 @@ func TestIdleTraffic(t *testing.T) {
 // idleHeartbeat is the heartbeat interval the run measures with (the
 // agent's default), idleResync its resync interval.
 const (
-	idleHeartbeat = 30 * time.Second
+	idleHeartbeat = agent.DefaultHeartbeatInterval
 	idleResync    = 5 * time.Minute
 )
 
@@ -145,8 +148,30 @@ type idleMeasure struct {
 	// records), grants the provider's token answers, conns the NATS
 	// connections, httpConns the provider connections.
 	writes, reads, grants, conns, httpConns int64
-	// jsRequests counts the agent's JetStream API requests (intent reads).
-	jsRequests int64
+	// jsRequests counts the agent's JetStream API requests (intent reads),
+	// beats its heartbeats (one on every connect, one every idleHeartbeat).
+	jsRequests, beats int64
+}
+
+// perBeat is the bytes of one heartbeat measured (both ways).
+func (m *idleMeasure) perBeat() float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.beats == 0 {
+		return 0
+	}
+	return float64(m.up[catHeartbeat]+m.down[catHeartbeat]) / float64(m.beats)
+}
+
+// beatsPerDay is how many heartbeats a day holds at lifetime (one per
+// connection: the agent beats on every connect) and interval hb (0: on
+// connect only).
+func (m *idleMeasure) beatsPerDay(lifetime, hb time.Duration) float64 {
+	n := float64(day) / float64(lifetime)
+	if hb > 0 {
+		n += float64(day) / float64(hb)
+	}
+	return n
 }
 
 func (m *idleMeasure) add(up bool, cat string, n int64) {
@@ -164,7 +189,7 @@ func (m *idleMeasure) reset() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.up, m.down = map[string]int64{}, map[string]int64{}
-	m.writes, m.reads, m.grants, m.conns, m.httpConns, m.jsRequests = 0, 0, 0, 0, 0, 0
+	m.writes, m.reads, m.grants, m.conns, m.httpConns, m.jsRequests, m.beats = 0, 0, 0, 0, 0, 0, 0
 }
 
 func (m *idleMeasure) split(cat string) string {
@@ -198,6 +223,12 @@ func (m *idleMeasure) perDay(run, lifetime time.Duration, handshake int64) map[s
 	for _, dir := range []map[string]int64{m.up, m.down} {
 		for k, v := range dir {
 			switch {
+			case k == catHeartbeat:
+				// Bytes per beat times the beats of a day: one on
+				// every connect, one every idleHeartbeat.
+				if m.beats > 0 {
+					out[k] += int64(float64(v) / float64(m.beats) * m.beatsPerDay(lifetime, idleHeartbeat))
+				}
 			case k == catGrant:
 				out[k] += int64(per(v, m.grants) * cycles)
 			case k == catIntent:
@@ -342,6 +373,7 @@ func (c *countedConn) count(up bool, p []byte) {
 	if up {
 		c.m.mu.Lock()
 		c.m.jsRequests += int64(bytes.Count(p, []byte("PUB $JS.API")))
+		c.m.beats += int64(bytes.Count(p, []byte(".heartbeat ")))
 		c.m.mu.Unlock()
 	}
 }

@@ -22,6 +22,10 @@ const (
 	DefaultReaderUser = "fleet-identity-reader"
 	// DefaultSystemUser kicks connections in SYS (live revocation).
 	DefaultSystemUser = "fleet-authcallout-sys"
+	// PresenceUser follows the device account's connect and disconnect
+	// events and lists its connections in SYS: the operator's view of
+	// which devices are connected (ADR 0032).
+	PresenceUser = "fleet-presence"
 )
 
 // ReplicaOptions configure Connect: the connections and the Service of one

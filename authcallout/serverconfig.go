@@ -12,6 +12,11 @@ const ServerConfig = `# fleet-authcallout: NATS server configuration
 # The CONNECT line carries the device's id_token: 8 KiB bounds the token a
 # client may present (the default is 4 KiB).
 max_control_line: 8192
+# A connection is liveness (ADR 0032): a server PINGs a client that sent
+# nothing for 20 s and closes it after 2 unanswered PINGs, so a silently
+# dead device is disconnected within 60 to 80 s.
+ping_interval: "20s"
+ping_max: 2
 accounts {
   # The callout's own account: the callout service connects here and
   # answers $SYS.REQ.USER.AUTH.
@@ -93,6 +98,15 @@ accounts {
           publish: { allow: ["$SYS.REQ.SERVER.*.KICK"] }
           subscribe: { allow: ["_INBOX_fleet-authcallout-sys.>"] }
         } }
+      # The operator learns which devices are connected (ADR 0032): every
+      # server's connect and disconnect events of the device account, and
+      # its connection list of that account, nothing else.
+      { user: "fleet-presence", password: $FLEET_PRESENCE_PASSWORD,
+        permissions: {
+          publish: { allow: ["$SYS.REQ.ACCOUNT.DEVICES.CONNZ"] }
+          subscribe: { allow: ["$SYS.ACCOUNT.DEVICES.CONNECT", "$SYS.ACCOUNT.DEVICES.DISCONNECT",
+            "$SYS.SERVER.*.SHUTDOWN", "_INBOX_fleet-presence.>"] }
+        } }
     ]
   }
 }
@@ -105,7 +119,7 @@ authorization {
     issuer: $FLEET_CALLOUT_ISSUER
     account: AUTH
     # These users bypass the callout (they are the callout itself).
-    auth_users: [ "fleet-authcallout", "fleet-identity-reader", "fleet-authcallout-sys" ]
+    auth_users: [ "fleet-authcallout", "fleet-identity-reader", "fleet-authcallout-sys", "fleet-presence" ]
     # Public curve key (X...): requests and responses are encrypted.
     xkey: $FLEET_CALLOUT_XKEY
   }
@@ -117,8 +131,11 @@ type ConfigVars struct {
 	CalloutPassword string // $FLEET_CALLOUT_PASSWORD
 	ReaderPassword  string // $FLEET_READER_PASSWORD
 	SysPassword     string // $FLEET_CALLOUT_SYS_PASSWORD
-	Issuer          string // $FLEET_CALLOUT_ISSUER: public account nkey
-	XKey            string // $FLEET_CALLOUT_XKEY: public curve key
+	// PresencePassword is fleet-presence's ($FLEET_PRESENCE_PASSWORD):
+	// the operator's system-account user for device connections (ADR 0032).
+	PresencePassword string
+	Issuer           string // $FLEET_CALLOUT_ISSUER: public account nkey
+	XKey             string // $FLEET_CALLOUT_XKEY: public curve key
 }
 
 // StaticUser is a user of the whole FLEET account that bypasses the
@@ -146,7 +163,8 @@ const (
 func ServerConfigWith(v ConfigVars, static *StaticUser) (string, error) {
 	conf := ServerConfig
 	vars := fmt.Sprintf("FLEET_CALLOUT_PASSWORD: %q\nFLEET_READER_PASSWORD: %q\nFLEET_CALLOUT_SYS_PASSWORD: %q\n"+
-		"FLEET_CALLOUT_ISSUER: %q\nFLEET_CALLOUT_XKEY: %q\n", v.CalloutPassword, v.ReaderPassword, v.SysPassword, v.Issuer, v.XKey)
+		"FLEET_PRESENCE_PASSWORD: %q\nFLEET_CALLOUT_ISSUER: %q\nFLEET_CALLOUT_XKEY: %q\n", v.CalloutPassword, v.ReaderPassword, v.SysPassword,
+		v.PresencePassword, v.Issuer, v.XKey)
 	if static != nil {
 		if strings.Count(conf, fleetUsersAnchor) != 1 || strings.Count(conf, authUsersAnchor) != 1 {
 			return "", fmt.Errorf("authcallout: the documented NATS configuration changed shape: update ServerConfigWith")

@@ -56,6 +56,14 @@ func (p *Plane) ConnectMachine(ctx context.Context, name string, roles ...string
 	return p.ConnectAs(src, name)
 }
 
+// ConnectPresence connects the system-account user fleet-presence
+// (authcallout.PresenceUser): the operator's view of device connections
+// (ADR 0032). Close closes the connection.
+func (p *Plane) ConnectPresence() (*nats.Conn, error) {
+	return p.connect(authcallout.PresenceUser, nats.UserInfo(authcallout.PresenceUser, p.secrets.PresencePassword),
+		nats.CustomInboxPrefix(authcallout.InboxPrefix(authcallout.PresenceUser)))
+}
+
 // connect connects a client named name, reconnecting forever; Close
 // closes it.
 func (p *Plane) connect(name string, opts ...nats.Option) (*nats.Conn, error) {

@@ -122,7 +122,7 @@ func (p *Plane) startServer() error {
 	}
 	if p.o.Plain {
 		p.secrets = &Secrets{CalloutPassword: p.secrets.CalloutPassword, ReaderPassword: p.secrets.ReaderPassword,
-			SysPassword: p.secrets.SysPassword, Issuer: p.secrets.Issuer}
+			SysPassword: p.secrets.SysPassword, PresencePassword: p.secrets.PresencePassword, Issuer: p.secrets.Issuer}
 	}
 	p.conf = p.o.Config
 	if len(p.o.Servers) > 0 {

@@ -20,6 +20,9 @@ type Secrets struct {
 	// CalloutPassword, ReaderPassword and SysPassword are the passwords of
 	// fleet-authcallout, fleet-identity-reader and fleet-authcallout-sys.
 	CalloutPassword, ReaderPassword, SysPassword string
+	// PresencePassword is fleet-presence's: the operator's system-account
+	// user that follows device connections (ADR 0032).
+	PresencePassword string
 	// Issuer is the account key pair that signs user JWTs.
 	Issuer nkeys.KeyPair
 	// XKey is the curve key pair the callout's requests are encrypted to
@@ -30,7 +33,7 @@ type Secrets struct {
 // NewSecrets generates fresh passwords (128 random bits each) and keys.
 func NewSecrets() (*Secrets, error) {
 	s := &Secrets{}
-	for _, p := range []*string{&s.CalloutPassword, &s.ReaderPassword, &s.SysPassword} {
+	for _, p := range []*string{&s.CalloutPassword, &s.ReaderPassword, &s.SysPassword, &s.PresencePassword} {
 		var err error
 		if *p, err = RandomPassword(); err != nil {
 			return nil, err
@@ -63,7 +66,7 @@ func (s Secrets) GoString() string { return s.String() }
 
 func (s *Secrets) validate(plain bool) error {
 	var errs []error
-	if s.CalloutPassword == "" || s.ReaderPassword == "" || s.SysPassword == "" {
+	if s.CalloutPassword == "" || s.ReaderPassword == "" || s.SysPassword == "" || s.PresencePassword == "" {
 		errs = append(errs, errors.New("controlplane: Secrets: a password is empty"))
 	}
 	if s.Issuer == nil {
@@ -83,7 +86,7 @@ func (s *Secrets) vars() (authcallout.ConfigVars, error) {
 		return authcallout.ConfigVars{}, fmt.Errorf("controlplane: issuer key: %w", err)
 	}
 	v := authcallout.ConfigVars{CalloutPassword: s.CalloutPassword, ReaderPassword: s.ReaderPassword,
-		SysPassword: s.SysPassword, Issuer: issuer}
+		SysPassword: s.SysPassword, PresencePassword: s.PresencePassword, Issuer: issuer}
 	if s.XKey != nil {
 		if v.XKey, err = s.XKey.PublicKey(); err != nil {
 			return authcallout.ConfigVars{}, fmt.Errorf("controlplane: xkey: %w", err)

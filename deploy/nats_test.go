@@ -46,7 +46,7 @@ func (v calloutVars) setenv(t *testing.T, podName string) {
 	ipub, _ := v.issuer.PublicKey()
 	xpub, _ := v.xkey.PublicKey()
 	for k, val := range map[string]string{"POD_NAME": podName, "FLEET_CALLOUT_PASSWORD": v.callout, "FLEET_READER_PASSWORD": v.reader,
-		"FLEET_CALLOUT_SYS_PASSWORD": v.sys, "FLEET_CALLOUT_ISSUER": ipub, "FLEET_CALLOUT_XKEY": xpub} {
+		"FLEET_CALLOUT_SYS_PASSWORD": v.sys, "FLEET_PRESENCE_PASSWORD": v.sys, "FLEET_CALLOUT_ISSUER": ipub, "FLEET_CALLOUT_XKEY": xpub} {
 		t.Setenv(k, val)
 	}
 }

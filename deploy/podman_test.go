@@ -225,7 +225,7 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	// files, the test server's URL.
 	iseed, _ := v.issuer.Seed()
 	xseed, _ := v.xkey.Seed()
-	secrets := map[string]string{"callout-password": v.callout, "reader-password": v.reader, "sys-password": v.sys,
+	secrets := map[string]string{"callout-password": v.callout, "reader-password": v.reader, "sys-password": v.sys, "presence-password": v.sys,
 		"issuer-seed": string(iseed), "xkey-seed": string(xseed)}
 	for k, s := range secrets {
 		writeFile(t, dir, "callout-secrets/"+k, s)
@@ -258,6 +258,7 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	}
 	writeFile(t, dir, "operator-nats/key.json", string(raw))
 	writeFile(t, dir, "operator-kube/kubeconfig", kubeconfigFor(t, ctx, srv, "fleet-operator"))
+	writeFile(t, dir, "operator-presence/password", v.sys) // the Secret fleet-operator-presence
 	opArgs := containerArgs(t, objs, "fleet-operator", vars)
 	opArgs = replaceArg(opArgs, "--metrics-addr=", "0")
 	opArgs = replaceArg(opArgs, "--health-addr=", "127.0.0.1:0")
@@ -267,7 +268,8 @@ func TestTheImagesRunUnderPodmanAndReconcileADeployment(t *testing.T) {
 	var operators []string
 	for _, r := range []string{"a", "b"} {
 		operators = append(operators, runContainer(t, ctx, "fleet-operator-"+r, imgs["fleet-operator"].ref,
-			map[string]string{filepath.Join(dir, "operator-nats"): "/etc/fleet-operator/nats", filepath.Join(dir, "operator-kube"): "/etc/fleet-operator/kube"},
+			map[string]string{filepath.Join(dir, "operator-nats"): "/etc/fleet-operator/nats", filepath.Join(dir, "operator-kube"): "/etc/fleet-operator/kube",
+				filepath.Join(dir, "operator-presence"): "/etc/fleet-operator/presence"},
 			map[string]string{"POD_NAMESPACE": "fleet-system"}, opArgs...))
 	}
 

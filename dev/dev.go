@@ -480,7 +480,7 @@ func (s *session) startControlPlane(ctx context.Context) error {
 	s.plane, err = controlplane.Start(ctx, controlplane.Options{
 		StoreDir: store, Host: s.o.Listen, Port: s.o.NATSPort, ServerName: "fleet-dev", Logger: slog.New(quietPlaintext{s.log.Handler()}), NATSLogLevel: natsLevel, CalloutMetrics: s.callout,
 		Config: conf, Secrets: &controlplane.Secrets{CalloutPassword: sec.calloutPassword, ReaderPassword: sec.readerPassword,
-			SysPassword: sec.sysPassword, Issuer: sec.issuer, XKey: sec.xkey},
+			SysPassword: sec.sysPassword, PresencePassword: sec.presencePassword, Issuer: sec.issuer, XKey: sec.xkey},
 		ProviderListener: ln, ProviderIssuer: advertisedURL("http", s.o.Advertise, ln), ProviderAdminToken: sec.idpToken,
 		ProviderStateFile: sec.providerStateFile(),
 	})
@@ -566,8 +566,14 @@ func (s *session) startOperator() {
 	groups := devGroups{namespace: o.Namespace}
 	plane, k := s.plane, s.k
 	plane.Go("operator", func(ctx context.Context) error {
+		// A connected device is Online (ADR 0032): the operator follows
+		// the servers' view of the device connections.
+		presence, err := plane.ConnectPresence()
+		if err != nil {
+			return err
+		}
 		return operator.Run(ctx, operator.Options{
-			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, ExposureIndex: st, Groups: groups,
+			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, ExposureIndex: st, Groups: groups, Presence: presence,
 			// The pull-secret policy sync, on the stand-in with its root
 			// token: each Deployment's pull secrets are granted to the
 			// devices' group role (OpenBaoRole).

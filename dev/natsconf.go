@@ -27,7 +27,7 @@ func serverConfig(s *secrets) (string, error) {
 		return "", fmt.Errorf("fleet dev: xkey: %w", err)
 	}
 	return authcallout.ServerConfigWith(authcallout.ConfigVars{CalloutPassword: s.calloutPassword, ReaderPassword: s.readerPassword,
-		SysPassword: s.sysPassword, Issuer: issuer, XKey: xkey},
+		SysPassword: s.sysPassword, PresencePassword: s.presencePassword, Issuer: issuer, XKey: xkey},
 		&authcallout.StaticUser{Name: devAdminUser, Password: s.adminPassword, PasswordVar: "FLEET_DEV_ADMIN_PASSWORD",
 			Comment: "fleet dev only: the nats CLI user, the whole FLEET account."})
 }

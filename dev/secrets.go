@@ -19,6 +19,8 @@ import (
 type secrets struct {
 	dir                                                         string
 	calloutPassword, readerPassword, sysPassword, adminPassword string
+	// presencePassword is fleet-presence's (ADR 0032).
+	presencePassword string
 	// idpToken opens the development provider's management API (`fleet
 	// enroll --dev` reads it from idpTokenFile).
 	idpToken     string
@@ -56,6 +58,7 @@ func loadSecrets(dir string) (*secrets, error) {
 		{"callout.password", &s.calloutPassword},
 		{"reader.password", &s.readerPassword},
 		{"callout-sys.password", &s.sysPassword},
+		{"presence.password", &s.presencePassword},
 		{"admin.password", &s.adminPassword},
 		{idpTokenFileName, &s.idpToken},
 	} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -23,6 +24,7 @@ import (
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator/devices"
 	"github.com/nationtech/harmony-fleet/operator/exposureindex"
+	"github.com/nationtech/harmony-fleet/operator/devices/presence"
 	"github.com/nationtech/harmony-fleet/operator/internal/leader"
 	"github.com/nationtech/harmony-fleet/operator/policysync"
 	"github.com/nationtech/harmony-fleet/operator/taskruns"
@@ -74,8 +76,18 @@ type Options struct {
 	// every report.
 	ExposureIndex history.IndexStore
 	// StaleAfter is how long a device stays Online after its last
-	// heartbeat; 0: DefaultStaleAfter (90s).
+	// heartbeat, or after its last connection went when Presence is set;
+	// 0: DefaultStaleAfter (90s).
 	StaleAfter time.Duration
+	// Presence, when set, is a connection of the system account's
+	// fleet-presence user (authcallout.PresenceUser): the Device
+	// controller then decides liveness from the servers' view of the
+	// device connections, a connected device being Online (ADR 0032).
+	// Nil: from heartbeats only (ADR 0024).
+	Presence *nats.Conn
+	// PresenceResync is how often the servers' connection lists are read
+	// again; 0: presence.DefaultResync.
+	PresenceResync time.Duration
 	// TargetTimeout is how long a frozen target may go without a result
 	// of a revision after it was handed it before it is removed from the
 	// revision's accounting; 0: DefaultTargetTimeout (1h).
@@ -278,6 +290,14 @@ func Run(ctx context.Context, o Options) error {
 	if o.Devices != nil {
 		dev := &devices.Reconciler{Client: mgr.GetClient(), Store: o.Devices, StaleAfter: o.StaleAfter, Log: o.Logger.With("controller", "device"),
 			Skips: o.Skips, Metrics: o.Metrics.Devices, Workers: o.DeviceWorkers, Now: o.DeviceNow}
+		if o.Presence != nil {
+			tr, err := presence.New(presence.Options{Conn: o.Presence, Account: presence.DefaultAccount, Changed: dev.ConnectionChanged,
+				Resync: o.PresenceResync, Log: o.Logger.With("component", "presence")})
+			if err != nil {
+				return fmt.Errorf("operator: %w", err)
+			}
+			dev.Connections = tr
+		}
 		if err := dev.SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("operator: %w", err)
 		}

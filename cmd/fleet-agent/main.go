@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	noAuth := fs.Bool("insecure-no-auth", false, "connect without a machine key (development servers without the auth callout only)")
 	rt := fs.String("runtime", "podman", "container runtime: podman or sim (simulated, for scale tests and fleet dev)")
 	socket := fs.String("podman-socket", "unix:///run/podman/podman.sock", "Podman API socket URL")
-	heartbeat := fs.Duration("heartbeat", 30*time.Second, "heartbeat interval")
+	heartbeat := fs.Duration("heartbeat", agent.DefaultHeartbeatInterval, "interval of the heartbeats sent besides the one on every connect (0: on connect only; a connected device is Online whatever it is)")
 	baoURL := fs.String("openbao-url", os.Getenv("FLEET_OPENBAO_URL"), "OpenBao address for secret_env values and pull credentials ($FLEET_OPENBAO_URL; empty: none)")
 	baoRole := fs.String("openbao-role", os.Getenv("FLEET_OPENBAO_ROLE"), "OpenBao JWT auth role the device logs in with: its group's, fleet-group-<namespace>-<group>, or fleet-device-<namespace> ($FLEET_OPENBAO_ROLE)")
 	baoJWT := fs.String("openbao-jwt-mount", openbao.DefaultJWTMount, "path of OpenBao's JWT auth method")
@@ -89,6 +89,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	hostPathRoots := hostPathRootFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *heartbeat < 0 {
+		return fmt.Errorf("--heartbeat is %s: use a positive interval, or 0 for a heartbeat on connect only (default %s)", *heartbeat, agent.DefaultHeartbeatInterval)
 	}
 	if *showVersion {
 		fmt.Fprintln(os.Stdout, version)
@@ -216,7 +219,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	}
 	g.Go(func() error {
 		return agent.Run(gctx, agent.Options{
-			Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: *heartbeat, Logger: logger,
+			Device: *device, Conn: nc, Labels: labels, AgentVersion: version, HeartbeatInterval: heartbeatOption(*heartbeat), Logger: logger,
 			Reconciler: rec, Metrics: am, Updater: upd, StateDir: *stateDir, DegradedRestarts: *degradedRestarts,
 			DegradedWindow: *degradedWindow, WatchPoll: *watchPoll, NoContainerReports: !*reportContainers,
 			FetchConcurrency: *fetchConcurrency,
@@ -251,4 +254,13 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// heartbeatOption is agent.Options.HeartbeatInterval for --heartbeat: 0
+// (on connect only) is a negative interval there.
+func heartbeatOption(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"k8s.io/client-go/rest"
 
+	"github.com/nationtech/harmony-fleet/authcallout"
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/secrets/openbao"
@@ -53,7 +54,9 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	replicas := fs.Int("replicas", 1, "stream replicas when provisioning (3 on a cluster)")
 	groupFile := fs.String("group-file", "", "static device group file (JSON); without one, allowedGroups fails closed")
 	statusInterval := fs.Duration("status-interval", 2*time.Second, "least time between two status patches of one Deployment")
-	staleAfter := fs.Duration("stale-after", 90*time.Second, "how long a device stays Online after its last heartbeat")
+	staleAfter := fs.Duration("stale-after", 90*time.Second, "how long a device stays Online after its last heartbeat, or after its last connection went with --presence-password-file")
+	presencePassword := fs.String("presence-password-file", os.Getenv("FLEET_PRESENCE_PASSWORD_FILE"), "file holding the password of the system account's fleet-presence user: a device with a connection up is Online, learnt from the servers' connect and disconnect events ($FLEET_PRESENCE_PASSWORD_FILE; empty: liveness from heartbeats only)")
+	presenceResync := fs.Duration("presence-resync", 2*time.Minute, "how often the servers' connection lists of the device account are read again (with --presence-password-file)")
 	targetTimeout := fs.Duration("target-timeout", operator.DefaultTargetTimeout, "how long a rollout target may go without a result (Converged or Failed) after it was handed the revision before it is removed from the revision's accounting")
 	progressDeadline := fs.Duration("progress-deadline", operator.DefaultProgressDeadline, "how long a rollout may make no progress (no transition, no target's first report or first result) before its Progressing condition turns False with reason ProgressDeadlineExceeded, for a Deployment without spec.rollout.progressDeadline; status and an alert only, it decides nothing (0: none)")
 	followDebounce := fs.Duration("follow-debounce", operator.DefaultFollowDebounce, "how long a target of a Deployment with spec.rollout.targets Follow must not have matched after a label change before it leaves the Deployment and loses its workload (a quarantine or a deletion leaves at once; matching again within it cancels the departure)")
@@ -177,6 +180,14 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 		return fmt.Errorf("open the %s object store (provision the streams, or pass --provision): %w", events.BucketOperatorState, err)
 	}
 	o.Store, o.Reader, o.IntentKV, o.Checkpoints, o.Devices, o.ExposureIndex = st, st, kv, obj, st, st
+	if *presencePassword != "" {
+		pc, err := presenceConn(*natsURL, *presencePassword)
+		if err != nil {
+			return err
+		}
+		defer pc.Close()
+		o.Presence, o.PresenceResync = pc, *presenceResync
+	}
 	err = operator.Run(ctx, o)
 	if errors.Is(err, context.Canceled) {
 		return nil
@@ -250,4 +261,23 @@ func logHandler(format string, out io.Writer) (slog.Handler, error) {
 		return slog.NewTextHandler(out, nil), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: use json or text", format)
+}
+
+// presenceConn connects the system account's fleet-presence user with the
+// password in file (ADR 0032).
+func presenceConn(url, file string) (*nats.Conn, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--presence-password-file: %w", err)
+	}
+	password := strings.TrimSpace(string(raw))
+	if password == "" {
+		return nil, fmt.Errorf("--presence-password-file %s is empty", file)
+	}
+	nc, err := nats.Connect(url, nats.Name(authcallout.PresenceUser), nats.UserInfo(authcallout.PresenceUser, password),
+		nats.CustomInboxPrefix(authcallout.InboxPrefix(authcallout.PresenceUser)), nats.MaxReconnects(-1))
+	if err != nil {
+		return nil, fmt.Errorf("connect %s to NATS at %s: %w", authcallout.PresenceUser, url, err)
+	}
+	return nc, nil
 }

@@ -122,6 +122,7 @@ func StartWith(tb testing.TB, o Options) *Env {
 	tb.Setenv("FLEET_CALLOUT_PASSWORD", sec.CalloutPassword)
 	tb.Setenv("FLEET_READER_PASSWORD", sec.ReaderPassword)
 	tb.Setenv("FLEET_CALLOUT_SYS_PASSWORD", sec.SysPassword)
+	tb.Setenv("FLEET_PRESENCE_PASSWORD", sec.PresencePassword)
 	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
 	e := &Env{StoreDir: tb.TempDir()}

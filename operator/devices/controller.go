@@ -10,6 +10,7 @@ import (
 	"iter"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -80,6 +81,13 @@ type Reconciler struct {
 	// StaleAfter: a device is Stale once its last heartbeat is this old.
 	// Default DefaultStaleAfter.
 	StaleAfter time.Duration
+	// Connections, when set, is the NATS servers' view of the device
+	// connections (ADR 0032; presence.Tracker): a device with a
+	// connection up is Online, one without turns Stale StaleAfter after
+	// its last connection went or its last heartbeat, whichever is later.
+	// It runs on the leader only, and calls ConnectionChanged (set it as
+	// its change callback). Nil: liveness from heartbeats only (ADR 0024).
+	Connections Connections
 	// Log receives the controller's records; nil: discard.
 	Log *slog.Logger
 	// Skips counts the device reports the controller skips because they do
@@ -98,6 +106,10 @@ type Reconciler struct {
 	Now func() time.Time
 
 	telemetry *telemetry
+	// wake enqueues Devices named by a report or a connection change;
+	// connCtx is the context Connections runs with on the leader.
+	wake    chan event.GenericEvent
+	connCtx atomic.Pointer[context.Context]
 
 	kvMu sync.Mutex
 	kv   jetstream.KeyValue // the fleet-identity bucket, resolved once; guarded by kvMu
@@ -134,6 +146,7 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("device controller: index %s: %w", IndexDeviceID, err)
 	}
 	wake := make(chan event.GenericEvent)
+	r.wake = wake
 	err = mgr.Add(leader.Only(func(ctx context.Context) error {
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return nil // ctx ended first
@@ -142,6 +155,18 @@ func (r *Reconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}))
 	if err != nil {
 		return fmt.Errorf("device controller: %w", err)
+	}
+	if r.Connections != nil {
+		err = mgr.Add(leader.Only(func(ctx context.Context) error {
+			if !mgr.GetCache().WaitForCacheSync(ctx) {
+				return nil // ctx ended first
+			}
+			r.connCtx.Store(&ctx)
+			return r.Connections.Run(ctx)
+		}))
+		if err != nil {
+			return fmt.Errorf("device controller: %w", err)
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1.Device{}).

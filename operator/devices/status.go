@@ -32,12 +32,15 @@ func (r *Reconciler) syncReports(ctx context.Context, d *fleetv1.Device, registe
 	seen := r.telemetry.snapshot(d.Name)
 	inv, invSeq := seen.inventory, seen.invSeq
 	now := r.Now()
-	liveness, hb := r.telemetry.decide(d.Name, now, r.StaleAfter)
+	conn := r.connState(d)
+	liveness, hb := r.telemetry.decide(d.Name, now, r.StaleAfter, conn)
 	// While Online, look again when the last heartbeat would turn stale, on
 	// every path (a write's own watch event may be the no-op of a racing
 	// writer); a little jitter spreads devices that came online together.
+	// A device with a connection up is looked at again when it goes (the
+	// Connections source wakes it).
 	var next ctrl.Result
-	if liveness == fleetv1.LivenessOnline {
+	if liveness == fleetv1.LivenessOnline && !conn.up {
 		in := hb.Add(r.StaleAfter).Sub(now) + rand.N(r.StaleAfter/50+time.Millisecond)
 		next.RequeueAfter = max(in, time.Millisecond)
 	}
@@ -64,7 +67,7 @@ func (r *Reconciler) syncReports(ctx context.Context, d *fleetv1.Device, registe
 		Inventory:      inventory,
 		ReportedLabels: statusOwned,
 		PinnedLabels:   statusPinned,
-		Conditions:     []metav1.Condition{r.onlineCondition(d, liveness, hb), registered},
+		Conditions:     []metav1.Condition{r.onlineCondition(d, liveness, hb, conn), registered},
 	}
 	if c, ok := labelsOverridden(d, pins, newOwned); ok {
 		want.Conditions = append(want.Conditions, c)
@@ -228,7 +231,17 @@ func heartbeatTime(hb time.Time) *metav1.Time {
 	return &t
 }
 
-func (r *Reconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time) metav1.Condition {
+func (r *Reconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time, c connState) metav1.Condition {
+	switch {
+	case c.up:
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonConnected, "connected to a NATS server")
+	case c.tracked && l == fleetv1.LivenessOnline:
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonHeartbeating,
+			fmt.Sprintf("connected or heartbeating within %s", r.StaleAfter))
+	case c.tracked && l == fleetv1.LivenessStale:
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionFalse, fleetv1.ReasonDisconnected,
+			fmt.Sprintf("no connection and no heartbeat for %s since %s", r.StaleAfter, hb.UTC().Truncate(time.Second).Format(time.RFC3339)))
+	}
 	switch l {
 	case fleetv1.LivenessOnline:
 		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonHeartbeating, fmt.Sprintf("heartbeats arrive within %s", r.StaleAfter))

@@ -239,17 +239,48 @@ func (t *telemetry) snapshot(device string) deviceTelemetry {
 	return deviceTelemetry{}
 }
 
+// connState is what the servers say of a device's connections (ADR
+// 0032): tracked is false without a Connections source (heartbeats only,
+// ADR 0024); since is when its first connection came up (up) or its last
+// one went (not up); zero: none seen.
+type connState struct {
+	tracked, up bool
+	since       time.Time
+	// recorded is the Device's status.lastHeartbeat when tracked: what
+	// this operator knew at its last transition, so a restarted operator
+	// that has seen neither a connection nor a heartbeat of a device
+	// since keeps Stale a device that was, and turns Stale one that was
+	// Online but disconnected meanwhile (never Unknown again).
+	recorded time.Time
+}
+
 // decide computes the liveness of a device at now from the last heartbeat
-// known and records it, under one lock with heartbeat(), so a heartbeat that
-// arrives while the controller decides Stale always wakes it again.
-func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duration) (fleetv1.Liveness, time.Time) {
+// known and its connections and records it, under one lock with
+// heartbeat(), so a heartbeat that arrives while the controller decides
+// Stale always wakes it again. A device with a connection up is Online;
+// else Online until staleAfter after the later of its last heartbeat and
+// its last connection's end. The time returned is when it was last seen
+// (the connection's start while one is up).
+func (t *telemetry) decide(device string, now time.Time, staleAfter time.Duration, c connState) (fleetv1.Liveness, time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	d := t.entry(device)
-	l := livenessAt(d.heartbeat, now, staleAfter)
+	seen := d.heartbeat
+	var l fleetv1.Liveness
+	switch {
+	case c.up:
+		l, seen = fleetv1.LivenessOnline, c.since
+	default:
+		for _, at := range []time.Time{c.since, c.recorded} {
+			if at.After(seen) {
+				seen = at
+			}
+		}
+		l = livenessAt(seen, now, staleAfter)
+	}
 	t.metrics.LivenessChanged(d.decided, l)
 	d.decided = l
-	return l, d.heartbeat
+	return l, seen
 }
 
 // forget drops what is known of a device whose Device is gone; a later

@@ -43,11 +43,11 @@ func TestHeartbeatsWakeTheControllerOnlyWhenNotOnline(t *testing.T) {
 	}{
 		{"the first heartbeat of a device wakes the controller", func() bool { return tel.heartbeat("d", t0) }, true},
 		{"a heartbeat after the controller decided Online does not", func() bool {
-			tel.decide("d", t0, stale)
+			tel.decide("d", t0, stale, connState{})
 			return tel.heartbeat("d", t0.Add(30*time.Second))
 		}, false},
 		{"a heartbeat after the controller decided Stale does", func() bool {
-			l, _ := tel.decide("d", t0.Add(10*time.Minute), stale)
+			l, _ := tel.decide("d", t0.Add(10*time.Minute), stale, connState{})
 			return l == fleetv1.LivenessStale && tel.heartbeat("d", t0.Add(10*time.Minute))
 		}, true},
 		{"an older heartbeat delivered late does not move the last heartbeat back", func() bool {
@@ -68,4 +68,45 @@ func TestHeartbeatsWakeTheControllerOnlyWhenNotOnline(t *testing.T) {
 
 func eventsInventory(kernel string) events.DeviceInventory {
 	return events.DeviceInventory{OS: "debian-12", Arch: "arm64", Kernel: kernel, AgentVersion: "1.0.0"}
+}
+
+// TestConnectionsDecideLiveness: with the servers' view of the connections
+// (ADR 0032) a connected device is Online whatever its heartbeats, and
+// one whose connection went is Stale stale-after after the later of that
+// and its last heartbeat.
+func TestConnectionsDecideLiveness(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	const stale = 90 * time.Second
+	tests := []struct {
+		name      string
+		heartbeat time.Time
+		conn      connState
+		want      fleetv1.Liveness
+		wantSeen  time.Time
+	}{
+		{"a device connected for an hour without a heartbeat is Online since it connected", time.Time{},
+			connState{tracked: true, up: true, since: now.Add(-time.Hour)}, fleetv1.LivenessOnline, now.Add(-time.Hour)},
+		{"a device whose connection went a minute ago is still Online", now.Add(-time.Hour),
+			connState{tracked: true, since: now.Add(-time.Minute)}, fleetv1.LivenessOnline, now.Add(-time.Minute)},
+		{"a device whose connection went stale-after ago is Stale", now.Add(-time.Hour),
+			connState{tracked: true, since: now.Add(-stale)}, fleetv1.LivenessStale, now.Add(-stale)},
+		{"a heartbeat later than the connection's end counts", now.Add(-time.Second),
+			connState{tracked: true, since: now.Add(-time.Hour)}, fleetv1.LivenessOnline, now.Add(-time.Second)},
+		{"a restarted operator that saw nothing of a device since keeps its recorded transition: Stale", time.Time{},
+			connState{tracked: true, recorded: now.Add(-time.Hour)}, fleetv1.LivenessStale, now.Add(-time.Hour)},
+		{"a device never seen connected nor heartbeating is Unknown", time.Time{},
+			connState{tracked: true}, fleetv1.LivenessUnknown, time.Time{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tel := newTelemetry(nil)
+			if !tc.heartbeat.IsZero() {
+				tel.heartbeat("d", tc.heartbeat)
+			}
+			l, seen := tel.decide("d", now, stale, tc.conn)
+			if diff := cmp.Diff([]any{tc.want, tc.wantSeen}, []any{l, seen}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
 }

@@ -121,6 +121,12 @@ const (
 	// ReasonHeartbeating: heartbeats arrive within the operator's
 	// stale-after duration.
 	ReasonHeartbeating = "Heartbeating"
+	// ReasonConnected: the device has a connection up to a NATS server,
+	// which checks it with PING/PONG (ADR 0032).
+	ReasonConnected = "Connected"
+	// ReasonDisconnected: the device has had no connection and no
+	// heartbeat for the operator's stale-after duration (ADR 0032).
+	ReasonDisconnected = "Disconnected"
 	// ReasonHeartbeatMissed: no heartbeat for the operator's stale-after
 	// duration.
 	ReasonHeartbeatMissed = "HeartbeatMissed"
