@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -133,7 +134,7 @@ func (x *ExposureIndexer) Fold(rec events.Record) ([]events.IndexWrite, error) {
 		reason = events.UnindexedLimit
 	default:
 		for _, w := range out {
-			if data, jerr := json.Marshal(w.Record); jerr != nil || len(w.Subject)+len(data) > events.MaxExposureIndexMessage {
+			if indexMessageSize(w) > events.MaxExposureIndexMessage {
 				reason = events.UnindexedTooLarge
 				break
 			}
@@ -152,6 +153,23 @@ func (x *ExposureIndexer) Fold(rec events.Record) ([]events.IndexWrite, error) {
 	r := base
 	r.Kind, r.Reason, r.Last = events.ExposureUnindexed, string(reason), true
 	return []events.IndexWrite{{Subject: subj, Record: r}}, nil
+}
+
+// indexMessageSize is the size of one index message, subject and JSON
+// record: encoded only when a bound on it (every string six bytes a
+// character, as JSON escapes, and every other field at its longest) could
+// exceed events.MaxExposureIndexMessage, which a real record never does.
+func indexMessageSize(w events.IndexWrite) int {
+	r := w.Record
+	const fixed = 256 // the field names, kind, numbers, time and quotes at their longest
+	if len(w.Subject)+6*(len(r.UID)+len(r.Event)+len(r.Phase)+len(r.End)+len(r.Reason))+fixed <= events.MaxExposureIndexMessage {
+		return 0
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return math.MaxInt
+	}
+	return len(w.Subject) + len(data)
 }
 
 func (x *ExposureIndexer) limit() int {

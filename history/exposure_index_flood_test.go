@@ -204,3 +204,32 @@ func TestAFloodingDeviceAddsABoundedIndexAndTheAnswersStayTheFullRead(t *testing
 		})
 	}
 }
+
+// TestTheIndexMessageSizeBoundNeverLetsALargerRecordThrough checks the
+// shortcut of indexMessageSize: a record it does not encode (0) is never
+// over events.MaxExposureIndexMessage once encoded, at every field's
+// longest, with strings JSON escapes six bytes a character.
+func TestTheIndexMessageSizeBoundNeverLetsALargerRecordThrough(t *testing.T) {
+	subject := "fleet.index.exposure." + strings.Repeat("n", 63) + "." + strings.Repeat("a", 100) + ".-9223372036854775808." + strings.Repeat("d", 64)
+	for n := 0; n <= 200; n++ {
+		for _, c := range []string{"x", "<", "\x01", "é"} {
+			r := events.ExposureIndexRecord{Kind: events.ExposureUnindexed, Source: 1<<64 - 1,
+				Stored: time.Date(2026, 12, 31, 23, 59, 59, 999999999, time.UTC), Last: true, UID: strings.Repeat(c, n),
+				Event: "01JZZZZZZZZZZZZZZZZZZZZZZZ", Phase: events.WorkloadPhase(strings.Repeat(c, n)), End: EndRolledBack,
+				EndGeneration: -1 << 63, Reason: events.UnindexedUnknownRevision}
+			w := events.IndexWrite{Subject: subject, Record: r}
+			data, err := json.Marshal(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			size := len(subject) + len(data)
+			got := indexMessageSize(w)
+			if got == 0 && size > events.MaxExposureIndexMessage {
+				t.Fatalf("%d × %q: a %d-byte message passes the bound unencoded", n, c, size)
+			}
+			if got != 0 && got != size {
+				t.Fatalf("%d × %q: size %d, encoded %d", n, c, got, size)
+			}
+		}
+	}
+}
