@@ -591,10 +591,19 @@ func (f *exposureFold) readIndex(ctx context.Context, ix exposureIndexReader, fi
 	if w == 0 || last.Record.Stored.Before(first) {
 		return 0, nil, nil
 	}
+	suspect := map[string]bool{}
+	// The unindexed markers, in a read of their own (a consumer of one
+	// filter reads by the server's subject index; with the revisions'
+	// filters it would scan the stream): their devices' records are left
+	// out and their reports read instead, whenever they were marked.
+	for rec, err := range ix.ReplayIndex(ctx, []string{events.ExposureUnindexedFilter}, 0, last.Sequence) {
+		if err != nil {
+			return 0, nil, err
+		}
+		suspect[rec.Key.Device] = true
+	}
 	byRev := map[indexRev]*exposedRev{}
-	// The unindexed markers first: their devices' records are left out
-	// and their reports read instead.
-	filters := []string{events.ExposureUnindexedFilter}
+	var filters []string
 	seen := map[string]bool{}
 	for _, r := range f.order {
 		byRev[indexRev{r.namespace, r.name, r.Generation, r.UID}] = r
@@ -611,7 +620,6 @@ func (f *exposureFold) readIndex(ctx context.Context, ix exposureIndexReader, fi
 	}
 	cur := map[string]open{}
 	var closed []ExposureInterval
-	suspect := map[string]bool{}
 	for len(filters) > 0 {
 		chunk := filters[:min(len(filters), indexFiltersPerRead)]
 		filters = filters[len(chunk):]
@@ -620,12 +628,6 @@ func (f *exposureFold) readIndex(ctx context.Context, ix exposureIndexReader, fi
 				return 0, nil, err
 			}
 			x := rec.Record
-			if x.Kind == events.ExposureUnindexed {
-				// Whenever it was marked, the device's reports answer
-				// for it, as the full read.
-				suspect[rec.Key.Device] = true
-				continue
-			}
 			if x.Source > w || (!f.q.At.IsZero() && x.Stored.After(f.q.At)) {
 				continue
 			}
