@@ -26,9 +26,32 @@ import (
 // rebuildable from StreamReports (ADR 0033).
 const StreamIndex = "FLEET_INDEX"
 
-// ExposureIndexSubjects is the subject filter of the exposure index:
-// fleet.index.exposure.<namespace>.<name>.<generation>.<device>.
-const ExposureIndexSubjects = "fleet.index.exposure.*.*.*.*"
+// ExposureIndexSubjects is the subject filter of every record of the
+// exposure index: the revisions' records,
+// fleet.index.exposure.<namespace>.<name>.<generation>.<device>, and the
+// devices' unindexed markers, fleet.index.exposure.unindexed.<device>
+// (ExposureUnindexedFilter).
+const ExposureIndexSubjects = "fleet.index.exposure.>"
+
+// ExposureUnindexedFilter is the subject filter of the unindexed markers:
+// fleet.index.exposure.unindexed.<device>, one per device at most (a
+// subject of a different token count than a revision's, so no Deployment
+// name can take it).
+const ExposureUnindexedFilter = "fleet.index.exposure.unindexed.*"
+
+// ExposureUnindexedSubject is the subject of device's unindexed marker.
+func ExposureUnindexedSubject(device string) (string, error) {
+	if err := ValidateToken(TokenDevice, device); err != nil {
+		return "", err
+	}
+	return strings.TrimSuffix(ExposureUnindexedFilter, "*") + device, nil
+}
+
+// MaxExposureIndexMessage bounds one exposure index message, its subject
+// and JSON record together: the writer writes no larger record, it marks
+// the device unindexed instead (a real record is about 200 bytes; only a
+// phase text a device chose can make one larger).
+const MaxExposureIndexMessage = 1024
 
 // ExposureIndexSubject is the subject of one device's records of one
 // Deployment revision: fleet.index.exposure.<namespace>.<name>.<generation>.<device>.
@@ -65,9 +88,16 @@ type ExposureIndexKey struct {
 }
 
 // ParseExposureIndexSubject reads an exposure index subject back,
-// validating every token.
+// validating every token; an unindexed marker's key names only its
+// device.
 func ParseExposureIndexSubject(subject string) (ExposureIndexKey, error) {
 	t := strings.Split(subject, ".")
+	if len(t) == 5 && t[0] == "fleet" && t[1] == "index" && t[2] == "exposure" && t[3] == "unindexed" {
+		if s, err := ExposureUnindexedSubject(t[4]); err != nil || s != subject {
+			return ExposureIndexKey{}, fmt.Errorf("%w %q: %w", ErrInvalidSubject, subject, err)
+		}
+		return ExposureIndexKey{Device: t[4]}, nil
+	}
 	if len(t) != 7 || t[0] != "fleet" || t[1] != "index" || t[2] != "exposure" {
 		return ExposureIndexKey{}, fmt.Errorf("%w %q: not fleet.index.exposure.<namespace>.<name>.<generation>.<device>", ErrInvalidSubject, subject)
 	}
@@ -100,6 +130,24 @@ const (
 	// the Deployment, or the phase Removed; on the ended revision's
 	// subject.
 	ExposureEnded ExposureIndexKind = "ended"
+	// ExposureUnindexed: the device's marker (ADR 0033, "Addendum: a
+	// bound per device"), on ExposureUnindexedSubject: from this report
+	// on, nothing more of the device is indexed, and a question reads the
+	// device's own reports instead of its records. Reason says why.
+	ExposureUnindexed ExposureIndexKind = "unindexed"
+)
+
+// Reasons of an unindexed marker (ExposureIndexRecord.Reason).
+const (
+	// UnindexedUnknownRevision: the device reported a revision no
+	// Deployment intent held when the writer folded the report (a
+	// revision of nothing, or one created later).
+	UnindexedUnknownRevision = "unknown-revision"
+	// UnindexedLimit: the device's records reached the writer's
+	// per-device limit.
+	UnindexedLimit = "limit"
+	// UnindexedTooLarge: a record would exceed MaxExposureIndexMessage.
+	UnindexedTooLarge = "too-large"
 )
 
 // ExposureIndexRecord is one record of the exposure index, the JSON
@@ -123,6 +171,9 @@ type ExposureIndexRecord struct {
 	// removed; EndGeneration the generation reported instead.
 	End           string `json:"end,omitempty"`
 	EndGeneration int64  `json:"endGeneration,omitempty"`
+	// Reason is why the device is unindexed (unindexed): unknown-revision,
+	// limit or too-large.
+	Reason string `json:"reason,omitempty"`
 }
 
 // IndexRecord is an exposure index record as stored.

@@ -185,8 +185,10 @@ func StreamConfigs(o ProvisionOptions) []jetstream.StreamConfig {
 	index := history(StreamIndex, "Fleet exposure index: what fleet history exposure needs of the reports, per revision (derived, rebuildable)",
 		[]string{ExposureIndexSubjects}, 0, jetstream.DiscardNew)
 	// A record carries fields of its report (a device's phase text
-	// included), re-encoded: it is kept under the history streams' 1 MiB,
-	// never cut, so a hostile report cannot stop the writer.
+	// included), re-encoded: the writer writes none over
+	// MaxExposureIndexMessage (it marks the device unindexed instead), and
+	// the stream refuses a larger one.
+	index.MaxMsgSize = MaxExposureIndexMessage
 	return []jetstream.StreamConfig{
 		history(StreamIntent, "Fleet intent: Deployment and TaskRun revisions and deletions (append-only history)",
 			[]string{"fleet.intent.deployment.*.*", "fleet.intent.taskrun.*.*"}, 0, jetstream.DiscardNew),

@@ -286,6 +286,11 @@ func (h *History) Exposure(ctx context.Context, q ExposureQuery) (*Exposure, err
 			// The index is a shortcut: without it, every report.
 			h.log.WarnContext(ctx, "history exposure: the exposure index cannot be read; reading every report", "error", err)
 			f.resetReports()
+		case len(suspects) > maxDeviceReads:
+			// One read per device would cost more than one of every
+			// report.
+			h.log.InfoContext(ctx, "history exposure: too many devices the exposure index cannot answer for; reading every report", "devices", len(suspects))
+			f.resetReports()
 		case w > 0:
 			for _, device := range suspects {
 				if err := f.readDevice(ctx, device, first, w); err != nil {
@@ -305,6 +310,11 @@ func (h *History) Exposure(ctx context.Context, q ExposureQuery) (*Exposure, err
 	}
 	return f.finish(), nil
 }
+
+// maxDeviceReads bounds the devices whose own reports a question reads
+// beside the exposure index (unindexed, or reporting a revision before it
+// was created): past it, the question reads every report instead.
+const maxDeviceReads = 256
 
 // describe names what the query looks for, for an error.
 func (q ExposureQuery) describe() string {

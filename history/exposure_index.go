@@ -2,10 +2,12 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -23,11 +25,35 @@ import (
 
 // ExposureIndexer folds workload and health reports, in stream order, into
 // exposure index records. It keeps, per device and Deployment, the
-// revision the device last reported and its phase: the fleet's size, not
-// the history's.
+// revision the device last reported and its phase, and per device how
+// many records it wrote: the fleet's size, not the history's.
+//
+// What one device adds is bounded (ADR 0033, "Addendum: a bound per
+// device"): at most MaxRecordsPerDevice records, each at most
+// events.MaxExposureIndexMessage bytes, about revisions Known holds; the
+// report that would go past the limit, or write a larger record, or open a
+// revision Known does not hold, writes instead the device's one unindexed
+// marker, and nothing of the device is indexed after it: a question reads
+// that device's own reports.
 type ExposureIndexer struct {
-	open map[exposureKey]indexOpen
+	// Known reports whether a Deployment intent holds the revision
+	// (namespace, name, UID, generation); nil: every revision is known.
+	Known func(namespace, name, uid string, generation int64) bool
+	// MaxRecordsPerDevice is how many records one device may have in the
+	// index before it is marked unindexed; default
+	// DefaultIndexRecordsPerDevice.
+	MaxRecordsPerDevice int
+
+	open   map[exposureKey]indexOpen
+	count  map[string]int
+	marked map[string]bool
 }
+
+// DefaultIndexRecordsPerDevice is ExposureIndexer.MaxRecordsPerDevice's
+// default: the reports stream's per-device limit
+// (events.DefaultReportsPerSubject); an honest device writes about three
+// records per rollout of a Deployment, so about 3,000 rollouts.
+const DefaultIndexRecordsPerDevice = events.DefaultReportsPerSubject
 
 // indexOpen is the revision a device runs, as its reports say.
 type indexOpen struct {
@@ -40,50 +66,122 @@ type indexOpen struct {
 // cannot take part in an exposure answer (a name that is no subject token).
 var errNotIndexed = errors.New("not indexed")
 
+// errUnindexed is a report that marks its device unindexed; its reason is
+// the message.
+type errUnindexed string
+
+func (e errUnindexed) Error() string { return string(e) }
+
 func (x *ExposureIndexer) init() {
 	if x.open == nil {
 		x.open = map[exposureKey]indexOpen{}
+		x.count = map[string]int{}
+		x.marked = map[string]bool{}
 	}
 }
 
+func (x *ExposureIndexer) known(namespace, name, uid string, gen int64) bool {
+	return x.Known == nil || x.Known(namespace, name, uid, gen)
+}
+
 // Fold returns the index records one report adds (none for most repeated
-// reports); an error wrapping events.ErrUndecodable for a report whose data
-// does not decode (count it and skip it).
+// reports, none for a device marked unindexed); an error wrapping
+// events.ErrUndecodable for a report whose data does not decode (count it
+// and skip it).
 func (x *ExposureIndexer) Fold(rec events.Record) ([]events.IndexWrite, error) {
 	x.init()
 	device := rec.Event.Keys.Device
+	if x.marked[device] {
+		return nil, nil
+	}
 	base := events.ExposureIndexRecord{Source: rec.Sequence, Stored: rec.Stored.UTC()}
+	var out []events.IndexWrite
+	var err error
 	switch rec.Event.Type {
 	case events.TypeWorkloadStatus:
 		p := projections.NewStoredPayload(rec)
-		d, err := p.WorkloadStatus()
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", events.ErrUndecodable, err)
+		d, derr := p.WorkloadStatus()
+		if derr != nil {
+			return nil, fmt.Errorf("%w: %w", events.ErrUndecodable, derr)
 		}
-		return x.workload(rec, base, device, d)
+		out, err = x.workload(rec, base, device, d)
 	case events.TypeWorkloadDegraded:
-		d, err := events.Decode[events.WorkloadHealth](rec.Event)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", events.ErrUndecodable, err)
+		d, derr := events.Decode[events.WorkloadHealth](rec.Event)
+		if derr != nil {
+			return nil, fmt.Errorf("%w: %w", events.ErrUndecodable, derr)
 		}
 		k := exposureKey{device, d.Namespace, d.Deployment}
 		o, ok := x.open[k]
 		if !ok || o.uid != d.UID || o.gen != d.Generation {
 			return nil, nil
 		}
-		subj, err := events.ExposureIndexSubject(d.Namespace, d.Deployment, o.gen, device)
-		if err != nil {
+		subj, serr := events.ExposureIndexSubject(d.Namespace, d.Deployment, o.gen, device)
+		if serr != nil {
 			return nil, nil // cannot happen: the open revision's subject was built
 		}
 		r := base
 		r.Kind, r.UID, r.Last = events.ExposureDegraded, o.uid, true
-		return []events.IndexWrite{{Subject: subj, Record: r}}, nil
+		out = []events.IndexWrite{{Subject: subj, Record: r}}
 	}
-	return nil, nil
+	var reason errUnindexed
+	switch {
+	case errors.As(err, &reason):
+	case err != nil:
+		return nil, err
+	case len(out) == 0:
+		return nil, nil
+	case x.count[device]+len(out) > x.limit():
+		reason = events.UnindexedLimit
+	default:
+		for _, w := range out {
+			if indexMessageSize(w) > events.MaxExposureIndexMessage {
+				reason = events.UnindexedTooLarge
+				break
+			}
+		}
+	}
+	if reason == "" {
+		x.count[device] += len(out)
+		return out, nil
+	}
+	// The device's one marker: nothing more of it is indexed.
+	subj, serr := events.ExposureUnindexedSubject(device)
+	if serr != nil {
+		return nil, fmt.Errorf("%w: %w", errNotIndexed, serr) // cannot happen: a report's device is a token
+	}
+	x.marked[device] = true
+	r := base
+	r.Kind, r.Reason, r.Last = events.ExposureUnindexed, string(reason), true
+	return []events.IndexWrite{{Subject: subj, Record: r}}, nil
+}
+
+// indexMessageSize is the size of one index message, subject and JSON
+// record: encoded only when a bound on it (every string six bytes a
+// character, as JSON escapes, and every other field at its longest) could
+// exceed events.MaxExposureIndexMessage, which a real record never does.
+func indexMessageSize(w events.IndexWrite) int {
+	r := w.Record
+	const fixed = 256 // the field names, kind, numbers, time and quotes at their longest
+	if len(w.Subject)+6*(len(r.UID)+len(r.Event)+len(r.Phase)+len(r.End)+len(r.Reason))+fixed <= events.MaxExposureIndexMessage {
+		return 0
+	}
+	data, err := json.Marshal(r)
+	if err != nil {
+		return math.MaxInt
+	}
+	return len(w.Subject) + len(data)
+}
+
+func (x *ExposureIndexer) limit() int {
+	if x.MaxRecordsPerDevice > 0 {
+		return x.MaxRecordsPerDevice
+	}
+	return DefaultIndexRecordsPerDevice
 }
 
 // workload is Fold of a workload report: exposureFold.workload's rules,
-// for every revision.
+// for every revision Known holds. A report opening one it does not hold
+// returns an errUnindexed.
 func (x *ExposureIndexer) workload(rec events.Record, base events.ExposureIndexRecord, device string, d events.WorkloadStatus) ([]events.IndexWrite, error) {
 	if _, err := events.ExposureIndexFilter(d.Namespace, d.Deployment, d.Generation); err != nil {
 		// No Deployment has this namespace or name: no answer can hold it.
@@ -107,9 +205,15 @@ func (x *ExposureIndexer) workload(rec events.Record, base events.ExposureIndexR
 		subj, _ := events.ExposureIndexSubject(d.Namespace, d.Deployment, o.gen, device)
 		out = append(out, events.IndexWrite{Subject: subj, Record: r})
 		delete(x.open, k)
-		isOpen, same = false, false
+		isOpen = false
 	}
 	if d.Phase != events.WorkloadRemoved {
+		if !isOpen && !x.known(d.Namespace, d.Deployment, d.UID, d.Generation) {
+			// An interval no question can find in the index: a question
+			// whose revision this is (created later) reads the device's
+			// reports.
+			return nil, errUnindexed(events.UnindexedUnknownRevision)
+		}
 		subj, err := events.ExposureIndexSubject(d.Namespace, d.Deployment, d.Generation, device)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errNotIndexed, err)
@@ -137,11 +241,14 @@ func (x *ExposureIndexer) restore(recs []events.IndexRecord) {
 	x.init()
 	for _, r := range recs {
 		k := exposureKey{r.Key.Device, r.Key.Namespace, r.Key.Name}
+		x.count[r.Key.Device]++
 		switch r.Record.Kind {
 		case events.ExposureOpened, events.ExposurePhase:
 			x.open[k] = indexOpen{uid: r.Record.UID, gen: r.Key.Generation, phase: r.Record.Phase}
 		case events.ExposureEnded:
 			delete(x.open, k)
+		case events.ExposureUnindexed:
+			x.marked[r.Key.Device] = true
 		}
 	}
 }
@@ -175,6 +282,10 @@ type ExposureIndexWriter struct {
 	// RetryMin is the first wait before starting over after a failure
 	// (default one second; it doubles up to a minute).
 	RetryMin time.Duration
+	// MaxRecordsPerDevice bounds what one device can add to the index
+	// (ExposureIndexer.MaxRecordsPerDevice); default
+	// DefaultIndexRecordsPerDevice.
+	MaxRecordsPerDevice int
 
 	written, skipped uint64
 }
@@ -186,6 +297,9 @@ const DefaultIndexBatch = 1024
 func (w *ExposureIndexWriter) Validate() error {
 	if w.Store == nil {
 		return fmt.Errorf("%w: exposure index writer: Store is nil: pass an *events.Store", ErrInvalidOptions)
+	}
+	if w.MaxRecordsPerDevice < 0 {
+		return fmt.Errorf("%w: exposure index writer: MaxRecordsPerDevice is %d: use 0 (default %d) or a positive count", ErrInvalidOptions, w.MaxRecordsPerDevice, DefaultIndexRecordsPerDevice)
 	}
 	if w.Batch < 0 {
 		return fmt.Errorf("%w: exposure index writer: Batch is %d: use 0 (default %d) or a positive count", ErrInvalidOptions, w.Batch, DefaultIndexBatch)
@@ -240,7 +354,13 @@ func (w *ExposureIndexWriter) log() *slog.Logger {
 
 // run reads the index back, then folds the reports after it.
 func (w *ExposureIndexWriter) run(ctx context.Context, follow bool) error {
-	x := &ExposureIndexer{}
+	revs := &intentRevisions{r: w.Store, log: w.log(), known: map[revisionName]bool{}}
+	if err := revs.refresh(ctx); err != nil {
+		return err
+	}
+	x := &ExposureIndexer{Known: func(namespace, name, uid string, gen int64) bool {
+		return revs.holds(ctx, revisionName{namespace, name, uid, gen})
+	}, MaxRecordsPerDevice: w.MaxRecordsPerDevice}
 	last, err := w.Store.IndexLastSequence(ctx)
 	if err != nil {
 		return err
@@ -327,6 +447,9 @@ func (w *ExposureIndexWriter) run(ctx context.Context, follow bool) error {
 			}
 		default:
 			writes, err := x.Fold(m.Record)
+			if revs.err != nil {
+				return revs.err
+			}
 			if err != nil {
 				if errors.Is(err, events.ErrUndecodable) {
 					w.Skips.Skip(ctx, w.log(), events.InvalidData(m.Record, err))
@@ -340,6 +463,12 @@ func (w *ExposureIndexWriter) run(ctx context.Context, follow bool) error {
 				if stored > len(writes) {
 					return fmt.Errorf("exposure index: report %d has %d records stored but folds into %d: delete the index to rebuild it", m.Record.Sequence, stored, len(writes))
 				}
+				for i, r := range pending[:stored] {
+					if r.Subject != writes[i].Subject || r.Record.Kind != writes[i].Record.Kind {
+						return fmt.Errorf("exposure index: report %d's record %d is stored as %s on %s but folds into %s on %s: delete the index to rebuild it",
+							m.Record.Sequence, i, r.Record.Kind, r.Subject, writes[i].Record.Kind, writes[i].Subject)
+					}
+				}
 				writes, stored = writes[stored:], 0
 			}
 			buf = append(buf, writes...)
@@ -350,6 +479,77 @@ func (w *ExposureIndexWriter) run(ctx context.Context, follow bool) error {
 			}
 		}
 	}
+}
+
+// revisionName names one Deployment revision as a report does.
+type revisionName struct {
+	namespace, name, uid string
+	gen                  int64
+}
+
+// intentRevisions is every Deployment revision the intent holds, as the
+// index writer knows it: read at its start, and again up to the intent's
+// end when a report names one it does not know (once per new revision, and
+// once per device naming one that does not exist: that device is then
+// unindexed).
+type intentRevisions struct {
+	r     runner.Reader
+	log   *slog.Logger
+	known map[revisionName]bool
+	after uint64 // the last intent record read
+	err   error  // a failed read: the writer starts over
+}
+
+// holds reports whether the intent holds the revision, reading the intent
+// again when it is not known yet.
+func (v *intentRevisions) holds(ctx context.Context, n revisionName) bool {
+	if v.known[n] {
+		return true
+	}
+	if err := v.refresh(ctx); err != nil {
+		v.err = err
+		return false
+	}
+	return v.known[n]
+}
+
+// refresh reads the intent records after the last one read.
+func (v *intentRevisions) refresh(ctx context.Context) error {
+	rn := &runner.Runner{Name: "exposure index intent", Reader: v.r, Log: v.log,
+		Sources: []runner.Source{{Filters: []string{filterDeploymentIntent}, After: v.after}}}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	in := make(chan runner.Msg, 256)
+	go func() {
+		defer close(in)
+		rn.RunOnce(rctx, in)
+	}()
+	var failed error
+	for m := range in {
+		switch {
+		case m.Err != nil:
+			failed = fmt.Errorf("exposure index: read the intent: %w", m.Err)
+		case m.Skip != nil, m.Caught:
+		default:
+			v.after = m.Record.Sequence
+			if m.Record.Event.Type != events.TypeDeploymentRevisionCreated {
+				continue
+			}
+			d, err := events.Decode[events.DeploymentRevisionCreated](m.Record.Event)
+			if err != nil {
+				continue // the intent's own readers count it
+			}
+			k := m.Record.Event.Keys
+			v.known[revisionName{k.Namespace, k.Name, d.UID, d.Generation}] = true
+		}
+	}
+	if failed != nil {
+		return failed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("exposure index: %w", err)
+	}
+	return nil
 }
 
 // exposureIndexReader is what Exposure reads of the exposure index;
@@ -374,8 +574,8 @@ type indexRev struct {
 // the watermark (the last report the index covers; 0 when the index is
 // empty or covers nothing since first) and the devices whose intervals it
 // cannot give exactly (one opened before first, which a read of the
-// reports from first would open later): their reports up to the watermark
-// are read instead.
+// reports from first would open later; one the writer marked unindexed):
+// their reports up to the watermark are read instead.
 func (f *exposureFold) readIndex(ctx context.Context, ix exposureIndexReader, first time.Time) (uint64, []string, error) {
 	last, err := ix.IndexLast(ctx)
 	if errors.Is(err, events.ErrNotFound) {
@@ -390,6 +590,17 @@ func (f *exposureFold) readIndex(ctx context.Context, ix exposureIndexReader, fi
 	}
 	if w == 0 || last.Record.Stored.Before(first) {
 		return 0, nil, nil
+	}
+	suspect := map[string]bool{}
+	// The unindexed markers, in a read of their own (a consumer of one
+	// filter reads by the server's subject index; with the revisions'
+	// filters it would scan the stream): their devices' records are left
+	// out and their reports read instead, whenever they were marked.
+	for rec, err := range ix.ReplayIndex(ctx, []string{events.ExposureUnindexedFilter}, 0, last.Sequence) {
+		if err != nil {
+			return 0, nil, err
+		}
+		suspect[rec.Key.Device] = true
 	}
 	byRev := map[indexRev]*exposedRev{}
 	var filters []string
@@ -409,7 +620,6 @@ func (f *exposureFold) readIndex(ctx context.Context, ix exposureIndexReader, fi
 	}
 	cur := map[string]open{}
 	var closed []ExposureInterval
-	suspect := map[string]bool{}
 	for len(filters) > 0 {
 		chunk := filters[:min(len(filters), indexFiltersPerRead)]
 		filters = filters[len(chunk):]

@@ -22,8 +22,10 @@ import (
 // a new UID) and lab/web: revisions whose images repeat (a rollback is a
 // new revision with an old image), canaries never released, devices
 // reporting any revision in any order and phase (rollbacks, removals,
-// repeats), crash loops, a hostile device reporting revisions it was never
-// handed (one before it exists, UIDs and names of nothing) and reports
+// repeats), crash loops, hostile devices (one reporting revisions it was
+// never handed, one a revision before it exists, one UIDs, generations
+// and names of nothing, one a phase too long for the index, one flooding
+// reports alternating revisions and phases) and reports
 // that do not decode. index, when set, is called at random points: the
 // index writer catches up there. It returns the stream time of a moment in
 // the middle.
@@ -59,11 +61,16 @@ func randomHistory(t *testing.T, ctx context.Context, w streamWriter, seed uint6
 			RevisionID: fmt.Sprintf("%d-%s", gen, uid), Phase: phase, Since: time.Now().UTC()})
 	}
 	phases := []events.WorkloadPhase{events.WorkloadApplying, events.WorkloadConverged, events.WorkloadConverged, events.WorkloadFailed, events.WorkloadRemoved}
-	// The hostile device claims generation 2 of lab/api before it exists,
-	// in a phase as long as a report can hold (its record must fit the
-	// index, or the writer would stop there).
-	report("evil", "api", "uid-api-a", 2, events.WorkloadPhase(strings.Repeat("x", 60_000)))
+	// A hostile device claims generation 2 of lab/api before it exists:
+	// the writer indexes it when the intent holds generation 2 by then (an
+	// interval opened before its revision: the question reads the
+	// device's reports), and marks the device unindexed otherwise.
+	report("prophet", "api", "uid-api-a", 2, events.WorkloadConverged)
 	newRev(deps[0])
+	// Another reports a phase as long as a report can hold: its record
+	// would not fit the index's bound, the device is marked unindexed
+	// (the writer never stops there).
+	report("verbose", "api", "uid-api-a", 1, events.WorkloadPhase(strings.Repeat("x", 60_000)))
 	newRev(deps[1])
 	var middle time.Time
 	for i := range steps {
@@ -101,18 +108,27 @@ func randomHistory(t *testing.T, ctx context.Context, w streamWriter, seed uint6
 				t.Fatal(err)
 			}
 		case n < 88:
-			// The hostile device: revisions it was never handed, names of
-			// nothing, names that are no subject token.
+			// The hostile devices: evil reports revisions it was never
+			// handed (indexed, role other); mallory UIDs and generations
+			// of nothing (unindexed) and names that are no subject token.
 			rev := revs[rnd.IntN(len(revs))]
-			switch rnd.IntN(4) {
+			switch rnd.IntN(5) {
+			case 4:
+				// flood floods: reports alternating the newest revisions
+				// and phases, two or three index records each until the
+				// writer's per-device limit marks it unindexed.
+				for j := range 30 {
+					r := revs[len(revs)-1-j%min(2, len(revs))]
+					report("flood", revOf[r.RevisionID], r.UID, r.Generation, phases[j%len(phases)])
+				}
 			case 0:
 				report("evil", revOf[rev.RevisionID], rev.UID, rev.Generation, phases[rnd.IntN(len(phases))])
 			case 1:
-				report("evil", "api", "uid-api-a", int64(rnd.IntN(9)-2), events.WorkloadConverged)
+				report("mallory", "api", "uid-api-a", int64(rnd.IntN(9)-2), events.WorkloadConverged)
 			case 2:
-				report("evil", "no.such>name", rev.UID, rev.Generation, events.WorkloadConverged)
+				report("mallory", "no.such>name", rev.UID, rev.Generation, events.WorkloadConverged)
 			default:
-				report(devs[rnd.IntN(len(devs))], revOf[rev.RevisionID], "uid-forged", rev.Generation, events.WorkloadApplying)
+				report("mallory", revOf[rev.RevisionID], "uid-forged", rev.Generation, events.WorkloadApplying)
 			}
 		case n < 92:
 			w.garbage(devs[rnd.IntN(len(devs))])
@@ -169,13 +185,17 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 		name  string
 		seed  uint64
 		index string // "random": the writer catches up at random points; "end": once at the end; "never"; "gone": no stream
+		// perDevice is the writer's MaxRecordsPerDevice (0: the default).
+		perDevice int
 	}{
-		{"an index written at random points answers as every report", 1, "random"},
-		{"another history, an index written at random points", 2, "random"},
-		{"a third history, an index written at random points", 3, "random"},
-		{"a complete index answers as every report", 4, "end"},
-		{"an empty index answers as every report", 5, "never"},
-		{"no index stream (a server provisioned before it) answers as every report", 6, "gone"},
+		{"an index written at random points answers as every report", 1, "random", 0},
+		{"another history, an index written at random points", 2, "random", 0},
+		{"a third history, an index written at random points", 3, "random", 0},
+		{"a complete index answers as every report", 4, "end", 0},
+		{"an empty index answers as every report", 5, "never", 0},
+		{"no index stream (a server provisioned before it) answers as every report", 6, "gone", 0},
+		{"a per-device limit the flooding device reaches answers as every report", 7, "random", 200},
+		{"a per-device limit most devices reach answers as every report", 8, "random", 12},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -183,7 +203,7 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 			defer cancel()
 			_, st := natstest.Provisioned(t)
 			w := streamWriter{tb: t, ctx: ctx, st: st}
-			writer := &ExposureIndexWriter{Store: st, Batch: 7}
+			writer := &ExposureIndexWriter{Store: st, Batch: 7, MaxRecordsPerDevice: tc.perDevice}
 			catchUp := func() {
 				if err := writer.RunToEnd(ctx); err != nil {
 					t.Fatalf("index writer: %v", err)
@@ -204,6 +224,15 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 			}
 			if tc.index != "never" && tc.index != "gone" && writer.Written() == 0 {
 				t.Fatal("the index writer wrote nothing: the test would compare the full read with itself")
+			}
+			if tc.index == "random" || tc.index == "end" {
+				unindexed := map[string]bool{}
+				for _, r := range indexContents(t, ctx, st) {
+					if r.Record.Kind == events.ExposureUnindexed {
+						unindexed[r.Key.Device] = true
+					}
+				}
+				t.Logf("unindexed devices: %v", unindexed)
 			}
 			full, err := New(Options{Reader: st, NoIndex: true})
 			if err != nil {

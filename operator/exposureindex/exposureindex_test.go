@@ -27,6 +27,20 @@ func report(t *testing.T, ctx context.Context, st *events.Store, device string, 
 	}
 }
 
+// revision stores generation gen of lab/api in the intent: the index
+// records only revisions an intent holds (ADR 0033, "Addendum: a bound per
+// device").
+func revision(t *testing.T, ctx context.Context, st *events.Store, gen int64) {
+	t.Helper()
+	ev, err := events.New(events.Keys{Namespace: "lab", Name: "api"}, events.DeploymentRevisionCreated{UID: "uid-api", Generation: gen,
+		RevisionID: "r", ScoreDigest: "sha256:api", Score: []byte(`{"type":"PodmanV0","data":{"services":[]}}`), Targets: []string{"d1"}},
+		events.WithCorrelation("uid-api", gen))
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.Write(t, ctx, st, ev)
+}
+
 // TestTheRunnerFollowsTheReportsAndResumesAfterARestart runs the role,
 // stores reports while it follows, stops it, stores more and starts it
 // again: the index holds each record once, the later reports' too.
@@ -57,12 +71,14 @@ func TestTheRunnerFollowsTheReportsAndResumesAfterARestart(t *testing.T) {
 			return nil
 		})
 	}
+	revision(t, ctx, st, 1)
 	stop := start()
 	report(t, ctx, st, "d1", 1, events.WorkloadApplying)  // opened
 	report(t, ctx, st, "d1", 1, events.WorkloadApplying)  // nothing: the same
 	report(t, ctx, st, "d1", 1, events.WorkloadConverged) // phase
 	waitRecords(2)
 	stop()
+	revision(t, ctx, st, 2)
 	report(t, ctx, st, "d1", 2, events.WorkloadApplying) // ended (1) and opened (2)
 	stop = start()
 	defer stop()
