@@ -61,6 +61,7 @@ func startBinary(t *testing.T, args ...string) *binary {
 	t.Setenv("FLEET_CALLOUT_PASSWORD", "pw-callout")
 	t.Setenv("FLEET_READER_PASSWORD", "pw-reader")
 	t.Setenv("FLEET_CALLOUT_SYS_PASSWORD", "pw-sys")
+	t.Setenv("FLEET_PRESENCE_PASSWORD", "pw-presence")
 	t.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	t.Setenv("FLEET_CALLOUT_XKEY", xpub)
 	b := &binary{logs: &testenv.SyncBuffer{}, runErr: make(chan error, 1),
