@@ -14,7 +14,9 @@ import (
 
 // ImageDigest returns the manifest digest Podman recorded when it pulled
 // the local image ref from ref's repository (the image's RepoDigests):
-// for a reference by digest, that digest when Podman has it; for a tag,
+// for a reference by digest, that digest when Podman holds the image by
+// it, from ref's repository or another (the digest names the manifest);
+// for a tag,
 // the image's own digest when it was pulled from this repository,
 // otherwise the first of the repository's. "" when the image has no
 // digest from the repository (built or loaded on the device);
@@ -55,8 +57,21 @@ func repoDigest(ref, own string, repoDigests []string) string {
 		}
 	}
 	if c, ok := named.(reference.Canonical); ok {
-		if slices.Contains(mine, c.Digest().String()) {
-			return c.Digest().String()
+		want := c.Digest().String()
+		if slices.Contains(mine, want) || own == want {
+			return want
+		}
+		// The reference pins the manifest: an image Podman holds under
+		// another repository with that manifest digest (a mirror, or a
+		// registry the device pulled from before) is this one byte for
+		// byte, and Podman resolves ref to it without pulling. Its
+		// signatures are then read from ref's registry for that digest.
+		for _, rd := range repoDigests {
+			if n, err := reference.ParseNormalizedNamed(rd); err == nil {
+				if other, ok := n.(reference.Canonical); ok && other.Digest().String() == want {
+					return want
+				}
+			}
 		}
 		return ""
 	}

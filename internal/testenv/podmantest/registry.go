@@ -149,7 +149,19 @@ func PushImage(tb testing.TB, reg Registry, repo, containerfile string) string {
 // moves the tag. It returns the pushed image's reference by digest.
 func PushImageAs(tb testing.TB, reg Registry, ref, containerfile string) string {
 	tb.Helper()
-	repo, _, _ := strings.Cut(strings.TrimPrefix(ref, reg.Addr+"/"), ":")
+	return PushImageTo(tb, reg, []string{ref}, containerfile)[0]
+}
+
+// PushImageTo builds containerfile once and pushes the one image under
+// every reference of refs (<Addr>/<repo>:<tag>), as a mirror holds an
+// image under another repository. It returns each pushed reference by
+// digest, in refs' order.
+func PushImageTo(tb testing.TB, reg Registry, refs []string, containerfile string) []string {
+	tb.Helper()
+	if len(refs) == 0 {
+		tb.Fatal("podmantest: PushImageTo needs at least one reference")
+	}
+	ref := refs[0]
 	buildah, err := exec.LookPath("buildah")
 	if err != nil {
 		testenv.Missing(tb, "buildah", SetupCommand, err)
@@ -180,16 +192,25 @@ func PushImageAs(tb testing.TB, reg Registry, ref, containerfile string) string 
 		}
 	}
 	run("bud", "--quiet", "--pull=never", "--tag", ref, "--file", filepath.Join(dir, "Containerfile"), dir)
-	run("push", "--quiet", "--retry", "0", "--authfile", authFile, "--digestfile", digestFile, ref)
-	run("rmi", ref)
-
-	digest, err := os.ReadFile(digestFile)
-	if err != nil {
-		tb.Fatalf("buildah push wrote no digest file: %v", err)
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		if i > 0 {
+			run("tag", ref, r)
+		}
+		run("push", "--quiet", "--retry", "0", "--authfile", authFile, "--digestfile", digestFile, r)
+		digest, err := os.ReadFile(digestFile)
+		if err != nil {
+			tb.Fatalf("buildah push wrote no digest file: %v", err)
+		}
+		d := strings.TrimSpace(string(digest))
+		if !strings.HasPrefix(d, "sha256:") || len(d) != len("sha256:")+64 {
+			tb.Fatalf("buildah push digest %q is not a sha256 digest", d)
+		}
+		repo, _, _ := strings.Cut(strings.TrimPrefix(r, reg.Addr+"/"), ":")
+		out[i] = fmt.Sprintf("%s/%s@%s", reg.Addr, repo, d)
 	}
-	d := strings.TrimSpace(string(digest))
-	if !strings.HasPrefix(d, "sha256:") || len(d) != len("sha256:")+64 {
-		tb.Fatalf("buildah push digest %q is not a sha256 digest", d)
+	for _, r := range refs {
+		run("rmi", r)
 	}
-	return fmt.Sprintf("%s/%s@%s", reg.Addr, repo, d)
+	return out
 }
