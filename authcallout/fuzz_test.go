@@ -31,19 +31,7 @@ func (m mapIdentities) Lookup(_ context.Context, subject string) (events.Identit
 // exactly the device's permissions, expiring no later than the token.
 // `go test` runs the seed corpus; `go test -fuzz FuzzRespond` explores.
 func FuzzRespond(f *testing.F) {
-	ctx, cancel := context.WithCancel(context.Background())
-	f.Cleanup(cancel)
-	op, err := devop.New(devop.Options{SigningKey: signingKey()})
-	if err != nil {
-		f.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	f.Cleanup(func() { cancel(); <-done })
-	v, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: op.Issuer(), Audience: op.Audience()})
-	if err != nil {
-		f.Fatal(err)
-	}
+	op, v := runProvider(f)
 	issuer, _ := nkeys.CreateAccount()
 	issuerPub, _ := issuer.PublicKey()
 	ids := mapIdentities{"sub-a": {Device: "dev-a"}, "sub-q": {Device: "dev-q", Quarantined: true}}
@@ -168,4 +156,24 @@ func permsEqual(a, b jwt.Permissions) bool {
 		return true
 	}
 	return eq(a.Pub.Allow, b.Pub.Allow) && eq(a.Pub.Deny, b.Pub.Deny) && eq(a.Sub.Allow, b.Sub.Allow) && eq(a.Sub.Deny, b.Sub.Deny) && a.Resp == nil && b.Resp == nil
+}
+
+// runProvider runs the development OpenID Provider with signingKey until
+// the test ends, and returns it with a Verifier of its id_tokens.
+func runProvider(tb testing.TB) (*devop.Provider, *authcallout.Verifier) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	op, err := devop.New(devop.Options{SigningKey: signingKey()})
+	if err != nil {
+		cancel()
+		tb.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- op.Run(ctx) }()
+	tb.Cleanup(func() { cancel(); <-done })
+	v, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: op.Issuer(), Audience: op.Audience()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return op, v
 }

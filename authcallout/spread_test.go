@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/nationtech/harmony-fleet/authcallout"
-	"github.com/nationtech/harmony-fleet/identity/devop"
 )
 
 // Devices that connect together (a cluster restart, a site back online)
@@ -19,18 +18,7 @@ import (
 // fraction of its remaining lifetime, never after it, and all with it when
 // the spread is off.
 func TestUserJWTsIssuedTogetherExpireSpreadBeforeTheirToken(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	op, err := devop.New(devop.Options{SigningKey: signingKey()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- op.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	v, err := authcallout.NewVerifier(authcallout.VerifierOptions{Issuer: op.Issuer(), Audience: op.Audience()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	op, v := runProvider(t)
 	issuer, _ := nkeys.CreateAccount()
 	serverKP, _ := nkeys.CreateServer()
 	ids := mapIdentities{"sub-a": {Device: "dev-a"}}
