@@ -233,11 +233,14 @@ func heartbeatTime(hb time.Time) *metav1.Time {
 
 func (r *Reconciler) onlineCondition(d *fleetv1.Device, l fleetv1.Liveness, hb time.Time, c connState) metav1.Condition {
 	switch {
-	case c.up:
-		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonConnected, "connected to a NATS server")
-	case c.tracked && l == fleetv1.LivenessOnline:
-		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonHeartbeating,
-			fmt.Sprintf("connected or heartbeating within %s", r.StaleAfter))
+	case c.up || c.tracked && l == fleetv1.LivenessOnline:
+		// One condition while Online, connected or not: a connection closes
+		// and comes back every token lifetime (ADR 0006), and a condition
+		// that told the two apart would be a Device write per device and
+		// lifetime (at 100,000 devices and 10 minutes, 333 a second), not
+		// a transition.
+		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionTrue, fleetv1.ReasonConnected,
+			fmt.Sprintf("connected to a NATS server, or its connection went less than %s ago", r.StaleAfter))
 	case c.tracked && l == fleetv1.LivenessStale:
 		return deviceCondition(d, fleetv1.ConditionOnline, metav1.ConditionFalse, fleetv1.ReasonDisconnected,
 			fmt.Sprintf("no connection and no heartbeat for %s since %s", r.StaleAfter, hb.UTC().Truncate(time.Second).Format(time.RFC3339)))

@@ -110,3 +110,23 @@ func TestConnectionsDecideLiveness(t *testing.T) {
 		})
 	}
 }
+
+// A connection closes and comes back every token lifetime: the Device's
+// Online condition must read the same while the device is reconnecting
+// as while it is connected, or every device would cost two status writes
+// a lifetime (a write is made only when the status the controller decides
+// differs from the Device's).
+func TestTheOnlineConditionDoesNotChangeWhileADeviceReconnects(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	r := &Reconciler{StaleAfter: 90 * time.Second}
+	d := &fleetv1.Device{}
+	connected := r.onlineCondition(d, fleetv1.LivenessOnline, now, connState{tracked: true, up: true, since: now.Add(-10 * time.Minute)})
+	reconnecting := r.onlineCondition(d, fleetv1.LivenessOnline, now, connState{tracked: true, since: now.Add(-time.Second)})
+	if diff := cmp.Diff(connected, reconnecting); diff != "" {
+		t.Errorf("the Online condition changes when the connection goes for a moment (-connected +reconnecting):\n%s", diff)
+	}
+	stale := r.onlineCondition(d, fleetv1.LivenessStale, now, connState{tracked: true, since: now.Add(-2 * time.Minute)})
+	if stale.Status != "False" || stale.Reason != fleetv1.ReasonDisconnected {
+		t.Errorf("a Stale device's condition is %s/%s, want False/%s", stale.Status, stale.Reason, fleetv1.ReasonDisconnected)
+	}
+}
