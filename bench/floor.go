@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -31,7 +32,17 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	if _, err := awaitReady(ctx, subs, window+o.Timeout); err != nil {
 		return err
 	}
-	if err := b.warmFloor(ctx, n, padding); err != nil {
+	// The answers are subscribed to once, before the warm-up: on a cluster
+	// a subscription made just before a round would reach the other
+	// servers over the routes a moment after their subscribers answer, and
+	// their answers would reach nobody. Once the warm-up saw every answer,
+	// every server knows of these subscriptions.
+	ans, err := b.subscribeFloorAnswers()
+	if err != nil {
+		return err
+	}
+	defer ans.stop()
+	if err := b.warmFloor(ctx, ans, n, padding); err != nil {
 		return err
 	}
 	var second, storedSecond time.Duration
@@ -41,10 +52,7 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 	for round, into := range rounds {
 		tag := fmt.Sprintf("r%d-%s", round, randomToken()[:8])
 		value := append([]byte(tag+"|"), padding...)
-		w, err := b.watchFloor(n, tag)
-		if err != nil {
-			return err
-		}
+		w := ans.watch(n, tag)
 		began := time.Now()
 		if round == 1 {
 			err = b.putSync(ctx, n, value)
@@ -75,40 +83,65 @@ func (b *bench) floor(ctx context.Context, n int, res *Result) error {
 // floorWatch counts the floor subscribers' answers of one round: to the
 // value as published (core) and to its copy republished once stored.
 type floorWatch struct {
+	tag          string
 	core, stored *counter
-	subs         []*nats.Subscription
+	answers      *floorAnswers
 }
 
-func (w floorWatch) stop() {
-	for _, s := range w.subs {
+// stop ends the round: later answers are counted by no watch.
+func (w *floorWatch) stop() { w.answers.current.CompareAndSwap(w, nil) }
+
+// floorAnswers are the subscriptions to the floor subscribers' answers,
+// made once for the whole floor phase; each answer is counted by the
+// round's watch when it carries the round's tag.
+type floorAnswers struct {
+	subs    []*nats.Subscription
+	current atomic.Pointer[floorWatch]
+}
+
+func (a *floorAnswers) stop() {
+	for _, s := range a.subs {
 		_ = s.Unsubscribe()
 	}
 }
 
-// watchFloor subscribes to the answers to the values tagged tag.
-func (b *bench) watchFloor(n int, tag string) (floorWatch, error) {
-	w := floorWatch{core: newCounter(n), stored: newCounter(n)}
-	for prefix, c := range map[string]*counter{floorAckPrefix: w.core, floorStoredAckPrefix: w.stored} {
+// watch starts a round whose values are tagged tag.
+func (a *floorAnswers) watch(n int, tag string) *floorWatch {
+	w := &floorWatch{tag: tag, core: newCounter(n), stored: newCounter(n), answers: a}
+	a.current.Store(w)
+	return w
+}
+
+// subscribeFloorAnswers subscribes to the answers to the floor's values.
+func (b *bench) subscribeFloorAnswers() (*floorAnswers, error) {
+	a := &floorAnswers{}
+	for prefix, stored := range map[string]bool{floorAckPrefix: false, floorStoredAckPrefix: true} {
 		s, err := b.cp.monitor.Subscribe(prefix+"*", func(m *nats.Msg) {
-			if string(m.Data) == tag {
-				c.see(token(m.Subject, 3))
+			w := a.current.Load()
+			if w == nil || string(m.Data) != w.tag {
+				return
 			}
+			c := w.core
+			if stored {
+				c = w.stored
+			}
+			c.see(token(m.Subject, 3))
 		})
 		if err != nil {
-			w.stop()
-			return w, fmt.Errorf("scalebench: %w", err)
+			a.stop()
+			return nil, fmt.Errorf("scalebench: %w", err)
 		}
-		w.subs = append(w.subs, s)
+		a.subs = append(a.subs, s)
 		if err := s.SetPendingLimits(-1, -1); err != nil {
-			w.stop()
-			return w, fmt.Errorf("scalebench: %w", err)
+			a.stop()
+			return nil, fmt.Errorf("scalebench: %w", err)
 		}
 	}
 	if err := b.cp.monitor.Flush(); err != nil {
-		w.stop()
-		return w, fmt.Errorf("scalebench: %w", err)
+		a.stop()
+		return nil, fmt.Errorf("scalebench: %w", err)
 	}
-	return w, nil
+	return a, nil
 }
 
 // warmFloor puts an untimed value to every floor subscriber, again to
@@ -116,13 +149,10 @@ func (b *bench) watchFloor(n int, tag string) (floorWatch, error) {
 // most Options.Timeout). A subscriber is ready once its own server has its
 // subscriptions; on a cluster the other servers learn of them a moment
 // later, over the routes, and a value published before that reaches nobody.
-func (b *bench) warmFloor(ctx context.Context, n int, padding []byte) error {
+func (b *bench) warmFloor(ctx context.Context, ans *floorAnswers, n int, padding []byte) error {
 	tag := "warm-" + randomToken()[:8]
 	value := append([]byte(tag+"|"), padding...)
-	w, err := b.watchFloor(n, tag)
-	if err != nil {
-		return err
-	}
+	w := ans.watch(n, tag)
 	defer w.stop()
 	deadline := time.Now().Add(b.o.Timeout)
 	missing := make([]int, n)
