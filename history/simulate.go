@@ -774,16 +774,7 @@ func (s *simulation) drawFetch(device string) (time.Duration, bool) {
 	rng := s.rng("fetch/" + device)
 	pick := func(pool []simFetch) time.Duration { return pool[rng.IntN(len(pool))].dur }
 	own := s.m.fetches[device]
-	var same []simFetch
-	most := 1
-	for _, x := range own {
-		switch n := shared(x.images, s.images); {
-		case n > most:
-			most, same = n, append(same[:0], x)
-		case n == most:
-			same = append(same, x)
-		}
-	}
+	same := mostShared(own, func(x simFetch) []string { return x.images }, s.images)
 	switch {
 	case len(same) > 0:
 		return pick(same), true
@@ -930,16 +921,7 @@ func (s *simulation) drawSample(device string) (simSample, bool) {
 	rng := rand.New(rand.NewPCG(s.o.Seed, h.Sum64()))
 	pick := func(pool []simSample) simSample { return pool[rng.IntN(len(pool))] }
 	own := s.m.byDevice[device]
-	var same []simSample
-	most := 1
-	for _, x := range own {
-		switch n := shared(x.images, s.images); {
-		case n > most:
-			most, same = n, append(same[:0], x)
-		case n == most:
-			same = append(same, x)
-		}
-	}
+	same := mostShared(own, func(x simSample) []string { return x.images }, s.images)
 	switch {
 	case len(same) > 0:
 		s.pred.Model.Own++
@@ -970,6 +952,22 @@ func (s *simulation) drawSample(device string) (simSample, bool) {
 	}
 	s.pred.Model.Default++
 	return simSample{}, false
+}
+
+// mostShared is the items of pool sharing the most of images (at least
+// one), in pool's order.
+func mostShared[T any](pool []T, imagesOf func(T) []string, images []string) []T {
+	var same []T
+	most := 1
+	for _, x := range pool {
+		switch n := shared(imagesOf(x), images); {
+		case n > most:
+			most, same = n, append(same[:0], x)
+		case n == most:
+			same = append(same, x)
+		}
+	}
+	return same
 }
 
 // shared counts the images of a (sorted) that b (sorted) has too.
