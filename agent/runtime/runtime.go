@@ -166,12 +166,23 @@ type Container struct {
 	ImageDigest string
 }
 
+// ExitSkew is how far before a container's StartedAt its FinishedAt may
+// lie and still be the exit of that start. Podman records the start time
+// after the OCI runtime has started the process, and the finish time from
+// the exit file conmon writes when the process ends: a container that
+// exits at once (an init container that has nothing to do) shows a
+// FinishedAt a few milliseconds before its StartedAt, and its list, which
+// counts whole seconds, may put the two in neighbouring seconds. A second
+// covers both; the price is that a host that went down within a second of
+// a restart that followed a recorded exit reads as that exit.
+const ExitSkew = time.Second
+
 // ExitUnrecorded reports whether c is exited without the engine having seen
-// it exit since its last start (FinishedAt before StartedAt): the host went
-// down while it ran, and its ExitCode is stale. False when the runtime
-// reports no start time.
+// it exit since its last start (FinishedAt more than ExitSkew before
+// StartedAt, or none): the host went down while it ran, and its ExitCode
+// is stale. False when the runtime reports no start time.
 func (c Container) ExitUnrecorded() bool {
-	return c.State == StateExited && !c.StartedAt.IsZero() && c.FinishedAt.Before(c.StartedAt)
+	return c.State == StateExited && !c.StartedAt.IsZero() && c.FinishedAt.Before(c.StartedAt.Add(-ExitSkew))
 }
 
 // RegistryAuth is a pull credential, passed per call and never stored,

@@ -154,6 +154,7 @@ var cases = []testCase{
 	{"creating a second container with a taken name is ErrNameInUse", testNameInUse},
 	{"creating from an image that is not present locally is ErrImageNotFound", testCreateMissingImage},
 	{"Wait returns the exit code of a container that exits with 3", testWaitExitCode},
+	{"a container that exits at once reads as exited with its exit recorded, listed and inspected", testQuickExitRecorded},
 	{"Stop of a container that ignores SIGTERM returns after the timeout with the container exited", testStopIgnoresTerm},
 	{"Stop of a container that honours SIGTERM leaves it exited", testStopHonoursTerm},
 	{"Stop of a container that is not running is not an error", testStopNotRunning},
@@ -450,6 +451,36 @@ func testWaitExitCode(s *suite) {
 	// Waiting on an exited container returns at once with the same code.
 	if got := s.wait(id); got != 3 {
 		s.t.Errorf("second Wait = %d, want 3", got)
+	}
+}
+
+// quickExits is how many containers testQuickExitRecorded runs: Podman
+// dates about half of such exits a few milliseconds before the start it
+// records, so a reader without ExitSkew fails within a few of them.
+const quickExits = 12
+
+func testQuickExitRecorded(s *suite) {
+	for i := range quickExits {
+		id := s.run(s.spec("quick", s.fx.Exit3))
+		s.wait(id)
+		c := s.waitState(id, runtime.StateExited)
+		if c.ExitUnrecorded() {
+			s.t.Fatalf("run %d inspected: exited at %s, started at %s: read as an exit the engine never saw (a reboot's)",
+				i+1, c.FinishedAt.Format(time.RFC3339Nano), c.StartedAt.Format(time.RFC3339Nano))
+		}
+		list, err := s.rt.List(s.ctx())
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		for _, l := range list {
+			if l.ID == id && l.ExitUnrecorded() {
+				s.t.Fatalf("run %d listed: exited at %s, started at %s: read as an exit the engine never saw (a reboot's)",
+					i+1, l.FinishedAt.Format(time.RFC3339Nano), l.StartedAt.Format(time.RFC3339Nano))
+			}
+		}
+		if err := s.rt.Remove(s.ctx(), id, true); err != nil {
+			s.t.Fatal(err)
+		}
 	}
 }
 
