@@ -2,6 +2,11 @@
 // every test as it arrives, and ends with a summary. It exits non-zero when a
 // test or package failed, when a package did not build, or when no test ran
 // at all, so a CI run can never pass with zero tests.
+//
+// The summary repeats, under each failed test that has no failed subtest,
+// the last lines that test printed (excerptLines of them, each cut at
+// excerptWidth): a CI page that shows only the end of a long log still
+// says why a test failed.
 package main
 
 import (
@@ -22,12 +27,44 @@ type event struct {
 	Elapsed float64
 }
 
+// How much of a failed test's own output the summary repeats.
+const (
+	excerptLines = 8
+	excerptWidth = 240
+	// excerptTests is how many failed tests get an excerpt; the rest are
+	// named only.
+	excerptTests = 5
+)
+
 type summary struct {
 	passed, failed, skipped int
 	failedNames             []string
 	skippedNames            []string
 	failedPkgs              map[string]bool
 	packages                map[string]bool
+	// tails holds the last excerptLines lines each running test printed,
+	// by package.test; a passed or skipped test's is dropped, a failed
+	// one's kept in excerpts.
+	tails    map[string][]string
+	excerpts map[string][]string
+}
+
+// keep remembers line as test name's latest output line.
+func (s *summary) keep(name, line string) {
+	switch t := strings.TrimSpace(line); {
+	case t == "", strings.HasPrefix(t, "=== RUN"), strings.HasPrefix(t, "=== PAUSE"), strings.HasPrefix(t, "=== CONT"),
+		strings.HasPrefix(t, "=== NAME"), strings.HasPrefix(t, "--- FAIL"), strings.HasPrefix(t, "--- PASS"), strings.HasPrefix(t, "--- SKIP"):
+		return
+	}
+	line = strings.TrimRight(line, "\n")
+	if r := []rune(line); len(r) > excerptWidth {
+		line = string(r[:excerptWidth]) + "…"
+	}
+	tail := append(s.tails[name], line)
+	if len(tail) > excerptLines {
+		tail = tail[len(tail)-excerptLines:]
+	}
+	s.tails[name] = tail
 }
 
 func main() {
@@ -40,7 +77,7 @@ func main() {
 }
 
 func read(r io.Reader, w io.Writer) (*summary, error) {
-	s := &summary{failedPkgs: map[string]bool{}, packages: map[string]bool{}}
+	s := &summary{failedPkgs: map[string]bool{}, packages: map[string]bool{}, tails: map[string][]string{}, excerpts: map[string][]string{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -61,20 +98,38 @@ func read(r io.Reader, w io.Writer) (*summary, error) {
 			s.packages[ev.Package] = true
 		}
 		name := ev.Package + "." + ev.Test
+		if ev.Test != "" && ev.Output != "" {
+			s.keep(name, ev.Output)
+		}
 		switch {
 		case ev.Test != "" && ev.Action == "pass":
 			s.passed++
+			delete(s.tails, name)
 		case ev.Test != "" && ev.Action == "fail":
 			s.failed++
 			s.failedNames = append(s.failedNames, name)
+			s.excerpts[name] = s.tails[name]
+			delete(s.tails, name)
 		case ev.Test != "" && ev.Action == "skip":
 			s.skipped++
 			s.skippedNames = append(s.skippedNames, name)
+			delete(s.tails, name)
 		case ev.Test == "" && ev.Action == "fail":
 			s.failedPkgs[ev.Package] = true
 		}
 	}
 	return s, sc.Err()
+}
+
+// hasFailedSubtest reports whether a subtest of the failed test name
+// failed too: its excerpt says more than the parent's.
+func (s *summary) hasFailedSubtest(name string) bool {
+	for _, n := range s.failedNames {
+		if strings.HasPrefix(n, name+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *summary) report(w io.Writer) int {
@@ -83,8 +138,16 @@ func (s *summary) report(w io.Writer) int {
 	for _, n := range s.skippedNames {
 		fmt.Fprintln(w, "SKIPPED", n)
 	}
+	shown := 0
 	for _, n := range s.failedNames {
 		fmt.Fprintln(w, "FAILED ", n)
+		if s.hasFailedSubtest(n) || shown == excerptTests {
+			continue
+		}
+		shown++
+		for _, l := range s.excerpts[n] {
+			fmt.Fprintln(w, "        |", l)
+		}
 	}
 	pkgs := make([]string, 0, len(s.failedPkgs))
 	for p := range s.failedPkgs {

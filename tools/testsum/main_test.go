@@ -1,6 +1,8 @@
 package main
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -32,5 +34,48 @@ q.go:1: syntax error`, 1},
 				t.Errorf("exit code = %d, want %d", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestTheSummaryRepeatsWhatAFailedTestPrintedLast(t *testing.T) {
+	var in strings.Builder
+	line := func(test, action, output string) {
+		ev, _ := json.Marshal(event{Action: action, Package: "p", Test: test, Output: output})
+		in.Write(append(ev, '\n'))
+	}
+	line("TestOK", "run", "")
+	line("TestOK", "output", "    ok_test.go:1: a passing test's log\n")
+	line("TestOK", "pass", "")
+	line("TestBad", "run", "")
+	line("TestBad", "output", "=== RUN   TestBad\n")
+	for i := range 12 {
+		line("TestBad", "output", fmt.Sprintf("    bad_test.go:%d: step %d\n", i, i))
+	}
+	line("TestBad", "output", "    bad_test.go:99: "+strings.Repeat("x", 500)+"\n")
+	line("TestBad", "output", "--- FAIL: TestBad (1.00s)\n")
+	line("TestBad", "fail", "")
+	line("TestParent/child", "output", "    parent_test.go:7: the child's reason\n")
+	line("TestParent/child", "fail", "")
+	line("TestParent", "output", "    parent_test.go:3: the parent's setup\n")
+	line("TestParent", "fail", "")
+	s, err := read(strings.NewReader(in.String()), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if got := s.report(&out); got != 1 {
+		t.Errorf("exit code = %d, want 1", got)
+	}
+	summary := out.String()
+	for _, want := range []string{"FAILED  p.TestBad\n", "| " + "    bad_test.go:5: step 5\n", "| " + "    bad_test.go:99: " + strings.Repeat("x", excerptWidth-len("    bad_test.go:99: ")) + "…\n",
+		"FAILED  p.TestParent/child\n        |     parent_test.go:7: the child's reason\n", "FAILED  p.TestParent\n"} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, summary)
+		}
+	}
+	for _, unwanted := range []string{"step 4", "a passing test's log", "the parent's setup", "=== RUN", "--- FAIL"} {
+		if strings.Contains(summary, unwanted) {
+			t.Errorf("the summary holds %q:\n%s", unwanted, summary)
+		}
 	}
 }
