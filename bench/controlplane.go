@@ -45,9 +45,13 @@ type controlPlane struct {
 	// fleet-operator); the runner uses it.
 	store  *events.Store
 	intent jetstream.KeyValue
-	// monitor is a second operator-role connection the measurements
-	// subscribe on, so that observing never slows the runner's connection;
-	// monitorJS reads stream figures on it.
+	// monitor is the connection the measurements subscribe on, apart from
+	// the runner's so that observing never slows it; monitorJS reads
+	// stream figures on it. It is the static floor user's, not a machine
+	// identity's: the callout would close it whenever its user JWT
+	// expires (Options.TokenLifetime), and a measurement that misses what
+	// devices publish while it reconnects would wait for reports it was
+	// never given.
 	monitor   *nats.Conn
 	monitorJS jetstream.JetStream
 	// status receives the rollout runner's Deployment status patches;
@@ -158,8 +162,9 @@ func (cp *controlPlane) startOwnParts(ctx context.Context, o Options) error {
 	p := cp.plane
 	cp.failed = p.Done()
 	cp.store, cp.intent = p.Store(), p.Intent()
-	if cp.monitor, err = p.ConnectMachine(ctx, "scalebench-monitor", authcallout.RoleOperator); err != nil {
-		return fmt.Errorf("scalebench: %w", err)
+	if cp.monitor, err = nats.Connect(p.URL(), nats.UserInfo(floorUser, cp.sec.floorPassword), nats.Name("scalebench-monitor"),
+		nats.MaxReconnects(-1)); err != nil {
+		return fmt.Errorf("scalebench: connect the monitor: %w", err)
 	}
 	if cp.monitorJS, err = jetstream.New(cp.monitor); err != nil {
 		return fmt.Errorf("scalebench: %w", err)

@@ -25,3 +25,10 @@ var ErrMiscounted = errors.New("scalebench: the rollout runner counted reports t
 // ErrControlPlane is returned when a component of the control plane (the
 // rollout runner, the auth callout, the provider) stopped during a phase.
 var ErrControlPlane = errors.New("scalebench: a control plane component stopped")
+
+// ErrMeasurementGap is returned when the measurements' own connection
+// reconnected during a phase: what devices published while it was down
+// reached it never, so its counts may be short. The monitor connects as a
+// static user that no token lifetime closes, so only a server that
+// dropped it does this.
+var ErrMeasurementGap = errors.New("scalebench: the measurements' connection reconnected during a phase")

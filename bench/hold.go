@@ -92,6 +92,7 @@ func (b *bench) hold(ctx context.Context, n int, res *Result) (*HoldResult, erro
 	if err != nil {
 		return nil, err
 	}
+	reconnects := cp.monitor.Stats().Reconnects
 	cpu0, start := processCPU(), time.Now()
 	o.Logger.Info("holding the devices", "devices", n, "for", o.Hold, "tokenLifetime", o.TokenLifetime)
 	t := time.NewTimer(o.Hold)
@@ -109,6 +110,11 @@ func (b *bench) hold(ctx context.Context, n int, res *Result) (*HoldResult, erro
 		return h, err
 	}
 	h.Allowed, h.Refused = a1-a0, r1-r0
+	// The devices' connections churn; the measurements' must not, or the
+	// rollout after the hold may wait for reports it was never given.
+	if r := cp.monitor.Stats().Reconnects - reconnects; r > 0 {
+		return h, fmt.Errorf("%w: %d times over the hold", ErrMeasurementGap, r)
+	}
 	// The hold's figures are logged before the rollout after it, so that
 	// a rollout that fails (its error ends the run) does not lose them.
 	o.Logger.Info("hold measured", "for", h.Duration.Round(time.Second), "authorised", h.Allowed, "refused", h.Refused,

@@ -3,7 +3,8 @@ package bench
 import "github.com/nationtech/harmony-fleet/authcallout"
 
 // floorUser is a static FLEET user that bypasses the callout: the raw
-// floor's plain subscribers and publisher connect with it. Devices never do.
+// floor's plain subscribers and publisher and the measurements' monitor
+// connect with it. Devices never do.
 const floorUser = "scalebench-floor"
 
 // secrets are the benchmark's own generated secret: the floor user's
@@ -20,5 +21,5 @@ func newSecrets() *secrets { return &secrets{floorPassword: randomToken()} }
 // configuration.
 func (s *secrets) staticUser() *authcallout.StaticUser {
 	return &authcallout.StaticUser{Name: floorUser, Password: s.floorPassword, PasswordVar: "SCALEBENCH_FLOOR_PASSWORD",
-		Comment: "scalebench only: the raw floor's plain clients."}
+		Comment: "scalebench only: the raw floor's plain clients and the measurements' monitor."}
 }

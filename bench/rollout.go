@@ -97,6 +97,7 @@ func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun
 			return fig, err
 		}
 	}
+	reconnects := cp.monitor.Stats().Reconnects
 	began := time.Now()
 	pos, err := cp.store.Append(ctx, ev, events.ExpectLastSubjectSequence(b.lastSeq))
 	if err != nil {
@@ -111,12 +112,18 @@ func (b *bench) rollout(ctx context.Context, n int, res *Result, flood *floodRun
 	}{{w.projected, "fleet-intent values written by the runner", &fig.projected}, {w.converged, "devices reporting Converged", &fig.converged},
 		{w.succeeded, "rollout.succeeded", &fig.succeeded}} {
 		if err := await(ctx, wt.c, b.o.Timeout-time.Since(began), wt.what); err != nil {
+			if r := cp.monitor.Stats().Reconnects - reconnects; r > 0 {
+				return fig, fmt.Errorf("%w (%d times): %w", ErrMeasurementGap, r, err)
+			}
 			return fig, err
 		}
 		_, last := wt.c.state()
 		*wt.into = last.Sub(began)
 	}
 	fig.convergedAtSucceeded, fig.maxFailed = int(w.atSucceeded.Load()), int(w.maxFailed.Load())
+	if r := cp.monitor.Stats().Reconnects - reconnects; r > 0 {
+		return fig, fmt.Errorf("%w (%d times): its counts may be short", ErrMeasurementGap, r)
+	}
 	return fig, fig.check(n, subs)
 }
 
