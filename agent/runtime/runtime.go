@@ -171,11 +171,15 @@ type Container struct {
 // after the OCI runtime has started the process, and the finish time from
 // the exit file conmon writes when the process ends: a container that
 // exits at once (an init container that has nothing to do) shows a
-// FinishedAt a few milliseconds before its StartedAt, and its list, which
-// counts whole seconds, may put the two in neighbouring seconds. A second
-// covers both; the price is that a host that went down within a second of
-// a restart that followed a recorded exit reads as that exit.
-const ExitSkew = time.Second
+// FinishedAt a few milliseconds before its StartedAt (more when the host
+// is loaded and Podman waits for the CPU between the two), and its list,
+// which counts whole seconds, may put the two in neighbouring seconds.
+// Five seconds cover both with room. The price: a host that went down
+// within that long of a restart that followed a recorded exit reads as
+// that exit, with that exit's code; the reconciler's decisions come out
+// the same then (a policy that restarted the container restarts it again,
+// and the agent never starts an init container a second time).
+const ExitSkew = 5 * time.Second
 
 // ExitUnrecorded reports whether c is exited without the engine having seen
 // it exit since its last start (FinishedAt more than ExitSkew before
