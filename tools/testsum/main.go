@@ -5,8 +5,10 @@
 //
 // The summary repeats, under each failed test that has no failed subtest,
 // the last lines that test printed (excerptLines of them, each cut at
-// excerptWidth): a CI page that shows only the end of a long log still
-// says why a test failed.
+// excerptWidth, after the first "panic:" line when there was one), and
+// under each failed package what the package printed outside its tests (a
+// timeout's panic, a TestMain's error) the same way: a CI page that shows
+// only the end of a long log still says why.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -43,22 +46,48 @@ type summary struct {
 	failedPkgs              map[string]bool
 	packages                map[string]bool
 	// tails holds the last excerptLines lines each running test printed,
-	// by package.test; a passed or skipped test's is dropped, a failed
-	// one's kept in excerpts.
+	// by package.test (a package's own output by package+pkgSuffix), and
+	// panics the first "panic:" line of each; a passed or skipped test's
+	// are dropped, a failed one's kept in excerpts.
 	tails    map[string][]string
+	panics   map[string]string
 	excerpts map[string][]string
+}
+
+// pkgSuffix keys a package's own output (outside its tests) in tails.
+const pkgSuffix = " (package)"
+
+// excerpt moves name's kept lines to excerpts: the first panic line, when
+// the tail no longer holds it, then the tail.
+func (s *summary) excerpt(name string) {
+	var out []string
+	if p, ok := s.panics[name]; ok && !slices.Contains(s.tails[name], p) {
+		out = append(out, p)
+	}
+	s.excerpts[name] = append(out, s.tails[name]...)
+	s.drop(name)
+}
+
+// drop forgets name's kept lines.
+func (s *summary) drop(name string) {
+	delete(s.tails, name)
+	delete(s.panics, name)
 }
 
 // keep remembers line as test name's latest output line.
 func (s *summary) keep(name, line string) {
 	switch t := strings.TrimSpace(line); {
-	case t == "", strings.HasPrefix(t, "=== RUN"), strings.HasPrefix(t, "=== PAUSE"), strings.HasPrefix(t, "=== CONT"),
+	case t == "", t == "PASS", t == "FAIL", strings.HasPrefix(t, "FAIL\t"), strings.HasPrefix(t, "ok  \t"),
+		strings.HasPrefix(t, "=== RUN"), strings.HasPrefix(t, "=== PAUSE"), strings.HasPrefix(t, "=== CONT"),
 		strings.HasPrefix(t, "=== NAME"), strings.HasPrefix(t, "--- FAIL"), strings.HasPrefix(t, "--- PASS"), strings.HasPrefix(t, "--- SKIP"):
 		return
 	}
 	line = strings.TrimRight(line, "\n")
 	if r := []rune(line); len(r) > excerptWidth {
 		line = string(r[:excerptWidth]) + "…"
+	}
+	if _, seen := s.panics[name]; !seen && strings.HasPrefix(strings.TrimSpace(line), "panic: ") {
+		s.panics[name] = line
 	}
 	tail := append(s.tails[name], line)
 	if len(tail) > excerptLines {
@@ -77,7 +106,8 @@ func main() {
 }
 
 func read(r io.Reader, w io.Writer) (*summary, error) {
-	s := &summary{failedPkgs: map[string]bool{}, packages: map[string]bool{}, tails: map[string][]string{}, excerpts: map[string][]string{}}
+	s := &summary{failedPkgs: map[string]bool{}, packages: map[string]bool{}, tails: map[string][]string{}, panics: map[string]string{},
+		excerpts: map[string][]string{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1<<20), 16<<20)
 	for sc.Scan() {
@@ -98,24 +128,29 @@ func read(r io.Reader, w io.Writer) (*summary, error) {
 			s.packages[ev.Package] = true
 		}
 		name := ev.Package + "." + ev.Test
-		if ev.Test != "" && ev.Output != "" {
+		if ev.Test == "" {
+			name = ev.Package + pkgSuffix
+		}
+		if ev.Output != "" {
 			s.keep(name, ev.Output)
 		}
 		switch {
 		case ev.Test != "" && ev.Action == "pass":
 			s.passed++
-			delete(s.tails, name)
+			s.drop(name)
 		case ev.Test != "" && ev.Action == "fail":
 			s.failed++
 			s.failedNames = append(s.failedNames, name)
-			s.excerpts[name] = s.tails[name]
-			delete(s.tails, name)
+			s.excerpt(name)
 		case ev.Test != "" && ev.Action == "skip":
 			s.skipped++
 			s.skippedNames = append(s.skippedNames, name)
-			delete(s.tails, name)
+			s.drop(name)
 		case ev.Test == "" && ev.Action == "fail":
 			s.failedPkgs[ev.Package] = true
+			s.excerpt(name)
+		case ev.Test == "" && (ev.Action == "pass" || ev.Action == "skip"):
+			s.drop(name)
 		}
 	}
 	return s, sc.Err()
@@ -156,6 +191,9 @@ func (s *summary) report(w io.Writer) int {
 	sort.Strings(pkgs)
 	for _, p := range pkgs {
 		fmt.Fprintln(w, "FAILED package", p)
+		for _, l := range s.excerpts[p+pkgSuffix] {
+			fmt.Fprintln(w, "        |", l)
+		}
 	}
 	switch {
 	case s.failed > 0 || len(pkgs) > 0:

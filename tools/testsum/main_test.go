@@ -79,3 +79,47 @@ func TestTheSummaryRepeatsWhatAFailedTestPrintedLast(t *testing.T) {
 		}
 	}
 }
+
+func TestTheSummaryKeepsAPanicsFirstLineAndWhatAFailedPackagePrintedOutsideItsTests(t *testing.T) {
+	var in strings.Builder
+	line := func(pkg, test, action, output string) {
+		ev, _ := json.Marshal(event{Action: action, Package: pkg, Test: test, Output: output})
+		in.Write(append(ev, '\n'))
+	}
+	line("p", "TestPanics", "output", "panic: runtime error: index out of range [3] with length 3\n")
+	for i := range 20 {
+		line("p", "TestPanics", "output", fmt.Sprintf("\tsomewhere.go:%d +0x1f\n", i))
+	}
+	line("p", "TestPanics", "fail", "")
+	line("p", "", "output", "FAIL\tp\t0.1s\n")
+	line("p", "", "fail", "")
+	line("q", "TestSlow", "output", "=== RUN   TestSlow\n")
+	line("q", "", "output", "panic: test timed out after 30m0s\n")
+	line("q", "", "output", "\trunning tests:\n")
+	line("q", "", "output", "\t\tTestSlow (30m0s)\n")
+	line("q", "", "output", "FAIL\tq\t1800.1s\n")
+	line("q", "", "fail", "")
+	line("r", "TestFine", "pass", "")
+	line("r", "", "output", "ok  \tr\t0.1s\n")
+	line("r", "", "pass", "")
+	s, err := read(strings.NewReader(in.String()), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	s.report(&out)
+	summary := out.String()
+	for _, want := range []string{
+		"FAILED  p.TestPanics\n        | panic: runtime error: index out of range [3] with length 3\n        | \tsomewhere.go:12 +0x1f\n",
+		"FAILED package q\n        | panic: test timed out after 30m0s\n        | \trunning tests:\n        | \t\tTestSlow (30m0s)\n",
+	} {
+		if !strings.Contains(summary, want) {
+			t.Errorf("the summary lacks %q:\n%s", want, summary)
+		}
+	}
+	for _, unwanted := range []string{"somewhere.go:11 ", "FAIL\tq", "ok  \tr"} {
+		if strings.Contains(summary, unwanted) {
+			t.Errorf("the summary holds %q:\n%s", unwanted, summary)
+		}
+	}
+}
