@@ -3,6 +3,24 @@ package authcallout
 import (
 	"fmt"
 	"strings"
+	"time"
+)
+
+// The ping settings of ServerConfig (a test checks they are its lines).
+const (
+	// PingInterval is how long a client may send nothing before its
+	// server PINGs it.
+	PingInterval = 20 * time.Second
+	// PingMax is how many unanswered PINGs a server allows before it
+	// closes the client as stale.
+	PingMax = 2
+	// StaleSilence is the least time a client closed as stale had sent
+	// nothing: a server closes a client at the tick after its PingMax-th
+	// unanswered PING, one interval apart. It usually skips the PING of
+	// a client heard within the interval (then 60 to 80 s of silence),
+	// but not when the client's round-trip time is due to be measured
+	// (once an hour), so the bound is PingMax intervals (40 s).
+	StaleSilence = PingInterval * PingMax
 )
 
 // ServerConfig is the NATS server configuration block of docs/security.md,

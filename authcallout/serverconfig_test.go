@@ -1,6 +1,7 @@
 package authcallout_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -32,6 +33,17 @@ func TestServerConfigWithDefinesTheVariablesAndAddsOnlyTheStaticUser(t *testing.
 		`{ user: "bypass-me", password: $BYPASS_PASSWORD }`, `auth_users: [ "bypass-me", "fleet-authcallout", `} {
 		if !strings.Contains(conf, want) {
 			t.Errorf("configuration lacks %q", want)
+		}
+	}
+}
+
+func TestThePingConstantsAreTheConfigurationsSettings(t *testing.T) {
+	for _, line := range []string{
+		fmt.Sprintf("\nping_interval: %q\n", authcallout.PingInterval.String()),
+		fmt.Sprintf("\nping_max: %d\n", authcallout.PingMax),
+	} {
+		if !strings.Contains(authcallout.ServerConfig, line) {
+			t.Errorf("ServerConfig lacks %q", line)
 		}
 	}
 }

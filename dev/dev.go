@@ -574,6 +574,7 @@ func (s *session) startOperator() {
 		}
 		return operator.Run(ctx, operator.Options{
 			RESTConfig: k.cfg, Store: st, Reader: st, IntentKV: plane.Intent(), Devices: st, ExposureIndex: st, Groups: groups, Presence: presence,
+			PresenceStaleSilence: authcallout.StaleSilence,
 			// The pull-secret policy sync, on the stand-in with its root
 			// token: each Deployment's pull secrets are granted to the
 			// devices' group role (OpenBaoRole).

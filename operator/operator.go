@@ -88,6 +88,11 @@ type Options struct {
 	// PresenceResync is how often the servers' connection lists are read
 	// again; 0: presence.DefaultResync.
 	PresenceResync time.Duration
+	// PresenceStaleSilence is how long a device whose last connection a
+	// server closed as stale (unanswered PINGs) had at least been silent
+	// (presence.Options.StaleSilence; authcallout.StaleSilence for the
+	// documented server configuration); 0: gone at the event.
+	PresenceStaleSilence time.Duration
 	// TargetTimeout is how long a frozen target may go without a result
 	// of a revision after it was handed it before it is removed from the
 	// revision's accounting; 0: DefaultTargetTimeout (1h).
@@ -292,7 +297,7 @@ func Run(ctx context.Context, o Options) error {
 			Skips: o.Skips, Metrics: o.Metrics.Devices, Workers: o.DeviceWorkers, Now: o.DeviceNow}
 		if o.Presence != nil {
 			tr, err := presence.New(presence.Options{Conn: o.Presence, Account: presence.DefaultAccount, Changed: dev.ConnectionChanged,
-				Resync: o.PresenceResync, Log: o.Logger.With("component", "presence")})
+				Resync: o.PresenceResync, StaleSilence: o.PresenceStaleSilence, Log: o.Logger.With("component", "presence")})
 			if err != nil {
 				return fmt.Errorf("operator: %w", err)
 			}

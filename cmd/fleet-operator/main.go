@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 	staleAfter := fs.Duration("stale-after", 90*time.Second, "how long a device stays Online after its last heartbeat, or after its last connection went with --presence-password-file")
 	presencePassword := fs.String("presence-password-file", os.Getenv("FLEET_PRESENCE_PASSWORD_FILE"), "file holding the password of the system account's fleet-presence user: a device with a connection up is Online, learnt from the servers' connect and disconnect events ($FLEET_PRESENCE_PASSWORD_FILE; empty: liveness from heartbeats only)")
 	presenceResync := fs.Duration("presence-resync", 2*time.Minute, "how often the servers' connection lists of the device account are read again (with --presence-password-file)")
+	presenceStale := fs.Duration("presence-stale-silence", authcallout.StaleSilence, "how long a device whose last connection a server closed as stale (its PINGs unanswered) had at least been silent: ping_interval × ping_max of the servers' configuration; it counts as gone that long before (with --presence-password-file; 0: at the disconnect)")
 	targetTimeout := fs.Duration("target-timeout", operator.DefaultTargetTimeout, "how long a rollout target may go without a result (Converged or Failed) after it was handed the revision before it is removed from the revision's accounting")
 	progressDeadline := fs.Duration("progress-deadline", operator.DefaultProgressDeadline, "how long a rollout may make no progress (no transition, no target's first report or first result) before its Progressing condition turns False with reason ProgressDeadlineExceeded, for a Deployment without spec.rollout.progressDeadline; status and an alert only, it decides nothing (0: none)")
 	followDebounce := fs.Duration("follow-debounce", operator.DefaultFollowDebounce, "how long a target of a Deployment with spec.rollout.targets Follow must not have matched after a label change before it leaves the Deployment and loses its workload (a quarantine or a deletion leaves at once; matching again within it cancels the departure)")
@@ -186,7 +187,7 @@ func run(ctx context.Context, args []string, logOut io.Writer) error {
 			return err
 		}
 		defer pc.Close()
-		o.Presence, o.PresenceResync = pc, *presenceResync
+		o.Presence, o.PresenceResync, o.PresenceStaleSilence = pc, *presenceResync, *presenceStale
 	}
 	err = operator.Run(ctx, o)
 	if errors.Is(err, context.Canceled) {

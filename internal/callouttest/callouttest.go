@@ -71,7 +71,10 @@ type Options struct {
 	// zero: the production default.
 	MinKeyRefresh time.Duration
 	// Metrics records the callout services' answers; optional.
-	Metrics *authcallout.Metrics
+	// EditConfig, when set, changes the documented configuration text
+	// before the server reads it (a test's shorter ping interval).
+	Metrics    *authcallout.Metrics
+	EditConfig func(conf string) string
 }
 
 var signingKey = sync.OnceValue(func() *rsa.PrivateKey {
@@ -126,11 +129,15 @@ func StartWith(tb testing.TB, o Options) *Env {
 	tb.Setenv("FLEET_CALLOUT_ISSUER", issuerPub)
 	tb.Setenv("FLEET_CALLOUT_XKEY", xpub)
 	e := &Env{StoreDir: tb.TempDir()}
+	conf := DocumentedConfig(tb)
+	if o.EditConfig != nil {
+		conf = o.EditConfig(conf)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	e.plane, err = controlplane.Start(ctx, controlplane.Options{
 		StoreDir: e.StoreDir, Port: -1, Sync: natsembed.FastSync, Logger: o.Logger,
-		Secrets: sec, Config: DocumentedConfig(tb), Plain: o.Plain,
+		Secrets: sec, Config: conf, Plain: o.Plain,
 		SigningKey: signingKey(), TokenLifetime: o.TokenLifetime, MinKeyRefresh: o.MinKeyRefresh, Replicas: o.Replicas,
 		CalloutMetrics: o.Metrics,
 	})

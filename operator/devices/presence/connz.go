@@ -107,11 +107,11 @@ func (t *Tracker) merge(start uint64, lists map[string]*serverConns) {
 			if t.missed[k.server] < 1 {
 				continue
 			}
-			changed = append(changed, t.remove(k)...)
+			changed = append(changed, t.remove(k, 0)...)
 			continue
 		}
 		if dev, ok := s.conns[k.cid]; !ok || dev != c.device {
-			changed = append(changed, t.remove(k)...)
+			changed = append(changed, t.remove(k, 0)...)
 		}
 	}
 	missing := map[string]bool{}

@@ -13,6 +13,12 @@
 // JWT's name, the device id): never by the client name a device chooses
 // in its CONNECT. A device is connected while at least one of its
 // connections (server id, client id) is up.
+//
+// A connection its server closed because the client answered none of its
+// PINGs (reason "Stale Connection") had been silent for a while already:
+// when it was a device's last, the device counts as gone
+// Options.StaleSilence before the event, the least silence the servers'
+// ping settings allow, so a device that died is Stale that much sooner.
 package presence
 
 import (
@@ -64,7 +70,17 @@ type Options struct {
 	Log *slog.Logger
 	// Now is the clock of the connect and disconnect times; nil: time.Now.
 	Now func() time.Time
+	// StaleSilence is how long a client at least sent nothing before its
+	// server closes it as stale: ping_interval × ping_max of the servers'
+	// configuration (authcallout.StaleSilence for the documented one). A device whose last connection is closed so counts as gone
+	// that long before the event, never before it connected. Zero: at the
+	// event.
+	StaleSilence time.Duration
 }
+
+// staleReason is the reason a server gives in the disconnect event of a
+// client it closed for not answering its PINGs.
+const staleReason = "Stale Connection"
 
 // Validate checks o and fills in the defaults.
 func (o *Options) Validate() error {
@@ -77,6 +93,9 @@ func (o *Options) Validate() error {
 	}
 	if o.Resync < 0 || o.PageSize < 0 || o.Quiet < 0 || o.Timeout < 0 {
 		errs = append(errs, errors.New("presence: Options.Resync, PageSize, Quiet and Timeout must not be negative (zero: the default)"))
+	}
+	if o.StaleSilence < 0 {
+		errs = append(errs, errors.New("presence: Options.StaleSilence must not be negative (zero: a stale connection is gone at its event)"))
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
@@ -269,10 +288,11 @@ type serverInfo struct {
 	ID   string `json:"id"`
 }
 
-// eventMsg is a connect or disconnect event.
+// eventMsg is a connect or disconnect event; Reason is a disconnect's.
 type eventMsg struct {
 	Server serverInfo `json:"server"`
 	Client clientInfo `json:"client"`
+	Reason string     `json:"reason"`
 }
 
 func (t *Tracker) apply(m *nats.Msg) {
@@ -302,7 +322,11 @@ func (t *Tracker) apply(m *nats.Msg) {
 		}
 	} else {
 		t.gone[k] = t.seq
-		changed = t.remove(k)
+		var silent time.Duration
+		if ev.Reason == staleReason {
+			silent = t.o.StaleSilence
+		}
+		changed = t.remove(k, silent)
 	}
 	t.mu.Unlock()
 	t.notify(changed)
@@ -315,7 +339,7 @@ func (t *Tracker) add(k connKey, dev string) []string {
 		if c.device == dev {
 			return nil
 		}
-		changed := t.remove(k)
+		changed := t.remove(k, 0)
 		return append(changed, t.add(k, dev)...)
 	}
 	t.conns[k] = conn{device: dev, seq: t.seq}
@@ -332,9 +356,10 @@ func (t *Tracker) add(k connKey, dev string) []string {
 	return nil
 }
 
-// remove forgets connection k; mu held. It returns the device when it
-// has no connection left.
-func (t *Tracker) remove(k connKey) []string {
+// remove forgets connection k, which had been silent for silent before
+// now (a stale connection's); mu held. It returns the device when it has
+// no connection left: gone since then, but not before it connected.
+func (t *Tracker) remove(k connKey, silent time.Duration) []string {
 	c, ok := t.conns[k]
 	if !ok {
 		return nil
@@ -343,7 +368,11 @@ func (t *Tracker) remove(k connKey) []string {
 	d := t.devices[c.device]
 	d.up--
 	if d.up == 0 {
-		d.since = t.o.Now()
+		gone := t.o.Now().Add(-silent)
+		if gone.Before(d.since) {
+			gone = d.since
+		}
+		d.since = gone
 		return []string{c.device}
 	}
 	return nil
@@ -357,7 +386,7 @@ func (t *Tracker) dropServer(server string) {
 	for k := range t.conns {
 		if k.server == server {
 			t.gone[k] = t.seq
-			changed = append(changed, t.remove(k)...)
+			changed = append(changed, t.remove(k, 0)...)
 		}
 	}
 	delete(t.missed, server)

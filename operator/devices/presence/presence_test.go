@@ -3,8 +3,10 @@ package presence_test
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,7 +30,12 @@ type chain struct {
 
 func startChain(t *testing.T, devices ...string) *chain {
 	t.Helper()
-	c := &chain{env: callouttest.Start(t), keys: map[string]*credential.KeyFile{}}
+	return startChainWith(t, callouttest.Options{}, devices...)
+}
+
+func startChainWith(t *testing.T, o callouttest.Options, devices ...string) *chain {
+	t.Helper()
+	c := &chain{env: callouttest.StartWith(t, o), keys: map[string]*credential.KeyFile{}}
 	for _, d := range devices {
 		k, err := credential.ReadKeyFile(c.env.EnrollDevice(t, d))
 		if err != nil {
@@ -62,13 +69,19 @@ func (c *chain) track(t *testing.T) *presence.Tracker {
 // trackEvery is track with a resync interval (0: the default).
 func (c *chain) trackEvery(t *testing.T, resync time.Duration) *presence.Tracker {
 	t.Helper()
+	return c.trackWith(t, presence.Options{Resync: resync})
+}
+
+// trackWith is track with o's Resync and StaleSilence.
+func (c *chain) trackWith(t *testing.T, o presence.Options) *presence.Tracker {
+	t.Helper()
 	nc, err := nats.Connect(c.env.NATS.ClientURL(), nats.UserInfo(authcallout.PresenceUser, os.Getenv("FLEET_PRESENCE_PASSWORD")),
 		nats.CustomInboxPrefix(authcallout.InboxPrefix(authcallout.PresenceUser)), nats.MaxReconnects(-1))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	tr, err := presence.New(presence.Options{Conn: nc, Account: "DEVICES", PageSize: 2, Resync: resync})
+	tr, err := presence.New(presence.Options{Conn: nc, Account: "DEVICES", PageSize: 2, Resync: o.Resync, StaleSilence: o.StaleSilence})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,5 +257,103 @@ func TestTheEventsCarryNoCredential(t *testing.T) {
 		if !strings.Contains(string(b), `"dev-a"`) {
 			t.Errorf("no dev-a in %s", b)
 		}
+	}
+}
+
+// freezer dials connections that stop on freeze: reads and writes block
+// as a dead device's would (nothing is read, nothing answered), until
+// release; then they fail.
+type freezer struct {
+	frozen   chan struct{}
+	once     sync.Once
+	ended    chan struct{}
+	released sync.Once
+}
+
+func newFreezer() *freezer {
+	return &freezer{frozen: make(chan struct{}), ended: make(chan struct{})}
+}
+
+func (f *freezer) freeze() { f.once.Do(func() { close(f.frozen) }) }
+
+func (f *freezer) release() { f.released.Do(func() { close(f.ended) }) }
+
+// Dial implements nats.CustomDialer.
+func (f *freezer) Dial(network, address string) (net.Conn, error) {
+	c, err := net.Dial(network, address)
+	if err != nil {
+		return nil, err
+	}
+	return &freezable{Conn: c, f: f}, nil
+}
+
+type freezable struct {
+	net.Conn
+	f *freezer
+}
+
+func (c *freezable) stopped() error {
+	select {
+	case <-c.f.frozen:
+		<-c.f.ended
+		return net.ErrClosed
+	default:
+		return nil
+	}
+}
+
+func (c *freezable) Read(b []byte) (int, error) {
+	if err := c.stopped(); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(b)
+	if err == nil {
+		err = c.stopped()
+	}
+	return n, err
+}
+
+func (c *freezable) Write(b []byte) (int, error) {
+	if err := c.stopped(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+// TestADeviceItsServerClosedAsStaleIsGoneSinceItFellSilent: a device that
+// stops answering (a dead one) is closed by its server after its PINGs
+// (here 1 s apart, 1 allowed unanswered: silent at least 1 s); its last
+// connection counts as gone StaleSilence before the disconnect, while a
+// device that closes its connection itself is gone at the disconnect.
+func TestADeviceItsServerClosedAsStaleIsGoneSinceItFellSilent(t *testing.T) {
+	const silence = time.Second // ping_interval × ping_max
+	c := startChainWith(t, callouttest.Options{EditConfig: func(conf string) string {
+		return strings.NewReplacer(`ping_interval: "20s"`, `ping_interval: "1s"`, "ping_max: 2", "ping_max: 1").Replace(conf)
+	}}, "dead", "closes", "probe")
+	tr := c.trackWith(t, presence.Options{StaleSilence: silence})
+
+	f := newFreezer()
+	c.connect(t, "dead", nats.SetCustomDialer(f))
+	t.Cleanup(f.release) // before the connection's Close, which would wait for it
+	closes := c.connect(t, "closes")
+	testenv.Eventually(t, "both devices connected", wait, func() bool { return connected(tr, "dead") && connected(tr, "closes") })
+	_, connectedSince := tr.Connected("dead")
+
+	frozeAt := time.Now()
+	f.freeze()
+	testenv.Eventually(t, "the server closing the silent device", wait, func() bool { return !connected(tr, "dead") })
+	seenGone := time.Now()
+	_, since := tr.Connected("dead")
+	if !since.Before(seenGone.Add(-silence)) || since.Before(frozeAt.Add(-time.Second)) || since.Before(connectedSince) {
+		t.Errorf("the dead device gone since %s; froze at %s, seen gone at %s: want %s before the disconnect, after it fell silent",
+			since.Format(time.StampMilli), frozeAt.Format(time.StampMilli), seenGone.Format(time.StampMilli), silence)
+	}
+
+	closedAt := time.Now()
+	closes.Close()
+	testenv.Eventually(t, "the device that closed its connection gone", wait, func() bool { return !connected(tr, "closes") })
+	if _, since := tr.Connected("closes"); since.Before(closedAt) {
+		t.Errorf("the device that closed its connection at %s gone since %s: a clean close is gone at its disconnect",
+			closedAt.Format(time.StampMilli), since.Format(time.StampMilli))
 	}
 }
