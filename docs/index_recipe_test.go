@@ -17,23 +17,6 @@ import (
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
 
-// exposureIndex is every record of the exposure index, in order.
-func exposureIndex(t *testing.T, ctx context.Context, st *events.Store) []events.IndexRecord {
-	t.Helper()
-	last, err := st.IndexLastSequence(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []events.IndexRecord
-	for r, err := range st.ReplayIndex(ctx, []string{events.ExposureIndexSubjects}, 0, last) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // TestTheIndexRebuildRecipeRefillsTheSameIndex runs operations.md's
 // recipe that deletes the exposure index on a server whose index the
 // writer built from the example history, then does what the restarted
@@ -59,7 +42,7 @@ func TestTheIndexRebuildRecipeRefillsTheSameIndex(t *testing.T) {
 	if err := (&history.ExposureIndexWriter{Store: st}).RunToEnd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := exposureIndex(t, ctx, st)
+	want := natstest.ExposureIndex(t, ctx, st)
 	if len(want) < 3 {
 		t.Fatalf("the example history indexes into %d records: the comparison would say little", len(want))
 	}
@@ -88,7 +71,7 @@ func TestTheIndexRebuildRecipeRefillsTheSameIndex(t *testing.T) {
 	if err := (&history.ExposureIndexWriter{Store: st}).RunToEnd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, exposureIndex(t, ctx, st)); diff != "" {
+	if diff := cmp.Diff(want, natstest.ExposureIndex(t, ctx, st)); diff != "" {
 		t.Errorf("the refilled index differs (-before +after):\n%s", diff)
 	}
 }

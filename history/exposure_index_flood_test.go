@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/nationtech/harmony-fleet/events"
 	"github.com/nationtech/harmony-fleet/internal/natstest"
 )
@@ -141,7 +139,7 @@ func TestAFloodingDeviceAddsABoundedIndexAndTheAnswersStayTheFullRead(t *testing
 			catchUp()
 
 			var records, bytes, markers, honest int
-			for _, r := range indexContents(t, ctx, st) {
+			for _, r := range natstest.ExposureIndex(t, ctx, st) {
 				if r.Key.Device != "evil" {
 					honest++
 					continue
@@ -173,34 +171,12 @@ func TestAFloodingDeviceAddsABoundedIndexAndTheAnswersStayTheFullRead(t *testing
 			}
 			t.Logf("%d hostile reports: %d records, %d bytes of the hostile device; %d records of the others", tc.flood, records, bytes, honest)
 
-			full, err := New(Options{Reader: st, NoIndex: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			indexed, err := New(Options{Reader: st})
-			if err != nil {
-				t.Fatal(err)
-			}
-			now := time.Now().Add(time.Hour)
-			for _, q := range []ExposureQuery{
+			sameExposure(t, ctx, st, false, []ExposureQuery{
 				{Image: "registry.example.com/api:v1"},
 				{Image: "registry.example.com/api:v2"},
 				{Image: "registry.example.com/api:v3"},
 				{Deployment: "lab/api"},
-			} {
-				q.Now = now
-				want, err := full.Exposure(ctx, q)
-				if err != nil {
-					t.Fatalf("%+v: the full read: %v", q, err)
-				}
-				got, err := indexed.Exposure(ctx, q)
-				if err != nil {
-					t.Fatalf("%+v: the indexed read: %v", q, err)
-				}
-				if diff := cmp.Diff(want, got); diff != "" {
-					t.Errorf("%+v: the indexed answer differs from every report's (-full +indexed):\n%s", q, diff)
-				}
-			}
+			})
 		})
 	}
 }

@@ -227,23 +227,14 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 			}
 			if tc.index == "random" || tc.index == "end" {
 				unindexed := map[string]bool{}
-				for _, r := range indexContents(t, ctx, st) {
+				for _, r := range natstest.ExposureIndex(t, ctx, st) {
 					if r.Record.Kind == events.ExposureUnindexed {
 						unindexed[r.Key.Device] = true
 					}
 				}
 				t.Logf("unindexed devices: %v", unindexed)
 			}
-			full, err := New(Options{Reader: st, NoIndex: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			indexed, err := New(Options{Reader: st})
-			if err != nil {
-				t.Fatal(err)
-			}
-			now := time.Now().Add(time.Hour)
-			for _, q := range []ExposureQuery{
+			sameExposure(t, ctx, st, true, []ExposureQuery{
 				{Image: "registry.example.com/api:v1"},
 				{Image: "registry.example.com/api:v2"},
 				{Image: "registry.example.com/api"},
@@ -251,18 +242,40 @@ func TestTheIndexedExposureAnswersAsTheFullRead(t *testing.T) {
 				{Deployment: "lab/api"},
 				{Image: "registry.example.com/api:v3", At: middle},
 				{Deployment: "lab/web", At: middle},
-			} {
-				q.Now = now
-				want, werr := full.Exposure(ctx, q)
-				got, gerr := indexed.Exposure(ctx, q)
-				if fmt.Sprint(werr) != fmt.Sprint(gerr) {
-					t.Fatalf("%+v: error %v from the index, %v from every report", q, gerr, werr)
-				}
-				if diff := cmp.Diff(want, got); diff != "" {
-					t.Errorf("%+v: the indexed answer differs from every report's (-full +indexed):\n%s", q, diff)
-				}
-			}
+			})
 		})
+	}
+}
+
+// sameExposure fails t when a query's answer from the index differs from
+// the answer of every report (an hour from now); an error is a failure
+// unless errorsAllowed, and then must be the same from both.
+func sameExposure(t *testing.T, ctx context.Context, st *events.Store, errorsAllowed bool, queries []ExposureQuery) {
+	t.Helper()
+	full, err := New(Options{Reader: st, NoIndex: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexed, err := New(Options{Reader: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Add(time.Hour)
+	for _, q := range queries {
+		q.Now = now
+		want, werr := full.Exposure(ctx, q)
+		got, gerr := indexed.Exposure(ctx, q)
+		switch {
+		case !errorsAllowed && werr != nil:
+			t.Fatalf("%+v: the full read: %v", q, werr)
+		case !errorsAllowed && gerr != nil:
+			t.Fatalf("%+v: the indexed read: %v", q, gerr)
+		case fmt.Sprint(werr) != fmt.Sprint(gerr):
+			t.Fatalf("%+v: error %v from the index, %v from every report", q, gerr, werr)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%+v: the indexed answer differs from every report's (-full +indexed):\n%s", q, diff)
+		}
 	}
 }
 
@@ -316,23 +329,6 @@ func emptyIndex(t *testing.T, ctx context.Context, st *events.Store) {
 	})
 }
 
-// indexContents is every record of the exposure index, in order.
-func indexContents(t *testing.T, ctx context.Context, st *events.Store) []events.IndexRecord {
-	t.Helper()
-	last, err := st.IndexLastSequence(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []events.IndexRecord
-	for r, err := range st.ReplayIndex(ctx, []string{events.ExposureIndexSubjects}, 0, last) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
 // TestTheIndexWriterKilledAtAnyRecordResumesWithoutLossOrDuplicate builds
 // the exposure index of a random history once without a stop, then, for
 // every record of it, again from an empty index with the writer killed
@@ -349,7 +345,7 @@ func TestTheIndexWriterKilledAtAnyRecordResumesWithoutLossOrDuplicate(t *testing
 	if err := (&ExposureIndexWriter{Store: st}).RunToEnd(ctx); err != nil {
 		t.Fatal(err)
 	}
-	want := indexContents(t, ctx, st)
+	want := natstest.ExposureIndex(t, ctx, st)
 	if len(want) < 20 {
 		t.Fatalf("the history indexes into %d records: too few to kill the writer anywhere interesting", len(want))
 	}
@@ -366,7 +362,7 @@ func TestTheIndexWriterKilledAtAnyRecordResumesWithoutLossOrDuplicate(t *testing
 		if err := (&ExposureIndexWriter{Store: st, Batch: 3}).RunToEnd(ctx); err != nil {
 			t.Fatalf("resuming after %d records: %v", k, err)
 		}
-		got := indexContents(t, ctx, st)
+		got := natstest.ExposureIndex(t, ctx, st)
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Fatalf("killed after %d records, the resumed index differs (-uninterrupted +resumed):\n%s", k, diff)
 		}

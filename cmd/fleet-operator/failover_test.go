@@ -366,15 +366,8 @@ func TestWhenTheLeaderIsKilledMidRolloutTheOtherReplicaTakesOverAndTheRolloutCom
 			rec, err := st.IndexLast(ctx)
 			return err == nil && rec.Record.Source == last && rec.Record.Last
 		})
-		n, err := st.IndexLastSequence(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var got []events.IndexWrite
-		for r, err := range st.ReplayIndex(ctx, []string{events.ExposureIndexSubjects}, 0, n) {
-			if err != nil {
-				t.Fatal(err)
-			}
+		for _, r := range natstest.ExposureIndex(t, ctx, st) {
 			got = append(got, events.IndexWrite{Subject: r.Subject, Record: r.Record})
 		}
 		if diff := cmp.Diff(want, got); diff != "" {

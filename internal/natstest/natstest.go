@@ -294,3 +294,21 @@ func Write(tb testing.TB, ctx context.Context, st *events.Store, ev events.Event
 	}
 	return p
 }
+
+// ExposureIndex returns every record of the exposure index stream, in
+// order: what a rebuild or a second writer is compared against.
+func ExposureIndex(tb testing.TB, ctx context.Context, st *events.Store) []events.IndexRecord {
+	tb.Helper()
+	last, err := st.IndexLastSequence(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var out []events.IndexRecord
+	for r, err := range st.ReplayIndex(ctx, []string{events.ExposureIndexSubjects}, 0, last) {
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
