@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -31,14 +32,32 @@ type etcd struct {
 	out *tailBuffer
 }
 
+// portAttempts is how many times startEtcd picks new ports when another
+// process took one between freePort and etcd's listen.
+const portAttempts = 3
+
 // startEtcd starts etcd from bin with its data in dataDir and waits, up to
-// timeout, until it answers /health over mutual TLS.
+// timeout, until it answers /health over mutual TLS. A port taken by
+// another process in the moment between finding it free and etcd's listen
+// (etcd exits before it wrote any data) is tried again with new ports.
 func startEtcd(bin, dataDir string, pki *etcdPKI, timeout time.Duration) (*etcd, error) {
-	clientPort, err := freePort()
+	for attempt := 1; ; attempt++ {
+		e, err := startEtcdOnce(bin, dataDir, pki, timeout)
+		if err == nil || attempt == portAttempts || !errors.Is(err, errPortTaken) {
+			return e, err
+		}
+	}
+}
+
+// errPortTaken is etcd exiting because a port it was given is in use.
+var errPortTaken = errors.New("a port was taken")
+
+func startEtcdOnce(bin, dataDir string, pki *etcdPKI, timeout time.Duration) (*etcd, error) {
+	clientPort, err := pickPort()
 	if err != nil {
 		return nil, err
 	}
-	peerPort, err := freePort()
+	peerPort, err := pickPort()
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +104,11 @@ func startEtcd(bin, dataDir string, pki *etcdPKI, timeout time.Duration) (*etcd,
 		}
 		select {
 		case <-e.done:
-			return nil, fmt.Errorf("etcd exited before it answered (%v): %s", e.cmd.ProcessState, e.out.String())
+			out := e.out.String()
+			if strings.Contains(out, "address already in use") {
+				return nil, fmt.Errorf("etcd exited before it answered (%v): %w: %s", e.cmd.ProcessState, errPortTaken, out)
+			}
+			return nil, fmt.Errorf("etcd exited before it answered (%v): %s", e.cmd.ProcessState, out)
 		case <-ctx.Done():
 			_ = e.stop(time.Minute)
 			return nil, fmt.Errorf("etcd did not answer /health within %s (%v): %s", timeout, last, e.out.String())
@@ -150,6 +173,9 @@ func (p *etcdPKI) client() (*http.Client, error) {
 		TLSClientConfig: &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12},
 	}}, nil
 }
+
+// pickPort is freePort; a test takes the port it returns first.
+var pickPort = freePort
 
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort() (int, error) {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -218,5 +219,42 @@ func TestEtcdAnswersNoOtherLocalUser(t *testing.T) {
 	}
 	if err := c.Get(t.Context(), client.ObjectKey{Name: "default"}, &corev1.Namespace{}); err != nil {
 		t.Errorf("kube-apiserver, etcd's client, cannot read: %v", err)
+	}
+}
+
+// TestEtcdGetsNewPortsWhenAnotherProcessTookOne: the port etcd is given
+// was free when found and is taken before etcd listens (another test
+// process found it free too); etcd exits at once, and Start tries again
+// with new ports.
+func TestEtcdGetsNewPortsWhenAnotherProcessTookOne(t *testing.T) {
+	bin := binDir(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	takenPort := taken.Addr().(*net.TCPAddr).Port
+	calls := 0
+	t.Cleanup(kubelocal.SetPickPort(func() (int, error) {
+		calls++
+		if calls == 1 {
+			return takenPort, nil
+		}
+		return kubelocal.FreePort()
+	}))
+	url, stop, err := kubelocal.StartEtcd(filepath.Join(bin, kubelocal.EtcdBin), t.TempDir(), t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatalf("etcd with its first client port taken: %v", err)
+	}
+	defer func() {
+		if err := stop(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if calls != 4 {
+		t.Errorf("%d ports picked, want 4: two for the attempt that found its client port taken, two for the next", calls)
+	}
+	if strings.HasSuffix(url, fmt.Sprintf(":%d", takenPort)) {
+		t.Errorf("etcd answers on the taken port: %s", url)
 	}
 }
