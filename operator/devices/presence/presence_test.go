@@ -322,23 +322,29 @@ func (c *freezable) Write(b []byte) (int, error) {
 
 // TestADeviceItsServerClosedAsStaleIsGoneSinceItFellSilent: a device that
 // stops answering (a dead one) is closed by its server after its PINGs
-// (here 1 s apart, 1 allowed unanswered: silent at least 1 s); its last
-// connection counts as gone StaleSilence before the disconnect, while a
-// device that closes its connection itself is gone at the disconnect.
+// (here 2 s apart, 2 allowed unanswered: silent at least 4 s, long
+// enough that a live client on a loaded machine answers in time); its
+// last connection counts as gone StaleSilence before the disconnect,
+// while a device that closes its connection itself is gone at the
+// disconnect.
 func TestADeviceItsServerClosedAsStaleIsGoneSinceItFellSilent(t *testing.T) {
-	const silence = time.Second // ping_interval × ping_max
+	const silence = 4 * time.Second // ping_interval × ping_max
 	c := startChainWith(t, callouttest.Options{EditConfig: func(conf string) string {
-		return strings.NewReplacer(`ping_interval: "20s"`, `ping_interval: "1s"`, "ping_max: 2", "ping_max: 1").Replace(conf)
+		return strings.NewReplacer(`ping_interval: "20s"`, `ping_interval: "2s"`).Replace(conf)
 	}}, "dead", "closes", "probe")
 	tr := c.trackWith(t, presence.Options{StaleSilence: silence})
 
 	f := newFreezer()
-	c.connect(t, "dead", nats.SetCustomDialer(f))
+	dead := c.connect(t, "dead", nats.SetCustomDialer(f))
 	t.Cleanup(f.release) // before the connection's Close, which would wait for it
 	closes := c.connect(t, "closes")
 	testenv.Eventually(t, "both devices connected", wait, func() bool { return connected(tr, "dead") && connected(tr, "closes") })
 	_, connectedSince := tr.Connected("dead")
 
+	// The device's last word is now: a PING its server answers.
+	if err := dead.Conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	frozeAt := time.Now()
 	f.freeze()
 	testenv.Eventually(t, "the server closing the silent device", wait, func() bool { return !connected(tr, "dead") })
