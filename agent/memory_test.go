@@ -123,6 +123,10 @@ func TestAnIdleAgentRunsFiveGoroutinesOfItsOwn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The server holds the subscription before the agent may report.
+	if err := env.Admin.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	done := make(chan error, 1)
 	go func() {
 		// Every goroutine the agent starts inherits the label.
