@@ -242,6 +242,7 @@ func Provision(ctx context.Context, js jetstream.JetStream, o ProvisionOptions) 
 	if err := o.Validate(); err != nil {
 		return fmt.Errorf("provision options: %w", err)
 	}
+	js = placementRetrying{js}
 	for _, want := range StreamConfigs(o) {
 		s, err := js.CreateOrUpdateStream(ctx, want)
 		if err != nil {
@@ -349,4 +350,50 @@ func compareStream(want, got jetstream.StreamConfig) error {
 	check("persist_mode", want.PersistMode, got.PersistMode, want.PersistMode == got.PersistMode)
 	check("allow_direct", want.AllowDirect, got.AllowDirect, want.AllowDirect == got.AllowDirect)
 	return errors.Join(errs...)
+}
+
+// placementWait bounds how long Provision retries a create the cluster
+// refused for want of peers to place the replicas on (a server restarting
+// or stalled a moment: JetStream error 10005, "no suitable peers for
+// placement"); placementRetry is the wait between two tries.
+const (
+	placementWait  = 30 * time.Second
+	placementRetry = 500 * time.Millisecond
+)
+
+// errCodeNoPeers is JetStream's "no suitable peers for placement".
+const errCodeNoPeers jetstream.ErrorCode = 10005
+
+// placementRetrying retries the creates Provision makes while the cluster
+// has too few peers online to place them, for up to placementWait.
+type placementRetrying struct{ jetstream.JetStream }
+
+func (p placementRetrying) CreateOrUpdateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	return retryPlacement(ctx, func() (jetstream.Stream, error) { return p.JetStream.CreateOrUpdateStream(ctx, cfg) })
+}
+
+func (p placementRetrying) CreateOrUpdateObjectStore(ctx context.Context, cfg jetstream.ObjectStoreConfig) (jetstream.ObjectStore, error) {
+	return retryPlacement(ctx, func() (jetstream.ObjectStore, error) { return p.JetStream.CreateOrUpdateObjectStore(ctx, cfg) })
+}
+
+func (p placementRetrying) CreateOrUpdateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	return retryPlacement(ctx, func() (jetstream.KeyValue, error) { return p.JetStream.CreateOrUpdateKeyValue(ctx, cfg) })
+}
+
+// retryPlacement calls f until it returns anything but a placement
+// refusal, placementWait passes or ctx ends; it returns f's last result.
+func retryPlacement[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	deadline := time.Now().Add(placementWait)
+	for {
+		v, err := f()
+		var apiErr *jetstream.APIError
+		if err == nil || !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers || time.Now().After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(placementRetry):
+		}
+	}
 }
