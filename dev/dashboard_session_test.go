@@ -2,6 +2,7 @@ package dev_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 )
 
 // dashboard is a signed-in session on the dashboard fleet dev printed: an
@@ -55,6 +58,36 @@ func (d *dashboard) page(ctx context.Context, path string) (int, string) {
 	d.t.Helper()
 	status, _, body := d.do(ctx, http.MethodGet, d.base+path, nil)
 	return status, body
+}
+
+// pageShowing polls a page of the dashboard until it answers 200 with
+// every one of want, for at most within: the dashboard reads Deployments
+// from its own cache of the API, which follows a write a moment after a
+// kubectl wait on the API saw it. It returns false and the page's main
+// part (what a failure should show) when within passed first.
+func (d *dashboard) pageShowing(ctx context.Context, path string, within time.Duration, want ...string) (bool, string) {
+	d.t.Helper()
+	var status int
+	var page string
+	err := testenv.Poll(ctx, within, func() bool {
+		status, page = d.page(ctx, path)
+		if status != http.StatusOK {
+			return false
+		}
+		for _, w := range want {
+			if !strings.Contains(page, w) {
+				return false
+			}
+		}
+		return true
+	})
+	if err == nil {
+		return true, ""
+	}
+	if i, j := strings.Index(page, "<main"), strings.LastIndex(page, "</main>"); i >= 0 && j > i {
+		page = page[i : j+len("</main>")]
+	}
+	return false, fmt.Sprintf("status %d after %s (%v):\n%s", status, within, err, page)
 }
 
 // do sends a request (a form when form is set) and returns the status, the

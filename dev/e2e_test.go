@@ -2,6 +2,7 @@ package dev_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -218,11 +219,15 @@ fleet history deployment lab/canary-demo`)
 		t.Fatalf("%v\n%s\n%s\nlogs:\n%s", err, out, kubectl(t, ctx, p.in, "get", "fdeploy", "-n", "lab", "-o", "yaml"), tail(p.stderr.String(), 4000))
 	}
 	checkCanaryFirst(t, out, []string{"podman-1", "sim-1"}, []string{"sim-2"})
-	got := strings.Join(mine(), " ")
-	for _, want := range []string{"analysis-migrate=exited", "analysis-api=running", "canary-hello=running"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("podman-1's containers are %q, want %s among them", got, want)
-		}
+	// Polled: one Podman listing can miss a container while another test
+	// process removes its own.
+	var got string
+	wantCtrs := []string{"analysis-migrate=exited", "analysis-api=running", "canary-hello=running"}
+	if err := testenv.Poll(ctx, 30*time.Second, func() bool {
+		got = strings.Join(mine(), " ")
+		return !slices.ContainsFunc(wantCtrs, func(w string) bool { return !strings.Contains(got, w) })
+	}); err != nil {
+		t.Errorf("podman-1's containers are %q, want %s among them (%v)", got, wantCtrs, err)
 	}
 	// The service has the stand-in's demo secret (fleet dev keeps the value
 	// in its data folder), which fleet dev never printed.
@@ -243,14 +248,22 @@ fleet history deployment lab/canary-demo`)
 	}
 	// The init container exits 2 without DB_PASSWORD; the service serves
 	// the migration log it wrote.
-	resp, err := http.Get("http://127.0.0.1:8080/")
-	if err != nil {
-		t.Fatalf("analysis-api on port 8080: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), "migrated") {
-		t.Errorf("analysis-api answered %q, want the migration log", body)
+	// Converged is a running container, not a listening server: polled.
+	var body []byte
+	hc := &http.Client{Timeout: 5 * time.Second}
+	if err := testenv.PollErr(ctx, 30*time.Second, func() error {
+		resp, err := hc.Get("http://127.0.0.1:8080/")
+		if err != nil {
+			return err
+		}
+		body, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "migrated") {
+			return fmt.Errorf("%s answered %q, want the migration log", resp.Status, body)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("analysis-api on port 8080: %v", err)
 	}
 
 	if out, err := p.script(ctx, `kubectl delete -n lab fdeploy analysis-api canary-demo --wait`); err != nil {

@@ -2,7 +2,6 @@ package dev_test
 
 import (
 	"context"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -49,9 +48,9 @@ fleet history deployment lab/crashloop-demo`)
 	}
 	// The dashboard's Deployment page shows it too (HTML-escaped).
 	dash := signInDashboard(t, ctx, p)
-	if status, page := dash.page(ctx, "/deployments/lab/crashloop-demo"); status != http.StatusOK ||
-		!strings.Contains(page, "<strong>Degraded</strong>") || !strings.Contains(page, "podman-1 (crashloop: CrashLoop, exited with code 2, ") {
-		t.Errorf("the dashboard's page of crashloop-demo (%d) does not show it Degraded:\n%s", status, page)
+	if ok, page := dash.pageShowing(ctx, "/deployments/lab/crashloop-demo", 30*time.Second,
+		"<strong>Degraded</strong>", "podman-1 (crashloop: CrashLoop, exited with code 2, "); !ok {
+		t.Errorf("the dashboard's page of crashloop-demo does not show it Degraded: %s", page)
 	}
 	if row := rowOf(out, "crashloop-demo"); !strings.Contains(row, "Succeeded") {
 		t.Errorf("kubectl get fdeploy shows %q, want the phase Succeeded (health never rewrites it)", row)
@@ -83,9 +82,9 @@ kubectl get fdeploy -n lab typo-image-demo -o jsonpath='{.status.conditions[?(@.
 			t.Errorf("the typo'd image's output lacks %q:\n%s", want, out)
 		}
 	}
-	if status, page := dash.page(ctx, "/deployments/lab/typo-image-demo"); status != http.StatusOK ||
-		!strings.Contains(page, "<strong>Rollout stalled</strong>") || !strings.Contains(page, "podman-1 Pending since ") {
-		t.Errorf("the dashboard's page of typo-image-demo (%d) does not show it stalled:\n%s", status, page)
+	if ok, page := dash.pageShowing(ctx, "/deployments/lab/typo-image-demo", 30*time.Second,
+		"<strong>Rollout stalled</strong>", "podman-1 Pending since "); !ok {
+		t.Errorf("the dashboard's page of typo-image-demo does not show it stalled: %s", page)
 	}
 	if n, ok := metricSum(t, ctx, p.in.MetricsURL+"/operator", "fleet_rollout_progress_deadline_exceeded", dep("typo-image-demo")); !ok || n != 1 {
 		t.Errorf("fleet_rollout_progress_deadline_exceeded of typo-image-demo = %v (exported: %v), want 1 (FleetRolloutProgressDeadlineExceeded)", n, ok)

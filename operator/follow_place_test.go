@@ -50,7 +50,9 @@ func TestAFollowerJoinsTheBatchItsPlanWouldGiveIt(t *testing.T) {
 	e.report("pf-paris", "sel", rev1, events.WorkloadConverged, "")
 	e.device("pf-nantes", map[string]string{"role": "edge", "site": "nantes"})
 	e.device("pf-none", map[string]string{"role": "edge"})
-	e.waitFor("pf-none joined", func() bool { return e.followTransition("sel", "pf-none").Device != "" })
+	e.waitFor("pf-nantes and pf-none joined", func() bool {
+		return e.followTransition("sel", "pf-nantes").Device != "" && e.followTransition("sel", "pf-none").Device != ""
+	})
 	if tr := e.followTransition("sel", "pf-nantes"); tr.Batch != 3 || tr.BudgetGroup != "nantes" {
 		t.Errorf("pf-nantes joined batch %d, group %q: want the last batch (3), group nantes", tr.Batch, tr.BudgetGroup)
 	}

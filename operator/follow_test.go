@@ -2,8 +2,10 @@ package operator_test
 
 import (
 	"context"
+	goruntime "runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -440,7 +442,8 @@ func TestADeviceCannotClaimItsWayIntoAFollowDeployment(t *testing.T) {
 	e.deviceController = true
 	member, outsider, quarantined := "member-"+e.ns, "outsider-"+e.ns, "quarantined-"+e.ns
 	frozen := "frozen-" + e.ns
-	e.groups = operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen, member, quarantined}}})
+	groups := &watchLookups{StaticGroups: operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen, member, quarantined}}})}
+	e.groups = groups
 	e.device(frozen, map[string]string{"role": "analyzer"})
 	// No admin label on role: the devices' reports set it (an admin's
 	// label would stay the admin's).
@@ -454,6 +457,11 @@ func TestADeviceCannotClaimItsWayIntoAFollowDeployment(t *testing.T) {
 		t.Fatalf("frozen targets (-want +got):\n%s", diff)
 	}
 
+	// A reason names a change from what the follow watch saw before:
+	// the devices relabel themselves once it has looked at them.
+	for _, d := range []string{member, outsider, quarantined} {
+		e.waitFor("the follow watch looked at "+d, func() bool { return groups.lookedUp(e.ns, d) })
+	}
 	matching := func(d *fleetv1.Device) bool { return d.Labels["role"] == "analyzer" }
 	e.reportLabels(outsider, map[string]string{"role": "analyzer"}, matching)
 	e.reportLabels(quarantined, map[string]string{"role": "analyzer"}, matching)
@@ -647,7 +655,7 @@ func TestAFailedFollowRevisionHandsNewcomersTheLastSucceeded(t *testing.T) {
 func TestAGroupMembershipChangeAloneMovesAFollower(t *testing.T) {
 	e := newEnv(t)
 	frozen, member := "frozen-"+e.ns, "member-"+e.ns
-	groups := operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen}}})
+	groups := &watchLookups{StaticGroups: operator.NewStaticGroups(map[string]map[string][]string{e.ns: {"lyon": {frozen}}})}
 	e.groups = groups
 	e.device(frozen, map[string]string{"role": "analyzer"})
 	e.device(member, map[string]string{"role": "analyzer"})
@@ -659,6 +667,9 @@ func TestAGroupMembershipChangeAloneMovesAFollower(t *testing.T) {
 		t.Fatalf("frozen targets %v, want [%s]", rev.Targets, frozen)
 	}
 
+	// The watch judges the member (not in lyon: no match) on its own
+	// time; only a change after it looked is a membership change to it.
+	e.waitFor("the follow watch looked up the member's groups", func() bool { return groups.lookedUp(e.ns, member) })
 	start := time.Now()
 	groups.Set(map[string]map[string][]string{e.ns: {"lyon": {frozen, member}, "paris": {member}}})
 	e.waitFor("the device that entered an allowed group joined", func() bool { return e.intentOf(member, "api") == 1 })
@@ -675,6 +686,56 @@ func TestAGroupMembershipChangeAloneMovesAFollower(t *testing.T) {
 	}
 	if e.intentOf(frozen, "api") != 1 {
 		t.Error("the frozen target lost the revision")
+	}
+}
+
+// watchLookups is a StaticGroups that notes the devices whose groups the
+// follow watch (operator/followers) looked up, so that a test changes a
+// device's groups only once the watch knows what they were: the group
+// source answers before the lookup is noted, and a change that comes
+// while the watch still judges the device queues it again. Lookups of the
+// rollout's target resolution are not noted.
+type watchLookups struct {
+	*operator.StaticGroups
+	mu     sync.Mutex
+	looked map[string]bool
+}
+
+// Groups implements operator.GroupSource.
+func (w *watchLookups) Groups(ctx context.Context, namespace, device string) ([]string, error) {
+	gs, err := w.StaticGroups.Groups(ctx, namespace, device)
+	if calledFrom("/operator/followers.(*Watch).Reconcile") {
+		w.mu.Lock()
+		if w.looked == nil {
+			w.looked = map[string]bool{}
+		}
+		w.looked[namespace+"/"+device] = true
+		w.mu.Unlock()
+	}
+	return gs, err
+}
+
+// lookedUp reports whether the follow watch has looked up the groups of
+// namespace/device.
+func (w *watchLookups) lookedUp(namespace, device string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.looked[namespace+"/"+device]
+}
+
+// calledFrom reports whether a function whose name ends with suffix is
+// on the caller's stack.
+func calledFrom(suffix string) bool {
+	pcs := make([]uintptr, 64)
+	frames := goruntime.CallersFrames(pcs[:goruntime.Callers(2, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, suffix) {
+			return true
+		}
+		if !more {
+			return false
+		}
 	}
 }
 

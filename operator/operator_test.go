@@ -269,10 +269,12 @@ func TestRevisionFreezesTargetsAndCanaries(t *testing.T) {
 		s := e.get("api").Status
 		return s.ObservedGeneration == 1 && s.Revision != nil && s.Revision.ID == rev.RevisionID
 	})
-	c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != fleetv1.ReasonResolved {
-		t.Errorf("TargetsResolved condition %+v", c)
-	}
+	// TargetsResolved is the Deployment controller's, written apart
+	// from the runner's status: waited for on its own.
+	e.waitFor("TargetsResolved True, Resolved", func() bool {
+		c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonResolved
+	})
 
 	t.Run("a device labelled after the revision is not in it, and a spec change makes a revision that includes it", func(t *testing.T) {
 		e.device("rpi-5", map[string]string{"role": "analyzer"})

@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/nationtech/harmony-fleet/events"
+	"github.com/nationtech/harmony-fleet/internal/testenv"
 	fleetv1 "github.com/nationtech/harmony-fleet/k8s/api/v1alpha1"
 	"github.com/nationtech/harmony-fleet/operator"
 	"github.com/nationtech/harmony-fleet/score"
@@ -59,10 +60,15 @@ func TestProgressDeadlineExceededWithinOneTick(t *testing.T) {
 	if c.Reason != fleetv1.ReasonProgressDeadlineExceeded || c.ObservedGeneration != 1 {
 		t.Errorf("Progressing %+v, want False ProgressDeadlineExceeded of generation 1", c)
 	}
-	for _, want := range []string{"progress deadline (3s)", "1 waiting: " + stuck + " Pending since ", ": " + pending} {
-		if !strings.Contains(c.Message, want) {
-			t.Errorf("the message lacks %q: %s", want, c.Message)
-		}
+	// The message names the device's last report: a status written
+	// between the chatter's Applying and Pending says Applying, so it is
+	// read once the device has said Pending last.
+	wants := []string{"progress deadline (3s)", "1 waiting: " + stuck + " Pending since ", ": " + pending}
+	says := func(c *metav1.Condition) bool {
+		return c != nil && !slices.ContainsFunc(wants, func(w string) bool { return !strings.Contains(c.Message, w) })
+	}
+	if err := testenv.Poll(e.ctx, 30*time.Second, func() bool { c = e.progressing("api"); return says(c) }); err != nil {
+		t.Errorf("the message lacks one of %q (%v): %+v", wants, err, c)
 	}
 	d := e.get("api")
 	if ready := meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse ||

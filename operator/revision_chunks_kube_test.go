@@ -37,10 +37,12 @@ func TestADeploymentWhoseTargetsAreChunkedRollsOutAcrossAnOperatorRestart(t *tes
 		t.Errorf("digest %s", created.TargetsDigest)
 	}
 	e.waitPhase("api", fleetv1.PhaseCanary)
-	c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
-	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != fleetv1.ReasonResolved {
-		t.Errorf("TargetsResolved condition %+v", c)
-	}
+	// TargetsResolved is the Deployment controller's, written apart
+	// from the runner's phase: waited for on its own.
+	e.waitFor("TargetsResolved True, Resolved", func() bool {
+		c := meta.FindStatusCondition(e.get("api").Status.Conditions, fleetv1.ConditionTargetsResolved)
+		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == fleetv1.ReasonResolved
+	})
 	stop()
 
 	rev := created

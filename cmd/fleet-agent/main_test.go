@@ -140,7 +140,12 @@ func TestADeviceConnectsWithOnlyItsKeyFileAndTheNATSURL(t *testing.T) {
 	}) != nil {
 		t.Fatalf("no workload report through the callout; logs:\n%s", logs.String())
 	}
-	if _, err := env.Store.Last(ctx, "fleet.report.rpi-7.inventory"); err != nil {
+	// Reports are core publishes each stream stores on its own: the
+	// inventory, sent first, is polled for too.
+	if err := testenv.PollErr(ctx, 30*time.Second, func() error {
+		_, err := env.Store.Last(ctx, "fleet.report.rpi-7.inventory")
+		return err
+	}); err != nil {
 		t.Errorf("inventory: %v", err)
 	}
 	stop()

@@ -1,6 +1,7 @@
 package fleetview_test
 
 import (
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -63,7 +64,12 @@ func TestALiveDegradedDeploymentIsShownAndAlerted(t *testing.T) {
 	testenv.Eventually(t, "the Deployment page shows it Degraded", wait, func() bool {
 		var err error
 		d, err = v.Deployment(f.ctx, f.ns, "api")
-		return err == nil && d.Degraded != nil && len(d.Degraded.Devices) == 1
+		// The condition is the cache's, the timeline the streams': each
+		// comes on its own time.
+		inTimeline := slices.ContainsFunc(d.Timeline, func(e fleetview.TimelineEntry) bool {
+			return e.Type == events.TypeWorkloadDegraded && strings.Contains(e.Summary, `podman-1 degraded: api CrashLoop, exit 2`)
+		})
+		return err == nil && d.Degraded != nil && len(d.Degraded.Devices) == 1 && inTimeline
 	})
 	if g := d.Degraded; d.Phase != string(fleetv1.PhaseSucceeded) || g.Count != 1 || g.Devices[0].Device != "podman-1" ||
 		g.Devices[0].Reason != events.HealthCrashLoop || !strings.Contains(g.Message, "podman-1") || g.Since.IsZero() {

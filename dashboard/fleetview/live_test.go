@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -293,7 +294,10 @@ func TestLiveViewOfARealFleet(t *testing.T) {
 	var page fleetview.DeploymentDetail
 	testenv.Eventually(t, "the Deployment page shows the failed target", wait, func() bool {
 		page, err = v.Deployment(f.ctx, f.ns, "web")
-		return err == nil && page.Phase == string(fleetv1.PhaseFailed) && page.LatestFailure != nil && len(page.Devices) == 3
+		// The phase is the cache's, the targets' states the streams':
+		// each comes on its own time.
+		failed := slices.ContainsFunc(page.Devices, func(r fleetview.TargetRow) bool { return r.Device == "web-3" && r.State == fleetview.TargetFailed })
+		return err == nil && page.Phase == string(fleetv1.PhaseFailed) && page.LatestFailure != nil && len(page.Devices) == 3 && failed
 	})
 	t.Run("the Deployment page has per-device state, the canary stage and the revisions", func(t *testing.T) {
 		got := map[string]fleetview.TargetState{}
