@@ -316,7 +316,7 @@ func TestAnExpiringTokenClosesTheConnection(t *testing.T) {
 	now := time.Now()
 	tok := forge(t, map[string]any{
 		"iss": e.op.Issuer(), "sub": "short-lived", "aud": []string{e.op.Audience()},
-		"iat": now.Unix(), "exp": now.Add(2 * time.Second).Unix(),
+		"iat": now.Unix(), "exp": now.Add(4 * time.Second).Unix(), // 3–4 s: room for a slow connect
 	}, jwa.RS256, signingKey(), e.op.SigningKeyID())
 	closed := make(chan struct{})
 	c, err := e.connect("dev-s", nil, tok, nats.ClosedHandler(func(*nats.Conn) { close(closed) }))

@@ -478,12 +478,21 @@ func validationIssues(vr *jwt.ValidationResults) string {
 
 // spreadExpiry is when a user JWT for an id_token expiring at exp expires,
 // issued at now: up to spread (a fraction) of the token's remaining
-// lifetime earlier, by the fraction u (in [0, 1)) of that, rounded down to
-// the second as the JWT carries it, never after exp.
+// lifetime earlier, by the fraction u (in [0, 1)) of that, rounded up to
+// the second the JWT carries (rounded down, a token with a second or two
+// left would get a user JWT that expired on arrival, and any short one
+// less than the half MaxExpirySpread promises), never after exp.
 func spreadExpiry(exp, now time.Time, spread, u float64) time.Time {
 	early := time.Duration(float64(exp.Sub(now)) * spread * u)
 	if early <= 0 {
 		return exp
 	}
-	return exp.Add(-early).Truncate(time.Second)
+	at := exp.Add(-early)
+	if up := at.Truncate(time.Second); up.Before(at) {
+		at = up.Add(time.Second)
+	}
+	if at.After(exp) {
+		return exp
+	}
+	return at
 }

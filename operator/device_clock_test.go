@@ -33,8 +33,15 @@ func TestDeviceClocksNeverOrderTelemetry(t *testing.T) {
 
 	t.Run("a heartbeat from a clock ten years behind makes the device Online now", func(t *testing.T) {
 		began := time.Now()
-		e.reportAt(id, events.DeviceHeartbeat{AgentVersion: "1.0.0"}, began.Add(-decade))
-		d := e.waitDevice(id, "Online", func(d *fleetv1.Device) bool { return d.Status.Liveness == fleetv1.LivenessOnline })
+		beat := func() { e.reportAt(id, events.DeviceHeartbeat{AgentVersion: "1.0.0"}, time.Now().Add(-decade)) }
+		beat()
+		d := e.waitDevice(id, "Online", func(d *fleetv1.Device) bool {
+			if d.Status.Liveness != fleetv1.LivenessOnline {
+				beat() // a slow start may have decided the first beat stale already
+				return false
+			}
+			return true
+		})
 		if hb := d.Status.LastHeartbeat; hb == nil || hb.Time.Before(began.Add(-time.Minute)) {
 			t.Errorf("lastHeartbeat %v, want the time the server stored it (after %s)", hb, began.Add(-time.Minute))
 		}

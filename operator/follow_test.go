@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -743,9 +744,33 @@ func calledFrom(suffix string) bool {
 // memory of what it sent holds one judgement per Device of each Follow
 // Deployment; a Deployment deleted, or switched to Frozen, leaves none.
 func TestTheFollowWatchForgetsADeploymentThatNoLongerFollows(t *testing.T) {
-	ctx, srv, c, ns := cluster(t, "fw")
-	t.Cleanup(func() { removeAll(t, c, ns) })
-	e := &env{t: t, ctx: ctx, srv: srv, c: c, ns: ns}
+	e, w, _ := startFollowWatch(t, "fw", nil, true)
+	e.followDeployment("keep", map[string]string{"role": "analyzer"})
+	e.followDeployment("gone", map[string]string{"role": "analyzer"})
+	e.device("rpi-1", map[string]string{"role": "analyzer"})
+	e.device("rpi-2", map[string]string{"role": "analyzer"})
+	remembered := func(n int) func() bool { return func() bool { return w.Remembered() == n } }
+	e.waitFor("a judgement per Device and Follow Deployment", remembered(4))
+
+	gone := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: e.ns}}
+	if err := e.c.Delete(e.ctx, gone); err != nil {
+		t.Fatal(err)
+	}
+	e.waitFor("the deleted Deployment's judgements forgotten", remembered(2))
+
+	e.update("keep", func(d *fleetv1.Deployment) { d.Spec.Rollout.Targets = fleetv1.RolloutTargetsFrozen })
+	e.waitFor("the judgements of the Deployment switched to Frozen forgotten", remembered(0))
+}
+
+// startFollowWatch runs the follow watch alone on a manager of a
+// namespace of its own (prefix), its client c when set (else the
+// manager's). Unless drain, the test reads the watch's changes from the
+// channel returned.
+func startFollowWatch(t *testing.T, prefix string, c func(client.Client) client.Client, drain bool) (*env, *operator.FollowWatch, <-chan operator.FollowChange) {
+	t.Helper()
+	ctx, srv, kc, ns := cluster(t, prefix)
+	t.Cleanup(func() { removeAll(t, kc, ns) })
+	e := &env{t: t, ctx: ctx, srv: srv, c: kc, ns: ns}
 	scheme, err := operator.Scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -757,7 +782,11 @@ func TestTheFollowWatchForgetsADeploymentThatNoLongerFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	out := make(chan operator.FollowChange, 64)
-	w := &operator.FollowWatch{Client: mgr.GetClient(), Out: out}
+	wc := mgr.GetClient()
+	if c != nil {
+		wc = c(wc)
+	}
+	w := &operator.FollowWatch{Client: wc, Out: out}
 	if err := w.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -770,29 +799,73 @@ func TestTheFollowWatchForgetsADeploymentThatNoLongerFollows(t *testing.T) {
 			t.Errorf("manager: %v", err)
 		}
 	})
-	go func() { // the runner's end of the channel
+	if drain {
+		go func() { // the runner's end of the channel
+			for {
+				select {
+				case <-out:
+				case <-mctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	return e, w, out
+}
+
+// deploymentLists is a client that counts the Deployment lists it
+// answered: the follow watch lists them in each Reconcile.
+type deploymentLists struct {
+	client.Client
+	n atomic.Int64
+}
+
+func (c *deploymentLists) List(ctx context.Context, l client.ObjectList, opts ...client.ListOption) error {
+	err := c.Client.List(ctx, l, opts...)
+	if _, ok := l.(*fleetv1.DeploymentList); ok {
+		c.n.Add(1)
+	}
+	return err
+}
+
+// TestADeviceJudgedBeforeItsFollowDeploymentWasKnownStillJoins: a Device
+// and a Follow Deployment applied together (a GitOps repository's first
+// sync) may reach the operator's cache in either order; a Device the
+// follow watch judged while no Follow Deployment was known is judged again
+// when one comes, and again at each new generation, worded as a device
+// seen for the first time, never as a change the watch did not see (the
+// old wording, "group membership", named a change nobody made).
+func TestADeviceJudgedBeforeItsFollowDeploymentWasKnownStillJoins(t *testing.T) {
+	var lists *deploymentLists
+	e, _, out := startFollowWatch(t, "fj", func(c client.Client) client.Client { lists = &deploymentLists{Client: c}; return lists }, false)
+	dev := e.device("early", map[string]string{"role": "analyzer"})
+	// The watch has judged the Device against no Deployment: the list of
+	// its Reconcile came back before the Deployment was created.
+	e.waitFor("the watch's Reconcile of the Device", func() bool { return lists.n.Load() > 0 })
+	e.followDeployment("api", map[string]string{"role": "analyzer"})
+	next := func(what string) operator.FollowChange {
+		t.Helper()
 		for {
 			select {
-			case <-out:
-			case <-mctx.Done():
-				return
+			case ch := <-out:
+				if ch.Device == dev.Name && ch.Deployment == "api" {
+					return ch
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no follow change of %s for %s within 30 s", dev.Name, what)
 			}
 		}
-	}()
-
-	e.followDeployment("keep", map[string]string{"role": "analyzer"})
-	e.followDeployment("gone", map[string]string{"role": "analyzer"})
-	e.device("rpi-1", map[string]string{"role": "analyzer"})
-	e.device("rpi-2", map[string]string{"role": "analyzer"})
-	remembered := func(n int) func() bool { return func() bool { return w.Remembered() == n } }
-	e.waitFor("a judgement per Device and Follow Deployment", remembered(4))
-
-	gone := &fleetv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "gone", Namespace: ns}}
-	if err := c.Delete(ctx, gone); err != nil {
-		t.Fatal(err)
 	}
-	e.waitFor("the deleted Deployment's judgements forgotten", remembered(2))
-
-	e.update("keep", func(d *fleetv1.Deployment) { d.Spec.Rollout.Targets = fleetv1.RolloutTargetsFrozen })
-	e.waitFor("the judgements of the Deployment switched to Frozen forgotten", remembered(0))
+	ch := next("the Deployment created")
+	// Created after the watch started, the Device was never judged
+	// against the Deployment: a device created, as the watch first sees
+	// it.
+	if !ch.Match || ch.Generation != 1 || ch.Reason != "Device created" || ch.Change != "role=analyzer" {
+		t.Errorf("change %+v, want a match of generation 1, \"Device created\", role=analyzer", ch)
+	}
+	e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
+	ch = next("generation 2")
+	if !ch.Match || ch.Generation != 2 || ch.Reason != "matches the target selector" {
+		t.Errorf("change %+v, want a match of generation 2, \"matches the target selector\"", ch)
+	}
 }

@@ -154,6 +154,26 @@ func (e *env) startOperator() (stop func()) {
 	return stop
 }
 
+// deviceInCache waits until the operator's Device controller has decided
+// Device name (its IdentityRegistered condition is set): the operator's
+// cache, which the Deployment controller resolves targets from, holds it.
+// A Deployment changed sooner may be resolved from a cache that does not
+// yet (the Device and Deployment watches are apart). It needs
+// e.deviceController.
+func (e *env) deviceInCache(name string) {
+	e.t.Helper()
+	if !e.deviceController {
+		e.t.Fatal("deviceInCache needs the Device controller (e.deviceController)")
+	}
+	e.waitFor("the operator to decide Device "+name, func() bool {
+		var d fleetv1.Device
+		if err := e.c.Get(e.ctx, client.ObjectKey{Namespace: e.ns, Name: name}, &d); err != nil {
+			return false
+		}
+		return meta.FindStatusCondition(d.Status.Conditions, fleetv1.ConditionIdentityRegistered) != nil
+	})
+}
+
 func (e *env) device(name string, labels map[string]string) *fleetv1.Device {
 	e.t.Helper()
 	d := &fleetv1.Device{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Labels: labels},
@@ -247,6 +267,7 @@ func (e *env) get(name string) *fleetv1.Deployment {
 
 func TestRevisionFreezesTargetsAndCanaries(t *testing.T) {
 	e := newEnv(t)
+	e.deviceController = true // deviceInCache
 	e.device("rpi-1", map[string]string{"role": "analyzer", "canary": "true"})
 	e.device("rpi-2", map[string]string{"role": "analyzer"})
 	e.device("rpi-3", map[string]string{"role": "analyzer", "blacklist": "true"})
@@ -278,6 +299,7 @@ func TestRevisionFreezesTargetsAndCanaries(t *testing.T) {
 
 	t.Run("a device labelled after the revision is not in it, and a spec change makes a revision that includes it", func(t *testing.T) {
 		e.device("rpi-5", map[string]string{"role": "analyzer"})
+		e.deviceInCache("rpi-5")
 		e.update("api", func(d *fleetv1.Deployment) { d.Spec.Score.Data.Services[0].Image = "registry.example.com/api:v2" })
 		rev2 := e.revisionOf("api", 2)
 		if diff := cmp.Diff([]string{"rpi-1", "rpi-2", "rpi-5"}, rev2.Targets); diff != "" {
@@ -415,6 +437,7 @@ func TestResolveTargetsIsPure(t *testing.T) {
 
 func TestAConditionKeepsItsTransitionTimeUntilItsStatusChanges(t *testing.T) {
 	e := newEnv(t)
+	e.deviceController = true // deviceInCache
 	e.startOperator()
 	e.deployment("api", map[string]string{"role": "ltt"})
 	resolved := func(gen int64) metav1.Condition {
@@ -453,6 +476,7 @@ func TestAConditionKeepsItsTransitionTimeUntilItsStatusChanges(t *testing.T) {
 	}
 
 	e.device("ltt-1", map[string]string{"role": "ltt"})
+	e.deviceInCache("ltt-1")
 	pastFirst()
 	newImage("v3")
 	third := resolved(3)

@@ -85,20 +85,44 @@ type sentJudgement struct {
 }
 
 // SetupWithManager registers the watch: on Devices, on the group source
-// when it is a GroupWatcher, and on Deployments to forget the judgements
-// of one deleted or no longer following.
+// when it is a GroupWatcher, and on Deployments: one deleted or no longer
+// following has its judgements forgotten, and one that starts following
+// (created, switched to Follow) or gets a new generation has every Device
+// of its namespace judged again (DevicesToJudge).
 func (w *Watch) SetupWithManager(mgr ctrl.Manager) error {
 	w.init()
+	judgeAll := func(ctx context.Context, namespace string, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		reqs, err := w.DevicesToJudge(ctx, namespace)
+		if err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "follow watch: the Devices to judge again", "namespace", namespace)
+		}
+		for _, r := range reqs {
+			q.Add(r)
+		}
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&fleetv1.Device{}).
 		Named("fleet-rollout-follow").
 		Watches(&fleetv1.Deployment{}, handler.Funcs{
+			CreateFunc: func(ctx context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				if d, ok := e.Object.(*fleetv1.Deployment); ok && follows(d) {
+					judgeAll(ctx, d.Namespace, q)
+				}
+			},
 			DeleteFunc: func(_ context.Context, e event.DeleteEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 				w.forget(types.NamespacedName{Namespace: e.Object.GetNamespace(), Name: e.Object.GetName()})
 			},
-			UpdateFunc: func(_ context.Context, e event.UpdateEvent, _ workqueue.TypedRateLimitingInterface[reconcile.Request]) {
-				if d, ok := e.ObjectNew.(*fleetv1.Deployment); ok && (d.Spec.Rollout.Targets != fleetv1.RolloutTargetsFollow || !d.DeletionTimestamp.IsZero()) {
+			UpdateFunc: func(ctx context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+				d, ok := e.ObjectNew.(*fleetv1.Deployment)
+				if !ok {
+					return
+				}
+				if !follows(d) {
 					w.forget(types.NamespacedName{Namespace: d.Namespace, Name: d.Name})
+					return
+				}
+				if old, ok := e.ObjectOld.(*fleetv1.Deployment); ok && (!follows(old) || old.Generation != d.Generation) {
+					judgeAll(ctx, d.Namespace, q)
 				}
 			},
 		})
@@ -115,6 +139,30 @@ func (w *Watch) SetupWithManager(mgr ctrl.Manager) error {
 		b = b.WatchesRawSource(source.Channel(regroups, &handler.TypedEnqueueRequestForObject[*fleetv1.Device]{}))
 	}
 	return b.Complete(w)
+}
+
+// follows reports whether d is a Follow Deployment not being deleted.
+func follows(d *fleetv1.Deployment) bool {
+	return d.Spec.Rollout.Targets == fleetv1.RolloutTargetsFollow && d.DeletionTimestamp.IsZero()
+}
+
+// DevicesToJudge are the requests of every Device of namespace, from the
+// cache: what a Deployment that starts following, or gets a new
+// generation, has judged again. A Device the Deployment's freeze did not
+// see (its cache held it a moment after the Deployment, or the Device was
+// judged before the Deployment reached the cache) joins then instead of
+// never: a Device and a Follow Deployment applied together are a GitOps
+// repository's first sync.
+func (w *Watch) DevicesToJudge(ctx context.Context, namespace string) ([]reconcile.Request, error) {
+	var devs fleetv1.DeviceList
+	if err := w.Client.List(ctx, &devs, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("list devices of %s: %w", namespace, err)
+	}
+	out := make([]reconcile.Request, 0, len(devs.Items))
+	for i := range devs.Items {
+		out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: namespace, Name: devs.Items[i].Name}})
+	}
+	return out, nil
 }
 
 // noteRegroup keeps a Device whose groups changed for forwardRegroups.
@@ -218,11 +266,11 @@ func (w *Watch) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, e
 		if !following[key] {
 			continue
 		}
-		ch := w.judge(dep, &d, gone, prev, hadPrev, cur)
-		sj := sentJudgement{uid: ch.UID, generation: ch.Generation, match: ch.Match, reason: ch.Reason}
 		w.mu.Lock()
 		last, ok := w.sent[key][req.Name]
 		w.mu.Unlock()
+		ch := w.judge(dep, &d, gone, prev, hadPrev && ok && last.uid == string(dep.UID), cur)
+		sj := sentJudgement{uid: ch.UID, generation: ch.Generation, match: ch.Match, reason: ch.Reason}
 		if ok && last.uid == sj.uid && last.generation == sj.generation && last.match == sj.match && (sj.match || last.reason == sj.reason) {
 			continue
 		}
@@ -279,7 +327,10 @@ func (w *Watch) init() {
 }
 
 // judge is the change Device d (gone: deleted) is to Follow Deployment
-// dep; prev is the Device as last seen (hadPrev: it was).
+// dep; prev is the Device as last seen when it was judged against dep
+// (hadPrev: it was). A Device seen before but never judged against dep
+// (dep reached the cache after it) is judged as one seen for the first
+// time: what changed since is not known.
 func (w *Watch) judge(dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, prev deviceSeen, hadPrev bool, cur deviceSeen) follow.Change {
 	ch := follow.Change{Namespace: dep.Namespace, Deployment: dep.Name, UID: string(dep.UID), Generation: dep.Generation, Device: d.Name}
 	if gone {
@@ -321,11 +372,11 @@ func (w *Watch) judge(dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, pre
 		ch.Reason, ch.Change = "duplicate device id cleared", ""
 	case !targets.Matches(sel, prev.labels):
 		ch.Reason = "labels changed"
+	case cur.hasGroups && (!prev.hasGroups || !slices.Equal(prev.groups, cur.groups)):
+		ch.Reason, ch.Change = "group membership", groupChange(prev.groups, cur.groups, prev.hasGroups)
 	default:
-		ch.Reason = "group membership"
-		if cur.hasGroups {
-			ch.Change = groupChange(prev.groups, cur.groups, prev.hasGroups)
-		}
+		// Nothing of the Device changed: a new generation judges it again.
+		ch.Reason = "matches the target selector"
 	}
 	return ch
 }
