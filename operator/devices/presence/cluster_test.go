@@ -82,6 +82,9 @@ func TestServerRestartsOfACluster(t *testing.T) {
 	is("dev-b connected on server 2", "dev-b", true)
 	// Two connections of dev-a on two servers: one going keeps it.
 	a2 := device("dev-a", "a", 0)
+	// Events of different servers come in no set order: the second
+	// connection is known before the first goes.
+	testenv.Eventually(t, "dev-a's second connection known", 2*time.Minute, func() bool { return tr.Conns("dev-a") == 2 })
 	a.Close()
 	// dev-b's disconnect comes after dev-a's from server 1 on the same
 	// route: once the tracker saw it, it saw dev-a's.
