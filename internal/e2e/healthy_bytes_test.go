@@ -33,6 +33,10 @@ const healthyFixture = "testdata/healthy-deployment.jsonl"
 // records that cannot be fixed, and the only one normalised.
 const uidPlaceholder = "$DEPLOYMENT_UID"
 
+// farFuture is a timeout no distance between a stamped event time and the
+// real clock reaches: 200 years.
+const farFuture = 200 * 365 * 24 * time.Hour
+
 // TestAHealthyDeploymentWritesThePinnedRecords: a Deployment whose service
 // stays up, rolled out to a canary and then released to the other device
 // (generation 1, then an update to generation 2), with two agents on the
@@ -78,8 +82,14 @@ func TestAHealthyDeploymentWritesThePinnedRecords(t *testing.T) {
 	opCtx, stopOperator := context.WithCancel(ctx)
 	opDone := make(chan error, 1)
 	go func() {
+		// The operator times a target from its events' times, which the
+		// stamp fixes at `at`, hours or years from the real clock: with
+		// the default hour, a device a loaded machine let report one tick
+		// after its release was removed as silent. The timeouts here are
+		// longer than any distance between the two clocks.
 		opDone <- operator.Run(opCtx, operator.Options{RESTConfig: srv.RESTConfig(), Store: st, Reader: st, IntentKV: kv,
-			Logger: logger, StatusInterval: 200 * time.Millisecond, SeveralPerProcess: true, EventStamp: stamp.option()})
+			Logger: logger, StatusInterval: 200 * time.Millisecond, SeveralPerProcess: true, EventStamp: stamp.option(),
+			TargetTimeout: farFuture, ProgressDeadline: farFuture})
 	}()
 	agCtx, stopAgents := context.WithCancel(ctx)
 	var agentConns []*nats.Conn
