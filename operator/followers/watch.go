@@ -327,10 +327,10 @@ func (w *Watch) init() {
 }
 
 // judge is the change Device d (gone: deleted) is to Follow Deployment
-// dep; prev is the Device as last seen when it was judged against dep
-// (hadPrev: it was). A Device seen before but never judged against dep
-// (dep reached the cache after it) is judged as one seen for the first
-// time: what changed since is not known.
+// dep; prev is the Device as last seen, and hadPrev is true only when it
+// was seen and judged against dep before: a Device never judged against
+// dep (dep reached the cache after it) is judged as one seen for the first
+// time, since what changed is not known.
 func (w *Watch) judge(dep *fleetv1.Deployment, d *fleetv1.Device, gone bool, prev deviceSeen, hadPrev bool, cur deviceSeen) follow.Change {
 	ch := follow.Change{Namespace: dep.Namespace, Deployment: dep.Name, UID: string(dep.UID), Generation: dep.Generation, Device: d.Name}
 	if gone {
